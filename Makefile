@@ -1,0 +1,38 @@
+# Two entry points (see README): `make demo` and `make test`. Everything else is set-up.
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+PIP      := $(PY) -m pip
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: setup build test test-rust test-python demo bench clean
+
+setup: $(VENV)/.deps-installed
+
+$(VENV)/.deps-installed: requirements-dev.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install -r requirements-dev.txt
+	touch $@
+
+# Release build of the native core, installed editable into the venv.
+build: setup
+	$(VENV)/bin/maturin develop --release --quiet
+
+test-rust:
+	cargo test --release --locked
+
+test-python: build
+	$(PY) -m pytest -q tests
+
+test: test-rust test-python
+
+demo: build
+	$(PY) examples/demo.py
+
+bench: build
+	cargo bench --locked
+	$(PY) benches/bench_pages.py
+
+clean:
+	rm -rf target $(VENV) demo-out
