@@ -20,13 +20,18 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "PageIndex": "youmu._core",
     "Permutation": "youmu._core",
-    "YoumuError": "youmu._core",
-    "CorruptFileError": "youmu._core",
-    "SchemaMismatchError": "youmu._core",
-    "UnsupportedError": "youmu._core",
-    "PageOutOfRangeError": "youmu._core",
-    "StaleIndexError": "youmu._core",
-    "ColumnNotFoundError": "youmu._core",
+    "io_stats": "youmu._core",
+    "set_num_threads": "youmu._core",
+    "num_threads": "youmu._core",
+    "YoumuError": "youmu.errors",
+    "CorruptFileError": "youmu.errors",
+    "UnsupportedError": "youmu.errors",
+    "SchemaMismatchError": "youmu.errors",
+    "ColumnNotFoundError": "youmu.errors",
+    "PageOutOfRangeError": "youmu.errors",
+    "StaleIndexError": "youmu.errors",
+    "InvalidArgumentError": "youmu.errors",
+    "YoumuIOError": "youmu.errors",
 }
 
 

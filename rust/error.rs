@@ -1,0 +1,84 @@
+//! One error type for the whole core. The Python layer maps each variant to one
+//! exception class in exactly one place (`py/errors.rs`).
+
+use std::path::Path;
+
+use parquet::errors::ParquetError;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The OS refused an operation on a file (missing, permission, short read of a healthy file...).
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+
+    /// The bytes of a file are not valid Parquet: truncated, bit-flipped, inconsistent metadata.
+    #[error("{path}: corrupt or truncated Parquet file: {detail}")]
+    Corrupt { path: String, detail: String },
+
+    /// A valid file uses something this build cannot read (encryption, LZO, ...).
+    #[error("{path}: unsupported Parquet feature: {detail}")]
+    Unsupported { path: String, detail: String },
+
+    /// Two files disagree on the projected schema.
+    #[error("schema mismatch between {first} and {other}: {detail}")]
+    SchemaMismatch { first: String, other: String, detail: String },
+
+    /// A requested column does not exist in a file.
+    #[error("{path}: no top-level column named {column:?} (available: {available})")]
+    ColumnNotFound { path: String, column: String, available: String },
+
+    /// A page or row id outside the index.
+    #[error("{what} {id} is out of range (the index has {len})")]
+    OutOfRange { what: &'static str, id: i128, len: u64 },
+
+    /// A persisted index that no longer matches the files on disk.
+    #[error("stale index {index}: {detail}")]
+    Stale { index: String, detail: String },
+
+    /// A caller passed something meaningless (empty path list, bad glob, ...).
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io { path: path.as_ref().display().to_string(), source }
+    }
+
+    pub fn corrupt(path: impl AsRef<Path>, detail: impl Into<String>) -> Self {
+        Error::Corrupt { path: path.as_ref().display().to_string(), detail: detail.into() }
+    }
+
+    /// Classify an error raised by the `parquet` crate while handling `path`.
+    /// `context` says where (row group, page, offset) so the message can point at it.
+    pub fn from_parquet(path: impl AsRef<Path>, context: &str, err: ParquetError) -> Self {
+        let path = path.as_ref().display().to_string();
+        let text = err.to_string();
+        let detail = if context.is_empty() { text.clone() } else { format!("{context}: {text}") };
+        let lower = text.to_ascii_lowercase();
+        let unsupported = matches!(err, ParquetError::NYI(_))
+            || lower.contains("encrypt")
+            || lower.contains("disabled feature")
+            || lower.contains("not supported")
+            || lower.contains("unsupported")
+            || lower.contains("not yet implemented");
+        if unsupported {
+            Error::Unsupported { path, detail }
+        } else {
+            Error::Corrupt { path, detail }
+        }
+    }
+
+    /// Prefix the error with where it happened, keeping its kind.
+    pub fn context(self, ctx: &str) -> Self {
+        match self {
+            Error::Corrupt { path, detail } => Error::Corrupt { path, detail: format!("{ctx}: {detail}") },
+            Error::Unsupported { path, detail } => {
+                Error::Unsupported { path, detail: format!("{ctx}: {detail}") }
+            }
+            other => other,
+        }
+    }
+}

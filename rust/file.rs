@@ -1,0 +1,440 @@
+//! One Parquet file of an index: its parsed footer, the projection of the selected
+//! columns, and its unit table (where each read unit starts, per row group).
+//!
+//! A *unit* is the finest row range that can be read on its own: a data page of the
+//! unit column (the first leaf of the first selected column), or several pages merged
+//! when a page does not start on a row, or the whole column chunk when nothing finer
+//! is known. Units are stored as one `u64` (first row within the row group) each; the
+//! byte locations live in the (possibly synthesized) OffsetIndex of the footer, so a
+//! page costs ~32 bytes in all (24 for its location, 8 for its unit entry).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use arrow_schema::{FieldRef, SchemaRef};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::file::metadata::{
+    PageIndexPolicy, ParquetMetaData, ParquetMetaDataBuilder, ParquetMetaDataOptions, ParquetMetaDataReader,
+    ParquetOffsetIndex, ParquetStatisticsPolicy,
+};
+use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation};
+
+use crate::error::{Error, Result};
+use crate::io::PreadFile;
+use crate::scan::scan_chunk;
+
+/// How the units of a row group were found (reported by `youmu inspect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitSource {
+    /// The file's own OffsetIndex.
+    OffsetIndex,
+    /// Page headers scanned; every page starts on a row.
+    HeaderScan,
+    /// Page headers scanned; some pages continue a row and were merged.
+    HeaderScanMerged,
+}
+
+pub struct FileEntry {
+    pub path: PathBuf,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub reader: PreadFile,
+    pub meta: ArrowReaderMetadata,
+    pub mask: ProjectionMask,
+    /// Leaf column indices of the projection (file order).
+    pub leaves: Vec<usize>,
+    /// The leaf that defines units.
+    pub unit_leaf: usize,
+    /// Columns of a read batch, in the user's order (`None`: already in order).
+    pub reorder: Option<Vec<usize>>,
+    /// Projected fields in the user's order.
+    pub fields: Vec<FieldRef>,
+    /// Cumulative rows at each row group start (len = row groups + 1).
+    pub rg_row_start: Vec<u64>,
+    /// Cumulative units at each row group start (len = row groups + 1).
+    pub rg_unit_start: Vec<u64>,
+    /// First row (within its row group) of every unit, row groups concatenated.
+    pub unit_first_row: Vec<u64>,
+    pub unit_source: Vec<UnitSource>,
+    /// Row groups whose projected leaves have page locations (page-granular reads).
+    pub rg_has_locations: Vec<bool>,
+}
+
+pub fn file_stamp(path: &Path) -> Result<(u64, i64)> {
+    let m = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    let mtime = m
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    Ok((m.len(), mtime))
+}
+
+pub fn open_file(path: &Path) -> Result<(PreadFile, u64, i64)> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let (size, mtime) = file_stamp(path)?;
+    if size < 12 {
+        return Err(Error::corrupt(path, format!("file is {size} bytes, too small to be Parquet")));
+    }
+    Ok((PreadFile::new(f, size), size, mtime))
+}
+
+fn metadata_options() -> ParquetMetaDataOptions {
+    // Statistics are the bulk of a footer and youmu never uses them.
+    ParquetMetaDataOptions::new()
+        .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
+        .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
+}
+
+/// Parse the footer (and the OffsetIndex when present and sound).
+pub fn read_metadata(path: &Path, reader: &PreadFile) -> Result<ParquetMetaData> {
+    let parse = |policy| {
+        ParquetMetaDataReader::new()
+            .with_offset_index_policy(policy)
+            .with_column_index_policy(PageIndexPolicy::Skip)
+            .with_metadata_options(Some(metadata_options()))
+            .parse_and_finish(reader)
+    };
+    match parse(PageIndexPolicy::Optional) {
+        Ok(md) => Ok(md),
+        // A damaged OffsetIndex should not make a readable file unreadable: fall back to
+        // the footer alone and scan page headers instead.
+        Err(first) => parse(PageIndexPolicy::Skip).map_err(|_| Error::from_parquet(path, "footer", first)),
+    }
+}
+
+/// Resolve `columns` (top-level names; None = all) against a file.
+fn resolve_projection(
+    path: &Path,
+    meta: &ArrowReaderMetadata,
+    columns: Option<&[String]>,
+) -> Result<(ProjectionMask, Vec<usize>, usize, Option<Vec<usize>>, Vec<FieldRef>)> {
+    let descr = meta.parquet_schema();
+    let roots = descr.root_schema().get_fields();
+    let root_names: Vec<&str> = roots.iter().map(|f| f.name()).collect();
+    let chosen: Vec<usize> = match columns {
+        None => (0..roots.len()).collect(),
+        Some(cols) => {
+            if cols.is_empty() {
+                return Err(Error::InvalidArgument("columns must name at least one column".into()));
+            }
+            let mut out = Vec::with_capacity(cols.len());
+            for c in cols {
+                let i = root_names.iter().position(|n| n == c).ok_or_else(|| Error::ColumnNotFound {
+                    path: path.display().to_string(),
+                    column: c.clone(),
+                    available: root_names.join(", "),
+                })?;
+                if out.contains(&i) {
+                    return Err(Error::InvalidArgument(format!("column {c:?} selected twice")));
+                }
+                out.push(i);
+            }
+            out
+        }
+    };
+    if chosen.is_empty() {
+        return Err(Error::corrupt(path, "schema has no columns"));
+    }
+    let leaves: Vec<usize> =
+        (0..descr.num_columns()).filter(|&l| chosen.contains(&descr.get_column_root_idx(l))).collect();
+    let unit_leaf = (0..descr.num_columns()).find(|&l| descr.get_column_root_idx(l) == chosen[0]).ok_or_else(|| {
+        Error::Unsupported {
+            path: path.display().to_string(),
+            detail: format!("column {:?} has no leaf columns", root_names[chosen[0]]),
+        }
+    })?;
+    let mask = ProjectionMask::roots(descr, chosen.iter().copied());
+    // A projected batch lists the chosen roots in file order; map to the user's order.
+    let mut file_order = chosen.clone();
+    file_order.sort_unstable();
+    let reorder: Vec<usize> = chosen.iter().map(|c| file_order.iter().position(|x| x == c).unwrap_or(0)).collect();
+    let reorder = if reorder.iter().enumerate().all(|(i, &r)| i == r) { None } else { Some(reorder) };
+    let schema: &SchemaRef = meta.schema();
+    if schema.fields().len() != roots.len() {
+        return Err(Error::Unsupported {
+            path: path.display().to_string(),
+            detail: "Arrow schema and Parquet schema disagree on the number of top-level columns".into(),
+        });
+    }
+    let fields = chosen.iter().map(|&i| schema.fields()[i].clone()).collect();
+    Ok((mask, leaves, unit_leaf, reorder, fields))
+}
+
+impl FileEntry {
+    /// Open, parse and index one file.
+    pub fn build(path: &Path, columns: Option<&[String]>) -> Result<FileEntry> {
+        let (reader, size, mtime_ns) = open_file(path)?;
+        let md = read_metadata(path, &reader)?;
+        Self::from_metadata(path, reader, size, mtime_ns, md, columns, None)
+    }
+
+    /// Build from parsed metadata. `saved` carries page locations and units from a
+    /// persisted index, which skips the header scan.
+    pub(crate) fn from_metadata(
+        path: &Path,
+        reader: PreadFile,
+        size: u64,
+        mtime_ns: i64,
+        md: ParquetMetaData,
+        columns: Option<&[String]>,
+        saved: Option<SavedTables>,
+    ) -> Result<FileEntry> {
+        let plain = ArrowReaderMetadata::try_new(Arc::new(md.clone()), ArrowReaderOptions::new())
+            .map_err(|e| Error::from_parquet(path, "schema", e))?;
+        let (mask, leaves, unit_leaf, reorder, fields) = resolve_projection(path, &plain, columns)?;
+        drop(plain);
+        let descr = md.file_metadata().schema_descr_ptr();
+        let num_rgs = md.num_row_groups();
+        let num_cols = descr.num_columns();
+
+        let mut rg_row_start = Vec::with_capacity(num_rgs + 1);
+        rg_row_start.push(0u64);
+        for (i, rg) in md.row_groups().iter().enumerate() {
+            let n = u64::try_from(rg.num_rows())
+                .map_err(|_| Error::corrupt(path, format!("row group {i} has {} rows", rg.num_rows())))?;
+            let last = *rg_row_start.last().unwrap_or(&0);
+            rg_row_start.push(last + n);
+        }
+
+        let (locations, units, sources) = match saved {
+            Some(s) => (s.locations, s.units, s.sources),
+            None => build_tables(path, &reader, size, &md, &leaves, unit_leaf, &rg_row_start)?,
+        };
+        if units.len() != num_rgs || locations.len() != num_rgs || sources.len() != num_rgs {
+            return Err(Error::corrupt(path, "unit table does not match the row groups"));
+        }
+
+        let mut rg_unit_start = Vec::with_capacity(num_rgs + 1);
+        rg_unit_start.push(0u64);
+        let mut unit_first_row = Vec::new();
+        let mut rg_has_locations = Vec::with_capacity(num_rgs);
+        for (rg, u) in units.iter().enumerate() {
+            unit_first_row.extend_from_slice(u);
+            rg_unit_start.push(unit_first_row.len() as u64);
+            rg_has_locations.push(locations[rg].is_some());
+            let _ = rg;
+        }
+
+        // Keep page locations only for the projected leaves: the footer's index for other
+        // columns would be memory spent on nothing.
+        let empty = OffsetIndexMetaData { page_locations: vec![], unencoded_byte_array_data_bytes: None };
+        let mut oi: ParquetOffsetIndex = Vec::with_capacity(num_rgs);
+        for loc in locations {
+            match loc {
+                None => oi.push(vec![]),
+                Some(per_leaf) => {
+                    let mut row = vec![empty.clone(); num_cols];
+                    for (leaf, locs) in leaves.iter().zip(per_leaf) {
+                        row[*leaf] = OffsetIndexMetaData { page_locations: locs, unencoded_byte_array_data_bytes: None };
+                    }
+                    oi.push(row);
+                }
+            }
+        }
+        let md = ParquetMetaDataBuilder::new_from_metadata(md).set_column_index(None).set_offset_index(Some(oi)).build();
+        let meta = ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new())
+            .map_err(|e| Error::from_parquet(path, "schema", e))?;
+
+        Ok(FileEntry {
+            path: path.to_path_buf(),
+            size,
+            mtime_ns,
+            reader,
+            meta,
+            mask,
+            leaves,
+            unit_leaf,
+            reorder,
+            fields,
+            rg_row_start,
+            rg_unit_start,
+            unit_first_row,
+            unit_source: sources,
+            rg_has_locations,
+        })
+    }
+
+    pub fn num_row_groups(&self) -> usize {
+        self.rg_row_start.len() - 1
+    }
+
+    pub fn num_rows(&self) -> u64 {
+        *self.rg_row_start.last().unwrap_or(&0)
+    }
+
+    pub fn num_units(&self) -> u64 {
+        self.unit_first_row.len() as u64
+    }
+
+    pub fn rg_rows(&self, rg: usize) -> u64 {
+        self.rg_row_start[rg + 1] - self.rg_row_start[rg]
+    }
+
+    /// (row group, unit within row group) of a file-local unit id.
+    pub fn locate_unit(&self, u: u64) -> (usize, usize) {
+        let rg = self.rg_unit_start.partition_point(|&s| s <= u) - 1;
+        (rg, (u - self.rg_unit_start[rg]) as usize)
+    }
+
+    /// First row within the row group and row count of a file-local unit id.
+    pub fn unit_rows(&self, u: u64) -> (usize, u64, u64) {
+        let (rg, _) = self.locate_unit(u);
+        let first = self.unit_first_row[u as usize];
+        let end_in_rg = u + 1 < self.rg_unit_start[rg + 1];
+        let end = if end_in_rg { self.unit_first_row[u as usize + 1] } else { self.rg_rows(rg) };
+        (rg, first, end - first)
+    }
+
+    /// Page locations of the projected leaves for a row group (empty if none).
+    pub fn locations(&self, rg: usize) -> Vec<Vec<PageLocation>> {
+        match self.meta.metadata().offset_index() {
+            Some(oi) if !oi[rg].is_empty() => self.leaves.iter().map(|&l| oi[rg][l].page_locations.clone()).collect(),
+            _ => vec![],
+        }
+    }
+
+    /// Dictionary page ranges of the projected leaves of a row group, for the cache.
+    pub fn dict_ranges(&self, rg: usize) -> Vec<(u64, u32)> {
+        let md = self.meta.metadata();
+        let Some(oi) = md.offset_index() else { return vec![] };
+        if oi[rg].is_empty() {
+            return vec![];
+        }
+        let mut out = Vec::new();
+        for &leaf in &self.leaves {
+            let (start, _) = md.row_group(rg).column(leaf).byte_range();
+            if let Some(first) = oi[rg][leaf].page_locations.first() {
+                let f = first.offset as u64;
+                if f > start && f - start <= u32::MAX as u64 {
+                    out.push((start, (f - start) as u32));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Page locations (per row group: None, or per projected leaf) and units, as persisted.
+pub(crate) struct SavedTables {
+    pub locations: Vec<Option<Vec<Vec<PageLocation>>>>,
+    pub units: Vec<Vec<u64>>,
+    pub sources: Vec<UnitSource>,
+}
+
+type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<UnitSource>);
+
+/// Check a native OffsetIndex for one leaf chunk; None if it cannot be trusted.
+fn native_locations(
+    md: &ParquetMetaData,
+    rg: usize,
+    leaf: usize,
+    rows: u64,
+    file_len: u64,
+) -> Option<Vec<PageLocation>> {
+    let oi = md.offset_index()?;
+    let locs = &oi.get(rg)?.get(leaf)?.page_locations;
+    if locs.is_empty() {
+        return None;
+    }
+    let mut prev_row = -1i64;
+    for (i, l) in locs.iter().enumerate() {
+        let ok_row = if i == 0 { l.first_row_index == 0 } else { l.first_row_index > prev_row };
+        let ok_pos = l.offset >= 0
+            && l.compressed_page_size > 0
+            && (l.offset as u64).checked_add(l.compressed_page_size as u64).is_some_and(|e| e <= file_len);
+        if !ok_row || !ok_pos || l.first_row_index as u64 >= rows {
+            return None;
+        }
+        prev_row = l.first_row_index;
+    }
+    Some(locs.clone())
+}
+
+fn build_tables(
+    path: &Path,
+    reader: &PreadFile,
+    size: u64,
+    md: &ParquetMetaData,
+    leaves: &[usize],
+    unit_leaf: usize,
+    rg_row_start: &[u64],
+) -> Result<Tables> {
+    let descr = md.file_metadata().schema_descr();
+    let n = md.num_row_groups();
+    let (mut locations, mut units, mut sources) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    for rg in 0..n {
+        let rows = rg_row_start[rg + 1] - rg_row_start[rg];
+        if rows == 0 {
+            locations.push(None);
+            units.push(vec![]);
+            sources.push(UnitSource::OffsetIndex);
+            continue;
+        }
+        let native: Option<Vec<Vec<PageLocation>>> =
+            leaves.iter().map(|&l| native_locations(md, rg, l, rows, size)).collect();
+        if let Some(per_leaf) = native {
+            let pos = leaves.iter().position(|&l| l == unit_leaf).unwrap_or(0);
+            units.push(per_leaf[pos].iter().map(|l| l.first_row_index as u64).collect());
+            locations.push(Some(per_leaf));
+            sources.push(UnitSource::OffsetIndex);
+            continue;
+        }
+        // Header scan of every projected leaf of this row group.
+        let mut per_leaf = Vec::with_capacity(leaves.len());
+        let mut all_aligned = true;
+        let mut unit_units = vec![];
+        let mut merged = false;
+        for &leaf in leaves {
+            let col = md.row_group(rg).column(leaf);
+            let ctx = format!("row group {rg}, column {}", col.column_path());
+            let chunk = scan_chunk(path, reader, size, col, descr.column(leaf).max_rep_level(), &ctx)?;
+            let total: u64 = chunk.pages.iter().map(|p| p.rows).sum();
+            if total != rows {
+                return Err(Error::corrupt(
+                    path,
+                    format!("{ctx}: pages hold {total} rows but the row group has {rows}"),
+                ));
+            }
+            if let Some(first) = chunk.pages.first() {
+                if !first.starts_on_boundary {
+                    return Err(Error::corrupt(path, format!("{ctx}: first page does not start a row")));
+                }
+            }
+            let mut locs = Vec::with_capacity(chunk.pages.len());
+            let mut row = 0u64;
+            let mut leaf_units = vec![];
+            for p in &chunk.pages {
+                if p.starts_on_boundary {
+                    leaf_units.push(row);
+                } else {
+                    all_aligned = false;
+                    if leaf == unit_leaf {
+                        merged = true;
+                    }
+                }
+                locs.push(PageLocation { offset: p.offset as i64, compressed_page_size: p.total_len as i32, first_row_index: row as i64 });
+                row += p.rows;
+            }
+            if leaf == unit_leaf {
+                unit_units = leaf_units;
+            }
+            per_leaf.push(locs);
+        }
+        if all_aligned {
+            locations.push(Some(per_leaf));
+            sources.push(UnitSource::HeaderScan);
+        } else {
+            // Pages that continue a row cannot be listed as page locations, so this row
+            // group is read by walking its column chunks (correct, coarser I/O).
+            locations.push(None);
+            sources.push(if merged { UnitSource::HeaderScanMerged } else { UnitSource::HeaderScan });
+        }
+        units.push(unit_units);
+    }
+    Ok((locations, units, sources))
+}

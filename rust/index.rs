@@ -1,0 +1,228 @@
+//! The global page index over many files: global unit id → (file, row group, unit) by
+//! layered binary search on cumulative counts, and global row → unit the same way.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow_schema::{Field, Schema, SchemaRef};
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::file::FileEntry;
+use crate::paths;
+use crate::runtime::runtime;
+
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+/// Where a unit lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitInfo {
+    pub file: usize,
+    pub row_group: usize,
+    /// Unit number within its row group.
+    pub page: usize,
+    /// First row within the row group.
+    pub first_row: u64,
+    pub num_rows: u64,
+    /// Global row id of the unit's first row.
+    pub global_first_row: u64,
+}
+
+pub struct PageIndex {
+    pub(crate) uid: u64,
+    pub(crate) columns: Option<Vec<String>>,
+    pub(crate) files: Vec<FileEntry>,
+    /// Cumulative units at each file start (len = files + 1).
+    file_unit_start: Vec<u64>,
+    /// Cumulative rows at each file start (len = files + 1).
+    file_row_start: Vec<u64>,
+    schema: SchemaRef,
+}
+
+/// Report of index-building progress: called with (files done, files total).
+pub type Progress<'a> = &'a (dyn Fn(usize, usize) + Sync);
+
+impl PageIndex {
+    /// Build an index over `paths` (files, directories, globs), reading every footer
+    /// (and OffsetIndex, or page headers where there is none) once, files in parallel.
+    pub fn build(paths: &[String], columns: Option<Vec<String>>, progress: Option<Progress>) -> Result<PageIndex> {
+        let files = paths::expand(paths)?;
+        let total = files.len();
+        let done = AtomicU64::new(0);
+        let cols = columns.as_deref();
+        let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
+            files
+                .par_iter()
+                .map(|p| {
+                    let r = FileEntry::build(p, cols);
+                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if let Some(cb) = progress {
+                        cb(d as usize, total);
+                    }
+                    r
+                })
+                .collect()
+        });
+        let entries = entries.into_iter().collect::<Result<Vec<_>>>()?;
+        Self::from_entries(entries, columns)
+    }
+
+    pub(crate) fn from_entries(files: Vec<FileEntry>, columns: Option<Vec<String>>) -> Result<PageIndex> {
+        let first = files.first().ok_or_else(|| Error::InvalidArgument("no Parquet files to index".into()))?;
+        let fields = first.fields.clone();
+        for f in &files[1..] {
+            check_same_schema(&first.path, &fields, &f.path, &f.fields)?;
+        }
+        // Nullability may differ between writers; the index reports the looser one.
+        let merged: Vec<Field> = fields
+            .iter()
+            .enumerate()
+            .map(|(i, fd)| {
+                let nullable = files.iter().any(|f| f.fields[i].is_nullable());
+                fd.as_ref().clone().with_nullable(nullable)
+            })
+            .collect();
+        let schema = SchemaRef::new(Schema::new(merged));
+        let mut file_unit_start = vec![0u64];
+        let mut file_row_start = vec![0u64];
+        for f in &files {
+            file_unit_start.push(file_unit_start.last().copied().unwrap_or(0) + f.num_units());
+            file_row_start.push(file_row_start.last().copied().unwrap_or(0) + f.num_rows());
+        }
+        Ok(PageIndex {
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+            columns,
+            files,
+            file_unit_start,
+            file_row_start,
+            schema,
+        })
+    }
+
+    pub fn len(&self) -> u64 {
+        *self.file_unit_start.last().unwrap_or(&0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn num_rows(&self) -> u64 {
+        *self.file_row_start.last().unwrap_or(&0)
+    }
+
+    pub fn num_files(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.files.iter().map(|f| f.path.clone()).collect()
+    }
+
+    pub fn file(&self, i: usize) -> &FileEntry {
+        &self.files[i]
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    pub fn columns(&self) -> Vec<String> {
+        self.schema.fields().iter().map(|f| f.name().clone()).collect()
+    }
+
+    /// Layered binary search: file, then row group, then unit.
+    pub fn unit_info(&self, id: u64) -> Result<UnitInfo> {
+        if id >= self.len() {
+            return Err(Error::OutOfRange { what: "page", id: id as i128, len: self.len() });
+        }
+        let file = self.file_unit_start.partition_point(|&s| s <= id) - 1;
+        let f = &self.files[file];
+        let local = id - self.file_unit_start[file];
+        let (rg, first, n) = f.unit_rows(local);
+        let page = (local - f.rg_unit_start[rg]) as usize;
+        Ok(UnitInfo {
+            file,
+            row_group: rg,
+            page,
+            first_row: first,
+            num_rows: n,
+            global_first_row: self.file_row_start[file] + f.rg_row_start[rg] + first,
+        })
+    }
+
+    /// The unit holding global row `row`, and the row's offset within it.
+    pub fn locate_row(&self, row: u64) -> Result<(u64, u64)> {
+        if row >= self.num_rows() {
+            return Err(Error::OutOfRange { what: "row", id: row as i128, len: self.num_rows() });
+        }
+        let file = self.file_row_start.partition_point(|&s| s <= row) - 1;
+        let f = &self.files[file];
+        let in_file = row - self.file_row_start[file];
+        let rg = f.rg_row_start.partition_point(|&s| s <= in_file) - 1;
+        let in_rg = in_file - f.rg_row_start[rg];
+        let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+        let u = lo + f.unit_first_row[lo..hi].partition_point(|&s| s <= in_rg) - 1;
+        let unit = self.file_unit_start[file] + u as u64;
+        Ok((unit, in_rg - f.unit_first_row[u]))
+    }
+
+    /// Rows of every unit, in global order.
+    pub fn unit_num_rows(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.len() as usize);
+        for f in &self.files {
+            for rg in 0..f.num_row_groups() {
+                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                for u in lo..hi {
+                    let end = if u + 1 < hi { f.unit_first_row[u + 1] } else { f.rg_rows(rg) };
+                    out.push(end - f.unit_first_row[u]);
+                }
+            }
+        }
+        out
+    }
+
+    /// First unit id of every file (len = files + 1).
+    pub fn file_unit_starts(&self) -> &[u64] {
+        &self.file_unit_start
+    }
+
+    /// Approximate bytes held by the index (footers excluded): unit tables, page
+    /// locations of the projected leaves and search arrays.
+    pub fn table_bytes(&self) -> usize {
+        let mut b = (self.file_unit_start.len() + self.file_row_start.len()) * 8;
+        for f in &self.files {
+            b += (f.unit_first_row.len() + f.rg_row_start.len() + f.rg_unit_start.len()) * 8;
+            if let Some(oi) = f.meta.metadata().offset_index() {
+                for rg in oi {
+                    for leaf in &f.leaves {
+                        if let Some(c) = rg.get(*leaf) {
+                            b += c.page_locations.len() * std::mem::size_of::<parquet::file::page_index::offset_index::PageLocation>();
+                        }
+                    }
+                }
+            }
+        }
+        b
+    }
+}
+
+fn check_same_schema(a: &Path, fa: &[arrow_schema::FieldRef], b: &Path, fb: &[arrow_schema::FieldRef]) -> Result<()> {
+    let mismatch = |detail: String| Error::SchemaMismatch {
+        first: a.display().to_string(),
+        other: b.display().to_string(),
+        detail,
+    };
+    if fa.len() != fb.len() {
+        return Err(mismatch(format!("{} vs {} selected columns", fa.len(), fb.len())));
+    }
+    for (x, y) in fa.iter().zip(fb) {
+        if x.name() != y.name() {
+            return Err(mismatch(format!("column {:?} vs {:?}", x.name(), y.name())));
+        }
+        if !x.data_type().equals_datatype(y.data_type()) {
+            return Err(mismatch(format!("column {:?}: {} vs {}", x.name(), x.data_type(), y.data_type())));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! Counting record starts in repetition levels.
+//!
+//! A row starts wherever the repetition level is 0. For files without an OffsetIndex
+//! we need, per page, how many rows start in it and whether its first value starts a
+//! row (otherwise the page continues its predecessor's last row and cannot be a unit
+//! on its own). This decodes just enough of the level encodings to answer that.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowStarts {
+    /// Number of level values equal to 0 (rows starting in this page).
+    pub rows: u64,
+    /// Whether the first level is 0 (the page starts on a record boundary).
+    pub starts_on_boundary: bool,
+}
+
+pub fn bit_width(max_level: i16) -> u8 {
+    if max_level <= 0 { 0 } else { (16 - (max_level as u16).leading_zeros()) as u8 }
+}
+
+fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, String> {
+    let mut out = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*pos).ok_or("level data ends inside a run header")?;
+        *pos += 1;
+        out |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Ok(out);
+        }
+    }
+    Err("level run header varint too long".into())
+}
+
+/// Scan RLE / bit-packed-hybrid levels (no length prefix) for `num_values` values.
+pub fn scan_rle_hybrid(buf: &[u8], width: u8, num_values: usize) -> Result<RowStarts, String> {
+    if width > 16 {
+        return Err(format!("level bit width {width} is impossible"));
+    }
+    if width == 0 {
+        // every level is 0
+        return Ok(RowStarts { rows: num_values as u64, starts_on_boundary: num_values > 0 });
+    }
+    let mut pos = 0usize;
+    let mut seen = 0usize;
+    let mut zeros = 0u64;
+    let mut first_zero = None;
+    let vbytes = (width as usize).div_ceil(8);
+    while seen < num_values {
+        let header = varint(buf, &mut pos)?;
+        if header & 1 == 1 {
+            let groups = (header >> 1) as usize;
+            let nbytes = groups.checked_mul(width as usize).ok_or("bit-packed run too long")?;
+            let data = buf.get(pos..pos.checked_add(nbytes).ok_or("bit-packed run too long")?).ok_or("bit-packed run runs past the level data")?;
+            pos += nbytes;
+            let n = (groups * 8).min(num_values - seen);
+            for i in 0..n {
+                let v = read_lsb(data, i * width as usize, width);
+                if first_zero.is_none() {
+                    first_zero = Some(v == 0);
+                }
+                if v == 0 {
+                    zeros += 1;
+                }
+            }
+            seen += n;
+            if groups == 0 {
+                return Err("empty bit-packed run".into());
+            }
+        } else {
+            let count = (header >> 1) as usize;
+            if count == 0 {
+                return Err("empty RLE run".into());
+            }
+            let vb = buf.get(pos..pos + vbytes).ok_or("RLE run value runs past the level data")?;
+            pos += vbytes;
+            let mut v = 0u64;
+            for (i, b) in vb.iter().enumerate() {
+                v |= (*b as u64) << (8 * i);
+            }
+            let n = count.min(num_values - seen);
+            if first_zero.is_none() {
+                first_zero = Some(v == 0);
+            }
+            if v == 0 {
+                zeros += n as u64;
+            }
+            seen += n;
+        }
+    }
+    Ok(RowStarts { rows: zeros, starts_on_boundary: first_zero.unwrap_or(false) })
+}
+
+/// Scan the deprecated BIT_PACKED level encoding (MSB-first, no runs).
+pub fn scan_bit_packed(buf: &[u8], width: u8, num_values: usize) -> Result<RowStarts, String> {
+    if width == 0 {
+        return Ok(RowStarts { rows: num_values as u64, starts_on_boundary: num_values > 0 });
+    }
+    let need = (num_values * width as usize).div_ceil(8);
+    if buf.len() < need {
+        return Err("BIT_PACKED levels run past the page".into());
+    }
+    let mut zeros = 0u64;
+    let mut first = false;
+    for i in 0..num_values {
+        let mut v = 0u32;
+        for b in 0..width as usize {
+            let bit = i * width as usize + b;
+            let byte = buf[bit / 8];
+            v = (v << 1) | ((byte >> (7 - bit % 8)) & 1) as u32;
+        }
+        if i == 0 {
+            first = v == 0;
+        }
+        if v == 0 {
+            zeros += 1;
+        }
+    }
+    Ok(RowStarts { rows: zeros, starts_on_boundary: first })
+}
+
+fn read_lsb(data: &[u8], bit: usize, width: u8) -> u64 {
+    let mut v = 0u64;
+    for b in 0..width as usize {
+        let p = bit + b;
+        v |= (((data[p / 8] >> (p % 8)) & 1) as u64) << b;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rle_run_of_zeros_then_ones() {
+        // RLE: 3 zeros, then RLE: 2 ones (width 1 -> 1 value byte)
+        let buf = [3 << 1, 0, 2 << 1, 1];
+        let r = scan_rle_hybrid(&buf, 1, 5).unwrap();
+        assert_eq!(r, RowStarts { rows: 3, starts_on_boundary: true });
+    }
+
+    #[test]
+    fn bit_packed_run_lsb_first() {
+        // one group of 8 values, width 1: bits 0b0000_0110 -> values 0,1,1,0,0,0,0,0
+        let buf = [(1 << 1) | 1, 0b0000_0110];
+        let r = scan_rle_hybrid(&buf, 1, 8).unwrap();
+        assert_eq!(r, RowStarts { rows: 6, starts_on_boundary: true });
+        // only the first 3 values belong to the page
+        let r = scan_rle_hybrid(&buf, 1, 3).unwrap();
+        assert_eq!(r, RowStarts { rows: 1, starts_on_boundary: true });
+    }
+
+    #[test]
+    fn page_continuing_a_record() {
+        let buf = [2 << 1, 1, 1 << 1, 0];
+        let r = scan_rle_hybrid(&buf, 1, 3).unwrap();
+        assert_eq!(r, RowStarts { rows: 1, starts_on_boundary: false });
+    }
+
+    #[test]
+    fn deprecated_bit_packed_is_msb_first() {
+        // width 1, values 1,0,0,1 -> 0b1001_0000
+        let r = scan_bit_packed(&[0b1001_0000], 1, 4).unwrap();
+        assert_eq!(r, RowStarts { rows: 2, starts_on_boundary: false });
+    }
+
+    #[test]
+    fn truncated_levels_are_errors() {
+        assert!(scan_rle_hybrid(&[(4 << 1) | 1, 0], 2, 32).is_err());
+        assert!(scan_rle_hybrid(&[], 1, 1).is_err());
+    }
+
+    #[test]
+    fn widths() {
+        assert_eq!(bit_width(0), 0);
+        assert_eq!(bit_width(1), 1);
+        assert_eq!(bit_width(2), 2);
+        assert_eq!(bit_width(3), 2);
+        assert_eq!(bit_width(4), 3);
+    }
+}

@@ -1,0 +1,24 @@
+//! youmu's core: a global page index over many Parquet files, positioned page reads
+//! decoded to Arrow, and keyed permutations. Pure Rust; the Python bindings live in
+//! `py/` behind the `python` feature and add nothing but conversions.
+
+pub mod cache;
+pub mod error;
+pub mod file;
+pub mod index;
+pub mod io;
+pub mod levels;
+pub mod paths;
+pub mod permute;
+pub mod persist;
+pub mod read;
+pub mod runtime;
+pub mod scan;
+pub mod thrift;
+
+pub use error::{Error, Result};
+pub use index::{PageIndex, UnitInfo};
+pub use permute::Permutation;
+
+#[cfg(feature = "python")]
+mod py;

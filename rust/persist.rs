@@ -1,0 +1,289 @@
+//! Saving and loading an index, so a later run skips every footer read and header scan.
+//!
+//! Layout (little endian): magic, version, selected columns, then per file its path,
+//! size and mtime (to detect a stale index), its footer re-serialized by the parquet
+//! crate (without statistics), and per row group its unit table and the page
+//! locations youmu uses. Loading touches each data file only to `stat` and open it.
+
+use std::io::Write;
+use std::path::Path;
+
+use bytes::Bytes;
+use parquet::file::metadata::{
+    PageIndexPolicy, ParquetMetaDataBuilder, ParquetMetaDataOptions, ParquetMetaDataReader, ParquetMetaDataWriter,
+    ParquetStatisticsPolicy,
+};
+use parquet::file::page_index::offset_index::PageLocation;
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::file::{FileEntry, SavedTables, UnitSource, file_stamp, open_file};
+use crate::index::PageIndex;
+use crate::runtime::runtime;
+
+const MAGIC: &[u8; 8] = b"YOUMUIDX";
+const VERSION: u32 = 1;
+
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct R<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    path: &'a Path,
+}
+
+impl<'a> R<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
+            Error::corrupt(self.path, format!("index file truncated at byte {} (wanted {n} more)", self.pos))
+        })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.arr()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.arr()?))
+    }
+    fn i64(&mut self) -> Result<i64> {
+        Ok(i64::from_le_bytes(self.arr()?))
+    }
+    fn i32(&mut self) -> Result<i32> {
+        Ok(i32::from_le_bytes(self.arr()?))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u64()?;
+        let n = usize::try_from(n).map_err(|_| Error::corrupt(self.path, "length overflows"))?;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String> {
+        let b = self.bytes()?;
+        String::from_utf8(b.to_vec()).map_err(|_| Error::corrupt(self.path, "path is not UTF-8"))
+    }
+    /// A count of items of at least `min_size` bytes each, checked against what is left.
+    fn count(&mut self, min_size: usize) -> Result<usize> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_size.max(1)) > self.buf.len() - self.pos {
+            return Err(Error::corrupt(self.path, format!("index file claims {n} entries at byte {}", self.pos)));
+        }
+        Ok(n)
+    }
+}
+
+fn source_code(s: UnitSource) -> u8 {
+    match s {
+        UnitSource::OffsetIndex => 0,
+        UnitSource::HeaderScan => 1,
+        UnitSource::HeaderScanMerged => 2,
+    }
+}
+
+fn source_from(code: u8, path: &Path) -> Result<UnitSource> {
+    Ok(match code {
+        0 => UnitSource::OffsetIndex,
+        1 => UnitSource::HeaderScan,
+        2 => UnitSource::HeaderScanMerged,
+        other => return Err(Error::corrupt(path, format!("unknown unit source {other}"))),
+    })
+}
+
+impl PageIndex {
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes = self.to_bytes()?;
+        // Write beside the target and rename, so a crash never leaves half an index.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        out.write_all(&bytes).map_err(|e| Error::io(&tmp, e))?;
+        out.sync_all().map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    }
+
+    pub fn load(path: &Path) -> Result<PageIndex> {
+        let buf = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Self::from_bytes(&buf, path)
+    }
+
+    /// The serialized index (what `save` writes).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut w = W(Vec::new());
+        w.0.extend_from_slice(MAGIC);
+        w.u32(VERSION);
+        match &self.columns {
+            None => w.u8(0),
+            Some(cols) => {
+                w.u8(1);
+                w.u32(cols.len() as u32);
+                for c in cols {
+                    w.bytes(c.as_bytes());
+                }
+            }
+        }
+        w.u32(self.files.len() as u32);
+        for f in &self.files {
+            let abs = std::fs::canonicalize(&f.path).map_err(|e| Error::io(&f.path, e))?;
+            w.bytes(abs.to_string_lossy().as_bytes());
+            w.u64(f.size);
+            w.i64(f.mtime_ns);
+            let md = ParquetMetaDataBuilder::new_from_metadata(f.meta.metadata().as_ref().clone())
+                .set_offset_index(None)
+                .build();
+            let mut footer = Vec::new();
+            ParquetMetaDataWriter::new(&mut footer, &md)
+                .finish()
+                .map_err(|e| Error::from_parquet(&f.path, "re-serializing footer", e))?;
+            w.bytes(&footer);
+            let locations_of: Vec<Vec<Vec<PageLocation>>> = (0..f.num_row_groups()).map(|rg| f.locations(rg)).collect();
+            w.u32(f.num_row_groups() as u32);
+            w.u32(f.leaves.len() as u32);
+            for rg in 0..f.num_row_groups() {
+                w.u8(source_code(f.unit_source[rg]));
+                if f.rg_has_locations[rg] {
+                    w.u8(1);
+                    for locs in &locations_of[rg] {
+                        w.u32(locs.len() as u32);
+                        for l in locs {
+                            w.i64(l.offset);
+                            w.u32(l.compressed_page_size as u32);
+                            w.i64(l.first_row_index);
+                        }
+                    }
+                } else {
+                    w.u8(0);
+                }
+                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                w.u32((hi - lo) as u32);
+                for u in &f.unit_first_row[lo..hi] {
+                    w.u64(*u);
+                }
+            }
+        }
+        Ok(w.0)
+    }
+
+    /// Rebuild an index from `to_bytes` output; `path` names the source in errors.
+    pub fn from_bytes(buf: &[u8], path: &Path) -> Result<PageIndex> {
+        let mut r = R { buf, pos: 0, path };
+        if r.take(8)? != MAGIC {
+            return Err(Error::corrupt(path, "not a youmu index file (bad magic)"));
+        }
+        let version = r.u32()?;
+        if version != VERSION {
+            return Err(Error::Stale {
+                index: path.display().to_string(),
+                detail: format!("written by index format {version}, this youmu reads {VERSION}: rebuild it"),
+            });
+        }
+        let columns = match r.u8()? {
+            0 => None,
+            _ => {
+                let n = r.count(8)?;
+                Some((0..n).map(|_| r.string()).collect::<Result<Vec<_>>>()?)
+            }
+        };
+        struct Raw {
+            file: String,
+            size: u64,
+            mtime: i64,
+            footer: Bytes,
+            tables: SavedTables,
+        }
+        let nfiles = r.count(8)?;
+        let mut raws = Vec::with_capacity(nfiles);
+        for _ in 0..nfiles {
+            let file = r.string()?;
+            let size = r.u64()?;
+            let mtime = r.i64()?;
+            let footer = Bytes::copy_from_slice(r.bytes()?);
+            let nrg = r.count(2)?;
+            let nleaves = r.count(0)?;
+            let mut tables = SavedTables { locations: vec![], units: vec![], sources: vec![] };
+            for _ in 0..nrg {
+                tables.sources.push(source_from(r.u8()?, path)?);
+                if r.u8()? == 1 {
+                    let mut per_leaf = Vec::with_capacity(nleaves);
+                    for _ in 0..nleaves {
+                        let n = r.count(20)?;
+                        let mut locs = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            let offset = r.i64()?;
+                            let size = r.i32()?;
+                            let first = r.i64()?;
+                            locs.push(PageLocation { offset, compressed_page_size: size, first_row_index: first });
+                        }
+                        per_leaf.push(locs);
+                    }
+                    tables.locations.push(Some(per_leaf));
+                } else {
+                    tables.locations.push(None);
+                }
+                let n = r.count(8)?;
+                tables.units.push((0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?);
+            }
+            raws.push(Raw { file, size, mtime, footer, tables });
+        }
+        let cols = columns.as_deref();
+        let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
+            raws.into_par_iter()
+                .map(|raw| {
+                    let p = Path::new(&raw.file);
+                    let (size, mtime) = file_stamp(p).map_err(|e| Error::Stale {
+                        index: path.display().to_string(),
+                        detail: format!("indexed file is gone or unreadable: {e}"),
+                    })?;
+                    if size != raw.size || mtime != raw.mtime {
+                        return Err(Error::Stale {
+                            index: path.display().to_string(),
+                            detail: format!(
+                                "{} changed since it was indexed (size {} -> {size}, mtime {} -> {mtime}): rebuild the index",
+                                raw.file, raw.size, raw.mtime
+                            ),
+                        });
+                    }
+                    let (reader, size, mtime) = open_file(p)?;
+                    let md = ParquetMetaDataReader::new()
+                        .with_page_index_policy(PageIndexPolicy::Skip)
+                        .with_metadata_options(Some(
+                            ParquetMetaDataOptions::new()
+                                .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
+                                .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll),
+                        ))
+                        .parse_and_finish(&raw.footer)
+                        .map_err(|e| Error::corrupt(path, format!("saved footer of {}: {e}", raw.file)))?;
+                    FileEntry::from_metadata(p, reader, size, mtime, md, cols, Some(raw.tables))
+                })
+                .collect()
+        });
+        let entries = entries.into_iter().collect::<Result<Vec<_>>>()?;
+        PageIndex::from_entries(entries, columns)
+    }
+}

@@ -1,0 +1,39 @@
+//! The one place where core errors become Python exceptions. The exception classes
+//! are defined in Python (`youmu/errors.py`) so they can inherit from both
+//! `YoumuError` and the matching builtin (`IndexError`, `ValueError`, `OSError`).
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+use crate::error::Error;
+
+fn class_name(e: &Error) -> &'static str {
+    match e {
+        Error::Io { .. } => "YoumuIOError",
+        Error::Corrupt { .. } => "CorruptFileError",
+        Error::Unsupported { .. } => "UnsupportedError",
+        Error::SchemaMismatch { .. } => "SchemaMismatchError",
+        Error::ColumnNotFound { .. } => "ColumnNotFoundError",
+        Error::OutOfRange { .. } => "PageOutOfRangeError",
+        Error::Stale { .. } => "StaleIndexError",
+        Error::InvalidArgument(_) => "InvalidArgumentError",
+    }
+}
+
+pub fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
+    let msg = e.to_string();
+    let made = py
+        .import("youmu.errors")
+        .and_then(|m| m.getattr(class_name(&e)))
+        .and_then(|cls| cls.call1((msg.clone(),)));
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(_) => PyRuntimeError::new_err(msg),
+    }
+}
+
+impl From<Error> for PyErr {
+    fn from(e: Error) -> PyErr {
+        Python::attach(|py| to_pyerr(py, e))
+    }
+}

@@ -1,0 +1,272 @@
+//! `youmu.PageIndex`: a thin wrapper; all work happens in `crate::index` with the GIL
+//! released.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::RecordBatch;
+use arrow_pyarrow::ToPyArrow;
+use numpy::PyArray1;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use super::convert::{batches_to_py, ids_from, norm_index, paths_from};
+use crate::error::Result;
+use crate::file::UnitSource;
+use crate::index::PageIndex;
+use crate::runtime::runtime;
+
+#[pyclass(name = "PageIndex", module = "youmu._core", frozen)]
+pub struct PyPageIndex {
+    pub inner: Arc<PageIndex>,
+}
+
+#[pymethods]
+impl PyPageIndex {
+    /// Index the Parquet files under `paths` (file, directory, glob, or a list of these).
+    #[new]
+    #[pyo3(signature = (paths, columns=None, progress=None))]
+    fn new(
+        py: Python<'_>,
+        paths: &Bound<'_, PyAny>,
+        columns: Option<Vec<String>>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let specs = paths_from(paths)?;
+        let idx = py.detach(|| {
+            let cb = |done: usize, total: usize| {
+                if let Some(p) = &progress {
+                    Python::attach(|py| {
+                        // a failing progress callback must not fail the build
+                        let _ = p.call1(py, (done, total));
+                    });
+                }
+            };
+            PageIndex::build(&specs, columns, Some(&cb))
+        })?;
+        Ok(PyPageIndex { inner: Arc::new(idx) })
+    }
+
+    /// Load an index written by `save`; raises `StaleIndexError` if a file changed.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let idx = py.detach(|| PageIndex::load(&path))?;
+        Ok(PyPageIndex { inner: Arc::new(idx) })
+    }
+
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let inner = self.inner.clone();
+        Ok(py.detach(move || inner.save(&path))?)
+    }
+
+    /// Serialized form (used for pickling into spawned DataLoader workers).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let inner = self.inner.clone();
+        let b = py.detach(move || inner.to_bytes())?;
+        Ok(PyBytes::new(py, &b))
+    }
+
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: Vec<u8>) -> PyResult<Self> {
+        let idx = py.detach(move || PageIndex::from_bytes(&data, std::path::Path::new("<pickled index>")))?;
+        Ok(PyPageIndex { inner: Arc::new(idx) })
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        let py = slf.py();
+        let ctor = py.get_type::<PyPageIndex>().getattr("from_bytes")?;
+        Ok((ctor, (slf.get().to_bytes(py)?,)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    #[getter]
+    fn num_rows(&self) -> u64 {
+        self.inner.num_rows()
+    }
+
+    #[getter]
+    fn num_files(&self) -> usize {
+        self.inner.num_files()
+    }
+
+    #[getter]
+    fn files(&self) -> Vec<String> {
+        self.inner.files().iter().map(|p| p.display().to_string()).collect()
+    }
+
+    #[getter]
+    fn columns(&self) -> Vec<String> {
+        self.inner.columns()
+    }
+
+    /// The projected schema (a `pyarrow.Schema`).
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.inner.schema().as_ref().to_pyarrow(py)
+    }
+
+    /// Bytes held by the page tables (locations, units, search arrays), footers excluded.
+    #[getter]
+    fn table_bytes(&self) -> usize {
+        self.inner.table_bytes()
+    }
+
+    /// `{"file", "row_group", "page", "first_row", "num_rows", "global_first_row"}` of page `i`.
+    fn page_info<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
+        let id = norm_index(i, self.inner.len(), "page")?;
+        let u = self.inner.unit_info(id)?;
+        let d = PyDict::new(py);
+        d.set_item("file", self.inner.file(u.file).path.display().to_string())?;
+        d.set_item("file_index", u.file)?;
+        d.set_item("row_group", u.row_group)?;
+        d.set_item("page", u.page)?;
+        d.set_item("first_row", u.first_row)?;
+        d.set_item("num_rows", u.num_rows)?;
+        d.set_item("global_first_row", u.global_first_row)?;
+        Ok(d)
+    }
+
+    /// Rows of every page, in global page order (numpy int64).
+    fn page_num_rows<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        let v: Vec<i64> = self.inner.unit_num_rows().into_iter().map(|x| x as i64).collect();
+        PyArray1::from_vec(py, v)
+    }
+
+    /// First page id of every file (length `num_files + 1`, numpy int64).
+    fn file_page_starts<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        let v: Vec<i64> = self.inner.file_unit_starts().iter().map(|&x| x as i64).collect();
+        PyArray1::from_vec(py, v)
+    }
+
+    /// For global rows, the page holding each and the offset within that page.
+    fn locate_rows<'py>(
+        &self,
+        py: Python<'py>,
+        rows: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)> {
+        let rows = ids_from(rows, self.inner.num_rows(), "row")?;
+        let inner = self.inner.clone();
+        let (pages, offs): (Vec<i64>, Vec<i64>) = py.detach(move || -> Result<_> {
+            let mut p = Vec::with_capacity(rows.len());
+            let mut o = Vec::with_capacity(rows.len());
+            for r in rows {
+                let (u, off) = inner.locate_row(r)?;
+                p.push(u as i64);
+                o.push(off as i64);
+            }
+            Ok((p, o))
+        })?;
+        Ok((PyArray1::from_vec(py, pages), PyArray1::from_vec(py, offs)))
+    }
+
+    /// Page `i` as a `pyarrow.RecordBatch` of exactly its rows.
+    fn read_page<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
+        let id = norm_index(i, self.inner.len(), "page")?;
+        let inner = self.inner.clone();
+        let b = py.detach(move || inner.read_unit(id))?;
+        b.to_pyarrow(py)
+    }
+
+    /// Many pages, read and decoded in parallel with the GIL released; list in `ids` order.
+    fn read_pages<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let ids = ids_from(ids, self.inner.len(), "page")?;
+        let inner = self.inner.clone();
+        let batches = py.detach(move || inner.read_units(&ids))?;
+        batches_to_py(py, batches)
+    }
+
+    /// Start reading pages in the background; `.result()` returns what `read_pages` would.
+    fn prefetch(&self, ids: &Bound<'_, PyAny>) -> PyResult<PendingPages> {
+        let ids = ids_from(ids, self.inner.len(), "page")?;
+        let inner = self.inner.clone();
+        let (tx, rx) = sync_channel(1);
+        runtime().pool().spawn(move || {
+            let _ = tx.send(inner.read_units(&ids));
+        });
+        Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
+    }
+
+    /// Per-file details for `youmu inspect`.
+    fn file_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyDict>> {
+        if i >= self.inner.num_files() {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!("file {i} out of range")));
+        }
+        let f = self.inner.file(i);
+        let d = PyDict::new(py);
+        d.set_item("path", f.path.display().to_string())?;
+        d.set_item("size", f.size)?;
+        d.set_item("num_rows", f.num_rows())?;
+        d.set_item("num_row_groups", f.num_row_groups())?;
+        d.set_item("num_pages", f.num_units())?;
+        let count = |s: UnitSource| f.unit_source.iter().filter(|&&x| x == s).count();
+        d.set_item("row_groups_with_offset_index", count(UnitSource::OffsetIndex))?;
+        d.set_item("row_groups_header_scanned", count(UnitSource::HeaderScan))?;
+        d.set_item("row_groups_merged_pages", count(UnitSource::HeaderScanMerged))?;
+        d.set_item("row_groups_page_granular", f.rg_has_locations.iter().filter(|&&b| b).count())?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PageIndex({} files, {} pages, {} rows, columns={:?})",
+            self.inner.num_files(),
+            self.inner.len(),
+            self.inner.num_rows(),
+            self.inner.columns()
+        )
+    }
+}
+
+enum State {
+    Waiting(Receiver<Result<Vec<RecordBatch>>>),
+    Ready(Result<Vec<RecordBatch>, String>),
+    Taken,
+}
+
+/// Pages being read in the background (see `PageIndex.prefetch`).
+#[pyclass(module = "youmu._core", frozen)]
+pub struct PendingPages {
+    state: Mutex<State>,
+    pid: u32,
+}
+
+#[pymethods]
+impl PendingPages {
+    /// Wait for the pages (GIL released) and return them as a list of RecordBatches.
+    fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        if self.pid != std::process::id() {
+            return Err(PyRuntimeError::new_err(
+                "this prefetch was started in another process (before a fork); start it again here",
+            ));
+        }
+        let state = {
+            let mut g = self.state.lock().map_err(|_| PyRuntimeError::new_err("prefetch state poisoned"))?;
+            std::mem::replace(&mut *g, State::Taken)
+        };
+        let out = match state {
+            State::Waiting(rx) => py.detach(move || rx.recv()).map_err(|_| {
+                PyRuntimeError::new_err("youmu's reader thread stopped before delivering the pages")
+            })?,
+            State::Ready(Ok(b)) => Ok(b),
+            State::Ready(Err(msg)) => return Err(PyRuntimeError::new_err(msg)),
+            State::Taken => return Err(PyRuntimeError::new_err("result() was already taken")),
+        };
+        batches_to_py(py, out?)
+    }
+
+    /// Whether the pages are ready (never blocks).
+    fn done(&self) -> PyResult<bool> {
+        let mut g = self.state.lock().map_err(|_| PyRuntimeError::new_err("prefetch state poisoned"))?;
+        if let State::Waiting(rx) = &*g {
+            if let Ok(r) = rx.try_recv() {
+                *g = State::Ready(r.map_err(|e| e.to_string()));
+            }
+        }
+        Ok(!matches!(&*g, State::Waiting(_)))
+    }
+}

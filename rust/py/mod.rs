@@ -1,0 +1,51 @@
+//! Python bindings (`youmu._core`). Thin: conversions in, core call with the GIL
+//! released, conversions out. Errors map to exceptions in `errors.rs` only.
+
+mod convert;
+mod errors;
+mod index;
+mod permute;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::io::{BYTES_READ, READS};
+use crate::runtime::{runtime, set_num_threads as set_threads};
+
+/// Bytes and reads issued by this process, and dictionary-cache counters.
+#[pyfunction]
+fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    use std::sync::atomic::Ordering;
+    let d = PyDict::new(py);
+    d.set_item("bytes_read", BYTES_READ.load(Ordering::Relaxed))?;
+    d.set_item("reads", READS.load(Ordering::Relaxed))?;
+    if let Ok(c) = runtime().dict_cache.lock() {
+        d.set_item("dict_cache_hits", c.hits)?;
+        d.set_item("dict_cache_misses", c.misses)?;
+        d.set_item("dict_cache_bytes", c.used())?;
+    }
+    Ok(d)
+}
+
+/// Threads used for parallel page reads in this process (0 = default).
+#[pyfunction]
+fn set_num_threads(n: usize) {
+    set_threads(n)
+}
+
+#[pyfunction]
+fn num_threads() -> usize {
+    runtime().num_threads()
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<index::PyPageIndex>()?;
+    m.add_class::<index::PendingPages>()?;
+    m.add_class::<permute::PyPermutation>()?;
+    m.add_function(wrap_pyfunction!(permute::_permutation_from_key, m)?)?;
+    m.add_function(wrap_pyfunction!(io_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! `youmu.Permutation`: the keyed permutation with vectorised numpy calls.
+
+use numpy::PyArray1;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use rayon::prelude::*;
+
+use super::convert::{ids_from, norm_index};
+use crate::permute::{Permutation, derive_key};
+use crate::runtime::runtime;
+
+/// Below this many elements a batch call runs on the calling thread.
+const PARALLEL_MIN: usize = 1 << 16;
+
+/// Turn a purpose (int or str) into a u64 so different uses of one seed differ.
+fn purpose_code(p: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(s) = p.extract::<String>() {
+        // FNV-1a: stable across runs and platforms (unlike Python's hash()).
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for b in s.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        return Ok(h);
+    }
+    p.extract::<u64>().map_err(|_| PyValueError::new_err("purpose must be a str or a non-negative int"))
+}
+
+#[pyclass(name = "Permutation", module = "youmu._core", frozen)]
+pub struct PyPermutation {
+    inner: Permutation,
+    #[pyo3(get)]
+    seed: u64,
+    #[pyo3(get)]
+    epoch: u64,
+    #[pyo3(get)]
+    key: u64,
+}
+
+fn run_many(perm: &Permutation, ids: Vec<u64>, inverse: bool) -> Vec<i64> {
+    let f = |x: u64| (if inverse { perm.inverse(x) } else { perm.apply(x) }) as i64;
+    if ids.len() < PARALLEL_MIN {
+        ids.into_iter().map(f).collect()
+    } else {
+        runtime().pool().install(|| ids.into_par_iter().map(f).collect())
+    }
+}
+
+#[pymethods]
+impl PyPermutation {
+    /// A permutation of `range(n)` keyed by (seed, epoch, purpose).
+    #[new]
+    #[pyo3(signature = (n, seed=0, epoch=0, purpose=None))]
+    fn new(n: u64, seed: u64, epoch: u64, purpose: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        if n > i64::MAX as u64 {
+            return Err(PyValueError::new_err("n must fit in int64"));
+        }
+        let p = match purpose {
+            None => 0,
+            Some(p) => purpose_code(p)?,
+        };
+        let key = derive_key(&[seed, epoch, p]);
+        Ok(PyPermutation { inner: Permutation::new(n, key), seed, epoch, key })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    fn __getitem__(&self, i: i64) -> PyResult<u64> {
+        Ok(self.inner.apply(norm_index(i, self.inner.len(), "position")?))
+    }
+
+    /// The position of element `x`.
+    fn inverse(&self, x: i64) -> PyResult<u64> {
+        Ok(self.inner.inverse(norm_index(x, self.inner.len(), "element")?))
+    }
+
+    /// `perm[i]` for every i of an integer array (numpy int64 out).
+    fn take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let ids = ids_from(idx, self.inner.len(), "position")?;
+        let perm = self.inner.clone();
+        let out = py.detach(move || run_many(&perm, ids, false));
+        Ok(PyArray1::from_vec(py, out))
+    }
+
+    /// `inverse(x)` for every x of an integer array.
+    fn inverse_take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let ids = ids_from(idx, self.inner.len(), "element")?;
+        let perm = self.inner.clone();
+        let out = py.detach(move || run_many(&perm, ids, true));
+        Ok(PyArray1::from_vec(py, out))
+    }
+
+    /// `perm[start:stop]` as a numpy array (no index array needed).
+    #[pyo3(signature = (start=0, stop=None))]
+    fn range<'py>(&self, py: Python<'py>, start: u64, stop: Option<u64>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let stop = stop.unwrap_or(self.inner.len()).min(self.inner.len());
+        let ids: Vec<u64> = (start.min(stop)..stop).collect();
+        let perm = self.inner.clone();
+        let out = py.detach(move || run_many(&perm, ids, false));
+        Ok(PyArray1::from_vec(py, out))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Permutation(n={}, seed={}, epoch={})", self.inner.len(), self.seed, self.epoch)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        // Rebuilt from its key so purpose strings need not be kept.
+        let py = slf.py();
+        let me = slf.get();
+        let ctor = py.import("youmu._core")?.getattr("_permutation_from_key")?;
+        let args = (me.inner.len(), me.seed, me.epoch, me.key).into_pyobject(py)?.into_any();
+        Ok((ctor, args))
+    }
+}
+
+#[pyfunction]
+pub fn _permutation_from_key(n: u64, seed: u64, epoch: u64, key: u64) -> PyPermutation {
+    PyPermutation { inner: Permutation::new(n, key), seed, epoch, key }
+}
+
