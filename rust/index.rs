@@ -182,6 +182,36 @@ impl PageIndex {
         out
     }
 
+    /// Compressed bytes of every unit's unit-column pages (header included), in global
+    /// order. Row groups read by walking whole chunks report their chunk size shared
+    /// out by rows.
+    pub fn unit_byte_sizes(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.len() as usize);
+        for f in &self.files {
+            let md = f.meta.metadata();
+            let oi = md.offset_index();
+            for rg in 0..f.num_row_groups() {
+                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                let rows = f.rg_rows(rg).max(1);
+                let locs = oi.filter(|o| !o[rg].is_empty()).map(|o| &o[rg][f.unit_leaf].page_locations);
+                for u in lo..hi {
+                    let first = f.unit_first_row[u];
+                    let end = if u + 1 < hi { f.unit_first_row[u + 1] } else { f.rg_rows(rg) };
+                    let size = match locs {
+                        Some(l) => l
+                            .iter()
+                            .filter(|p| (p.first_row_index as u64) >= first && (p.first_row_index as u64) < end)
+                            .map(|p| p.compressed_page_size as u64)
+                            .sum(),
+                        None => md.row_group(rg).column(f.unit_leaf).compressed_size() as u64 * (end - first) / rows,
+                    };
+                    out.push(size);
+                }
+            }
+        }
+        out
+    }
+
     /// First unit id of every file (len = files + 1).
     pub fn file_unit_starts(&self) -> &[u64] {
         &self.file_unit_start

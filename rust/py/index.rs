@@ -137,6 +137,12 @@ impl PyPageIndex {
         PyArray1::from_vec(py, v)
     }
 
+    /// Compressed bytes of every page of the unit column (numpy int64).
+    fn page_byte_sizes<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        let v: Vec<i64> = self.inner.unit_byte_sizes().into_iter().map(|x| x as i64).collect();
+        PyArray1::from_vec(py, v)
+    }
+
     /// First page id of every file (length `num_files + 1`, numpy int64).
     fn file_page_starts<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
         let v: Vec<i64> = self.inner.file_unit_starts().iter().map(|&x| x as i64).collect();

@@ -1,0 +1,121 @@
+"""Conformance: every readable column of every parquet-testing file, read page by page
+through youmu, equals what pyarrow reads, value for value (types and nulls included).
+A column youmu cannot read must raise a typed ``YoumuError`` — never wrong data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import youmu
+from conftest import PARQUET_TESTING, parquet_testing_files
+
+FILES = parquet_testing_files()
+RESULTS: dict[str, list[str]] = {"matched": [], "raised": [], "pyarrow_cannot_read": []}
+
+
+def _columns(path: Path) -> list[str] | None:
+    try:
+        return pq.read_schema(path).names
+    except Exception:
+        return None
+
+
+def _same(expected: pa.ChunkedArray, got: pa.ChunkedArray) -> bool:
+    if got.type != expected.type:
+        # arrow-rs and pyarrow may pick equivalent encodings (e.g. large vs small
+        # offsets, dictionary vs plain): compare values after casting to pyarrow's type.
+        try:
+            got = got.cast(expected.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False
+    if expected.combine_chunks().equals(got.combine_chunks()):
+        return True
+    if pa.types.is_temporal(expected.type):
+        # to_pylist() refuses nanosecond values that datetime cannot hold
+        expected, got = expected.cast(pa.int64()), got.cast(pa.int64())
+    return _values_equal(expected.to_pylist(), got.to_pylist())
+
+
+def _int96_out_of_range_rows(path: Path, col: str, expected: pa.ChunkedArray, got: pa.ChunkedArray) -> bool:
+    """INT96 timestamps past year 2262 do not fit int64 nanoseconds: pyarrow and arrow-rs
+    both overflow, differently, so such rows have no right answer at ns. True when the
+    two agree on every row that does fit (checked against pyarrow's millisecond read)."""
+    if not pa.types.is_timestamp(expected.type) or expected.type.unit != "ns":
+        return False
+    coarse = pq.read_table(path, columns=[col], coerce_int96_timestamp_unit="ms").column(0)
+    ms = coarse.cast(pa.int64()).to_pylist()
+    limit = 2**63 // 1_000_000
+    fits = [v is None or -limit < v < limit for v in ms]
+    if all(fits):
+        return False
+    e, g = expected.cast(pa.int64()).to_pylist(), got.cast(pa.int64()).to_pylist()
+    return all(a == b for a, b, ok in zip(e, g, fits) if ok)
+
+
+def _values_equal(a: object, b: object) -> bool:
+    """Structural equality where NaN equals NaN (Arrow's equals() says it does not)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+@pytest.mark.skipif(not FILES, reason=f"conformance corpus not found under {PARQUET_TESTING}")
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_every_column_matches_pyarrow_or_raises_typed_error(path: Path) -> None:
+    columns = _columns(path)
+    if columns is None:
+        # pyarrow cannot read the file at all: youmu must fail cleanly too (or read it).
+        RESULTS["pyarrow_cannot_read"].append(path.name)
+        try:
+            youmu.PageIndex(path)
+        except youmu.YoumuError:
+            pass
+        return
+    for col in columns:
+        key = f"{path.name}:{col}"
+        try:
+            expected = pq.read_table(path, columns=[col]).column(0)
+        except Exception:
+            RESULTS["pyarrow_cannot_read"].append(key)
+            continue
+        try:
+            idx = youmu.PageIndex(path, columns=[col])
+            batches = idx.read_pages(range(len(idx)))
+        except youmu.YoumuError:
+            RESULTS["raised"].append(key)
+            continue
+        assert sum(b.num_rows for b in batches) == idx.num_rows == len(expected), key
+        if batches:
+            got = pa.chunked_array([b.column(0) for b in batches])
+        else:
+            got = pa.chunked_array([], type=expected.type)
+        if not _same(expected, got) and _int96_out_of_range_rows(path, col, expected, got):
+            RESULTS["matched"].append(key + " (INT96 beyond the nanosecond range excluded)")
+            continue
+        assert _same(expected, got), f"{key}: youmu's pages differ from pyarrow's values"
+        RESULTS["matched"].append(key)
+
+
+def test_zz_report_conformance_counts() -> None:
+    """Print the tally (runs last by name): matched / raising / total readable columns."""
+    if not FILES:
+        pytest.skip("conformance corpus absent")
+    total = len(RESULTS["matched"]) + len(RESULTS["raised"])
+    line = (
+        f"parquet-testing conformance: {len(RESULTS['matched'])} columns matched, "
+        f"{len(RESULTS['raised'])} raised a typed YoumuError, {total} readable by pyarrow in total "
+        f"({len(RESULTS['pyarrow_cannot_read'])} files/columns pyarrow itself cannot read)"
+    )
+    print("\n" + line)
+    print("raised: " + json.dumps(RESULTS["raised"]))
+    assert total > 0
