@@ -23,6 +23,8 @@ _LAZY: dict[str, str] = {
     "io_stats": "youmu._core",
     "set_num_threads": "youmu._core",
     "num_threads": "youmu._core",
+    "RowDataset": "youmu.rows",
+    "RowStream": "youmu.stream",
     "YoumuError": "youmu.errors",
     "CorruptFileError": "youmu.errors",
     "UnsupportedError": "youmu.errors",

@@ -1,0 +1,87 @@
+"""Arrow chunks → per-row items (``"python"``, ``"numpy"``, ``"torch"``, ``"arrow"``).
+
+Token columns (``list<int>`` without nulls) become 1-D arrays/tensors that are views of
+the Arrow buffer: no per-row copy. ``import torch`` happens only for ``"torch"``.
+
+Example:
+    >>> import pyarrow as pa
+    >>> from youmu.convert import rows
+    >>> t = pa.table({"ids": [[1, 2], [3]], "n": [1, 2]})
+    >>> [r["ids"].tolist() for r in rows(t, "numpy")]
+    [[1, 2], [3]]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+
+OUTPUTS = ("torch", "numpy", "arrow", "python")
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def _to_torch(values: np.ndarray):
+    import torch
+
+    # Arrow buffers are read-only; the tensors are views of them on purpose (no copy).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(values)
+
+
+def column_rows(arr: pa.Array, output: str) -> list[Any] | np.ndarray:
+    """Per-row values of one column."""
+    t = arr.type
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type) and not pa.types.is_boolean(
+        t.value_type
+    ):
+        if arr.null_count == 0 and arr.values.null_count == 0:
+            offsets = arr.offsets.to_numpy(zero_copy_only=False)
+            values = arr.values.to_numpy(zero_copy_only=True)
+            if output == "torch":
+                values = _to_torch(values)
+            return [values[offsets[i] : offsets[i + 1]] for i in range(len(arr))]
+    if _numeric(t) and not pa.types.is_boolean(t) and arr.null_count == 0:
+        values = arr.to_numpy(zero_copy_only=True)
+        if output == "torch":
+            return list(_to_torch(values))
+        return values
+    return arr.to_pylist()
+
+
+def rows(table: pa.Table | pa.RecordBatch, output: str) -> Iterator[Any]:
+    """Yield the rows of ``table`` as dicts of column values (``"arrow"``: 1-row batches)."""
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if isinstance(table, pa.Table):
+        table = table.combine_chunks()
+        batches = table.to_batches()
+    else:
+        batches = [table]
+    for batch in batches:
+        if output == "arrow":
+            for i in range(batch.num_rows):
+                yield batch.slice(i, 1)
+            continue
+        if output == "python":
+            yield from batch.to_pylist()
+            continue
+        names = batch.schema.names
+        cols = [column_rows(batch.column(j), output) for j in range(batch.num_columns)]
+        for i in range(batch.num_rows):
+            yield {n: c[i] for n, c in zip(names, cols)}
+
+
+def apply_transform(items: Iterator[Any], transform: Callable[[Any], Any] | None) -> Iterator[Any]:
+    if transform is None:
+        yield from items
+    else:
+        for x in items:
+            yield transform(x)

@@ -1,0 +1,137 @@
+"""Row streams: a shard's plan turned into Arrow data, with the next window's pages
+read by Rust threads (GIL released) while the current one is consumed.
+
+Example:
+    >>> import youmu
+    >>> from youmu.stream import RowStream
+    >>> idx = youmu.PageIndex("data/")                                  # doctest: +SKIP
+    >>> s = RowStream(idx, shuffle="page", buffer_size=4096, seed=0)     # doctest: +SKIP
+    >>> for table in s.iter_tables():                                    # doctest: +SKIP
+    ...     ...  # pyarrow.Table chunks, rows in stream order
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from youmu.plan import ShardPlan, window_pages_for
+
+DEFAULT_BUFFER_SIZE = 8192
+
+
+class RowStream:
+    """The rows of one shard of one epoch, in stream order.
+
+    Args:
+        index: a :class:`youmu.PageIndex` (or any object with the same methods).
+        shuffle: ``"page"`` (default), ``"row"``, ``"local"`` or ``"none"``.
+        buffer_size: rows shuffled together (page/local) or read per chunk (row).
+        seed, epoch: the shuffle key.
+        rank, world_size, worker, num_workers: which slice of the epoch this stream
+            delivers (see :mod:`youmu.plan`).
+        cap: deliver at most this many rows (``drop_last`` balancing).
+    """
+
+    def __init__(
+        self,
+        index,
+        shuffle: str = "page",
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        seed: int = 0,
+        epoch: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        worker: int = 0,
+        num_workers: int = 1,
+        cap: int | None = None,
+        page_rows: np.ndarray | None = None,
+    ) -> None:
+        self.index = index
+        self.page_rows = index.page_num_rows() if page_rows is None else page_rows
+        self.window_pages = window_pages_for(self.page_rows, buffer_size)
+        self.plan = ShardPlan.build(
+            self.page_rows,
+            shuffle,
+            window_pages=self.window_pages,
+            window_rows=buffer_size,
+            seed=seed,
+            epoch=epoch,
+            rank=rank,
+            world_size=world_size,
+            worker=worker,
+            num_workers=num_workers,
+            cap=cap,
+        )
+        self.schema: pa.Schema = index.schema
+
+    def __len__(self) -> int:
+        return self.plan.total_rows
+
+    # -- reading ----------------------------------------------------------------------
+    def _pages_for_window(self, i: int) -> np.ndarray:
+        if self.plan.mode == "row":
+            rows = self.plan.rows_of(i)
+            pages, _ = self.index.locate_rows(rows)
+            return np.unique(pages)
+        return self.plan.pages_of(i)
+
+    def _assemble(self, i: int, pages: np.ndarray, batches: list[pa.RecordBatch]) -> pa.Table:
+        batches = [b if b.schema.equals(self.schema) else b.cast(self.schema) for b in batches]
+        table = pa.Table.from_batches(batches, schema=self.schema)
+        if self.plan.mode == "row":
+            rows = self.plan.rows_of(i)
+            page_of_row, offset = self.index.locate_rows(rows)
+            # position of each needed page inside `table` (pages are sorted, unique)
+            starts = np.concatenate([[0], np.cumsum(self.page_rows[pages])])
+            take = starts[np.searchsorted(pages, page_of_row)] + offset
+            return table.take(pa.array(take))
+        order = self.plan.row_order(i)
+        return table if order is None else table.take(pa.array(order))
+
+    def iter_tables(self, start: int = 0) -> Iterator[pa.Table]:
+        """Yield tables of consecutive stream rows, beginning at position ``start``."""
+        plan = self.plan
+        if start >= plan.total_rows:
+            return
+        if start < 0:
+            raise ValueError(f"start must be >= 0, got {start}")
+        i, offset = plan.window_at(start)
+        remaining = plan.total_rows - start
+        n = len(plan.window_ids)
+        pending_pages = self._pages_for_window(i)
+        pending = self.index.prefetch(pending_pages)
+        while remaining > 0 and i < n:
+            batches = pending.result()
+            pages = pending_pages
+            if i + 1 < n:
+                pending_pages = self._pages_for_window(i + 1)
+                pending = self.index.prefetch(pending_pages)
+            table = self._assemble(i, pages, batches)
+            if offset or table.num_rows > remaining + offset:
+                table = table.slice(offset, min(remaining, table.num_rows - offset))
+            offset = 0
+            remaining -= table.num_rows
+            yield table
+            i += 1
+
+    def iter_batches(self, batch_size: int, start: int = 0) -> Iterator[pa.RecordBatch]:
+        """Yield record batches of exactly ``batch_size`` rows (the last may be short)."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        carry: list[pa.RecordBatch] = []
+        have = 0
+        for table in self.iter_tables(start):
+            for b in table.to_batches():
+                carry.append(b)
+                have += b.num_rows
+                while have >= batch_size:
+                    t = pa.Table.from_batches(carry, schema=self.schema)
+                    yield t.slice(0, batch_size).combine_chunks().to_batches()[0]
+                    rest = t.slice(batch_size)
+                    carry = rest.to_batches()
+                    have = rest.num_rows
+        if have:
+            yield pa.Table.from_batches(carry, schema=self.schema).combine_chunks().to_batches()[0]

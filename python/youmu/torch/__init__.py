@@ -1,0 +1,10 @@
+"""PyTorch adapters. This is the only part of youmu that imports torch.
+
+Example:
+    >>> from youmu.torch import YoumuDataset, pack, collate_packed   # doctest: +SKIP
+"""
+
+from youmu.torch.dataset import YoumuDataset
+from youmu.torch.pack import PackedDataset, collate_packed, pack
+
+__all__ = ["YoumuDataset", "PackedDataset", "pack", "collate_packed"]

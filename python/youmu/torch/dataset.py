@@ -1,0 +1,195 @@
+"""``YoumuDataset``: a ``torch.utils.data.IterableDataset`` over Parquet rows with
+page-level shuffling, exact sharding over DDP ranks × DataLoader workers, and resume
+from a few integers.
+
+Example:
+    >>> from torch.utils.data import DataLoader
+    >>> from youmu.torch import YoumuDataset
+    >>> ds = YoumuDataset("data/", columns=["input_ids"], shuffle="page", seed=0)   # doctest: +SKIP
+    >>> for epoch in range(2):                                                       # doctest: +SKIP
+    ...     ds.set_epoch(epoch)
+    ...     for row in DataLoader(ds, batch_size=None, num_workers=2):
+    ...         ...
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from youmu.convert import OUTPUTS, rows as convert_rows
+from youmu.plan import SHUFFLE_MODES, rank_caps, window_pages_for
+from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
+
+
+def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is not None and world_size is not None:
+        r, w = rank, world_size
+    elif torch.distributed.is_available() and torch.distributed.is_initialized():
+        r = torch.distributed.get_rank() if rank is None else rank
+        w = torch.distributed.get_world_size() if world_size is None else world_size
+    else:
+        r, w = rank or 0, world_size or 1
+    if w < 1 or not 0 <= r < w:
+        raise ValueError(f"rank {r} is not in range(world_size={w})")
+    return r, w
+
+
+class YoumuDataset(IterableDataset):
+    """Rows of Parquet files, shuffled at page granularity.
+
+    Args:
+        paths: file, directory, glob or list of these, or a ready ``youmu.PageIndex``.
+        columns: top-level columns (the first one's pages are the shuffle unit).
+        shuffle: ``"page"`` (default), ``"row"``, ``"local"`` or ``"none"``.
+        buffer_size: rows shuffled together (about this many rows per window).
+        seed: shuffle seed; ``set_epoch`` reshuffles.
+        rank, world_size: default from ``torch.distributed`` when initialised.
+        transform: called on each row in the worker; returning ``None`` drops the row.
+        drop_last: every rank delivers the same number of rows; the remainder is
+            reported by ``dropped_rows()``.
+        output: ``"torch"``, ``"numpy"``, ``"arrow"`` or ``"python"``.
+
+    Every row is delivered exactly once per epoch across all ranks and workers
+    (``drop_last=False``). ``state_dict()`` holds the seed, epoch and rows consumed per
+    worker; a new dataset with the same arguments and ``load_state_dict`` continues
+    exactly where the old one stopped. With DataLoader workers use torchdata's
+    ``StatefulDataLoader``, which calls these methods inside each worker.
+    """
+
+    def __init__(
+        self,
+        paths: Any,
+        columns: Sequence[str] | None = None,
+        shuffle: str = "page",
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        drop_last: bool = False,
+        output: str = "torch",
+    ) -> None:
+        super().__init__()
+        from youmu._core import PageIndex
+
+        if shuffle not in SHUFFLE_MODES:
+            raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+        self.index = paths if isinstance(paths, PageIndex) else PageIndex(paths, columns=list(columns) if columns else None)
+        self.shuffle = shuffle
+        self.buffer_size = int(buffer_size)
+        self.seed = int(seed)
+        self.rank, self.world_size = _dist_defaults(rank, world_size)
+        self.transform = transform
+        self.drop_last = drop_last
+        self.output = output
+        self.epoch = 0
+        self._page_rows = self.index.page_num_rows()
+        # rows consumed per worker id in the current epoch (this process's view)
+        self._positions: dict[int, int] = {}
+        self._num_workers_seen: int | None = None
+
+    # -- epoch and state ----------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle for ``epoch`` and start it from the beginning."""
+        self.epoch = int(epoch)
+        self._positions = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "shuffle": self.shuffle,
+            "world_size": self.world_size,
+            "num_workers": self._num_workers_seen,
+            "positions": dict(self._positions),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("seed", "shuffle", "world_size"):
+            if state.get(key) != getattr(self, key):
+                raise ValueError(
+                    f"state was saved with {key}={state.get(key)!r} but this dataset has {getattr(self, key)!r}"
+                )
+        self.epoch = int(state["epoch"])
+        self._positions = {int(k): int(v) for k, v in state["positions"].items()}
+        self._num_workers_seen = state.get("num_workers")
+
+    # -- sizes ----------------------------------------------------------------------------
+    def _window_pages(self) -> int:
+        return window_pages_for(self._page_rows, self.buffer_size)
+
+    def _caps(self, num_workers: int) -> dict[tuple[int, int], int] | None:
+        if not self.drop_last:
+            return None
+        caps, _ = rank_caps(
+            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self.buffer_size,
+            seed=self.seed, epoch=self.epoch, world_size=self.world_size, num_workers=num_workers,
+        )
+        return caps
+
+    def dropped_rows(self) -> int:
+        """Rows ``drop_last`` leaves out of this epoch (0 without ``drop_last``)."""
+        if not self.drop_last:
+            return 0
+        return rank_caps(
+            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self.buffer_size,
+            seed=self.seed, epoch=self.epoch, world_size=self.world_size, num_workers=1,
+        )[1]
+
+    def __len__(self) -> int:
+        """Rows this rank delivers in the current epoch."""
+        caps = self._caps(1)
+        if caps is not None:
+            return caps[self.rank, 0]
+        return len(self._stream(0, 1))
+
+    # -- iteration ------------------------------------------------------------------------
+    def _stream(self, worker: int, num_workers: int) -> RowStream:
+        caps = self._caps(num_workers)
+        return RowStream(
+            self.index, self.shuffle, self.buffer_size, self.seed, self.epoch,
+            rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
+            cap=None if caps is None else caps[self.rank, worker], page_rows=self._page_rows,
+        )
+
+    def _worker(self) -> tuple[int, int]:
+        info = get_worker_info()
+        return (0, 1) if info is None else (info.id, info.num_workers)
+
+    def iter_positions(self) -> Iterator[tuple[int, Any]]:
+        """Yield ``(position, row)`` for this process's shard, from its saved position.
+        Rows are converted but not transformed (used by packing)."""
+        worker, num_workers = self._worker()
+        if self._num_workers_seen is not None and self._positions and self._num_workers_seen != num_workers:
+            raise ValueError(
+                f"state was saved with {self._num_workers_seen} DataLoader workers; resume with the same number"
+            )
+        self._num_workers_seen = num_workers
+        stream = self._stream(worker, num_workers)
+        pos = self._positions.get(worker, 0)
+        for table in stream.iter_tables(pos):
+            for row in convert_rows(table, self.output):
+                yield pos, row
+                pos += 1
+
+    def __iter__(self) -> Iterator[Any]:
+        worker, _ = self._worker()
+        total = None
+        for pos, row in self.iter_positions():
+            self._positions[worker] = pos + 1
+            total = pos + 1
+            if self.transform is not None:
+                row = self.transform(row)
+                if row is None:
+                    continue
+            yield row
+        # a finished epoch starts over on the next iteration (call set_epoch to reshuffle)
+        if total is not None or worker in self._positions:
+            self._positions.pop(worker, None)

@@ -1,0 +1,137 @@
+"""Sequence packing for pretraining: token rows concatenated into fixed-length
+sequences with document boundaries (``cu_seqlens``, ``position_ids``) for varlen
+attention. Deterministic and resumable like the stream it wraps.
+
+Example:
+    >>> from youmu.torch import YoumuDataset, pack, collate_packed
+    >>> ds = YoumuDataset("data/", columns=["input_ids"])                 # doctest: +SKIP
+    >>> packed = pack(ds, seq_len=2048, eos_id=0)                          # doctest: +SKIP
+    >>> loader = DataLoader(packed, batch_size=8, collate_fn=collate_packed)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+from youmu.torch.dataset import YoumuDataset
+
+
+class PackedDataset(IterableDataset):
+    """Fixed-length sequences packed from a :class:`YoumuDataset`'s token rows.
+
+    Each item is ``{"input_ids": LongTensor[seq_len], "position_ids": LongTensor[seq_len],
+    "cu_seqlens": IntTensor[docs + 1]}``; ``position_ids`` restart at 0 at each document
+    start. Long documents continue into the next sequence. The last partial sequence is
+    dropped unless ``pad_id`` is given (it is then padded and its padding forms a final
+    pseudo-document).
+
+    State: rows consumed and tokens already taken from the next row, per worker.
+    """
+
+    def __init__(
+        self,
+        dataset: YoumuDataset,
+        seq_len: int,
+        column: str = "input_ids",
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+    ) -> None:
+        super().__init__()
+        if seq_len < 1:
+            raise ValueError("seq_len must be >= 1")
+        if column not in dataset.index.columns:
+            raise ValueError(f"column {column!r} is not one of {dataset.index.columns}")
+        self.dataset = dataset
+        self.seq_len = int(seq_len)
+        self.column = column
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self._resume: dict[int, tuple[int, int]] = {}
+        self._current: dict[int, tuple[int, int]] = {}
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+        self._resume, self._current = {}, {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset.state_dict() | {"positions": {}}, "packing": dict(self._current)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state["dataset"])
+        self._resume = {int(k): (int(v[0]), int(v[1])) for k, v in state["packing"].items()}
+        self._current = dict(self._resume)
+
+    def _tokens(self, row: Any) -> np.ndarray:
+        t = row[self.column]
+        arr = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        if self.eos_id is not None:
+            arr = np.concatenate([arr, np.array([self.eos_id], dtype=arr.dtype)])
+        return arr
+
+    def _emit(self, pieces: list[np.ndarray], starts: list[bool]) -> dict[str, torch.Tensor]:
+        ids = np.concatenate(pieces).astype(np.int64)
+        lens = [len(p) for p in pieces]
+        cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        pos = np.concatenate([np.arange(n) for n in lens]).astype(np.int64)
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "position_ids": torch.from_numpy(pos),
+            "cu_seqlens": torch.from_numpy(cu),
+        }
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        ds = self.dataset
+        worker, _ = ds._worker()
+        row_pos, skip = self._resume.pop(worker, (0, 0))
+        ds._positions[worker] = row_pos
+        pieces: list[np.ndarray] = []
+        starts: list[bool] = []
+        have = 0
+        # where the sequence being built begins: (row position, tokens of it already used)
+        seq_start = (row_pos, skip)
+        for pos, row in ds.iter_positions():
+            toks = self._tokens(row)
+            off = skip if pos == row_pos else 0
+            while off < len(toks):
+                if have == 0:
+                    seq_start = (pos, off)
+                take = min(self.seq_len - have, len(toks) - off)
+                pieces.append(toks[off : off + take])
+                starts.append(off == 0)
+                have += take
+                off += take
+                if have == self.seq_len:
+                    nxt = (pos, off) if off < len(toks) else (pos + 1, 0)
+                    self._current[worker] = nxt
+                    yield self._emit(pieces, starts)
+                    pieces, starts, have = [], [], 0
+        if have and self.pad_id is not None:
+            pieces.append(np.full(self.seq_len - have, self.pad_id, dtype=pieces[0].dtype))
+            starts.append(True)
+            yield self._emit(pieces, starts)
+        self._current.pop(worker, None)
+        del seq_start
+
+
+def pack(
+    dataset: YoumuDataset, seq_len: int, column: str = "input_ids", eos_id: int | None = None, pad_id: int | None = None
+) -> PackedDataset:
+    """Pack a dataset's token rows into ``seq_len`` sequences (see :class:`PackedDataset`)."""
+    return PackedDataset(dataset, seq_len, column=column, eos_id=eos_id, pad_id=pad_id)
+
+
+def collate_packed(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack packed sequences; ``cu_seqlens`` become one flat boundary list over the
+    concatenated batch (the form flash-attention's varlen kernels take), with
+    ``max_seqlen`` the longest document piece."""
+    ids = torch.stack([x["input_ids"] for x in items])
+    pos = torch.stack([x["position_ids"] for x in items])
+    seq_len = ids.shape[1]
+    cus = [items[0]["cu_seqlens"]] + [x["cu_seqlens"][1:] + i * seq_len for i, x in enumerate(items) if i > 0]
+    cu = torch.cat(cus).to(torch.int32)
+    max_len = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
+    return {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu, "max_seqlen": torch.tensor(max_len)}
