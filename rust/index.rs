@@ -2,6 +2,7 @@
 //! layered binary search on cumulative counts, and global row → unit the same way.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_schema::{Field, Schema, SchemaRef};
@@ -31,7 +32,7 @@ pub struct UnitInfo {
 pub struct PageIndex {
     pub(crate) uid: u64,
     pub(crate) columns: Option<Vec<String>>,
-    pub(crate) files: Vec<FileEntry>,
+    pub(crate) files: Vec<Arc<FileEntry>>,
     /// Cumulative units at each file start (len = files + 1).
     file_unit_start: Vec<u64>,
     /// Cumulative rows at each file start (len = files + 1).
@@ -63,11 +64,25 @@ impl PageIndex {
                 })
                 .collect()
         });
-        let entries = entries.into_iter().collect::<Result<Vec<_>>>()?;
+        let entries = entries.into_iter().map(|r| r.map(Arc::new)).collect::<Result<Vec<_>>>()?;
         Self::from_entries(entries, columns)
     }
 
-    pub(crate) fn from_entries(files: Vec<FileEntry>, columns: Option<Vec<String>>) -> Result<PageIndex> {
+    /// One index over the pages of several: files in order of `parts`, then each
+    /// part's own order. Nothing is re-read or copied (files are shared).
+    pub fn concat(parts: &[&PageIndex]) -> Result<PageIndex> {
+        let files: Vec<Arc<FileEntry>> = parts.iter().flat_map(|p| p.files.iter().cloned()).collect();
+        let mut seen = std::collections::HashSet::new();
+        for f in &files {
+            if !seen.insert(std::fs::canonicalize(&f.path).unwrap_or_else(|_| f.path.clone())) {
+                return Err(Error::InvalidArgument(format!("{} belongs to more than one source", f.path.display())));
+            }
+        }
+        let columns = parts.first().and_then(|p| p.columns.clone());
+        Self::from_entries(files, columns)
+    }
+
+    pub(crate) fn from_entries(files: Vec<Arc<FileEntry>>, columns: Option<Vec<String>>) -> Result<PageIndex> {
         let first = files.first().ok_or_else(|| Error::InvalidArgument("no Parquet files to index".into()))?;
         let fields = first.fields.clone();
         for f in &files[1..] {

@@ -283,7 +283,7 @@ impl PageIndex {
                 })
                 .collect()
         });
-        let entries = entries.into_iter().collect::<Result<Vec<_>>>()?;
+        let entries = entries.into_iter().map(|r| r.map(std::sync::Arc::new)).collect::<Result<Vec<_>>>()?;
         PageIndex::from_entries(entries, columns)
     }
 }

@@ -317,3 +317,18 @@ def test_rows_split_across_v1_pages_are_merged_into_one_unit(tmp_path: Path) -> 
         merged_seen += info["row_groups_merged_pages"]
     # The tally is informational; correctness of merged units is covered by conformance.
     assert merged_seen >= 0
+
+
+def test_concat_shares_files_and_rejects_overlap(tmp_path: Path) -> None:
+    pq.write_table(token_table(300, 1, start=0), tmp_path / "a.parquet", data_page_size=1024)
+    pq.write_table(token_table(200, 2, start=300), tmp_path / "b.parquet", data_page_size=1024)
+    a = youmu.PageIndex(tmp_path / "a.parquet", columns=["input_ids", "id"])
+    b = youmu.PageIndex(tmp_path / "b.parquet", columns=["input_ids", "id"])
+    both = youmu.PageIndex.concat([a, b])
+    assert len(both) == len(a) + len(b) and both.num_rows == 500
+    assert read_all(both).column("id").to_pylist() == list(range(500))
+    with pytest.raises(youmu.InvalidArgumentError, match="more than one source"):
+        youmu.PageIndex.concat([a, a])
+    c = youmu.PageIndex(tmp_path / "b.parquet", columns=["id"])
+    with pytest.raises(youmu.SchemaMismatchError):
+        youmu.PageIndex.concat([a, c])

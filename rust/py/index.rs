@@ -56,6 +56,18 @@ impl PyPageIndex {
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
+    /// One index over the pages of several (files shared, nothing re-read). Used by
+    /// `FlatMixture` to shuffle the pages of many sources as one dataset.
+    #[staticmethod]
+    fn concat(py: Python<'_>, parts: Vec<PyRef<'_, PyPageIndex>>) -> PyResult<Self> {
+        let arcs: Vec<Arc<PageIndex>> = parts.iter().map(|p| p.inner.clone()).collect();
+        let idx = py.detach(move || {
+            let refs: Vec<&PageIndex> = arcs.iter().map(|a| a.as_ref()).collect();
+            PageIndex::concat(&refs)
+        })?;
+        Ok(PyPageIndex { inner: Arc::new(idx) })
+    }
+
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let inner = self.inner.clone();
         Ok(py.detach(move || inner.save(&path))?)
