@@ -10,6 +10,14 @@ from typing import Any
 
 
 def peak_rss_mb() -> float:
+    """Peak RSS of this process. VmHWM is reset by exec; ru_maxrss is not (a child
+    forked from a big parent would report the parent's peak)."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

@@ -332,3 +332,38 @@ def test_concat_shares_files_and_rejects_overlap(tmp_path: Path) -> None:
     c = youmu.PageIndex(tmp_path / "b.parquet", columns=["id"])
     with pytest.raises(youmu.SchemaMismatchError):
         youmu.PageIndex.concat([a, c])
+
+
+def test_dictionary_pages_are_read_once_and_cached(tmp_path: Path) -> None:
+    path = tmp_path / "dict.parquet"
+    words = [f"word{i % 50}" for i in range(20_000)]
+    pq.write_table(pa.table({"w": words}), path, data_page_size=1024, use_dictionary=True, write_page_index=True)
+    idx = youmu.PageIndex(path)
+    assert len(idx) > 4
+    before = youmu.io_stats()
+    idx.read_pages(range(len(idx)))
+    after_first = youmu.io_stats()
+    idx.read_pages(range(len(idx)))
+    after_second = youmu.io_stats()
+    # second pass: every dictionary read is a cache hit, and only data pages hit the disk
+    assert after_second["dict_cache_misses"] == after_first["dict_cache_misses"]
+    assert after_second["dict_cache_hits"] - after_first["dict_cache_hits"] >= len(idx)
+    assert after_first["dict_cache_misses"] > before["dict_cache_misses"]
+    assert after_second["reads"] - after_first["reads"] == len(idx)
+    assert pa.Table.from_batches(idx.read_pages(range(len(idx)))).column(0).to_pylist() == words
+
+
+def test_cli_inspect_and_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from youmu.cli import main
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(token_table(500), path, data_page_size=1024, write_page_index=True)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "input_ids" in out and "pages" in out and "offset index yes" in out
+    assert main(["index", str(path), "-o", str(tmp_path / "t.youmu"), "--columns", "input_ids"]) == 0
+    assert youmu.PageIndex.load(tmp_path / "t.youmu").columns == ["input_ids"]
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    assert main(["inspect", str(bad)]) == 1
+    assert "bad.parquet" in capsys.readouterr().out

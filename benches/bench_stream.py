@@ -1,0 +1,196 @@
+"""Streaming figures (issue 3), measured in one run on the same token dataset.
+
+    python benches/bench_stream.py [--data bench-data/tokens] [--seconds 15]
+
+For each youmu shuffle mode, with 0 and 2 DataLoader workers: rows/s and tokens/s
+delivered to a consumer that touches every token tensor; I/O amplification (bytes read
+from the files / compressed bytes of the pages whose rows were delivered); latency to
+the next batch of 64 rows (p50 / p99, page mode); peak RSS for a 1 GB and a 4 GB
+dataset (the 4 GB one is the same files hard-linked four times). Baselines over the
+same Parquet files: Hugging Face ``datasets`` map-style ``.shuffle()`` (after its Arrow
+conversion) and streaming ``IterableDataset.shuffle(buffer_size)``.
+Each measurement runs in its own process; page cache warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import emit, run_phase  # noqa: E402
+
+COL = "input_ids"
+BUFFER = 8192
+
+
+def _consume_rows(it, seconds: float, max_rows: int | None = None) -> tuple[int, int, float, list[float]]:
+    """Iterate rows, touching each token tensor; returns rows, tokens, seconds, and the
+    per-64-row batch latencies."""
+    rows = toks = 0
+    lat = []
+    t0 = last = time.perf_counter()
+    for row in it:
+        x = row[COL]
+        toks += len(x)
+        rows += 1
+        if rows % 64 == 0:
+            now = time.perf_counter()
+            lat.append(now - last)
+            last = now
+            if now - t0 > seconds or (max_rows and rows >= max_rows):
+                break
+    return rows, toks, time.perf_counter() - t0, lat
+
+
+def phase_youmu(data: str, mode: str, workers: int, seconds: float) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    import youmu
+    from youmu.torch import YoumuDataset
+
+    idx = youmu.PageIndex(data, columns=[COL])
+    ds = YoumuDataset(idx, shuffle=mode, buffer_size=BUFFER, seed=0, output="torch")
+    before = youmu.io_stats()["bytes_read"]
+    if workers:
+        it = DataLoader(ds, batch_size=None, num_workers=workers, prefetch_factor=4)
+    else:
+        it = ds
+    rows, toks, dt, lat = _consume_rows(iter(it), seconds)
+    result = {"mode": mode, "workers": workers, "rows_per_s": rows / dt, "tokens_per_s": toks / dt}
+    if not workers:
+        # amplification: bytes read / compressed bytes of the delivered rows' share of pages
+        read = youmu.io_stats()["bytes_read"] - before
+        sizes, prow = idx.page_byte_sizes(), idx.page_num_rows()
+        delivered = rows * float(sizes.sum()) / float(prow.sum())
+        result["amplification"] = read / max(delivered, 1.0)
+        lat_ms = np.array(lat[2:]) * 1e3 if len(lat) > 3 else np.array([np.nan])
+        result["p50_ms"], result["p99_ms"] = float(np.percentile(lat_ms, 50)), float(np.percentile(lat_ms, 99))
+    del torch
+    emit(result)
+
+
+def phase_rss(data: str, rows: int) -> None:
+    import youmu
+    from youmu.torch import YoumuDataset
+
+    idx = youmu.PageIndex(data, columns=[COL])
+    n, t, dt, _ = _consume_rows(iter(YoumuDataset(idx, shuffle="page", buffer_size=BUFFER, seed=0)), 1e9, rows)
+    emit({"rows": n, "gb": sum(Path(f).stat().st_size for f in idx.files) / 1e9, "rows_per_s": n / dt})
+
+
+def phase_hf_map(data: str, seconds: float, cache: str) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()
+    files = sorted(str(p) for p in Path(data).glob("*.parquet"))
+    t0 = time.perf_counter()
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache, columns=[COL])
+    setup = time.perf_counter() - t0
+    ds = ds.shuffle(seed=0).with_format("numpy")
+    t1 = time.perf_counter()
+    first = None
+    rows = toks = 0
+    for row in ds:
+        if first is None:
+            first = time.perf_counter() - t1
+        toks += len(row[COL])
+        rows += 1
+        if rows % 64 == 0 and time.perf_counter() - t1 > seconds:
+            break
+    dt = time.perf_counter() - t1
+    disk = sum(f.stat().st_size for f in Path(cache).rglob("*") if f.is_file())
+    emit({"rows_per_s": rows / dt, "tokens_per_s": toks / dt, "setup_s": setup, "extra_disk_gb": disk / 1e9,
+          "first_row_s": first})
+
+
+def phase_hf_stream(data: str, seconds: float) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()
+    files = sorted(str(p) for p in Path(data).glob("*.parquet"))
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True, columns=[COL])
+    ds = ds.shuffle(seed=0, buffer_size=BUFFER).with_format("numpy")
+    rows, toks, dt, _ = _consume_rows(iter(ds), seconds)
+    emit({"rows_per_s": rows / dt, "tokens_per_s": toks / dt})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="bench-data/tokens")
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--phase")
+    ap.add_argument("--arg", default="")
+    ap.add_argument("--skip-hf", action="store_true")
+    a = ap.parse_args()
+    if a.phase:
+        if a.phase == "youmu":
+            mode, workers = a.arg.split(",")
+            phase_youmu(a.data, mode, int(workers), a.seconds)
+        elif a.phase == "rss":
+            phase_rss(a.data, int(a.arg))
+        elif a.phase == "hf_map":
+            phase_hf_map(a.data, a.seconds, a.arg)
+        elif a.phase == "hf_stream":
+            phase_hf_stream(a.data, a.seconds)
+        return
+    from datagen import generate
+
+    generate(Path(a.data), 1.0)
+    me = __file__
+    common = ["--data", a.data, "--seconds", str(a.seconds)]
+    results = {}
+    for mode in ["page", "row", "local", "none"]:
+        for w in [0, 2]:
+            results[mode, w] = run_phase(me, "youmu", *common, "--arg", f"{mode},{w}")
+    # 4x dataset from hard links (no extra disk), for the memory-vs-size check
+    big = Path(a.data + "-x4")
+    if not big.exists():
+        big.mkdir()
+        for k in range(4):
+            for f in sorted(Path(a.data).glob("*.parquet")):
+                os.link(f, big / f"r{k}-{f.name}")
+    rss1 = run_phase(me, "rss", "--data", a.data, "--arg", "150000")
+    rss4 = run_phase(me, "rss", "--data", str(big), "--arg", "150000")
+    hf_map = hf_stream = None
+    if not a.skip_hf:
+        try:
+            cache = Path("bench-data/hf-cache")
+            shutil.rmtree(cache, ignore_errors=True)
+            hf_map = run_phase(me, "hf_map", *common, "--arg", str(cache), timeout=3600)
+            hf_stream = run_phase(me, "hf_stream", *common)
+            shutil.rmtree(cache, ignore_errors=True)
+        except Exception as e:  # the baseline is optional: report why it is missing
+            print(f"HF datasets baseline failed: {e}")
+    print("\n## Streaming a shuffled epoch (1 GB token dataset, buffer 8192 rows, consumer touches every row)\n")
+    print("| loader | workers | rows/s | tokens/s (M) | I/O amplification | p50 / p99 ms per 64 rows | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|")
+    for (mode, w), r in results.items():
+        amp = f"{r['amplification']:.2f}" if "amplification" in r else ""
+        lat = f"{r['p50_ms']:.2f} / {r['p99_ms']:.2f}" if "p50_ms" in r else ""
+        print(f"| youmu shuffle={mode} | {w} | {r['rows_per_s']:.0f} | {r['tokens_per_s'] / 1e6:.2f} | {amp} | {lat} | {r['peak_rss_mb']:.0f} |")
+    if hf_map:
+        print(f"| HF datasets map-style .shuffle() (after {hf_map['setup_s']:.0f}s Arrow conversion, "
+              f"+{hf_map['extra_disk_gb']:.2f} GB disk) | 0 | {hf_map['rows_per_s']:.0f} | {hf_map['tokens_per_s'] / 1e6:.2f} | | | {hf_map['peak_rss_mb']:.0f} |")
+    if hf_stream:
+        print(f"| HF datasets streaming .shuffle(buffer_size={BUFFER}) | 0 | {hf_stream['rows_per_s']:.0f} | "
+              f"{hf_stream['tokens_per_s'] / 1e6:.2f} | | | {hf_stream['peak_rss_mb']:.0f} |")
+    print(f"\nPeak RSS streaming 150k rows, page mode: {rss1['gb']:.2f} GB dataset {rss1['peak_rss_mb']:.0f} MB; "
+          f"{rss4['gb']:.2f} GB dataset {rss4['peak_rss_mb']:.0f} MB")
+    if hf_map:
+        page = results["page", 0]
+        print(f"youmu page / HF map-style shuffled: {page['rows_per_s'] / hf_map['rows_per_s']:.1f}x rows/s")
+    if hf_stream:
+        page = results["page", 0]
+        print(f"youmu page / HF streaming buffer shuffle: {page['rows_per_s'] / hf_stream['rows_per_s']:.2f}x rows/s")
+
+
+if __name__ == "__main__":
+    main()
