@@ -252,3 +252,17 @@ def test_row_dataset_random_access(dataset: Path) -> None:
     assert ds[1500]["input_ids"] == [1500] * len(ds[1500]["input_ids"])
     with pytest.raises(IndexError):
         ds[N_ROWS]
+
+
+def test_collate_pad_batches_variable_length_rows_in_workers(index) -> None:
+    from youmu.torch import collate_pad
+
+    ds = YoumuDataset(index, shuffle="page", buffer_size=256, seed=0)
+    got = []
+    for b in DataLoader(ds, batch_size=64, num_workers=2, collate_fn=collate_pad):
+        ids, lengths = b["input_ids"], b["input_ids_lengths"]
+        assert ids.shape == (len(lengths), int(lengths.max()))
+        for row, n, i in zip(ids, lengths, b["id"]):
+            assert (row[:n] == i).all() and (row[n:] == 0).all()
+        got += b["id"].tolist()
+    assert sorted(got) == list(range(N_ROWS))

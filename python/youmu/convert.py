@@ -36,8 +36,11 @@ def _to_torch(values: np.ndarray):
         return torch.from_numpy(values)
 
 
-def column_rows(arr: pa.Array, output: str) -> list[Any] | np.ndarray:
-    """Per-row values of one column."""
+def column_rows(arr: pa.Array, output: str, compact: bool = False) -> list[Any] | np.ndarray:
+    """Per-row values of one column. ``compact`` gives each row its own small buffer
+    instead of a view of the shared one: needed when rows cross a process boundary
+    (DataLoader workers), where torch would otherwise move the *whole* shared storage
+    into shared memory for every row."""
     t = arr.type
     if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type) and not pa.types.is_boolean(
         t.value_type
@@ -47,16 +50,20 @@ def column_rows(arr: pa.Array, output: str) -> list[Any] | np.ndarray:
             values = arr.values.to_numpy(zero_copy_only=True)
             if output == "torch":
                 values = _to_torch(values)
+            if compact:
+                return [values[offsets[i] : offsets[i + 1]].clone() if output == "torch"
+                        else values[offsets[i] : offsets[i + 1]].copy() for i in range(len(arr))]
             return [values[offsets[i] : offsets[i + 1]] for i in range(len(arr))]
     if _numeric(t) and not pa.types.is_boolean(t) and arr.null_count == 0:
         values = arr.to_numpy(zero_copy_only=True)
         if output == "torch":
-            return list(_to_torch(values))
+            t = _to_torch(values.copy() if compact else values)
+            return [t[i].clone() for i in range(len(t))] if compact else list(t)
         return values
     return arr.to_pylist()
 
 
-def rows(table: pa.Table | pa.RecordBatch, output: str) -> Iterator[Any]:
+def rows(table: pa.Table | pa.RecordBatch, output: str, compact: bool = False) -> Iterator[Any]:
     """Yield the rows of ``table`` as dicts of column values (``"arrow"``: 1-row batches)."""
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -74,7 +81,7 @@ def rows(table: pa.Table | pa.RecordBatch, output: str) -> Iterator[Any]:
             yield from batch.to_pylist()
             continue
         names = batch.schema.names
-        cols = [column_rows(batch.column(j), output) for j in range(batch.num_columns)]
+        cols = [column_rows(batch.column(j), output, compact) for j in range(batch.num_columns)]
         for i in range(batch.num_rows):
             yield {n: c[i] for n, c in zip(names, cols)}
 

@@ -58,6 +58,13 @@ def window_pages_for(page_rows: np.ndarray, buffer_size: int) -> int:
     return max(1, int(round(buffer_size / mean)))
 
 
+def row_chunk_rows(window_pages: int) -> int:
+    """Row mode reads this many random rows at a time: about ``window_pages`` distinct
+    pages, i.e. the memory of one page-mode window (at least 16 rows so page reads
+    still run in parallel)."""
+    return max(16, window_pages)
+
+
 @dataclass(frozen=True)
 class ShardPlan:
     """The rows one shard delivers in one epoch.
@@ -110,8 +117,9 @@ class ShardPlan:
         n_pages = len(page_rows)
         n_rows = int(page_rows.sum())
         if mode == "row":
-            mean = int(page_rows.mean()) if n_pages else 1
-            size = int(window_rows) if window_rows else max(1, mean * window_pages)
+            # A chunk of c random rows touches ~c distinct pages, and every one is read
+            # and decoded whole: size chunks by pages in memory, not by rows.
+            size = int(window_rows) if window_rows else max(1, window_pages)
             lo, hi = _row_block(n_rows, rank, world_size, worker, num_workers)
             starts = np.arange(lo, hi, size, dtype=np.int64)
             rows = np.minimum(starts + size, hi) - starts

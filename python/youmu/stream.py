@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from youmu.plan import ShardPlan, window_pages_for
+from youmu.plan import ShardPlan, row_chunk_rows, window_pages_for
 
 DEFAULT_BUFFER_SIZE = 8192
 
@@ -56,7 +56,8 @@ class RowStream:
             self.page_rows,
             shuffle,
             window_pages=self.window_pages,
-            window_rows=buffer_size,
+            # row mode: one chunk touches ~window_pages pages (the same memory as a window)
+            window_rows=row_chunk_rows(self.window_pages) if shuffle == "row" else None,
             seed=seed,
             epoch=epoch,
             rank=rank,

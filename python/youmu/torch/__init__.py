@@ -4,7 +4,8 @@ Example:
     >>> from youmu.torch import YoumuDataset, pack, collate_packed   # doctest: +SKIP
 """
 
+from youmu.torch.collate import collate_pad
 from youmu.torch.dataset import YoumuDataset
 from youmu.torch.pack import PackedDataset, collate_packed, pack
 
-__all__ = ["YoumuDataset", "PackedDataset", "pack", "collate_packed"]
+__all__ = ["YoumuDataset", "PackedDataset", "pack", "collate_packed", "collate_pad"]

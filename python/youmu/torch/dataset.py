@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from youmu.convert import OUTPUTS, rows as convert_rows
-from youmu.plan import SHUFFLE_MODES, rank_caps, window_pages_for
+from youmu.plan import SHUFFLE_MODES, rank_caps, row_chunk_rows, window_pages_for
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
 
 
@@ -125,11 +125,14 @@ class YoumuDataset(IterableDataset):
     def _window_pages(self) -> int:
         return window_pages_for(self._page_rows, self.buffer_size)
 
+    def _row_chunk(self) -> int | None:
+        return row_chunk_rows(self._window_pages()) if self.shuffle == "row" else None
+
     def _caps(self, num_workers: int) -> dict[tuple[int, int], int] | None:
         if not self.drop_last:
             return None
         caps, _ = rank_caps(
-            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self.buffer_size,
+            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self._row_chunk(),
             seed=self.seed, epoch=self.epoch, world_size=self.world_size, num_workers=num_workers,
         )
         return caps
@@ -139,7 +142,7 @@ class YoumuDataset(IterableDataset):
         if not self.drop_last:
             return 0
         return rank_caps(
-            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self.buffer_size,
+            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self._row_chunk(),
             seed=self.seed, epoch=self.epoch, world_size=self.world_size, num_workers=1,
         )[1]
 
@@ -174,8 +177,9 @@ class YoumuDataset(IterableDataset):
         self._num_workers_seen = num_workers
         stream = self._stream(worker, num_workers)
         pos = self._positions.get(worker, 0)
+        in_worker = get_worker_info() is not None
         for table in stream.iter_tables(pos):
-            for row in convert_rows(table, self.output):
+            for row in convert_rows(table, self.output, compact=in_worker):
                 yield pos, row
                 pos += 1
 
