@@ -84,6 +84,31 @@ impl PageIndex {
             .map_err(|e| e.context(&format!("page {id}")))
     }
 
+    /// The units `ids` as one batch (in `ids` order), optionally reordered by `take`
+    /// (indices into the concatenated rows). This is a shuffle window: assembling it
+    /// here keeps the copy in Rust (one concat, one take, freed straight back to the
+    /// OS) and lets a prefetch thread do it off the consumer's path.
+    pub fn read_window(&self, ids: &[u64], take: Option<&[u64]>) -> Result<RecordBatch> {
+        let batches = self.read_units(ids)?;
+        let schema = self.schema();
+        let batch = arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| {
+            Error::SchemaMismatch {
+                first: self.files[0].path.display().to_string(),
+                other: "another file of this window".into(),
+                detail: format!("pages cannot be combined into one batch: {e}"),
+            }
+        })?;
+        drop(batches);
+        let Some(take) = take else { return Ok(batch) };
+        let n = batch.num_rows() as u64;
+        if let Some(&bad) = take.iter().find(|&&t| t >= n) {
+            return Err(Error::OutOfRange { what: "window row", id: bad as i128, len: n });
+        }
+        let idx = arrow_array::UInt64Array::from(take.to_vec());
+        arrow_select::take::take_record_batch(&batch, &idx)
+            .map_err(|e| Error::InvalidArgument(format!("cannot reorder window: {e}")))
+    }
+
     /// Many units, read and decoded in parallel on youmu's pool; output in `ids` order.
     pub fn read_units(&self, ids: &[u64]) -> Result<Vec<RecordBatch>> {
         for &id in ids {

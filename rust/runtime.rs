@@ -92,3 +92,25 @@ pub fn set_num_threads(n: usize) {
 
 /// Shared handle type for cached bytes.
 pub type SharedBytes = Arc<bytes::Bytes>;
+
+/// Optionally pin glibc's mmap threshold so freed page buffers go back to the OS.
+///
+/// glibc raises its mmap threshold each time a large mmapped block is freed (up to
+/// 32 MiB); after that youmu's ~1 MiB page and window buffers come from the heap and
+/// stay resident once freed. Measured on a 1 GB stream: +105 MB peak RSS with the
+/// default allocator vs the windows alone, but pinning the threshold (every buffer a
+/// fresh, zero-filled mmap) costs ~40% of page-mode throughput. So the default stays
+/// fast; `YOUMU_MMAP_THRESHOLD=262144` (bytes) trades that speed for the leaner RSS.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        if let Some(bytes) = std::env::var("YOUMU_MMAP_THRESHOLD").ok().and_then(|v| v.parse::<i32>().ok()) {
+            if bytes > 0 {
+                // SAFETY: mallopt only adjusts allocator parameters.
+                unsafe {
+                    libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
+                }
+            }
+        }
+    }
+}

@@ -367,3 +367,17 @@ def test_cli_inspect_and_index(tmp_path: Path, capsys: pytest.CaptureFixture[str
     bad.write_bytes(b"PAR1 not really")
     assert main(["inspect", str(bad)]) == 1
     assert "bad.parquet" in capsys.readouterr().out
+
+
+def test_read_window_concatenates_and_reorders_in_rust(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    pq.write_table(token_table(900), path, data_page_size=1024)
+    idx = youmu.PageIndex(path, columns=["input_ids", "id"])
+    pages = np.array([3, 0, 2])
+    plain = pa.Table.from_batches(idx.read_pages(pages))
+    assert pa.Table.from_batches([idx.read_window(pages)]).equals(plain)
+    order = np.random.default_rng(0).permutation(plain.num_rows)
+    got = idx.prefetch_window(pages, order).result()[0]
+    assert got.column(1).to_pylist() == plain.column(1).take(pa.array(order)).to_pylist()
+    with pytest.raises(IndexError):
+        idx.read_window(pages, [plain.num_rows])

@@ -72,45 +72,39 @@ class RowStream:
         return self.plan.total_rows
 
     # -- reading ----------------------------------------------------------------------
-    def _pages_for_window(self, i: int) -> np.ndarray:
-        if self.plan.mode == "row":
-            rows = self.plan.rows_of(i)
-            pages, _ = self.index.locate_rows(rows)
-            return np.unique(pages)
-        return self.plan.pages_of(i)
-
-    def _assemble(self, i: int, pages: np.ndarray, batches: list[pa.RecordBatch]) -> pa.Table:
-        batches = [b if b.schema.equals(self.schema) else b.cast(self.schema) for b in batches]
-        table = pa.Table.from_batches(batches, schema=self.schema)
+    def _window_request(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(page ids, row order within their concatenation) of the i-th window."""
         if self.plan.mode == "row":
             rows = self.plan.rows_of(i)
             page_of_row, offset = self.index.locate_rows(rows)
-            # position of each needed page inside `table` (pages are sorted, unique)
+            pages = np.unique(page_of_row)
             starts = np.concatenate([[0], np.cumsum(self.page_rows[pages])])
-            take = starts[np.searchsorted(pages, page_of_row)] + offset
-            return table.take(pa.array(take))
-        order = self.plan.row_order(i)
-        return table if order is None else table.take(pa.array(order))
+            return pages, starts[np.searchsorted(pages, page_of_row)] + offset
+        return self.plan.pages_of(i), self.plan.row_order(i)
+
+    def _prefetch(self, i: int):
+        pages, take = self._window_request(i)
+        return self.index.prefetch_window(pages, take)
 
     def iter_tables(self, start: int = 0) -> Iterator[pa.Table]:
-        """Yield tables of consecutive stream rows, beginning at position ``start``."""
+        """Yield tables of consecutive stream rows, beginning at position ``start``.
+
+        The next window is read, decoded, concatenated and shuffled by Rust threads
+        while the current one is consumed: at most two windows are in memory."""
         plan = self.plan
-        if start >= plan.total_rows:
-            return
         if start < 0:
             raise ValueError(f"start must be >= 0, got {start}")
+        if start >= plan.total_rows:
+            return
         i, offset = plan.window_at(start)
         remaining = plan.total_rows - start
         n = len(plan.window_ids)
-        pending_pages = self._pages_for_window(i)
-        pending = self.index.prefetch(pending_pages)
+        pending = self._prefetch(i)
         while remaining > 0 and i < n:
-            batches = pending.result()
-            pages = pending_pages
+            (batch,) = pending.result()
             if i + 1 < n:
-                pending_pages = self._pages_for_window(i + 1)
-                pending = self.index.prefetch(pending_pages)
-            table = self._assemble(i, pages, batches)
+                pending = self._prefetch(i + 1)
+            table = pa.Table.from_batches([batch])
             if offset or table.num_rows > remaining + offset:
                 table = table.slice(offset, min(remaining, table.num_rows - offset))
             offset = 0

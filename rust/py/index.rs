@@ -209,6 +209,35 @@ impl PyPageIndex {
         Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
     }
 
+    /// Pages `ids` as one RecordBatch, rows optionally reordered by `take` (indices into
+    /// the concatenated rows): a shuffle window assembled in Rust.
+    #[pyo3(signature = (ids, take=None))]
+    fn read_window<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+        take: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ids = ids_from(ids, self.inner.len(), "page")?;
+        let take = take.map(|t| ids_from(t, u64::MAX, "row")).transpose()?;
+        let inner = self.inner.clone();
+        let b = py.detach(move || inner.read_window(&ids, take.as_deref()))?;
+        b.to_pyarrow(py)
+    }
+
+    /// `read_window` in the background; `.result()` returns `[batch]`.
+    #[pyo3(signature = (ids, take=None))]
+    fn prefetch_window(&self, ids: &Bound<'_, PyAny>, take: Option<&Bound<'_, PyAny>>) -> PyResult<PendingPages> {
+        let ids = ids_from(ids, self.inner.len(), "page")?;
+        let take = take.map(|t| ids_from(t, u64::MAX, "row")).transpose()?;
+        let inner = self.inner.clone();
+        let (tx, rx) = sync_channel(1);
+        runtime().pool().spawn(move || {
+            let _ = tx.send(inner.read_window(&ids, take.as_deref()).map(|b| vec![b]));
+        });
+        Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
+    }
+
     /// Per-file details for `youmu inspect`.
     fn file_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyDict>> {
         if i >= self.inner.num_files() {

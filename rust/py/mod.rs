@@ -40,6 +40,7 @@ fn num_threads() -> usize {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::runtime::tune_allocator();
     m.add_class::<index::PyPageIndex>()?;
     m.add_class::<index::PendingPages>()?;
     m.add_class::<permute::PyPermutation>()?;
