@@ -6,7 +6,7 @@
 //! when a page does not start on a row, or the whole column chunk when nothing finer
 //! is known. Units are stored as one `u64` (first row within the row group) each; the
 //! byte locations live in the (possibly synthesized) OffsetIndex of the footer, so a
-//! page costs ~32 bytes in all (24 for its location, 8 for its unit entry).
+//! page costs ~28 bytes in all (24 for its location, 4 for its unit entry).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -56,8 +56,9 @@ pub struct FileEntry {
     pub rg_row_start: Vec<u64>,
     /// Cumulative units at each row group start (len = row groups + 1).
     pub rg_unit_start: Vec<u64>,
-    /// First row (within its row group) of every unit, row groups concatenated.
-    pub unit_first_row: Vec<u64>,
+    /// First row (within its row group) of every unit, row groups concatenated. `u32`
+    /// because it is per page; row groups of more than 2^32 rows are refused.
+    pub unit_first_row: Vec<u32>,
     pub unit_source: Vec<UnitSource>,
     /// Row groups whose projected leaves have page locations (page-granular reads).
     pub rg_has_locations: Vec<bool>,
@@ -214,7 +215,13 @@ impl FileEntry {
         let mut unit_first_row = Vec::new();
         let mut rg_has_locations = Vec::with_capacity(num_rgs);
         for (rg, u) in units.iter().enumerate() {
-            unit_first_row.extend_from_slice(u);
+            if rg_row_start[rg + 1] - rg_row_start[rg] > u32::MAX as u64 {
+                return Err(Error::Unsupported {
+                    path: path.display().to_string(),
+                    detail: format!("row group {rg} has more than 2^32 rows"),
+                });
+            }
+            unit_first_row.extend(u.iter().map(|&r| r as u32));
             rg_unit_start.push(unit_first_row.len() as u64);
             rg_has_locations.push(locations[rg].is_some());
             let _ = rg;
@@ -284,9 +291,9 @@ impl FileEntry {
     /// First row within the row group and row count of a file-local unit id.
     pub fn unit_rows(&self, u: u64) -> (usize, u64, u64) {
         let (rg, _) = self.locate_unit(u);
-        let first = self.unit_first_row[u as usize];
+        let first = self.unit_first_row[u as usize] as u64;
         let end_in_rg = u + 1 < self.rg_unit_start[rg + 1];
-        let end = if end_in_rg { self.unit_first_row[u as usize + 1] } else { self.rg_rows(rg) };
+        let end = if end_in_rg { self.unit_first_row[u as usize + 1] as u64 } else { self.rg_rows(rg) };
         (rg, first, end - first)
     }
 

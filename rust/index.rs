@@ -177,9 +177,9 @@ impl PageIndex {
         let rg = f.rg_row_start.partition_point(|&s| s <= in_file) - 1;
         let in_rg = in_file - f.rg_row_start[rg];
         let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
-        let u = lo + f.unit_first_row[lo..hi].partition_point(|&s| s <= in_rg) - 1;
+        let u = lo + f.unit_first_row[lo..hi].partition_point(|&s| s as u64 <= in_rg) - 1;
         let unit = self.file_unit_start[file] + u as u64;
-        Ok((unit, in_rg - f.unit_first_row[u]))
+        Ok((unit, in_rg - f.unit_first_row[u] as u64))
     }
 
     /// Rows of every unit, in global order.
@@ -189,8 +189,8 @@ impl PageIndex {
             for rg in 0..f.num_row_groups() {
                 let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
                 for u in lo..hi {
-                    let end = if u + 1 < hi { f.unit_first_row[u + 1] } else { f.rg_rows(rg) };
-                    out.push(end - f.unit_first_row[u]);
+                    let end = if u + 1 < hi { f.unit_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
+                    out.push(end - f.unit_first_row[u] as u64);
                 }
             }
         }
@@ -210,8 +210,8 @@ impl PageIndex {
                 let rows = f.rg_rows(rg).max(1);
                 let locs = oi.filter(|o| !o[rg].is_empty()).map(|o| &o[rg][f.unit_leaf].page_locations);
                 for u in lo..hi {
-                    let first = f.unit_first_row[u];
-                    let end = if u + 1 < hi { f.unit_first_row[u + 1] } else { f.rg_rows(rg) };
+                    let first = f.unit_first_row[u] as u64;
+                    let end = if u + 1 < hi { f.unit_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
                     let size = match locs {
                         Some(l) => l
                             .iter()
@@ -237,7 +237,7 @@ impl PageIndex {
     pub fn table_bytes(&self) -> usize {
         let mut b = (self.file_unit_start.len() + self.file_row_start.len()) * 8;
         for f in &self.files {
-            b += (f.unit_first_row.len() + f.rg_row_start.len() + f.rg_unit_start.len()) * 8;
+            b += f.unit_first_row.len() * 4 + (f.rg_row_start.len() + f.rg_unit_start.len()) * 8;
             if let Some(oi) = f.meta.metadata().offset_index() {
                 for rg in oi {
                     for leaf in &f.leaves {

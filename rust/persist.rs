@@ -183,7 +183,7 @@ impl PageIndex {
                 let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
                 w.u32((hi - lo) as u32);
                 for u in &f.unit_first_row[lo..hi] {
-                    w.u64(*u);
+                    w.u64(*u as u64);
                 }
             }
         }
