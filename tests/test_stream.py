@@ -266,3 +266,15 @@ def test_collate_pad_batches_variable_length_rows_in_workers(index) -> None:
             assert (row[:n] == i).all() and (row[n:] == 0).all()
         got += b["id"].tolist()
     assert sorted(got) == list(range(N_ROWS))
+
+
+def test_packing_applies_the_datasets_transform(index) -> None:
+    """Regression: pack() read rows before the dataset's transform, so a filtering
+    transform was silently ignored."""
+    keep_even = lambda r: r if int(r["id"]) % 2 == 0 else None  # noqa: E731
+    ds = YoumuDataset(index, shuffle="none", output="torch", transform=keep_even)
+    want = np.concatenate([r["input_ids"].numpy() for r in ds])
+    got = np.concatenate([p["input_ids"].numpy() for p in pack(ds, seq_len=64, pad_id=-7)])
+    got = got[got != -7]
+    assert (got == want).all()
+    assert {int(t) for t in got} <= set(range(0, N_ROWS, 2))

@@ -94,6 +94,11 @@ class PackedDataset(IterableDataset):
         # where the sequence being built begins: (row position, tokens of it already used)
         seq_start = (row_pos, skip)
         for pos, row in ds.iter_positions():
+            if ds.transform is not None:
+                # the wrapped dataset's transform (tokenize, filter) runs before packing
+                row = ds.transform(row)
+                if row is None:
+                    continue
             toks = self._tokens(row)
             off = skip if pos == row_pos else 0
             while off < len(toks):
