@@ -5,7 +5,7 @@ PIP      := $(PY) -m pip
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-python demo bench clean
+.PHONY: setup build test test-rust test-python demo bench peers-venv compare clean
 
 setup: $(VENV)/.deps-installed
 
@@ -33,6 +33,16 @@ demo: build
 bench: build
 	cargo bench --locked
 	$(PY) benches/bench_pages.py
+	$(PY) benches/bench_stream.py
+
+# Peer loaders for benches/compare_peers.py live in their own venv: their pins
+# (huggingface-hub, transformers) conflict with the project's.
+peers-venv:
+	test -x .venv-peers/bin/python || python3 -m venv .venv-peers
+	.venv-peers/bin/pip install pyarrow numpy datasets pylance mosaicml-streaming
+
+compare: build peers-venv
+	$(PY) benches/compare_peers.py
 
 clean:
 	rm -rf target $(VENV) demo-out
