@@ -109,6 +109,32 @@ impl PageIndex {
             .map_err(|e| Error::InvalidArgument(format!("cannot reorder window: {e}")))
     }
 
+    /// Single rows by global row id, in `rows` order, as one batch. Each row is read
+    /// with a one-row selection inside its page, so the decoder skips the page's other
+    /// rows instead of materialising them (random access without page-sized work).
+    pub fn read_rows(&self, rows: &[u64]) -> Result<RecordBatch> {
+        let one = |r: u64| -> Result<RecordBatch> {
+            if r >= self.num_rows() {
+                return Err(Error::OutOfRange { what: "row", id: r as i128, len: self.num_rows() });
+            }
+            let (unit, off) = self.locate_row(r)?;
+            let info = self.unit_info(unit)?;
+            self.read_rows_in_row_group(info.file, info.row_group, info.first_row + off, 1)
+                .map_err(|e| e.context(&format!("row {r}")))
+        };
+        let batches: Vec<RecordBatch> = if rows.len() <= 1 {
+            rows.iter().map(|&r| one(r)).collect::<Result<_>>()?
+        } else {
+            runtime().pool().install(|| rows.par_iter().map(|&r| one(r)).collect::<Result<_>>())?
+        };
+        let schema = self.schema();
+        arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| Error::SchemaMismatch {
+            first: self.files[0].path.display().to_string(),
+            other: "another file of this request".into(),
+            detail: format!("rows cannot be combined into one batch: {e}"),
+        })
+    }
+
     /// Many units, read and decoded in parallel on youmu's pool; output in `ids` order.
     pub fn read_units(&self, ids: &[u64]) -> Result<Vec<RecordBatch>> {
         for &id in ids {

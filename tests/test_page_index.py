@@ -381,3 +381,20 @@ def test_read_window_concatenates_and_reorders_in_rust(tmp_path: Path) -> None:
     assert got.column(1).to_pylist() == plain.column(1).take(pa.array(order)).to_pylist()
     with pytest.raises(IndexError):
         idx.read_window(pages, [plain.num_rows])
+
+
+def test_read_rows_returns_exactly_the_requested_rows_in_order(tmp_path: Path) -> None:
+    d = tmp_path / "ds"
+    d.mkdir()
+    pq.write_table(token_table(700, 1, start=0), d / "a.parquet", data_page_size=1024, write_page_index=True)
+    pq.write_table(token_table(500, 2, start=700), d / "b.parquet", data_page_size=1024, write_page_index=False)
+    idx = youmu.PageIndex(d, columns=["input_ids", "id", "text"])
+    full = read_all(idx)
+    rows = [1199, 0, 700, 699, 5, 5, 1000]
+    got = idx.read_rows(rows)
+    assert got.column("id").to_pylist() == rows
+    assert got.column("input_ids").to_pylist() == full.column("input_ids").take(pa.array(rows)).to_pylist()
+    assert got.column("text").to_pylist() == full.column("text").take(pa.array(rows)).to_pylist()
+    with pytest.raises(IndexError):
+        idx.read_rows([1200])
+    assert idx.read_rows([]).num_rows == 0

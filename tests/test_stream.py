@@ -278,3 +278,12 @@ def test_packing_applies_the_datasets_transform(index) -> None:
     got = got[got != -7]
     assert (got == want).all()
     assert {int(t) for t in got} <= set(range(0, N_ROWS, 2))
+
+
+@pytest.mark.parametrize("cache_pages", [0, 8])
+def test_row_dataset_single_row_and_page_cache_paths_agree(dataset: Path, cache_pages: int) -> None:
+    ds = youmu.RowDataset(dataset, columns=["id", "input_ids"], cache_pages=cache_pages)
+    idx = [17, 2999, 1400, 17]
+    rows = ds.__getitems__(idx)
+    assert [r["id"] for r in rows] == idx
+    assert all(r["input_ids"] == [r["id"]] * len(r["input_ids"]) for r in rows)

@@ -1,8 +1,10 @@
 """``RowDataset``: map-style access to the rows of Parquet files (``len`` and ``ds[i]``),
 so youmu sources compose with generic map-style tooling and mixtures.
 
-Rows are fetched by locating their page (binary search in the page index) and reading
-that page; a small LRU of decoded pages makes neighbouring accesses cheap.
+By default each requested row is read on its own (a one-row selection inside its page:
+the decoder skips the rest of the page), which suits random access such as mixtures.
+With ``cache_pages > 0`` whole pages are decoded and kept in an LRU instead, which suits
+access with locality (neighbouring rows).
 
 Example:
     >>> from youmu import RowDataset
@@ -28,15 +30,18 @@ class RowDataset:
         paths: file, directory, glob or list of these (or a ready ``PageIndex``).
         columns: top-level columns to read (default: all).
         output: ``"python"`` (default), ``"numpy"``, ``"torch"`` or ``"arrow"``.
-        cache_pages: decoded pages kept per process (LRU).
+        cache_pages: 0 (default) reads single rows; > 0 keeps that many decoded pages
+            per process (LRU) and serves rows from them.
     """
 
-    def __init__(self, paths: Any, columns: Sequence[str] | None = None, output: str = "python", cache_pages: int = 64):
+    def __init__(self, paths: Any, columns: Sequence[str] | None = None, output: str = "python", cache_pages: int = 0):
         from youmu._core import PageIndex
 
         self.index = paths if isinstance(paths, PageIndex) else PageIndex(paths, columns=list(columns) if columns else None)
         self.output = output
-        self.cache_pages = max(1, cache_pages)
+        if cache_pages < 0:
+            raise ValueError("cache_pages must be >= 0")
+        self.cache_pages = cache_pages
         self._cache: OrderedDict[int, pa.RecordBatch] = OrderedDict()
 
     def __len__(self) -> int:
@@ -64,6 +69,8 @@ class RowDataset:
             bad = int(idx[(idx < -n) | (idx >= n)][0])
             raise IndexError(f"row {bad} is out of range (length {n})")
         idx = np.where(idx < 0, idx + n, idx)
+        if self.cache_pages == 0:
+            return pa.Table.from_batches([self.index.read_rows(idx)])
         pages, offs = self.index.locate_rows(idx)
         cache = self._pages(pages)
         order = sorted(cache)

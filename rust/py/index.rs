@@ -209,6 +209,15 @@ impl PyPageIndex {
         Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
     }
 
+    /// Rows by global row id (in the given order) as one RecordBatch; each row is read
+    /// with a one-row selection inside its page (no page-sized decode).
+    fn read_rows<'py>(&self, py: Python<'py>, rows: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let rows = ids_from(rows, self.inner.num_rows(), "row")?;
+        let inner = self.inner.clone();
+        let b = py.detach(move || inner.read_rows(&rows))?;
+        b.to_pyarrow(py)
+    }
+
     /// Pages `ids` as one RecordBatch, rows optionally reordered by `take` (indices into
     /// the concatenated rows): a shuffle window assembled in Rust.
     #[pyo3(signature = (ids, take=None))]
