@@ -85,6 +85,34 @@ def phase_youmu(data: str, mode: str, workers: int, seconds: float) -> None:
     emit(result)
 
 
+def phase_latency(data: str, step_ms: float, batches: int) -> None:
+    """Time a training loop waits for its next batch of 64 packed sequences × 2048
+    tokens when each step takes ``step_ms`` (the loader prefetches while the step runs)."""
+    import youmu
+    from youmu.torch import YoumuDataset, pack
+
+    idx = youmu.PageIndex(data, columns=[COL])
+    from torch.utils.data import DataLoader
+
+    from youmu.torch import collate_packed
+
+    ds = YoumuDataset(idx, shuffle="page", buffer_size=BUFFER, seed=0, output="torch")
+    # packing and collation run in two DataLoader workers while the step runs
+    loader = DataLoader(pack(ds, seq_len=2048, column=COL), batch_size=64, num_workers=2,
+                        collate_fn=collate_packed, prefetch_factor=2)
+    it = iter(loader)
+    waits, tokens = [], []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        batch = next(it)
+        waits.append(time.perf_counter() - t0)
+        tokens.append(batch[COL].numel())
+        time.sleep(step_ms / 1e3)
+    w = np.array(waits[5:]) * 1e3
+    emit({"step_ms": step_ms, "p50_ms": float(np.percentile(w, 50)), "p99_ms": float(np.percentile(w, 99)),
+          "max_ms": float(w.max()), "tokens_per_batch": float(np.mean(tokens))})
+
+
 def phase_rss(data: str, rows: int) -> None:
     import youmu
     from youmu.torch import YoumuDataset
@@ -142,6 +170,8 @@ def main() -> None:
         if a.phase == "youmu":
             mode, workers = a.arg.split(",")
             phase_youmu(a.data, mode, int(workers), a.seconds)
+        elif a.phase == "latency":
+            phase_latency(a.data, float(a.arg), 300)
         elif a.phase == "rss":
             phase_rss(a.data, int(a.arg))
         elif a.phase == "hf_map":
@@ -165,6 +195,7 @@ def main() -> None:
         for k in range(4):
             for f in sorted(Path(a.data).glob("*.parquet")):
                 os.link(f, big / f"r{k}-{f.name}")
+    latency = run_phase(me, "latency", *common, "--arg", "100")
     rss1 = run_phase(me, "rss", "--data", a.data, "--arg", "150000")
     rss4 = run_phase(me, "rss", "--data", str(big), "--arg", "150000")
     hf_map = hf_stream = None
@@ -179,7 +210,7 @@ def main() -> None:
             print(f"HF datasets baseline failed: {e}")
     print("\n## Streaming a shuffled epoch (1 GB token dataset, buffer 8192 rows, consumer touches every row)\n")
     print("(workers = 0: rows consumed one by one in the main process; workers = 2: DataLoader batches of 64 rows padded in the workers)\n")
-    print("| loader | workers | rows/s | tokens/s (M) | I/O amplification | p50 / p99 ms per 64 rows | peak RSS MB |")
+    print("| loader | workers | rows/s | tokens/s (M) | I/O amplification | p50 / p99 ms per 64 rows (unthrottled) | peak RSS MB |")
     print("|---|---|---|---|---|---|---|")
     for (mode, w), r in results.items():
         amp = f"{r['amplification']:.2f}" if "amplification" in r else ""
@@ -191,6 +222,9 @@ def main() -> None:
     if hf_stream:
         print(f"| HF datasets streaming .shuffle(buffer_size={BUFFER}) | 0 | {hf_stream['rows_per_s']:.0f} | "
               f"{hf_stream['tokens_per_s'] / 1e6:.2f} | | | {hf_stream['peak_rss_mb']:.0f} |")
+    print(f"\nTraining-loop view (page mode, packing in 2 DataLoader workers, a {latency['step_ms']:.0f} ms step per batch of 64 x 2048-token sequences, "
+          f"{latency['tokens_per_batch']:.0f} tokens/batch): wait for the next batch p50 {latency['p50_ms']:.2f} ms, "
+          f"p99 {latency['p99_ms']:.2f} ms, max {latency['max_ms']:.2f} ms")
     print(f"\nPeak RSS streaming 150k rows, page mode: {rss1['gb']:.2f} GB dataset {rss1['peak_rss_mb']:.0f} MB; "
           f"{rss4['gb']:.2f} GB dataset {rss4['peak_rss_mb']:.0f} MB")
     if hf_map:

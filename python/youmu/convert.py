@@ -63,15 +63,18 @@ def column_rows(arr: pa.Array, output: str, compact: bool = False) -> list[Any] 
     return arr.to_pylist()
 
 
+# Rows are converted this many at a time, so a consumer never waits for a whole
+# shuffle window to be converted at once (that showed up as p99 latency spikes).
+CONVERT_CHUNK = 256
+
+
 def rows(table: pa.Table | pa.RecordBatch, output: str, compact: bool = False) -> Iterator[Any]:
     """Yield the rows of ``table`` as dicts of column values (``"arrow"``: 1-row batches)."""
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
-    if isinstance(table, pa.Table):
-        table = table.combine_chunks()
-        batches = table.to_batches()
-    else:
-        batches = [table]
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    batches = table.combine_chunks().to_batches(max_chunksize=CONVERT_CHUNK)
     for batch in batches:
         if output == "arrow":
             for i in range(batch.num_rows):
