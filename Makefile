@@ -39,7 +39,9 @@ bench: build
 # (huggingface-hub, transformers) conflict with the project's.
 peers-venv:
 	test -x .venv-peers/bin/python || python3 -m venv .venv-peers
-	.venv-peers/bin/pip install pyarrow numpy datasets pylance mosaicml-streaming
+	.venv-peers/bin/pip install pyarrow numpy datasets pylance
+	test -x .venv-mosaic/bin/python || python3 -m venv .venv-mosaic
+	.venv-mosaic/bin/pip install pyarrow numpy mosaicml-streaming
 
 compare: build peers-venv
 	$(PY) benches/compare_peers.py

@@ -7,8 +7,9 @@ Loaders: youmu (page shuffle; row shuffle) · pyarrow ``iter_batches`` + a local
 buffer · Hugging Face ``datasets`` map-style (Arrow conversion, then ``.shuffle()``) and
 streaming ``IterableDataset.shuffle(buffer_size)`` · Lance (after conversion; global
 random ``take``) · MosaicML ``streaming`` (after MDS conversion; its default shuffle).
-Peers run in ``.venv-peers`` (made by ``make peers-venv``) so their pins never touch the
-project's environment. Each loader runs in its own process; an epoch longer than
+Peers run in ``.venv-peers`` and ``.venv-mosaic`` (made by ``make peers-venv``) so their
+pins never touch the project's environment (MosaicML streaming pins huggingface-hub < 1,
+which the current HF ``datasets`` cannot use, hence its own venv). Each loader runs in its own process; an epoch longer than
 ``--seconds`` is extrapolated from its measured rate (marked ~).
 
 Columns: extra disk written, setup time, time to first batch, rows/s, tokens/s, peak
@@ -196,7 +197,7 @@ LOADERS = {
     "HF datasets map-style .shuffle()": ("peers", lambda a, w: hf_map_loader(a.data, a.seconds, w)),
     "HF datasets streaming .shuffle(buffer)": ("peers", lambda a, w: hf_stream_loader(a.data, a.seconds)),
     "Lance (converted) random take": ("peers", lambda a, w: lance_loader(a.data, a.seconds, w)),
-    "MosaicML streaming (MDS)": ("peers", lambda a, w: mosaic_loader(a.data, a.seconds, w)),
+    "MosaicML streaming (MDS)": ("mosaic", lambda a, w: mosaic_loader(a.data, a.seconds, w)),
 }
 
 
@@ -206,6 +207,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--work", default="bench-data/peers-work")
     ap.add_argument("--peers-python", default=".venv-peers/bin/python")
+    ap.add_argument("--mosaic-python", default=".venv-mosaic/bin/python")
     ap.add_argument("--only", default=None)
     ap.add_argument("--phase", default=None)
     a = ap.parse_args()
@@ -225,7 +227,7 @@ def main() -> None:
     for name, (env, _) in LOADERS.items():
         if a.only and a.only not in name:
             continue
-        py = sys.executable if env == "main" else a.peers_python
+        py = {"main": sys.executable, "peers": a.peers_python, "mosaic": a.mosaic_python}[env]
         if not Path(py).exists():
             rows.append((name, None, f"interpreter {py} missing (run `make peers-venv`)"))
             continue
