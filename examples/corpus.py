@@ -1,7 +1,7 @@
 """Build a real multi-source text corpus without any download: the Python source
 files installed on this machine, one source per top-level package, tokenized with a
 small byte-level BPE trained on them, written as Parquet the way youmu likes it
-(``text`` + ``input_ids``, page index on, 1 MiB pages, zstd, no dictionary).
+(``input_ids``, ``text``, ``path``, ``source``; page index on, 1 MiB pages, zstd, no dictionary).
 
 Sources range from a few KB (tiny stdlib packages) to tens of MB (torch), which is
 what makes mixture weights matter.
@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SITE_PACKAGES = ["torch", "numpy", "pyarrow", "matplotlib", "sympy"]
+# bump when the written layout changes, so an old corpus is rebuilt rather than misread
+CORPUS_FORMAT = 2
 
 
 def discover_sources(max_site_mb: float = 24.0) -> dict[str, list[Path]]:
@@ -61,7 +63,12 @@ def build(out: Path, vocab_size: int = 4096, max_site_mb: float = 24.0) -> dict:
     """Write one directory of Parquet files per source; returns the manifest."""
     manifest_path = out / "manifest.json"
     if manifest_path.exists():
-        return json.loads(manifest_path.read_text())
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("format") == CORPUS_FORMAT:
+            return manifest
+        import shutil
+
+        shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     sources = discover_sources(max_site_mb)
     texts = {name: [f.read_text(errors="replace") for f in files] for name, files in sources.items()}
@@ -70,7 +77,7 @@ def build(out: Path, vocab_size: int = 4096, max_site_mb: float = 24.0) -> dict:
     sample = [sample[i] for i in rng.permutation(len(sample))[:4000]]
     tok = train_tokenizer(sample, vocab_size)
     tok.save(str(out / "tokenizer.json"))
-    manifest = {"vocab_size": tok.get_vocab_size(), "eos_id": tok.token_to_id("<|eos|>"), "sources": {}}
+    manifest = {"format": CORPUS_FORMAT, "vocab_size": tok.get_vocab_size(), "eos_id": tok.token_to_id("<|eos|>"), "sources": {}}
     for name, ts in texts.items():
         ids = [np.asarray(e.ids, dtype=np.int32) for e in tok.encode_batch(ts)]
         table = pa.table(
@@ -78,6 +85,7 @@ def build(out: Path, vocab_size: int = 4096, max_site_mb: float = 24.0) -> dict:
                 "input_ids": pa.array(ids, pa.list_(pa.int32())),
                 "text": pa.array(ts, pa.string()),
                 "path": pa.array([str(f) for f in sources[name]], pa.string()),
+                "source": pa.array([name] * len(ts), pa.string()),
             }
         )
         d = out / name

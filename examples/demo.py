@@ -36,15 +36,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_index(corpus: Path, manifest: dict):
+def make_index(corpus: Path, manifest: dict, progress: bool = True):
     """One page space over all sources (files shared, nothing copied)."""
     import youmu
     from tqdm import tqdm
 
     names = sorted(manifest["sources"])
     parts = []
-    for name in tqdm(names, desc="indexing sources", unit="source"):
-        parts.append(youmu.PageIndex(corpus / name, columns=["input_ids"]))
+    for name in tqdm(names, desc="indexing sources", unit="source", disable=not progress):
+        parts.append(youmu.PageIndex(corpus / name, columns=["input_ids", "source"]))
     return names, youmu.PageIndex.concat(parts)
 
 
@@ -58,14 +58,18 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
     from youmu.torch import YoumuDataset, collate_packed, pack
 
     corpus = Path(args.out) / "corpus"
-    _, index = make_index(corpus, manifest) if rank == 0 else (None, None)
-    if rank != 0:
-        import youmu
+    names, index = make_index(corpus, manifest, progress=rank == 0)
+    tally: dict[str, int] = {n: 0 for n in names}
 
-        index = youmu.PageIndex.concat([youmu.PageIndex(corpus / n, columns=["input_ids"]) for n in sorted(manifest["sources"])])
-    ds = YoumuDataset(index, shuffle="page", buffer_size=512, seed=args.seed, rank=rank, world_size=world)
+    def count_source(row):  # realised mixture: tokens delivered per source
+        tally[row["source"]] += len(row["input_ids"])
+        return {"input_ids": row["input_ids"]}
+
+    ds = YoumuDataset(index, shuffle="page", buffer_size=512, seed=args.seed, rank=rank, world_size=world,
+                      transform=count_source)
     packed = pack(ds, seq_len=args.seq_len, eos_id=manifest["eos_id"])
-    loader = DataLoader(packed, batch_size=args.batch_size, collate_fn=collate_packed, num_workers=1)
+    # loading runs in this process (it is cheap next to the model step) so the tally is ours
+    loader = DataLoader(packed, batch_size=args.batch_size, collate_fn=collate_packed, num_workers=0)
 
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=manifest["vocab_size"], seq_len=args.seq_len)
@@ -104,12 +108,22 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
             bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", pad="0.0%")
     if bar is not None:
         bar.close()
-    results[rank] = {"history": history, "steps": args.steps}
+    results[rank] = {"history": history, "steps": args.steps, "source_tokens": dict(tally)}
     dist.destroy_process_group()
 
 
 def summarize(out: Path, results: dict, manifest: dict, args: argparse.Namespace) -> dict:
     h = results[0]["history"]
+    seen: dict[str, int] = {}
+    for r in results.values():
+        for k, v in r["source_tokens"].items():
+            seen[k] = seen.get(k, 0) + v
+    total_seen = max(sum(seen.values()), 1)
+    total_corpus = sum(s["tokens"] for s in manifest["sources"].values())
+    shares = {
+        k: {"target": round(manifest["sources"][k]["tokens"] / total_corpus, 4), "realised": round(v / total_seen, 4)}
+        for k, v in sorted(seen.items(), key=lambda kv: -manifest["sources"][kv[0]]["tokens"])
+    }
     summary = {
         "steps_per_rank": {r: results[r]["steps"] for r in sorted(results)},
         "final_loss": h[-1]["loss"],
@@ -118,6 +132,7 @@ def summarize(out: Path, results: dict, manifest: dict, args: argparse.Namespace
         "tokens_per_s": h[-1]["tokens_per_s"],
         "seconds": h[-1]["seconds"],
         "sources": len(manifest["sources"]),
+        "mixture_shares": shares,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     try:
