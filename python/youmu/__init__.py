@@ -24,6 +24,8 @@ _LAZY: dict[str, str] = {
     "set_num_threads": "youmu._core",
     "num_threads": "youmu._core",
     "RowDataset": "youmu.rows",
+    "FlatMixture": "youmu.mixture",
+    "MixtureDataset": "youmu.mixture",
     "RowStream": "youmu.stream",
     "YoumuError": "youmu.errors",
     "CorruptFileError": "youmu.errors",

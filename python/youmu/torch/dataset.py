@@ -41,7 +41,8 @@ class YoumuDataset(IterableDataset):
     """Rows of Parquet files, shuffled at page granularity.
 
     Args:
-        paths: file, directory, glob or list of these, or a ready ``youmu.PageIndex``.
+        paths: file, directory, glob or list of these, a ready ``youmu.PageIndex``, or a
+            ``youmu.FlatMixture`` of Parquet sources (its children's pages form one space).
         columns: top-level columns (the first one's pages are the shuffle unit).
         shuffle: ``"page"`` (default), ``"row"``, ``"local"`` or ``"none"``.
         buffer_size: rows shuffled together (about this many rows per window).
@@ -81,7 +82,13 @@ class YoumuDataset(IterableDataset):
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
-        self.index = paths if isinstance(paths, PageIndex) else PageIndex(paths, columns=list(columns) if columns else None)
+        if isinstance(paths, PageIndex):
+            self.index = paths
+        elif hasattr(paths, "page_index") and callable(paths.page_index):
+            # a FlatMixture of Parquet sources: shuffle pages across all of them
+            self.index = paths.page_index()
+        else:
+            self.index = PageIndex(paths, columns=list(columns) if columns else None)
         self.shuffle = shuffle
         self.buffer_size = int(buffer_size)
         self.seed = int(seed)

@@ -1,0 +1,95 @@
+"""``MapStream``: any map-style dataset (``len`` + indexing) — a ``MixtureDataset``, a
+``FlatMixture``, a ``RowDataset`` — as an ``IterableDataset`` sharded exactly once over
+DDP ranks × DataLoader workers, resumable from a few integers.
+
+Positions ``0 .. len-1`` are split into contiguous blocks, one per rank, then one per
+worker inside the rank (so a rank's items do not depend on its worker count). Mixtures
+are already shuffled pure maps, so contiguous blocks lose no shuffle quality.
+
+Example:
+    >>> from youmu.mixture import MixtureDataset
+    >>> from youmu.torch import MapStream
+    >>> mix = MixtureDataset({"a": list(range(100)), "b": list(range(10))}, {"a": 0.9, "b": 0.1})
+    >>> items = list(MapStream(mix, rank=0, world_size=2))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+from youmu.plan import _row_block
+from youmu.torch.dataset import _dist_defaults
+
+
+class MapStream(IterableDataset):
+    """Iterate a map-style dataset's positions, sharded and resumable.
+
+    Args:
+        dataset: anything with ``len`` and ``[i]`` (``__getitems__`` is used when present).
+        rank, world_size: default from ``torch.distributed`` when initialised.
+        drop_last: every rank delivers the same number of items (``len // world_size``).
+        transform: applied to each item in the worker; ``None`` results are dropped.
+        chunk: positions fetched per ``__getitems__`` call.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        transform: Callable[[Any], Any] | None = None,
+        chunk: int = 256,
+    ) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.rank, self.world_size = _dist_defaults(rank, world_size)
+        self.drop_last = drop_last
+        self.transform = transform
+        self.chunk = max(1, int(chunk))
+        self._positions: dict[int, int] = {}
+        self._num_workers_seen: int | None = None
+
+    def _n(self) -> int:
+        n = len(self.dataset)
+        return n - n % self.world_size if self.drop_last else n
+
+    def _block(self, worker: int, num_workers: int) -> tuple[int, int]:
+        return _row_block(self._n(), self.rank, self.world_size, worker, num_workers)
+
+    def __len__(self) -> int:
+        lo, hi = self._block(0, 1)
+        return hi - lo
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "num_workers": self._num_workers_seen, "positions": dict(self._positions)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["world_size"] != self.world_size:
+            raise ValueError(f"state was saved with world_size={state['world_size']}, not {self.world_size}")
+        self._positions = {int(k): int(v) for k, v in state["positions"].items()}
+        self._num_workers_seen = state.get("num_workers")
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if self._positions and self._num_workers_seen not in (None, num_workers):
+            raise ValueError(f"state was saved with {self._num_workers_seen} workers; resume with the same number")
+        self._num_workers_seen = num_workers
+        lo, hi = self._block(worker, num_workers)
+        pos = lo + self._positions.get(worker, 0)
+        get_many = getattr(self.dataset, "__getitems__", None)
+        while pos < hi:
+            stop = min(pos + self.chunk, hi)
+            items = get_many(list(range(pos, stop))) if get_many else [self.dataset[i] for i in range(pos, stop)]
+            for item in items:
+                pos += 1
+                self._positions[worker] = pos - lo
+                if self.transform is not None:
+                    item = self.transform(item)
+                    if item is None:
+                        continue
+                yield item
+        self._positions.pop(worker, None)  # finished: the next iteration starts over
