@@ -69,15 +69,22 @@ class Consumer:
 
 # -- loaders (each runs in its own process) -----------------------------------------------
 def youmu_loader(data: str, mode: str, seconds: float) -> dict:
+    # torch-free path (RowStream + numpy rows) so RSS compares loaders, not `import torch`
     import youmu
-    from youmu.torch import YoumuDataset
+    from youmu.convert import rows
+    from youmu.stream import RowStream
 
     t = time.perf_counter()
     idx = youmu.PageIndex(data, columns=[COL, ID])
     setup = time.perf_counter() - t
     c = Consumer(seconds)
-    for row in YoumuDataset(idx, shuffle=mode, buffer_size=BUFFER, seed=0, output="numpy"):
-        if not c.take(row[COL], row[ID]):
+    stop = False
+    for table in RowStream(idx, mode, BUFFER, seed=0).iter_tables():
+        for row in rows(table, "numpy"):
+            if not c.take(row[COL], row[ID]):
+                stop = True
+                break
+        if stop:
             break
     return c.result(idx.num_rows, setup_s=setup, extra_disk_gb=0.0)
 
@@ -201,6 +208,25 @@ LOADERS = {
 }
 
 
+def plot(rows: list, path: Path) -> None:
+    """Bar charts of rows/s (log scale) and peak RSS per loader."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [(n, r) for n, r, _ in rows if r]
+    names = [n.replace(" shuffle", "").replace("HF datasets ", "HF ") for n, _ in ok]
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4))
+    ax[0].barh(names, [r["rows_per_s"] for _, r in ok], color=["tab:green" if "youmu" in n else "tab:gray" for n in names])
+    ax[0].set(xscale="log", xlabel="rows/s (log)", title="shuffled-epoch throughput")
+    ax[1].barh(names, [r["peak_rss_mb"] for _, r in ok], color=["tab:green" if "youmu" in n else "tab:gray" for n in names])
+    ax[1].set(xlabel="peak RSS (MB)", title="memory")
+    ax[1].set_yticklabels([])
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="bench-data/tokens")
@@ -210,7 +236,19 @@ def main() -> None:
     ap.add_argument("--mosaic-python", default=".venv-mosaic/bin/python")
     ap.add_argument("--only", default=None)
     ap.add_argument("--phase", default=None)
+    ap.add_argument("--from-log", default=None, help="re-render table and chart from a previous run's output")
     a = ap.parse_args()
+    if a.from_log:
+        import ast
+
+        rows = []
+        for line in Path(a.from_log).read_text().splitlines():
+            for name in LOADERS:
+                if line.startswith(name + " {"):
+                    rows.append((name, ast.literal_eval(line[len(name) + 1:]), ""))
+        plot(rows, Path(__file__).parent / "peers.png")
+        Path(__file__).parent.joinpath("peers.json").write_text(json.dumps(rows, indent=1))
+        return
     if a.phase:
         work = Path(a.work) / a.phase.replace(" ", "_").replace("/", "_")
         shutil.rmtree(work, ignore_errors=True)
@@ -239,6 +277,11 @@ def main() -> None:
         else:
             rows.append((name, json.loads(p.stdout.strip().splitlines()[-1]), ""))
         print(name, rows[-1][1] or rows[-1][2], flush=True)
+    Path(__file__).parent.joinpath("peers.json").write_text(json.dumps(rows, indent=1))
+    try:
+        plot(rows, Path(__file__).parent / "peers.png")
+    except ImportError:
+        pass
     gb = sum(f.stat().st_size for f in Path(a.data).glob("*.parquet")) / 1e9
     print(f"\n## Peer comparison ({gb:.2f} GB Parquet, list<int32> tokens, one shuffled epoch, buffer {BUFFER} rows)\n")
     print("| loader | extra disk GB | setup s | first batch s | rows/s | tokens/s (M) | epoch s | peak RSS MB | files per 1,000 rows | Spearman vs file order |")
