@@ -188,6 +188,9 @@ def test_map_stream_shards_a_mixture_exactly_once_and_resumes() -> None:
     s3.load_state_dict(s2.state_dict())
     assert head + list(s3) == full
     assert len(MapStream(mix, rank=0, world_size=3, drop_last=True)) == 333
+    # ranks advance through the global index together (stages switch at the same step)
+    firsts = [next(iter(MapStream(list(range(10)), rank=r, world_size=3))) for r in range(3)]
+    assert firsts == [0, 1, 2]
     del torch
 
 

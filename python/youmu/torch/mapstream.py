@@ -2,9 +2,12 @@
 ``FlatMixture``, a ``RowDataset`` — as an ``IterableDataset`` sharded exactly once over
 DDP ranks × DataLoader workers, resumable from a few integers.
 
-Positions ``0 .. len-1`` are split into contiguous blocks, one per rank, then one per
-worker inside the rank (so a rank's items do not depend on its worker count). Mixtures
-are already shuffled pure maps, so contiguous blocks lose no shuffle quality.
+Positions are dealt round-robin: index ``i`` goes to rank ``i % world_size``, and a
+rank's k-th index to worker ``k % num_workers`` (so a rank's items do not depend on its
+worker count). Striding, unlike contiguous blocks, keeps every rank at the same region
+of the global index at the same step, which is what makes mixture stages (curricula,
+defined on the global index) switch at the same step on every rank. Map-style reads
+are random access anyway, so striding costs no I/O locality.
 
 Example:
     >>> from youmu.mixture import MixtureDataset
@@ -19,7 +22,6 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from youmu.plan import _row_block
 from youmu.torch.dataset import _dist_defaults
 
 
@@ -56,12 +58,14 @@ class MapStream(IterableDataset):
         n = len(self.dataset)
         return n - n % self.world_size if self.drop_last else n
 
-    def _block(self, worker: int, num_workers: int) -> tuple[int, int]:
-        return _row_block(self._n(), self.rank, self.world_size, worker, num_workers)
+    def _stride(self, worker: int, num_workers: int) -> tuple[int, int, int]:
+        """(first index, step, number of indices) of a (rank, worker) shard."""
+        first, step = self.rank + self.world_size * worker, self.world_size * num_workers
+        n = self._n()
+        return first, step, max(0, (n - first + step - 1) // step)
 
     def __len__(self) -> int:
-        lo, hi = self._block(0, 1)
-        return hi - lo
+        return self._stride(0, 1)[2]
 
     def state_dict(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "num_workers": self._num_workers_seen, "positions": dict(self._positions)}
@@ -78,15 +82,15 @@ class MapStream(IterableDataset):
         if self._positions and self._num_workers_seen not in (None, num_workers):
             raise ValueError(f"state was saved with {self._num_workers_seen} workers; resume with the same number")
         self._num_workers_seen = num_workers
-        lo, hi = self._block(worker, num_workers)
-        pos = lo + self._positions.get(worker, 0)
+        first, step, count = self._stride(worker, num_workers)
+        pos = self._positions.get(worker, 0)
         get_many = getattr(self.dataset, "__getitems__", None)
-        while pos < hi:
-            stop = min(pos + self.chunk, hi)
-            items = get_many(list(range(pos, stop))) if get_many else [self.dataset[i] for i in range(pos, stop)]
+        while pos < count:
+            idx = [first + step * k for k in range(pos, min(pos + self.chunk, count))]
+            items = get_many(idx) if get_many else [self.dataset[i] for i in idx]
             for item in items:
                 pos += 1
-                self._positions[worker] = pos - lo
+                self._positions[worker] = pos
                 if self.transform is not None:
                     item = self.transform(item)
                     if item is None:
