@@ -36,16 +36,52 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_index(corpus: Path, manifest: dict, progress: bool = True):
-    """One page space over all sources (files shared, nothing copied)."""
+TINY = "stdlib.tomllib"  # a few KB of source: upweighted so it is visibly sampled
+
+
+def stage_weights(manifest: dict) -> list:
+    """Two weight stages over the sources: token-proportional to start with, then a
+    curriculum switch that favours the standard library 3:1; the tiny source (a few KB)
+    gets 5% throughout, far above its natural 0.04%, so it is visibly sampled (and
+    restarted with a fresh permutation each pass)."""
+    tokens = {n: s["tokens"] for n, s in manifest["sources"].items()}
+    total = sum(tokens.values())
+    first = {n: t / total for n, t in tokens.items()}
+    second = {n: (3.0 if n.startswith("stdlib") else 1.0) * t / total for n, t in tokens.items()}
+    out = []
+    for w in (first, second):
+        w = {n: v * 0.95 / (sum(w.values()) - w.get(TINY, 0)) for n, v in w.items() if n != TINY}
+        w[TINY] = 0.05
+        out.append(w)
+    return out
+
+
+def make_mixture(corpus: Path, manifest: dict, args: argparse.Namespace, progress: bool = True):
+    """A MixtureDataset over one map-style Parquet source per package (nothing copied)."""
     import youmu
     from tqdm import tqdm
 
     names = sorted(manifest["sources"])
-    parts = []
+    children = {}
     for name in tqdm(names, desc="indexing sources", unit="source", disable=not progress):
-        parts.append(youmu.PageIndex(corpus / name, columns=["input_ids", "source"]))
-    return names, youmu.PageIndex.concat(parts)
+        children[name] = youmu.RowDataset(corpus / name, columns=["input_ids", "source"], output="torch")
+    return mixture_of(children, manifest, args), names
+
+
+def mixture_plan(manifest: dict, args: argparse.Namespace) -> tuple[list, int]:
+    """Stages and length: the switch lands halfway through the documents the run needs
+    (documents are whole source files, ~7k tokens on average)."""
+    mean_doc = sum(s["tokens"] for s in manifest["sources"].values()) / sum(s["rows"] for s in manifest["sources"].values())
+    docs = int(args.steps * args.batch_size * args.world_size * args.seq_len / mean_doc) + 1
+    first, second = stage_weights(manifest)
+    return [(0, first), (max(docs // 2, 1), second)], 4 * docs + 64
+
+
+def mixture_of(children: dict, manifest: dict, args: argparse.Namespace):
+    import youmu
+
+    stages, length = mixture_plan(manifest, args)
+    return youmu.MixtureDataset(children, stages, seed=args.seed, block_size=64, length=length)
 
 
 def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: dict, results) -> None:
@@ -55,20 +91,21 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader
 
-    from youmu.torch import YoumuDataset, collate_packed, pack
+    from youmu.torch import MapStream, collate_packed, pack
 
     corpus = Path(args.out) / "corpus"
-    names, index = make_index(corpus, manifest, progress=rank == 0)
+    mix, names = make_mixture(corpus, manifest, args, progress=rank == 0)
     tally: dict[str, int] = {n: 0 for n in names}
+    docs = [0]
 
-    def count_source(row):  # realised mixture: tokens delivered per source
+    def count_source(row):  # realised mixture: tokens delivered per source, documents consumed
         tally[row["source"]] += len(row["input_ids"])
+        docs[0] += 1
         return {"input_ids": row["input_ids"]}
 
-    ds = YoumuDataset(index, shuffle="page", buffer_size=512, seed=args.seed, rank=rank, world_size=world,
-                      transform=count_source)
-    packed = pack(ds, seq_len=args.seq_len, eos_id=manifest["eos_id"])
-    # loading runs in this process (it is cheap next to the model step) so the tally is ours
+    # indices dealt round-robin over ranks, so the weight stage switches at the same step everywhere
+    stream = MapStream(mix, rank=rank, world_size=world, transform=count_source)
+    packed = pack(stream, seq_len=args.seq_len, eos_id=manifest["eos_id"])
     loader = DataLoader(packed, batch_size=args.batch_size, collate_fn=collate_packed, num_workers=0)
 
     torch.manual_seed(0)
@@ -87,8 +124,7 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
     for step in range(args.steps):
         try:
             batch = next(it)
-        except StopIteration:  # next epoch
-            packed.set_epoch(packed.dataset.epoch + 1)
+        except StopIteration:  # the mixture is long enough for the run; restart defensively
             it = iter(loader)
             batch = next(it)
         logits = model(batch["input_ids"], batch["position_ids"])
@@ -108,22 +144,30 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
             bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", pad="0.0%")
     if bar is not None:
         bar.close()
-    results[rank] = {"history": history, "steps": args.steps, "source_tokens": dict(tally)}
+    results[rank] = {"history": history, "steps": args.steps, "source_tokens": dict(tally), "docs": docs[0]}
     dist.destroy_process_group()
 
 
 def summarize(out: Path, results: dict, manifest: dict, args: argparse.Namespace) -> dict:
     h = results[0]["history"]
-    seen: dict[str, int] = {}
-    for r in results.values():
-        for k, v in r["source_tokens"].items():
-            seen[k] = seen.get(k, 0) + v
-    total_seen = max(sum(seen.values()), 1)
-    total_corpus = sum(s["tokens"] for s in manifest["sources"].values())
-    shares = {
-        k: {"target": round(manifest["sources"][k]["tokens"] / total_corpus, 4), "realised": round(v / total_seen, 4)}
-        for k, v in sorted(seen.items(), key=lambda kv: -manifest["sources"][kv[0]]["tokens"])
-    }
+    # Realised shares per stage, from the mixture's pure index map: ranks take indices
+    # round-robin, so together they consumed indices [0, D).
+    consumed = sum(r["docs"] for r in results.values())
+    mix = mixture_of({n: range(s["rows"]) for n, s in manifest["sources"].items()}, manifest, args)
+    switch = mix.stages[1].start
+    ranges = {"stage 1": (0, min(switch, consumed)), "stage 2": (switch, max(consumed, switch))}
+    shares = {}
+    for label, (lo, hi) in ranges.items():
+        weights = mix.stages[0 if label == "stage 1" else 1]
+        before, after = mix.counts(lo), mix.counts(hi)
+        n = max(hi - lo, 1)
+        top = sorted(manifest["sources"], key=lambda k: -manifest["sources"][k]["tokens"])[:5] + [TINY]
+        shares[label] = {
+            "documents": hi - lo,
+            "sources": {k: {"target": round(float(weights.weights[list(weights.children).index(mix.names.index(k))]), 4),
+                            "realised": round((after[k] - before[k]) / n, 4)} for k in top},
+        }
+    shares["tiny_source_passes"] = mix.passes(consumed).get(TINY, 0)
     summary = {
         "steps_per_rank": {r: results[r]["steps"] for r in sorted(results)},
         "final_loss": h[-1]["loss"],
@@ -132,7 +176,9 @@ def summarize(out: Path, results: dict, manifest: dict, args: argparse.Namespace
         "tokens_per_s": h[-1]["tokens_per_s"],
         "seconds": h[-1]["seconds"],
         "sources": len(manifest["sources"]),
-        "mixture_shares": shares,
+        "documents": consumed,
+        "stage_switch_at_document": switch,
+        "mixture": shares,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     try:

@@ -209,3 +209,21 @@ def test_flat_mixture_of_parquet_sources_streams_by_pages(tmp_path: Path) -> Non
     ds = YoumuDataset(fm, shuffle="page", buffer_size=64, output="python")
     ids = [r["id"] for r in ds]
     assert sorted(ids) == list(range(1430)) and ids != sorted(ids)
+
+
+def test_pack_over_a_mixture_stream_resumes() -> None:
+    torch = pytest.importorskip("torch")
+    from youmu.torch import MapStream, pack
+
+    kids = {"a": [torch.full((n % 13 + 1,), n) for n in range(200)], "b": [torch.full((3,), -n) for n in range(20)]}
+    mix = MixtureDataset(kids, {"a": 0.9, "b": 0.1}, block_size=16, length=500)
+    full = torch.cat([p["input_ids"] for p in pack(MapStream(mix, rank=0, world_size=2), seq_len=32)])
+    p2 = pack(MapStream(mix, rank=0, world_size=2), seq_len=32)
+    it = iter(p2)
+    head = [next(it) for _ in range(9)]
+    p3 = pack(MapStream(mix, rank=0, world_size=2), seq_len=32)
+    p3.load_state_dict(p2.state_dict())
+    got = torch.cat([x["input_ids"] for x in head + list(p3)])
+    assert torch.equal(got, full)
+    with pytest.raises(TypeError):
+        pack([1, 2, 3], seq_len=4)

@@ -76,9 +76,14 @@ class MapStream(IterableDataset):
         self._positions = {int(k): int(v) for k, v in state["positions"].items()}
         self._num_workers_seen = state.get("num_workers")
 
-    def __iter__(self) -> Iterator[Any]:
+    def _worker(self) -> tuple[int, int]:
         info = get_worker_info()
-        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return (0, 1) if info is None else (info.id, info.num_workers)
+
+    def iter_positions(self) -> Iterator[tuple[int, Any]]:
+        """Yield ``(position, item)`` from this worker's saved position (no transform),
+        the protocol ``youmu.torch.pack`` resumes through."""
+        worker, num_workers = self._worker()
         if self._positions and self._num_workers_seen not in (None, num_workers):
             raise ValueError(f"state was saved with {self._num_workers_seen} workers; resume with the same number")
         self._num_workers_seen = num_workers
@@ -87,13 +92,17 @@ class MapStream(IterableDataset):
         get_many = getattr(self.dataset, "__getitems__", None)
         while pos < count:
             idx = [first + step * k for k in range(pos, min(pos + self.chunk, count))]
-            items = get_many(idx) if get_many else [self.dataset[i] for i in idx]
-            for item in items:
+            for item in get_many(idx) if get_many else [self.dataset[i] for i in idx]:
+                yield pos, item
                 pos += 1
-                self._positions[worker] = pos
-                if self.transform is not None:
-                    item = self.transform(item)
-                    if item is None:
-                        continue
-                yield item
+
+    def __iter__(self) -> Iterator[Any]:
+        worker, _ = self._worker()
+        for pos, item in self.iter_positions():
+            self._positions[worker] = pos + 1
+            if self.transform is not None:
+                item = self.transform(item)
+                if item is None:
+                    continue
+            yield item
         self._positions.pop(worker, None)  # finished: the next iteration starts over

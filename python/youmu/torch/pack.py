@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
-from youmu.torch.dataset import YoumuDataset
 
 
 class PackedDataset(IterableDataset):
-    """Fixed-length sequences packed from a :class:`YoumuDataset`'s token rows.
+    """Fixed-length sequences packed from a stream of token rows: a
+    :class:`YoumuDataset` or a :class:`~youmu.torch.MapStream` (over a mixture, say).
 
     Each item is ``{"input_ids": LongTensor[seq_len], "position_ids": LongTensor[seq_len],
     "cu_seqlens": IntTensor[docs + 1]}``; ``position_ids`` restart at 0 at each document
@@ -34,7 +34,7 @@ class PackedDataset(IterableDataset):
 
     def __init__(
         self,
-        dataset: YoumuDataset,
+        dataset: Any,
         seq_len: int,
         column: str = "input_ids",
         eos_id: int | None = None,
@@ -43,8 +43,12 @@ class PackedDataset(IterableDataset):
         super().__init__()
         if seq_len < 1:
             raise ValueError("seq_len must be >= 1")
-        if column not in dataset.index.columns:
-            raise ValueError(f"column {column!r} is not one of {dataset.index.columns}")
+        for needed in ("iter_positions", "state_dict", "load_state_dict", "_worker", "_positions"):
+            if not hasattr(dataset, needed):
+                raise TypeError(f"pack() needs a YoumuDataset or MapStream, got {type(dataset).__name__}")
+        index = getattr(dataset, "index", None)
+        if index is not None and column not in index.columns:
+            raise ValueError(f"column {column!r} is not one of {index.columns}")
         self.dataset = dataset
         self.seq_len = int(seq_len)
         self.column = column
@@ -54,7 +58,8 @@ class PackedDataset(IterableDataset):
         self._current: dict[int, tuple[int, int]] = {}
 
     def set_epoch(self, epoch: int) -> None:
-        self.dataset.set_epoch(epoch)
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
         self._resume, self._current = {}, {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -66,7 +71,7 @@ class PackedDataset(IterableDataset):
         self._current = dict(self._resume)
 
     def _tokens(self, row: Any) -> np.ndarray:
-        t = row[self.column]
+        t = row[self.column] if isinstance(row, dict) else row
         arr = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
         if self.eos_id is not None:
             arr = np.concatenate([arr, np.array([self.eos_id], dtype=arr.dtype)])
@@ -94,7 +99,7 @@ class PackedDataset(IterableDataset):
         # where the sequence being built begins: (row position, tokens of it already used)
         seq_start = (row_pos, skip)
         for pos, row in ds.iter_positions():
-            if ds.transform is not None:
+            if getattr(ds, "transform", None) is not None:
                 # the wrapped dataset's transform (tokenize, filter) runs before packing
                 row = ds.transform(row)
                 if row is None:
@@ -123,7 +128,7 @@ class PackedDataset(IterableDataset):
 
 
 def pack(
-    dataset: YoumuDataset, seq_len: int, column: str = "input_ids", eos_id: int | None = None, pad_id: int | None = None
+    dataset: Any, seq_len: int, column: str = "input_ids", eos_id: int | None = None, pad_id: int | None = None
 ) -> PackedDataset:
     """Pack a dataset's token rows into ``seq_len`` sequences (see :class:`PackedDataset`)."""
     return PackedDataset(dataset, seq_len, column=column, eos_id=eos_id, pad_id=pad_id)
