@@ -106,10 +106,41 @@ def _get_many(ds: Any, idx: Sequence[int]) -> list[Any]:
     return [ds[int(i)] for i in idx]
 
 
+class _MapMixture:
+    """Item access shared by the mixtures: subclasses provide ``names``, ``children``,
+    ``__len__`` and ``locate_many(indices) -> (child numbers, child indices)``."""
+
+    names: list[str]
+    children: dict[str, Any]
+
+    def locate(self, i: int) -> tuple[str, int]:
+        """``(child_name, index_in_child)`` of global index ``i``: a pure function."""
+        n = len(self)  # type: ignore[arg-type]
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"index {i} out of range for a {type(self).__name__} of length {n}")
+        c, local = self.locate_many([j])  # type: ignore[attr-defined]
+        return self.names[int(c[0])], int(local[0])
+
+    def __getitem__(self, i: int) -> Any:
+        name, local = self.locate(int(i))
+        return self.children[name][local]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Batch access: one ``__getitems__`` call per child touched."""
+        child, local = self.locate_many(indices)  # type: ignore[attr-defined]
+        out: list[Any] = [None] * len(child)
+        for c in np.unique(child):
+            pos = np.nonzero(child == c)[0]
+            for p, item in zip(pos, _get_many(self.children[self.names[int(c)]], local[pos].tolist())):
+                out[int(p)] = item
+        return out
+
+
 # --------------------------------------------------------------------------------------
 # FlatMixture
 # --------------------------------------------------------------------------------------
-class FlatMixture:
+class FlatMixture(_MapMixture):
     """Children concatenated (in the given order) under one keyed permutation.
 
     Args:
@@ -145,28 +176,6 @@ class FlatMixture:
         flat = self._perm.take(idx) if self._perm is not None and idx.size else idx
         child = np.searchsorted(self.offsets, flat, side="right") - 1
         return child, flat - self.offsets[child]
-
-    def locate(self, i: int) -> tuple[str, int]:
-        """``(child_name, local_index)`` of global index ``i``."""
-        n = len(self)
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"index {i} out of range for a FlatMixture of length {n}")
-        c, local = self.locate_many([j])
-        return self.names[int(c[0])], int(local[0])
-
-    def __getitem__(self, i: int) -> Any:
-        name, local = self.locate(int(i))
-        return self.children[name][local]
-
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        child, local = self.locate_many(indices)
-        out: list[Any] = [None] * len(child)
-        for c in np.unique(child):
-            pos = np.nonzero(child == c)[0]
-            for p, item in zip(pos, _get_many(self.children[self.names[int(c)]], local[pos].tolist())):
-                out[int(p)] = item
-        return out
 
     def page_index(self):
         """One ``youmu.PageIndex`` over all children, when every child is a youmu
@@ -204,7 +213,7 @@ class _Stage:
     floor_u: np.ndarray
 
 
-class MixtureDataset:
+class MixtureDataset(_MapMixture):
     """Weighted, block-deterministic mixture with exact allocation.
 
     Args:
@@ -390,15 +399,6 @@ class MixtureDataset:
             key = _mix(self._child_keys[child] ^ (passes.astype(np.uint64) * _GOLDEN))
         return child, batch_permute(within, lengths, key)
 
-    def locate(self, i: int) -> tuple[str, int]:
-        """``(child_name, child_index)`` of global index ``i``."""
-        n = len(self)
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"index {i} out of range for a MixtureDataset of length {n}")
-        c, local = self.locate_many([j])
-        return self.names[int(c[0])], int(local[0])
-
     def counts(self, i: int) -> dict[str, int]:
         """Samples each child has contributed among the first ``i`` indices."""
         i = int(i)
@@ -428,19 +428,6 @@ class MixtureDataset:
 
     def __len__(self) -> int:
         return self._length
-
-    def __getitem__(self, i: int) -> Any:
-        name, local = self.locate(int(i))
-        return self.children[name][local]
-
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        child, local = self.locate_many(indices)
-        out: list[Any] = [None] * len(child)
-        for c in np.unique(child):
-            pos = np.nonzero(child == c)[0]
-            for p, item in zip(pos, _get_many(self.children[self.names[int(c)]], local[pos].tolist())):
-                out[int(p)] = item
-        return out
 
     def __repr__(self) -> str:
         return (f"MixtureDataset({len(self.names)} children, {len(self.stages)} stage(s), "
