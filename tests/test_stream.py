@@ -79,7 +79,7 @@ def test_drop_last_gives_every_rank_the_same_count(index, mode) -> None:
     pr = index.page_num_rows()
     from youmu.plan import window_pages_for
 
-    wp = window_pages_for(pr, 200)
+    wp = window_pages_for(pr, 200, 3)
     caps, dropped = rank_caps(pr, mode, window_pages=wp, window_rows=200, seed=1, epoch=0, world_size=3, num_workers=2)
     per_rank = [sum(caps[r, w] for w in range(2)) for r in range(3)]
     assert len(set(per_rank)) == 1
@@ -287,3 +287,17 @@ def test_row_dataset_single_row_and_page_cache_paths_agree(dataset: Path, cache_
     rows = ds.__getitems__(idx)
     assert [r["id"] for r in rows] == idx
     assert all(r["input_ids"] == [r["id"]] * len(r["input_ids"]) for r in rows)
+
+
+def test_a_small_dataset_still_gives_every_rank_rows(tmp_path: Path) -> None:
+    """Regression: with one window of pages (buffer larger than the data), rank 1 got
+    nothing and a DDP loop over it deadlocked its peers."""
+    path = tmp_path / "small.parquet"
+    pq.write_table(pa.table({"id": np.arange(400)}), path, data_page_size=256, use_dictionary=False,
+                   write_batch_size=32)
+    idx = youmu.PageIndex(path)
+    assert len(idx) >= 4
+    for mode in MODES:
+        got = [len(list(YoumuDataset(idx, shuffle=mode, buffer_size=100_000, rank=r, world_size=4, output="python")))
+               for r in range(4)]
+        assert all(n > 0 for n in got) and sum(got) == 400, (mode, got)

@@ -48,14 +48,18 @@ def _permutation(n: int, seed: int, epoch: int, purpose: str):
     return Permutation(n, seed=seed, epoch=epoch, purpose=purpose)
 
 
-def window_pages_for(page_rows: np.ndarray, buffer_size: int) -> int:
-    """Pages per window so a window holds about ``buffer_size`` rows."""
+def window_pages_for(page_rows: np.ndarray, buffer_size: int, world_size: int = 1) -> int:
+    """Pages per window so a window holds about ``buffer_size`` rows — but never so
+    many that some rank would get no window: a small dataset must still give every DDP
+    rank data (a rank with none would leave the others waiting in their collectives).
+    Depends on the world size only, so a rank's rows never depend on its worker count."""
     if buffer_size < 1:
         raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
     if len(page_rows) == 0:
         return 1
     mean = max(float(page_rows.mean()), 1.0)
-    return max(1, int(round(buffer_size / mean)))
+    wanted = max(1, int(round(buffer_size / mean)))
+    return max(1, min(wanted, len(page_rows) // max(world_size, 1)))
 
 
 def row_chunk_rows(window_pages: int) -> int:

@@ -51,7 +51,7 @@ class RowStream:
     ) -> None:
         self.index = index
         self.page_rows = index.page_num_rows() if page_rows is None else page_rows
-        self.window_pages = window_pages_for(self.page_rows, buffer_size)
+        self.window_pages = window_pages_for(self.page_rows, buffer_size, world_size)
         self.plan = ShardPlan.build(
             self.page_rows,
             shuffle,

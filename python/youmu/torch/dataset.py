@@ -130,7 +130,7 @@ class YoumuDataset(IterableDataset):
 
     # -- sizes ----------------------------------------------------------------------------
     def _window_pages(self) -> int:
-        return window_pages_for(self._page_rows, self.buffer_size)
+        return window_pages_for(self._page_rows, self.buffer_size, self.world_size)
 
     def _row_chunk(self) -> int | None:
         return row_chunk_rows(self._window_pages()) if self.shuffle == "row" else None

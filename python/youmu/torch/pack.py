@@ -47,7 +47,8 @@ class PackedDataset(IterableDataset):
             if not hasattr(dataset, needed):
                 raise TypeError(f"pack() needs a YoumuDataset or MapStream, got {type(dataset).__name__}")
         index = getattr(dataset, "index", None)
-        if index is not None and column not in index.columns:
+        # with a transform the column may be made on the fly (e.g. tokenized text)
+        if index is not None and getattr(dataset, "transform", None) is None and column not in index.columns:
             raise ValueError(f"column {column!r} is not one of {index.columns}")
         self.dataset = dataset
         self.seq_len = int(seq_len)
