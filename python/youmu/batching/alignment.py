@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, Sequence, TypeVar
+from typing import NamedTuple, Sequence, TypeVar
 
 __all__ = [
     "NOT_READY",
@@ -369,7 +369,3 @@ def decode_report(row: Sequence[int], max_groups: int, with_tokens: bool = True)
     sizes = tuple(int(x) for x in row[2 : 2 + k])
     tokens = tuple(int(x) for x in row[2 + max_groups : 2 + max_groups + k]) if with_tokens else ()
     return RankReport(capacity, n, sizes, tokens)
-
-
-class Emission(Generic[T]):
-    """Placeholder for typing of generic group lists (kept for API symmetry)."""
