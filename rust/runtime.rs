@@ -6,7 +6,7 @@
 //! to join threads that do not exist there.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::cache::ByteLru;
 
@@ -89,9 +89,6 @@ pub fn set_num_threads(n: usize) {
     // The old runtime may still be in use by another thread: leak it rather than free it.
     CURRENT.store(Box::into_raw(Box::new(rt)), Ordering::Release);
 }
-
-/// Shared handle type for cached bytes.
-pub type SharedBytes = Arc<bytes::Bytes>;
 
 /// Optionally pin glibc's mmap threshold so freed page buffers go back to the OS.
 ///

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import warnings
 
@@ -87,11 +87,3 @@ def rows(table: pa.Table | pa.RecordBatch, output: str, compact: bool = False) -
         cols = [column_rows(batch.column(j), output, compact) for j in range(batch.num_columns)]
         for i in range(batch.num_rows):
             yield {n: c[i] for n, c in zip(names, cols)}
-
-
-def apply_transform(items: Iterator[Any], transform: Callable[[Any], Any] | None) -> Iterator[Any]:
-    if transform is None:
-        yield from items
-    else:
-        for x in items:
-            yield transform(x)
