@@ -194,6 +194,8 @@ def test_bad_arguments(index) -> None:
         YoumuDataset(index, rank=2, world_size=2)
     with pytest.raises(ValueError):
         YoumuDataset(index, buffer_size=0)
+    with pytest.raises(ValueError, match="columns"):
+        YoumuDataset(index, columns=["id"])  # the index reads input_ids and id
 
 
 def _quality(ids: list[int], file_of) -> tuple[float, float]:

@@ -89,6 +89,11 @@ class YoumuDataset(IterableDataset):
             self.index = paths.page_index()
         else:
             self.index = PageIndex(paths, columns=list(columns) if columns else None)
+        if columns is not None and list(columns) != self.index.columns:
+            raise ValueError(
+                f"columns={list(columns)} but the given index reads {self.index.columns}; "
+                "build the PageIndex with those columns (or omit columns=)"
+            )
         self.shuffle = shuffle
         self.buffer_size = int(buffer_size)
         self.seed = int(seed)
