@@ -35,6 +35,7 @@ Example (two processes, each with its rank)::
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -78,6 +79,7 @@ class GlooChannel:
         self.bytes_gathered = 0
         self.seconds = 0.0
         self._closed = False
+        self._lease = threading.Lock()
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -200,6 +202,15 @@ class GlooChannel:
     def barrier(self) -> None:
         """Wait until every rank reaches this point (a one-int all_gather)."""
         self.all_gather_int64([0])
+
+    def lease(self, timeout: float) -> bool:
+        """Take exclusive use of the channel (a loader's aligner holds it for a whole
+        iteration, so a second iteration on the same channel waits for the first to
+        finish its protocol instead of interleaving messages). Returns False on timeout."""
+        return self._lease.acquire(timeout=timeout)
+
+    def release_lease(self) -> None:
+        self._lease.release()
 
     def close(self) -> None:
         """Drop the group. Further collectives raise :class:`ChannelError`."""

@@ -258,8 +258,9 @@ class DynamicBatchLoader:
             its data, so every sample is emitted exactly once; ranks finish at
             different steps (use :func:`~youmu.batching.integrations.join_uneven` or
             ``uneven="pad"``). Non-join: the first rank to run out ends the logical
-            iteration for all, and the loader chains reshuffled iterations until
-            ``quota`` samples were emitted (map-style datasets only).
+            iteration for all, and the loader chains iterations (reshuffled for
+            map-style datasets; a fresh ``iter(dataset)`` for iterable ones) until
+            ``quota`` samples were emitted.
         loss_scaling: ``"exact"``, ``"approx"``, ``"sample"`` or ``"none"`` (see
             :mod:`youmu.batching.loss`); sets ``info.loss_scale``.
         token_count_fn: loss tokens of a sample (``t_r`` of Eq. 2); default
@@ -272,7 +273,7 @@ class DynamicBatchLoader:
         timeout: seconds any collective may wait, and the longest the data source may
             produce nothing, before every rank raises.
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
-        quota: non-join mode's sample quota ``N`` (default ``len(dataset)``).
+        quota: non-join mode's global sample quota ``N`` (default ``len(dataset)``).
         max_outstanding: credits per rank (samples fetched and not yet consumed);
             default ``2 * buffer_size`` so the next round fills while the trainer
             consumes the previous one. Must be at least ``buffer_size``.
@@ -360,10 +361,10 @@ class DynamicBatchLoader:
             self._kind = "iterable"
         else:
             self._kind = "map"
-        if not join and self._kind != "map":
+        if not join and self._kind != "map" and quota is None:
             raise ValueError(
-                "non-join mode chains reshuffled passes until a sample quota, which needs a map-style dataset "
-                "(len + __getitem__); use join=True with iterable datasets"
+                "non-join mode chains passes until a global sample quota: pass quota=N with an iterable dataset "
+                "(its len(), if any, is usually per rank)"
             )
         if quota is not None:
             if join:
@@ -737,6 +738,17 @@ class _EpochIterator:
 
     # -- aligner thread -------------------------------------------------------------------
     def _run(self) -> None:
+        channel = self.L.channel
+        wait = self.L.timeout
+        if not channel.lease(wait):
+            self._fail(BatchingError(f"the loader's channel stayed busy for {wait:.0f}s (another iteration on it?)"))
+            return
+        try:
+            self._run_leased()
+        finally:
+            channel.release_lease()
+
+    def _run_leased(self) -> None:
         try:
             start = self._handshake()
             iteration = start["iteration"]
@@ -745,10 +757,17 @@ class _EpochIterator:
                 self._run_done(start)
             else:
                 while True:
+                    first_step = int(start["step"])
                     outcome = self._run_iteration(iteration, start, resume)
                     resume = None
                     if outcome != "stop":
                         break
+                    if self._last_step == first_step:
+                        # the same on every rank: chaining again could never reach the quota
+                        raise BatchingError(
+                            "non-join mode: a logical iteration ended before any step (a rank has no data?); "
+                            "use join=True when ranks may hold no samples"
+                        )
                     iteration += 1
                     start = dict(start, round=0, step=self._last_step, emitted=self._emitted)
             if self._peer_closed is not None:
