@@ -1,0 +1,53 @@
+"""Multisource planning (issue 6): cost models, workload balancing, declarative
+per-step plans and a balanced loader.
+
+Everything deterministic here is a pure function of its inputs, so every rank can
+compute the same plan from the same (all-gathered) sample metadata. Nothing here
+imports youmu's native core; torch is imported only by the loader, lazily.
+
+Example:
+    >>> from youmu.planning import attention_cost, balance
+    >>> costs = attention_cost([[8000], [500], [700], [7000], [300], [200]], "llama-12b")
+    >>> balance(costs, num_buckets=2)      # 8000+200 | 500+700+7000+300
+    [(1, 0), (0, 0), (0, 0), (0, 0), (0, 0), (1, 0)]
+"""
+
+from __future__ import annotations
+
+from youmu.planning.balance import (
+    METHODS,
+    BalanceResult,
+    CapacityError,
+    Imbalance,
+    balance,
+    balance_detailed,
+    compare,
+    imbalance,
+)
+from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
+from youmu.planning.plan import Mesh, PlanError, Planner, SampleMeta, StepPlan, gather_metadata
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
+
+__all__ = [
+    "METHODS",
+    "PRESETS",
+    "BalanceResult",
+    "CapacityError",
+    "CostModel",
+    "Imbalance",
+    "Mesh",
+    "MixingSchedule",
+    "MixtureSchedule",
+    "ModelConfig",
+    "PlanError",
+    "Planner",
+    "SampleMeta",
+    "StepPlan",
+    "as_schedule",
+    "attention_cost",
+    "balance",
+    "balance_detailed",
+    "compare",
+    "gather_metadata",
+    "imbalance",
+]
