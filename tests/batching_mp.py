@@ -1,0 +1,341 @@
+"""Multi-process harness for the batching tests: spawn W ranks on 127.0.0.1 (Gloo),
+run a scenario function in each, collect picklable results, with hard timeouts.
+
+Scenario functions live here (module level) so that spawned children can import them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from youmu.batching.synthetic import synthetic_lengths
+
+# ------------------------------------------------------------------------------------------
+# harness
+# ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, q: Any, args: tuple, pg_timeout: float) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            timeout=datetime.timedelta(seconds=pg_timeout),
+        )
+        res = fn(rank, world, *args)
+        q.put((rank, "ok", res))
+    except BaseException as e:  # noqa: BLE001
+        q.put((rank, "err", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def run_world(
+    fn: Callable[..., Any],
+    world: int,
+    *args: Any,
+    timeout: float = 120.0,
+    pg_timeout: float = 60.0,
+    allow_errors: bool = False,
+) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` on ``world`` spawned ranks; results in rank order.
+
+    Raises on a timeout (every child is killed) or, unless ``allow_errors``, when a
+    rank raised. With ``allow_errors`` an erroring rank's result is ``("err", text)``
+    and a rank that died without reporting is ``("dead", exitcode)``.
+    """
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, q, args, pg_timeout)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, tuple[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) < world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"ranks {sorted(set(range(world)) - set(results))} did not finish in {timeout}s")
+            try:
+                rank, status, payload = q.get(timeout=min(left, 1.0))
+                results[rank] = (status, payload)
+            except Exception:  # queue.Empty
+                if all(not p.is_alive() for p in procs) and q.empty():
+                    time.sleep(0.2)
+                    if q.empty():
+                        for r, p in enumerate(procs):
+                            if r not in results:
+                                results[r] = ("dead", p.exitcode)
+                        break
+        for p in procs:
+            p.join(max(deadline - time.monotonic(), 1.0))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    out = []
+    for r in range(world):
+        status, payload = results[r]
+        if status != "ok" and not allow_errors:
+            raise AssertionError(f"rank {r} {status}: {payload}")
+        out.append(payload if status == "ok" else (status, payload))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# datasets and helpers
+# ------------------------------------------------------------------------------------------
+
+
+def token_counts(lengths: list[int], base: int = 0) -> list[int]:
+    """Loss tokens that differ from the lengths (so token-exactness is really tested)."""
+    return [max(n - 7 * ((base + i) % 3), 0) for i, n in enumerate(lengths)]
+
+
+def uneven_layout(lengths: list[int], world: int, empty_last: bool) -> list[list[int]]:
+    """Split ``lengths`` over ranks with weights W, W-1, ..., 1 (the last rank empty if asked)."""
+    ranks = world - 1 if empty_last else world
+    weights = [ranks - r for r in range(ranks)]
+    total = sum(weights)
+    out, pos = [], 0
+    for r in range(ranks):
+        k = len(lengths) - pos if r == ranks - 1 else len(lengths) * weights[r] // total
+        out.append(lengths[pos : pos + k])
+        pos += k
+    if empty_last:
+        out.append([])
+    return out
+
+
+class LengthDataset(torch.utils.data.Dataset):
+    """Map-style: item i is ``{"id": i, "len": lengths[i], "tok": tokens[i]}``."""
+
+    def __init__(
+        self,
+        lengths: list[int],
+        tokens: list[int] | None = None,
+        fail_at: int | None = None,
+        delay: float = 0.0,
+        stall_at: int | None = None,
+    ) -> None:
+        self.lengths = lengths
+        self.tokens = tokens if tokens is not None else lengths
+        self.fail_at = fail_at
+        self.delay = delay
+        self.stall_at = stall_at
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> dict[str, int]:
+        if self.fail_at is not None and i == self.fail_at:
+            raise RuntimeError(f"synthetic preprocessing failure at index {i}")
+        if self.stall_at is not None and i == self.stall_at:
+            time.sleep(3600)
+        if self.delay:
+            time.sleep(self.delay)
+        return {"id": i, "len": self.lengths[i], "tok": self.tokens[i]}
+
+
+class RankIterable(torch.utils.data.IterableDataset):
+    """Iterable: this rank's own samples, ids unique across ranks; every pass starts over."""
+
+    def __init__(self, per_rank: list[list[int]], rank: int) -> None:
+        super().__init__()
+        self.per_rank = per_rank
+        self.rank = rank
+        self.base = sum(len(x) for x in per_rank[:rank])
+        self.tokens = token_counts(per_rank[rank], self.base)
+
+    def _item(self, k: int) -> dict[str, int]:
+        return {"id": self.base + k, "len": self.per_rank[self.rank][k], "tok": self.tokens[k]}
+
+    def __iter__(self):
+        for k in range(len(self.per_rank[self.rank])):
+            yield self._item(k)
+
+
+class StatefulRankIterable(RankIterable):
+    """A resumable variant (``state_dict``/``load_state_dict``, like ``YoumuDataset``):
+    a pass continues from the saved position."""
+
+    def __init__(self, per_rank: list[list[int]], rank: int) -> None:
+        super().__init__(per_rank, rank)
+        self.pos = 0
+
+    def __iter__(self):
+        while self.pos < len(self.per_rank[self.rank]):
+            k = self.pos
+            self.pos += 1
+            yield self._item(k)
+        self.pos = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.pos = int(state["pos"])
+
+
+def sample_len(s: dict[str, int]) -> int:
+    return s["len"]
+
+
+def sample_tok(s: dict[str, int]) -> int:
+    return s["tok"]
+
+
+def collate_ids(samples: list[dict[str, int]]) -> list[int]:
+    return [s["id"] for s in samples]
+
+
+def empty_batch() -> list[int]:
+    """Filler batch for ``uneven="pad"`` on a rank that never had data."""
+    return []
+
+
+def info_row(info: Any) -> dict[str, Any]:
+    d = info.as_dict()
+    d["sample_indices"] = list(d["sample_indices"])
+    return d
+
+
+def drain(loader: Any, limit: int | None = None) -> tuple[list[tuple[list[int], dict[str, Any]]], Any]:
+    """Iterate (at most ``limit`` steps); returns ([(batch ids, info dict)], the iterator)."""
+    it = iter(loader)
+    out = []
+    for batch, info in it:
+        out.append((batch, info_row(info)))
+        if limit is not None and len(out) >= limit:
+            break
+    return out, it
+
+
+def make_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any = None) -> Any:
+    from youmu.batching import DynamicBatchLoader
+
+    lengths = synthetic_lengths(cfg["dist"], cfg.get("n", 1000), seed=cfg.get("seed", 0))
+    if cfg.get("iterable"):
+        cls = StatefulRankIterable if cfg.get("stateful") else RankIterable
+        ds: Any = cls(uneven_layout(lengths, world, cfg.get("empty_last", False)), rank)
+    else:
+        slow = cfg.get("slow") or {}
+        ds = LengthDataset(
+            lengths,
+            token_counts(lengths),
+            fail_at=cfg.get("fail_at") if rank == cfg.get("fail_rank") else None,
+            delay=slow.get("delay", 0.0) if rank == slow.get("rank") else 0.0,
+            stall_at=cfg.get("stall_at") if rank == cfg.get("stall_rank") else None,
+        )
+    return DynamicBatchLoader(
+        ds,
+        token_budget=cfg.get("budget", 4096),
+        length_fn=sample_len,
+        token_count_fn=sample_tok,
+        collate_fn=collate_ids,
+        buffer_size=cfg.get("buffer", 64),
+        num_workers=cfg.get("workers", 0),
+        join=cfg.get("join", True),
+        loss_scaling=cfg.get("loss_scaling", "exact"),
+        group=channel,
+        timeout=cfg.get("timeout", 30),
+        seed=cfg.get("seed", 0),
+        quota=cfg.get("quota"),
+        max_outstanding=cfg.get("max_outstanding"),
+        uneven=cfg.get("uneven", "stop"),
+        pad_batch=empty_batch if cfg.get("uneven") == "pad" else None,
+        heartbeat=cfg.get("heartbeat", 0.2),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# scenarios
+# ------------------------------------------------------------------------------------------
+
+
+def matrix_scenario(rank: int, world: int, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run several loader configurations in sequence on one channel; log everything."""
+    from youmu.batching import GlooChannel
+
+    channel = GlooChannel.from_default_group(timeout=30)
+    results = []
+    for cfg in configs:
+        loader = make_loader(rank, world, cfg, channel)
+        t0 = time.perf_counter()
+        steps, it = drain(loader)
+        assert it.wait_finished(60), "aligner did not finish"
+        results.append(
+            {
+                "steps": steps,
+                "collectives": it.collectives,
+                "second_gathers": it.second_gathers,
+                "rounds_log": it.rounds_log,
+                "undelivered_at_stop": it.undelivered_at_stop,
+                "max_outstanding": it.metrics.max_outstanding,
+                "credits": loader.max_outstanding,
+                "summary": it.metrics.summary(),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+    return results
+
+
+def failure_scenario(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Iterate until an error; report which error and after how long."""
+    loader = make_loader(rank, world, cfg)
+    t0 = time.perf_counter()
+    steps = 0
+    try:
+        for _ in loader:
+            steps += 1
+            if cfg.get("crash_rank") == rank and steps == cfg.get("crash_after", 1):
+                os._exit(17)  # a rank dies in the middle of training
+            if cfg.get("close_rank") == rank and steps == cfg.get("close_after", 1):
+                loader.close()
+                return {"error": None, "steps": steps, "seconds": time.perf_counter() - t0, "closed": True}
+        return {"error": None, "steps": steps, "seconds": time.perf_counter() - t0}
+    except Exception as e:  # noqa: BLE001
+        return {"error": type(e).__name__, "message": str(e), "steps": steps, "seconds": time.perf_counter() - t0}
+
+
+def resume_scenario(rank: int, world: int, cfg: dict[str, Any], stop_after: int) -> dict[str, Any]:
+    """Uninterrupted epoch vs (``stop_after`` steps, state_dict, new loader, rest)."""
+    import pickle
+
+    from youmu.batching import GlooChannel
+
+    channel = GlooChannel.from_default_group(timeout=30)
+    full, it = drain(make_loader(rank, world, cfg, channel))
+    assert it.wait_finished(60)
+    first_loader = make_loader(rank, world, cfg, channel)
+    first, it1 = drain(first_loader, limit=stop_after)
+    state = pickle.loads(pickle.dumps(first_loader.state_dict()))  # as a checkpoint would
+    first_loader.close()
+    assert it1.wait_finished(60)
+    second_loader = make_loader(rank, world, cfg, channel)
+    second_loader.load_state_dict(state)
+    rest, it2 = drain(second_loader)
+    assert it2.wait_finished(60)
+    return {"full": full, "first": first, "rest": rest, "done": state["done"], "replay": len(state["replay"])}
