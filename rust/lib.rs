@@ -8,6 +8,7 @@ pub mod file;
 pub mod index;
 pub mod io;
 pub mod levels;
+pub mod mixture;
 pub mod paths;
 pub mod permute;
 pub mod persist;
