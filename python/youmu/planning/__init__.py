@@ -3,7 +3,7 @@ per-step plans and a balanced loader.
 
 Everything deterministic here is a pure function of its inputs, so every rank can
 compute the same plan from the same (all-gathered) sample metadata. Nothing here
-imports youmu's native core; torch is imported only by the loader, lazily.
+imports youmu's native core; torch is imported lazily (loader, collate).
 
 Example:
     >>> from youmu.planning import attention_cost, balance
@@ -24,11 +24,16 @@ from youmu.planning.balance import (
     compare,
     imbalance,
 )
+from youmu.planning.collate import pack_microbatch
 from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
+from youmu.planning.loader import BalancedLoader, MicroBatchInfo
 from youmu.planning.plan import Mesh, PlanError, Planner, SampleMeta, StepPlan, gather_metadata
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
 __all__ = [
+    "BalancedLoader",
+    "MicroBatchInfo",
+    "pack_microbatch",
     "METHODS",
     "PRESETS",
     "BalanceResult",
@@ -51,3 +56,4 @@ __all__ = [
     "gather_metadata",
     "imbalance",
 ]
+

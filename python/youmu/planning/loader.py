@@ -1,0 +1,681 @@
+"""``BalancedLoader``: per-step global batches, balanced over ranks and micro-batches.
+
+Every step, on every rank:
+
+1. take this rank's share of the step's **global batch** from its own stream —
+   ``global_batch_size`` samples or ``token_budget`` tokens over all ranks (or, with a
+   ``{name: stream}`` source, each source's exact count from the mixing schedule;
+   or, with ``reorder_only``, ``num_microbatches`` formed micro-batches);
+2. measure each sample (document lengths, loss tokens) and **all-gather the
+   metadata** on the loader's Gloo channel
+   (:class:`~youmu.batching.channel.GlooChannel`);
+3. compute the **plan** — a pure function of the gathered metadata and the step, so
+   every rank computes the same one (:class:`~youmu.planning.plan.Planner`);
+4. **exchange the samples** that the plan moves to another rank (pickled, one
+   all-gather) and keep those that fit in no micro-batch for the next step;
+5. yield this rank's ``num_microbatches`` micro-batches, in slot order, each with a
+   :class:`MicroBatchInfo` whose ``loss_scale`` makes the gradients exact: multiply
+   the micro-batch's mean per-token loss by it, sum over micro-batches (gradient
+   accumulation), and DDP's average over ranks is the per-token mean over the whole
+   global batch, ``Σ loss / T``, however the plan split the tokens.
+
+A background thread runs steps 1–4 ``prefetch`` steps ahead of the trainer. Every
+rank runs the same number of steps and gets the same number of micro-batches per
+step; a slot left empty (tiny final steps) repeats a batch with ``loss_scale = 0``
+and ``is_padding = True``, so DDP's collectives stay matched.
+
+Example (one process; with several, give each rank a channel)::
+
+    loader = BalancedLoader(my_rank_stream, num_microbatches=4, token_budget=4 * 8192 * world,
+                            capacity=8192, cost="llama-12b", collate_fn=pack_microbatch)
+    for batch, info in loader:
+        loss = model(**batch).loss * info.loss_scale
+        loss.backward()
+        if info.is_last:
+            opt.step(); opt.zero_grad()
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import pickle
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from youmu.planning.plan import Planner, SampleMeta, StepPlan
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
+
+__all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs"]
+
+log = logging.getLogger("youmu.planning")
+
+# status flags in the per-step header row
+_OK, _EXHAUSTED, _FAILED, _CLOSED = 0, 1, 2, 3
+_HEADER = 4  # [meta vector length, status, payload bytes, reserved]
+
+
+@dataclass(frozen=True)
+class MicroBatchInfo:
+    """What the trainer gets with each micro-batch.
+
+    Attributes:
+        step: global step (the same on every rank).
+        microbatch, num_microbatches: slot ``j`` of ``m``; ``is_last`` when ``j = m-1``
+            (step the optimizer after it).
+        rank, world_size: this rank (bucket) and the number of ranks ``W``.
+        num_samples: samples in this micro-batch.
+        num_tokens: its loss tokens ``t`` (``token_count_fn``).
+        real_tokens: its total length (sum of document lengths).
+        global_num_samples, global_num_tokens: the step's totals ``N`` and ``T``
+            over all ranks and micro-batches.
+        loss_scale: ``W · t / T``: multiply the micro-batch's *mean* per-token loss by
+            it (or use :func:`youmu.batching.loss.scaled_token_loss` on the summed
+            loss, which reads ``world_size`` and ``global_num_tokens``).
+        cost: modelled cost of this micro-batch; slot_max_cost: the largest over
+            ranks of slot ``j`` (what the slot waits for).
+        step_time: modelled ``Σ_j max_r cost(r, j)`` of the step.
+        imbalance: max/mean of the ranks' step costs (1.0 = perfect).
+        sample_ids: ids of the samples (``id_fn`` or arrival ids ``k·W + origin``).
+        is_padding: an empty slot repeating another batch with ``loss_scale = 0``.
+        deferred: samples of this step carried to the next (capacity).
+        method: balancing method used; fingerprint: hash of the step's plan.
+    """
+
+    step: int
+    microbatch: int
+    num_microbatches: int
+    rank: int
+    world_size: int
+    num_samples: int
+    num_tokens: int
+    real_tokens: int
+    global_num_samples: int
+    global_num_tokens: int
+    loss_scale: float
+    cost: float
+    slot_max_cost: float
+    step_time: float
+    imbalance: float
+    sample_ids: tuple[int, ...] = ()
+    is_padding: bool = False
+    deferred: int = 0
+    method: str = ""
+    fingerprint: str = ""
+    source_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def is_last(self) -> bool:
+        return self.microbatch == self.num_microbatches - 1
+
+
+def default_docs(sample: Any) -> list[int]:
+    """Document lengths of a sample: ``cu_seqlens`` of a packed sample
+    (:func:`youmu.torch.pack`), else the length of ``input_ids``, else ``len(sample)``.
+
+    >>> default_docs({"input_ids": [1, 2, 3]}), default_docs({"cu_seqlens": [0, 3, 7]})
+    ([3], [3, 4])
+    """
+    if isinstance(sample, Mapping):
+        if "cu_seqlens" in sample:
+            cu = np.asarray(sample["cu_seqlens"]).reshape(-1)
+            return np.diff(cu).astype(np.int64).tolist()
+        if "input_ids" in sample:
+            ids = sample["input_ids"]
+            shape = getattr(ids, "shape", None)
+            return [int(shape[-1])] if shape is not None and len(shape) else [len(ids)]
+    try:
+        return [len(sample)]
+    except TypeError:
+        raise TypeError(
+            f"cannot measure a {type(sample).__name__}: pass length_fn= (tokens) or docs_fn= (document lengths)"
+        ) from None
+
+
+def _unit(item: Any) -> list[Any]:
+    """A formed micro-batch: a list of samples, or ``(list, StepInfo)`` as
+    :class:`~youmu.batching.loader.DynamicBatchLoader` yields with ``collate_fn=None``."""
+    if isinstance(item, tuple) and len(item) == 2 and hasattr(item[1], "loss_scale"):
+        item = item[0]
+    if not isinstance(item, (list, tuple)):
+        raise TypeError(
+            "with reorder_only=True every item of the source is a formed micro-batch (a list of samples, or the "
+            f"(list, info) pairs of DynamicBatchLoader(collate_fn=None)); got {type(item).__name__}"
+        )
+    return list(item)
+
+
+def _is_dbl_pair(item: Any) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and hasattr(item[1], "loss_scale") and isinstance(item[0], list)
+
+
+class _Stream:
+    """One source stream of this rank (flattening DynamicBatchLoader steps)."""
+
+    def __init__(self, name: str, number: int, iterable: Iterable[Any], flatten_steps: bool) -> None:
+        self.name, self.number = name, number
+        self._it = iter(iterable)
+        self._flatten = flatten_steps
+        self._pending: list[Any] = []
+        self.done = False
+        self.taken = 0
+
+    def next(self) -> tuple[bool, Any]:
+        while True:
+            if self._pending:
+                return True, self._pending.pop(0)
+            if self.done:
+                return False, None
+            try:
+                item = next(self._it)
+            except StopIteration:
+                self.done = True
+                return False, None
+            if self._flatten and _is_dbl_pair(item):
+                if getattr(item[1], "is_padding", False):
+                    continue  # a filler step repeats data: never count it twice
+                self._pending.extend(item[0])
+                continue
+            return True, item
+
+
+@dataclass
+class _Held:
+    """A sample this rank holds: its id, source, documents, loss tokens, payload."""
+
+    id: int
+    source: int
+    docs: list[int]
+    tokens: int
+    payload: Any
+
+
+@dataclass
+class _StepOut:
+    step: int
+    items: list[tuple[Any, MicroBatchInfo]]
+
+
+class _End:
+    pass
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class BalancedLoader:
+    """Balanced global batches over ``W`` ranks × ``num_microbatches`` micro-batches.
+
+    Args:
+        source: this rank's stream of samples (an iterable: a list shard, a
+            ``YoumuDataset``, a ``DataLoader(batch_size=None)`` with workers, a
+            ``DynamicBatchLoader(collate_fn=None)`` whose batches are flattened); or
+            ``{name: stream}`` with ``schedule=`` (multi-source mixing). With
+            ``reorder_only=True``, a stream of formed micro-batches.
+        num_microbatches: micro-batches per rank per step (gradient accumulation / PP).
+        global_batch_size: samples per step over all ranks.
+        token_budget: tokens per step over all ranks (instead of a sample count).
+        capacity: tokens per micro-batch (activation memory); samples that fit in no
+            micro-batch go to the next step.
+        cost: cost model: :class:`~youmu.planning.cost.CostModel`, ``ModelConfig``,
+            preset name, callable ``seqs -> costs``, or ``None`` (default config).
+        method: ``"greedy"`` or ``"kk"`` (``"interleave"`` with ``reorder_only``).
+        reorder_only: keep the source's micro-batches as they are and only choose
+            their (rank, slot): the global batch equals the unbalanced one exactly.
+        schedule: mixing schedule for a ``{name: stream}`` source (weights, stages,
+            ``fn(step)``, a ``MixingSchedule`` or a ``MixtureDataset``).
+        length_fn: sample → tokens (one document); docs_fn: sample → document
+            lengths (packed samples); default :func:`default_docs`.
+        token_count_fn: sample → loss tokens (default: its total length).
+        id_fn: sample → unique int id (default: arrival id ``k·W + rank``).
+        collate_fn: list of samples → batch (default: the list itself).
+        channel: a :class:`~youmu.batching.channel.GlooChannel`; default: a new Gloo
+            group over the initialised default group (collective), or single-process.
+        group_size: hierarchical balancing over groups of ranks.
+        seed: planner seed.
+        drop_last: end at the first step some rank cannot fill (instead of running
+            the tail with fewer samples).
+        prefetch: steps prepared ahead by a background thread (0: in the caller).
+        timeout: seconds a collective may wait (when the channel is created here).
+    """
+
+    def __init__(
+        self,
+        source: Iterable[Any] | Mapping[str, Iterable[Any]],
+        *,
+        num_microbatches: int,
+        global_batch_size: int | None = None,
+        token_budget: int | None = None,
+        capacity: int | None = None,
+        cost: Any = None,
+        method: str = "greedy",
+        reorder_only: bool = False,
+        schedule: Any = None,
+        length_fn: Callable[[Any], int] | None = None,
+        docs_fn: Callable[[Any], Iterable[int]] | None = None,
+        token_count_fn: Callable[[Any], int] | None = None,
+        id_fn: Callable[[Any], int] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        channel: Any = None,
+        group_size: int | None = None,
+        seed: int = 0,
+        drop_last: bool = False,
+        prefetch: int = 1,
+        timeout: float = 300.0,
+    ) -> None:
+        if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < 1:
+            raise ValueError(f"num_microbatches must be a positive int, got {num_microbatches!r}")
+        multi = isinstance(source, Mapping)
+        if reorder_only:
+            if global_batch_size is not None or token_budget is not None:
+                raise ValueError("reorder_only takes num_microbatches formed micro-batches per rank per step; "
+                                 "do not pass global_batch_size or token_budget")
+            if multi:
+                raise ValueError("reorder_only needs one stream of formed micro-batches, not a mapping of sources")
+        elif (global_batch_size is None) == (token_budget is None):
+            raise ValueError("pass exactly one of global_batch_size= (samples per step) or token_budget= (tokens)")
+        if multi:
+            if schedule is None:
+                raise ValueError("a {name: stream} source needs schedule= (per-source weights per step)")
+            if global_batch_size is None:
+                raise ValueError("a {name: stream} source mixes a fixed number of samples: pass global_batch_size=")
+            if not source:
+                raise ValueError("the source mapping is empty")
+        elif schedule is not None:
+            raise ValueError("schedule= applies to a {name: stream} source")
+        for name, v in (("global_batch_size", global_batch_size), ("token_budget", token_budget),
+                        ("capacity", capacity)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if length_fn is not None and docs_fn is not None:
+            raise ValueError("pass length_fn= or docs_fn=, not both")
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        for name, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
+                         ("id_fn", id_fn), ("collate_fn", collate_fn)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable")
+
+        self.channel = self._make_channel(channel, timeout)
+        self.rank = self.channel.rank
+        self.world_size = self.channel.world_size
+        self.num_microbatches = num_microbatches
+        self.global_batch_size = global_batch_size
+        self.token_budget = token_budget
+        self.capacity = capacity
+        self.reorder_only = reorder_only
+        self.length_fn, self.docs_fn = length_fn, docs_fn
+        self.token_count_fn = token_count_fn
+        self.id_fn = id_fn
+        self.collate_fn = collate_fn
+        self.drop_last = drop_last
+        self.prefetch = prefetch
+        if multi:
+            self.schedule: MixingSchedule | MixtureSchedule | None = as_schedule(schedule, global_batch_size,
+                                                                                 names=list(source))
+            missing = set(self.schedule.names) - set(source)
+            if missing:
+                raise ValueError(f"the schedule names sources without a stream: {sorted(missing)}")
+            self._names = list(self.schedule.names)
+            self._sources = dict(source)
+        else:
+            self.schedule = None
+            self._names = ["default"]
+            self._sources = {"default": source}
+        self.planner = (Planner(seed=seed)
+                        .distribute(self.world_size, num_microbatches, capacity=capacity, group_size=group_size)
+                        .cost(cost)
+                        .balance(method, reorder_only=reorder_only, on_overflow="defer"))
+        self.step = 0
+        self._iterating = False
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue[Any] | None = None
+        self._stop = threading.Event()
+        self._last_batch: Any = None
+        self._sample_counter = itertools.count()
+
+    # -- set-up ---------------------------------------------------------------------------
+    @staticmethod
+    def _make_channel(channel: Any, timeout: float) -> Any:
+        from youmu.batching.channel import GlooChannel
+
+        if isinstance(channel, GlooChannel):
+            return channel
+        if channel is not None:
+            return GlooChannel.from_process_group(channel, timeout=timeout)
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return GlooChannel.from_default_group(timeout=timeout)
+        return GlooChannel.local()
+
+    # -- measuring -------------------------------------------------------------------------
+    def _measure(self, sample: Any, source: int) -> _Held:
+        if self.reorder_only:
+            docs: list[int] = []
+            tokens = 0
+            for s in sample:
+                d, t = self._measure_one(s)
+                docs.extend(d)
+                tokens += t
+        else:
+            docs, tokens = self._measure_one(sample)
+        k = next(self._sample_counter)
+        if self.id_fn is not None and not self.reorder_only:
+            sid = int(self.id_fn(sample))
+        else:
+            sid = k * self.world_size + self.rank
+        return _Held(sid, source, docs, tokens, sample)
+
+    def _measure_one(self, sample: Any) -> tuple[list[int], int]:
+        if self.length_fn is not None:
+            docs = [int(self.length_fn(sample))]
+        elif self.docs_fn is not None:
+            docs = [int(x) for x in self.docs_fn(sample)]
+        else:
+            docs = default_docs(sample)
+        if any(d < 0 for d in docs):
+            raise ValueError(f"negative document length in {docs}")
+        tokens = int(self.token_count_fn(sample)) if self.token_count_fn is not None else int(sum(docs))
+        if tokens < 0:
+            raise ValueError("token_count_fn returned a negative count")
+        return docs, tokens
+
+    # -- the global batch: this rank's share ------------------------------------------------
+    def _share(self, total: int, step: int, salt: int = 0) -> int:
+        # remainders rotate with the step so no rank is always the one taking extra
+        w, r = self.world_size, self.rank
+        return total // w + (1 if (r - step - salt) % w < total % w else 0)
+
+    def _take(self, step: int, streams: list[_Stream], carry: list[_Held]) -> tuple[list[_Held], list[_Held], bool]:
+        """This rank's candidates for ``step``, the measured samples held over for the
+        next step (a token budget's overshoot), and whether a stream ran short."""
+        held = list(carry)
+        short = False
+        if self.reorder_only:
+            s = streams[0]
+            while len(held) < self.num_microbatches:
+                ok, item = s.next()
+                if not ok:
+                    short = True
+                    break
+                held.append(self._measure(_unit(item), 0))
+            return held, [], short
+        if self.token_budget is not None:
+            budget = self._share(self.token_budget, step)
+            s = streams[0]
+            used = sum(sum(h.docs) for h in held)
+            while used < budget:
+                ok, item = s.next()
+                if not ok:
+                    short = True
+                    break
+                h = self._measure(item, 0)
+                n = sum(h.docs)
+                if used + n > budget and held:
+                    return held, [h], short  # it opens the next step's share
+                held.append(h)
+                used += n
+            return held, [], short
+        assert self.global_batch_size is not None
+        if self.schedule is None:
+            want = {0: self._share(self.global_batch_size, step)}
+        else:
+            counts = self.schedule.count_vector(step, self.global_batch_size)
+            want = {c: self._share(int(n), step, salt=c) for c, n in enumerate(counts.tolist())}
+        for h in held:  # carried samples count against their source's share
+            want[h.source] = want.get(h.source, 0) - 1
+        for c, n in want.items():
+            s = streams[c]
+            for _ in range(max(n, 0)):
+                ok, item = s.next()
+                if not ok:
+                    short = True
+                    break
+                held.append(self._measure(item, c))
+        return held, [], short
+
+    # -- one step -------------------------------------------------------------------------
+    def _gather_header(self, meta_len: int, status: int, payload: int = 0) -> list[list[int]]:
+        return self.channel.all_gather_rows([meta_len, status, payload, 0])
+
+    def _exchange(self, plan: StepPlan, held: list[_Held]) -> dict[int, Any]:
+        """Payloads this rank needs from others, by sample id."""
+        meta = plan.meta
+        mine = meta.origin == self.rank
+        moving = (plan.buckets >= 0) & (plan.buckets != meta.origin)
+        if not moving.any():
+            return {}
+        by_id = {h.id: h for h in held}
+        # per destination, one pickle: receivers unpickle only their segment
+        segments: list[tuple[int, bytes]] = []
+        for dest in range(self.world_size):
+            rows = np.nonzero(mine & moving & (plan.buckets == dest))[0]
+            if rows.size:
+                blob = pickle.dumps([(int(i), by_id[int(i)].payload) for i in meta.ids[rows]], protocol=5)
+                segments.append((dest, blob))
+        body = b"".join(b for _, b in segments)
+        head = [len(segments)] + [x for d, b in segments for x in (d, len(b))]
+        nbytes = len(body)
+        words = (nbytes + 7) // 8
+        sizes = self.channel.all_gather_rows([len(head), words])
+        hmax = max(r[0] for r in sizes)
+        wmax = max(r[1] for r in sizes)
+        vec = np.zeros(hmax + wmax, dtype=np.int64)
+        vec[: len(head)] = head
+        raw = np.frombuffer(body + b"\0" * (words * 8 - nbytes), dtype=np.int64)
+        vec[hmax: hmax + words] = raw
+        rows = self.channel.all_gather_int64(vec)
+        got: dict[int, Any] = {}
+        for k, row in enumerate(rows):
+            if k == self.rank:
+                continue
+            arr = row.numpy()
+            hdr = arr[:hmax]
+            buf = arr[hmax:].tobytes()
+            pos = 0
+            for s in range(int(hdr[0])):
+                dest, length = int(hdr[1 + 2 * s]), int(hdr[2 + 2 * s])
+                if dest == self.rank:
+                    got.update(pickle.loads(buf[pos: pos + length]))
+                pos += length
+        return got
+
+    def _produce(self) -> Iterator[_StepOut]:
+        streams = [_Stream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
+                   for c, n in enumerate(self._names)]
+        carry: list[_Held] = []
+        step = self.step
+        while True:
+            if self._stop.is_set():
+                self._gather_header(0, _CLOSED)
+                return
+            try:
+                held, leftover, short = self._take(step, streams, carry)
+                local = SampleMeta.build(
+                    ids=[h.id for h in held], docs=[h.docs for h in held], sources=[h.source for h in held],
+                    tokens=[h.tokens for h in held], origin=self.rank,
+                )
+                vec = local.encode()
+            except BaseException:
+                self._gather_header(0, _FAILED)
+                raise
+            status = _EXHAUSTED if short else _OK
+            header = self._gather_header(vec.size, status)
+            self._check_peers(header)
+            if self.drop_last and any(r[1] == _EXHAUSTED for r in header):
+                return
+            width = max(r[0] for r in header)
+            padded = np.zeros(width, dtype=np.int64)
+            padded[: vec.size] = vec
+            rows = self.channel.all_gather_int64(padded)
+            meta = SampleMeta.concat(
+                SampleMeta.decode(r.numpy()[: header[k][0]], origin=k) for k, r in enumerate(rows)
+            )
+            if len(meta) == 0:
+                return  # every rank is out of data: the same decision everywhere
+            if len(set(meta.ids.tolist())) != len(meta):
+                raise ValueError("sample ids are not unique across ranks (check id_fn)")
+            plan = self.planner.plan(step, meta)
+            received = self._exchange(plan, held)
+            by_id = {h.id: h for h in held}
+            deferred = set(plan.meta.ids[plan.deferred].tolist())
+            carry = [h for h in held if h.id in deferred] + leftover
+            out = _StepOut(step, self._assemble(plan, by_id, received))
+            try:
+                yield out
+            except GeneratorExit:
+                # synchronous mode: the trainer left its loop; tell the peers now
+                try:
+                    self._gather_header(0, _CLOSED)
+                except Exception:  # noqa: BLE001 - peers may be gone already
+                    pass
+                raise
+            step += 1
+
+    def _check_peers(self, header: list[list[int]]) -> None:
+        from youmu.batching.errors import PeerClosedError, RankFailedError
+
+        failed = tuple(k for k, r in enumerate(header) if r[1] == _FAILED)
+        if failed:
+            raise RankFailedError(f"rank(s) {list(failed)} failed while reading their data", failed)
+        closed = tuple(k for k, r in enumerate(header) if r[1] == _CLOSED)
+        if closed:
+            raise PeerClosedError(f"rank(s) {list(closed)} closed their BalancedLoader while this rank iterates",
+                                  closed)
+
+    def _assemble(self, plan: StepPlan, by_id: dict[int, _Held], received: dict[int, Any]) -> list[tuple[Any, MicroBatchInfo]]:
+        meta, r = plan.meta, self.rank
+        tokens = plan.tokens
+        total_tokens = plan.global_tokens
+        grid = plan.stats.bin_costs
+        sizes = np.zeros((plan.num_buckets, plan.num_bins), dtype=np.int64)
+        ok = plan.buckets >= 0
+        np.add.at(sizes, (plan.buckets[ok], plan.bins[ok]), meta.sizes[ok])
+        n_selected = int(ok.sum())
+        src_counts = {self._names[s]: c for s, c in plan.source_counts.items() if s < len(self._names)}
+        out: list[tuple[Any, MicroBatchInfo]] = []
+        pending_pad: list[int] = []
+        for j, rows in enumerate(plan.microbatches(r)):
+            samples: list[Any] = []
+            for i in meta.ids[rows].tolist():
+                payload = by_id[i].payload if i in by_id else received[i]
+                if self.reorder_only:
+                    samples.extend(payload)
+                else:
+                    samples.append(payload)
+            info = MicroBatchInfo(
+                step=plan.step, microbatch=j, num_microbatches=plan.num_bins, rank=r, world_size=self.world_size,
+                num_samples=len(samples), num_tokens=int(tokens[r, j]), real_tokens=int(sizes[r, j]),
+                global_num_samples=n_selected, global_num_tokens=total_tokens,
+                loss_scale=(self.world_size * float(tokens[r, j]) / total_tokens) if total_tokens else 0.0,
+                cost=float(grid[r, j]), slot_max_cost=float(grid[:, j].max()), step_time=plan.stats.step_time,
+                imbalance=plan.stats.bucket_max_over_mean, sample_ids=self._sample_ids(samples, meta.ids[rows]),
+                deferred=int(plan.deferred.size), method=plan.method, fingerprint=plan.fingerprint,
+                source_counts=src_counts,
+            )
+            if rows.size == 0:
+                pending_pad.append(len(out))
+                out.append((None, info))
+                continue
+            batch = self.collate_fn(samples) if self.collate_fn is not None else samples
+            self._last_batch = batch
+            out.append((batch, info))
+        for k in pending_pad:
+            # an empty slot: repeat a real batch with zero weight so every rank runs
+            # the same number of forward/backward passes
+            _, info = out[k]
+            filler = next((b for b, i in out if i.num_samples), self._last_batch)
+            out[k] = (filler, _replace(info, is_padding=True, loss_scale=0.0))
+        return out
+
+    def _sample_ids(self, samples: list[Any], row_ids: np.ndarray) -> tuple[int, ...]:
+        if self.reorder_only and self.id_fn is not None:
+            return tuple(int(self.id_fn(x)) for x in samples)
+        return tuple(row_ids.tolist())
+
+    # -- iteration --------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
+        if self._iterating:
+            raise RuntimeError("a BalancedLoader is iterated once (its streams are consumed); make a new one")
+        self._iterating = True
+        for out in self._steps():
+            self.step = out.step + 1
+            yield from out.items
+
+    def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
+        """Iterate whole steps: a list of ``num_microbatches`` ``(batch, info)`` pairs."""
+        if self._iterating:
+            raise RuntimeError("a BalancedLoader is iterated once (its streams are consumed); make a new one")
+        self._iterating = True
+        for out in self._steps():
+            self.step = out.step + 1
+            yield out.items
+
+    def _steps(self) -> Iterator[_StepOut]:
+        if self.prefetch == 0:
+            yield from self._produce()
+            return
+        q: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
+        self._queue = q
+
+        def run() -> None:
+            try:
+                for out in self._produce():
+                    while not self._stop.is_set():
+                        try:
+                            q.put(out, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if self._stop.is_set():
+                        # tell the peers at the next exchange, so they stop instead of waiting
+                        self._gather_header(0, _CLOSED)
+                        return
+                q.put(_End())
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                q.put(_Failure(e))
+
+        self._thread = threading.Thread(target=run, name=f"youmu-balanced-r{self.rank}", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                item = q.get()
+                if isinstance(item, _End):
+                    return
+                if isinstance(item, _Failure):
+                    raise item.exc
+                yield item
+        finally:
+            # the trainer left the loop (or it ended): stop the producer, which tells
+            # the peers at its next exchange instead of leaving them to time out
+            self._stop.set()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the background thread (it tells the peers at its next exchange)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> "BalancedLoader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Steps delivered so far (resume needs resumable source streams; see the
+        module notes)."""
+        return {"step": self.step, "world_size": self.world_size, "num_microbatches": self.num_microbatches}
+
+
+def _replace(info: MicroBatchInfo, **kw: Any) -> MicroBatchInfo:
+    from dataclasses import replace
+
+    return replace(info, **kw)
