@@ -1,0 +1,181 @@
+"""BalancedLoader: single-process behaviour and 2-rank Gloo runs with exact coverage."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import planning_mp as mp  # noqa: E402
+
+from youmu.planning import BalancedLoader, MicroBatchInfo, pack_microbatch  # noqa: E402
+
+
+def _sid(s: dict[str, Any]) -> int:
+    return int(s["id"])
+
+
+def _check_coverage(records: list[list[dict]], expected: set[int], m: int, capacity: int | None = None) -> None:
+    """Exactly-once delivery, equal micro-batch counts, identical plans, exact scales."""
+    ranks = len(records)
+    seen = Counter(i for rec in records for r in rec if not r["pad"] for i in r["ids"])
+    assert set(seen) == expected, f"missing {sorted(expected - set(seen))[:10]} extra {sorted(set(seen) - expected)[:10]}"
+    assert max(seen.values()) == 1, [i for i, c in seen.items() if c > 1][:10]
+    assert len({len(rec) for rec in records}) == 1  # same number of micro-batches everywhere
+    for rec in records:
+        assert len(rec) % m == 0
+        assert [r["mb"] for r in rec] == list(range(m)) * (len(rec) // m)
+    by_step: dict[int, list[dict]] = defaultdict(list)
+    for rec in records:
+        for r in rec:
+            by_step[r["step"]].append(r)
+    for step, rs in by_step.items():
+        assert len(rs) == ranks * m
+        assert len({r["fp"] for r in rs}) == 1, f"ranks planned step {step} differently"
+        assert len({r["T"] for r in rs}) == 1
+        assert sum(r["scale"] for r in rs) == pytest.approx(ranks)  # Σ W·t/T = W
+        assert sum(r["tokens"] for r in rs if not r["pad"]) == rs[0]["T"]
+        if capacity is not None:
+            assert max(r["real_tokens"] for r in rs) <= capacity
+    for rec in records:
+        for r in rec:
+            if r["batch_ids"] is not None and not r["pad"]:
+                assert r["batch_ids"] == sorted(r["ids"])  # the payloads are the planned samples
+
+
+# -- single process -------------------------------------------------------------------------------
+def test_single_process_token_budget_with_packing() -> None:
+    data = mp.dataset(150)
+    loader = BalancedLoader(iter(data), num_microbatches=4, token_budget=5000, capacity=1600, cost="llama-12b",
+                            id_fn=_sid, collate_fn=pack_microbatch, prefetch=0)
+    recs = []
+    for batch, info in loader:
+        assert isinstance(info, MicroBatchInfo)
+        assert batch["input_ids"].shape[1] == info.real_tokens <= 1600
+        assert int(batch["cu_seqlens"][-1]) == info.real_tokens
+        recs.append({"step": info.step, "mb": info.microbatch, "ids": list(info.sample_ids), "tokens": info.num_tokens,
+                     "real_tokens": info.real_tokens, "scale": info.loss_scale, "pad": info.is_padding,
+                     "fp": info.fingerprint, "T": info.global_num_tokens, "batch_ids": None})
+    _check_coverage([recs], set(range(150)), 4, capacity=1600)
+    assert loader.state_dict()["step"] == max(r["step"] for r in recs) + 1
+
+
+def test_single_process_reorder_only_keeps_microbatches() -> None:
+    data = mp.dataset(40)
+    units = [data[k:k + 5] for k in range(0, 40, 5)]
+    loader = BalancedLoader(iter(units), num_microbatches=4, reorder_only=True, id_fn=_sid, prefetch=0)
+    got = [sorted(info.sample_ids) for batch, info in loader]
+    assert sorted(map(tuple, got)) == sorted(tuple(sorted(s["id"] for s in u)) for u in units)
+
+
+def test_padding_slots_repeat_with_zero_scale() -> None:
+    data = mp.dataset(3)
+    loader = BalancedLoader(iter(data), num_microbatches=4, global_batch_size=3, id_fn=_sid, prefetch=0)
+    out = list(loader)
+    assert len(out) == 4
+    pads = [info for _, info in out if info.is_padding]
+    assert len(pads) == 1 and pads[0].loss_scale == 0.0
+    assert all(batch is not None for batch, _ in out)
+    assert sum(info.loss_scale for _, info in out) == pytest.approx(1.0)
+
+
+def test_iterating_twice_and_argument_errors() -> None:
+    loader = BalancedLoader(iter(mp.dataset(10)), num_microbatches=1, global_batch_size=5, prefetch=0)
+    list(loader)
+    with pytest.raises(RuntimeError, match="once"):
+        list(loader)
+    with pytest.raises(ValueError, match="exactly one"):
+        BalancedLoader([], num_microbatches=1)
+    with pytest.raises(ValueError, match="schedule"):
+        BalancedLoader({"a": []}, num_microbatches=1, global_batch_size=4)
+    with pytest.raises(ValueError, match="reorder_only"):
+        BalancedLoader([], num_microbatches=1, global_batch_size=4, reorder_only=True)
+    with pytest.raises(ValueError, match="num_microbatches"):
+        BalancedLoader([], num_microbatches=0, global_batch_size=4)
+    with pytest.raises(TypeError, match="micro-batch"):
+        list(BalancedLoader(iter([{"id": 1}]), num_microbatches=1, reorder_only=True, prefetch=0))
+    with pytest.raises(TypeError, match="length_fn"):
+        list(BalancedLoader(iter([object()]), num_microbatches=1, global_batch_size=1, prefetch=0))
+
+
+def test_source_error_surfaces_in_the_trainer() -> None:
+    def bad():
+        yield {"id": 0, "input_ids": [1, 2]}
+        raise KeyError("broken shard")
+
+    with pytest.raises(KeyError, match="broken shard"):
+        list(BalancedLoader(bad(), num_microbatches=1, global_batch_size=1, id_fn=_sid, prefetch=1))
+
+
+def test_pack_microbatch_keeps_packed_boundaries() -> None:
+    packed = {"input_ids": torch.arange(6), "cu_seqlens": torch.tensor([0, 2, 6], dtype=torch.int32)}
+    b = pack_microbatch([packed, {"input_ids": [7, 8, 9]}])
+    assert b["cu_seqlens"].tolist() == [0, 2, 6, 9]
+    assert b["position_ids"].tolist() == [[0, 1, 0, 1, 2, 3, 0, 1, 2]]
+    assert int(b["max_seqlen"]) == 4
+    with pytest.raises(ValueError, match="empty"):
+        pack_microbatch([])
+
+
+# -- two ranks over Gloo --------------------------------------------------------------------------
+@pytest.mark.timeout(150)
+def test_two_ranks_every_mode_exact_coverage() -> None:
+    res = mp.run_world(mp.scenario_modes, 2, timeout=120)
+    assert all(s == "ok" for s, _ in res), res
+    out = [r for _, r in res]
+    all_ids = set(range(mp.N_SAMPLES))
+    _check_coverage([o["tokens"] for o in out], all_ids, 3, capacity=1600)
+    _check_coverage([o["samples"] for o in out], all_ids, 2)
+    _check_coverage([o["reorder"] for o in out], all_ids, 3)
+    # the mixture: per-step source counts follow the schedule while both sources last
+    mix = [o["mix"] for o in out]
+    aux = {10_000 + i for i in range(mp.N_SAMPLES)}
+    seen = {i for rec in mix for r in rec if not r["pad"] for i in r["ids"]}
+    assert {i for i in seen if i < 10_000} == all_ids and {i for i in seen if i >= 10_000} == aux
+    first = {r["step"]: r["sources"] for r in mix[0]}
+    assert first[0] == {"main": 15, "aux": 5} and first[4] == {"main": 10, "aux": 10}
+    # balancing beat what each rank would have run on its own share (full steps)
+    from youmu.planning import CostModel
+
+    cost = CostModel.from_config("llama-12b").of_lengths([len(s["input_ids"]) for s in mp.dataset()])
+    shards = [list(range(mp.N_SAMPLES))[r::2] for r in range(2)]
+    better = []
+    for step in range(mp.N_SAMPLES // 24):
+        own = [cost[shards[r][step * 12:(step + 1) * 12]].sum() for r in range(2)]
+        got = [sum(cost[i] for rec in out[r]["samples"] if rec["step"] == step for i in rec["ids"]) for r in range(2)]
+        assert sum(own) == pytest.approx(sum(got))  # the same global batch
+        better.append(max(own) / max(got))
+    assert min(better) >= 1.0 - 1e-9 and np.mean(better) > 1.05
+
+
+@pytest.mark.timeout(150)
+def test_two_ranks_dynamic_batch_loader_source() -> None:
+    res = mp.run_world(mp.scenario_dbl, 2, timeout=120)
+    assert all(s == "ok" for s, _ in res), res
+    _check_coverage([r for _, r in res], set(range(mp.N_SAMPLES)), 2)
+
+
+@pytest.mark.timeout(120)
+def test_two_ranks_failure_propagates_fast() -> None:
+    res = mp.run_world(mp.scenario_failure, 2, timeout=90)
+    assert [s for s, _ in res] == ["ok", "ok"], res
+    r0, r1 = res[0][1], res[1][1]
+    assert r1.startswith("_Boom")
+    assert r0.startswith("RankFailedError")
+    assert float(r0.split(" after ")[1].rstrip("s")) < 20  # not the 30 s collective timeout
+
+
+@pytest.mark.timeout(150)
+def test_two_ranks_stop_together_and_alone() -> None:
+    together = mp.run_world(mp.scenario_stop, 2, [2, 2], timeout=60)
+    assert [r for _, r in together] == ["ok 2", "ok 2"], together
+    alone = mp.run_world(mp.scenario_stop, 2, [1, None], timeout=60)
+    assert alone[0][1] == "ok 1", alone
+    assert alone[1][1].startswith("PeerClosedError"), alone
