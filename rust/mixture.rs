@@ -84,6 +84,102 @@ fn out_of_range(what: &'static str, id: u64, len: u64) -> Error {
 }
 
 // ------------------------------------------------------------------------------------
+// Light keyed permutations for the many small orders (block slots, child passes)
+// ------------------------------------------------------------------------------------
+
+/// Round constants (odd, from the SHA-512 IV): round `r` mixes `key ^ ROUND_KEYS[r]`.
+const ROUND_KEYS: [u64; 6] = [
+    0x6a09_e667_f3bc_c909,
+    0xbb67_ae85_84ca_a73b,
+    0x3c6e_f372_fe94_f82b,
+    0xa54f_f53a_5f1d_36f1,
+    0x510e_527f_ade6_82d1,
+    0x9b05_688c_2b3e_6c1f,
+];
+
+/// Domain of a keyed permutation of `[0, n)` whose key changes per use (every block,
+/// every pass over a child), so building it must cost nothing: the round keys are the
+/// use's key xor fixed constants instead of `Permutation`'s derived schedule.
+///
+/// A Feistel network over the smallest power of two >= n, unbalanced when its bit
+/// width is odd (halves of `a` and `b` bits whose roles alternate each round), with
+/// cycle-walking into `[0, n)`: the walk's domain is < 2n (a balanced network needs an
+/// even width, up to 4n), and a power-of-two `n` such as a block size never walks.
+/// Six rounds of the splitmix64 finaliser; a bijection for any key.
+#[derive(Debug, Clone, Copy)]
+struct Domain {
+    n: u64,
+    /// Widths of the two parts: rounds alternate (top `a`, bottom `b`) and (`b`, `a`).
+    a: u32,
+    b: u32,
+}
+
+#[inline]
+fn low_mask(bits: u32) -> u64 {
+    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
+}
+
+impl Domain {
+    fn new(n: u64) -> Self {
+        let bits = if n <= 1 { 1 } else { 64 - (n - 1).leading_zeros() };
+        Domain { n, a: bits / 2, b: bits - bits / 2 }
+    }
+
+    #[inline]
+    fn encrypt(&self, key: u64, mut x: u64) -> u64 {
+        let (mut t, mut u) = (self.a, self.b); // widths of the top and bottom parts
+        for rk in ROUND_KEYS {
+            let (top, bot) = (x >> u, x & low_mask(u));
+            let top = top ^ (mix64(bot ^ key ^ rk) & low_mask(t));
+            x = (bot << t) | top; // swap: the bottom part feeds the next round
+            (t, u) = (u, t);
+        }
+        x
+    }
+
+    #[inline]
+    fn decrypt(&self, key: u64, mut x: u64) -> u64 {
+        // Undo the rounds last first. The last (odd) round had widths (top b, bottom a)
+        // and left `x = (bot << b) | top'`; with (t, u) = (a, b) that is
+        // bot = x >> u, top' = x & mask(u), and the input was (top << t) | bot.
+        let (mut t, mut u) = (self.a, self.b);
+        for rk in ROUND_KEYS.iter().rev() {
+            let (bot, top) = (x >> u, x & low_mask(u));
+            let top = top ^ (mix64(bot ^ key ^ rk) & low_mask(u));
+            x = (top << t) | bot;
+            (t, u) = (u, t);
+        }
+        x
+    }
+
+    /// Position `i` (< n) under `key`.
+    #[inline]
+    fn apply(&self, key: u64, i: u64) -> u64 {
+        if self.n <= 1 {
+            return i;
+        }
+        let mut x = self.encrypt(key, i);
+        while x >= self.n {
+            x = self.encrypt(key, x);
+        }
+        x
+    }
+
+    /// Inverse of `apply` under the same key.
+    #[inline]
+    fn inverse(&self, key: u64, x: u64) -> u64 {
+        if self.n <= 1 {
+            return x;
+        }
+        let mut y = self.decrypt(key, x);
+        while y >= self.n {
+            y = self.decrypt(key, y);
+        }
+        y
+    }
+}
+
+// ------------------------------------------------------------------------------------
 // FlatMap
 // ------------------------------------------------------------------------------------
 
@@ -355,7 +451,7 @@ fn weight_units(weights: &[f64], stage: usize, names: &[String]) -> Result<Vec<(
         }
     }
     let total: f64 = weights.iter().sum();
-    if !(total > 0.0) || !total.is_finite() {
+    if total.is_nan() || total <= 0.0 || !total.is_finite() {
         return Err(invalid(format!("stage {stage}: at least one weight must be positive (and the sum finite)")));
     }
     Ok(weights
@@ -413,9 +509,10 @@ pub struct MixtureMap {
     policy: Policy,
     seed: u64,
     stages: Vec<Stage>,
-    /// Pass-0 order of every child (other passes are keyed on the fly).
-    first_pass: Vec<Permutation>,
-    child_codes: Vec<u64>,
+    /// Every child's index domain and base key; pass `p` is keyed by `pass_key(base, p)`.
+    child_domains: Vec<Domain>,
+    child_keys: Vec<u64>,
+    block_domain: Domain,
     len: u64,
 }
 
@@ -494,11 +591,9 @@ impl MixtureMap {
             }
             built.push(stage);
         }
-        let first_pass = lengths
-            .iter()
-            .zip(&child_codes)
-            .map(|(&n, &code)| Permutation::new(n, child_key(seed, code, 0)))
-            .collect();
+        let child_purpose = purpose_code("mixture-child");
+        let child_domains = lengths.iter().map(|&n| Domain::new(n)).collect();
+        let child_keys = child_codes.iter().map(|&code| derive_key(&[seed, child_purpose, code])).collect();
         let mut map = MixtureMap {
             names,
             lengths,
@@ -506,13 +601,14 @@ impl MixtureMap {
             policy,
             seed,
             stages: built,
-            first_pass,
-            child_codes,
+            child_domains,
+            child_keys,
+            block_domain: Domain::new(block_size),
             len: 0,
         };
         let limit = match policy {
             Policy::Restart => None,
-            Policy::Stop => Some(map.exhaustion_point()?),
+            Policy::Stop => Some(map.cut_at_exhaustion()?),
         };
         map.len = match (length, limit) {
             (Some(n), Some(lim)) if n > lim => {
@@ -564,6 +660,12 @@ impl MixtureMap {
         self.stages.len()
     }
 
+    /// `(start, end)` of every stage (`end = None`: open-ended). Under `Stop` the stages
+    /// after the exhaustion point are gone and the last one ends there.
+    pub fn stage_bounds(&self) -> Vec<(u64, Option<u64>)> {
+        self.stages.iter().map(|s| (s.start, s.len.map(|l| s.start + l))).collect()
+    }
+
     /// Stage holding global index `i`.
     #[inline]
     pub fn stage_of(&self, i: u64) -> usize {
@@ -584,9 +686,11 @@ impl MixtureMap {
         }
     }
 
+    /// Slot order of block `b` (of `size` slots): its domain and key.
     #[inline]
-    fn slot_perm(&self, st: &Stage, b: u64, size: u64) -> Permutation {
-        Permutation::new(size, mix64(st.slot_key ^ mix64(b.wrapping_add(0x9e37_79b9_7f4a_7c15))))
+    fn slots(&self, st: &Stage, b: u64, size: u64) -> (Domain, u64) {
+        let domain = if size == self.block_size { self.block_domain } else { Domain::new(size) };
+        (domain, mix64(st.slot_key ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
     }
 
     /// `(child, sample number among everything drawn from the child)` of global index
@@ -598,7 +702,8 @@ impl MixtureMap {
         let b = r / self.block_size;
         let lo = b * self.block_size;
         let size = self.block_len(st, b);
-        let slot = self.slot_perm(st, b, size).apply(r - lo);
+        let (domain, key) = self.slots(st, b, size);
+        let slot = domain.apply(key, r - lo);
         let (c, m) = st.tree.descend(lo + slot);
         (c, st.before[c as usize] + m)
     }
@@ -610,12 +715,8 @@ impl MixtureMap {
         let c = child as usize;
         let n = self.lengths[c];
         let (pass, within) = (sample / n, sample % n);
-        let index = if pass == 0 {
-            self.first_pass[c].apply(within)
-        } else {
-            Permutation::new(n, child_key(self.seed, self.child_codes[c], pass)).apply(within)
-        };
-        (index, pass)
+        let key = mix64(self.child_keys[c] ^ pass.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        (self.child_domains[c].apply(key, within), pass)
     }
 
     #[inline]
@@ -651,9 +752,9 @@ impl MixtureMap {
         } else {
             // a partial block: its slot order decides which samples came first
             st.tree.counts_at(lo, &mut out);
-            let perm = self.slot_perm(st, b, size);
+            let (domain, key) = self.slots(st, b, size);
             for p in 0..used {
-                let (c, _) = st.tree.descend(lo + perm.apply(p));
+                let (c, _) = st.tree.descend(lo + domain.apply(key, p));
                 out[c as usize] += 1;
             }
         }
@@ -675,45 +776,49 @@ impl MixtureMap {
     /// Global index of the `sample`-th draw from `child` (inverse of the allocation),
     /// or `None` if the mixture never draws it.
     pub fn position_of(&self, child: usize, sample: u64) -> Option<u64> {
-        for st in &self.stages {
+        let (s, k) = self.draw_site(child, sample)?;
+        let st = &self.stages[s];
+        let b = k / self.block_size;
+        let lo = b * self.block_size;
+        let size = self.block_len(st, b);
+        let (domain, key) = self.slots(st, b, size);
+        st.start.checked_add(lo + domain.inverse(key, k - lo))
+    }
+
+    /// `(stage, stage sample)` that makes draw number `sample` of `child`, in
+    /// allocation order (before the slot shuffle), or `None` if it is never made.
+    fn draw_site(&self, child: usize, sample: u64) -> Option<(usize, u64)> {
+        for (s, st) in self.stages.iter().enumerate() {
             let base = st.before[child];
             if sample < base {
                 return None;
             }
             let m = sample - base;
-            if let Some(d) = &st.drawn {
-                if m >= d[child] {
-                    continue;
-                }
+            if st.drawn.as_ref().is_some_and(|d| m >= d[child]) {
+                continue;
             }
-            let k = st.tree.sample_of(child, m)?;
-            let b = k / self.block_size;
-            let lo = b * self.block_size;
-            let size = self.block_len(st, b);
-            let p = self.slot_perm(st, b, size).inverse(k - lo);
-            return st.start.checked_add(lo + p);
+            return Some((s, st.tree.sample_of(child, m)?));
         }
         None
     }
 
-    /// First global index whose sample a child cannot provide without a second pass.
-    ///
-    /// A child's draws reach blocks in order of their numbers, but inside a block the
-    /// slots are shuffled, so a later draw of the block may come first: the answer is
-    /// the first overflowing position of the earliest block holding some child's draw
-    /// number `len(child)`.
-    fn exhaustion_point(&self) -> Result<u64> {
-        let first = (0..self.names.len())
-            .filter_map(|c| self.position_of(c, self.lengths[c]))
+    /// Policy `Stop`: end the mixture at the first draw, in allocation order, that
+    /// some child could only make in a second pass. That draw's stage becomes the last
+    /// and ends there, like a stage end: its last block holds only the draws before
+    /// the cut (shuffled among themselves), so every draw before the cut is used and
+    /// none after it is. Returns the resulting length.
+    fn cut_at_exhaustion(&mut self) -> Result<u64> {
+        let (s, k) = (0..self.names.len())
+            .filter_map(|c| self.draw_site(c, self.lengths[c]))
             .min()
             .ok_or_else(|| invalid("no child is ever exhausted; pass length="))?;
-        let st = &self.stages[self.stage_of(first)];
-        let block_start = st.start + (first - st.start) / self.block_size * self.block_size;
-        let hit = (block_start..first).find(|&i| {
-            let (c, m) = self.sample_unchecked(i);
-            m >= self.lengths[c as usize]
-        });
-        Ok(hit.unwrap_or(first).min(MAX_LEN))
+        self.stages.truncate(s + 1);
+        let st = &mut self.stages[s];
+        let mut drawn = vec![0u64; self.names.len()];
+        st.tree.counts_at(k, &mut drawn);
+        st.len = Some(k);
+        st.drawn = Some(drawn);
+        st.start.checked_add(k).filter(|&n| n <= MAX_LEN).ok_or_else(|| invalid("mixture length exceeds 2^63 - 1"))
     }
 
     /// Per stage, the window-error bound of every child (NaN: weight 0 in that stage).
@@ -729,10 +834,6 @@ impl MixtureMap {
         st.tree.counts_at(k, &mut out);
         Ok(out)
     }
-}
-
-fn child_key(seed: u64, code: u64, pass: u64) -> u64 {
-    derive_key(&[seed, pass, purpose_code("mixture-child"), code])
 }
 
 #[cfg(test)]
@@ -772,6 +873,30 @@ mod tests {
             assert!(f.locate(total).is_err());
         }
         assert!(FlatMap::new(&[], None).is_err());
+    }
+
+    #[test]
+    fn light_permutations_are_bijections_and_spread() {
+        for n in (0..200u64).chain([255, 256, 257, 1000, 2048, 4097, 65_537]) {
+            let d = Domain::new(n);
+            for key in [0u64, 1, 0xdead_beef, u64::MAX] {
+                let mut seen = vec![false; n as usize];
+                for i in 0..n {
+                    let x = d.apply(key, i);
+                    assert!(x < n && !seen[x as usize], "n={n} key={key}: {i} -> {x}");
+                    seen[x as usize] = true;
+                    assert_eq!(d.inverse(key, x), i);
+                }
+            }
+        }
+        // element 0's position over many keys covers the domain evenly
+        let d = Domain::new(64);
+        let mut hist = [0u32; 64];
+        for key in 0..64_000u64 {
+            hist[d.apply(mix64(key), 0) as usize] += 1;
+        }
+        let (lo, hi) = (hist.iter().min().copied().unwrap_or(0), hist.iter().max().copied().unwrap_or(0));
+        assert!(lo > 800 && hi < 1200, "histogram too uneven: {lo}..{hi}");
     }
 
     #[test]
@@ -941,18 +1066,34 @@ mod tests {
 
     #[test]
     fn stop_ends_before_the_first_repeat() {
-        let m = MixtureMap::new(names(2), vec![100, 10], &[(0, vec![0.5, 0.5])], 8, 4, Policy::Stop, None).expect("mix");
+        let stages = [(0, vec![0.5, 0.5])];
+        let m = MixtureMap::new(names(2), vec![100, 10], &stages, 8, 4, Policy::Stop, None).expect("mix");
         let n = m.len();
-        let c = m.counts(n);
-        assert!(c[1] <= 10 && c[0] <= 100);
-        let next = m.locate_unchecked(n);
-        assert!(next.pass >= 1, "index {n} would start a second pass");
+        // every draw before the cut is used, none after: b's 10 items exactly once
+        assert_eq!(m.counts(n)[1], 10);
+        let mut seen = [vec![false; 100], vec![false; 10]];
         for i in 0..n {
-            assert_eq!(m.locate(i).expect("ok").pass, 0);
+            let l = m.locate(i).expect("ok");
+            assert_eq!(l.pass, 0);
+            assert!(!seen[l.child as usize][l.index as usize]);
+            seen[l.child as usize][l.index as usize] = true;
         }
+        assert!(seen[1].iter().all(|&x| x));
         assert!(m.locate(n).is_err());
-        let too_long = MixtureMap::new(names(2), vec![100, 10], &[(0, vec![0.5, 0.5])], 8, 4, Policy::Stop, Some(n + 1));
+        // the same allocation without the cut: index n in allocation order is b's 11th draw
+        let r = MixtureMap::new(names(2), vec![100, 10], &stages, 8, 4, Policy::Restart, Some(1000)).expect("mix");
+        assert_eq!(r.stages[0].tree.sample_of(1, 10), Some(n));
+        let too_long = MixtureMap::new(names(2), vec![100, 10], &stages, 8, 4, Policy::Stop, Some(n + 1));
         assert!(too_long.is_err());
+        // a single child is used up exactly, even when its length is not a multiple of the block
+        let one = MixtureMap::new(names(2), vec![30, 0], &[(0, vec![1.0, 0.0])], 4, 0, Policy::Stop, None).expect("mix");
+        assert_eq!(one.len(), 30);
+        // exhaustion inside an early stage drops the later stages
+        let st = [(0, vec![1.0, 1.0]), (1000, vec![1.0, 0.0])];
+        let cut = MixtureMap::new(names(2), vec![1000, 10], &st, 8, 4, Policy::Stop, None).expect("mix");
+        assert_eq!(cut.num_stages(), 1);
+        assert!(cut.len() < 1000);
+        assert_eq!(cut.stage_bounds(), vec![(0, Some(cut.len()))]);
     }
 
     #[test]
@@ -1002,6 +1143,46 @@ mod tests {
             let c = m.stage_counts(0, k * b).expect("stage");
             assert!(c.iter().zip(&prev).all(|(a, b)| a >= b));
             prev = c;
+        }
+    }
+
+    /// Throughput figures, not a check: `cargo test --release --lib mixture_rates -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn mixture_rates() {
+        use std::time::Instant;
+        let n = 4_000_000u64;
+        let ids: Vec<u64> = (0..n).map(|i| mix64(i) % (1 << 40)).collect();
+        // CPU time of this thread as well as wall time: on a shared machine the wall
+        // clock includes time the thread waited for a core
+        let cpu = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes into the timespec we own
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+        };
+        let report = |label: &str, f: &dyn Fn(u64) -> u64| {
+            let (t, c) = (Instant::now(), cpu());
+            let mut acc = 0u64;
+            for &i in &ids {
+                acc = acc.wrapping_add(f(i));
+            }
+            let (dt, dc) = (t.elapsed().as_secs_f64(), cpu() - c);
+            println!(
+                "{label}: {:.1} M/s per core (CPU time), {:.1} M/s wall, one thread (checksum {acc})",
+                n as f64 / dc / 1e6,
+                n as f64 / dt / 1e6
+            );
+        };
+        let lens: Vec<u64> = (0..50).map(|k| 1000 + 37 * k).collect();
+        let flat = FlatMap::new(&lens, Some(1)).expect("flat");
+        let total = flat.len();
+        report("FlatMap 50 children, random", &|i| flat.locate_unchecked(i % total).1);
+        for c in [2usize, 50] {
+            let w: Vec<f64> = (0..c).map(|k| 1.0 / (k + 1) as f64).collect();
+            let m = MixtureMap::new(names(c), vec![1000; c], &[(0, w)], 2048, 0, Policy::Restart, Some(1 << 40))
+                .expect("mix");
+            report(&format!("MixtureMap {c} children, random"), &|i| m.locate_unchecked(i).index);
         }
     }
 }

@@ -4,6 +4,7 @@
 mod convert;
 mod errors;
 mod index;
+mod mixture;
 mod permute;
 
 use pyo3::prelude::*;
@@ -44,6 +45,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<index::PyPageIndex>()?;
     m.add_class::<index::PendingPages>()?;
     m.add_class::<permute::PyPermutation>()?;
+    m.add_class::<mixture::PyFlatMap>()?;
+    m.add_class::<mixture::PyMixtureMap>()?;
     m.add_function(wrap_pyfunction!(permute::_permutation_from_key, m)?)?;
     m.add_function(wrap_pyfunction!(io_stats, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;

@@ -1,0 +1,330 @@
+//! `youmu._core.FlatMap` / `youmu._core.MixtureMap`: the mixture index maps with
+//! vectorised numpy calls (GIL released, parallel above a size). The Python classes
+//! `youmu.FlatMixture` / `youmu.MixtureDataset` wrap these and own the children.
+
+use numpy::PyArray1;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use rayon::prelude::*;
+
+use super::convert::{ids_from, norm_index};
+use crate::mixture::{FlatMap, MixtureMap, Policy, purpose_code};
+use crate::permute::derive_key;
+use crate::runtime::runtime;
+
+/// Below this many indices a batch call runs on the calling thread.
+const PARALLEL_MIN: usize = 1 << 15;
+const CHUNK: usize = 1 << 12;
+
+type I64Array<'py> = Bound<'py, PyArray1<i64>>;
+
+/// `f(index)` for every index into two int64 outputs, in parallel for large inputs.
+fn fill2(ids: &[u64], f: impl Fn(u64) -> (i64, i64) + Sync) -> (Vec<i64>, Vec<i64>) {
+    let (mut a, mut b) = (vec![0i64; ids.len()], vec![0i64; ids.len()]);
+    let run = |ids: &[u64], a: &mut [i64], b: &mut [i64]| {
+        for ((&i, a), b) in ids.iter().zip(a).zip(b) {
+            (*a, *b) = f(i);
+        }
+    };
+    if ids.len() < PARALLEL_MIN {
+        run(ids, &mut a, &mut b);
+    } else {
+        runtime().pool().install(|| {
+            (ids.par_chunks(CHUNK), a.par_chunks_mut(CHUNK), b.par_chunks_mut(CHUNK))
+                .into_par_iter()
+                .for_each(|(ids, a, b)| run(ids, a, b))
+        });
+    }
+    (a, b)
+}
+
+/// `f(index)` for every index into three int64 outputs, in parallel for large inputs.
+fn fill3(ids: &[u64], f: impl Fn(u64) -> (i64, i64, i64) + Sync) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+    let (mut a, mut b, mut c) = (vec![0i64; ids.len()], vec![0i64; ids.len()], vec![0i64; ids.len()]);
+    let run = |ids: &[u64], a: &mut [i64], b: &mut [i64], c: &mut [i64]| {
+        for (((&i, a), b), c) in ids.iter().zip(a).zip(b).zip(c) {
+            (*a, *b, *c) = f(i);
+        }
+    };
+    if ids.len() < PARALLEL_MIN {
+        run(ids, &mut a, &mut b, &mut c);
+    } else {
+        runtime().pool().install(|| {
+            (ids.par_chunks(CHUNK), a.par_chunks_mut(CHUNK), b.par_chunks_mut(CHUNK), c.par_chunks_mut(CHUNK))
+                .into_par_iter()
+                .for_each(|(ids, a, b, c)| run(ids, a, b, c))
+        });
+    }
+    (a, b, c)
+}
+
+// ------------------------------------------------------------------------------------
+// FlatMap
+// ------------------------------------------------------------------------------------
+
+/// Keyed permutation of the concatenation of children of the given lengths.
+#[pyclass(name = "FlatMap", module = "youmu._core", frozen)]
+pub struct PyFlatMap {
+    inner: FlatMap,
+    lengths: Vec<u64>,
+    #[pyo3(get)]
+    seed: u64,
+    #[pyo3(get)]
+    shuffle: bool,
+}
+
+#[pymethods]
+impl PyFlatMap {
+    /// `lengths`: one per child. The order equals
+    /// `youmu.Permutation(sum(lengths), seed=seed, purpose="flat-mixture")` applied to
+    /// the concatenation (identity when `shuffle` is false).
+    #[new]
+    #[pyo3(signature = (lengths, seed=0, shuffle=true))]
+    fn new(lengths: Vec<u64>, seed: u64, shuffle: bool) -> PyResult<Self> {
+        let key = shuffle.then(|| derive_key(&[seed, 0, purpose_code("flat-mixture")]));
+        Ok(PyFlatMap { inner: FlatMap::new(&lengths, key)?, lengths, seed, shuffle })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    #[getter]
+    fn lengths(&self) -> Vec<u64> {
+        self.lengths.clone()
+    }
+
+    /// Cumulative lengths: child `c` owns concatenated indices `offsets[c]..offsets[c+1]`.
+    #[getter]
+    fn offsets<'py>(&self, py: Python<'py>) -> I64Array<'py> {
+        PyArray1::from_vec(py, self.inner.offsets().iter().map(|&x| x as i64).collect())
+    }
+
+    /// `(child number, index in child)` of global index `i` (negative counts from the end).
+    fn locate(&self, i: i64) -> PyResult<(usize, u64)> {
+        let i = norm_index(i, self.inner.len(), "index")?;
+        Ok(self.inner.locate_unchecked(i))
+    }
+
+    /// `locate` for every index of an integer array: `(children, indices)` as int64 arrays.
+    fn locate_many<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<(I64Array<'py>, I64Array<'py>)> {
+        let ids = ids_from(idx, self.inner.len(), "index")?;
+        let map = &self.inner;
+        let (c, l) = py.detach(|| {
+            fill2(&ids, |i| {
+                let (c, l) = map.locate_unchecked(i);
+                (c as i64, l as i64)
+            })
+        });
+        Ok((PyArray1::from_vec(py, c), PyArray1::from_vec(py, l)))
+    }
+
+    /// Global index where item `local` of child `child` appears (inverse of `locate`).
+    fn position(&self, child: usize, local: u64) -> PyResult<u64> {
+        Ok(self.inner.position(child, local)?)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("FlatMap({} children, len={}, seed={})", self.lengths.len(), self.inner.len(), self.seed)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let me = slf.get();
+        let args = PyTuple::new(
+            slf.py(),
+            [
+                me.lengths.clone().into_pyobject(slf.py())?.into_any(),
+                me.seed.into_pyobject(slf.py())?.into_any(),
+                pyo3::types::PyBool::new(slf.py(), me.shuffle).to_owned().into_any(),
+            ],
+        )?;
+        Ok((slf.get_type().into_any(), args))
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// MixtureMap
+// ------------------------------------------------------------------------------------
+
+fn policy_from(s: &str) -> PyResult<Policy> {
+    match s {
+        "restart" => Ok(Policy::Restart),
+        "stop" => Ok(Policy::Stop),
+        other => Err(PyValueError::new_err(format!("policy must be 'restart' or 'stop', got {other:?}"))),
+    }
+}
+
+/// Weighted block mixture: global index -> (child, index in child, pass).
+#[pyclass(name = "MixtureMap", module = "youmu._core", frozen)]
+pub struct PyMixtureMap {
+    inner: MixtureMap,
+    stages: Vec<(u64, Vec<f64>)>,
+    #[pyo3(get)]
+    policy: String,
+    requested_len: Option<u64>,
+}
+
+#[pymethods]
+impl PyMixtureMap {
+    /// `stages`: `[(start index, [weight per child]), ...]`, first start 0.
+    #[new]
+    #[allow(clippy::too_many_arguments)] // mirrors the Python signature
+    #[pyo3(signature = (names, lengths, stages, block_size=2048, seed=0, policy="restart", length=None))]
+    fn new(
+        py: Python<'_>,
+        names: Vec<String>,
+        lengths: Vec<u64>,
+        stages: Vec<(u64, Vec<f64>)>,
+        block_size: u64,
+        seed: u64,
+        policy: &str,
+        length: Option<u64>,
+    ) -> PyResult<Self> {
+        let pol = policy_from(policy)?;
+        let st = stages.clone();
+        // "stop" searches the exhaustion point (a few inverse maps + one block scan)
+        let inner = py.detach(move || MixtureMap::new(names, lengths, &st, block_size, seed, pol, length))?;
+        Ok(PyMixtureMap { inner, stages, policy: policy.to_string(), requested_len: length })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    #[getter]
+    fn names(&self) -> Vec<String> {
+        self.inner.names().to_vec()
+    }
+
+    #[getter]
+    fn lengths(&self) -> Vec<u64> {
+        self.inner.lengths().to_vec()
+    }
+
+    #[getter]
+    fn block_size(&self) -> u64 {
+        self.inner.block_size()
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.seed()
+    }
+
+    /// `(start, end)` of every weight stage in force (`end` None: open-ended). Under
+    /// policy "stop" the stages after the exhaustion point are dropped.
+    #[getter]
+    fn stage_bounds(&self) -> Vec<(u64, Option<u64>)> {
+        self.inner.stage_bounds()
+    }
+
+    /// `(child number, index in child, pass)` of global index `i`.
+    fn locate(&self, i: i64) -> PyResult<(u32, u64, u64)> {
+        let i = norm_index(i, self.inner.len(), "index")?;
+        let l = self.inner.locate_unchecked(i);
+        Ok((l.child, l.index, l.pass))
+    }
+
+    /// `locate` for an integer array: `(children, indices, passes)` as int64 arrays.
+    fn locate_many<'py>(
+        &self,
+        py: Python<'py>,
+        idx: &Bound<'py, PyAny>,
+    ) -> PyResult<(I64Array<'py>, I64Array<'py>, I64Array<'py>)> {
+        let ids = ids_from(idx, self.inner.len(), "index")?;
+        let map = &self.inner;
+        let (c, x, p) = py.detach(|| {
+            fill3(&ids, |i| {
+                let l = map.locate_unchecked(i);
+                (l.child as i64, l.index as i64, l.pass as i64)
+            })
+        });
+        Ok((PyArray1::from_vec(py, c), PyArray1::from_vec(py, x), PyArray1::from_vec(py, p)))
+    }
+
+    /// `(children, draw numbers)`: index `i` is draw number `k` (0-based, over all
+    /// passes) of its child. Pass = `k // len(child)`.
+    fn samples_many<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<(I64Array<'py>, I64Array<'py>)> {
+        let ids = ids_from(idx, self.inner.len(), "index")?;
+        let map = &self.inner;
+        let (c, k) = py.detach(|| {
+            fill2(&ids, |i| {
+                let (c, k) = map.sample_unchecked(i);
+                (c as i64, k as i64)
+            })
+        });
+        Ok((PyArray1::from_vec(py, c), PyArray1::from_vec(py, k)))
+    }
+
+    /// Draws from every child among the first `i` indices (`0 <= i <= len`).
+    fn counts(&self, py: Python<'_>, i: u64) -> PyResult<Vec<u64>> {
+        if i > self.inner.len() {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "counts({i}) is beyond the mixture's length {}",
+                self.inner.len()
+            )));
+        }
+        let map = &self.inner;
+        Ok(py.detach(|| map.counts(i)))
+    }
+
+    /// Global index of draw number `sample` of child `child`, or None if never drawn
+    /// (within the mixture's length).
+    fn position(&self, child: usize, sample: u64) -> PyResult<Option<u64>> {
+        if child >= self.inner.names().len() {
+            return Err(PyValueError::new_err(format!("no child number {child}")));
+        }
+        Ok(self.inner.position_of(child, sample).filter(|&p| p < self.inner.len()))
+    }
+
+    /// Draws of every child in block `block` of stage `stage` (sums to the block size).
+    fn block_counts(&self, stage: usize, block: u64) -> PyResult<Vec<u64>> {
+        Ok(self.inner.block_counts(stage, block)?)
+    }
+
+    /// Allocation's draws of every child among the first `k` draws of `stage`.
+    fn stage_counts(&self, stage: usize, k: u64) -> PyResult<Vec<u64>> {
+        Ok(self.inner.stage_counts(stage, k)?)
+    }
+
+    /// Stage of global index `i`.
+    fn stage_of(&self, i: u64) -> usize {
+        self.inner.stage_of(i)
+    }
+
+    /// Per stage, every child's bound on |draws in a window of whole blocks - target|
+    /// (NaN where the child has weight 0).
+    fn window_bounds(&self) -> Vec<Vec<f64>> {
+        self.inner.window_bounds()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "MixtureMap({} children, {} stage(s), block_size={}, policy={:?}, len={})",
+            self.inner.names().len(),
+            self.stages.len(),
+            self.inner.block_size(),
+            self.policy,
+            self.inner.len()
+        )
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let me = slf.get();
+        let args = PyTuple::new(
+            py,
+            [
+                me.inner.names().to_vec().into_pyobject(py)?.into_any(),
+                me.inner.lengths().to_vec().into_pyobject(py)?.into_any(),
+                me.stages.clone().into_pyobject(py)?.into_any(),
+                me.inner.block_size().into_pyobject(py)?.into_any(),
+                me.inner.seed().into_pyobject(py)?.into_any(),
+                me.policy.clone().into_pyobject(py)?.into_any(),
+                me.requested_len.into_pyobject(py)?.into_any(),
+            ],
+        )?;
+        Ok((slf.get_type().into_any(), args))
+    }
+}
