@@ -39,21 +39,20 @@ fn fill2(ids: &[u64], f: impl Fn(u64) -> (i64, i64) + Sync) -> (Vec<i64>, Vec<i6
     (a, b)
 }
 
-/// `f(index)` for every index into three int64 outputs, in parallel for large inputs.
-fn fill3(ids: &[u64], f: impl Fn(u64) -> (i64, i64, i64) + Sync) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+/// Three int64 outputs filled chunk by chunk by `f(ids, a, b, c)`, in parallel for
+/// large inputs (chunks let the core evaluate several indices side by side).
+fn fill3_chunks(
+    ids: &[u64],
+    f: impl Fn(&[u64], &mut [i64], &mut [i64], &mut [i64]) + Sync,
+) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
     let (mut a, mut b, mut c) = (vec![0i64; ids.len()], vec![0i64; ids.len()], vec![0i64; ids.len()]);
-    let run = |ids: &[u64], a: &mut [i64], b: &mut [i64], c: &mut [i64]| {
-        for (((&i, a), b), c) in ids.iter().zip(a).zip(b).zip(c) {
-            (*a, *b, *c) = f(i);
-        }
-    };
     if ids.len() < PARALLEL_MIN {
-        run(ids, &mut a, &mut b, &mut c);
+        f(ids, &mut a, &mut b, &mut c);
     } else {
         runtime().pool().install(|| {
             (ids.par_chunks(CHUNK), a.par_chunks_mut(CHUNK), b.par_chunks_mut(CHUNK), c.par_chunks_mut(CHUNK))
                 .into_par_iter()
-                .for_each(|(ids, a, b, c)| run(ids, a, b, c))
+                .for_each(|(ids, a, b, c)| f(ids, a, b, c))
         });
     }
     (a, b, c)
@@ -235,9 +234,8 @@ impl PyMixtureMap {
         let ids = ids_from(idx, self.inner.len(), "index")?;
         let map = &self.inner;
         let (c, x, p) = py.detach(|| {
-            fill3(&ids, |i| {
-                let l = map.locate_unchecked(i);
-                (l.child as i64, l.index as i64, l.pass as i64)
+            fill3_chunks(&ids, |ids, c, x, p| {
+                map.locate_batch(ids, |j, l| (c[j], x[j], p[j]) = (l.child as i64, l.index as i64, l.pass as i64))
             })
         });
         Ok((PyArray1::from_vec(py, c), PyArray1::from_vec(py, x), PyArray1::from_vec(py, p)))
