@@ -416,33 +416,6 @@ impl Tree {
         Ok(Tree { root, nodes, flat, paths })
     }
 
-    /// `descend` for `LANES` samples side by side without data-dependent branches
-    /// (the side a sample takes is a coin flip, which a branch predictor cannot learn):
-    /// lanes that reached a leaf step through the inert node and keep their state.
-    /// Returns the children; `ks` become the numbers within them.
-    #[inline]
-    fn descend_lanes(&self, ks: &mut [u64; LANES]) -> [u32; LANES] {
-        let inert = (self.flat.len() - 1) as u32;
-        let mut at = [code(self.root); LANES];
-        loop {
-            let mut all = true;
-            for l in 0..LANES {
-                let leaf = at[l] & LEAF != 0;
-                let nd = &self.flat[if leaf { inert } else { at[l] } as usize];
-                let x = ks[l] as u128 * nd.p as u128 + nd.phase as u128;
-                let before = (x >> 64) as u64;
-                let left = (x as u64).overflowing_add(nd.p).1;
-                let (next, k) = if left { (nd.left, before) } else { (nd.right, ks[l] - before) };
-                at[l] = if leaf { at[l] } else { next };
-                ks[l] = if leaf { ks[l] } else { k };
-                all &= leaf;
-            }
-            if all {
-                return std::array::from_fn(|l| at[l] & !LEAF);
-            }
-        }
-    }
-
     /// Child of stage sample `k`, and `k`'s number among that child's samples.
     #[inline]
     fn descend(&self, mut k: u64) -> (u32, u64) {
@@ -513,6 +486,34 @@ impl Tree {
             }
         }
         out
+    }
+}
+
+/// `Tree::descend` for `LANES` samples side by side (each in its own stage's tree)
+/// without data-dependent branches: the side a sample takes is a coin flip that a
+/// branch predictor cannot learn. Lanes that reached a leaf step through their tree's
+/// inert node and keep their state. Returns the children; `ks` become the numbers
+/// within them.
+#[inline]
+fn descend_lanes(trees: &[&Tree; LANES], ks: &mut [u64; LANES]) -> [u32; LANES] {
+    let mut at: [u32; LANES] = std::array::from_fn(|l| code(trees[l].root));
+    loop {
+        let mut all = true;
+        for l in 0..LANES {
+            let leaf = at[l] & LEAF != 0;
+            let flat = &trees[l].flat;
+            let nd = &flat[if leaf { flat.len() - 1 } else { at[l] as usize }];
+            let x = ks[l] as u128 * nd.p as u128 + nd.phase as u128;
+            let before = (x >> 64) as u64;
+            let left = (x as u64).overflowing_add(nd.p).1;
+            let (next, k) = if left { (nd.left, before) } else { (nd.right, ks[l] - before) };
+            at[l] = if leaf { at[l] } else { next };
+            ks[l] = if leaf { ks[l] } else { k };
+            all &= leaf;
+        }
+        if all {
+            return std::array::from_fn(|l| at[l] & !LEAF);
+        }
     }
 }
 
@@ -827,19 +828,10 @@ impl MixtureMap {
                 site[l] = (s, lo);
             }
             apply_lanes(&doms, &keys, &mut xs);
-            let mut sample = [0u64; LANES];
             let mut pass = [0u64; LANES];
-            let mut child = [0u32; LANES];
-            let one_stage = site.iter().all(|x| x.0 == site[0].0);
-            if one_stage {
-                let mut ks: [u64; LANES] = std::array::from_fn(|l| site[l].1 + xs[l]);
-                child = self.stages[site[0].0].tree.descend_lanes(&mut ks);
-                sample = ks;
-            } else {
-                for l in 0..LANES {
-                    (child[l], sample[l]) = self.stages[site[l].0].tree.descend(site[l].1 + xs[l]);
-                }
-            }
+            let trees: [&Tree; LANES] = std::array::from_fn(|l| &self.stages[site[l].0].tree);
+            let mut sample: [u64; LANES] = std::array::from_fn(|l| site[l].1 + xs[l]);
+            let child = descend_lanes(&trees, &mut sample);
             for l in 0..LANES {
                 let st = &self.stages[site[l].0];
                 let ci = child[l] as usize;
