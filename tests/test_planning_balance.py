@@ -39,6 +39,29 @@ def test_paper_skew_random_is_several_x_balanced_within_1_1(seed: int) -> None:
             assert after.step_time < before.step_time
 
 
+def _lpt_reference(costs: list[float], k: int) -> list[int]:
+    """Textbook LPT: by decreasing cost (ties by position), to the least-loaded bin
+    (ties to the lower bin)."""
+    import heapq
+
+    heap = [(0.0, b) for b in range(k)]
+    out = [0] * len(costs)
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        load, b = heapq.heappop(heap)
+        out[i] = b
+        heapq.heappush(heap, (load + costs[i], b))
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.5, 10.0, 100.0]), max_size=40), st.integers(1, 12))
+def test_greedy_packing_is_textbook_lpt(costs: list[float], k: int) -> None:
+    from youmu.planning.balance import _pack_greedy
+
+    got = _pack_greedy(np.asarray(costs, dtype=np.float64), None, k, None).tolist()
+    assert got == _lpt_reference(costs, k)
+
+
 def test_kk_beats_greedy_on_the_textbook_instance() -> None:
     # LPT: 8+5+4 | 7+6 -> 17; KK: 8+6 | 7+5+4... spread <= 2
     g = balance_detailed([8, 7, 6, 5, 4], 2, method="greedy").stats
@@ -134,6 +157,18 @@ def test_interleave_minimises_per_microbatch_sync_time() -> None:
             for p in map(list, itertools.permutations(range(n * m)))
         )
         assert got == best
+
+
+def test_placement_choice() -> None:
+    # one sample per bin: interleave aligns slots (sync per micro-batch), greedy
+    # evens out rank totals (sync at the all-reduce only)
+    c = np.array([4.0, 17, 5, 5, 3, 3])
+    inter = balance_detailed(c, 2, 3, "greedy").stats
+    even = balance_detailed(c, 2, 3, "greedy", placement="greedy").stats
+    assert (inter.step_time, inter.barrier_time) == (25.0, 24.0)  # (17, 4, 3) | (5, 5, 3)
+    assert (even.step_time, even.barrier_time) == (26.0, 23.0)   # (17, 3, 3) | (5, 5, 4)
+    with pytest.raises(ValueError, match="placement"):
+        balance(c, 2, 3, placement="random")
 
 
 def test_reorder_only_balances_rank_totals() -> None:

@@ -103,6 +103,9 @@ def test_iterating_twice_and_argument_errors() -> None:
         list(BalancedLoader(iter([{"id": 1}]), num_microbatches=1, reorder_only=True, prefetch=0))
     with pytest.raises(TypeError, match="length_fn"):
         list(BalancedLoader(iter([object()]), num_microbatches=1, global_batch_size=1, prefetch=0))
+    with pytest.raises(ValueError, match="exceeds capacity"):
+        list(BalancedLoader(iter([{"input_ids": [0] * 50}]), num_microbatches=1, global_batch_size=1,
+                            capacity=49, prefetch=0))
 
 
 def test_source_error_surfaces_in_the_trainer() -> None:

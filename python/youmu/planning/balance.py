@@ -30,7 +30,8 @@ Methods:
 * ``"interleave"`` (placement only) — bins by decreasing cost in tiers of
   ``num_buckets``; tier ``j`` becomes slot ``j``, dealt in snake order. Minimises
   ``Σ_j max_r cost(r, j)`` exactly for the given bins; per-rank totals are only
-  approximately equal.
+  approximately equal. It is the default placement after packing; ``placement=``
+  chooses another.
 
 Every function is a pure function of its arguments; ties are broken by input
 position, so every rank computes the same assignment from the same metadata.
@@ -247,29 +248,64 @@ def _order(c: np.ndarray) -> np.ndarray:
 # packing: samples -> k bins
 # --------------------------------------------------------------------------------------
 def _pack_greedy(c: np.ndarray, s: np.ndarray | None, k: int, cap: float | None) -> np.ndarray:
-    """LPT with a capacity: each item to the least-loaded bin with room (-1: none)."""
+    """LPT with a capacity: each item, by decreasing cost, to the least-loaded bin with
+    room, ties to the lower bin (-1: no bin has room)."""
     out = np.full(c.size, -1, dtype=np.int64)
-    heap = [(0.0, b) for b in range(k)]  # (load, bin): ties go to the lower bin
-    used = [0.0] * k
+    order = _order(c)
     costs = c.tolist()
-    sizes = s.tolist() if s is not None else None
-    for i in _order(c).tolist():
-        if sizes is None or cap is None:
+    if s is None or cap is None:
+        # while empty bins remain, LPT gives the t-th positive-cost item bin t (an empty
+        # bin has the least load and ties go to the lower bin): do that part at once
+        q = min(k, int((c > 0).sum()))
+        out[order[:q]] = np.arange(q)
+        heap = [(costs[i], b) for b, i in enumerate(order[:q].tolist())] + [(0.0, b) for b in range(q, k)]
+        heapq.heapify(heap)
+        replace = heapq.heapreplace
+        for i in order[q:].tolist():
             load, b = heap[0]
-            heapq.heapreplace(heap, (load + costs[i], b))
+            replace(heap, (load + costs[i], b))
             out[i] = b
-            continue
+        return out
+    heap = [(0.0, b) for b in range(k)]  # (load, bin)
+    sizes = s.tolist()
+    load = [0.0] * k
+    free = [float(cap)] * k
+    # numpy mirrors for the vectorised slow path; a closed bin gets free = -inf
+    free_np = np.full(k, float(cap))
+    load_np = np.zeros(k)
+    # the smallest item still to come: a bin with less room is closed for good
+    tail_min = np.minimum.accumulate(s[order][::-1])[::-1].tolist() + [math.inf]
+    closed = [False] * k
+    pop, push = heapq.heappop, heapq.heappush
+    for pos, i in enumerate(order.tolist()):
         size = sizes[i]
-        aside = []
-        while heap and used[heap[0][1]] + size > cap:
-            aside.append(heapq.heappop(heap))
-        if heap:
-            load, b = heapq.heappop(heap)
-            heapq.heappush(heap, (load + costs[i], b))
-            used[b] += size
-            out[i] = b
-        for e in aside:
-            heapq.heappush(heap, e)
+        # the heap is updated lazily: an entry is current if its load is the bin's load
+        while heap:
+            top_load, top = heap[0]
+            if closed[top] or top_load != load[top]:
+                pop(heap)
+                continue
+            break
+        if heap and free[heap[0][1]] >= size:
+            b = pop(heap)[1]  # fast path: the least-loaded bin has room
+        else:
+            # slow path: the least-loaded bin among those with room (vectorised)
+            masked = np.where(free_np >= size, load_np, np.inf)
+            b = int(masked.argmin())
+            if masked[b] == np.inf:
+                continue
+        lb = load[b] + costs[i]
+        load[b] = lb
+        load_np[b] = lb
+        fb = free[b] - size
+        free[b] = fb
+        out[i] = b
+        if fb < tail_min[pos + 1]:
+            closed[b] = True
+            free_np[b] = -np.inf
+        else:
+            free_np[b] = fb
+            push(heap, (lb, b))
     return out
 
 
@@ -354,9 +390,9 @@ def _fill_empty(bins: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     breaks a capacity (one item alone fits, since it fitted somewhere)."""
     placed = bins >= 0
     counts = np.bincount(bins[placed], minlength=k)
-    empty = [b for b in range(k) if counts[b] == 0]
-    if not empty or placed.sum() < 2:
-        return bins
+    if counts.min(initial=1) > 0 or counts.max(initial=0) < 2:
+        return bins  # no empty bin, or nothing to spare
+    empty = np.nonzero(counts == 0)[0].tolist()
     bins = bins.copy()
     loads = np.bincount(bins[placed], weights=c[placed], minlength=k)
     for e in empty:
@@ -407,11 +443,12 @@ def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.n
     bucket = np.empty(n * m, dtype=np.int64)
     slot = np.empty(n * m, dtype=np.int64)
     if method == "interleave" or n == 1:
-        for j in range(m):
-            tier = order[j * n:(j + 1) * n]
-            ranks = range(n) if j % 2 == 0 else range(n - 1, -1, -1)
-            for r, i in zip(ranks, tier.tolist()):
-                bucket[i], slot[i] = r, j
+        # tier j = the j-th n heaviest units -> slot j, dealt in snake order
+        tiers = order.reshape(m, n)
+        ranks = np.tile(np.arange(n), (m, 1))
+        ranks[1::2] = ranks[1::2, ::-1]
+        bucket[tiers] = ranks
+        slot[tiers] = np.arange(m)[:, None]
         return bucket[: u.size], slot[: u.size]
     if method == "greedy":
         heap = [(0.0, r) for r in range(n)]
@@ -476,6 +513,7 @@ def balance_detailed(
     reorder_only: bool = False,
     group_size: int | None = None,
     on_overflow: str = "error",
+    placement: str | None = None,
 ) -> BalanceResult:
     """:func:`balance`, returning a :class:`BalanceResult` (assignment, statistics,
     method actually used, deferred samples)."""
@@ -485,6 +523,10 @@ def balance_detailed(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if on_overflow not in _OVERFLOW:
         raise ValueError(f"on_overflow must be one of {_OVERFLOW}, got {on_overflow!r}")
+    if placement is None:
+        placement = method if reorder_only else "interleave"
+    if placement not in METHODS:
+        raise ValueError(f"placement must be one of {METHODS}, got {placement!r}")
     s: np.ndarray | None = None
     if sizes is not None:
         s = np.asarray(sizes, dtype=np.float64).reshape(-1)
@@ -521,13 +563,13 @@ def balance_detailed(
             raise CapacityError(f"a micro-batch holds {int(s.max())} tokens, above capacity {cap:g}",
                                 np.nonzero(s > cap)[0])
         if groups == 1:
-            buckets[:], bins[:] = _place(c, n, m, method)
+            buckets[:], bins[:] = _place(c, n, m, placement)
         else:
             # coarse: groups of g*m micro-batches each, then placement inside each group
-            gb, _ = _place(c, groups, g * m, method)
+            gb, _ = _place(c, groups, g * m, "greedy" if placement == "interleave" else placement)
             for q in range(groups):
                 mine = np.nonzero(gb == q)[0]
-                b, j = _place(c[mine], g, m, method)
+                b, j = _place(c[mine], g, m, placement)
                 buckets[mine], bins[mine] = b + q * g, j
     else:
         if method == "interleave":
@@ -547,7 +589,7 @@ def balance_detailed(
                 used = fine_used
             ok = packed >= 0
             unit = np.bincount(packed[ok], weights=c[mine][ok], minlength=k)
-            ub, uj = _place(unit, g, m, method)
+            ub, uj = _place(unit, g, m, placement)
             buckets[mine[ok]] = ub[packed[ok]] + q * g
             bins[mine[ok]] = uj[packed[ok]]
         unplaced = np.nonzero(buckets < 0)[0]
@@ -581,6 +623,7 @@ def balance(
     reorder_only: bool = False,
     group_size: int | None = None,
     on_overflow: str = "error",
+    placement: str | None = None,
 ) -> list[tuple[int, int] | None]:
     """Assign samples to ``(bucket, bin)`` — (DP rank, micro-batch) — minimising the
     most expensive bin and rank.
@@ -601,6 +644,12 @@ def balance(
             groups, then inside each group (faster for many buckets; MegaScale-Data's
             ``distribute(group_size=)``).
         on_overflow: ``"error"`` or ``"defer"``.
+        placement: how bins become (rank, slot): ``"interleave"`` (default after
+            packing) minimises ``Σ_j max_r cost(r, j)`` exactly — for ranks that
+            synchronise on every micro-batch (pipeline/context parallelism, a colocated
+            encoder's all-to-all); ``"greedy"``/``"kk"`` give every rank ``num_bins``
+            bins with equal totals — for ranks that only meet at the gradient
+            all-reduce. Default with ``reorder_only``: ``method``.
 
     Returns:
         One ``(bucket, bin)`` per sample (``None`` if deferred). Bin ``j`` of every
@@ -614,5 +663,5 @@ def balance(
     """
     return balance_detailed(
         costs, num_buckets, num_bins, method, capacity, sizes=sizes, reorder_only=reorder_only,
-        group_size=group_size, on_overflow=on_overflow,
+        group_size=group_size, on_overflow=on_overflow, placement=placement,
     ).assignment

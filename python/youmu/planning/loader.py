@@ -24,6 +24,12 @@ rank runs the same number of steps and gets the same number of micro-batches per
 step; a slot left empty (tiny final steps) repeats a batch with ``loss_scale = 0``
 and ``is_padding = True``, so DDP's collectives stay matched.
 
+Scope: one loader per data-parallel rank (the channel spans the DP group; TP/PP peers
+of a rank consume the same micro-batches, e.g. by broadcast). Samples travel between
+ranks pickled over Gloo (an all-gather: each rank receives every moved sample's bytes
+and unpickles only its own). Resuming mid-epoch is not implemented: ``state_dict``
+records the step, and the streams must be resumed by their own means.
+
 Example (one process; with several, give each rank a channel)::
 
     loader = BalancedLoader(my_rank_stream, num_microbatches=4, token_budget=4 * 8192 * world,
@@ -228,6 +234,9 @@ class BalancedLoader:
         method: ``"greedy"`` or ``"kk"`` (``"interleave"`` with ``reorder_only``).
         reorder_only: keep the source's micro-batches as they are and only choose
             their (rank, slot): the global batch equals the unbalanced one exactly.
+        placement: ``"interleave"`` (ranks synchronise per micro-batch) or
+            ``"greedy"``/``"kk"`` (equal rank totals); see
+            :func:`~youmu.planning.balance.balance`.
         schedule: mixing schedule for a ``{name: stream}`` source (weights, stages,
             ``fn(step)``, a ``MixingSchedule`` or a ``MixtureDataset``).
         length_fn: sample → tokens (one document); docs_fn: sample → document
@@ -256,6 +265,7 @@ class BalancedLoader:
         cost: Any = None,
         method: str = "greedy",
         reorder_only: bool = False,
+        placement: str | None = None,
         schedule: Any = None,
         length_fn: Callable[[Any], int] | None = None,
         docs_fn: Callable[[Any], Iterable[int]] | None = None,
@@ -331,7 +341,7 @@ class BalancedLoader:
         self.planner = (Planner(seed=seed)
                         .distribute(self.world_size, num_microbatches, capacity=capacity, group_size=group_size)
                         .cost(cost)
-                        .balance(method, reorder_only=reorder_only, on_overflow="defer"))
+                        .balance(method, reorder_only=reorder_only, on_overflow="defer", placement=placement))
         self.step = 0
         self._iterating = False
         self._thread: threading.Thread | None = None
@@ -366,6 +376,10 @@ class BalancedLoader:
                 tokens += t
         else:
             docs, tokens = self._measure_one(sample)
+            if self.capacity is not None and sum(docs) > self.capacity:
+                # it would be deferred forever: no micro-batch can ever hold it
+                raise ValueError(f"a sample of {sum(docs)} tokens exceeds capacity={self.capacity}; "
+                                 "truncate or split it before the loader")
         k = next(self._sample_counter)
         if self.id_fn is not None and not self.reorder_only:
             sid = int(self.id_fn(sample))

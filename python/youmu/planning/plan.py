@@ -400,6 +400,7 @@ class Planner:
     method: str = "greedy"
     reorder_only: bool = False
     on_overflow: str = "defer"
+    placement: str | None = None
 
     # -- builder stages -------------------------------------------------------------------
     def mix(self, schedule: Any, global_batch_size: int | None = None, *, select: str = "fifo",
@@ -446,18 +447,22 @@ class Planner:
         _cost_fn(fn)  # validate now, not at the first step
         return replace(self, cost_fn=fn)
 
-    def balance(self, method: str = "greedy", *, reorder_only: bool = False, on_overflow: str = "defer") -> "Planner":
+    def balance(self, method: str = "greedy", *, reorder_only: bool = False, on_overflow: str = "defer",
+                placement: str | None = None) -> "Planner":
         """Balancing method (``"greedy"``, ``"kk"``; ``"interleave"`` with
         ``reorder_only``). ``reorder_only``: every candidate is a formed micro-batch,
         placed whole. ``on_overflow``: ``"defer"`` carries samples that fit in no bin
-        to the next step; ``"error"`` raises."""
+        to the next step; ``"error"`` raises. ``placement``: see
+        :func:`~youmu.planning.balance.balance`."""
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if placement is not None and placement not in METHODS:
+            raise ValueError(f"placement must be one of {METHODS}, got {placement!r}")
         if on_overflow not in ("defer", "error"):
             raise ValueError(f"on_overflow must be 'defer' or 'error', got {on_overflow!r}")
         if method == "interleave" and not reorder_only:
             raise ValueError("'interleave' places formed micro-batches: use it with reorder_only=True")
-        return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow)
+        return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
 
     # -- planning -------------------------------------------------------------------------
     def _select(self, step: int, meta: SampleMeta) -> tuple[np.ndarray, dict[int, int]]:
@@ -496,7 +501,7 @@ class Planner:
         res: BalanceResult = balance_detailed(
             costs, self.num_buckets, self.num_bins, self.method, self.capacity,
             sizes=sub.sizes, reorder_only=self.reorder_only, group_size=self.group_size,
-            on_overflow="error" if self.reorder_only else self.on_overflow,
+            on_overflow="error" if self.reorder_only else self.on_overflow, placement=self.placement,
         )
         n = len(meta)
         buckets = np.full(n, -1, dtype=np.int64)
