@@ -179,6 +179,62 @@ impl Domain {
     }
 }
 
+/// The order of one pass over a child: a keyed permutation of its `n` items, either
+/// uniform (`chunk <= 1`), or chunk-local: consecutive runs of `chunk` items visited in
+/// a keyed order, each run's items shuffled among themselves (the `n % chunk` leftover
+/// items form one shorter run at a keyed place). A run of draws of the child then
+/// reads a few neighbouring rows (the same Parquet pages) instead of scattered ones,
+/// the way a page shuffle does, so a page cache serves it.
+#[derive(Debug, Clone, Copy)]
+struct ChildOrder {
+    all: Domain,
+    chunk: u64,
+    full: u64,
+    tail: u64,
+    chunks: Domain,
+    rows: Domain,
+    tail_rows: Domain,
+}
+
+impl ChildOrder {
+    fn new(n: u64, chunk: u64) -> Self {
+        let chunk = chunk.max(1);
+        let (full, tail) = (n / chunk, n % chunk);
+        ChildOrder {
+            all: Domain::new(n),
+            chunk,
+            full,
+            tail,
+            chunks: Domain::new(full),
+            rows: Domain::new(chunk),
+            tail_rows: Domain::new(tail),
+        }
+    }
+
+    /// Uniform over all items (also when the child fits in one run).
+    #[inline]
+    fn is_uniform(&self) -> bool {
+        self.chunk <= 1 || self.full == 0 || (self.full == 1 && self.tail == 0)
+    }
+
+    /// Item at position `k` of the pass keyed by `key`.
+    fn apply(&self, key: u64, k: u64) -> u64 {
+        if self.is_uniform() {
+            return self.all.apply(key, k);
+        }
+        // the leftover run sits after `t` full runs
+        let t = if self.tail > 0 { mix64(key ^ 0x2545_f491_4f6c_dd1d) % (self.full + 1) } else { self.full };
+        let at = t * self.chunk;
+        if k >= at && k < at + self.tail {
+            return self.full * self.chunk + self.tail_rows.apply(mix64(key ^ 0x5851_f42d_4c95_7f2d), k - at);
+        }
+        let k = if k >= at + self.tail { k - self.tail } else { k };
+        let run = self.chunks.apply(mix64(key ^ 0x1405_7b7e_f767_814f), k / self.chunk);
+        let row_key = mix64(key ^ (run + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        run * self.chunk + self.rows.apply(row_key, k % self.chunk)
+    }
+}
+
 /// Evaluations interleaved by the batch paths: one `Domain::apply` is a chain of
 /// dependent multiplies, so running several side by side lets the CPU overlap them.
 const LANES: usize = 8;
@@ -590,8 +646,8 @@ pub struct MixtureMap {
     policy: Policy,
     seed: u64,
     stages: Vec<Stage>,
-    /// Every child's index domain and base key; pass `p` is keyed by `pass_key(base, p)`.
-    child_domains: Vec<Domain>,
+    /// Every child's pass order and base key (pass `p` is keyed by mixing in `p`).
+    child_orders: Vec<ChildOrder>,
     child_keys: Vec<u64>,
     block_domain: Domain,
     len: u64,
@@ -673,7 +729,7 @@ impl MixtureMap {
             built.push(stage);
         }
         let child_purpose = purpose_code("mixture-child");
-        let child_domains = lengths.iter().map(|&n| Domain::new(n)).collect();
+        let child_orders = lengths.iter().map(|&n| ChildOrder::new(n, 1)).collect();
         let child_keys = child_codes.iter().map(|&code| derive_key(&[seed, child_purpose, code])).collect();
         let mut map = MixtureMap {
             names,
@@ -682,7 +738,7 @@ impl MixtureMap {
             policy,
             seed,
             stages: built,
-            child_domains,
+            child_orders,
             child_keys,
             block_domain: Domain::new(block_size),
             len: 0,
@@ -796,8 +852,25 @@ impl MixtureMap {
         let c = child as usize;
         let n = self.lengths[c];
         let (pass, within) = (sample / n, sample % n);
-        let key = mix64(self.child_keys[c] ^ pass.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        (self.child_domains[c].apply(key, within), pass)
+        (self.child_orders[c].apply(self.pass_key(c, pass), within), pass)
+    }
+
+    #[inline]
+    fn pass_key(&self, child: usize, pass: u64) -> u64 {
+        mix64(self.child_keys[child] ^ pass.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// Chunk-local pass orders: `chunks[c]` consecutive items of child `c` per run (1 =
+    /// uniform over the child; see `ChildOrder`). The allocation is unchanged.
+    pub fn set_child_chunks(&mut self, chunks: &[u64]) -> Result<()> {
+        if chunks.len() != self.lengths.len() {
+            return Err(invalid(format!("{} chunk sizes for {} children", chunks.len(), self.lengths.len())));
+        }
+        if chunks.contains(&0) {
+            return Err(invalid("chunk sizes must be >= 1"));
+        }
+        self.child_orders = self.lengths.iter().zip(chunks).map(|(&n, &r)| ChildOrder::new(n, r)).collect();
+        Ok(())
     }
 
     #[inline]
@@ -838,8 +911,15 @@ impl MixtureMap {
                 sample[l] += st.before[ci];
                 let n = self.lengths[ci];
                 (pass[l], xs[l]) = (sample[l] / n, sample[l] % n);
-                doms[l] = self.child_domains[ci];
-                keys[l] = mix64(self.child_keys[ci] ^ pass[l].wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let order = &self.child_orders[ci];
+                keys[l] = self.pass_key(ci, pass[l]);
+                if order.is_uniform() {
+                    doms[l] = order.all;
+                } else {
+                    // chunk-local order: evaluated on its own; the lane passes through
+                    xs[l] = order.apply(keys[l], xs[l]);
+                    doms[l] = Domain::new(1);
+                }
             }
             apply_lanes(&doms, &keys, &mut xs);
             for l in 0..LANES {
@@ -1026,6 +1106,30 @@ mod tests {
     }
 
     #[test]
+    fn chunk_local_orders_are_bijections_made_of_runs() {
+        for (n, chunk) in [(100u64, 7u64), (100, 10), (5, 7), (7, 7), (8, 7), (1000, 64), (1, 3), (0, 4), (64, 1)] {
+            let o = ChildOrder::new(n, chunk);
+            for key in [1u64, 99, u64::MAX] {
+                let items: Vec<u64> = (0..n).map(|k| o.apply(key, k)).collect();
+                let mut sorted = items.clone();
+                sorted.sort_unstable();
+                assert!(sorted.iter().enumerate().all(|(i, &x)| i as u64 == x), "n={n} chunk={chunk}");
+                if chunk > 1 && n > chunk {
+                    // every full run of `chunk` positions holds one run of items
+                    let full = n / chunk;
+                    let runs: std::collections::HashSet<u64> = items.iter().filter(|&&x| x < full * chunk).map(|x| x / chunk).collect();
+                    assert_eq!(runs.len() as u64, full);
+                    let mut jumps = 0;
+                    for w in items.windows(2) {
+                        jumps += (w[0] / chunk != w[1] / chunk) as u64;
+                    }
+                    assert!(jumps <= full + 1, "n={n} chunk={chunk}: {jumps} run changes");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn flat_map_equals_concatenate_then_permute() {
         let f = FlatMap::new(&[4, 6], Some(99)).expect("flat");
         let p = Permutation::new(10, 99);
@@ -1169,7 +1273,8 @@ mod tests {
     #[test]
     fn batch_locate_equals_one_by_one() {
         let stages = vec![(0u64, vec![1.0, 2.0, 0.01]), (333, vec![0.0, 1.0, 1.0]), (5000, vec![3.0, 0.0, 1.0])];
-        let m = MixtureMap::new(names(3), vec![17, 1, 300], &stages, 50, 8, Policy::Restart, Some(20_000)).expect("mix");
+        let mut m = MixtureMap::new(names(3), vec![17, 1, 300], &stages, 50, 8, Policy::Restart, Some(20_000)).expect("mix");
+        m.set_child_chunks(&[4, 1, 1]).expect("chunks");
         let ids: Vec<u64> = (0..1003u64).map(|i| mix64(i) % 20_000).chain(0..77).collect();
         let mut got = vec![None; ids.len()];
         m.locate_batch(&ids, |j, l| got[j] = Some(l));

@@ -435,3 +435,91 @@ def test_pack_over_a_mixture_stream_resumes() -> None:
     p3.load_state_dict(p2.state_dict())
     got = torch.cat([x["input_ids"] for x in head + list(p3)])
     assert torch.equal(got, full)
+
+
+@given(n=st.integers(0, 300), world=st.integers(1, 4), workers=st.integers(1, 3), run=st.integers(1, 40),
+       drop_last=st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_mixture_stream_deals_runs_exactly_once(n: int, world: int, workers: int, run: int, drop_last: bool) -> None:
+    pytest.importorskip("torch")
+    from youmu.torch.mixture import MixtureStream
+
+    data = list(range(n))
+    seen: list[int] = []
+    per_rank = []
+    for rank in range(world):
+        s = MixtureStream(data, rank=rank, world_size=world, run=run, drop_last=drop_last)
+        mine: list[int] = []
+        for w in range(workers):
+            count = s._count(w, workers)
+            got = [s._index(p, w, workers) for p in range(count)]
+            assert all(i // run % world == rank for i in got)  # whole runs, dealt by rank
+            mine += got
+        assert len(mine) == len(s) == len(list(s))
+        per_rank.append(len(mine))
+        seen += mine
+    expect = n - n % (world * run) if drop_last else n
+    assert sorted(seen) == list(range(expect))
+    if drop_last:
+        assert len(set(per_rank)) == 1
+
+
+def test_mixture_stream_over_workers_resumes_and_packs() -> None:
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from youmu.torch import pack
+    from youmu.torch.mixture import MixtureStream
+
+    mix = MixtureDataset({"a": tagged("a", 300), "b": tagged("b", 40)}, {"a": 0.8, "b": 0.2}, block_size=16, length=1000)
+    assert MixtureStream(mix, rank=0, world_size=1).run == 16  # the mixture's blocks by default
+    everything = mix.__getitems__(list(range(len(mix))))
+    seen = []
+    for rank in range(3):
+        seen += list(DataLoader(MixtureStream(mix, rank=rank, world_size=3), batch_size=None, num_workers=2,
+                                collate_fn=lambda x: x))
+    assert sorted(seen) == sorted(everything) and len(seen) == 1000
+    full = list(MixtureStream(mix, rank=1, world_size=2))
+    s2 = MixtureStream(mix, rank=1, world_size=2)
+    it = iter(s2)
+    head = [next(it) for _ in range(37)]
+    s3 = MixtureStream(mix, rank=1, world_size=2)
+    s3.load_state_dict(s2.state_dict())
+    assert head + list(s3) == full
+    with pytest.raises(ValueError, match="run"):
+        MixtureStream(mix, rank=1, world_size=2, run=8).load_state_dict(s2.state_dict())
+    kids = {"a": [torch.full((n % 13 + 1,), n) for n in range(200)], "b": [torch.full((3,), -n) for n in range(20)]}
+    tok = MixtureDataset(kids, {"a": 0.9, "b": 0.1}, block_size=16, length=500)
+    packed = torch.cat([p["input_ids"] for p in pack(MixtureStream(tok, rank=0, world_size=2), seq_len=32)])
+    p2 = pack(MixtureStream(tok, rank=0, world_size=2), seq_len=32)
+    it2 = iter(p2)
+    first = [next(it2) for _ in range(5)]
+    p3 = pack(MixtureStream(tok, rank=0, world_size=2), seq_len=32)
+    p3.load_state_dict(p2.state_dict())
+    assert torch.equal(torch.cat([x["input_ids"] for x in first + list(p3)]), packed)
+
+
+def test_chunk_local_child_orders() -> None:
+    kids = {"a": tagged("a", 1000), "b": tagged("b", 95)}
+    mix = MixtureDataset(kids, {"a": 0.5, "b": 0.5}, block_size=64, length=4000, child_chunk={"a": 50, "b": 10})
+    child, local, passes = mix.locate_passes(np.arange(4000))
+    a = local[(child == 0) & (passes == 0)]
+    b = local[(child == 1) & (passes == 0)]
+    assert sorted(a.tolist()) == list(range(1000)) and sorted(b.tolist()) == list(range(95))
+    # a block's draws of a child are consecutive draw numbers, which walk through runs
+    # of 50 (resp. 10) neighbouring rows: a block touches few runs of each child
+    for lo in range(0, 4000, 64):
+        c, x = child[lo:lo + 64], local[lo:lo + 64]
+        for k, size in ((0, 50), (1, 10)):
+            rows = x[c == k]
+            assert len(np.unique(rows // size)) <= -(-len(rows) // size) + 2, (lo, k, rows)
+    # the allocation does not depend on the child order
+    plain = MixtureDataset(kids, {"a": 0.5, "b": 0.5}, block_size=64, length=4000, child_chunk=1)
+    assert (plain.locate_passes(np.arange(4000))[0] == child).all()
+    assert not (plain.locate_passes(np.arange(4000))[1] == local).all()
+    with pytest.raises(ValueError, match="child_chunk"):
+        MixtureDataset(kids, {"a": 1}, child_chunk=0)
+    with pytest.raises(ValueError, match="unknown"):
+        MixtureDataset(kids, {"a": 1}, child_chunk={"zz": 4})
+    with pytest.raises(ValueError, match="child_chunk"):
+        MixtureDataset(kids, {"a": 1}, child_chunk="pages")

@@ -98,6 +98,7 @@ class MixtureMap:
     block_size: int
     seed: int
     policy: str
+    chunks: list[int] | None
     stage_bounds: list[tuple[int, int | None]]
     def __init__(
         self,
@@ -108,6 +109,7 @@ class MixtureMap:
         seed: int = 0,
         policy: str = "restart",
         length: int | None = None,
+        chunks: Sequence[int] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def locate(self, i: int) -> tuple[int, int, int]: ...

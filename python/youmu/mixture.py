@@ -54,14 +54,15 @@ Weights = Union[Mapping[str, float], Sequence[tuple[int, Mapping[str, float]]]]
 
 
 def _as_child(name: str, ds: Any) -> Any:
-    """A youmu source given as a ``PageIndex`` or a path becomes a ``RowDataset``;
-    anything else must be map-style already."""
+    """A youmu source given as a ``PageIndex`` or a path becomes a ``RowDataset`` (with a
+    small page cache, which chunk-local pass orders make effective); anything else must
+    be map-style already."""
     from youmu._core import PageIndex
 
     if isinstance(ds, (PageIndex, str, os.PathLike)):
         from youmu.rows import RowDataset
 
-        return RowDataset(ds)
+        return RowDataset(ds, cache_pages=4)
     if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
         raise TypeError(f"child {name!r} ({type(ds).__name__}) needs len() and indexing")
     return ds
@@ -91,6 +92,16 @@ def _seed(seed: int) -> int:
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= int(seed) < 1 << 64:
         raise ValueError(f"seed must be an int in [0, 2^64), got {seed!r}")
     return int(seed)
+
+
+def _rows_per_page(ds: Any) -> int:
+    """Typical rows per page of a youmu Parquet source (``RowDataset``), else 1."""
+    from youmu._core import PageIndex
+
+    index = getattr(ds, "index", None)
+    if isinstance(index, PageIndex) and len(index):
+        return max(1, int(np.median(index.page_num_rows())))
+    return 1
 
 
 def _get_many(ds: Any, idx: list[int]) -> list[Any]:
@@ -257,6 +268,14 @@ class MixtureDataset(_MapMixture):
         length: number of indices (default: the sum of the children's lengths under
             ``"restart"``, the exhaustion point under ``"stop"``). The map does not
             depend on it: a longer mixture starts with the shorter one.
+        child_chunk: order of each pass over a child. 1: uniform over the child. ``R
+            > 1``: chunk-local — runs of ``R`` consecutive items in a keyed order, the
+            items of a run shuffled among themselves — so consecutive draws of a child
+            read neighbouring rows (the same Parquet pages; pair it with
+            ``RowDataset(cache_pages=...)``) instead of one page per row. ``"auto"``
+            (default): the typical rows per page for youmu Parquet children
+            (``RowDataset``), 1 for any other child. An int applies to every child; a
+            ``{name: R}`` mapping sets some (others 1). The allocation is the same.
 
     ``locate(i)`` → ``(child_name, child_index)`` is a pure function of ``i``;
     :meth:`passes` and :meth:`locate_passes` tell which pass over a child an index
@@ -282,6 +301,7 @@ class MixtureDataset(_MapMixture):
         block_size: int = 2048,
         policy: str = "restart",
         length: int | None = None,
+        child_chunk: int | Mapping[str, int] | str = "auto",
     ) -> None:
         self.children = _children(children, "MixtureDataset")
         self.names = list(self.children)
@@ -301,6 +321,7 @@ class MixtureDataset(_MapMixture):
             seed=self.seed,
             policy=policy,
             length=None if length is None else int(length),
+            chunks=self._chunks(child_chunk),
         )
         self.stages = self._describe(raw)
 
@@ -327,6 +348,24 @@ class MixtureDataset(_MapMixture):
                 if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
                     raise TypeError(f"stage {k}: weight of {name!r} must be a number, got {x!r}")
         return [(int(s), w) for s, w in stages]
+
+    def _chunks(self, spec: int | Mapping[str, int] | str) -> list[int]:
+        """Run length of every child's chunk-local pass order (1 = uniform)."""
+        if isinstance(spec, str):
+            if spec != "auto":
+                raise ValueError(f"child_chunk must be 'auto', an int or {{name: int}}, got {spec!r}")
+            return [_rows_per_page(c) for c in self.children.values()]
+        if isinstance(spec, Mapping):
+            unknown = sorted(set(spec) - set(self.names))
+            if unknown:
+                raise ValueError(f"child_chunk names unknown children: {unknown}")
+            values = [spec.get(n, 1) for n in self.names]
+        else:
+            values = [spec] * len(self.names)
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"child_chunk values must be ints >= 1, got {v!r}")
+        return [int(v) for v in values]
 
     def _describe(self, raw: list[tuple[int, Mapping[str, float]]]) -> list[Stage]:
         """The stages in force (under "stop" the ones after the exhaustion point are gone

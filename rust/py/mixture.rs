@@ -162,6 +162,7 @@ pub struct PyMixtureMap {
     #[pyo3(get)]
     policy: String,
     requested_len: Option<u64>,
+    chunks: Option<Vec<u64>>,
 }
 
 #[pymethods]
@@ -169,7 +170,7 @@ impl PyMixtureMap {
     /// `stages`: `[(start index, [weight per child]), ...]`, first start 0.
     #[new]
     #[allow(clippy::too_many_arguments)] // mirrors the Python signature
-    #[pyo3(signature = (names, lengths, stages, block_size=2048, seed=0, policy="restart", length=None))]
+    #[pyo3(signature = (names, lengths, stages, block_size=2048, seed=0, policy="restart", length=None, chunks=None))]
     fn new(
         py: Python<'_>,
         names: Vec<String>,
@@ -179,12 +180,15 @@ impl PyMixtureMap {
         seed: u64,
         policy: &str,
         length: Option<u64>,
+        chunks: Option<Vec<u64>>,
     ) -> PyResult<Self> {
         let pol = policy_from(policy)?;
         let st = stages.clone();
-        // "stop" searches the exhaustion point (a few inverse maps + one block scan)
-        let inner = py.detach(move || MixtureMap::new(names, lengths, &st, block_size, seed, pol, length))?;
-        Ok(PyMixtureMap { inner, stages, policy: policy.to_string(), requested_len: length })
+        let mut inner = py.detach(move || MixtureMap::new(names, lengths, &st, block_size, seed, pol, length))?;
+        if let Some(c) = &chunks {
+            inner.set_child_chunks(c)?;
+        }
+        Ok(PyMixtureMap { inner, stages, policy: policy.to_string(), requested_len: length, chunks })
     }
 
     fn __len__(&self) -> usize {
@@ -199,6 +203,12 @@ impl PyMixtureMap {
     #[getter]
     fn lengths(&self) -> Vec<u64> {
         self.inner.lengths().to_vec()
+    }
+
+    /// Run length of every child's chunk-local pass order (None: uniform orders).
+    #[getter]
+    fn chunks(&self) -> Option<Vec<u64>> {
+        self.chunks.clone()
     }
 
     #[getter]
@@ -321,6 +331,7 @@ impl PyMixtureMap {
                 me.inner.seed().into_pyobject(py)?.into_any(),
                 me.policy.clone().into_pyobject(py)?.into_any(),
                 me.requested_len.into_pyobject(py)?.into_any(),
+                me.chunks.clone().into_pyobject(py)?.into_any(),
             ],
         )?;
         Ok((slf.get_type().into_any(), args))
