@@ -11,7 +11,9 @@
   space), best of ``--reps`` interleaved runs;
 * memory vs number of sources: index bytes and RSS after building 1 / 5 / all-file
   sources over the same files, and the RSS of a 10,000-child ``MixtureDataset``;
-* a weighted ``MixtureDataset`` over the per-file sources read as map-style rows.
+* a weighted ``MixtureDataset`` over the per-file sources read as map-style rows:
+  uniform child orders with single-row reads, and chunk-local orders with a small
+  page cache per child (in process, and through ``MixtureStream`` with 2 workers).
 
 The pure-Rust per-core rates come from
 ``cargo test --release --lib mixture_rates -- --ignored --nocapture``.
@@ -143,17 +145,47 @@ def phase_many_children() -> None:
     emit({"children": len(kids), "rss_delta_mb": delta, "locate_mps": 1.0 / (time.perf_counter() - t)})
 
 
-def phase_weighted(data: str, seconds: float) -> None:
+def _as_list(rows: list) -> list:
+    return rows
+
+
+def phase_weighted(data: str, seconds: float, how: str) -> None:
+    """A weighted MixtureDataset over the per-file sources, read as map-style rows.
+
+    uniform: uniform pass orders, no page cache (every row decodes its own page);
+    chunked: page-sized chunk-local orders (the default for Parquet children) with a
+    2-page cache per child, read by ``__getitems__`` one block (2048 consecutive indices) per call;
+    stream2: the same through ``MixtureStream`` and a DataLoader with 2 workers (lists
+    of 256 rows per message)."""
     import youmu
 
     files = files_of(data)
-    kids = {f.stem: youmu.RowDataset(f, columns=[COL]) for f in files}
-    mix = youmu.MixtureDataset(kids, {k: 1.0 / (i + 1) for i, k in enumerate(kids)}, block_size=2048, length=10**7)
-    n = 0
+    cache = 0 if how == "uniform" else 2
+    kids = {f.stem: youmu.RowDataset(f, columns=[COL], output="numpy", cache_pages=cache) for f in files}
+    mix = youmu.MixtureDataset(kids, {k: 1.0 / (i + 1) for i, k in enumerate(kids)}, block_size=2048, length=10**7,
+                               child_chunk=1 if how == "uniform" else "auto")
+    n = toks = 0
     t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        n += len(mix.__getitems__(list(range(n, n + 256))))
-    emit({"rows_per_s": n / (time.perf_counter() - t0)})
+    if how == "stream2":
+        from torch.utils.data import DataLoader
+
+        from youmu.torch.mixture import MixtureStream
+
+        # batches of 256 rows per message: per-row IPC would measure the queue, not the reads
+        loader = DataLoader(MixtureStream(mix, rank=0, world_size=1), batch_size=256, num_workers=2,
+                            collate_fn=_as_list)
+        for batch in loader:
+            n += len(batch)
+            toks += sum(len(row[COL]) for row in batch)
+            if time.perf_counter() - t0 > seconds:
+                break
+    else:
+        while time.perf_counter() - t0 < seconds:
+            for row in mix.__getitems__(list(range(n, n + 2048))):  # one block per call
+                toks += len(row[COL])
+            n += 2048
+    dt = time.perf_counter() - t0
+    emit({"how": how, "rows_per_s": n / dt, "tokens_per_s": toks / dt, "loadavg": os.getloadavg()[0]})
 
 
 def main() -> None:
@@ -173,7 +205,7 @@ def main() -> None:
     if a.phase == "many":
         return phase_many_children()
     if a.phase == "weighted":
-        return phase_weighted(a.data, a.seconds)
+        return phase_weighted(a.data, a.seconds, a.arg)
 
     me, common = __file__, ["--data", a.data, "--seconds", str(a.seconds)]
     loc = run_phase(me, "locate")
@@ -185,7 +217,7 @@ def main() -> None:
                 streams[how] = r
     mem = {how: run_phase(me, "memory", *common, "--arg", how) for how in ("single", "grouped", "flat")}
     many = run_phase(me, "many")
-    weighted = run_phase(me, "weighted", *common)
+    weighted = {how: run_phase(me, "weighted", *common, "--arg", how) for how in ("uniform", "chunked", "stream2")}
 
     print("\n## Mixtures\n")
     print(f"locate, one Python batch call of 10^6 random indices ({loc['threads']} threads, "
@@ -214,8 +246,14 @@ def main() -> None:
     print(f"\nMixtureDataset of {many['children']:,} children: {many['rss_delta_mb']:.1f} MB RSS to build "
           f"({many['rss_delta_mb'] * 2**20 / many['children']:.0f} B/child); locate 10^6 random: "
           f"{many['locate_mps']:.1f} M/s")
-    print(f"weighted MixtureDataset over the per-file sources as map-style rows (random single-row reads): "
-          f"{weighted['rows_per_s']:,.0f} rows/s, peak RSS {weighted['peak_rss_mb']:.0f} MB")
+    print("\n| weighted MixtureDataset over the per-file sources (block 2048, weights 1/(k+1)) | rows/s | "
+          "tokens/s (M) | peak RSS MB |")
+    print("|---|---|---|---|")
+    for how, label in [("uniform", "uniform child orders, single-row reads"),
+                       ("chunked", "chunk-local orders (auto), 2-page cache per child, in process"),
+                       ("stream2", "same through MixtureStream + DataLoader(num_workers=2, batches of 256)")]:
+        r = weighted[how]
+        print(f"| {label} | {r['rows_per_s']:,.0f} | {r['tokens_per_s'] / 1e6:.1f} | {r['peak_rss_mb']:.0f} |")
     print(f"(this process: peak RSS {peak_rss_mb():.0f} MB)")
 
 

@@ -37,9 +37,10 @@
 //! children. Strictly below 1 for *every* child is impossible in general with exact
 //! block sizes (each child's counts would have to be a mechanical word
 //! `floor(b·B·w_c + u_c)`, whose sum over the children is not `b·B` for generic
-//! weights), so this is within one sample of the best one can ask for. Nothing rounds
-//! a weight to zero: a child of weight 1e-6 gets its sample once per ~10^6 samples, on
-//! schedule (its hits are a mechanical sequence in its parent's time).
+//! weights): some child must exceed 1, and this keeps every child within a small
+//! constant that does not grow with the number of blocks. Nothing rounds a weight to
+//! zero: a child of weight 1e-6 gets its sample once per ~10^6 samples, on schedule
+//! (its hits are a mechanical sequence in its parent's time).
 //!
 //! # Blocks
 //!
@@ -50,6 +51,14 @@
 //! stage's remaining samples only, so a stage's samples are exactly its first
 //! `length` samples and a child's numbering carries over into the next stage with no
 //! gap or repeat.
+//!
+//! # Passes and policies
+//!
+//! A child's `m`-th draw is item `order_p(m mod n)` of pass `p = m div n`, where every
+//! pass has its own keyed order (`ChildOrder`: uniform, or chunk-local so that runs of
+//! draws read neighbouring rows). Under `Policy::Stop` the mixture ends at the first
+//! draw, in allocation order, that would start a second pass; that point becomes a
+//! stage end (see `cut_at_exhaustion`), so every draw before it is made exactly once.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
