@@ -102,7 +102,7 @@ def _record(batch: Any, info: Any) -> dict[str, Any]:
 def scenario_modes(rank: int, world: int, store: Any) -> dict[str, Any]:
     """Run the loader in each mode on a shard of the data; return every micro-batch."""
     from youmu.batching.channel import GlooChannel
-    from youmu.planning import BalancedLoader
+    from youmu.planning import BalancedLoader, Planner, SampleMeta
 
     data = dataset()
     shard = data[rank::world]
@@ -110,6 +110,12 @@ def scenario_modes(rank: int, world: int, store: Any) -> dict[str, Any]:
 
     def chan(name: str) -> GlooChannel:
         return GlooChannel.from_store(store, rank, world, prefix=f"youmu/test/{name}", timeout=30)
+
+    # the declarative planner over all-gathered metadata, without the loader
+    local = SampleMeta.build(ids=[s["id"] for s in shard], lengths=[len(s["input_ids"]) for s in shard])
+    planner = Planner().distribute(world, num_microbatches=4, capacity=4096).cost("llama-12b").balance("kk")
+    plan = planner.plan_distributed(0, local, chan("planner"))
+    out["planner"] = {"fingerprint": plan.fingerprint, "ids": plan.ids(rank), "n": len(plan.meta)}
 
     # token budget + capacity: deferrals happen; prefetch thread on
     loader = BalancedLoader(iter(shard), num_microbatches=3, token_budget=6000, capacity=1600, cost="llama-12b",

@@ -134,6 +134,11 @@ def test_two_ranks_every_mode_exact_coverage() -> None:
     assert all(s == "ok" for s, _ in res), res
     out = [r for _, r in res]
     all_ids = set(range(mp.N_SAMPLES))
+    # Planner.plan_distributed: same plan on both ranks, every sample in one place
+    plans = [o["planner"] for o in out]
+    assert plans[0]["fingerprint"] == plans[1]["fingerprint"] and plans[0]["n"] == mp.N_SAMPLES
+    planned = [i for p in plans for mb in p["ids"] for i in mb]
+    assert len(planned) == len(set(planned))
     _check_coverage([o["tokens"] for o in out], all_ids, 3, capacity=1600)
     _check_coverage([o["samples"] for o in out], all_ids, 2)
     _check_coverage([o["reorder"] for o in out], all_ids, 3)
