@@ -266,6 +266,8 @@ def make_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any = None)
         max_outstanding=cfg.get("max_outstanding"),
         uneven=cfg.get("uneven", "stop"),
         pad_batch=empty_batch if cfg.get("uneven") == "pad" else None,
+        # spawned test ranks default to "spawn", which re-imports torch in every worker
+        multiprocessing_context=cfg.get("mp_context", "fork") if cfg.get("workers", 0) > 0 else None,
         heartbeat=cfg.get("heartbeat", 0.2),
     )
 
@@ -302,12 +304,18 @@ def matrix_scenario(rank: int, world: int, configs: list[dict[str, Any]]) -> lis
     return results
 
 
-def failure_scenario(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Iterate until an error; report which error and after how long."""
-    loader = make_loader(rank, world, cfg)
+def failure_scenario(rank: int, world: int, cfgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Iterate each configuration until it ends or fails; report what happened."""
+    return [_failure_run(rank, world, cfg) for cfg in cfgs]
+
+
+def _failure_run(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     steps = 0
     try:
+        if cfg.get("mismatch_rank") == rank:
+            cfg = dict(cfg, budget=cfg.get("budget", 4096) + 1)
+        loader = make_loader(rank, world, cfg)
         for _ in loader:
             steps += 1
             if cfg.get("crash_rank") == rank and steps == cfg.get("crash_after", 1):
@@ -318,6 +326,24 @@ def failure_scenario(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, An
         return {"error": None, "steps": steps, "seconds": time.perf_counter() - t0}
     except Exception as e:  # noqa: BLE001
         return {"error": type(e).__name__, "message": str(e), "steps": steps, "seconds": time.perf_counter() - t0}
+
+
+def channel_scenario(rank: int, world: int, port: int) -> dict[str, Any]:
+    """A GlooChannel with its own TCPStore rendezvous (no use of the default group)."""
+    from youmu.batching import GlooChannel
+
+    ch = GlooChannel.from_tcp_store("127.0.0.1", port, rank, world, host_store=(rank == 0), timeout=20)
+    rows = ch.all_gather_rows([rank, 10 * rank, -rank])
+    tensors = ch.all_gather_int64(torch.arange(3) + rank)
+    ch.barrier()
+    stats = (ch.collectives, ch.bytes_gathered)
+    ch.close()
+    try:
+        ch.all_gather_rows([1])
+        closed_error = None
+    except Exception as e:  # noqa: BLE001
+        closed_error = type(e).__name__
+    return {"rows": rows, "tensors": [t.tolist() for t in tensors], "stats": stats, "closed_error": closed_error}
 
 
 def resume_scenario(rank: int, world: int, cfg: dict[str, Any], stop_after: int) -> dict[str, Any]:
@@ -339,3 +365,140 @@ def resume_scenario(rank: int, world: int, cfg: dict[str, Any], stop_after: int)
     rest, it2 = drain(second_loader)
     assert it2.wait_finished(60)
     return {"full": full, "first": first, "rest": rest, "done": state["done"], "replay": len(state["replay"])}
+
+
+# ------------------------------------------------------------------------------------------
+# a tiny float64 language model for the loss-scaling tests (B9, B14)
+# ------------------------------------------------------------------------------------------
+VOCAB = 23
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(VOCAB, 6).double()
+        self.out = torch.nn.Linear(6, VOCAB).double()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.emb(ids)))
+
+
+def lm_lengths(dist: str, n: int) -> list[int]:
+    return [2 + x // 48 for x in synthetic_lengths(dist, n, seed=1)]
+
+
+class LMDataset(torch.utils.data.Dataset):
+    """Deterministic token sequences; the first ``i % 4`` labels are masked (prompt)."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        g = torch.Generator().manual_seed(1000 + i)
+        ids = torch.randint(0, VOCAB, (self.lengths[i],), generator=g)
+        labels = ids.clone()
+        labels[: i % 4] = -100
+        return {"id": i, "input_ids": ids, "labels": labels}
+
+
+class LMRankIterable(torch.utils.data.IterableDataset):
+    def __init__(self, lengths: list[int], world: int, rank: int) -> None:
+        super().__init__()
+        self.inner = LMDataset(lengths)
+        layout = uneven_layout(list(range(len(lengths))), world, empty_last=True)
+        self.mine = layout[rank]
+
+    def __iter__(self):
+        for i in self.mine:
+            yield self.inner[i]
+
+
+def lm_len(s: dict[str, Any]) -> int:
+    return int(s["input_ids"].shape[0])
+
+
+def lm_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    n = max(lm_len(s) for s in samples)
+    ids = torch.zeros(len(samples), n, dtype=torch.long)
+    labels = torch.full((len(samples), n), -100, dtype=torch.long)
+    for k, s in enumerate(samples):
+        ids[k, : lm_len(s)] = s["input_ids"]
+        labels[k, : lm_len(s)] = s["labels"]
+    return {"ids": [s["id"] for s in samples], "input_ids": ids, "labels": labels}
+
+
+def lm_pad_batch() -> dict[str, Any]:
+    return lm_collate([LMDataset([3])[0]])
+
+
+def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    logits = model(batch["input_ids"])
+    labels = batch["labels"][:, 1:]
+    loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100, reduction="sum"
+    )
+    return loss, int((labels != -100).sum())
+
+
+def reference_grad(dataset: LMDataset, ids: list[int]) -> torch.Tensor:
+    """Single-process gradient of the per-token mean loss over ``ids``."""
+    model = TinyLM()
+    loss, t = token_loss_sum(model, lm_collate([dataset[i] for i in ids]))
+    (loss / t).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def ddp_scenario(rank: int, world: int, cfgs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Train steps (no optimizer update) with DDP; record the averaged gradient per step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from youmu.batching import GlooChannel
+
+    channel = GlooChannel.from_default_group(timeout=30)
+    model = DDP(TinyLM())
+    return [_ddp_run(rank, world, cfg, model, channel) for cfg in cfgs]
+
+
+def _ddp_run(rank: int, world: int, cfg: dict[str, Any], model: Any, channel: Any) -> list[dict[str, Any]]:
+    from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count
+
+    lengths = lm_lengths(cfg["dist"], cfg.get("n", 120))
+    out = []
+    for mode in cfg["modes"]:
+        ds: Any = LMRankIterable(lengths, world, rank) if cfg.get("iterable") else LMDataset(lengths)
+        loader = DynamicBatchLoader(
+            ds, token_budget=cfg.get("budget", 96), length_fn=lm_len, collate_fn=lm_collate,
+            token_count_fn=label_token_count(), buffer_size=cfg.get("buffer", 16), num_workers=0,
+            loss_scaling=mode, group=channel, timeout=30, heartbeat=0.2, uneven=cfg.get("uneven", "stop"),
+            pad_batch=lm_pad_batch,
+        )
+        rows = []
+        use_join = cfg.get("join_ctx", False)
+        ctx = join_uneven([model]) if use_join else _null()
+        with ctx:
+            for batch, info in loader:
+                model.zero_grad(set_to_none=False)
+                loss_sum, t = token_loss_sum(model, batch)
+                mean = loss_sum / t if t > 0 else loss_sum * 0.0
+                (mean * info.loss_scale).backward()
+                grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+                rows.append({
+                    "mode": mode, "step": info.step, "ids": [] if info.is_padding else batch["ids"],
+                    "grad": grad.tolist(), "exact": info.tokens_exact,
+                    "padding": info.is_padding, "active": info.active_ranks, "t": t, "T": info.global_num_tokens,
+                })
+        out.extend(rows)
+        assert loader._current.wait_finished(30)
+    return out
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: Any) -> None:
+        return None

@@ -958,10 +958,8 @@ class _EpochIterator:
         self._out.put(_END)
         proto = self._protocol(start["iteration"], start)
         proto.exhausted = True
-        while True:
-            plan = self._round(proto)
-            if plan is None:
-                return
+        while self._round(proto) is None:
+            pass
 
     def _protocol(self, iteration: int, start: dict[str, Any]) -> RankProtocol:
         L = self.L
