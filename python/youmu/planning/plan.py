@@ -58,8 +58,11 @@ class PlanError(ValueError):
 # metadata
 # --------------------------------------------------------------------------------------
 def _i64(x: Any, what: str) -> np.ndarray:
-    a = np.asarray(x if not isinstance(x, range) else np.arange(x.start, x.stop, x.step), dtype=np.int64).reshape(-1)
-    return a
+    try:
+        return np.asarray(x if not isinstance(x, range) else np.arange(x.start, x.stop, x.step),
+                          dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} must be integers: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -274,7 +277,7 @@ class Mesh:
         """The bucket whose data global ``rank`` consumes."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} outside a mesh of {self.world_size}")
-        tp = rank % self.tp
+        # TP ranks (the fastest index) share their bucket: they need identical input
         cp = rank // self.tp % self.cp
         dp = rank // (self.tp * self.cp) % self.dp
         if axis == "DP":
