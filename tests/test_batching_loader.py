@@ -215,3 +215,17 @@ def test_info_counts_are_consistent_with_tokens() -> None:
         assert info.num_tokens == sum(tok[x] for x in b) == info.global_num_tokens
         c[info.round] += 1
     assert sum(c.values()) == len(steps)
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["grouping", "alignment", "protocol", "simulate", "sampling", "synthetic", "loss", "info", "metrics",
+     "channel", "collate", "errors", "loader", "__init__"],
+)
+def test_docstring_examples(module: str) -> None:
+    import doctest
+    import importlib
+
+    mod = importlib.import_module("youmu.batching" if module == "__init__" else f"youmu.batching.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0

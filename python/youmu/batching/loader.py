@@ -292,11 +292,14 @@ class DynamicBatchLoader:
     ``loader.metrics`` holds the current iteration's :class:`BatchingMetrics`.
 
     Example:
-        >>> data = [{"input_ids": list(range(n))} for n in (5, 9, 3, 7, 2, 8)]
+        >>> data = [{"id": i, "input_ids": list(range(n))} for i, n in enumerate((5, 9, 3, 7, 2, 8))]
         >>> loader = DynamicBatchLoader(data, token_budget=16, length_fn=lambda s: len(s["input_ids"]),
-        ...                             buffer_size=4, num_workers=0, shuffle=False)
-        >>> [(len(batch), info.num_samples) for batch, info in loader][:2]
-        [(1, 1), (2, 2)]
+        ...                             buffer_size=4, num_workers=0)
+        >>> steps = [[s["id"] for s in batch] for batch, info in loader]
+        >>> sorted(i for ids in steps for i in ids)
+        [0, 1, 2, 3, 4, 5]
+        >>> all(len(ids) * max(len(data[i]["input_ids"]) for i in ids) <= 16 for ids in steps if len(ids) > 1)
+        True
     """
 
     def __init__(
@@ -1058,7 +1061,9 @@ class _EpochIterator:
         elif self._closing.is_set() and not self._local_end and not self._end_sent:
             report = RankReport(self._steps_consumed, CLOSED)
         else:
+            tg = time.perf_counter()
             report = proto.report()
+            self.metrics.record_grouping(time.perf_counter() - tg)
         row = encode_report(report, L.buffer_size)
         t0 = time.perf_counter()
         rows = self._exchange(row)

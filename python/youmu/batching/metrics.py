@@ -57,6 +57,7 @@ class MetricsSnapshot:
     second_gathers: int
     exchange_bytes: int
     exchange_s: float
+    group_s: float
     align_s: float
     collate_s: float
     wait_s: float
@@ -98,6 +99,7 @@ class BatchingMetrics:
             self.second_gathers = 0
             self.exchange_bytes = 0
             self.exchange_s = 0.0
+            self.group_s = 0.0
             self.align_s = 0.0
             self.collate_s = 0.0
             self.wait_s = 0.0
@@ -159,6 +161,10 @@ class BatchingMetrics:
             self.splits += splits
             self.recirculated += recirculated
 
+    def record_grouping(self, seconds: float) -> None:
+        with self._lock:
+            self.group_s += seconds
+
     def record_collate(self, seconds: float) -> None:
         with self._lock:
             self.collate_s += seconds
@@ -202,6 +208,7 @@ class BatchingMetrics:
                 second_gathers=self.second_gathers,
                 exchange_bytes=self.exchange_bytes,
                 exchange_s=self.exchange_s,
+                group_s=self.group_s,
                 align_s=self.align_s,
                 collate_s=self.collate_s,
                 wait_s=self.wait_s,
@@ -220,7 +227,9 @@ class BatchingMetrics:
         s = self.snapshot()
         d = s.as_dict()
         d["exchange_ms_per_round"] = 1000.0 * s.exchange_s / s.rounds if s.rounds else 0.0
-        d["align_ms_per_round"] = 1000.0 * (s.exchange_s + s.align_s) / s.rounds if s.rounds else 0.0
+        # grouping + plan + split/overflow, without the exchange (which includes waiting for peers)
+        d["compute_ms_per_round"] = 1000.0 * (s.group_s + s.align_s) / s.rounds if s.rounds else 0.0
+        d["align_ms_per_round"] = 1000.0 * (s.group_s + s.exchange_s + s.align_s) / s.rounds if s.rounds else 0.0
         d["bytes_per_round"] = s.exchange_bytes / s.rounds if s.rounds else 0.0
         d["samples_per_step_global"] = s.samples_global / (s.steps - s.padding_steps) if s.steps > s.padding_steps else 0.0
         return d
@@ -237,6 +246,7 @@ class BatchingMetrics:
             f"imbalance mean {d['mean_imbalance']:.3f} max {d['max_imbalance']:.3f}\n"
             f"rounds {d['rounds']} (emit {d['emit_rounds']}, skip {d['skip_rounds']}, 2nd gathers "
             f"{d['second_gathers']}), exchanged {d['exchange_bytes'] / 1024:.1f} KiB "
-            f"({d['bytes_per_round']:.0f} B/round), alignment {d['align_ms_per_round']:.2f} ms/round, "
+            f"({d['bytes_per_round']:.0f} B/round), grouping+alignment {d['compute_ms_per_round']:.2f} ms/round "
+            f"(+ exchange incl. waiting for peers {d['exchange_ms_per_round']:.2f}), "
             f"data wait {d['wait_s']:.2f} s"
         )
