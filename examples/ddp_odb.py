@@ -114,7 +114,7 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
         )
         if rank == 0:
             print(loader.metrics.format_summary(), flush=True)
-    dist.barrier()
+    loader.wait_finished()  # its aligner may still be serving slower ranks' last rounds
     dist.destroy_process_group()
 
 

@@ -30,7 +30,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, q: Any, args: tuple, pg_timeout: float) -> None:
+def _entry(
+    fn: Callable[..., Any], rank: int, world: int, port: int, q: Any, args: tuple, pg_timeout: float, destroy: bool
+) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     try:
@@ -44,7 +46,7 @@ def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, q: Any, arg
         q.put((rank, "err", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
     finally:
         try:
-            if dist.is_initialized():
+            if destroy and dist.is_initialized():
                 dist.destroy_process_group()
         except Exception:  # noqa: BLE001
             pass
@@ -57,6 +59,7 @@ def run_world(
     timeout: float = 120.0,
     pg_timeout: float = 60.0,
     allow_errors: bool = False,
+    destroy: bool = True,
 ) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``world`` spawned ranks; results in rank order.
 
@@ -67,7 +70,7 @@ def run_world(
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, q, args, pg_timeout)) for r in range(world)]
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, q, args, pg_timeout, destroy)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, tuple[str, Any]] = {}
@@ -326,6 +329,28 @@ def _failure_run(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         return {"error": None, "steps": steps, "seconds": time.perf_counter() - t0}
     except Exception as e:  # noqa: BLE001
         return {"error": type(e).__name__, "message": str(e), "steps": steps, "seconds": time.perf_counter() - t0}
+
+
+def early_exit_scenario(rank: int, world: int) -> dict[str, Any]:
+    """Join mode, uneven data: rank 1 (less data) leaves as soon as its own data ends,
+    without waiting; rank 0 consumes slowly, so rank 1's aligner must keep serving it
+    while rank 1's interpreter exits (the loader's exit hook waits for that)."""
+    cfg = dict(dist="uniform-wide", iterable=True, buffer=16, max_outstanding=16)
+    lengths = synthetic_lengths("uniform-wide", N_EARLY, seed=0)
+    layout = [lengths[: N_EARLY - 40], lengths[N_EARLY - 40 :]]
+    loader = make_loader(rank, world, cfg)
+    loader.dataset = RankIterable(layout, rank)  # rank 0: most of the data, rank 1: 40 samples
+    steps = 0
+    for _ in loader:
+        steps += 1
+        if rank == 0:
+            time.sleep(0.01)
+    if rank == 0:
+        loader.wait_finished(30)
+    return {"steps": steps}
+
+
+N_EARLY = 400
 
 
 def channel_scenario(rank: int, world: int, port: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from batching_mp import channel_scenario, failure_scenario, free_port, run_world
+from batching_mp import N_EARLY, channel_scenario, early_exit_scenario, failure_scenario, free_port, run_world
 from youmu.batching.sampling import rank_indices
 
 N = 1000
@@ -89,3 +89,10 @@ def test_channel_with_its_own_rendezvous() -> None:
         assert r["tensors"] == [[0, 1, 2], [1, 2, 3]]
         assert r["stats"] == (3, (3 + 3 + 1) * 2 * 8)
         assert r["closed_error"] == "ChannelError"
+
+
+@pytest.mark.timeout(120)
+def test_rank_leaving_early_still_serves_its_peers() -> None:
+    # no destroy_process_group in the harness: the process simply exits after its loop
+    r0, r1 = run_world(early_exit_scenario, 2, timeout=90, destroy=False)
+    assert r1["steps"] > 0 and r0["steps"] > r1["steps"]

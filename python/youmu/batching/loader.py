@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import hashlib
 import json
@@ -39,6 +40,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
@@ -523,10 +525,42 @@ class DynamicBatchLoader:
         if self._current is not None:
             self._current.close()
 
+    def wait_finished(self, timeout: float | None = None) -> bool:
+        """Wait until the current iteration's aligner has exchanged its last round.
+
+        In join mode a rank's iteration ends when *its* data does, but its aligner keeps
+        serving the other ranks until every rank is done. Call this before
+        ``torch.distributed.destroy_process_group()`` (which also tears down the loader's
+        Gloo group). At interpreter exit the loader waits on its own, up to ``timeout``.
+        Returns whether the aligner finished.
+        """
+        return True if self._current is None else self._current.wait_finished(timeout)
+
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:
             self.close()
         except Exception:  # noqa: BLE001
+            pass
+
+
+# ----------------------------------------------------------------------------------------
+# interpreter exit: let aligners that still serve their peers finish
+# ----------------------------------------------------------------------------------------
+_LIVE: "weakref.WeakSet[_EpochIterator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    """At exit, a rank whose own data ended may still owe its peers the last rounds (join
+    mode): wait for that, bounded by the timeout, so they do not see a reset connection.
+    An iteration the program abandoned mid-way tells its peers it closed instead."""
+    for it in list(_LIVE):
+        try:
+            if it._thread.is_alive():
+                if not it._local_end and not it._end_sent:
+                    it._closing.set()
+                it._thread.join(it.L.timeout)
+        except Exception:  # noqa: BLE001 - never fail interpreter shutdown
             pass
 
 
@@ -574,6 +608,7 @@ class _EpochIterator:
     # -- thread lifecycle -----------------------------------------------------------------
     def _start(self) -> None:
         self.metrics.start()
+        _LIVE.add(self)
         self._thread.start()
 
     def _retire(self, timeout: float | None = None) -> None:
