@@ -48,11 +48,12 @@ RUNS = {
 }
 
 
-@pytest.fixture(scope="module")
-def runs() -> dict[str, list[list[dict]]]:
-    """One DDP world (W=3) runs every configuration in sequence."""
-    per_rank = run_world(ddp_scenario, 3, list(RUNS.values()), timeout=200)
-    return {name: [per_rank[r][k] for r in range(3)] for k, name in enumerate(RUNS)}
+@pytest.fixture(scope="module", params=[2, 3, 4])
+def runs(request) -> dict[str, list[list[dict]]]:
+    """One DDP world per W runs every configuration in sequence."""
+    w = request.param
+    per_rank = run_world(ddp_scenario, w, list(RUNS.values()), timeout=240)
+    return {name: [per_rank[r][k] for r in range(w)] for k, name in enumerate(RUNS)}
 
 
 @pytest.mark.timeout(300)
@@ -82,7 +83,9 @@ def test_b14_join_uneven_tail_is_exact_and_completes(runs) -> None:
     rows = runs["b14-join"]
     steps = _by_step(rows, "exact")
     per_rank_steps = [len(r) for r in rows]
-    assert per_rank_steps[-1] == 0 and per_rank_steps[0] != per_rank_steps[1]  # uneven tail, empty rank
+    assert per_rank_steps[-1] == 0 and min(per_rank_steps[:-1]) > 0  # an empty rank
+    if len(rows) >= 3:
+        assert per_rank_steps[0] != per_rank_steps[1]  # an uneven tail among the ranks with data
     ids = sorted(i for s in steps.values() for i in s["ids"])
     assert ids == list(range(120))  # every sample contributes to exactly one step
     err, _ = _max_rel_err(steps, LMDataset(lm_lengths("bimodal", 120)))
