@@ -296,7 +296,7 @@ def matrix_scenario(rank: int, world: int, configs: list[dict[str, Any]]) -> lis
                 "steps": steps,
                 "collectives": it.collectives,
                 "second_gathers": it.second_gathers,
-                "rounds_log": it.rounds_log,
+                "rounds_log": list(it.rounds_log),
                 "undelivered_at_stop": it.undelivered_at_stop,
                 "max_outstanding": it.metrics.max_outstanding,
                 "credits": loader.max_outstanding,

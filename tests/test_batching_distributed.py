@@ -61,17 +61,16 @@ def _ids(res: dict[str, Any]) -> list[int]:
 
 def _sim(cfg: dict[str, Any], world: int):
     lengths = synthetic_lengths(cfg["dist"], N, seed=0)
-    sharder = None
-    if cfg.get("iterable"):
-        layout = uneven_layout(lengths, world, cfg.get("empty_last", False))
-        starts = [sum(len(x) for x in layout[:r]) for r in range(world)]
+    layout = uneven_layout(lengths, world, cfg.get("empty_last", False))
+    starts = [sum(len(x) for x in layout[:r]) for r in range(world)]
 
-        def sharder(n: int, w: int, r: int, it: int) -> list[int]:
-            return list(range(starts[r], starts[r] + len(layout[r])))
+    def layout_sharder(n: int, w: int, r: int, it: int) -> list[int]:
+        return list(range(starts[r], starts[r] + len(layout[r])))
 
     return simulate(
         lengths, world, 4096, 64, join=cfg.get("join", True), quota=cfg.get("quota"),
-        loss_scaling=cfg.get("loss_scaling", "exact"), tokens=token_counts(lengths), sharder=sharder, keep_trace=True,
+        loss_scaling=cfg.get("loss_scaling", "exact"), tokens=token_counts(lengths),
+        sharder=layout_sharder if cfg.get("iterable") else None, keep_trace=True,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from batching_mp import N_EARLY, channel_scenario, early_exit_scenario, failure_scenario, free_port, run_world
+from batching_mp import channel_scenario, early_exit_scenario, failure_scenario, free_port, run_world
 from youmu.batching.sampling import rank_indices
 
 N = 1000

@@ -11,9 +11,9 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-try:
-    import youmu._core  # noqa: F401
-except ImportError:  # pragma: no cover
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("youmu._core") is None:  # pragma: no cover
     pytest.skip("the native core is not built", allow_module_level=True)
 
 from youmu.batching import DynamicBatchLoader, pad_collate  # noqa: E402
