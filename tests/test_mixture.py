@@ -419,6 +419,11 @@ def test_flat_mixture_of_parquet_sources_streams_by_pages(tmp_path: Path) -> Non
     assert sorted(ids) == list(range(1430)) and ids != sorted(ids)
     with pytest.raises(TypeError, match="not a youmu Parquet source"):
         FlatMixture({"s0": sources["s0"], "list": [1, 2]}).page_index()
+    # a RowDataset streams by pages too; a weighted mixture is pointed at MixtureStream
+    assert sorted(r["id"] for r in YoumuDataset(sources["s2"], output="python")) == list(range(530, 1430))
+    mix = MixtureDataset({"s0": sources["s0"], "s2": sources["s2"]}, {"s0": 0.5, "s2": 0.5})
+    with pytest.raises(TypeError, match="MixtureStream"):
+        YoumuDataset(mix)
 
 
 def test_pack_over_a_mixture_stream_resumes() -> None:

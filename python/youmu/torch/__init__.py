@@ -7,6 +7,7 @@ Example:
 from youmu.torch.collate import collate_pad
 from youmu.torch.dataset import YoumuDataset
 from youmu.torch.mapstream import MapStream
+from youmu.torch.mixture import MixtureStream
 from youmu.torch.pack import PackedDataset, collate_packed, pack
 
-__all__ = ["YoumuDataset", "MapStream", "PackedDataset", "pack", "collate_packed", "collate_pad"]
+__all__ = ["YoumuDataset", "MapStream", "MixtureStream", "PackedDataset", "pack", "collate_packed", "collate_pad"]

@@ -87,6 +87,17 @@ class YoumuDataset(IterableDataset):
         elif hasattr(paths, "page_index") and callable(paths.page_index):
             # a FlatMixture of Parquet sources: shuffle pages across all of them
             self.index = paths.page_index()
+        elif isinstance(getattr(paths, "index", None), PageIndex):
+            self.index = paths.index  # a youmu.RowDataset: same files, streamed by pages
+        elif hasattr(paths, "__getitem__") and hasattr(paths, "__len__") and not isinstance(paths, (str, bytes, list, tuple)):
+            # A weighted MixtureDataset (or any map-style dataset) has no page space to
+            # shuffle: its order is already the mixture's. Say what to use instead
+            # rather than failing later on "expected a path".
+            raise TypeError(
+                f"YoumuDataset reads Parquet files, a PageIndex or a FlatMixture of Parquet sources; "
+                f"got a map-style {type(paths).__name__}. Stream it with youmu.torch.MixtureStream "
+                "(runs of indices, page-friendly) or youmu.torch.MapStream (index by index)"
+            )
         else:
             self.index = PageIndex(paths, columns=list(columns) if columns else None)
         if columns is not None and list(columns) != self.index.columns:
