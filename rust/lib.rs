@@ -4,6 +4,7 @@
 
 pub mod cache;
 pub mod error;
+pub mod fastdiv;
 pub mod file;
 pub mod index;
 pub mod io;

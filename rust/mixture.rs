@@ -64,7 +64,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::error::{Error, Result};
-use crate::permute::{Permutation, derive_key, mix64};
+use crate::fastdiv::FastDiv;
+use crate::permute::{Domain, LANES, Permutation, apply_lanes, derive_key, mix64};
 
 /// Stable 64-bit code of a purpose string (FNV-1a), the same code
 /// `youmu.Permutation(..., purpose="...")` uses, so keys match across the two APIs.
@@ -95,98 +96,6 @@ fn out_of_range(what: &'static str, id: u64, len: u64) -> Error {
 // ------------------------------------------------------------------------------------
 // Light keyed permutations for the many small orders (block slots, child passes)
 // ------------------------------------------------------------------------------------
-
-/// Round constants (odd, from the SHA-512 IV): round `r` mixes `key ^ ROUND_KEYS[r]`.
-const ROUND_KEYS: [u64; 6] = [
-    0x6a09_e667_f3bc_c909,
-    0xbb67_ae85_84ca_a73b,
-    0x3c6e_f372_fe94_f82b,
-    0xa54f_f53a_5f1d_36f1,
-    0x510e_527f_ade6_82d1,
-    0x9b05_688c_2b3e_6c1f,
-];
-
-/// Domain of a keyed permutation of `[0, n)` whose key changes per use (every block,
-/// every pass over a child), so building it must cost nothing: the round keys are the
-/// use's key xor fixed constants instead of `Permutation`'s derived schedule.
-///
-/// A Feistel network over the smallest power of two >= n, unbalanced when its bit
-/// width is odd (halves of `a` and `b` bits whose roles alternate each round), with
-/// cycle-walking into `[0, n)`: the walk's domain is < 2n (a balanced network needs an
-/// even width, up to 4n), and a power-of-two `n` such as a block size never walks.
-/// Six rounds of the splitmix64 finaliser; a bijection for any key.
-#[derive(Debug, Clone, Copy)]
-struct Domain {
-    n: u64,
-    /// Widths of the two parts: rounds alternate (top `a`, bottom `b`) and (`b`, `a`).
-    a: u32,
-    b: u32,
-}
-
-#[inline]
-fn low_mask(bits: u32) -> u64 {
-    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
-}
-
-impl Domain {
-    fn new(n: u64) -> Self {
-        let bits = if n <= 1 { 1 } else { 64 - (n - 1).leading_zeros() };
-        Domain { n, a: bits / 2, b: bits - bits / 2 }
-    }
-
-    #[inline]
-    fn encrypt(&self, key: u64, mut x: u64) -> u64 {
-        let (mut t, mut u) = (self.a, self.b); // widths of the top and bottom parts
-        for rk in ROUND_KEYS {
-            let (top, bot) = (x >> u, x & low_mask(u));
-            let top = top ^ (mix64(bot ^ key ^ rk) & low_mask(t));
-            x = (bot << t) | top; // swap: the bottom part feeds the next round
-            (t, u) = (u, t);
-        }
-        x
-    }
-
-    #[inline]
-    fn decrypt(&self, key: u64, mut x: u64) -> u64 {
-        // Undo the rounds last first. The last (odd) round had widths (top b, bottom a)
-        // and left `x = (bot << b) | top'`; with (t, u) = (a, b) that is
-        // bot = x >> u, top' = x & mask(u), and the input was (top << t) | bot.
-        let (mut t, mut u) = (self.a, self.b);
-        for rk in ROUND_KEYS.iter().rev() {
-            let (bot, top) = (x >> u, x & low_mask(u));
-            let top = top ^ (mix64(bot ^ key ^ rk) & low_mask(u));
-            x = (top << t) | bot;
-            (t, u) = (u, t);
-        }
-        x
-    }
-
-    /// Position `i` (< n) under `key`.
-    #[inline]
-    fn apply(&self, key: u64, i: u64) -> u64 {
-        if self.n <= 1 {
-            return i;
-        }
-        let mut x = self.encrypt(key, i);
-        while x >= self.n {
-            x = self.encrypt(key, x);
-        }
-        x
-    }
-
-    /// Inverse of `apply` under the same key.
-    #[inline]
-    fn inverse(&self, key: u64, x: u64) -> u64 {
-        if self.n <= 1 {
-            return x;
-        }
-        let mut y = self.decrypt(key, x);
-        while y >= self.n {
-            y = self.decrypt(key, y);
-        }
-        y
-    }
-}
 
 /// The order of one pass over a child: a keyed permutation of its `n` items, either
 /// uniform (`chunk <= 1`), or chunk-local: consecutive runs of `chunk` items visited in
@@ -241,36 +150,6 @@ impl ChildOrder {
         let run = self.chunks.apply(mix64(key ^ 0x1405_7b7e_f767_814f), k / self.chunk);
         let row_key = mix64(key ^ (run + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         run * self.chunk + self.rows.apply(row_key, k % self.chunk)
-    }
-}
-
-/// Evaluations interleaved by the batch paths: one `Domain::apply` is a chain of
-/// dependent multiplies, so running several side by side lets the CPU overlap them.
-const LANES: usize = 8;
-
-/// `doms[l].apply(keys[l], xs[l])` for every lane, in place.
-#[inline]
-fn apply_lanes(doms: &[Domain; LANES], keys: &[u64; LANES], xs: &mut [u64; LANES]) {
-    let mut ys = *xs;
-    let mut widths: [(u32, u32); LANES] = std::array::from_fn(|l| (doms[l].a, doms[l].b));
-    for rk in ROUND_KEYS {
-        for l in 0..LANES {
-            let (t, u) = widths[l];
-            let (top, bot) = (ys[l] >> u, ys[l] & low_mask(u));
-            let top = top ^ (mix64(bot ^ keys[l] ^ rk) & low_mask(t));
-            ys[l] = (bot << t) | top;
-            widths[l] = (u, t);
-        }
-    }
-    for l in 0..LANES {
-        let d = &doms[l];
-        if d.n > 1 {
-            let mut y = ys[l];
-            while y >= d.n {
-                y = d.encrypt(keys[l], y); // cycle-walk the few lanes that left [0, n)
-            }
-            xs[l] = y;
-        }
     }
 }
 
@@ -335,6 +214,26 @@ impl FlatMap {
         };
         let c = self.child_of(x);
         (c, x - self.offsets[c])
+    }
+
+    /// `locate_unchecked` for every index of `ids` (all `< len`), handed to
+    /// `put(position in ids, (child, local))`; `LANES` indices side by side.
+    pub fn locate_batch(&self, ids: &[u64], mut put: impl FnMut(usize, (usize, u64))) {
+        let mut chunks = ids.chunks_exact(LANES);
+        for (j, chunk) in chunks.by_ref().enumerate() {
+            let mut xs: [u64; LANES] = std::array::from_fn(|l| chunk[l]);
+            if let Some(p) = &self.perm {
+                p.apply_lanes(&mut xs);
+            }
+            for (l, &x) in xs.iter().enumerate() {
+                let c = self.child_of(x);
+                put(j * LANES + l, (c, x - self.offsets[c]));
+            }
+        }
+        let done = ids.len() - chunks.remainder().len();
+        for (k, &i) in chunks.remainder().iter().enumerate() {
+            put(done + k, self.locate_unchecked(i));
+        }
     }
 
     pub fn locate(&self, i: u64) -> Result<(usize, u64)> {
@@ -659,6 +558,9 @@ pub struct MixtureMap {
     child_orders: Vec<ChildOrder>,
     child_keys: Vec<u64>,
     block_domain: Domain,
+    /// Division by the block size and by every child's length, by multiplication.
+    block_div: FastDiv,
+    child_divs: Vec<FastDiv>,
     len: u64,
 }
 
@@ -740,6 +642,7 @@ impl MixtureMap {
         let child_purpose = purpose_code("mixture-child");
         let child_orders = lengths.iter().map(|&n| ChildOrder::new(n, 1)).collect();
         let child_keys = child_codes.iter().map(|&code| derive_key(&[seed, child_purpose, code])).collect();
+        let child_divs = lengths.iter().map(|&n| FastDiv::new(n)).collect();
         let mut map = MixtureMap {
             names,
             lengths,
@@ -750,6 +653,8 @@ impl MixtureMap {
             child_orders,
             child_keys,
             block_domain: Domain::new(block_size),
+            block_div: FastDiv::new(block_size),
+            child_divs,
             len: 0,
         };
         let limit = match policy {
@@ -845,8 +750,8 @@ impl MixtureMap {
     pub fn sample_unchecked(&self, i: u64) -> (u32, u64) {
         let st = &self.stages[self.stage_of(i)];
         let r = i - st.start;
-        let b = r / self.block_size;
-        let lo = b * self.block_size;
+        let (b, off) = self.block_div.div_rem(r);
+        let lo = r - off;
         let size = self.block_len(st, b);
         let (domain, key) = self.slots(st, b, size);
         let slot = domain.apply(key, r - lo);
@@ -859,8 +764,7 @@ impl MixtureMap {
     #[inline]
     pub fn child_index(&self, child: u32, sample: u64) -> (u64, u64) {
         let c = child as usize;
-        let n = self.lengths[c];
-        let (pass, within) = (sample / n, sample % n);
+        let (pass, within) = self.child_divs[c].div_rem(sample);
         (self.child_orders[c].apply(self.pass_key(c, pass), within), pass)
     }
 
@@ -903,10 +807,10 @@ impl MixtureMap {
                 let s = self.stage_of(i);
                 let st = &self.stages[s];
                 let r = i - st.start;
-                let b = r / self.block_size;
-                let lo = b * self.block_size;
+                let (b, off) = self.block_div.div_rem(r);
+                let lo = r - off;
                 (doms[l], keys[l]) = self.slots(st, b, self.block_len(st, b));
-                xs[l] = r - lo;
+                xs[l] = off;
                 site[l] = (s, lo);
             }
             apply_lanes(&doms, &keys, &mut xs);
@@ -918,8 +822,7 @@ impl MixtureMap {
                 let st = &self.stages[site[l].0];
                 let ci = child[l] as usize;
                 sample[l] += st.before[ci];
-                let n = self.lengths[ci];
-                (pass[l], xs[l]) = (sample[l] / n, sample[l] % n);
+                (pass[l], xs[l]) = self.child_divs[ci].div_rem(sample[l]);
                 let order = &self.child_orders[ci];
                 keys[l] = self.pass_key(ci, pass[l]);
                 if order.is_uniform() {
@@ -1086,6 +989,8 @@ mod tests {
             }
             assert!(seen.iter().all(|s| s.iter().all(|&x| x)));
             assert!(f.locate(total).is_err());
+            let ids: Vec<u64> = (0..total).chain(0..total).collect();
+            f.locate_batch(&ids, |j, got| assert_eq!(Some(got), f.locate(ids[j]).ok(), "lengths {lengths:?}"));
         }
         assert!(FlatMap::new(&[], None).is_err());
     }
@@ -1112,6 +1017,46 @@ mod tests {
         }
         let (lo, hi) = (hist.iter().min().copied().unwrap_or(0), hist.iter().max().copied().unwrap_or(0));
         assert!(lo > 800 && hi < 1200, "histogram too uneven: {lo}..{hi}");
+    }
+
+    /// Pearson chi-square of the joint positions of two neighbouring inputs over many
+    /// keys: a weak permutation family (too few rounds for its half width) leaves the
+    /// second position tied to the first.
+    fn pair_chi_square(n: u64, cells: u64, keys: u64) -> (f64, f64) {
+        let d = Domain::new(n);
+        let bucket = |x: u64| x * cells / n;
+        let mut hist = vec![0u64; (cells * cells) as usize];
+        for key in 0..keys {
+            let k = mix64(key ^ 0x1234_5678);
+            hist[(bucket(d.apply(k, 0)) * cells + bucket(d.apply(k, 1))) as usize] += 1;
+        }
+        // expected counts: the two positions are distinct, uniform over ordered pairs
+        let mut chi = 0.0;
+        let mut df = 0.0;
+        for a in 0..cells {
+            for b in 0..cells {
+                let size = |c: u64| ((c + 1) * n).div_ceil(cells) - (c * n).div_ceil(cells);
+                let pairs = if a == b { size(a) * (size(a) - 1) } else { size(a) * size(b) };
+                let e = keys as f64 * pairs as f64 / (n * (n - 1)) as f64;
+                if e > 0.0 {
+                    let o = hist[(a * cells + b) as usize] as f64;
+                    chi += (o - e) * (o - e) / e;
+                    df += 1.0;
+                }
+            }
+        }
+        (chi, df - 1.0)
+    }
+
+    #[test]
+    fn light_permutations_place_neighbours_independently() {
+        let sizes = [4u64, 5, 8, 16, 24, 32, 64, 100, 128, 256, 1000, 2048];
+        for n in sizes {
+            let cells = n.min(16);
+            let (chi, df) = pair_chi_square(n, cells, 200_000);
+            // chi-square has mean df and sd sqrt(2 df): allow 6 sd
+            assert!(chi < df + 6.0 * (2.0 * df).sqrt(), "n={n}: chi-square {chi:.0} for {df} degrees of freedom");
+        }
     }
 
     #[test]
@@ -1430,6 +1375,16 @@ mod tests {
         let flat = FlatMap::new(&lens, Some(1)).expect("flat");
         let total = flat.len();
         report("FlatMap 50 children, random", &|i| flat.locate_unchecked(i % total).1);
+        let flat_ids: Vec<u64> = ids.iter().map(|&i| i % total).collect();
+        let (t, c0) = (Instant::now(), cpu());
+        let mut acc = 0u64;
+        flat.locate_batch(&flat_ids, |_, (_, x)| acc = acc.wrapping_add(x));
+        let (dt, dc) = (t.elapsed().as_secs_f64(), cpu() - c0);
+        println!(
+            "FlatMap 50 children, random, locate_batch: {:.1} M/s per core (CPU time), {:.1} M/s wall (checksum {acc})",
+            n as f64 / dc / 1e6,
+            n as f64 / dt / 1e6
+        );
         for c in [2usize, 50] {
             let w: Vec<f64> = (0..c).map(|k| 1.0 / (k + 1) as f64).collect();
             let m = MixtureMap::new(names(c), vec![1000; c], &[(0, w)], 2048, 0, Policy::Restart, Some(1 << 40))
