@@ -31,9 +31,17 @@ class MapStream(IterableDataset):
     Args:
         dataset: anything with ``len`` and ``[i]`` (``__getitems__`` is used when present).
         rank, world_size: default from ``torch.distributed`` when initialised.
-        drop_last: every rank delivers the same number of items (``len // world_size``).
+        drop_last: every rank delivers the same number of items: the index space is cut
+            to a multiple of ``world_size · run``.
         transform: applied to each item in the worker; ``None`` results are dropped.
         chunk: positions fetched per ``__getitems__`` call.
+        run: consecutive indices dealt together (1: index by index; see
+            :class:`youmu.torch.MixtureStream` for why runs help Parquet children).
+
+    Run ``q`` (indices ``[q·run, (q+1)·run)``) goes to rank ``q % world_size``; a rank's
+    k-th run goes to worker ``k % num_workers``. State (``state_dict``): items consumed
+    per worker, ``world_size``, ``run`` and the number of workers; resume with the same
+    three.
     """
 
     def __init__(
@@ -44,10 +52,14 @@ class MapStream(IterableDataset):
         drop_last: bool = False,
         transform: Callable[[Any], Any] | None = None,
         chunk: int = 256,
+        run: int = 1,
     ) -> None:
         super().__init__()
+        if isinstance(run, bool) or not isinstance(run, int) or run < 1:
+            raise ValueError(f"run must be a positive int, got {run!r}")
         self.dataset = dataset
         self.rank, self.world_size = _dist_defaults(rank, world_size)
+        self.run = run
         self.drop_last = drop_last
         self.transform = transform
         self.chunk = max(1, int(chunk))
@@ -56,23 +68,38 @@ class MapStream(IterableDataset):
 
     def _n(self) -> int:
         n = len(self.dataset)
-        return n - n % self.world_size if self.drop_last else n
+        span = self.world_size * self.run
+        return n - n % span if self.drop_last else n
 
-    def _stride(self, worker: int, num_workers: int) -> tuple[int, int, int]:
-        """(first index, step, number of indices) of a (rank, worker) shard."""
-        first, step = self.rank + self.world_size * worker, self.world_size * num_workers
+    def _count(self, worker: int, num_workers: int) -> int:
+        """Items of a (rank, worker) shard."""
         n = self._n()
-        return first, step, max(0, (n - first + step - 1) // step)
+        runs = -(-n // self.run)  # the last run may be short
+        first, step = self.rank + self.world_size * worker, self.world_size * num_workers
+        mine = max(0, -(-(runs - first) // step))
+        if mine == 0:
+            return 0
+        last = first + step * (mine - 1)
+        return mine * self.run - ((last + 1) * self.run - n if last == runs - 1 else 0)
+
+    def _index(self, pos: int, worker: int, num_workers: int) -> int:
+        """Global index of a shard's item number `pos`."""
+        j, o = divmod(pos, self.run)
+        q = self.rank + self.world_size * (worker + num_workers * j)
+        return q * self.run + o
 
     def __len__(self) -> int:
-        return self._stride(0, 1)[2]
+        return self._count(0, 1)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "num_workers": self._num_workers_seen, "positions": dict(self._positions)}
+        return {"world_size": self.world_size, "run": self.run, "num_workers": self._num_workers_seen,
+                "positions": dict(self._positions)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["world_size"] != self.world_size:
             raise ValueError(f"state was saved with world_size={state['world_size']}, not {self.world_size}")
+        if state.get("run", 1) != self.run:
+            raise ValueError(f"state was saved with run={state.get('run', 1)}, not {self.run}")
         self._positions = {int(k): int(v) for k, v in state["positions"].items()}
         self._num_workers_seen = state.get("num_workers")
 
@@ -87,11 +114,18 @@ class MapStream(IterableDataset):
         if self._positions and self._num_workers_seen not in (None, num_workers):
             raise ValueError(f"state was saved with {self._num_workers_seen} workers; resume with the same number")
         self._num_workers_seen = num_workers
-        first, step, count = self._stride(worker, num_workers)
+        count = self._count(worker, num_workers)
         pos = self._positions.get(worker, 0)
         get_many = getattr(self.dataset, "__getitems__", None)
         while pos < count:
-            idx = [first + step * k for k in range(pos, min(pos + self.chunk, count))]
+            # consecutive global indices: the rest of the current run, at most `chunk`
+            stop = min(count, (pos // self.run + 1) * self.run, pos + self.chunk)
+            if self.run == 1:  # one index per run: fetch a strided chunk at once
+                stop = min(count, pos + self.chunk)
+                idx = [self._index(k, worker, num_workers) for k in range(pos, stop)]
+            else:
+                lo = self._index(pos, worker, num_workers)
+                idx = list(range(lo, lo + stop - pos))
             for item in get_many(idx) if get_many else [self.dataset[i] for i in idx]:
                 yield pos, item
                 pos += 1
@@ -106,3 +140,9 @@ class MapStream(IterableDataset):
                     continue
             yield item
         self._positions.pop(worker, None)  # finished: the next iteration starts over
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dataset!r}, rank={self.rank}, world_size={self.world_size}, run={self.run})"
+
+
+__all__ = ["MapStream"]

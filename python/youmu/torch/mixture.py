@@ -29,28 +29,25 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from torch.utils.data import IterableDataset, get_worker_info
-
-from youmu.torch.dataset import _dist_defaults
+from youmu.torch.mapstream import MapStream
 
 
-class MixtureStream(IterableDataset):
+class MixtureStream(MapStream):
     """Iterate a map-style dataset in runs of consecutive indices, sharded exactly once.
+
+    A :class:`~youmu.torch.MapStream` whose ``run`` defaults to the mixture's
+    ``block_size`` (1024 for datasets without one) and whose ``chunk`` is larger.
 
     Args:
         dataset: anything with ``len`` and ``[i]`` (``__getitems__`` is used when present).
         rank, world_size: default from ``torch.distributed`` when initialised.
-        run: consecutive indices dealt together (default: the mixture's ``block_size``
-            when it has one, else 1024).
+        run: consecutive indices dealt together.
         drop_last: every rank delivers the same number of items: the index space is cut
             to a multiple of ``world_size · run`` (fewer than that many are dropped).
         transform: applied to each item in the worker; ``None`` results are dropped.
         chunk: indices fetched per ``__getitems__`` call (at most one run).
-
-    State (``state_dict``): items consumed per worker, ``world_size``, ``run`` and the
-    number of workers; resume with the same three.
     """
 
     def __init__(
@@ -63,92 +60,9 @@ class MixtureStream(IterableDataset):
         transform: Callable[[Any], Any] | None = None,
         chunk: int = 4096,
     ) -> None:
-        super().__init__()
-        self.dataset = dataset
-        self.rank, self.world_size = _dist_defaults(rank, world_size)
         run = run if run is not None else getattr(dataset, "block_size", 1024)
-        if not isinstance(run, int) or run < 1:
-            raise ValueError(f"run must be a positive int, got {run!r}")
-        self.run = run
-        self.drop_last = drop_last
-        self.transform = transform
-        self.chunk = max(1, int(chunk))
-        self._positions: dict[int, int] = {}
-        self._num_workers_seen: int | None = None
-
-    def _n(self) -> int:
-        n = len(self.dataset)
-        span = self.world_size * self.run
-        return n - n % span if self.drop_last else n
-
-    def _count(self, worker: int, num_workers: int) -> int:
-        """Items of a (rank, worker) shard."""
-        n = self._n()
-        runs = -(-n // self.run)  # the last run may be short
-        first, step = self.rank + self.world_size * worker, self.world_size * num_workers
-        mine = max(0, -(-(runs - first) // step))
-        if mine == 0:
-            return 0
-        last = first + step * (mine - 1)
-        return mine * self.run - ((last + 1) * self.run - n if last == runs - 1 else 0)
-
-    def _index(self, pos: int, worker: int, num_workers: int) -> int:
-        """Global index of a shard's item number `pos`."""
-        j, o = divmod(pos, self.run)
-        q = self.rank + self.world_size * (worker + num_workers * j)
-        return q * self.run + o
-
-    def __len__(self) -> int:
-        return self._count(0, 1)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "run": self.run, "num_workers": self._num_workers_seen,
-                "positions": dict(self._positions)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["world_size"] != self.world_size:
-            raise ValueError(f"state was saved with world_size={state['world_size']}, not {self.world_size}")
-        if state.get("run", self.run) != self.run:
-            raise ValueError(f"state was saved with run={state['run']}, not {self.run}")
-        self._positions = {int(k): int(v) for k, v in state["positions"].items()}
-        self._num_workers_seen = state.get("num_workers")
-
-    def _worker(self) -> tuple[int, int]:
-        info = get_worker_info()
-        return (0, 1) if info is None else (info.id, info.num_workers)
-
-    def iter_positions(self) -> Iterator[tuple[int, Any]]:
-        """Yield ``(position, item)`` from this worker's saved position (no transform),
-        the protocol ``youmu.torch.pack`` resumes through."""
-        worker, num_workers = self._worker()
-        if self._positions and self._num_workers_seen not in (None, num_workers):
-            raise ValueError(f"state was saved with {self._num_workers_seen} workers; resume with the same number")
-        self._num_workers_seen = num_workers
-        count = self._count(worker, num_workers)
-        pos = self._positions.get(worker, 0)
-        get_many = getattr(self.dataset, "__getitems__", None)
-        while pos < count:
-            # a slice of the current run: consecutive global indices
-            stop = min(count, (pos // self.run + 1) * self.run, pos + self.chunk)
-            lo = self._index(pos, worker, num_workers)
-            idx = list(range(lo, lo + stop - pos))
-            for item in get_many(idx) if get_many else [self.dataset[i] for i in idx]:
-                yield pos, item
-                pos += 1
-
-    def __iter__(self) -> Iterator[Any]:
-        worker, _ = self._worker()
-        for pos, item in self.iter_positions():
-            self._positions[worker] = pos + 1
-            if self.transform is not None:
-                item = self.transform(item)
-                if item is None:
-                    continue
-            yield item
-        self._positions.pop(worker, None)  # finished: the next iteration starts over
-
-    def __repr__(self) -> str:
-        return f"MixtureStream({self.dataset!r}, rank={self.rank}, world_size={self.world_size}, run={self.run})"
+        super().__init__(dataset, rank=rank, world_size=world_size, drop_last=drop_last, transform=transform,
+                         chunk=chunk, run=run)
 
 
 __all__ = ["MixtureStream"]
