@@ -272,6 +272,7 @@ def make_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any = None)
         # spawned test ranks default to "spawn", which re-imports torch in every worker
         multiprocessing_context=cfg.get("mp_context", "fork") if cfg.get("workers", 0) > 0 else None,
         heartbeat=cfg.get("heartbeat", 0.2),
+        pad_sampler=cfg.get("pad_sampler", True),
     )
 
 

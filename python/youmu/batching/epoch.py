@@ -396,7 +396,8 @@ class _EpochIterator:
     def _map_pairs(self, iteration: int, resume: dict[str, Any] | None) -> tuple[list[tuple[int, int]], int]:
         L = self.L
         indices = rank_indices(
-            len(L.dataset), L.world_size, L.rank, seed=L.seed, epoch=self.epoch, iteration=iteration, shuffle=L.shuffle
+            len(L.dataset), L.world_size, L.rank, seed=L.seed, epoch=self.epoch, iteration=iteration, shuffle=L.shuffle,
+            pad=L.pad_sampler,
         )
         if resume is None:
             return list(enumerate(indices)), 0

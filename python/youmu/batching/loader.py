@@ -61,8 +61,9 @@ class DynamicBatchLoader:
         dataset: a map-style dataset (``len`` and ``[i]``: lists, ``MixtureDataset``,
             ``RowDataset``, any ``torch.utils.data.Dataset``) or an iterable one
             (``YoumuDataset``, any ``IterableDataset``). Map-style datasets are sharded
-            like ``DistributedSampler(drop_last=False)``; iterable datasets must
-            shard themselves over ranks and workers (``YoumuDataset`` does).
+            like ``DistributedSampler(drop_last=False)`` (see ``pad_sampler``);
+            iterable datasets must shard themselves over ranks and workers
+            (``YoumuDataset`` does).
         token_budget: ``L_max``: a group of ``k >= 2`` samples never exceeds ``k * max_len
             <= token_budget`` padded tokens (Eq. 1).
         length_fn: realised length of a sample after preprocessing (e.g.
@@ -106,6 +107,11 @@ class DynamicBatchLoader:
         worker_init_fn, multiprocessing_context: passed to the DataLoader.
         heartbeat: seconds a rank waits for data before telling its peers it is not
             ready yet (a skip round).
+        pad_sampler: map-style datasets only. ``True`` (the paper's setting): every
+            rank draws ``ceil(N / W)`` indices, the tail padded with repeats as
+            ``DistributedSampler`` does, so ``P = W·ceil(N/W) − N`` samples are
+            emitted twice per epoch. ``False``: strided without padding, every sample
+            exactly once; ranks then differ by one sample, which join mode absorbs.
 
     Iterating yields ``(batch, info)`` with :class:`~youmu.batching.info.StepInfo`.
     ``loader.metrics`` holds the current iteration's :class:`BatchingMetrics`.
@@ -147,6 +153,7 @@ class DynamicBatchLoader:
         worker_init_fn: Callable[[int], None] | None = None,
         multiprocessing_context: Any = None,
         heartbeat: float = 1.0,
+        pad_sampler: bool = True,
     ) -> None:
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise ValueError(f"token_budget must be a positive int, got {token_budget!r}")
@@ -168,6 +175,8 @@ class DynamicBatchLoader:
             raise ValueError(f"uneven must be one of {_UNEVEN}, got {uneven!r}")
         if not timeout or timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        if not isinstance(pad_sampler, bool):
+            raise TypeError(f"pad_sampler must be a bool, got {pad_sampler!r}")
         if not 0 < heartbeat < timeout:
             raise ValueError(f"heartbeat must be in (0, timeout), got {heartbeat!r}")
         if max_outstanding is None:
@@ -216,6 +225,7 @@ class DynamicBatchLoader:
         self.worker_init_fn = worker_init_fn
         self.multiprocessing_context = multiprocessing_context
         self.heartbeat = float(heartbeat)
+        self.pad_sampler = pad_sampler
 
         self.channel = self._make_channel(group)
         self.rank = self.channel.rank
@@ -258,6 +268,7 @@ class DynamicBatchLoader:
             "quota": self.quota,
             "shuffle_steps": self.shuffle_steps,
             "uneven": self.uneven,
+            "pad_sampler": self.pad_sampler,
             "kind": self._kind,
             "n": len(self.dataset) if self._kind == "map" else None,
             "world_size": self.world_size,

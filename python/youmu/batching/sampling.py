@@ -84,11 +84,18 @@ def rank_indices(
     epoch: int = 0,
     iteration: int = 0,
     shuffle: bool = True,
+    pad: bool = True,
 ) -> list[int]:
-    """Dataset indices rank ``rank`` draws in one logical iteration (``q`` of them).
+    """Dataset indices rank ``rank`` draws in one logical iteration.
+
+    ``pad=True`` (``DistributedSampler``): ``q`` indices on every rank, the tail padded
+    by repeating the first ``P``. ``pad=False``: the same permutation, strided without
+    padding, so every index is drawn exactly once and ranks differ by at most one.
 
     >>> rank_indices(7, 3, 0, shuffle=False), rank_indices(7, 3, 2, shuffle=False)
     ([0, 3, 6], [2, 5, 1])
+    >>> rank_indices(7, 3, 2, shuffle=False, pad=False)
+    [2, 5]
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in range(world_size={world_size})")
@@ -103,8 +110,10 @@ def rank_indices(
         indices: list[int] = torch.randperm(n, generator=g).tolist()
     else:
         indices = list(range(n))
-    pad = quota.padding
-    if pad:
+    if not pad:
+        return indices[rank::world_size]
+    padding = quota.padding
+    if padding:
         # as DistributedSampler: repeat from the start (cyclically if P > N)
-        indices += (indices * (-(-pad // n)))[:pad]
+        indices += (indices * (-(-padding // n)))[:padding]
     return indices[rank : quota.views : world_size]

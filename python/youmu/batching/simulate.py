@@ -179,12 +179,14 @@ def simulate(
     shuffle_steps: bool = True,
     keep_trace: bool = False,
     sharder: Callable[[int, int, int, int], list[int]] | None = None,
+    pad_sampler: bool = True,
 ) -> SimulationResult:
     """An epoch of a map-style dataset with per-sample ``lengths``, as the loader runs it.
 
     Ranks draw indices like ``DistributedSampler(drop_last=False)`` (see
     :func:`~youmu.batching.sampling.rank_indices`; shuffling needs torch unless a
-    ``sharder(n, world_size, rank, iteration)`` is given). In non-join mode logical
+    ``sharder(n, world_size, rank, iteration)`` is given; ``pad_sampler`` as the
+    loader's). In non-join mode logical
     iterations are chained until ``quota`` samples (default ``len(lengths)``) are emitted.
     """
     from youmu.batching.sampling import rank_indices as _rank_indices
@@ -193,7 +195,7 @@ def simulate(
     if sharder is None:
 
         def sharder(n_: int, w: int, r: int, it: int) -> list[int]:
-            return _rank_indices(n_, w, r, seed=seed, epoch=epoch, iteration=it, shuffle=shuffle)
+            return _rank_indices(n_, w, r, seed=seed, epoch=epoch, iteration=it, shuffle=shuffle, pad=pad_sampler)
 
     res = _new_result(world_size, keep_trace)
     target = (n if quota is None else quota) if not join else None
