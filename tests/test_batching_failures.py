@@ -19,9 +19,10 @@ STALL_TIMEOUT = 10
 
 CASES = {
     "worker": dict(dist="uniform-wide", fail_rank=1, fail_at=FAIL_INDEX, workers=1),
-    # The loader's one timeout bounds both a data stall and each collective; 10 s keeps a
-    # CPU-starved peer (CI shares 2 cores among every test process) from tripping the
-    # collective timeout first, which made this case flaky at 3 s (ChannelError on rank 1).
+    # The loader's one timeout bounds both a data stall and each collective. At 3 s this
+    # case failed in CI before its first step: rank 1 was still shutting down the previous
+    # case's failed DataLoader worker (torch waits up to 5 s for a worker to exit), so
+    # rank 0's handshake all_gather timed out (ChannelError on both ranks). 10 s > 5 s.
     "stall": dict(dist="uniform-wide", stall_rank=1, stall_at=FAIL_INDEX, timeout=STALL_TIMEOUT),
     "close": dict(dist="uniform-wide", close_rank=0, close_after=3),
     "mismatch": dict(dist="uniform-wide", mismatch_rank=1),
