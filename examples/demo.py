@@ -4,11 +4,15 @@ Parquet by youmu.
 1. builds a real multi-source corpus from the Python sources on this machine
    (``examples/corpus.py``; no download), one Parquet source per package;
 2. indexes every source (progress bar) and forms a weighted mixture of them;
-3. streams with page-level shuffling, exact sharding over the two ranks, packing;
+3. streams the mixture with exact sharding over the two ranks and batches it with
+   online dynamic batching (``youmu.batching.DynamicBatchLoader``: token-budget
+   batches of length-grouped document chunks, the same number of steps on every
+   rank, exact per-token loss scaling), or with ``--batching packing`` packs
+   documents into fixed-length sequences instead;
 4. trains for a fixed number of steps, showing tokens/s, loss and padding;
 5. writes ``demo-out/summary.json`` and ``demo-out/training.png``.
 
-    python examples/demo.py [--steps 200] [--out demo-out]
+    python examples/demo.py [--steps 200] [--batching odb|packing] [--out demo-out]
 """
 
 from __future__ import annotations
@@ -89,9 +93,8 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=__import__("datetime").timedelta(seconds=120))
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import DataLoader
 
-    from youmu.torch import MapStream, collate_packed, pack
+    from youmu.torch import MapStream
 
     corpus = Path(args.out) / "corpus"
     mix, names = make_mixture(corpus, manifest, args, progress=rank == 0)
@@ -105,8 +108,7 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
 
     # indices dealt round-robin over ranks, so the weight stage switches at the same step everywhere
     stream = MapStream(mix, rank=rank, world_size=world, transform=count_source)
-    packed = pack(stream, seq_len=args.seq_len, eos_id=manifest["eos_id"])
-    loader = DataLoader(packed, batch_size=args.batch_size, collate_fn=collate_packed, num_workers=0)
+    batches = odb_batches(stream, args) if args.batching == "odb" else packed_batches(stream, args, manifest)
 
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=manifest["vocab_size"], seq_len=args.seq_len)
@@ -116,36 +118,120 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace, manifest: 
     if rank == 0:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.steps, desc="training", unit="step")
+        bar = tqdm(total=args.steps, desc=f"training ({args.batching})", unit="step")
     history = []
-    tokens = 0
+    totals = torch.zeros(3, dtype=torch.float64)  # real tokens, padded tokens, samples (all ranks)
     t0 = time.perf_counter()
-    it = iter(loader)
-    for step in range(args.steps):
-        try:
-            batch = next(it)
-        except StopIteration:  # the mixture is long enough for the run; restart defensively
-            it = iter(loader)
-            batch = next(it)
-        logits = model(batch["input_ids"], batch["position_ids"])
-        loss = lm_loss(logits, batch["input_ids"], batch["position_ids"])
+    for step, (batch, info) in enumerate(batches):
+        if step == args.steps:
+            break
+        logits = model(batch["input_ids"], batch.get("position_ids"))
+        # sum of next-token losses over this rank's tokens; padding and document starts ignored
+        loss_sum = lm_loss(logits, batch["input_ids"], batch.get("position_ids"), ignore=batch.get("pad"),
+                           reduction="sum")
+        # ODB: this rank's per-token mean times W·t_r/T_tok, so DDP's average of the
+        # gradients is the exact per-token mean over all ranks' tokens (Eq. 2)
+        loss = loss_sum / max(info["loss_tokens"], 1) * info["loss_scale"]
         opt.zero_grad()
         loss.backward()
         opt.step()
-        tokens += batch["input_ids"].numel()
-        stats = torch.tensor([loss.item(), float(tokens)])
+        stats = torch.tensor([float(loss_sum.detach()), info["loss_tokens"], info["real"], info["padded"],
+                              info["samples"]], dtype=torch.float64)
         dist.all_reduce(stats)
+        totals += stats[2:]
         elapsed = time.perf_counter() - t0
-        rec = {"step": step, "loss": stats[0].item() / world, "tokens": stats[1].item(), "seconds": elapsed,
-               "tokens_per_s": stats[1].item() / elapsed, "padding": 0.0}
+        rec = {"step": step, "loss": stats[0].item() / max(stats[1].item(), 1), "tokens": totals[0].item(),
+               "seconds": elapsed, "tokens_per_s": totals[0].item() / elapsed,
+               "padding": 1.0 - totals[0].item() / max(totals[1].item(), 1), "samples": stats[4].item()}
         history.append(rec)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", pad="0.0%")
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}",
+                            pad=f"{100 * rec['padding']:.1f}%", bs=int(rec["samples"]))
     if bar is not None:
         bar.close()
-    results[rank] = {"history": history, "steps": args.steps, "source_tokens": dict(tally), "docs": docs[0]}
+    odb = getattr(batches, "loader", None)
+    if odb is not None:
+        odb.close()  # every rank stops at the same step; the aligner winds down with its peers
+        odb.wait_finished()
+    results[rank] = {"history": history, "steps": len(history), "source_tokens": dict(tally), "docs": docs[0],
+                     "batching": odb.metrics.summary() if odb is not None else None}
     dist.destroy_process_group()
+
+
+class Chunks(torch.utils.data.IterableDataset):
+    """Documents cut into chunks of at most ``max_len`` tokens (the model's context):
+    whole source files run from a few tokens to tens of thousands, so samples have the
+    varied lengths online dynamic batching is for. Sharding is the inner stream's."""
+
+    def __init__(self, stream, max_len: int) -> None:
+        super().__init__()
+        self.stream, self.max_len = stream, max_len
+
+    def __iter__(self):
+        for doc in self.stream:
+            ids = doc["input_ids"]
+            for i in range(0, len(ids), self.max_len):
+                if len(ids) - i >= 2:  # a 1-token chunk has no next-token target
+                    yield {"input_ids": ids[i:i + self.max_len]}
+
+
+class _Batches:
+    """(batch, info) pairs with one info layout for both batching paths."""
+
+    def __init__(self, it, loader=None) -> None:
+        self.it, self.loader = it, loader
+
+    def __iter__(self):
+        return iter(self.it)
+
+
+def odb_batches(stream, args: argparse.Namespace) -> _Batches:
+    from youmu.batching import DynamicBatchLoader, pad_collate
+
+    def collate(samples):
+        batch = pad_collate(samples)
+        batch["input_ids"] = batch["input_ids"].long()  # the corpus stores int32 token ids
+        batch["pad"] = batch.pop("attention_mask") == 0  # targets at padding are ignored
+        return batch
+
+    loader = DynamicBatchLoader(
+        Chunks(stream, args.seq_len),
+        token_budget=args.batch_size * args.seq_len,  # the packing path's tokens per step
+        length_fn=lambda s: len(s["input_ids"]),
+        token_count_fn=lambda s: len(s["input_ids"]) - 1,  # next-token targets
+        collate_fn=collate,
+        buffer_size=args.odb_buffer,
+        num_workers=0,
+        timeout=120,
+        seed=args.seed,
+    )
+
+    def gen():
+        for batch, info in loader:
+            yield batch, {"loss_tokens": info.num_tokens, "loss_scale": info.loss_scale, "real": info.real_tokens,
+                          "padded": info.padded_tokens, "samples": info.num_samples}
+
+    return _Batches(gen(), loader)
+
+
+def packed_batches(stream, args: argparse.Namespace, manifest: dict) -> _Batches:
+    from torch.utils.data import DataLoader
+
+    from youmu.torch import collate_packed, pack
+
+    packed = pack(stream, seq_len=args.seq_len, eos_id=manifest["eos_id"])
+    loader = DataLoader(packed, batch_size=args.batch_size, collate_fn=collate_packed, num_workers=0)
+
+    def gen():
+        while True:  # the mixture is long enough for the run; restart defensively
+            for batch in loader:
+                n = batch["input_ids"].numel()
+                targets = n - int((batch["position_ids"] == 0).sum())  # each document's first token has no target
+                yield batch, {"loss_tokens": targets, "loss_scale": 1.0, "real": n, "padded": n,
+                              "samples": batch["input_ids"].shape[0]}
+
+    return _Batches(gen())
 
 
 def summarize(out: Path, results: dict, manifest: dict, args: argparse.Namespace) -> dict:
@@ -174,7 +260,11 @@ def summarize(out: Path, results: dict, manifest: dict, args: argparse.Namespace
         "first_loss": h[0]["loss"],
         "tokens": h[-1]["tokens"],
         "tokens_per_s": h[-1]["tokens_per_s"],
+        "padding_ratio": h[-1]["padding"],
+        "mean_samples_per_step": sum(r["samples"] for r in h) / len(h),
         "seconds": h[-1]["seconds"],
+        "batching": args.batching,
+        "odb_metrics_rank0": results[0].get("batching"),
         "sources": len(manifest["sources"]),
         "documents": consumed,
         "stage_switch_at_document": switch,
@@ -208,6 +298,9 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--batching", choices=["odb", "packing"], default="odb",
+                    help="online dynamic batching of document chunks (default) or fixed-length packing")
+    ap.add_argument("--odb-buffer", type=int, default=256, help="samples grouped per ODB round")
     args = ap.parse_args()
     out = Path(args.out)
     t0 = time.time()
