@@ -27,8 +27,10 @@ and ``is_padding = True``, so DDP's collectives stay matched.
 Scope: one loader per data-parallel rank (the channel spans the DP group; TP/PP peers
 of a rank consume the same micro-batches, e.g. by broadcast). Samples travel between
 ranks pickled over Gloo (an all-gather: each rank receives every moved sample's bytes
-and unpickles only its own). Resuming mid-epoch is not implemented: ``state_dict``
-records the step, and the streams must be resumed by their own means.
+and unpickles only its own). Resuming: ``state_dict()`` records the next step and
+micro-batch; a new loader over fresh streams with ``load_state_dict(state)`` replays the
+earlier plans (reading those samples again, moving and collating none) and continues
+with exactly the micro-batches the uninterrupted run would have yielded.
 
 Example (one process; with several, give each rank a channel)::
 
@@ -344,6 +346,9 @@ class BalancedLoader:
                         .balance(method, reorder_only=reorder_only, on_overflow="defer", placement=placement))
         self.step = 0
         self._iterating = False
+        # resume target: (step, micro-batches of it already delivered)
+        self._resume: tuple[int, int] | None = None
+        self._delivered = (0, 0)
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue[Any] | None = None
         self._stop = threading.Event()
@@ -505,7 +510,7 @@ class BalancedLoader:
         streams = [_Stream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
                    for c, n in enumerate(self._names)]
         carry: list[_Held] = []
-        step = self.step
+        step = 0  # a resumed loader replays the plans before its resume point
         while True:
             if self._stop.is_set():
                 self._gather_header(0, _CLOSED)
@@ -537,11 +542,21 @@ class BalancedLoader:
             if len(set(meta.ids.tolist())) != len(meta):
                 raise ValueError("sample ids are not unique across ranks (check id_fn)")
             plan = self.planner.plan(step, meta)
-            received = self._exchange(plan, held)
-            by_id = {h.id: h for h in held}
             deferred = set(plan.meta.ids[plan.deferred].tolist())
             carry = [h for h in held if h.id in deferred] + leftover
-            out = _StepOut(step, self._assemble(plan, by_id, received))
+            if self._resume is not None and step < self._resume[0]:
+                # replaying up to the resume point: the plan is a pure function of the
+                # gathered metadata, so every rank rebuilds the same carry; the samples
+                # themselves need neither moving nor collating
+                step += 1
+                continue
+            received = self._exchange(plan, held)
+            by_id = {h.id: h for h in held}
+            items = self._assemble(plan, by_id, received)
+            if self._resume is not None and step == self._resume[0]:
+                items = items[self._resume[1]:]
+                self._resume = None
+            out = _StepOut(step, items)
             try:
                 yield out
             except GeneratorExit:
@@ -621,7 +636,10 @@ class BalancedLoader:
         self._iterating = True
         for out in self._steps():
             self.step = out.step + 1
-            yield from out.items
+            first = self.num_microbatches - len(out.items)  # > 0 in a resumed step
+            for j, item in enumerate(out.items, start=first + 1):
+                self._delivered = (out.step, j) if j < self.num_microbatches else (out.step + 1, 0)
+                yield item
 
     def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
         """Iterate whole steps: a list of ``num_microbatches`` ``(batch, info)`` pairs."""
@@ -630,6 +648,7 @@ class BalancedLoader:
         self._iterating = True
         for out in self._steps():
             self.step = out.step + 1
+            self._delivered = (out.step + 1, 0)
             yield out.items
 
     def _steps(self) -> Iterator[_StepOut]:
@@ -684,9 +703,49 @@ class BalancedLoader:
         self.close()
 
     def state_dict(self) -> dict[str, Any]:
-        """Steps delivered so far (resume needs resumable source streams; see the
-        module notes)."""
-        return {"step": self.step, "world_size": self.world_size, "num_microbatches": self.num_microbatches}
+        """Where the trainer is: the next step and how many of its micro-batches it has
+        taken. A new loader over the same (fresh) source streams, with the same
+        arguments on the same ranks, continues after ``load_state_dict`` with exactly
+        the micro-batches the uninterrupted run would have yielded next."""
+        step, mb = self._delivered
+        return {"format": STATE_FORMAT, "step": step, "microbatch": mb, "world_size": self.world_size,
+                "num_microbatches": self.num_microbatches, "fingerprint": self.planner_fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` (before iterating). The loader replays the
+        plans of the steps before it from the start of its streams — every rank
+        reads the same samples again and gathers their metadata, but no sample is
+        moved or collated — so its cost is reading those steps' data once more."""
+        if self._iterating:
+            raise RuntimeError("load_state_dict must be called before iterating")
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a BalancedLoader state (expected format {STATE_FORMAT!r})")
+        for key, mine in (("world_size", self.world_size), ("num_microbatches", self.num_microbatches),
+                          ("fingerprint", self.planner_fingerprint())):
+            if state.get(key) != mine:
+                raise ValueError(f"state was saved with {key}={state.get(key)!r}, this loader has {mine!r}")
+        step, mb = int(state["step"]), int(state["microbatch"])
+        if step < 0 or not 0 <= mb < self.num_microbatches:
+            raise ValueError(f"invalid resume position step={step}, microbatch={mb}")
+        self._resume = (step, mb) if (step, mb) != (0, 0) else None
+        self._delivered = (step, mb)
+        self.step = step
+
+    def planner_fingerprint(self) -> str:
+        """A digest of the plan-relevant settings (resuming under others would
+        silently change every later plan)."""
+        import dataclasses
+        import hashlib
+
+        def describe(v: Any) -> str:
+            # functions by name: their repr carries a memory address that differs per run
+            return getattr(v, "__qualname__", type(v).__name__) if callable(v) else repr(v)
+
+        parts = [f"{f.name}={describe(getattr(self.planner, f.name))}" for f in dataclasses.fields(self.planner)]
+        return hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
+
+
+STATE_FORMAT = "youmu.planning.BalancedLoader/1"
 
 
 def _replace(info: MicroBatchInfo, **kw: Any) -> MicroBatchInfo:
