@@ -53,6 +53,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from youmu.planning._args import bool_arg, choice_arg, float_arg, float_array, int_arg, opt_int_arg
+
 __all__ = [
     "METHODS",
     "BalanceResult",
@@ -69,7 +71,15 @@ _OVERFLOW = ("error", "defer")
 
 
 class CapacityError(ValueError):
-    """Some samples fit in no bin under the token capacity."""
+    """Some samples fit in no bin under the token capacity; ``unplaced`` lists their
+    positions.
+
+    >>> try:
+    ...     balance([1, 1, 1], num_buckets=1, capacity=10, sizes=[6, 6, 6])
+    ... except CapacityError as e:
+    ...     e.unplaced
+    (1, 2)
+    """
 
     def __init__(self, message: str, unplaced: Sequence[int] = ()) -> None:
         super().__init__(message)
@@ -99,6 +109,10 @@ class Imbalance:
         barrier_time: ``max_r bucket_costs[r]`` — the step time when ranks only wait
             for each other at the gradient all-reduce.
         ideal_time: ``Σ cost / num_buckets`` (a lower bound of both).
+
+    >>> imb = imbalance([4, 1, 1, 2], [(0, 0), (1, 0), (1, 0), (1, 1)], num_buckets=2, num_bins=2)
+    >>> imb.bin_costs.tolist(), imb.step_time, imb.barrier_time, imb.bucket_max_over_min
+    ([[4.0, 0.0], [2.0, 2.0]], 6.0, 4.0, 1.0)
     """
 
     bucket_costs: np.ndarray
@@ -145,7 +159,10 @@ def imbalance(
     for i, a in enumerate(assignment):
         if a is None:
             continue
-        b, j = a
+        try:
+            b, j = (int_arg(f"assignment[{i}]", x) for x in a)
+        except (TypeError, ValueError):
+            raise TypeError(f"assignment[{i}] must be a (bucket, bin) pair of ints or None, got {a!r}") from None
         if not (0 <= b < num_buckets and 0 <= j < num_bins):
             raise ValueError(f"sample {i} assigned to {a}, outside {num_buckets} buckets x {num_bins} bins")
         grid[b, j] += c[i]
@@ -202,6 +219,11 @@ class BalanceResult:
             ``"greedy (kk exceeded capacity)"`` after a fallback).
         deferred: positions of the samples that fit nowhere (``on_overflow="defer"``).
         stats: :class:`Imbalance` of the result.
+        bin_sizes: ``(num_buckets, num_bins)`` tokens per bin when ``sizes`` were given.
+
+    >>> r = balance_detailed([5, 4, 3, 3, 2, 1], num_buckets=2, num_bins=2, method="kk")
+    >>> r.assignment[:3], r.method, r.stats.step_time, r.members(0, 0).tolist()
+    ([(1, 0), (1, 1), (0, 1)], 'kk', 9.0, [3, 4])
     """
 
     buckets: np.ndarray
@@ -226,17 +248,16 @@ class BalanceResult:
 # --------------------------------------------------------------------------------------
 # argument checks
 # --------------------------------------------------------------------------------------
-def _costs(costs: Any) -> np.ndarray:
-    c = np.asarray(costs, dtype=np.float64).reshape(-1)
+def _costs(costs: Any, name: str = "costs") -> np.ndarray:
+    c = float_array(costs, name)
     if c.size and (not np.isfinite(c).all() or c.min() < 0):
-        raise ValueError("costs must be finite and >= 0")
+        raise ValueError(f"{name} must be finite and >= 0")
     return c
 
 
 def _check_grid(num_buckets: int, num_bins: int) -> None:
-    for name, v in (("num_buckets", num_buckets), ("num_bins", num_bins)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    int_arg("num_buckets", num_buckets, minimum=1)
+    int_arg("num_bins", num_bins, minimum=1)
 
 
 def _order(c: np.ndarray) -> np.ndarray:
@@ -516,34 +537,35 @@ def balance_detailed(
     placement: str | None = None,
 ) -> BalanceResult:
     """:func:`balance`, returning a :class:`BalanceResult` (assignment, statistics,
-    method actually used, deferred samples)."""
+    method actually used, deferred samples); the arguments are :func:`balance`'s.
+
+    >>> r = balance_detailed([9, 1, 1, 1, 8, 2], num_buckets=2, capacity=3, sizes=[2, 1, 1, 1, 2, 1],
+    ...                      on_overflow="defer")
+    >>> r.assignment, r.deferred.tolist(), r.bin_sizes.tolist()
+    ([(0, 0), (0, 0), None, None, (1, 0), (1, 0)], [2, 3], [[3.0], [3.0]])
+    """
     c = _costs(costs)
     _check_grid(num_buckets, num_bins)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if on_overflow not in _OVERFLOW:
-        raise ValueError(f"on_overflow must be one of {_OVERFLOW}, got {on_overflow!r}")
+    choice_arg("method", method, METHODS)
+    choice_arg("on_overflow", on_overflow, _OVERFLOW)
+    reorder_only = bool_arg("reorder_only", reorder_only)
     if placement is None:
         placement = method if reorder_only else "interleave"
-    if placement not in METHODS:
-        raise ValueError(f"placement must be one of {METHODS}, got {placement!r}")
+    choice_arg("placement", placement, METHODS)
     s: np.ndarray | None = None
     if sizes is not None:
-        s = np.asarray(sizes, dtype=np.float64).reshape(-1)
+        s = _costs(sizes, "sizes")
         if s.size != c.size:
             raise ValueError(f"sizes has {s.size} entries for {c.size} costs")
-        if s.size and (not np.isfinite(s).all() or s.min() < 0):
-            raise ValueError("sizes must be finite and >= 0")
     cap: float | None = None
     if capacity is not None:
-        cap = float(capacity)
-        if not cap > 0:
-            raise ValueError(f"capacity must be > 0, got {capacity!r}")
+        cap = float_arg("capacity", capacity, positive=True)
         if s is None:
             raise ValueError("capacity is in tokens: pass sizes= (tokens per sample) with it")
     n, m = int(num_buckets), int(num_bins)
-    g = n if group_size is None else int(group_size)
-    if g < 1 or n % g:
+    g = n if group_size is None else opt_int_arg("group_size", group_size, minimum=1)
+    assert g is not None
+    if n % g:
         raise ValueError(f"group_size must divide num_buckets={n}, got {group_size!r}")
     groups = n // g
 

@@ -39,6 +39,10 @@ def pack_microbatch(samples: Sequence[Mapping[str, Any]], key: str = "input_ids"
     ``labels_key`` column when they have one, else ``input_ids`` with the first token
     of every document set to ``ignore_index`` (a shifted causal-LM loss then never
     predicts one document's first token from the previous document).
+
+    >>> b = pack_microbatch([{"input_ids": [5, 6, 7], "cu_seqlens": [0, 1, 3]}, {"input_ids": [8, 9]}])
+    >>> b["cu_seqlens"].tolist(), int(b["max_seqlen"])      # packed samples keep their documents
+    ([0, 1, 3, 5], 2)
     """
     import torch
 

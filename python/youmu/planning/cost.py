@@ -38,6 +38,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from youmu.planning._args import float_arg, float_array, int_arg, int_array
+
 __all__ = ["ModelConfig", "CostModel", "attention_cost", "as_csr", "PRESETS"]
 
 # A packed sequence: its document lengths. A batch of them: a list of those.
@@ -57,7 +59,7 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
     if hasattr(seqs, "doc_lengths") and hasattr(seqs, "doc_offsets"):
         return np.asarray(seqs.doc_lengths, dtype=np.int64), np.asarray(seqs.doc_offsets, dtype=np.int64)
     if isinstance(seqs, tuple) and len(seqs) == 2 and all(isinstance(x, np.ndarray) for x in seqs):
-        lengths, offsets = (np.asarray(x, dtype=np.int64) for x in seqs)
+        lengths, offsets = int_array(seqs[0], "doc_lengths"), int_array(seqs[1], "offsets")
     else:
         if isinstance(seqs, (str, bytes)) or not isinstance(seqs, Iterable):
             raise TypeError("seqs must be a list of packed sequences, each a list of document lengths "
@@ -65,13 +67,15 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
         counts: list[int] = []
         flat: list[int] = []
         for k, s in enumerate(seqs):
-            if isinstance(s, (int, np.integer)):
-                raise TypeError(f"sequence {k} is a bare int ({int(s)}); a lone sample of length l is [[l]], "
+            if isinstance(s, (int, np.integer, float, np.floating)):
+                raise TypeError(f"sequence {k} is a bare number ({s!r}); a lone sample of length l is [[l]], "
                                 "so a list of lengths [l1, l2] must be written [[l1], [l2]]")
+            if isinstance(s, (str, bytes)) or not isinstance(s, Iterable):
+                raise TypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}")
             docs = list(s)
             counts.append(len(docs))
             flat.extend(docs)
-        lengths = np.asarray(flat, dtype=np.int64) if flat else np.zeros(0, dtype=np.int64)
+        lengths = int_array(flat, "document lengths")
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
     if lengths.size and lengths.min() < 0:
@@ -125,16 +129,16 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("hidden", "num_layers", "num_heads", "experts_per_token"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"ModelConfig.{name} must be a positive int, got {v!r}")
+            int_arg(f"ModelConfig.{name}", getattr(self, name), minimum=1)
         kv = self.num_kv_heads
-        if kv is not None and (not isinstance(kv, (int, np.integer)) or not 1 <= kv <= self.num_heads):
-            raise ValueError(f"num_kv_heads must be in [1, num_heads={self.num_heads}], got {kv!r}")
-        if self.ffn_hidden is not None and (not isinstance(self.ffn_hidden, (int, np.integer)) or self.ffn_hidden < 1):
-            raise ValueError(f"ffn_hidden must be a positive int, got {self.ffn_hidden!r}")
-        if not isinstance(self.vocab_size, (int, np.integer)) or self.vocab_size < 0:
-            raise ValueError(f"vocab_size must be an int >= 0, got {self.vocab_size!r}")
+        if kv is not None and not 1 <= int_arg("ModelConfig.num_kv_heads", kv) <= self.num_heads:
+            raise ValueError(f"ModelConfig.num_kv_heads must be in [1, num_heads={self.num_heads}], got {kv!r}")
+        if self.ffn_hidden is not None:
+            int_arg("ModelConfig.ffn_hidden", self.ffn_hidden, minimum=1)
+        int_arg("ModelConfig.vocab_size", self.vocab_size, minimum=0)
+        for name in ("gated", "causal", "training"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def ffn(self) -> int:
@@ -202,9 +206,7 @@ class CostModel:
 
     def __post_init__(self) -> None:
         for name in ("a", "b", "c"):
-            v = float(getattr(self, name))
-            if not math.isfinite(v) or v < 0:
-                raise ValueError(f"CostModel.{name} must be finite and >= 0, got {v!r}")
+            float_arg(f"CostModel.{name}", getattr(self, name), non_negative=True)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -252,7 +254,7 @@ class CostModel:
         (2.0, 1.0, 0.01)
         """
         lengths, offsets = as_csr(seqs)
-        y = np.asarray(times, dtype=np.float64).reshape(-1)
+        y = float_array(times, "times")
         n = offsets.size - 1
         if y.size != n:
             raise ValueError(f"got {n} sequences but {y.size} times")
@@ -292,15 +294,14 @@ class CostModel:
 
     def of_lengths(self, lengths: Sequence[int] | np.ndarray) -> np.ndarray:
         """Cost of lone samples (each its own single-document sequence), vectorised."""
-        lf = np.asarray(lengths, dtype=np.float64)
-        if lf.size and lf.min() < 0:
-            raise ValueError("lengths must be >= 0")
+        lf = float_array(lengths, "lengths")  # real lengths are fine here (e.g. averages)
+        if lf.size and (not np.isfinite(lf).all() or lf.min() < 0):
+            raise ValueError("lengths must be finite and >= 0")
         return self.a * lf * lf + self.b * lf + self.c
 
     def scaled(self, factor: float) -> "CostModel":
         """The same model in other units (e.g. FLOPs → seconds at a given throughput)."""
-        if not factor > 0:
-            raise ValueError("factor must be > 0")
+        float_arg("factor", factor, positive=True)
         return replace(self, a=self.a * factor, b=self.b * factor, c=self.c * factor)
 
     def describe(self) -> Mapping[str, Any]:

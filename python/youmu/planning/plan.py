@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from youmu.planning._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed
 from youmu.planning.cost import CostModel, ModelConfig, as_csr
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
@@ -51,18 +52,21 @@ AXES = ("DP", "CP", "WORLD")
 
 
 class PlanError(ValueError):
-    """The metadata cannot satisfy the plan (e.g. a source has too few candidates)."""
+    """The metadata cannot satisfy the plan (e.g. a source has too few candidates).
+
+    >>> planner = Planner().mix({"web": 1.0}, global_batch_size=4).distribute(1)
+    >>> planner.plan(0, SampleMeta.build(ids=[0], lengths=[10]))
+    Traceback (most recent call last):
+    ...
+    youmu.planning.plan.PlanError: step 0: source 'web' needs 4 samples but only 1 are buffered
+    """
 
 
 # --------------------------------------------------------------------------------------
 # metadata
 # --------------------------------------------------------------------------------------
 def _i64(x: Any, what: str) -> np.ndarray:
-    try:
-        return np.asarray(x if not isinstance(x, range) else np.arange(x.start, x.stop, x.step),
-                          dtype=np.int64).reshape(-1)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{what} must be integers: {e}") from None
+    return int_array(x, what)
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,12 @@ def gather_metadata(channel: Any, local: SampleMeta) -> SampleMeta:
     """All-gather every rank's candidate metadata (rank order; ``origin`` set).
 
     Two collectives on a :class:`~youmu.batching.channel.GlooChannel`: the vector
-    lengths, then the vectors padded to the longest.
+    lengths, then the vectors padded to the longest. Every rank calls it.
+
+    >>> from youmu.batching.channel import GlooChannel
+    >>> meta = gather_metadata(GlooChannel.local(), SampleMeta.build(ids=[7, 8], lengths=[30, 70]))
+    >>> meta.ids.tolist(), meta.origin.tolist()       # one process: rank 0 holds both
+    ([7, 8], [0, 0])
     """
     vec = local.encode()
     sizes = [int(r[0]) for r in channel.all_gather_rows([vec.size])]
@@ -256,9 +265,7 @@ class Mesh:
 
     def __post_init__(self) -> None:
         for name in ("dp", "cp", "tp", "pp"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"Mesh.{name} must be a positive int, got {v!r}")
+            int_arg(f"Mesh.{name}", getattr(self, name), minimum=1)
 
     @property
     def world_size(self) -> int:
@@ -275,6 +282,7 @@ class Mesh:
 
     def bucket_of(self, rank: int, axis: str) -> int:
         """The bucket whose data global ``rank`` consumes."""
+        rank = int_arg("rank", rank)
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} outside a mesh of {self.world_size}")
         # TP ranks (the fastest index) share their bucket: they need identical input
@@ -309,6 +317,13 @@ class StepPlan:
         stats: :class:`~youmu.planning.balance.Imbalance` of the placement.
         num_buckets, num_bins: the grid.
         source_counts: samples per source in the step (``{source number: count}``).
+
+    >>> meta = SampleMeta.build(ids=range(6), lengths=[900, 100, 120, 880, 500, 510])
+    >>> plan = Planner().distribute(2).cost("llama-12b").balance("greedy").plan(0, meta)
+    >>> plan.ids(0), plan.ids(1), plan.tokens.tolist()     # per rank: its micro-batches
+    ([[2, 3, 5]], [[0, 1, 4]], [[1510], [1500]])
+    >>> round(plan.loss_scale(0, 0), 4)                    # W·t/T for exact gradients
+    1.0033
     """
 
     step: int
@@ -389,6 +404,14 @@ class Planner:
 
     Args:
         seed: seeds ``mix(select="random")``; every other stage is deterministic.
+
+    >>> planner = (Planner(seed=0).mix({"web": 3, "code": 1}, global_batch_size=4)
+    ...            .distribute(2, num_microbatches=1).cost("llama-12b").balance("kk"))
+    >>> meta = SampleMeta.build(ids=range(8), lengths=[50, 400, 60, 300, 70, 80, 90, 500],
+    ...                         sources=[0, 0, 0, 0, 0, 1, 1, 1])
+    >>> plan = planner.plan(step=0, meta=meta)
+    >>> plan.source_counts, plan.ids(0), plan.ids(1)   # first 3 web + 1 code; 400 | 50+60+80
+    ({0: 3, 1: 1}, [[1]], [[0, 2, 5]])
     """
 
     seed: int = 0
@@ -405,6 +428,11 @@ class Planner:
     on_overflow: str = "defer"
     placement: str | None = None
 
+    def __post_init__(self) -> None:
+        # the builder stages check their own arguments; the seed is only read when a
+        # step selects at random, so check it here rather than at that step
+        int_arg("seed", self.seed, minimum=0)
+
     # -- builder stages -------------------------------------------------------------------
     def mix(self, schedule: Any, global_batch_size: int | None = None, *, select: str = "fifo",
             names: Sequence[str] | None = None) -> "Planner":
@@ -412,12 +440,12 @@ class Planner:
         counts. ``schedule``: a :class:`MixingSchedule`, ``MixtureDataset``, weights,
         stages or ``fn(step)``. ``select``: ``"fifo"`` (buffer order) or ``"random"``
         (seeded by ``(seed, step)``)."""
-        if select not in ("fifo", "random"):
-            raise ValueError(f"select must be 'fifo' or 'random', got {select!r}")
+        choice_arg("select", select, ("fifo", "random"))
+        opt_int_arg("global_batch_size", global_batch_size, minimum=1)
         sched = as_schedule(schedule, global_batch_size, names)
         if isinstance(sched, MixtureSchedule):
             global_batch_size = global_batch_size or sched.batch_size
-        if global_batch_size is None or global_batch_size < 1:
+        if global_batch_size is None:
             raise ValueError("mix needs global_batch_size (samples per step), a positive int")
         return replace(self, schedule=sched, global_batch_size=int(global_batch_size), select=select)
 
@@ -433,13 +461,12 @@ class Planner:
             if num_buckets is not None and num_buckets != n:
                 raise ValueError(f"num_buckets={num_buckets} disagrees with mesh axis {axis!r} ({n})")
             num_buckets = n
-        if num_buckets is None or isinstance(num_buckets, bool) or int(num_buckets) < 1:
-            raise ValueError(f"num_buckets must be a positive int, got {num_buckets!r}")
-        if isinstance(num_microbatches, bool) or int(num_microbatches) < 1:
-            raise ValueError(f"num_microbatches must be a positive int, got {num_microbatches!r}")
-        if capacity is not None and capacity < 1:
-            raise ValueError(f"capacity must be >= 1 token, got {capacity!r}")
-        if group_size is not None and (group_size < 1 or int(num_buckets) % group_size):
+        if num_buckets is None:
+            raise ValueError("distribute needs num_buckets= (or mesh= and axis=)")
+        int_arg("num_buckets", num_buckets, minimum=1)
+        int_arg("num_microbatches", num_microbatches, minimum=1)
+        opt_int_arg("capacity", capacity, minimum=1)  # tokens per micro-batch
+        if opt_int_arg("group_size", group_size, minimum=1) is not None and int(num_buckets) % group_size:
             raise ValueError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")
         return replace(self, num_buckets=int(num_buckets), num_bins=int(num_microbatches), capacity=capacity,
                        group_size=group_size)
@@ -457,12 +484,11 @@ class Planner:
         placed whole. ``on_overflow``: ``"defer"`` carries samples that fit in no bin
         to the next step; ``"error"`` raises. ``placement``: see
         :func:`~youmu.planning.balance.balance`."""
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if placement is not None and placement not in METHODS:
-            raise ValueError(f"placement must be one of {METHODS}, got {placement!r}")
-        if on_overflow not in ("defer", "error"):
-            raise ValueError(f"on_overflow must be 'defer' or 'error', got {on_overflow!r}")
+        choice_arg("method", method, METHODS)
+        if placement is not None:
+            choice_arg("placement", placement, METHODS)
+        choice_arg("on_overflow", on_overflow, ("defer", "error"))
+        bool_arg("reorder_only", reorder_only)
         if method == "interleave" and not reorder_only:
             raise ValueError("'interleave' places formed micro-batches: use it with reorder_only=True")
         return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
@@ -494,8 +520,9 @@ class Planner:
         ``(self, step, meta)``: equal inputs give equal plans on every rank and run)."""
         if self.num_buckets is None:
             raise ValueError("call distribute(...) before plan()")
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        int_arg("step", step, minimum=0)
+        if not isinstance(meta, SampleMeta):
+            raise TypeError(f"meta must be a SampleMeta (see SampleMeta.build), got {type(meta).__name__}")
         rows, counts = self._select(int(step), meta)
         sub = meta.take(rows)
         costs = _cost_fn(self.cost_fn)(sub)

@@ -84,6 +84,11 @@ class MixingSchedule:
                  names: Sequence[str] | None = None) -> None:
         self._fn: Callable[[int], Weights] | None = None
         self._stages: list[tuple[int, np.ndarray]] = []
+        if isinstance(spec, (str, bytes)) or not (callable(spec) or isinstance(spec, (Mapping, Sequence))):
+            raise TypeError("schedule must be {name: weight}, stages [(start_step, {name: weight}), ...] or "
+                            f"fn(step) -> {{name: weight}}, got {type(spec).__name__}")
+        if names is not None and (isinstance(names, (str, bytes)) or not isinstance(names, Sequence)):
+            raise TypeError(f"names must be a sequence of source names, got {type(names).__name__}")
         if callable(spec) and not isinstance(spec, Mapping):
             self._fn = spec
             if names is None:
@@ -96,6 +101,9 @@ class MixingSchedule:
             stages = list(spec)
             if not stages:
                 raise ValueError("stages must not be empty")
+            for k, st in enumerate(stages):
+                if not (isinstance(st, Sequence) and len(st) == 2 and isinstance(st[1], Mapping)):
+                    raise TypeError(f"stage {k} must be (start_step, {{name: weight}}), got {st!r}")
             if names is None:
                 seen: dict[str, None] = {}
                 for _, w in stages:
@@ -320,7 +328,13 @@ class MixtureSchedule:
 
 def as_schedule(spec: Any, batch_size: int | None = None, names: Sequence[str] | None = None) -> MixingSchedule | MixtureSchedule:
     """Normalise a schedule argument: a schedule object, a ``MixtureDataset`` (needs
-    ``batch_size``), a ``{name: weight}`` mapping, a stage list or a function."""
+    ``batch_size``), a ``{name: weight}`` mapping, a stage list or a function.
+
+    >>> as_schedule({"web": 3, "code": 1}).counts(0, 8)
+    {'web': 6, 'code': 2}
+    >>> as_schedule(lambda step: {"web": 1, "code": step}, names=["web", "code"]).weights(3)
+    {'web': 0.25, 'code': 0.75}
+    """
     if isinstance(spec, (MixingSchedule, MixtureSchedule)):
         return spec
     if hasattr(spec, "stages") and hasattr(spec, "counts") and hasattr(spec, "names"):
