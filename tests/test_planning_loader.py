@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -15,7 +16,8 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planning_mp as mp  # noqa: E402
 
-from youmu.planning import BalancedLoader, MicroBatchInfo, pack_microbatch  # noqa: E402
+from youmu.planning import BalancedLoader, CostModel, MicroBatchInfo, pack_microbatch  # noqa: E402
+from youmu.planning.loader import STATE_FORMAT  # noqa: E402
 
 
 def _sid(s: dict[str, Any]) -> int:
@@ -190,40 +192,189 @@ def test_two_ranks_stop_together_and_alone() -> None:
 
 
 # -- resume ---------------------------------------------------------------------------------------
-def _balanced(data: list[dict[str, Any]], prefetch: int = 0) -> BalancedLoader:
-    return BalancedLoader(iter(data), num_microbatches=4, token_budget=5000, capacity=1600, cost="llama-12b",
-                          id_fn=_sid, collate_fn=pack_microbatch, prefetch=prefetch)
+def _balanced(data: Any, prefetch: int = 0, **kw: Any) -> BalancedLoader:
+    kw.setdefault("id_fn", _sid)
+    return BalancedLoader(data if not isinstance(data, list) else iter(data), num_microbatches=4, token_budget=5000,
+                          capacity=1600, cost="llama-12b", collate_fn=pack_microbatch, prefetch=prefetch, **kw)
 
 
 def _key(info: MicroBatchInfo) -> tuple:
     return (info.step, info.microbatch, info.sample_ids, info.is_padding, info.loss_scale)
 
 
+def _resumed(make: Any, stop_after: int, prefetch: int, key: Any) -> tuple[list, list, dict]:
+    """(what the first loader yielded before stopping, what a new loader yields after
+    load_state_dict, the state) — the state goes through pickle as a checkpoint would."""
+    first = make(prefetch)
+    head: list = []
+    if stop_after:
+        for batch, info in first:
+            head.append(key(batch, info))
+            if len(head) == stop_after:
+                break
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    first.close()
+    second = make(0)
+    second.load_state_dict(state)
+    assert second.state_dict() == state  # loaded but not yet resumed: the same point
+    return head, [key(b, i) for b, i in second], state
+
+
+class Stateful:
+    """A minimal stateful source (the protocol of YoumuDataset, MapStream, StatefulDataLoader):
+    ``state_dict()`` is the position after the items yielded so far."""
+
+    def __init__(self, data: list[Any]) -> None:
+        self.data, self.pos = data, 0
+
+    def __iter__(self):
+        while self.pos < len(self.data):
+            self.pos += 1
+            yield self.data[self.pos - 1]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.pos = state["pos"]
+
+
 @pytest.mark.parametrize("stop_after", [1, 4, 6, 13])
 def test_resume_mid_step_yields_exactly_the_uninterrupted_tail(stop_after: int) -> None:
     data = mp.dataset(150)
     full = [_key(info) for _, info in _balanced(data)]
-    first = _balanced(data, prefetch=2)
-    head = []
-    for _, info in first:
-        head.append(_key(info))
-        if len(head) == stop_after:
-            break
-    state = first.state_dict()
-    first.close()
-    resumed = _balanced(data)  # a fresh loader over fresh streams
-    resumed.load_state_dict(state)
-    tail = [_key(info) for _, info in resumed]
+    head, tail, state = _resumed(lambda p: _balanced(data, prefetch=p), stop_after, 2, lambda b, i: _key(i))
     assert head + tail == full
     assert (state["step"], state["microbatch"]) == divmod(stop_after, 4)
+    assert state["mode"] == "replay"  # an iterator has no state of its own: replay
+
+
+@pytest.mark.parametrize("mode", ["state", "replay"])
+def test_resume_at_every_point(mode: str) -> None:
+    """Every stop point of a run with deferrals (capacity) and budget overshoots, default
+    arrival ids (so the restored arrival counter matters) and packed payloads."""
+    data = mp.dataset(150)
+
+    def make(prefetch: int) -> BalancedLoader:
+        # a real restart builds new source objects; "replay" re-reads a fresh list
+        src = Stateful(data) if mode == "state" else data
+        return _balanced(src, prefetch=prefetch, id_fn=None)
+
+    def key(batch: dict, info: MicroBatchInfo) -> tuple:
+        return _key(info) + (batch["input_ids"].tolist(), batch["cu_seqlens"].tolist())
+
+    full = [key(b, i) for b, i in make(0)]
+    held_over = 0
+    for stop_after in range(len(full) + 1):
+        head, tail, state = _resumed(make, stop_after, stop_after % 3, key)
+        assert head + tail == full, stop_after
+        assert state["mode"] == mode
+        held_over += bool(state.get("carry"))
+    if mode == "state":
+        assert held_over >= 3, "some resume points should fall where samples are held over"
+
+
+def test_resume_mixing_and_dynamic_batch_loader_sources() -> None:
+    """State mode with youmu's own stateful sources: two MapStreams mixed by a schedule,
+    and a DynamicBatchLoader whose flattened steps leave samples pending."""
+    from youmu.batching.loader import DynamicBatchLoader
+    from youmu.torch import MapStream
+
+    data = mp.dataset(150)
+    aux = [dict(s, id=10_000 + s["id"], input_ids=s["input_ids"][:30]) for s in data[:60]]
+
+    def mixed(prefetch: int) -> BalancedLoader:
+        return BalancedLoader({"main": MapStream(data, rank=0, world_size=1), "aux": MapStream(aux, rank=0,
+                                                                                                world_size=1)},
+                              num_microbatches=2, global_batch_size=20, capacity=1600, id_fn=_sid, prefetch=prefetch,
+                              schedule=[(0, {"main": 3, "aux": 1}), (3, {"main": 1, "aux": 1})])
+
+    def dbl(prefetch: int) -> BalancedLoader:
+        src = DynamicBatchLoader(data, token_budget=2048, length_fn=lambda s: len(s["input_ids"]), collate_fn=None,
+                                 buffer_size=32, num_workers=0, seed=1, timeout=30)
+        return BalancedLoader(src, num_microbatches=2, global_batch_size=20, capacity=1600, id_fn=_sid,
+                              prefetch=prefetch)
+
+    for make in (mixed, dbl):
+        full = [_key(i) for _, i in make(0)]
+        pending = 0
+        for stop_after in range(0, len(full) + 1, 3):
+            head, tail, state = _resumed(make, stop_after, 1, lambda b, i: _key(i))
+            assert head + tail == full, (make.__name__, stop_after)
+            assert state["mode"] == "state"
+            pending += sum(len(st["pending"]) for st in state["streams"])
+        if make is dbl:
+            assert pending > 0, "some resume points should fall inside a DynamicBatchLoader step"
 
 
 def test_resume_state_is_checked() -> None:
     data = mp.dataset(40)
     state = _balanced(data).state_dict()
-    other = BalancedLoader(iter(data), num_microbatches=2, token_budget=5000, capacity=1600, cost="llama-12b",
-                           id_fn=_sid, prefetch=0)
-    with pytest.raises(ValueError, match="num_microbatches"):
-        other.load_state_dict(state)
+    assert state["format"] == STATE_FORMAT and (state["step"], state["microbatch"]) == (0, 0)
+    for other, key in [
+        (dict(num_microbatches=2), "num_microbatches"),
+        (dict(token_budget=6000), "config"),
+        (dict(capacity=1700), "config"),
+        (dict(cost=CostModel(a=1.0)), "config"),
+        (dict(method="kk"), "config"),
+        (dict(seed=3), "config"),
+        (dict(drop_last=True), "config"),
+    ]:
+        kw = dict(num_microbatches=4, token_budget=5000, capacity=1600, cost="llama-12b", id_fn=_sid, prefetch=0)
+        kw.update(other)
+        with pytest.raises(ValueError, match=key):
+            BalancedLoader(iter(data), **kw).load_state_dict(state)
+    # the mixing schedule is compared by content, not by its (names-only) repr
+    def mix(weights: dict) -> BalancedLoader:
+        return BalancedLoader({"a": data, "b": data}, num_microbatches=1, global_batch_size=4, schedule=weights,
+                              prefetch=0)
+    with pytest.raises(ValueError, match="config"):
+        mix({"a": 1, "b": 2}).load_state_dict(mix({"a": 1, "b": 1}).state_dict())
+    mix({"a": 1, "b": 1}).load_state_dict(mix({"a": 1, "b": 1}).state_dict())
     with pytest.raises(ValueError, match="not a BalancedLoader state"):
         _balanced(data).load_state_dict({"step": 3})
+    with pytest.raises(ValueError, match="resume position"):
+        _balanced(data).load_state_dict(dict(state, microbatch=4))
+    with pytest.raises(ValueError, match="rank"):  # a source state belongs to its rank
+        _balanced(Stateful(data)).load_state_dict(dict(_balanced(Stateful(data)).state_dict(), rank=1))
+    loader = _balanced(data)
+    next(iter(loader))
+    with pytest.raises(RuntimeError, match="before iterating"):
+        loader.load_state_dict(state)
+
+
+def test_resume_mode_choice() -> None:
+    data = mp.dataset(60)
+    with pytest.raises(ValueError, match="state_dict"):
+        _balanced(data, resume_mode="state")  # a list has no state of its own
+    with pytest.raises(ValueError, match="resume_mode"):
+        _balanced(data, resume_mode="fast")
+    assert _balanced(Stateful(data), resume_mode="replay").state_dict()["mode"] == "replay"
+
+    class Brittle(Stateful):
+        """A source that cannot save a mid-epoch state (as a DynamicBatchLoader over a
+        stateless iterable cannot)."""
+
+        def state_dict(self) -> dict[str, int]:
+            if 0 < self.pos < len(self.data):
+                raise ValueError("no mid-epoch state")
+            return super().state_dict()
+
+    auto = _balanced(Brittle(data))
+    it = iter(auto)
+    for _ in range(5):
+        next(it)
+    state = auto.state_dict()  # "auto" falls back to a replay state ...
+    assert state["mode"] == "replay"
+    strict = _balanced(Brittle(data), resume_mode="state")
+    it = iter(strict)
+    for _ in range(5):
+        next(it)
+    with pytest.raises(RuntimeError, match="no mid-epoch state"):  # ... "state" says why it cannot
+        strict.state_dict()
+    with pytest.raises(ValueError, match="replay mode"):
+        _balanced(Stateful(data), resume_mode="state").load_state_dict(state)
+    head = [_key(i) for _, i in _balanced(data)]
+    resumed = _balanced(data)  # the replay state resumes over a fresh stream
+    resumed.load_state_dict(state)
+    assert head[5:] == [_key(i) for _, i in resumed]

@@ -27,10 +27,26 @@ and ``is_padding = True``, so DDP's collectives stay matched.
 Scope: one loader per data-parallel rank (the channel spans the DP group; TP/PP peers
 of a rank consume the same micro-batches, e.g. by broadcast). Samples travel between
 ranks pickled over Gloo (an all-gather: each rank receives every moved sample's bytes
-and unpickles only its own). Resuming: ``state_dict()`` records the next step and
-micro-batch; a new loader over fresh streams with ``load_state_dict(state)`` replays the
-earlier plans (reading those samples again, moving and collating none) and continues
-with exactly the micro-batches the uninterrupted run would have yielded.
+and unpickles only its own).
+
+Resuming mid-epoch: ``state_dict()`` records the next step and micro-batch; a new
+loader with the same arguments and ``load_state_dict(state)`` continues with exactly
+the micro-batches the uninterrupted run would have yielded next (same plans, same
+samples). Two ways, chosen by ``resume_mode``:
+
+* ``"state"`` — every source is *stateful* (``state_dict``/``load_state_dict``, as
+  :class:`~youmu.torch.YoumuDataset`, :class:`~youmu.torch.MapStream`,
+  :class:`~youmu.batching.loader.DynamicBatchLoader` or torchdata's
+  ``StatefulDataLoader`` are): the state holds each source's own state at the step
+  boundary plus the few samples this rank already held then (carried over for
+  capacity or budget, or left over from a flattened ``DynamicBatchLoader`` step), so a
+  resume reads nothing twice. The state is per rank (save and load it on every rank).
+* ``"replay"`` — any re-iterable source: the state is a few integers; the new loader,
+  given *fresh* streams, replays the plans of the earlier steps (reading those samples
+  again and gathering their metadata, moving and collating none). Cost: reading the
+  consumed data once more.
+
+``"auto"`` (default) picks ``"state"`` when every source is stateful.
 
 Example (one process; with several, give each rank a channel)::
 
@@ -45,20 +61,29 @@ Example (one process; with several, give each rank a channel)::
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
+import functools
+import hashlib
+import json
 import logging
 import pickle
 import queue
 import threading
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from youmu.planning._args import bool_arg, choice_arg, float_arg, index_of, int_arg, opt_int_arg
 from youmu.planning.plan import Planner, SampleMeta, StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
-__all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs"]
+__all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES"]
+
+#: tag of :meth:`BalancedLoader.state_dict` (bumped when the layout changes)
+STATE_FORMAT = "youmu.planning.BalancedLoader/2"
+RESUME_MODES = ("auto", "state", "replay")
 
 log = logging.getLogger("youmu.planning")
 
@@ -92,6 +117,12 @@ class MicroBatchInfo:
         is_padding: an empty slot repeating another batch with ``loss_scale = 0``.
         deferred: samples of this step carried to the next (capacity).
         method: balancing method used; fingerprint: hash of the step's plan.
+        source_counts: samples per source in the step (mixing).
+
+    >>> loader = BalancedLoader([{"input_ids": [0] * n} for n in (30, 70, 50, 50)], num_microbatches=2,
+    ...                         global_batch_size=4, prefetch=0)
+    >>> [(i.microbatch, i.num_tokens, i.global_num_tokens, i.loss_scale, i.is_last) for _, i in loader]
+    [(0, 100, 200, 0.5, False), (1, 100, 200, 0.5, True)]
     """
 
     step: int
@@ -166,11 +197,23 @@ class _Stream:
 
     def __init__(self, name: str, number: int, iterable: Iterable[Any], flatten_steps: bool) -> None:
         self.name, self.number = name, number
-        self._it = iter(iterable)
+        self.iterable = iterable
+        # iter() on first use: a resumed stream that had already ended must not start
+        # its source over (a DynamicBatchLoader would open a new epoch with its peers)
+        self._it: Iterator[Any] | None = None
         self._flatten = flatten_steps
         self._pending: list[Any] = []
         self.done = False
-        self.taken = 0
+
+    def restore(self, pending: list[Any], done: bool) -> None:
+        self._pending = list(pending)
+        self.done = bool(done)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The source's own state and what this stream holds beyond it (called between
+        items, in the thread that iterates the source)."""
+        return {"name": self.name, "done": self.done, "pending": list(self._pending),
+                "source_state": None if self.done else self.iterable.state_dict()}  # type: ignore[attr-defined]
 
     def next(self) -> tuple[bool, Any]:
         while True:
@@ -178,6 +221,8 @@ class _Stream:
                 return True, self._pending.pop(0)
             if self.done:
                 return False, None
+            if self._it is None:
+                self._it = iter(self.iterable)
             try:
                 item = next(self._it)
             except StopIteration:
@@ -254,6 +299,21 @@ class BalancedLoader:
             the tail with fewer samples).
         prefetch: steps prepared ahead by a background thread (0: in the caller).
         timeout: seconds a collective may wait (when the channel is created here).
+        resume_mode: how :meth:`load_state_dict` resumes: ``"state"`` (sources'
+            own states, nothing read twice; every source must be stateful),
+            ``"replay"`` (re-read fresh streams up to the resume point) or ``"auto"``
+            (``"state"`` when every source is stateful). See the module docstring.
+
+    Example (one process; ``channel=`` or an initialised process group for several)::
+
+        >>> from youmu.planning import BalancedLoader
+        >>> data = [{"input_ids": list(range(n))} for n in (900, 50, 60, 700, 40, 800, 30, 20)]
+        >>> loader = BalancedLoader(data, num_microbatches=2, global_batch_size=4, cost="llama-12b",
+        ...                         prefetch=0)
+        >>> [(info.step, info.microbatch, [len(s["input_ids"]) for s in batch]) for batch, info in loader]
+        [(0, 0, [900]), (0, 1, [50, 60, 700]), (1, 0, [800]), (1, 1, [40, 30, 20])]
+        >>> loader.state_dict()["step"]            # resume point: the next step
+        2
     """
 
     def __init__(
@@ -280,10 +340,21 @@ class BalancedLoader:
         drop_last: bool = False,
         prefetch: int = 1,
         timeout: float = 300.0,
+        resume_mode: str = "auto",
     ) -> None:
-        if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < 1:
-            raise ValueError(f"num_microbatches must be a positive int, got {num_microbatches!r}")
+        int_arg("num_microbatches", num_microbatches, minimum=1)
+        reorder_only = bool_arg("reorder_only", reorder_only)
+        drop_last = bool_arg("drop_last", drop_last)
+        int_arg("prefetch", prefetch, minimum=0)
+        float_arg("timeout", timeout, positive=True)
+        int_arg("seed", seed, minimum=0)
+        choice_arg("resume_mode", resume_mode, RESUME_MODES)
         multi = isinstance(source, Mapping)
+        for name, src in (source.items() if multi else [("source", source)]):
+            if isinstance(src, (str, bytes)) or not isinstance(src, Iterable):
+                what = "source" if not multi else f"source[{name!r}]"
+                raise TypeError(f"{what} must be an iterable of samples (a list shard, a dataset, a DataLoader), "
+                                f"got {type(src).__name__}")
         if reorder_only:
             if global_batch_size is not None or token_budget is not None:
                 raise ValueError("reorder_only takes num_microbatches formed micro-batches per rank per step; "
@@ -302,13 +373,10 @@ class BalancedLoader:
         elif schedule is not None:
             raise ValueError("schedule= applies to a {name: stream} source")
         for name, v in (("global_batch_size", global_batch_size), ("token_budget", token_budget),
-                        ("capacity", capacity)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+                        ("capacity", capacity), ("group_size", group_size)):
+            opt_int_arg(name, v, minimum=1)
         if length_fn is not None and docs_fn is not None:
             raise ValueError("pass length_fn= or docs_fn=, not both")
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         for name, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
                          ("id_fn", id_fn), ("collate_fn", collate_fn)):
             if fn is not None and not callable(fn):
@@ -334,6 +402,11 @@ class BalancedLoader:
             missing = set(self.schedule.names) - set(source)
             if missing:
                 raise ValueError(f"the schedule names sources without a stream: {sorted(missing)}")
+            unused = set(map(str, source)) - set(self.schedule.names)
+            if unused:
+                # a stream the schedule never draws from would silently never be read
+                raise ValueError(f"source streams {sorted(unused)} are not in the schedule "
+                                 f"(sources: {self.schedule.names})")
             self._names = list(self.schedule.names)
             self._sources = dict(source)
         else:
@@ -344,16 +417,36 @@ class BalancedLoader:
                         .distribute(self.world_size, num_microbatches, capacity=capacity, group_size=group_size)
                         .cost(cost)
                         .balance(method, reorder_only=reorder_only, on_overflow="defer", placement=placement))
+        stateless = [n for n, src in self._sources.items()
+                     if not (hasattr(src, "state_dict") and hasattr(src, "load_state_dict"))]
+        if resume_mode == "state" and stateless:
+            raise ValueError(f"resume_mode='state' needs sources with state_dict()/load_state_dict(); "
+                             f"{stateless} have none (use resume_mode='replay' with fresh streams)")
+        self.resume_mode = resume_mode
+        # record the sources' states at every step start (resume_mode "state"/"auto");
+        # "auto" stops at the first source that cannot save a mid-epoch state (e.g. a
+        # DynamicBatchLoader over a stateless iterable) and saves replay states instead
+        self._stateful = not stateless
+        self._snapshotting = resume_mode != "replay" and self._stateful
+        self._snapshot_error: BaseException | None = None
         self.step = 0
         self._iterating = False
         # resume target: (step, micro-batches of it already delivered)
         self._resume: tuple[int, int] | None = None
+        # resume_mode "state": what load_state_dict restored (streams, carry, next index)
+        self._restored: dict[str, Any] | None = None
+        self._loaded_state: dict[str, Any] | None = None
         self._delivered = (0, 0)
+        # resume_mode "state": per step, this rank's position at the step's start
+        # (written by the producer, read by state_dict in the trainer's thread)
+        self._snapshots: dict[int, dict[str, Any]] = {}
+        self._snap_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue[Any] | None = None
         self._stop = threading.Event()
         self._last_batch: Any = None
-        self._sample_counter = itertools.count()
+        # arrival index of the next measured sample (default ids: index·W + rank)
+        self._next_index = 0
 
     # -- set-up ---------------------------------------------------------------------------
     @staticmethod
@@ -363,6 +456,11 @@ class BalancedLoader:
         if isinstance(channel, GlooChannel):
             return channel
         if channel is not None:
+            import torch.distributed as dist
+
+            if not isinstance(channel, dist.ProcessGroup):
+                raise TypeError(f"channel must be a youmu GlooChannel or a torch.distributed ProcessGroup, "
+                                f"got {type(channel).__name__}")
             return GlooChannel.from_process_group(channel, timeout=timeout)
         import torch.distributed as dist
 
@@ -385,23 +483,27 @@ class BalancedLoader:
                 # it would be deferred forever: no micro-batch can ever hold it
                 raise ValueError(f"a sample of {sum(docs)} tokens exceeds capacity={self.capacity}; "
                                  "truncate or split it before the loader")
-        k = next(self._sample_counter)
+        k = self._next_index
+        self._next_index += 1
         if self.id_fn is not None and not self.reorder_only:
-            sid = int(self.id_fn(sample))
+            sid = index_of(self.id_fn(sample), "id_fn's result")
         else:
             sid = k * self.world_size + self.rank
         return _Held(sid, source, docs, tokens, sample)
 
     def _measure_one(self, sample: Any) -> tuple[list[int], int]:
         if self.length_fn is not None:
-            docs = [int(self.length_fn(sample))]
+            docs = [index_of(self.length_fn(sample), "length_fn's result")]
         elif self.docs_fn is not None:
-            docs = [int(x) for x in self.docs_fn(sample)]
+            docs = [index_of(x, "each document length from docs_fn") for x in self.docs_fn(sample)]
         else:
             docs = default_docs(sample)
         if any(d < 0 for d in docs):
             raise ValueError(f"negative document length in {docs}")
-        tokens = int(self.token_count_fn(sample)) if self.token_count_fn is not None else int(sum(docs))
+        if self.token_count_fn is not None:
+            tokens = index_of(self.token_count_fn(sample), "token_count_fn's result")
+        else:
+            tokens = int(sum(docs))
         if tokens < 0:
             raise ValueError("token_count_fn returned a negative count")
         return docs, tokens
@@ -506,11 +608,64 @@ class BalancedLoader:
                 pos += length
         return got
 
+    def _snapshot(self, step: int, streams: list[_Stream], carry: list[_Held]) -> None:
+        """Record where ``step`` starts on this rank (``resume_mode="state"``): the
+        sources' own states, the samples held beyond them, and the next arrival index.
+        Called by the producer between steps, so no source is mid-item."""
+        if not self._snapshotting or (self._resume is not None and step < self._resume[0]):
+            return  # (nobody can resume inside a replay: record nothing there)
+        try:
+            snap = {
+                "streams": [s.snapshot() for s in streams],
+                "carry": [(h.id, h.source, list(h.docs), h.tokens, h.payload) for h in carry],
+                "next_index": self._next_index,
+            }
+        except Exception as e:  # noqa: BLE001 - reported by state_dict(), not fatal to training
+            self._snapshotting = False
+            self._snapshot_error = e
+            log.info("BalancedLoader: a source cannot save a mid-epoch state (%s: %s); "
+                     "resume_mode=%r", type(e).__name__, e, self.resume_mode)
+            with self._snap_lock:
+                self._snapshots.clear()
+            return
+        with self._snap_lock:
+            self._snapshots[step] = snap
+
+    def _agree_on_start(self, step: int) -> None:
+        """Every rank must start from the same step and micro-batch with the same
+        settings: otherwise their collectives would pair up wrongly (a replaying rank
+        gathers metadata while a resumed one exchanges samples) and hang or mix data."""
+        mb = self._resume[1] if self._resume is not None else 0
+        # a fresh start is a replay up to step 0; restoring sources' states is the
+        # other protocol (it starts at the resume step with no replayed collectives)
+        hows = ("replay", "restore")
+        how = 1 if self._restored is not None else 0
+        rows = self.channel.all_gather_rows([step, mb, how, self.config_fingerprint()])
+        if any(r != rows[0] for r in rows):
+            desc = ", ".join(f"rank {k}: step {r[0]} micro-batch {r[1]} ({hows[r[2]]}) config {r[3]:x}"
+                             for k, r in enumerate(rows))
+            raise ValueError("the ranks' BalancedLoaders do not start from the same point with the same settings "
+                             f"(load the same state_dict position on every rank): {desc}")
+
     def _produce(self) -> Iterator[_StepOut]:
         streams = [_Stream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
                    for c, n in enumerate(self._names)]
         carry: list[_Held] = []
-        step = 0  # a resumed loader replays the plans before its resume point
+        step = 0  # replay mode: a resumed loader replays the plans before its resume point
+        restored = self._restored
+        self._agree_on_start(int(restored["step"]) if restored is not None
+                             else (self._resume[0] if self._resume is not None else 0))
+        if restored is not None:
+            # state mode: the sources already continue where step `start` began; put
+            # back what this rank held beyond them then
+            for s, st in zip(streams, restored["streams"]):
+                s.restore(st["pending"], st["done"])
+            carry = [_Held(int(i), int(src), [int(d) for d in docs], int(tok), payload)
+                     for i, src, docs, tok, payload in restored["carry"]]
+            self._next_index = int(restored["next_index"])
+            step = int(restored["step"])
+            self._restored = None
+        self._snapshot(step, streams, carry)
         while True:
             if self._stop.is_set():
                 self._gather_header(0, _CLOSED)
@@ -544,6 +699,7 @@ class BalancedLoader:
             plan = self.planner.plan(step, meta)
             deferred = set(plan.meta.ids[plan.deferred].tolist())
             carry = [h for h in held if h.id in deferred] + leftover
+            self._snapshot(step + 1, streams, carry)
             if self._resume is not None and step < self._resume[0]:
                 # replaying up to the resume point: the plan is a pure function of the
                 # gathered metadata, so every rank rebuilds the same carry; the samples
@@ -636,6 +792,7 @@ class BalancedLoader:
         self._iterating = True
         for out in self._steps():
             self.step = out.step + 1
+            self._forget_before(out.step)
             first = self.num_microbatches - len(out.items)  # > 0 in a resumed step
             for j, item in enumerate(out.items, start=first + 1):
                 self._delivered = (out.step, j) if j < self.num_microbatches else (out.step + 1, 0)
@@ -648,8 +805,15 @@ class BalancedLoader:
         self._iterating = True
         for out in self._steps():
             self.step = out.step + 1
+            self._forget_before(out.step + 1)
             self._delivered = (out.step + 1, 0)
             yield out.items
+
+    def _forget_before(self, step: int) -> None:
+        """Drop the snapshots of steps the trainer can no longer resume at."""
+        with self._snap_lock:
+            for k in [k for k in self._snapshots if k < step]:
+                del self._snapshots[k]
 
     def _steps(self) -> Iterator[_StepOut]:
         if self.prefetch == 0:
@@ -702,50 +866,145 @@ class BalancedLoader:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Where the trainer is: the next step and how many of its micro-batches it has
-        taken. A new loader over the same (fresh) source streams, with the same
-        arguments on the same ranks, continues after ``load_state_dict`` with exactly
-        the micro-batches the uninterrupted run would have yielded next."""
+        """Where the trainer is: the next step and how many of its micro-batches it
+        has taken (call it between micro-batches, on every rank, like a model
+        checkpoint).
+
+        A new loader with the same arguments on the same ranks continues, after
+        :meth:`load_state_dict`, with exactly the micro-batches the uninterrupted run
+        would have yielded next. Keys: ``format``, ``mode`` (``"state"`` or
+        ``"replay"``), ``world_size``, ``rank``, ``num_microbatches``, ``config`` (see
+        :meth:`config_fingerprint`), ``step``, ``microbatch``; in ``"state"`` mode also
+        ``streams`` (each source's ``state_dict()``, its pending samples, whether it
+        ended), ``carry`` (samples held over: id, source, documents, tokens, payload)
+        and ``next_index``. Payloads are the samples themselves: save the state with
+        ``torch.save``/pickle, not JSON.
+        """
+        if self._loaded_state is not None and not self._iterating:
+            return dict(self._loaded_state)  # loaded, not yet resumed: the same point
         step, mb = self._delivered
-        return {"format": STATE_FORMAT, "step": step, "microbatch": mb, "world_size": self.world_size,
-                "num_microbatches": self.num_microbatches, "fingerprint": self.planner_fingerprint()}
+        state: dict[str, Any] = {
+            "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
+            "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
+            "step": step, "microbatch": mb,
+        }
+        snap: dict[str, Any] | None = None
+        if self._snapshotting:
+            with self._snap_lock:
+                snap = self._snapshots.get(step)
+            if snap is None and not self._iterating:
+                snap = {"streams": [_Stream(n, c, self._sources[n], False).snapshot()
+                                    for c, n in enumerate(self._names)], "carry": [], "next_index": 0}
+        if snap is None and self.resume_mode == "state":
+            why = (f"{type(self._snapshot_error).__name__}: {self._snapshot_error}" if self._snapshot_error
+                   else f"no resume point recorded for step {step}")
+            raise RuntimeError(f"resume_mode='state': cannot save the sources' states ({why}); "
+                               "use resume_mode='replay' or 'auto'")
+        if snap is not None:
+            state["mode"] = "state"
+            state.update(snap)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (before iterating). The loader replays the
-        plans of the steps before it from the start of its streams — every rank
-        reads the same samples again and gathers their metadata, but no sample is
-        moved or collated — so its cost is reading those steps' data once more."""
+        """Resume from :meth:`state_dict` (before iterating; every rank loads its own
+        state, all at the same step and micro-batch).
+
+        ``"state"`` mode restores each source's state now (the sources must be the
+        same datasets, not yet iterated). ``"replay"`` mode needs fresh sources: the
+        loader re-reads the steps before the resume point — every rank reads the same
+        samples again and gathers their metadata, but none is moved or collated.
+        Raises ``ValueError`` when the state does not match this loader (format,
+        world size, rank, micro-batches per step, settings, resume mode)."""
         if self._iterating:
             raise RuntimeError("load_state_dict must be called before iterating")
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a BalancedLoader state (expected format {STATE_FORMAT!r})")
-        for key, mine in (("world_size", self.world_size), ("num_microbatches", self.num_microbatches),
-                          ("fingerprint", self.planner_fingerprint())):
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            got = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"not a BalancedLoader state (expected format {STATE_FORMAT!r}, got {got!r})")
+        mode = state.get("mode")
+        if mode not in ("state", "replay"):
+            raise ValueError(f"state has mode={mode!r}, expected 'state' or 'replay'")
+        # a state-mode state also replays (it holds the position too), not the reverse
+        restore = mode == "state" and self.resume_mode != "replay" and self._stateful
+        if self.resume_mode == "state" and not restore:
+            raise ValueError("resume_mode='state' but the state was saved in replay mode (its sources "
+                             "could not save their states); load it with resume_mode='replay' or 'auto'")
+        checks = [("world_size", self.world_size), ("num_microbatches", self.num_microbatches),
+                  ("config", self.config_fingerprint())]
+        if restore:
+            checks.append(("rank", self.rank))  # the sources' states are this rank's own
+        for key, mine in checks:
             if state.get(key) != mine:
-                raise ValueError(f"state was saved with {key}={state.get(key)!r}, this loader has {mine!r}")
-        step, mb = int(state["step"]), int(state["microbatch"])
-        if step < 0 or not 0 <= mb < self.num_microbatches:
-            raise ValueError(f"invalid resume position step={step}, microbatch={mb}")
-        self._resume = (step, mb) if (step, mb) != (0, 0) else None
+                hint = (" (batch size, token budget, capacity, cost, method, placement, schedule, seed, "
+                        "drop_last or sources differ)" if key == "config" else "")
+                raise ValueError(f"state was saved with {key}={state.get(key)!r}, this loader has {mine!r}{hint}")
+        step, mb = state.get("step"), state.get("microbatch")
+        if (not isinstance(step, int) or not isinstance(mb, int) or step < 0
+                or not 0 <= mb < self.num_microbatches):
+            raise ValueError(f"invalid resume position step={step!r}, microbatch={mb!r}")
+        self._restored = None
+        if restore:
+            streams = state.get("streams")
+            if not isinstance(streams, list) or [st.get("name") for st in streams] != self._names:
+                raise ValueError(f"state streams {[st.get('name') for st in streams or []]} "
+                                 f"do not match this loader's sources {self._names}")
+            for st in streams:
+                if not st["done"]:
+                    self._sources[st["name"]].load_state_dict(st["source_state"])
+            self._restored = {"streams": streams, "carry": state["carry"], "next_index": state["next_index"],
+                              "step": step}
+        self._resume = (step, mb) if (step, mb) != (0, 0) or restore else None
         self._delivered = (step, mb)
+        self._loaded_state = dict(state)
         self.step = step
 
-    def planner_fingerprint(self) -> str:
-        """A digest of the plan-relevant settings (resuming under others would
-        silently change every later plan)."""
-        import dataclasses
-        import hashlib
+    def config_fingerprint(self) -> int:
+        """63-bit hash of the settings that decide the plans (batch size or token
+        budget, capacity, micro-batches, schedule, cost model, balancing method and
+        placement, seed, ``drop_last``, sources, world size). A state saved under
+        other settings would silently change every later plan, so
+        :meth:`load_state_dict` refuses it, and the ranks compare it when they start.
+        """
+        planner = {f.name: _describe(getattr(self.planner, f.name)) for f in dataclasses.fields(self.planner)}
+        cfg = {
+            "planner": planner,
+            "global_batch_size": self.global_batch_size,
+            "token_budget": self.token_budget,
+            "schedule": _describe_schedule(self.schedule),
+            "sources": self._names,
+            "reorder_only": self.reorder_only,
+            "drop_last": self.drop_last,
+            "world_size": self.world_size,
+        }
+        digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).digest()
+        return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
-        def describe(v: Any) -> str:
-            # functions by name: their repr carries a memory address that differs per run
-            return getattr(v, "__qualname__", type(v).__name__) if callable(v) else repr(v)
 
-        parts = [f"{f.name}={describe(getattr(self.planner, f.name))}" for f in dataclasses.fields(self.planner)]
-        return hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
+def _describe(value: Any) -> str:
+    """A run-independent description of a setting: functions by qualified name (their
+    repr holds a memory address that differs per process), everything else by repr."""
+    if isinstance(value, functools.partial):
+        return f"partial({_describe(value.func)}, {value.args!r}, {sorted(value.keywords.items())!r})"
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__name__)}"
+    text = repr(value)
+    if " at 0x" in text:  # default object repr: describe by type only
+        return f"{type(value).__module__}.{type(value).__qualname__}"
+    return text
 
 
-STATE_FORMAT = "youmu.planning.BalancedLoader/1"
+def _describe_schedule(schedule: Any) -> Any:
+    """Mixing schedules by content (their repr names only the sources)."""
+    if schedule is None:
+        return None
+    if isinstance(schedule, MixingSchedule):
+        if schedule._fn is not None:
+            return ["fn", _describe(schedule._fn), schedule.names]
+        return ["stages", schedule.names, [[start, w.tolist()] for start, w in schedule._stages]]
+    mix = schedule.mixture
+    return ["mixture", schedule.names, schedule.batch_size, len(mix),
+            [[st.start, list(map(int, st.children)), list(map(float, st.weights))] for st in mix.stages]]
 
 
 def _replace(info: MicroBatchInfo, **kw: Any) -> MicroBatchInfo:

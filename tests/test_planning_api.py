@@ -1,0 +1,195 @@
+"""The public surface of ``youmu.planning``: exports, docstring examples (run as
+doctests), and clear errors for bad arguments (TypeError for a wrong type, ValueError
+for a value out of range, each naming the argument)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import youmu.planning as planning
+from youmu.planning import (
+    BalancedLoader,
+    CostModel,
+    Mesh,
+    MixingSchedule,
+    ModelConfig,
+    Planner,
+    SampleMeta,
+    as_schedule,
+    attention_cost,
+    balance,
+    imbalance,
+    pack_microbatch,
+)
+
+MODULES = ["__init__", "cost", "balance", "plan", "schedule", "loader", "collate", "simulate"]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_docstring_examples(module: str) -> None:
+    pytest.importorskip("torch")  # loader, collate and gather_metadata examples run torch
+    mod = importlib.import_module("youmu.planning" if module == "__init__" else f"youmu.planning.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    assert result.attempted > 0
+
+
+def test_every_export_exists_and_has_an_example() -> None:
+    assert len(set(planning.__all__)) == len(planning.__all__)
+    missing = []
+    for name in planning.__all__:
+        obj = getattr(planning, name)  # AttributeError: exported but not defined
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue  # constants (METHODS, PRESETS) are documented where they are defined
+        doc = inspect.getdoc(obj) or ""
+        if ">>>" not in doc:
+            missing.append(name)
+    assert not missing, f"public APIs without a docstring example: {missing}"
+
+
+def _raises(fn: Callable[[], Any], exc: type[Exception], name: str) -> None:
+    with pytest.raises(exc) as info:
+        fn()
+    assert name in str(info.value), f"{exc.__name__} should name {name!r}: {info.value}"
+
+
+BAD_ARGUMENTS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
+    # balance
+    ("costs string", lambda: balance("abc", 1), TypeError, "costs"),
+    ("costs scalar", lambda: balance(5.0, 1), TypeError, "costs"),
+    ("costs 2-d", lambda: balance([[1, 2], [3, 4]], 1), ValueError, "costs"),
+    ("costs negative", lambda: balance([-1], 1), ValueError, "costs"),
+    ("num_buckets 0", lambda: balance([1], 0), ValueError, "num_buckets"),
+    ("num_bins float", lambda: balance([1], 1, 1.5), TypeError, "num_bins"),
+    ("method", lambda: balance([1], 1, method="lpt"), ValueError, "method"),
+    ("capacity string", lambda: balance([1], 1, capacity="10", sizes=[1]), TypeError, "capacity"),
+    ("capacity 0", lambda: balance([1], 1, capacity=0, sizes=[1]), ValueError, "capacity"),
+    ("capacity without sizes", lambda: balance([1], 1, capacity=10), ValueError, "sizes"),
+    ("sizes length", lambda: balance([1, 2], 1, sizes=[1]), ValueError, "sizes"),
+    ("group_size float", lambda: balance([1, 2], 2, group_size=1.5), TypeError, "group_size"),
+    ("group_size divides", lambda: balance([1, 2], 2, group_size=3), ValueError, "group_size"),
+    ("placement", lambda: balance([1], 1, placement="random"), ValueError, "placement"),
+    ("on_overflow", lambda: balance([1], 1, on_overflow="drop"), ValueError, "on_overflow"),
+    ("reorder_only string", lambda: balance([1], 1, reorder_only="yes"), TypeError, "reorder_only"),
+    ("assignment entry", lambda: imbalance([1], [(0,)], 1), TypeError, "assignment"),
+    # cost
+    ("seqs bare ints", lambda: attention_cost([30, 70]), TypeError, "[[l]]"),
+    ("seqs fractional", lambda: attention_cost([[1.5]]), ValueError, "document lengths"),
+    ("seqs nested too deep", lambda: attention_cost([[[1]]]), ValueError, "document lengths"),
+    ("config int", lambda: attention_cost([[1]], 5), TypeError, "config"),
+    ("preset", lambda: attention_cost([[1]], "gpt-5"), ValueError, "preset"),
+    ("ModelConfig.hidden float", lambda: ModelConfig(hidden=2.0), TypeError, "hidden"),
+    ("ModelConfig.vocab_size bool", lambda: ModelConfig(vocab_size=True), TypeError, "vocab_size"),
+    ("ModelConfig.causal", lambda: ModelConfig(causal="yes"), TypeError, "causal"),
+    ("ModelConfig.num_kv_heads", lambda: ModelConfig(num_heads=8, num_kv_heads=16), ValueError, "num_kv_heads"),
+    ("CostModel.a string", lambda: CostModel(a="x"), TypeError, "CostModel.a"),
+    ("CostModel.b negative", lambda: CostModel(a=1.0, b=-1.0), ValueError, "CostModel.b"),
+    ("scaled factor", lambda: CostModel(a=1.0).scaled("x"), TypeError, "factor"),
+    ("fit times 2-d", lambda: CostModel.fit([[1], [2], [3]], [[1], [2], [3]]), ValueError, "times"),
+    ("fit times count", lambda: CostModel.fit([[1], [2], [3]], [1.0, 2.0]), ValueError, "times"),
+    # plan
+    ("SampleMeta ids", lambda: SampleMeta.build(ids="ab", lengths=[1, 2]), TypeError, "ids"),
+    ("SampleMeta lengths fractional", lambda: SampleMeta.build(ids=[1], lengths=[1.5]), ValueError, "lengths"),
+    ("SampleMeta unique", lambda: SampleMeta.build(ids=[1, 1], lengths=[1, 2]), ValueError, "unique"),
+    ("Planner seed", lambda: Planner(seed="x"), TypeError, "seed"),
+    ("distribute num_buckets", lambda: Planner().distribute(2.5), TypeError, "num_buckets"),
+    ("distribute num_microbatches", lambda: Planner().distribute(2, 0), ValueError, "num_microbatches"),
+    ("distribute capacity", lambda: Planner().distribute(2, capacity="x"), TypeError, "capacity"),
+    ("distribute group_size", lambda: Planner().distribute(4, group_size=3), ValueError, "group_size"),
+    ("mix global_batch_size", lambda: Planner().mix({"a": 1}, 2.5), TypeError, "global_batch_size"),
+    ("mix select", lambda: Planner().mix({"a": 1}, 2, select="lifo"), ValueError, "select"),
+    ("balance method", lambda: Planner().balance("lpt"), ValueError, "method"),
+    ("cost fn", lambda: Planner().cost(42), TypeError, "cost"),
+    ("plan meta", lambda: Planner().distribute(1).plan(0, [1, 2]), TypeError, "meta"),
+    ("plan step", lambda: Planner().distribute(1).plan(-1, SampleMeta.empty()), ValueError, "step"),
+    ("Mesh axis", lambda: Mesh(2).num_buckets("TP"), ValueError, "axis"),
+    ("Mesh rank", lambda: Mesh(2).bucket_of(0.5, "DP"), TypeError, "rank"),
+    # schedules
+    ("schedule string", lambda: MixingSchedule("abc"), TypeError, "schedule"),
+    ("schedule None", lambda: as_schedule(None), TypeError, "schedule"),
+    ("schedule stage", lambda: MixingSchedule([(0, 1.0)]), TypeError, "stage 0"),
+    ("schedule weights", lambda: MixingSchedule({"a": -1}), ValueError, "weights"),
+    ("schedule batch_size", lambda: MixingSchedule({"a": 1}).counts(0, 2.5), ValueError, "batch_size"),
+    # collate
+    ("pack empty", lambda: pack_microbatch([]), ValueError, "empty"),
+    ("pack non-mapping", lambda: pack_microbatch([[1, 2]]), TypeError, "input_ids"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENTS, ids=[c[0] for c in BAD_ARGUMENTS])
+def test_bad_arguments_name_the_argument(case: tuple) -> None:
+    _, fn, exc, name = case
+    _raises(fn, exc, name)
+
+
+def _loader(**kw: Any) -> BalancedLoader:
+    args: dict[str, Any] = dict(num_microbatches=1, global_batch_size=2, prefetch=0)
+    args.update(kw)
+    source = args.pop("source", [{"input_ids": [1, 2]}] * 4)
+    return BalancedLoader(source, **args)
+
+
+LOADER_ARGUMENTS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
+    ("source None", dict(source=None), TypeError, "source"),
+    ("source int", dict(source=5), TypeError, "source"),
+    ("source string", dict(source="data.parquet"), TypeError, "source"),
+    ("mapping value", dict(source={"a": 5}, schedule={"a": 1}), TypeError, "source['a']"),
+    ("stream not in schedule", dict(source={"a": [], "b": []}, schedule=MixingSchedule({"a": 1})), ValueError,
+     "not in the schedule"),
+    ("schedule without stream", dict(source={"a": []}, schedule=MixingSchedule({"a": 1, "b": 1})), ValueError,
+     "without a stream"),
+    ("schedule names", dict(source={"a": []}, schedule={"a": 1, "b": 1}), ValueError, "unknown sources"),
+    ("num_microbatches", dict(num_microbatches=0), ValueError, "num_microbatches"),
+    ("global_batch_size float", dict(global_batch_size=2.0), TypeError, "global_batch_size"),
+    ("both sizes", dict(token_budget=100), ValueError, "exactly one"),
+    ("capacity", dict(capacity=-1), ValueError, "capacity"),
+    ("group_size", dict(group_size=3), ValueError, "group_size"),
+    ("method", dict(method="lpt"), ValueError, "method"),
+    ("placement", dict(placement="x"), ValueError, "placement"),
+    ("cost", dict(cost=42), TypeError, "cost"),
+    ("prefetch bool", dict(prefetch=True), TypeError, "prefetch"),
+    ("prefetch negative", dict(prefetch=-1), ValueError, "prefetch"),
+    ("timeout", dict(timeout=0), ValueError, "timeout"),
+    ("seed", dict(seed="x"), TypeError, "seed"),
+    ("drop_last", dict(drop_last="no"), TypeError, "drop_last"),
+    ("reorder_only", dict(reorder_only=1), TypeError, "reorder_only"),
+    ("channel", dict(channel=5), TypeError, "channel"),
+    ("collate_fn", dict(collate_fn=5), TypeError, "collate_fn"),
+    ("length_fn and docs_fn", dict(length_fn=len, docs_fn=len), ValueError, "docs_fn"),
+    ("resume_mode", dict(resume_mode="fast"), ValueError, "resume_mode"),
+]
+
+
+@pytest.mark.parametrize("case", LOADER_ARGUMENTS, ids=[c[0] for c in LOADER_ARGUMENTS])
+def test_balanced_loader_arguments(case: tuple) -> None:
+    pytest.importorskip("torch")
+    _, kw, exc, name = case
+    _raises(lambda: _loader(**kw), exc, name)
+
+
+@pytest.mark.parametrize(
+    "kw, exc, name",
+    [
+        (dict(id_fn=lambda s: "x"), TypeError, "id_fn"),
+        (dict(length_fn=lambda s: 1.5), TypeError, "length_fn"),
+        (dict(docs_fn=lambda s: ["a"]), TypeError, "docs_fn"),
+        (dict(token_count_fn=lambda s: None), TypeError, "token_count_fn"),
+        (dict(id_fn=lambda s: 1), ValueError, "unique"),
+    ],
+)
+def test_user_functions_returning_bad_values(kw: dict, exc: type, name: str) -> None:
+    pytest.importorskip("torch")
+    _raises(lambda: list(_loader(**kw)), exc, name)
+
+
+def test_numpy_integers_are_accepted() -> None:
+    # int-typed arguments take numpy integers (sizes computed with numpy are common)
+    assert balance(np.array([3.0, 1.0]), np.int64(2), np.int32(1)) == [(0, 0), (1, 0)]
+    assert Planner().distribute(np.int64(2), np.int64(1), capacity=np.int64(10)).num_buckets == 2
+    assert SampleMeta.build(ids=np.arange(2), lengths=np.array([3.0, 4.0])).sizes.tolist() == [3, 4]
