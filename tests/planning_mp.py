@@ -122,6 +122,22 @@ def scenario_modes(rank: int, world: int, store: Any) -> dict[str, Any]:
                             method="kk", id_fn=_sid, channel=chan("tokens"), prefetch=1)
     out["tokens"] = [_record(b, i) for b, i in loader]
 
+    # packing: each micro-batch becomes one varlen row of at most `capacity` tokens
+    from youmu.planning import pack_microbatch
+
+    loader = BalancedLoader(iter(shard), num_microbatches=3, token_budget=6000, capacity=1600, cost="llama-12b",
+                            id_fn=_sid, collate_fn=pack_microbatch, channel=chan("packed"), prefetch=1)
+    out["packed"] = []
+    for b, i in loader:
+        rec = _record(b, i)
+        cu = b["cu_seqlens"].tolist()
+        # the row holds exactly the planned samples' tokens, one document each (a
+        # padding slot repeats another rank-local batch with loss_scale 0)
+        rec["packed_ok"] = i.loss_scale == 0.0 if i.is_padding else (
+            tuple(b["input_ids"].shape) == (1, i.real_tokens) and cu[-1] == i.real_tokens
+            and len(cu) - 1 == i.num_samples and b["position_ids"].shape == b["input_ids"].shape)
+        out["packed"].append(rec)
+
     # fixed sample count, synchronous
     loader = BalancedLoader(iter(shard), num_microbatches=2, global_batch_size=24, cost="llama-12b",
                             id_fn=_sid, channel=chan("samples"), prefetch=0)
@@ -224,3 +240,144 @@ def scenario_stop(rank: int, world: int, store: Any, stop_at: list[int | None]) 
     except Exception as e:  # noqa: BLE001
         return f"{type(e).__name__} after {steps} steps, {time.monotonic() - start:.1f}s"
     return f"ok {steps}"
+
+
+# ----------------------------------------------------------------------------------------
+# resume and exact gradients on W ranks
+# ----------------------------------------------------------------------------------------
+VOCAB = 23
+
+
+def tiny_lm() -> Any:
+    """A float64 embedding → tanh → linear LM with a fixed initialisation (the same on
+    every rank and in the parent that computes the reference)."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(VOCAB, 6), torch.nn.Tanh(), torch.nn.Linear(6, VOCAB)).double()
+
+
+def lm_tokens(sample: dict[str, Any]) -> tuple[Any, Any]:
+    """Inputs and per-token targets of a sample (every token carries a loss)."""
+    import torch
+
+    ids = torch.as_tensor(np.asarray(sample["input_ids"]) % VOCAB)
+    return ids, (ids * 7 + 3) % VOCAB
+
+
+def microbatch_grad(model: Any, samples: list[dict[str, Any]], scale: float) -> None:
+    """Accumulate ``scale ×`` the gradient of the micro-batch's mean per-token loss."""
+    import torch
+
+    pairs = [lm_tokens(s) for s in samples]
+    logits = model(torch.cat([x for x, _ in pairs]))
+    loss = torch.nn.functional.cross_entropy(logits, torch.cat([y for _, y in pairs]))
+    (loss * scale).backward()
+
+
+def flat_grad(model: Any) -> np.ndarray:
+    return np.concatenate([p.grad.detach().reshape(-1).numpy() for p in model.parameters()])
+
+
+def _train(loader: Any, m: int) -> list[dict[str, Any]]:
+    """Gradient accumulation over each step's micro-batches, with the loader's exact
+    ``loss_scale`` and, as a negative control, the common ``1/m`` weighting."""
+    exact, naive = tiny_lm(), tiny_lm()
+    out: list[dict[str, Any]] = []
+    ids: list[int] = []
+    for batch, info in loader:
+        if not info.is_padding:
+            microbatch_grad(exact, batch, info.loss_scale)
+            microbatch_grad(naive, batch, 1.0 / m)
+            ids.extend(int(s["id"]) for s in batch)
+        if info.is_last:
+            out.append({"step": info.step, "ids": ids, "exact": flat_grad(exact), "naive": flat_grad(naive)})
+            exact.zero_grad()
+            naive.zero_grad()
+            ids = []
+    return out
+
+
+def scenario_gradients(rank: int, world: int, store: Any) -> dict[str, Any]:
+    """Per-step, per-rank accumulated gradients under reorder-only placement (formed
+    micro-batches kept) and under sample-level balancing (a token budget)."""
+    from youmu.batching.channel import GlooChannel
+    from youmu.planning import BalancedLoader
+
+    shard = dataset()[rank::world]
+
+    def chan(name: str) -> GlooChannel:
+        return GlooChannel.from_store(store, rank, world, prefix=f"youmu/test/grad-{name}", timeout=30)
+
+    units = [shard[k:k + 4] for k in range(0, len(shard), 4)]  # arrival-order micro-batches
+    reorder = BalancedLoader(iter(units), num_microbatches=3, reorder_only=True, method="kk", id_fn=_sid,
+                             channel=chan("reorder"), prefetch=0)
+    budget = BalancedLoader(iter(shard), num_microbatches=3, token_budget=6000, capacity=1600, cost="llama-12b",
+                            id_fn=_sid, channel=chan("budget"), prefetch=0)
+    return {"reorder": _train(reorder, 3), "budget": _train(budget, 3),
+            "reorder_units": [sorted(int(s["id"]) for s in u) for u in units]}
+
+
+def _resume_run(rank: int, world: int, store: Any, mode: str, stop_after: int, tag: str) -> dict[str, Any]:
+    import pickle
+
+    from youmu.batching.channel import GlooChannel
+    from youmu.planning import BalancedLoader
+    from youmu.torch import MapStream
+
+    data = dataset()
+
+    def make(name: str, prefetch: int) -> BalancedLoader:
+        # "state": a stateful youmu source (this rank's indices i % world == rank);
+        # "replay": a fresh list shard
+        src = MapStream(data, rank=rank, world_size=world) if mode == "state" else data[rank::world]
+        return BalancedLoader(src, num_microbatches=3, token_budget=6000, capacity=1600, cost="llama-12b",
+                              id_fn=_sid, prefetch=prefetch,
+                              channel=GlooChannel.from_store(store, rank, world, prefix=f"youmu/test/rs-{tag}-{name}",
+                                                             timeout=30))
+
+    def key(info: Any) -> tuple:
+        return (info.step, info.microbatch, info.sample_ids, info.is_padding, info.loss_scale, info.fingerprint)
+
+    full = [key(i) for _, i in make("full", 0)]
+    first = make("first", 1)
+    head = []
+    for _, info in first:
+        head.append(key(info))
+        if len(head) == stop_after:
+            break
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    first.close()
+    second = make("second", 0)
+    second.load_state_dict(state)
+    tail = [key(i) for _, i in second]
+    return {"full": full, "head": head, "tail": tail, "mode": state["mode"],
+            "carry": len(state.get("carry", []))}
+
+
+def scenario_resume(rank: int, world: int, store: Any) -> dict[str, Any]:
+    """Interrupted + resumed runs against the uninterrupted one, in both resume modes,
+    and a resume that only some ranks load (must fail on every rank, not hang)."""
+    from youmu.batching.channel import GlooChannel
+    from youmu.planning import BalancedLoader
+
+    out: dict[str, Any] = {"runs": []}
+    for mode, stop_after in (("state", 4), ("state", 9), ("replay", 7)):
+        out["runs"].append(_resume_run(rank, world, store, mode, stop_after, f"{mode}{stop_after}"))
+    shard = dataset()[rank::world]
+    lone = BalancedLoader(shard, num_microbatches=2, global_batch_size=16, id_fn=_sid, prefetch=0,
+                          channel=GlooChannel.from_store(store, rank, world, prefix="youmu/test/rs-lone", timeout=30))
+    if rank == 0:
+        lone.load_state_dict(dict(lone.state_dict(), step=2, microbatch=1))  # only rank 0 resumes
+    start = time.monotonic()
+    try:
+        next(iter(lone))
+        out["lone"] = "no error"
+    except ValueError as e:
+        out["lone"] = f"ValueError after {time.monotonic() - start:.1f}s: {e}"
+    return out
+
+
+def scenario_extra(rank: int, world: int, store: Any) -> dict[str, Any]:
+    """Resume and gradient scenarios in one world (one spawn of the ranks)."""
+    return {"resume": scenario_resume(rank, world, store), "gradients": scenario_gradients(rank, world, store)}
