@@ -67,12 +67,17 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
         counts: list[int] = []
         flat: list[int] = []
         for k, s in enumerate(seqs):
-            if isinstance(s, (int, np.integer, float, np.floating)):
-                raise TypeError(f"sequence {k} is a bare number ({s!r}); a lone sample of length l is [[l]], "
-                                "so a list of lengths [l1, l2] must be written [[l1], [l2]]")
-            if isinstance(s, (str, bytes)) or not isinstance(s, Iterable):
+            # checks kept off the per-sequence fast path (isinstance against numpy's
+            # abstract scalar types or the Iterable ABC would double this loop's cost)
+            if type(s) is str or type(s) is bytes:
                 raise TypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}")
-            docs = list(s)
+            try:
+                docs = list(s)
+            except TypeError:
+                if isinstance(s, (int, np.integer, float, np.floating)):
+                    raise TypeError(f"sequence {k} is a bare number ({s!r}); a lone sample of length l is [[l]], "
+                                    "so a list of lengths [l1, l2] must be written [[l1], [l2]]") from None
+                raise TypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}") from None
             counts.append(len(docs))
             flat.extend(docs)
         lengths = int_array(flat, "document lengths")
