@@ -318,7 +318,8 @@ def scenario_gradients(rank: int, world: int, store: Any) -> dict[str, Any]:
             "reorder_units": [sorted(int(s["id"]) for s in u) for u in units]}
 
 
-def _resume_run(rank: int, world: int, store: Any, mode: str, stop_after: int, tag: str) -> dict[str, Any]:
+def _resume_run(rank: int, world: int, store: Any, mode: str, stop_after: int, tag: str,
+                demote: int | None = None) -> dict[str, Any]:
     import pickle
 
     from youmu.batching.channel import GlooChannel
@@ -348,10 +349,16 @@ def _resume_run(rank: int, world: int, store: Any, mode: str, stop_after: int, t
             break
     state = pickle.loads(pickle.dumps(first.state_dict()))
     first.close()
+    saved_mode = state["mode"]
+    if rank == demote:
+        # this rank's sources could not save their states (a replay-mode state): every
+        # rank must then replay, the others' source states notwithstanding
+        state = {k: v for k, v in state.items() if k not in ("streams", "carry", "next_index")}
+        state["mode"] = "replay"
     second = make("second", 0)
     second.load_state_dict(state)
     tail = [key(i) for _, i in second]
-    return {"full": full, "head": head, "tail": tail, "mode": state["mode"],
+    return {"full": full, "head": head, "tail": tail, "mode": saved_mode,
             "carry": len(state.get("carry", []))}
 
 
@@ -362,8 +369,8 @@ def scenario_resume(rank: int, world: int, store: Any) -> dict[str, Any]:
     from youmu.planning import BalancedLoader
 
     out: dict[str, Any] = {"runs": []}
-    for mode, stop_after in (("state", 4), ("state", 9), ("replay", 7)):
-        out["runs"].append(_resume_run(rank, world, store, mode, stop_after, f"{mode}{stop_after}"))
+    for mode, stop_after, demote in (("state", 4, None), ("state", 9, None), ("replay", 7, None), ("state", 5, 1)):
+        out["runs"].append(_resume_run(rank, world, store, mode, stop_after, f"{mode}{stop_after}", demote))
     shard = dataset()[rank::world]
     lone = BalancedLoader(shard, num_microbatches=2, global_batch_size=16, id_fn=_sid, prefetch=0,
                           channel=GlooChannel.from_store(store, rank, world, prefix="youmu/test/rs-lone", timeout=30))

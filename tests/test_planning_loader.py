@@ -397,7 +397,7 @@ def test_two_ranks_resume_equals_the_uninterrupted_run(extra: list[dict[str, Any
             assert run["head"] + run["tail"] == run["full"], (rank, run["mode"], len(run["head"]))
             assert run["head"] and run["tail"]
     modes = [run["mode"] for run in extra[0]["resume"]["runs"]]
-    assert modes == ["state", "state", "replay"]
+    assert modes == ["state", "state", "replay", "state"]  # the last: rank 1 resumes from a replay state
     # both ranks: exactly the same micro-batch plan (fingerprints) and exact coverage
     for k in range(len(modes)):
         fps = [{(r[0], r[5]) for r in out["resume"]["runs"][k]["full"]} for out in extra]

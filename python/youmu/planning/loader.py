@@ -46,7 +46,12 @@ samples). Two ways, chosen by ``resume_mode``:
   again and gathering their metadata, moving and collating none). Cost: reading the
   consumed data once more.
 
-``"auto"`` (default) picks ``"state"`` when every source is stateful.
+``"auto"`` (default) picks ``"state"`` when every source is stateful, and saves replay
+states from the first step a source cannot save a mid-epoch state (e.g. a
+``DynamicBatchLoader`` over a stateless iterable). At the first step the ranks check
+that they resume from the same point with the same settings (a clear error rather
+than mismatched collectives) and restore only if every rank can; otherwise all
+replay. ``collate_fn`` must not modify samples in place: a state may still hold them.
 
 Example (one process; with several, give each rank a channel)::
 
@@ -631,40 +636,50 @@ class BalancedLoader:
         with self._snap_lock:
             self._snapshots[step] = snap
 
-    def _agree_on_start(self, step: int) -> None:
-        """Every rank must start from the same step and micro-batch with the same
-        settings: otherwise their collectives would pair up wrongly (a replaying rank
-        gathers metadata while a resumed one exchanges samples) and hang or mix data."""
+    def _agree_on_start(self, step: int, can_restore: bool) -> bool:
+        """Check that every rank starts from the same step and micro-batch with the
+        same settings, and agree on how: restore the sources' states only if every
+        rank can (one rank replaying while another restores would pair their
+        collectives wrongly — a replaying rank gathers metadata while a restored one
+        exchanges samples — and hang or mix data); otherwise all replay."""
         mb = self._resume[1] if self._resume is not None else 0
-        # a fresh start is a replay up to step 0; restoring sources' states is the
-        # other protocol (it starts at the resume step with no replayed collectives)
-        hows = ("replay", "restore")
-        how = 1 if self._restored is not None else 0
-        rows = self.channel.all_gather_rows([step, mb, how, self.config_fingerprint()])
-        if any(r != rows[0] for r in rows):
-            desc = ", ".join(f"rank {k}: step {r[0]} micro-batch {r[1]} ({hows[r[2]]}) config {r[3]:x}"
-                             for k, r in enumerate(rows))
+        rows = self.channel.all_gather_rows([step, mb, int(can_restore), self.config_fingerprint()])
+        if any(r[0] != rows[0][0] or r[1] != rows[0][1] or r[3] != rows[0][3] for r in rows):
+            desc = ", ".join(f"rank {k}: step {r[0]} micro-batch {r[1]} config {r[3]:x}" for k, r in enumerate(rows))
             raise ValueError("the ranks' BalancedLoaders do not start from the same point with the same settings "
                              f"(load the same state_dict position on every rank): {desc}")
+        restore = all(r[2] for r in rows)
+        if not restore and self.resume_mode == "state" and self._loaded_state is not None:
+            lacking = [k for k, r in enumerate(rows) if not r[2]]
+            raise ValueError(f"resume_mode='state' but rank(s) {lacking} have no source states to restore "
+                             "(their states were saved in replay mode); resume with resume_mode='auto' or 'replay'")
+        return restore
 
     def _produce(self) -> Iterator[_StepOut]:
         streams = [_Stream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
                    for c, n in enumerate(self._names)]
         carry: list[_Held] = []
-        step = 0  # replay mode: a resumed loader replays the plans before its resume point
-        restored = self._restored
-        self._agree_on_start(int(restored["step"]) if restored is not None
-                             else (self._resume[0] if self._resume is not None else 0))
-        if restored is not None:
-            # state mode: the sources already continue where step `start` began; put
-            # back what this rank held beyond them then
-            for s, st in zip(streams, restored["streams"]):
-                s.restore(st["pending"], st["done"])
+        step = 0  # replay: a resumed loader replays the plans before its resume point
+        restored, self._restored = self._restored, None
+        target = self._resume[0] if self._resume is not None else 0
+        if self._agree_on_start(target, restored is not None) and restored is not None:
+            # every rank restores: the sources continue where step `target` began;
+            # put back what this rank held beyond them then
+            try:
+                for s, st in zip(streams, restored["streams"]):
+                    if not st["done"]:
+                        self._sources[s.name].load_state_dict(st["source_state"])
+                    s.restore(st["pending"], st["done"])
+            except BaseException:
+                self._gather_header(0, _FAILED)  # the peers stop instead of waiting
+                raise
             carry = [_Held(int(i), int(src), [int(d) for d in docs], int(tok), payload)
                      for i, src, docs, tok, payload in restored["carry"]]
             self._next_index = int(restored["next_index"])
-            step = int(restored["step"])
-            self._restored = None
+            step = target
+        elif restored is not None:
+            log.info("BalancedLoader rank %d: a peer cannot restore its sources' states; replaying to step %d",
+                     self.rank, target)
         self._snapshot(step, streams, carry)
         while True:
             if self._stop.is_set():
@@ -911,12 +926,14 @@ class BalancedLoader:
         """Resume from :meth:`state_dict` (before iterating; every rank loads its own
         state, all at the same step and micro-batch).
 
-        ``"state"`` mode restores each source's state now (the sources must be the
-        same datasets, not yet iterated). ``"replay"`` mode needs fresh sources: the
-        loader re-reads the steps before the resume point — every rank reads the same
-        samples again and gathers their metadata, but none is moved or collated.
-        Raises ``ValueError`` when the state does not match this loader (format,
-        world size, rank, micro-batches per step, settings, resume mode)."""
+        A ``"state"``-mode state restores each source's state when iteration starts
+        (the sources must be the same datasets, not yet iterated), provided every
+        rank has one; otherwise — and for ``"replay"``-mode states — the loader needs
+        fresh sources and re-reads the steps before the resume point: every rank
+        reads the same samples again and gathers their metadata, but none is moved
+        or collated. Raises ``ValueError`` when the state does not match this loader
+        (format, world size, rank, micro-batches per step, settings, resume mode);
+        ranks that start from different positions fail at their first step."""
         if self._iterating:
             raise RuntimeError("load_state_dict must be called before iterating")
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
@@ -949,11 +966,9 @@ class BalancedLoader:
             if not isinstance(streams, list) or [st.get("name") for st in streams] != self._names:
                 raise ValueError(f"state streams {[st.get('name') for st in streams or []]} "
                                  f"do not match this loader's sources {self._names}")
-            for st in streams:
-                if not st["done"]:
-                    self._sources[st["name"]].load_state_dict(st["source_state"])
-            self._restored = {"streams": streams, "carry": state["carry"], "next_index": state["next_index"],
-                              "step": step}
+            # the sources load their states when iteration starts, once every rank has
+            # agreed to restore (if one cannot, all replay over the untouched sources)
+            self._restored = {"streams": streams, "carry": state["carry"], "next_index": state["next_index"]}
         self._resume = (step, mb) if (step, mb) != (0, 0) or restore else None
         self._delivered = (step, mb)
         self._loaded_state = dict(state)
