@@ -309,6 +309,42 @@ def test_resume_mixing_and_dynamic_batch_loader_sources() -> None:
             assert pending > 0, "some resume points should fall inside a DynamicBatchLoader step"
 
 
+@pytest.mark.timeout(120)
+def test_resume_from_a_youmu_dataset_state(tmp_path: Path) -> None:
+    """YoumuDataset (Parquet, page-shuffled) is stateful: a resume restores its row
+    positions instead of re-reading, and yields the uninterrupted run's tail."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import importlib.util
+
+    if importlib.util.find_spec("youmu._core") is None:  # pragma: no cover
+        pytest.skip("the native core is not built")
+    from youmu.torch import YoumuDataset
+
+    rng = np.random.default_rng(0)
+    lens = np.where(rng.random(400) < 0.1, rng.integers(600, 1500, 400), rng.integers(5, 120, 400))
+    table = pa.table({"input_ids": pa.array([np.full(int(n), i, np.int32) for i, n in enumerate(lens)],
+                                            pa.list_(pa.int32())),
+                      "id": pa.array(np.arange(lens.size), pa.int64())})
+    pq.write_table(table, tmp_path / "part-0.parquet", data_page_size=4096, row_group_size=100,
+                   use_dictionary=False)
+
+    def make(prefetch: int) -> BalancedLoader:
+        ds = YoumuDataset(tmp_path, columns=["input_ids", "id"], seed=3, rank=0, world_size=1)
+        return _balanced(ds, prefetch=prefetch)
+
+    def key(batch: dict, info: MicroBatchInfo) -> tuple:
+        return _key(info) + (batch["input_ids"].tolist(),)
+
+    full = [key(b, i) for b, i in make(0)]
+    assert sorted(i for k in full if not k[3] for i in k[2]) == list(range(lens.size))
+    for stop_after in (1, 6, len(full) // 2, len(full) - 1):
+        head, tail, state = _resumed(make, stop_after, 1, key)
+        assert state["mode"] == "state"
+        assert bool(state["streams"][0]["source_state"]["positions"]) == (state["step"] > 0)
+        assert head + tail == full, stop_after
+
+
 def test_resume_state_is_checked() -> None:
     data = mp.dataset(40)
     state = _balanced(data).state_dict()
