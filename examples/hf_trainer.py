@@ -20,6 +20,7 @@ What it shows:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -43,8 +44,10 @@ def write_corpus(path: Path, rows: int = 4000, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.lognormal(4.0, 0.8, rows).astype(int), 4, 512)
     ids = [rng.integers(1, VOCAB, n, dtype=np.int32) for n in lengths]
-    pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32()))}), path,
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # ranks may race to write it
+    pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32()))}), tmp,
                    data_page_size=64 << 10, write_page_index=True)
+    os.replace(tmp, path)
 
 
 def to_sample(row: dict) -> dict:
@@ -84,6 +87,16 @@ def main() -> None:
     if not data.exists():
         write_corpus(data)
 
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=512, n_embd=64, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0))
+    targs = transformers.TrainingArguments(
+        output_dir=str(out / "trainer"), max_steps=args.steps, per_device_train_batch_size=1,
+        learning_rate=1e-3, logging_steps=10, save_strategy="no", report_to=[], use_cpu=True,
+        dataloader_num_workers=0, ddp_find_unused_parameters=False,
+    )
+    # Under torchrun, TrainingArguments sets up torch.distributed (Gloo on CPU) when its
+    # device is first read. The loader finds its peers at construction, so build it after.
+    _ = targs.device
     loader = DynamicBatchLoader(
         Samples(youmu.RowDataset(data, columns=["input_ids"], output="numpy")),
         token_budget=args.token_budget,
@@ -95,19 +108,18 @@ def main() -> None:
         uneven="pad",
         pad_batch=lambda: collate([to_sample({"input_ids": [1, 2]})]),
     )
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=512, n_embd=64, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0))
-    targs = transformers.TrainingArguments(
-        output_dir=str(out / "trainer"), max_steps=args.steps, per_device_train_batch_size=1,
-        learning_rate=1e-3, logging_steps=10, save_strategy="no", report_to=[], use_cpu=True,
-        dataloader_num_workers=0,
-    )
     Trainer = make_odb_trainer(transformers.Trainer)
     trainer = Trainer(model=model, args=targs)
     trainer.odb_loader = loader
-    trainer.train()
-    print(loader.metrics.format_summary())
-    loader.wait_finished()
+    try:
+        trainer.train()
+    finally:
+        # The Trainer stops at max_steps mid-epoch and abandons the iterator: close the
+        # loader, or wait_finished() (and interpreter exit) would wait for a consumer.
+        loader.close()
+        loader.wait_finished()
+    if loader.rank == 0:
+        print(loader.metrics.format_summary())
 
 
 if __name__ == "__main__":
