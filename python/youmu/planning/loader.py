@@ -910,8 +910,11 @@ class BalancedLoader:
             with self._snap_lock:
                 snap = self._snapshots.get(step)
             if snap is None and not self._iterating:
-                snap = {"streams": [_Stream(n, c, self._sources[n], False).snapshot()
-                                    for c, n in enumerate(self._names)], "carry": [], "next_index": 0}
+                try:  # not started: the sources' states now are step 0's start
+                    snap = {"streams": [_Stream(n, c, self._sources[n], False).snapshot()
+                                        for c, n in enumerate(self._names)], "carry": [], "next_index": 0}
+                except Exception as e:  # noqa: BLE001 - as in _snapshot: replay instead (or say why not)
+                    self._snapshot_error = e
         if snap is None and self.resume_mode == "state":
             why = (f"{type(self._snapshot_error).__name__}: {self._snapshot_error}" if self._snapshot_error
                    else f"no resume point recorded for step {step}")
