@@ -83,7 +83,7 @@ def int_array(values: Any, name: str) -> np.ndarray:
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind in "iu":
-        return arr.astype(np.int64)
+        return arr.astype(np.int64, copy=False)  # no copy on the hot path (int64 already)
     if arr.dtype.kind == "f":
         if not np.isfinite(arr).all() or (arr != np.rint(arr)).any():
             raise ValueError(f"{name} must be integers, got non-integral values")
