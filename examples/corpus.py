@@ -64,7 +64,7 @@ def build(out: Path, vocab_size: int = 4096, max_site_mb: float = 24.0) -> dict:
     manifest_path = out / "manifest.json"
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
-        if manifest.get("format") == CORPUS_FORMAT:
+        if manifest.get("format") == CORPUS_FORMAT and manifest.get("max_site_mb", 24.0) == max_site_mb:
             return manifest
         import shutil
 
@@ -77,7 +77,7 @@ def build(out: Path, vocab_size: int = 4096, max_site_mb: float = 24.0) -> dict:
     sample = [sample[i] for i in rng.permutation(len(sample))[:4000]]
     tok = train_tokenizer(sample, vocab_size)
     tok.save(str(out / "tokenizer.json"))
-    manifest = {"format": CORPUS_FORMAT, "vocab_size": tok.get_vocab_size(), "eos_id": tok.token_to_id("<|eos|>"), "sources": {}}
+    manifest = {"format": CORPUS_FORMAT, "max_site_mb": max_site_mb, "vocab_size": tok.get_vocab_size(), "eos_id": tok.token_to_id("<|eos|>"), "sources": {}}
     for name, ts in texts.items():
         ids = [np.asarray(e.ids, dtype=np.int32) for e in tok.encode_batch(ts)]
         table = pa.table(
@@ -101,7 +101,8 @@ def build(out: Path, vocab_size: int = 4096, max_site_mb: float = 24.0) -> dict:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="demo-out/corpus")
+    ap.add_argument("--site-mb", type=float, default=24.0, help="cap on each site-packages source (MB of .py)")
     a = ap.parse_args()
-    m = build(Path(a.out))
+    m = build(Path(a.out), max_site_mb=a.site_mb)
     for name, s in sorted(m["sources"].items(), key=lambda kv: kv[1]["tokens"]):
         print(f"{name:28s} {s['rows']:6d} files {s['tokens']:>12,d} tokens")

@@ -12,7 +12,7 @@ Parquet by youmu.
 4. trains for a fixed number of steps, showing tokens/s, loss and padding;
 5. writes ``demo-out/summary.json`` and ``demo-out/training.png``.
 
-    python examples/demo.py [--steps 200] [--batching odb|packing] [--out demo-out]
+    python examples/demo.py [--steps 200] [--batching odb|packing] [--out demo-out] [--corpus-mb 24]
 """
 
 from __future__ import annotations
@@ -280,13 +280,35 @@ def summarize(out: Path, results: dict, manifest: dict, args: argparse.Namespace
         fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
         ax[0].plot([r["step"] for r in h], [r["loss"] for r in h])
         ax[0].set(xlabel="step", ylabel="loss", title="training loss (mean over ranks)")
-        ax[1].plot([r["step"] for r in h], [r["tokens_per_s"] for r in h])
+        w = 10  # steps per window
+        ax[1].plot([r["step"] for r in h], [r["tokens_per_s"] for r in h], label="cumulative")
+        ax[1].plot([r["step"] for r in h[w:]],
+                   [(r["tokens"] - q["tokens"]) / max(r["seconds"] - q["seconds"], 1e-9) for q, r in zip(h, h[w:])],
+                   label=f"last {w} steps", alpha=0.6)
         ax[1].set(xlabel="step", ylabel="tokens/s", title="throughput (all ranks)")
+        ax[1].legend()
         fig.tight_layout()
         fig.savefig(out / "training.png", dpi=100)
     except ImportError:
         pass
     return summary
+
+
+def format_summary(s: dict) -> str:
+    """The summary's headline figures, for the terminal (summary.json has them all)."""
+    lines = [
+        f"{s['batching']}: steps per rank {s['steps_per_rank']} in {s['seconds']:.0f} s, "
+        f"{s['tokens']:,.0f} tokens, {s['tokens_per_s']:,.0f} tokens/s, padding {100 * s['padding_ratio']:.2f}%, "
+        f"{s['mean_samples_per_step']:.1f} samples/step",
+        f"loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}",
+        f"mixture ({s['documents']} documents, weight switch at document {s['stage_switch_at_document']}; "
+        f"tiny source restarted {s['mixture']['tiny_source_passes']}x): realised share / target",
+    ]
+    for stage in ("stage 1", "stage 2"):
+        st = s["mixture"][stage]
+        cells = ", ".join(f"{k} {v['realised']:.3f}/{v['target']:.3f}" for k, v in st["sources"].items())
+        lines.append(f"  {stage} ({st['documents']} docs): {cells}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -301,16 +323,18 @@ def main() -> None:
     ap.add_argument("--batching", choices=["odb", "packing"], default="odb",
                     help="online dynamic batching of document chunks (default) or fixed-length packing")
     ap.add_argument("--odb-buffer", type=int, default=256, help="samples grouped per ODB round")
+    ap.add_argument("--corpus-mb", type=float, default=24.0,
+                    help="cap on each site-packages source, MB of .py files (smaller builds faster)")
     args = ap.parse_args()
     out = Path(args.out)
     t0 = time.time()
-    manifest = build_corpus(out / "corpus")
+    manifest = build_corpus(out / "corpus", max_site_mb=args.corpus_mb)
     print(f"corpus: {len(manifest['sources'])} sources, "
           f"{sum(s['tokens'] for s in manifest['sources'].values()):,} tokens ({time.time() - t0:.0f}s)")
     results = mp.Manager().dict()
     mp.spawn(train, args=(args.world_size, free_port(), args, manifest, results), nprocs=args.world_size, join=True)
     summary = summarize(out, dict(results), manifest, args)
-    print(json.dumps(summary, indent=1))
+    print(format_summary(summary))
     print(f"wrote {out / 'summary.json'} and {out / 'training.png'}")
 
 
