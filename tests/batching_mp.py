@@ -19,6 +19,12 @@ import torch.multiprocessing as mp
 
 from youmu.batching.synthetic import synthetic_lengths
 
+# Collective and data-stall timeouts of the test loaders and channels. Generous: CI runs
+# every multi-process test on 2 shared cores, where a starved rank can stall for tens of
+# seconds; still far below the harness and pytest timeouts, so a deadlock fails fast.
+# (Failure tests that need a short data stall pass data_timeout instead.)
+TIMEOUT = 120
+
 # ------------------------------------------------------------------------------------------
 # harness
 # ------------------------------------------------------------------------------------------
@@ -57,7 +63,7 @@ def run_world(
     world: int,
     *args: Any,
     timeout: float = 120.0,
-    pg_timeout: float = 60.0,
+    pg_timeout: float = TIMEOUT,
     allow_errors: bool = False,
     destroy: bool = True,
 ) -> list[Any]:
@@ -263,7 +269,8 @@ def make_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any = None)
         join=cfg.get("join", True),
         loss_scaling=cfg.get("loss_scaling", "exact"),
         group=channel,
-        timeout=cfg.get("timeout", 30),
+        timeout=cfg.get("timeout", TIMEOUT),
+        data_timeout=cfg.get("data_timeout"),
         seed=cfg.get("seed", 0),
         quota=cfg.get("quota"),
         max_outstanding=cfg.get("max_outstanding"),
@@ -272,7 +279,8 @@ def make_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any = None)
         # spawned test ranks default to "spawn", which re-imports torch in every worker
         multiprocessing_context=cfg.get("mp_context", "fork") if cfg.get("workers", 0) > 0 else None,
         heartbeat=cfg.get("heartbeat", 0.2),
-        pad_sampler=cfg.get("pad_sampler", True),
+        # the loader's own default unless a case asks for DistributedSampler's padding
+        **({"pad_sampler": cfg["pad_sampler"]} if "pad_sampler" in cfg else {}),
     )
 
 
@@ -285,13 +293,13 @@ def matrix_scenario(rank: int, world: int, configs: list[dict[str, Any]]) -> lis
     """Run several loader configurations in sequence on one channel; log everything."""
     from youmu.batching import GlooChannel
 
-    channel = GlooChannel.from_default_group(timeout=30)
+    channel = GlooChannel.from_default_group(timeout=TIMEOUT)
     results = []
     for cfg in configs:
         loader = make_loader(rank, world, cfg, channel)
         t0 = time.perf_counter()
         steps, it = drain(loader)
-        assert it.wait_finished(60), "aligner did not finish"
+        assert it.wait_finished(TIMEOUT), "aligner did not finish"
         results.append(
             {
                 "steps": steps,
@@ -347,18 +355,73 @@ def early_exit_scenario(rank: int, world: int) -> dict[str, Any]:
         if rank == 0:
             time.sleep(0.01)
     if rank == 0:
-        loader.wait_finished(30)
+        loader.wait_finished(TIMEOUT)
     return {"steps": steps}
 
 
 N_EARLY = 400
 
 
+# ------------------------------------------------------------------------------------------
+# interpreter exit: a training script run as a plain process (see test_batching_shutdown)
+# ------------------------------------------------------------------------------------------
+EXIT_CASES = ("break", "break-workers", "tail", "stuck-peer")
+
+
+def exit_case_main(argv: list[str]) -> None:
+    """``rank world port case``: one rank of a training script that leaves its loader
+    running and simply ends (no close(), no wait_finished(), no destroy):
+
+    * ``break`` / ``break-workers``: both ranks break out of the loop after 4 steps
+      (without / with DataLoader worker processes);
+    * ``tail``: join mode, rank 1 has no data and exits at once while rank 0 still
+      consumes slowly; the exit hook's wait for the tail (``timeout`` = 3 s) runs out;
+    * ``stuck-peer``: rank 0's aligner hangs in ``collate_fn`` for 20 s, so rank 1, which
+      broke out, exits while its last collective still waits for rank 0; rank 0 wants
+      the whole epoch and fails at its next exchange.
+
+    Prints ``STEPS <n>`` when the loop ends; errors propagate (non-zero exit code).
+    """
+    rank, world, port, case = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=TIMEOUT),
+    )
+    cfg: dict[str, Any] = dict(dist="uniform-wide")
+    if case == "break-workers":
+        cfg.update(workers=1)
+    elif case == "tail":
+        cfg.update(iterable=True, empty_last=True, timeout=3)
+    elif case == "stuck-peer":
+        cfg.update(timeout=60)
+    loader = make_loader(rank, world, cfg)
+    if case == "stuck-peer" and rank == 0:
+        calls = [0]
+
+        def hanging_collate(samples: list[dict[str, int]]) -> list[int]:
+            calls[0] += 1
+            if calls[0] == 41:
+                time.sleep(20)
+            return collate_ids(samples)
+
+        loader.collate_fn = hanging_collate
+    steps = 0
+    for _ in loader:
+        steps += 1
+        if case == "tail" and rank == 0:
+            time.sleep(0.05)  # rank 0's tail outlasts rank 1's 3 s wait at exit
+        # in stuck-peer, rank 0 wants the whole epoch: its next exchange after the hang
+        # finds rank 1 gone
+        if steps == 4 and (case.startswith("break") or (case == "stuck-peer" and rank == 1)):
+            break
+    print(f"STEPS {steps}", flush=True)
+
+
 def channel_scenario(rank: int, world: int, port: int) -> dict[str, Any]:
     """A GlooChannel with its own TCPStore rendezvous (no use of the default group)."""
     from youmu.batching import GlooChannel
 
-    ch = GlooChannel.from_tcp_store("127.0.0.1", port, rank, world, host_store=(rank == 0), timeout=20)
+    ch = GlooChannel.from_tcp_store("127.0.0.1", port, rank, world, host_store=(rank == 0), timeout=TIMEOUT)
     rows = ch.all_gather_rows([rank, 10 * rank, -rank])
     tensors = ch.all_gather_int64(torch.arange(3) + rank)
     ch.barrier()
@@ -378,18 +441,18 @@ def resume_scenario(rank: int, world: int, cfg: dict[str, Any], stop_after: int)
 
     from youmu.batching import GlooChannel
 
-    channel = GlooChannel.from_default_group(timeout=30)
+    channel = GlooChannel.from_default_group(timeout=TIMEOUT)
     full, it = drain(make_loader(rank, world, cfg, channel))
-    assert it.wait_finished(60)
+    assert it.wait_finished(TIMEOUT)
     first_loader = make_loader(rank, world, cfg, channel)
     first, it1 = drain(first_loader, limit=stop_after)
     state = pickle.loads(pickle.dumps(first_loader.state_dict()))  # as a checkpoint would
     first_loader.close()
-    assert it1.wait_finished(60)
+    assert it1.wait_finished(TIMEOUT)
     second_loader = make_loader(rank, world, cfg, channel)
     second_loader.load_state_dict(state)
     rest, it2 = drain(second_loader)
-    assert it2.wait_finished(60)
+    assert it2.wait_finished(TIMEOUT)
     return {"full": full, "first": first, "rest": rest, "done": state["done"], "replay": len(state["replay"])}
 
 
@@ -484,7 +547,7 @@ def ddp_scenario(rank: int, world: int, cfgs: list[dict[str, Any]]) -> list[list
 
     from youmu.batching import GlooChannel
 
-    channel = GlooChannel.from_default_group(timeout=30)
+    channel = GlooChannel.from_default_group(timeout=TIMEOUT)
     model = DDP(TinyLM())
     return [_ddp_run(rank, world, cfg, model, channel) for cfg in cfgs]
 
@@ -499,7 +562,7 @@ def _ddp_run(rank: int, world: int, cfg: dict[str, Any], model: Any, channel: An
         loader = DynamicBatchLoader(
             ds, token_budget=cfg.get("budget", 96), length_fn=lm_len, collate_fn=lm_collate,
             token_count_fn=label_token_count(), buffer_size=cfg.get("buffer", 16), num_workers=0,
-            loss_scaling=mode, group=channel, timeout=30, heartbeat=0.2, uneven=cfg.get("uneven", "stop"),
+            loss_scaling=mode, group=channel, timeout=TIMEOUT, heartbeat=0.2, uneven=cfg.get("uneven", "stop"),
             pad_batch=lm_pad_batch,
         )
         rows = []
@@ -518,7 +581,7 @@ def _ddp_run(rank: int, world: int, cfg: dict[str, Any], model: Any, channel: An
                     "padding": info.is_padding, "active": info.active_ranks, "t": t, "T": info.global_num_tokens,
                 })
         out.extend(rows)
-        assert loader._current.wait_finished(30)
+        assert loader._current.wait_finished(TIMEOUT)
     return out
 
 

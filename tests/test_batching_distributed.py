@@ -37,9 +37,10 @@ CONFIGS: list[dict[str, Any]] = (
         dict(dist="uniform-wide", join=True, slow={"rank": 0, "delay": 0.005}),  # forces skip rounds
         dict(dist="longtail", join=True, iterable=True, empty_last=True, uneven="pad"),
         dict(dist="bimodal", join=False, workers=1),
-        # no sampler padding: every sample exactly once (N = 1000 does not divide by W = 3)
-        dict(dist="longtail", join=True, pad_sampler=False),
-        dict(dist="bimodal", join=False, pad_sampler=False),
+        # the paper's DistributedSampler padding (N = 1000 does not divide by W = 3):
+        # duplicates = the tail padding P; every other case shards without padding
+        dict(dist="longtail", join=True, pad_sampler=True),
+        dict(dist="bimodal", join=False, pad_sampler=True),
     ]
 )
 
@@ -74,7 +75,7 @@ def _sim(cfg: dict[str, Any], world: int):
         lengths, world, 4096, 64, join=cfg.get("join", True), quota=cfg.get("quota"),
         loss_scaling=cfg.get("loss_scaling", "exact"), tokens=token_counts(lengths),
         sharder=layout_sharder if cfg.get("iterable") else None, keep_trace=True,
-        pad_sampler=cfg.get("pad_sampler", True),
+        pad_sampler=cfg.get("pad_sampler", False),
     )
 
 
@@ -176,7 +177,7 @@ def test_b3_b7_join_zero_discard(world_results) -> None:
             if cfg.get("empty_last"):
                 assert not _real_steps(per_rank[-1])  # B7: the empty rank emits nothing
                 assert all(_real_steps(p) for p in per_rank[:-1])
-        elif not cfg.get("pad_sampler", True):
+        elif not cfg.get("pad_sampler", False):
             assert [len(x) for x in ids] == [len(range(r, N, w)) for r in range(w)]
             assert sorted(i for x in ids for i in x) == list(range(N))  # exactly once, no padding
         else:

@@ -5,11 +5,21 @@ The aligner drives a :class:`~youmu.batching.protocol.RankProtocol` with one all
 per round on the loader's channel; the trainer's thread consumes the output queue:
 IDLE slots hand credits back, batches come with their :class:`StepInfo`. Every
 failure, local or remote, reaches the trainer as an exception.
+
+Shutdown. The aligner thread holds a snapshot of the loader's settings, never the
+loader itself, so a loader the program dropped mid-epoch is garbage-collected and its
+finaliser stops the iteration (peers learn it at the next round). At interpreter
+exit, :func:`_drain_at_exit` gives every live iteration a bounded chance to finish
+(join mode's tail: this rank's data is done but its peers still exchange), then closes
+what is left and parks any thread still waiting on a peer inside a collective (see
+:func:`~youmu.batching.channel.abandon_collectives`), so no C++ frame is unwound by
+the finalising interpreter ("terminate called without an active exception").
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import logging
 import queue
 import threading
@@ -31,6 +41,7 @@ from youmu.batching.alignment import (
     plan_round,
     second_gather_bytes,
 )
+from youmu.batching.channel import abandon_collectives
 from youmu.batching.errors import BatchingError, DataStallError, PeerClosedError, RankFailedError
 from youmu.batching.fetch import _END, _Credits, _Failure, _Fetcher, _keep, _measure, _MeasuredIterable, _MeasuredMap
 from youmu.batching.info import IDLE, StepInfo
@@ -79,19 +90,109 @@ class _RoundRecord:
 _LIVE: "weakref.WeakSet[_EpochIterator]" = weakref.WeakSet()
 
 
+# Poll interval while waiting for threads to park at exit.
+_PARK_POLL_S = 0.01
+# How long the exit hook waits for abandoned collectives to park (they poll every <= 2 ms).
+_PARK_WAIT_S = 2.0
+
+
+def _close_grace(it: "_EpochIterator") -> float:
+    """How long a closing aligner may take at exit: one close round needs every peer's
+    aligner to answer, which a live peer does within about a heartbeat; a peer that
+    does not answer in this time is not going to help by waiting for the full timeout."""
+    return min(it.L.timeout, max(10.0, 20 * it.L.heartbeat))
+
+
 @atexit.register
 def _drain_at_exit() -> None:
-    """At exit, a rank whose own data ended may still owe its peers the last rounds (join
-    mode): wait for that, bounded by the timeout, so they do not see a reset connection.
-    An iteration the program abandoned mid-way tells its peers it closed instead."""
-    for it in list(_LIVE):
-        try:
-            if it._thread.is_alive():
-                if not it._local_end and not it._end_sent:
-                    it._closing.set()
-                it._thread.join(it.L.timeout)
-        except Exception:  # noqa: BLE001 - never fail interpreter shutdown
-            pass
+    """Shut every live iteration down before the interpreter finalises, in bounded time.
+
+    1. A rank whose own data ended may still owe its peers the last rounds (join mode):
+       wait for that, up to the loader's ``timeout`` (``loader.wait_finished()`` waits
+       without a bound).
+    2. Close whatever still runs (an abandoned loop, a tail that outlived step 1); the
+       peers learn it at the next round and raise :class:`PeerClosedError` if they
+       wanted more, instead of seeing a connection reset.
+    3. Park aligners still blocked on a peer that does not answer, so none returns from
+       a collective into the finalising interpreter (a C++ abort).
+    """
+    try:
+        live = [it for it in list(_LIVE) if it._thread.is_alive()]
+        if not live:
+            return
+        t0 = time.monotonic()
+        for it in live:
+            if it._end_sent and not it._closing.is_set():
+                it._thread.join(max(t0 + it.L.timeout - time.monotonic(), 0.0))
+        running = [it for it in live if it._thread.is_alive()]
+        for it in running:
+            it._leave()
+        t1 = time.monotonic()
+        for it in running:
+            it._thread.join(max(t1 + _close_grace(it) - time.monotonic(), 0.0))
+        stuck = [it for it in running if it._thread.is_alive()]
+        if not stuck:
+            return
+        abandon_collectives()
+        deadline = time.monotonic() + _PARK_WAIT_S
+        while time.monotonic() < deadline and any(
+            it._thread.is_alive() and not it.L.channel.parked.is_set() for it in stuck
+        ):
+            time.sleep(_PARK_POLL_S)
+        log.warning(
+            "youmu.batching: at exit, %d loader iteration(s) still waited for peers and were abandoned",
+            len(stuck),
+        )
+    except Exception:  # noqa: BLE001 - never fail interpreter shutdown
+        pass
+
+
+class _Settings:
+    """The loader's settings as one epoch sees them (a snapshot taken by ``iter()``).
+
+    The aligner thread holds this, never the loader, so a loader the program dropped
+    without closing can be garbage-collected (its finaliser then closes the epoch).
+    Attributes mirror the loader's; a ``callback`` that references the loader keeps it
+    alive until the epoch ends.
+    """
+
+    def __init__(self, loader: "DynamicBatchLoader") -> None:
+        skip = ("_current", "_resume", "metrics")
+        self.__dict__.update({k: v for k, v in vars(loader).items() if k not in skip})
+        self.kind: str = loader.kind
+        self._fingerprint = loader.config_fingerprint()
+        self._fresh = loader._fresh_state(0)
+
+    def config_fingerprint(self) -> int:
+        return self._fingerprint
+
+    def _fresh_state(self, epoch: int) -> dict[str, Any]:
+        st = copy.deepcopy(self._fresh)
+        st["epoch"] = epoch
+        return st
+
+
+class _EpochHandle:
+    """What ``iter(loader)`` returns: the trainer's side of one epoch.
+
+    It keeps the loader alive while it is iterated (``for b, i in DynamicBatchLoader(...)``
+    drops the loader itself at once) and forwards everything else to the epoch.
+    """
+
+    __slots__ = ("_loader", "_epoch")
+
+    def __init__(self, loader: "DynamicBatchLoader", epoch: "_EpochIterator") -> None:
+        self._loader = loader
+        self._epoch = epoch
+
+    def __iter__(self) -> "_EpochHandle":
+        return self
+
+    def __next__(self) -> tuple[Any, StepInfo]:
+        return self._epoch.__next__()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._epoch, name)
 
 
 # ----------------------------------------------------------------------------------------
@@ -101,7 +202,8 @@ class _EpochIterator:
     """Iterator over one epoch; owns the fetcher and aligner threads."""
 
     def __init__(self, loader: DynamicBatchLoader, epoch: int, resume: dict[str, Any] | None) -> None:
-        self.L = loader
+        self.L = _Settings(loader)
+        loader = self.L  # the rest of set-up reads the snapshot too
         self.epoch = epoch
         self._resume = resume
         self.metrics = BatchingMetrics()
@@ -113,6 +215,7 @@ class _EpochIterator:
         self._failure: BaseException | None = None
         self._peer_closed: tuple[tuple[int, ...], int] | None = None
         self._closing = threading.Event()
+        self._leaving = False  # interpreter exit: report CLOSED even in the join tail
         self._local_end = False  # the consumer received END
         self._end_sent = False
         self._records: deque[_RoundRecord] = deque()
@@ -164,12 +267,18 @@ class _EpochIterator:
         wait = timeout if timeout is not None else self.L.timeout + 10 * self.L.heartbeat
         self._thread.join(wait)
 
-    def __del__(self) -> None:  # pragma: no cover - best effort when a loop breaks out
-        try:
-            if not self._local_end:
-                self._closing.set()
-        except Exception:  # noqa: BLE001
-            pass
+    def _abandon(self) -> None:
+        """The program dropped the loader (garbage collection): stop, unless this rank's
+        data is done and the aligner only serves its peers' last rounds (join mode; the
+        exit hook bounds that). Never blocks: a finaliser may run on any thread,
+        this epoch's own included."""
+        if not self._local_end and not self._end_sent and self._failure is None:
+            self._closing.set()
+
+    def _leave(self) -> None:
+        """Interpreter exit: close at the next round even if only peers still need us."""
+        self._leaving = True
+        self._closing.set()
 
     def wait_finished(self, timeout: float | None = None) -> bool:
         """Block until the aligner has exchanged its last round; returns whether it did."""
@@ -208,6 +317,8 @@ class _EpochIterator:
             if x is _END:
                 self._local_end = True
                 self._final_state = self._done_state()
+                # the end-of-iteration summary (also loader.metrics.summary())
+                log.info("rank %d, epoch %d done: %s", self.L.rank, self.epoch, self.metrics.format_summary())
                 raise StopIteration
             if isinstance(x, _Failure):
                 raise x.exc
@@ -249,7 +360,8 @@ class _EpochIterator:
         ranks, steps = self._peer_closed
         raise PeerClosedError(
             f"rank(s) {list(ranks)} stopped iterating after {steps} steps, but rank {self.L.rank} asked for more "
-            "(a training loop exited early on some ranks only?)",
+            "(a training loop exited early on some ranks only, or a process exited before its peers finished? "
+            "In join mode call loader.wait_finished() before a rank's process exits)",
             ranks,
         )
 
@@ -577,7 +689,7 @@ class _EpochIterator:
                     self._emitted += st.info.global_num_samples
 
     def _take_item(self) -> Item:
-        deadline = time.monotonic() + self.L.timeout
+        deadline = time.monotonic() + self.L.data_timeout
         while True:
             x = self._take(min(self.L.heartbeat, max(deadline - time.monotonic(), 0.0)))
             if isinstance(x, Item):
@@ -588,7 +700,7 @@ class _EpochIterator:
             if x is _END:
                 raise BatchingError("the data source ended while restoring a checkpoint (dataset changed?)")
             if time.monotonic() > deadline:
-                raise DataStallError(f"no sample within {self.L.timeout:.0f}s while restoring a checkpoint")
+                raise DataStallError(f"no sample within {self.L.data_timeout:.0f}s while restoring a checkpoint")
 
     def _fill(self, proto: RankProtocol) -> BaseException | None:
         """Drain fetched items into the buffer until ready or the heartbeat expires."""
@@ -597,10 +709,10 @@ class _EpochIterator:
             x = self._take(deadline - time.monotonic())
             if x is None:
                 f = self._fetcher
-                if f is not None and f.stalled_for() > self.L.timeout:
+                if f is not None and f.stalled_for() > self.L.data_timeout:
                     return DataStallError(
                         f"rank {self.L.rank}: the data source produced nothing for {f.stalled_for():.0f}s "
-                        f"(timeout {self.L.timeout:.0f}s)"
+                        f"(data_timeout {self.L.data_timeout:.0f}s)"
                     )
                 if time.monotonic() >= deadline:
                     break
@@ -624,7 +736,7 @@ class _EpochIterator:
         self._maybe_local_end(proto)
         if local_error is not None:
             report = RankReport(0, FAILED)
-        elif self._closing.is_set() and not self._local_end and not self._end_sent:
+        elif self._leaving or (self._closing.is_set() and not self._local_end and not self._end_sent):
             report = RankReport(self._steps_consumed, CLOSED)
         else:
             tg = time.perf_counter()

@@ -40,7 +40,7 @@ from typing import Any, Callable
 from torch.utils.data import IterableDataset
 
 from youmu.batching.channel import DEFAULT_TIMEOUT, GlooChannel
-from youmu.batching.epoch import _EpochIterator
+from youmu.batching.epoch import _EpochHandle, _EpochIterator
 from youmu.batching.info import StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
@@ -60,8 +60,9 @@ class DynamicBatchLoader:
     Args:
         dataset: a map-style dataset (``len`` and ``[i]``: lists, ``MixtureDataset``,
             ``RowDataset``, any ``torch.utils.data.Dataset``) or an iterable one
-            (``YoumuDataset``, any ``IterableDataset``). Map-style datasets are sharded
-            like ``DistributedSampler(drop_last=False)`` (see ``pad_sampler``);
+            (``YoumuDataset``, any ``IterableDataset``). Map-style datasets are
+            shuffled like ``DistributedSampler`` and strided over ranks without tail
+            padding, so every sample is emitted exactly once (see ``pad_sampler``);
             iterable datasets must shard themselves over ranks and workers
             (``YoumuDataset`` does).
         token_budget: ``L_max``: a group of ``k >= 2`` samples never exceeds ``k * max_len
@@ -90,8 +91,12 @@ class DynamicBatchLoader:
             default a new Gloo group over the initialised default group (created here,
             collectively: construct the loader at the same point on every rank), or
             single-process when torch.distributed is not initialised.
-        timeout: seconds any collective may wait, and the longest the data source may
-            produce nothing, before every rank raises.
+        timeout: seconds any collective may wait before every rank raises (also the
+            longest the interpreter-exit hook waits for peers in join mode's tail).
+        data_timeout: the longest the data source may produce nothing before every
+            rank raises :class:`~youmu.batching.errors.DataStallError` (default
+            ``timeout``). A stalled rank keeps exchanging heartbeat rounds meanwhile,
+            so this may be shorter or longer than ``timeout``.
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
         quota: non-join mode's global sample quota ``N`` (default ``len(dataset)``).
         max_outstanding: credits per rank (samples fetched and not yet consumed);
@@ -107,14 +112,26 @@ class DynamicBatchLoader:
         worker_init_fn, multiprocessing_context: passed to the DataLoader.
         heartbeat: seconds a rank waits for data before telling its peers it is not
             ready yet (a skip round).
-        pad_sampler: map-style datasets only. ``True`` (the paper's setting): every
-            rank draws ``ceil(N / W)`` indices, the tail padded with repeats as
-            ``DistributedSampler`` does, so ``P = W·ceil(N/W) − N`` samples are
-            emitted twice per epoch. ``False``: strided without padding, every sample
-            exactly once; ranks then differ by one sample, which join mode absorbs.
+        pad_sampler: map-style datasets only. ``False`` (default): the shuffled
+            indices strided over ranks without padding, so every sample is emitted
+            exactly once per epoch; ranks then hold ``floor(N/W)`` or ``ceil(N/W)``
+            samples, which join mode absorbs (ranks finish at different steps) and
+            non-join mode's quota covers. ``True`` (the paper's
+            ``DistributedSampler(drop_last=False)``): every rank draws ``ceil(N/W)``
+            indices, the tail padded with repeats, so ``P = W·ceil(N/W) − N`` samples
+            are emitted twice per epoch.
 
     Iterating yields ``(batch, info)`` with :class:`~youmu.batching.info.StepInfo`.
-    ``loader.metrics`` holds the current iteration's :class:`BatchingMetrics`.
+    ``loader.metrics`` holds the current iteration's :class:`BatchingMetrics`; its
+    summary is logged (``logging.getLogger("youmu.batching")``, INFO) when the
+    iteration ends on this rank.
+
+    Shutdown: a loop that breaks out early should call :meth:`close` (or let the
+    loader go: dropping the last reference closes it, and so does interpreter exit).
+    In join mode a rank whose data ended keeps serving its peers' last rounds; call
+    :meth:`wait_finished` before ``destroy_process_group()``. At exit the loader waits
+    for that at most ``timeout`` seconds, then closes (the peers raise
+    :class:`~youmu.batching.errors.PeerClosedError`).
 
     Example:
         >>> data = [{"id": i, "input_ids": list(range(n))} for i, n in enumerate((5, 9, 3, 7, 2, 8))]
@@ -142,6 +159,7 @@ class DynamicBatchLoader:
         token_count_fn: Callable[[Any], int] | None = None,
         group: Any = None,
         timeout: float = DEFAULT_TIMEOUT,
+        data_timeout: float | None = None,
         shuffle: bool = True,
         seed: int = 0,
         quota: int | None = None,
@@ -153,7 +171,7 @@ class DynamicBatchLoader:
         worker_init_fn: Callable[[int], None] | None = None,
         multiprocessing_context: Any = None,
         heartbeat: float = 1.0,
-        pad_sampler: bool = True,
+        pad_sampler: bool = False,
     ) -> None:
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise ValueError(f"token_budget must be a positive int, got {token_budget!r}")
@@ -173,8 +191,12 @@ class DynamicBatchLoader:
             raise ValueError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {loss_scaling!r}")
         if uneven not in _UNEVEN:
             raise ValueError(f"uneven must be one of {_UNEVEN}, got {uneven!r}")
+        if isinstance(timeout, datetime.timedelta):
+            timeout = timeout.total_seconds()
         if not timeout or timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        if data_timeout is not None and not data_timeout > 0:
+            raise ValueError(f"data_timeout must be positive, got {data_timeout!r}")
         if not isinstance(pad_sampler, bool):
             raise TypeError(f"pad_sampler must be a bool, got {pad_sampler!r}")
         if not 0 < heartbeat < timeout:
@@ -213,7 +235,8 @@ class DynamicBatchLoader:
         self.prefetch_factor = prefetch_factor
         self.join = join
         self.loss_scaling = loss_scaling
-        self.timeout = float(timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout)
+        self.timeout = float(timeout)
+        self.data_timeout = float(data_timeout) if data_timeout is not None else self.timeout
         self.shuffle = shuffle
         self.seed = int(seed)
         self.quota = quota
@@ -286,7 +309,7 @@ class DynamicBatchLoader:
         if self._kind == "iterable" and hasattr(self.dataset, "set_epoch") and self._resume is None:
             self.dataset.set_epoch(epoch)
 
-    def __iter__(self) -> "_EpochIterator":
+    def __iter__(self) -> "_EpochHandle":
         if self._current is not None:
             self._current._retire()
         it = _EpochIterator(self, self._epoch, self._resume)
@@ -294,7 +317,7 @@ class DynamicBatchLoader:
         self._current = it
         self.metrics = it.metrics
         it._start()
-        return it
+        return _EpochHandle(self, it)
 
     def state_dict(self) -> dict[str, Any]:
         """Resume point of this rank: a resumed epoch emits exactly the samples not
@@ -364,10 +387,15 @@ class DynamicBatchLoader:
         """
         return True if self._current is None else self._current.wait_finished(timeout)
 
-    def __del__(self) -> None:  # pragma: no cover - best effort
+    def __del__(self) -> None:
+        # Unreachable loader (and no iterator of it left): stop an unfinished epoch so
+        # its aligner does not exchange heartbeat rounds forever. Never block here: a
+        # finaliser runs on whichever thread dropped the last reference.
         try:
-            self.close()
-        except Exception:  # noqa: BLE001
+            current = self.__dict__.get("_current")
+            if current is not None:
+                current._abandon()
+        except Exception:  # noqa: BLE001 - best effort in a finaliser
             pass
 
 

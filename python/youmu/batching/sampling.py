@@ -6,6 +6,9 @@ Iteration 0 of an epoch is exactly ``torch.utils.data.DistributedSampler`` with
 stride sharding. Later iterations (the non-join mode's chained logical iterations)
 reshuffle with a seed derived from ``(seed, epoch, iteration)``.
 
+``DynamicBatchLoader`` uses ``pad=False`` by default (the same permutation, strided
+without the tail repeats), so an epoch emits every sample exactly once.
+
 Only :func:`rank_indices` with ``shuffle=True`` needs torch, imported on call.
 
 Example:

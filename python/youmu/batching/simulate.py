@@ -179,14 +179,14 @@ def simulate(
     shuffle_steps: bool = True,
     keep_trace: bool = False,
     sharder: Callable[[int, int, int, int], list[int]] | None = None,
-    pad_sampler: bool = True,
+    pad_sampler: bool = False,
 ) -> SimulationResult:
     """An epoch of a map-style dataset with per-sample ``lengths``, as the loader runs it.
 
-    Ranks draw indices like ``DistributedSampler(drop_last=False)`` (see
+    Ranks draw indices as the loader does (see
     :func:`~youmu.batching.sampling.rank_indices`; shuffling needs torch unless a
     ``sharder(n, world_size, rank, iteration)`` is given; ``pad_sampler`` as the
-    loader's). In non-join mode logical
+    loader's: no tail padding by default). In non-join mode logical
     iterations are chained until ``quota`` samples (default ``len(lengths)``) are emitted.
     """
     from youmu.batching.sampling import rank_indices as _rank_indices
