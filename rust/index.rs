@@ -227,6 +227,34 @@ impl PageIndex {
         out
     }
 
+    /// Estimated decoded bytes of every unit (all selected columns), in global order:
+    /// the row group's uncompressed bytes of the selected leaves, shared out by rows.
+    /// Metadata only (no page is read), so window sizes derived from it stay a pure
+    /// function of the files. An estimate: Arrow adds offsets and validity, dictionary
+    /// pages expand, so callers keep a margin.
+    pub fn unit_decoded_bytes(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.len() as usize);
+        for f in &self.files {
+            let md = f.meta.metadata();
+            for rg in 0..f.num_row_groups() {
+                let rows = f.rg_rows(rg).max(1) as u128;
+                let meta = md.row_group(rg);
+                let bytes: u128 = f
+                    .leaves
+                    .iter()
+                    .map(|&l| meta.column(l).uncompressed_size().max(0) as u128)
+                    .sum();
+                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                for u in lo..hi {
+                    let end = if u + 1 < hi { f.unit_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
+                    let n = (end - f.unit_first_row[u] as u64) as u128;
+                    out.push(u64::try_from(bytes * n / rows).unwrap_or(u64::MAX));
+                }
+            }
+        }
+        out
+    }
+
     /// First unit id of every file (len = files + 1).
     pub fn file_unit_starts(&self) -> &[u64] {
         &self.file_unit_start

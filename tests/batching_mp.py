@@ -591,3 +591,14 @@ class _null:
 
     def __exit__(self, *a: Any) -> None:
         return None
+
+
+# ------------------------------------------------------------------------------------------
+# YoumuDataset under torch.distributed (tests/test_dataset_workers.py)
+# ------------------------------------------------------------------------------------------
+def youmu_dataset_scenario(rank: int, world: int, path: str) -> dict[str, Any]:
+    """A YoumuDataset built without rank/world_size inside an initialised group."""
+    from youmu.torch import YoumuDataset
+
+    ds = YoumuDataset(path, buffer_size=150, seed=5, output="python")
+    return {"rank": ds.rank, "world": ds.world_size, "ids": [r["id"] for r in ds]}

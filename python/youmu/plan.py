@@ -48,17 +48,54 @@ def _permutation(n: int, seed: int, epoch: int, purpose: str):
     return Permutation(n, seed=seed, epoch=epoch, purpose=purpose)
 
 
-def window_pages_for(page_rows: np.ndarray, buffer_size: int, world_size: int = 1) -> int:
+#: Windows alive at once while streaming: the one being consumed, the next one (read
+#: ahead by Rust threads) and, while that is assembled, its shuffled copy.
+WINDOWS_IN_FLIGHT = 3
+
+
+def window_pages_for(
+    page_rows: np.ndarray,
+    buffer_size: int,
+    world_size: int = 1,
+    *,
+    page_bytes: np.ndarray | None = None,
+    memory_budget: int | None = None,
+) -> int:
     """Pages per window so a window holds about ``buffer_size`` rows — but never so
     many that some rank would get no window: a small dataset must still give every DDP
     rank data (a rank with none would leave the others waiting in their collectives).
-    Depends on the world size only, so a rank's rows never depend on its worker count."""
+    Depends on the world size only, so a rank's rows never depend on its worker count.
+
+    With ``memory_budget`` (bytes) and ``page_bytes`` (estimated decoded bytes per page,
+    :meth:`PageIndex.page_decoded_bytes`), windows are also small enough that
+    :data:`WINDOWS_IN_FLIGHT` windows of the largest pages fit the budget; a budget
+    that cannot hold that many single pages is an error, not a silent overrun.
+
+    >>> window_pages_for(np.array([100] * 50), 1000)
+    10
+    >>> window_pages_for(np.array([100] * 50), 1000, page_bytes=np.array([1 << 20] * 50), memory_budget=12 << 20)
+    4
+    """
     if buffer_size < 1:
         raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
     if len(page_rows) == 0:
         return 1
     mean = max(float(page_rows.mean()), 1.0)
     wanted = max(1, int(round(buffer_size / mean)))
+    if memory_budget is not None:
+        if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer)) or memory_budget < 1:
+            raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+        if page_bytes is None or len(page_bytes) != len(page_rows):
+            raise ValueError("memory_budget needs the estimated decoded bytes of every page (page_bytes)")
+        biggest = max(int(np.max(page_bytes)), 1)
+        fit = int(memory_budget) // (WINDOWS_IN_FLIGHT * biggest)
+        if fit < 1:
+            raise ValueError(
+                f"memory_budget={int(memory_budget):,} bytes cannot hold {WINDOWS_IN_FLIGHT} windows of one page: "
+                f"the largest page decodes to about {biggest:,} bytes, so at least "
+                f"{WINDOWS_IN_FLIGHT * biggest:,} are needed"
+            )
+        wanted = min(wanted, fit)
     return max(1, min(wanted, len(page_rows) // max(world_size, 1)))
 
 

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Iterator
 
 import numpy as np
@@ -33,6 +34,13 @@ class RowStream:
         rank, world_size, worker, num_workers: which slice of the epoch this stream
             delivers (see :mod:`youmu.plan`).
         cap: deliver at most this many rows (``drop_last`` balancing).
+        memory_budget: bytes of decoded data the stream may hold at once (windows in
+            flight, row mode's page cache); windows shrink to fit (see
+            :func:`youmu.plan.window_pages_for`). Default: about three windows of
+            ``buffer_size`` rows, whatever their size.
+
+    Row mode keeps an LRU of decoded pages (about one window's worth): rows that land
+    on a page read for an earlier chunk cost no I/O.
     """
 
     def __init__(
@@ -48,10 +56,17 @@ class RowStream:
         num_workers: int = 1,
         cap: int | None = None,
         page_rows: np.ndarray | None = None,
+        memory_budget: int | None = None,
+        window_pages: int | None = None,
     ) -> None:
         self.index = index
         self.page_rows = index.page_num_rows() if page_rows is None else page_rows
-        self.window_pages = window_pages_for(self.page_rows, buffer_size, world_size)
+        if window_pages is None:
+            page_bytes = index.page_decoded_bytes() if memory_budget is not None else None
+            window_pages = window_pages_for(
+                self.page_rows, buffer_size, world_size, page_bytes=page_bytes, memory_budget=memory_budget
+            )
+        self.window_pages = window_pages
         self.plan = ShardPlan.build(
             self.page_rows,
             shuffle,
@@ -67,24 +82,25 @@ class RowStream:
             cap=cap,
         )
         self.schema: pa.Schema = index.schema
+        # row mode: decoded pages by page id, least recently used first
+        self._cache: OrderedDict[int, pa.RecordBatch] = OrderedDict()
+        self.cache_pages = self.window_pages
+        self.pages_read = 0  # row mode: pages read from the files (cache misses)
 
     def __len__(self) -> int:
         return self.plan.total_rows
 
     # -- reading ----------------------------------------------------------------------
-    def _window_request(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """(page ids, row order within their concatenation) of the i-th window."""
-        if self.plan.mode == "row":
-            rows = self.plan.rows_of(i)
-            page_of_row, offset = self.index.locate_rows(rows)
-            pages = np.unique(page_of_row)
-            starts = np.concatenate([[0], np.cumsum(self.page_rows[pages])])
-            return pages, starts[np.searchsorted(pages, page_of_row)] + offset
-        return self.plan.pages_of(i), self.plan.row_order(i)
-
     def _prefetch(self, i: int):
-        pages, take = self._window_request(i)
-        return self.index.prefetch_window(pages, take)
+        if self.plan.mode == "row":
+            return _RowChunk(self, i)
+        return self.index.prefetch_window(self.plan.pages_of(i), self.plan.row_order(i))
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        # files may differ in nullability; the index's schema is the looser one
+        if batch.schema.equals(self.schema):
+            return batch
+        return pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
 
     def iter_tables(self, start: int = 0) -> Iterator[pa.Table]:
         """Yield tables of consecutive stream rows, beginning at position ``start``.
@@ -101,10 +117,10 @@ class RowStream:
         n = len(plan.window_ids)
         pending = self._prefetch(i)
         while remaining > 0 and i < n:
-            (batch,) = pending.result()
+            batches = pending.result()
             if i + 1 < n:
                 pending = self._prefetch(i + 1)
-            table = pa.Table.from_batches([batch])
+            table = pa.Table.from_batches([self._conform(b) for b in batches], schema=self.schema)
             if offset or table.num_rows > remaining + offset:
                 table = table.slice(offset, min(remaining, table.num_rows - offset))
             offset = 0
@@ -130,3 +146,37 @@ class RowStream:
                     have = rest.num_rows
         if have:
             yield pa.Table.from_batches(carry, schema=self.schema).combine_chunks().to_batches()[0]
+
+
+class _RowChunk:
+    """A row-mode chunk being read: its pages that are cached are pinned now, the
+    others are read by Rust threads; ``result()`` caches them and assembles the rows."""
+
+    def __init__(self, stream: RowStream, i: int) -> None:
+        self.stream = stream
+        rows = stream.plan.rows_of(i)
+        page_of_row, offset = stream.index.locate_rows(rows)
+        self.pages = np.unique(page_of_row)
+        cache = stream._cache
+        self.hits = {int(p): cache[int(p)] for p in self.pages if int(p) in cache}
+        self.missing = np.array([p for p in self.pages if int(p) not in self.hits], dtype=np.int64)
+        self.pending = stream.index.prefetch(self.missing) if len(self.missing) else None
+        starts = np.concatenate([[0], np.cumsum(stream.page_rows[self.pages])])
+        self.take = starts[np.searchsorted(self.pages, page_of_row)] + offset
+
+    def result(self) -> list[pa.RecordBatch]:
+        s = self.stream
+        got = dict(self.hits)
+        if self.pending is not None:
+            read = self.pending.result()
+            s.pages_read += len(read)
+            for p, b in zip(self.missing, read):
+                got[int(p)] = s._conform(b)
+        cache = s._cache
+        for p in self.pages:
+            cache[int(p)] = got[int(p)]
+            cache.move_to_end(int(p))
+        while len(cache) > s.cache_pages:
+            cache.popitem(last=False)
+        table = pa.Table.from_batches([got[int(p)] for p in self.pages], schema=s.schema)
+        return table.take(pa.array(self.take)).combine_chunks().to_batches()

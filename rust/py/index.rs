@@ -155,6 +155,13 @@ impl PyPageIndex {
         PyArray1::from_vec(py, v)
     }
 
+    /// Estimated decoded bytes of every page, selected columns (numpy int64): the row
+    /// group's uncompressed bytes shared out by rows (metadata only).
+    fn page_decoded_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        let v: Vec<i64> = self.inner.unit_decoded_bytes().into_iter().map(|x| x.min(i64::MAX as u64) as i64).collect();
+        PyArray1::from_vec(py, v)
+    }
+
     /// First page id of every file (length `num_files + 1`, numpy int64).
     fn file_page_starts<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
         let v: Vec<i64> = self.inner.file_unit_starts().iter().map(|&x| x as i64).collect();

@@ -52,6 +52,12 @@ class YoumuDataset(IterableDataset):
         drop_last: every rank delivers the same number of rows; the remainder is
             reported by ``dropped_rows()``.
         output: ``"torch"``, ``"numpy"``, ``"arrow"`` or ``"python"``.
+        memory_budget: bytes of decoded data each process (main or DataLoader worker)
+            may hold for reading: windows shrink so the one being consumed and the one
+            read ahead fit (estimated from the files' metadata,
+            :meth:`youmu.PageIndex.page_decoded_bytes`). Default ``None``: windows of
+            about ``buffer_size`` rows. Part of the shuffle, like ``buffer_size``: resume
+            with the same value.
 
     Every row is delivered exactly once per epoch across all ranks and workers
     (``drop_last=False``). ``state_dict()`` holds the seed, epoch and rows consumed per
@@ -72,6 +78,7 @@ class YoumuDataset(IterableDataset):
         transform: Callable[[Any], Any] | None = None,
         drop_last: bool = False,
         output: str = "torch",
+        memory_budget: int | None = None,
     ) -> None:
         super().__init__()
         from youmu._core import PageIndex
@@ -114,15 +121,25 @@ class YoumuDataset(IterableDataset):
         self.output = output
         self.epoch = 0
         self._page_rows = self.index.page_num_rows()
+        self.memory_budget = memory_budget
+        # a pure function of the files, world size, buffer_size and budget: computed once
+        self._wp = window_pages_for(
+            self._page_rows, self.buffer_size, self.world_size,
+            page_bytes=self.index.page_decoded_bytes() if memory_budget is not None else None,
+            memory_budget=memory_budget,
+        )
         # rows consumed per worker id in the current epoch (this process's view)
         self._positions: dict[int, int] = {}
         self._num_workers_seen: int | None = None
+        # workers whose iteration reached the end of the epoch
+        self._done: set[int] = set()
 
     # -- epoch and state ----------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch`` and start it from the beginning."""
         self.epoch = int(epoch)
         self._positions = {}
+        self._done = set()
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +147,7 @@ class YoumuDataset(IterableDataset):
             "epoch": self.epoch,
             "shuffle": self.shuffle,
             "world_size": self.world_size,
+            "window_pages": self._wp,
             "num_workers": self._num_workers_seen,
             "positions": dict(self._positions),
         }
@@ -140,13 +158,20 @@ class YoumuDataset(IterableDataset):
                 raise ValueError(
                     f"state was saved with {key}={state.get(key)!r} but this dataset has {getattr(self, key)!r}"
                 )
+        if "window_pages" in state and state["window_pages"] != self._wp:
+            raise ValueError(
+                f"state was saved with windows of {state['window_pages']} pages but this dataset uses {self._wp} "
+                "(buffer_size or memory_budget differ): the shuffle would differ, so the rest of the epoch "
+                "would not be the uninterrupted one"
+            )
         self.epoch = int(state["epoch"])
         self._positions = {int(k): int(v) for k, v in state["positions"].items()}
         self._num_workers_seen = state.get("num_workers")
+        self._done = set()
 
     # -- sizes ----------------------------------------------------------------------------
     def _window_pages(self) -> int:
-        return window_pages_for(self._page_rows, self.buffer_size, self.world_size)
+        return self._wp
 
     def _row_chunk(self) -> int | None:
         return row_chunk_rows(self._window_pages()) if self.shuffle == "row" else None
@@ -183,6 +208,7 @@ class YoumuDataset(IterableDataset):
             self.index, self.shuffle, self.buffer_size, self.seed, self.epoch,
             rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
             cap=None if caps is None else caps[self.rank, worker], page_rows=self._page_rows,
+            window_pages=self._wp,
         )
 
     def _worker(self) -> tuple[int, int]:
@@ -208,15 +234,18 @@ class YoumuDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         worker, _ = self._worker()
-        total = None
+        if worker in self._done:
+            # the previous iteration finished the epoch: this one starts it over
+            # (call set_epoch to reshuffle)
+            self._done.discard(worker)
+            self._positions.pop(worker, None)
         for pos, row in self.iter_positions():
             self._positions[worker] = pos + 1
-            total = pos + 1
             if self.transform is not None:
                 row = self.transform(row)
                 if row is None:
                     continue
             yield row
-        # a finished epoch starts over on the next iteration (call set_epoch to reshuffle)
-        if total is not None or worker in self._positions:
-            self._positions.pop(worker, None)
+        # Keep the final position: a state saved now resumes to the (empty) rest of the
+        # epoch rather than replaying it.
+        self._done.add(worker)

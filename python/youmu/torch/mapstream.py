@@ -65,6 +65,7 @@ class MapStream(IterableDataset):
         self.chunk = max(1, int(chunk))
         self._positions: dict[int, int] = {}
         self._num_workers_seen: int | None = None
+        self._done: set[int] = set()  # workers whose iteration reached the end
 
     def _n(self) -> int:
         n = len(self.dataset)
@@ -102,6 +103,7 @@ class MapStream(IterableDataset):
             raise ValueError(f"state was saved with run={state.get('run', 1)}, not {self.run}")
         self._positions = {int(k): int(v) for k, v in state["positions"].items()}
         self._num_workers_seen = state.get("num_workers")
+        self._done = set()
 
     def _worker(self) -> tuple[int, int]:
         info = get_worker_info()
@@ -132,6 +134,9 @@ class MapStream(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         worker, _ = self._worker()
+        if worker in self._done:  # the previous iteration finished: start over
+            self._done.discard(worker)
+            self._positions.pop(worker, None)
         for pos, item in self.iter_positions():
             self._positions[worker] = pos + 1
             if self.transform is not None:
@@ -139,7 +144,8 @@ class MapStream(IterableDataset):
                 if item is None:
                     continue
             yield item
-        self._positions.pop(worker, None)  # finished: the next iteration starts over
+        # keep the final position: a state saved now resumes to the (empty) rest
+        self._done.add(worker)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dataset!r}, rank={self.rank}, world_size={self.world_size}, run={self.run})"

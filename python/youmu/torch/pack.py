@@ -18,14 +18,16 @@ import torch
 from torch.utils.data import IterableDataset
 
 
-
 class PackedDataset(IterableDataset):
     """Fixed-length sequences packed from a stream of token rows: a
     :class:`YoumuDataset` or a :class:`~youmu.torch.MapStream` (over a mixture, say).
 
     Each item is ``{"input_ids": LongTensor[seq_len], "position_ids": LongTensor[seq_len],
-    "cu_seqlens": IntTensor[docs + 1]}``; ``position_ids`` restart at 0 at each document
-    start. Long documents continue into the next sequence. The last partial sequence is
+    "cu_seqlens": IntTensor[pieces + 1]}``. A *piece* is the part of one document inside
+    one sequence: long documents continue into the next sequence as a new piece.
+    ``position_ids`` restart at 0 at every piece, in step with ``cu_seqlens`` (varlen
+    kernels, and trainers that derive boundaries from position resets, see the same
+    segments). The last partial sequence is
     dropped unless ``pad_id`` is given (it is then padded and its padding forms a final
     pseudo-document).
 
@@ -57,11 +59,12 @@ class PackedDataset(IterableDataset):
         self.pad_id = pad_id
         self._resume: dict[int, tuple[int, int]] = {}
         self._current: dict[int, tuple[int, int]] = {}
+        self._done: set[int] = set()  # workers whose iteration reached the end
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
-        self._resume, self._current = {}, {}
+        self._resume, self._current, self._done = {}, {}, set()
 
     def state_dict(self) -> dict[str, Any]:
         return {"dataset": self.dataset.state_dict() | {"positions": {}}, "packing": dict(self._current)}
@@ -70,6 +73,7 @@ class PackedDataset(IterableDataset):
         self.dataset.load_state_dict(state["dataset"])
         self._resume = {int(k): (int(v[0]), int(v[1])) for k, v in state["packing"].items()}
         self._current = dict(self._resume)
+        self._done = set()
 
     def _tokens(self, row: Any) -> np.ndarray:
         t = row[self.column] if isinstance(row, dict) else row
@@ -78,7 +82,7 @@ class PackedDataset(IterableDataset):
             arr = np.concatenate([arr, np.array([self.eos_id], dtype=arr.dtype)])
         return arr
 
-    def _emit(self, pieces: list[np.ndarray], starts: list[bool]) -> dict[str, torch.Tensor]:
+    def _emit(self, pieces: list[np.ndarray]) -> dict[str, torch.Tensor]:
         ids = np.concatenate(pieces).astype(np.int64)
         lens = [len(p) for p in pieces]
         cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
@@ -92,14 +96,16 @@ class PackedDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         ds = self.dataset
         worker, _ = ds._worker()
-        row_pos, skip = self._resume.pop(worker, (0, 0))
+        if worker in self._done:  # the previous iteration finished: start over
+            self._done.discard(worker)
+            self._current.pop(worker, None)
+        row_pos, skip = self._resume.pop(worker, self._current.get(worker, (0, 0)))
         ds._positions[worker] = row_pos
         pieces: list[np.ndarray] = []
-        starts: list[bool] = []
         have = 0
-        # where the sequence being built begins: (row position, tokens of it already used)
-        seq_start = (row_pos, skip)
+        end = row_pos
         for pos, row in ds.iter_positions():
+            end = pos + 1
             if getattr(ds, "transform", None) is not None:
                 # the wrapped dataset's transform (tokenize, filter) runs before packing
                 row = ds.transform(row)
@@ -108,24 +114,22 @@ class PackedDataset(IterableDataset):
             toks = self._tokens(row)
             off = skip if pos == row_pos else 0
             while off < len(toks):
-                if have == 0:
-                    seq_start = (pos, off)
                 take = min(self.seq_len - have, len(toks) - off)
                 pieces.append(toks[off : off + take])
-                starts.append(off == 0)
                 have += take
                 off += take
                 if have == self.seq_len:
-                    nxt = (pos, off) if off < len(toks) else (pos + 1, 0)
-                    self._current[worker] = nxt
-                    yield self._emit(pieces, starts)
-                    pieces, starts, have = [], [], 0
+                    self._current[worker] = (pos, off) if off < len(toks) else (pos + 1, 0)
+                    yield self._emit(pieces)
+                    pieces, have = [], 0
         if have and self.pad_id is not None:
             pieces.append(np.full(self.seq_len - have, self.pad_id, dtype=pieces[0].dtype))
-            starts.append(True)
-            yield self._emit(pieces, starts)
-        self._current.pop(worker, None)
-        del seq_start
+            self._current[worker] = (end, 0)
+            yield self._emit(pieces)
+        # Keep the end position (a state saved now resumes to the empty rest of the epoch);
+        # a partial last sequence without pad_id is dropped, as documented.
+        self._current[worker] = (end, 0)
+        self._done.add(worker)
 
 
 def pack(
