@@ -85,9 +85,11 @@ def phase_youmu(data: str, mode: str, workers: int, seconds: float) -> None:
     emit(result)
 
 
-def phase_latency(data: str, step_ms: float, batches: int) -> None:
+def phase_latency(data: str, step_ms: float, batches: int, prefetch: bool = False) -> None:
     """Time a training loop waits for its next batch of 64 packed sequences × 2048
-    tokens when each step takes ``step_ms`` (the loader prefetches while the step runs)."""
+    tokens when each step takes ``step_ms`` (the loader prefetches while the step runs).
+    ``prefetch``: batches are received from the workers by a ``youmu.torch.Prefetcher``
+    thread during the step instead of by ``next()``."""
     import youmu
     from youmu.torch import YoumuDataset, pack
 
@@ -105,6 +107,10 @@ def phase_latency(data: str, step_ms: float, batches: int) -> None:
     # packing and collation run in two DataLoader workers while the step runs
     loader = DataLoader(pack(ds, seq_len=2048, column=COL), batch_size=64, num_workers=2,
                         collate_fn=collate_packed, prefetch_factor=2)
+    if prefetch:
+        from youmu.torch import Prefetcher
+
+        loader = Prefetcher(loader, depth=2)
     it = iter(loader)
     waits, tokens = [], []
     for _ in range(batches):
@@ -114,7 +120,7 @@ def phase_latency(data: str, step_ms: float, batches: int) -> None:
         tokens.append(batch[COL].numel())
         time.sleep(step_ms / 1e3)
     w = np.array(waits[5:]) * 1e3
-    emit({"step_ms": step_ms, "p50_ms": float(np.percentile(w, 50)), "p99_ms": float(np.percentile(w, 99)),
+    emit({"prefetch": prefetch, "step_ms": step_ms, "p50_ms": float(np.percentile(w, 50)), "p99_ms": float(np.percentile(w, 99)),
           "max_ms": float(w.max()), "tokens_per_batch": float(np.mean(tokens))})
 
 
@@ -176,7 +182,8 @@ def main() -> None:
             mode, workers = a.arg.split(",")
             phase_youmu(a.data, mode, int(workers), a.seconds)
         elif a.phase == "latency":
-            phase_latency(a.data, float(a.arg), 300)
+            step, prefetch = (a.arg.split(",") + ["0"])[:2]
+            phase_latency(a.data, float(step), 300, prefetch=prefetch == "1")
         elif a.phase == "rss":
             phase_rss(a.data, int(a.arg))
         elif a.phase == "hf_map":
@@ -200,7 +207,8 @@ def main() -> None:
         for k in range(4):
             for f in sorted(Path(a.data).glob("*.parquet")):
                 os.link(f, big / f"r{k}-{f.name}")
-    latency = run_phase(me, "latency", *common, "--arg", "100")
+    latency = run_phase(me, "latency", *common, "--arg", "100,0")
+    latency_pf = run_phase(me, "latency", *common, "--arg", "100,1")
     rss1 = run_phase(me, "rss", "--data", a.data, "--arg", "150000")
     rss4 = run_phase(me, "rss", "--data", str(big), "--arg", "150000")
     hf_map = hf_stream = None
@@ -229,7 +237,9 @@ def main() -> None:
               f"{hf_stream['tokens_per_s'] / 1e6:.2f} | | | {hf_stream['peak_rss_mb']:.0f} |")
     print(f"\nTraining-loop view (page mode, packing in 2 DataLoader workers, a {latency['step_ms']:.0f} ms step per batch of 64 x 2048-token sequences, "
           f"{latency['tokens_per_batch']:.0f} tokens/batch): wait for the next batch p50 {latency['p50_ms']:.2f} ms, "
-          f"p99 {latency['p99_ms']:.2f} ms, max {latency['max_ms']:.2f} ms")
+          f"p99 {latency['p99_ms']:.2f} ms, max {latency['max_ms']:.2f} ms; "
+          f"with youmu.torch.Prefetcher receiving batches during the step: p50 {latency_pf['p50_ms']:.2f} ms, "
+          f"p99 {latency_pf['p99_ms']:.2f} ms, max {latency_pf['max_ms']:.2f} ms")
     print(f"\nPeak RSS streaming 150k rows, page mode: {rss1['gb']:.2f} GB dataset {rss1['peak_rss_mb']:.0f} MB; "
           f"{rss4['gb']:.2f} GB dataset {rss4['peak_rss_mb']:.0f} MB")
     if hf_map:

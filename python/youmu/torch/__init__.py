@@ -9,5 +9,6 @@ from youmu.torch.dataset import YoumuDataset
 from youmu.torch.mapstream import MapStream
 from youmu.torch.mixture import MixtureStream
 from youmu.torch.pack import PackedDataset, collate_packed, pack
+from youmu.torch.prefetch import Prefetcher
 
-__all__ = ["YoumuDataset", "MapStream", "MixtureStream", "PackedDataset", "pack", "collate_packed", "collate_pad"]
+__all__ = ["YoumuDataset", "MapStream", "MixtureStream", "PackedDataset", "pack", "collate_packed", "collate_pad", "Prefetcher"]
