@@ -100,12 +100,74 @@ pub fn read_metadata(path: &Path, reader: &PreadFile) -> Result<ParquetMetaData>
             .with_metadata_options(Some(metadata_options()))
             .parse_and_finish(reader)
     };
-    match parse(PageIndexPolicy::Optional) {
-        Ok(md) => Ok(md),
-        // A damaged OffsetIndex should not make a readable file unreadable: fall back to
-        // the footer alone and scan page headers instead.
-        Err(first) => parse(PageIndexPolicy::Skip).map_err(|_| Error::from_parquet(path, "footer", first)),
+    // arrow-rs sizes its vectors from the footer's counts before reading the elements:
+    // walk the Thrift first so a corrupt count is an error, not an aborting allocation.
+    check_footer_thrift(path, reader)?;
+    let footer = parse(PageIndexPolicy::Skip).map_err(|e| Error::from_parquet(path, "footer", e))?;
+    if !has_offset_index(&footer) {
+        return Ok(footer);
     }
+    // A damaged OffsetIndex should not make a readable file unreadable: keep the footer
+    // alone and scan page headers instead.
+    if !offset_indexes_well_formed(reader, &footer) {
+        return Ok(footer);
+    }
+    Ok(parse(PageIndexPolicy::Optional).unwrap_or(footer))
+}
+
+/// Check the footer's Thrift (see `read_metadata`); `reader` is the file, or a saved
+/// copy of its tail.
+pub(crate) fn check_footer_thrift<R: parquet::file::reader::ChunkReader>(path: &Path, reader: &R) -> Result<()> {
+    let len = reader.len();
+    if len < 12 {
+        return Err(Error::corrupt(path, format!("{len} bytes is too small for a Parquet file")));
+    }
+    let tail = reader.get_bytes(len - 8, 8).map_err(|e| Error::from_parquet(path, "footer", e))?;
+    if &tail[4..] != b"PAR1" {
+        return Ok(()); // encrypted footer ("PARE") or not Parquet: arrow-rs says which
+    }
+    let meta_len = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as u64;
+    if meta_len + 8 > len {
+        return Err(Error::corrupt(path, format!("footer length {meta_len} exceeds the file ({len} bytes)")));
+    }
+    let bytes = reader.get_bytes(len - 8 - meta_len, meta_len as usize).map_err(|e| Error::from_parquet(path, "footer", e))?;
+    crate::thrift::check_struct(&bytes).map(|_| ()).map_err(|e| {
+        let why = match e {
+            crate::thrift::ThriftError::NeedMore => "a count or length runs past the end of the footer".to_string(),
+            crate::thrift::ThriftError::Invalid(s) => s,
+        };
+        Error::corrupt(path, format!("footer metadata is malformed: {why}"))
+    })
+}
+
+fn has_offset_index(md: &ParquetMetaData) -> bool {
+    md.row_groups().iter().any(|rg| rg.columns().iter().any(|c| c.offset_index_offset().is_some()))
+}
+
+/// Whether every column chunk's OffsetIndex bytes lie in the file and hold one
+/// well-formed struct (read in one range: writers put them together).
+fn offset_indexes_well_formed(reader: &PreadFile, md: &ParquetMetaData) -> bool {
+    use parquet::file::reader::Length;
+    let ranges: Vec<(u64, u64)> = md
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns().iter())
+        .filter_map(|c| Some((u64::try_from(c.offset_index_offset()?).ok()?, u64::try_from(c.offset_index_length()?).ok()?)))
+        .collect();
+    let (Some(lo), Some(hi)) = (
+        ranges.iter().map(|r| r.0).min(),
+        ranges.iter().map(|r| r.0.checked_add(r.1)).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().max()),
+    ) else {
+        return false;
+    };
+    if hi > reader.len() || hi - lo > (1 << 30) {
+        return false;
+    }
+    let Ok(bytes) = reader.read_range(lo, (hi - lo) as usize) else { return false };
+    ranges.iter().all(|&(off, n)| {
+        let start = (off - lo) as usize;
+        bytes.get(start..start + n as usize).is_some_and(|b| crate::thrift::check_struct(b).is_ok())
+    })
 }
 
 /// Resolve `columns` (top-level names; None = all) against a file.
@@ -208,6 +270,33 @@ impl FileEntry {
         };
         if units.len() != num_rgs || locations.len() != num_rgs || sources.len() != num_rgs {
             return Err(Error::corrupt(path, "unit table does not match the row groups"));
+        }
+        // Saved tables come from a file on disk: check them like any other input.
+        for (rg, u) in units.iter().enumerate() {
+            let rows = rg_row_start[rg + 1] - rg_row_start[rg];
+            let ok = if rows == 0 {
+                u.len() <= 1 && u.iter().all(|&r| r == 0)
+            } else {
+                u.first() == Some(&0) && u.windows(2).all(|w| w[0] < w[1]) && u.iter().all(|&r| (r as u64) < rows)
+            };
+            if !ok {
+                return Err(Error::corrupt(path, format!("row group {rg}: page table does not fit its {rows} rows")));
+            }
+        }
+        for (rg, loc) in locations.iter().enumerate() {
+            let Some(per_leaf) = loc else { continue };
+            if per_leaf.len() != leaves.len() {
+                return Err(Error::corrupt(path, format!("row group {rg}: page locations for {} columns, expected {}", per_leaf.len(), leaves.len())));
+            }
+            for p in per_leaf.iter().flatten() {
+                let end = u64::try_from(p.offset).ok().zip(u64::try_from(p.compressed_page_size).ok()).and_then(|(o, n)| o.checked_add(n));
+                if end.is_none_or(|e| e > size) {
+                    return Err(Error::corrupt(
+                        path,
+                        format!("row group {rg}: a page at offset {} ({} bytes) lies outside the file ({size} bytes)", p.offset, p.compressed_page_size),
+                    ));
+                }
+            }
         }
 
         let mut rg_unit_start = Vec::with_capacity(num_rgs + 1);

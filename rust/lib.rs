@@ -17,6 +17,7 @@ pub mod read;
 pub mod runtime;
 pub mod scan;
 pub mod thrift;
+pub mod tokens;
 
 pub use error::{Error, Result};
 pub use index::{PageIndex, UnitInfo};

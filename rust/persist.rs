@@ -270,6 +270,7 @@ impl PageIndex {
                         });
                     }
                     let (reader, size, mtime) = open_file(p)?;
+                    crate::file::check_footer_thrift(path, &raw.footer)?;
                     let md = ParquetMetaDataReader::new()
                         .with_page_index_policy(PageIndexPolicy::Skip)
                         .with_metadata_options(Some(

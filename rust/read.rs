@@ -26,6 +26,9 @@ impl PageIndex {
         let f = &self.files[file];
         let ctx = format!("row group {rg}, rows {first}..{}", first + n);
         let result = catch_unwind(AssertUnwindSafe(|| -> Result<RecordBatch> {
+            if let Some(batch) = crate::tokens::try_read(f, rg, first, n) {
+                return Ok(batch);
+            }
             let reader = CachingReader {
                 inner: f.reader.clone(),
                 index_uid: self.uid,

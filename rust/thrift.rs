@@ -27,6 +27,16 @@ pub struct PageHeader {
     pub rep_levels_byte_len: Option<i32>,
     /// v1 only: encoding of the repetition levels (3 = RLE, 4 = BIT_PACKED).
     pub rep_level_encoding: Option<i32>,
+    /// v1 only: encoding of the definition levels.
+    pub def_level_encoding: Option<i32>,
+    /// Data pages: encoding of the values (0 = PLAIN).
+    pub encoding: Option<i32>,
+    /// v2 only: byte length of the (uncompressed) definition levels after the repetition levels.
+    pub def_levels_byte_len: Option<i32>,
+    /// v2 only: number of nulls.
+    pub num_nulls: Option<i32>,
+    /// v2 only: whether the values section is compressed (default true).
+    pub is_compressed: Option<bool>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -180,6 +190,16 @@ fn expect(ty: u8, want: u8, what: &str) -> Result<(), ThriftError> {
 }
 
 /// Parse a page header at the start of `buf`; returns the header and its length in bytes.
+/// Walk one Thrift compact-protocol struct at the start of `buf` without building it,
+/// returning its length. Every container count must fit in the bytes left and every
+/// binary in [`MAX_BINARY`], so a flipped count is an error here instead of a
+/// multi-gigabyte allocation in a decoder that trusts it.
+pub fn check_struct(buf: &[u8]) -> Result<usize, ThriftError> {
+    let mut c = Cursor { buf, pos: 0 };
+    c.skip_struct(0)?;
+    Ok(c.pos)
+}
+
 pub fn parse_page_header(buf: &[u8]) -> Result<(PageHeader, usize), ThriftError> {
     let mut c = Cursor { buf, pos: 0 };
     let mut h = PageHeader {
@@ -190,6 +210,11 @@ pub fn parse_page_header(buf: &[u8]) -> Result<(PageHeader, usize), ThriftError>
         num_rows: None,
         rep_levels_byte_len: None,
         rep_level_encoding: None,
+        def_level_encoding: None,
+        encoding: None,
+        def_levels_byte_len: None,
+        num_nulls: None,
+        is_compressed: None,
     };
     let (mut seen_type, mut seen_u, mut seen_c) = (false, false, false);
     let mut last = 0i16;
@@ -222,6 +247,8 @@ pub fn parse_page_header(buf: &[u8]) -> Result<(PageHeader, usize), ThriftError>
                 while let Some((fid, fty)) = c.field(&mut l)? {
                     match (fid, fty) {
                         (1, 5) => h.num_values = c.i32()?,
+                        (2, 5) => h.encoding = Some(c.i32()?),
+                        (3, 5) => h.def_level_encoding = Some(c.i32()?),
                         (4, 5) => h.rep_level_encoding = Some(c.i32()?),
                         _ => c.skip(fty, 1)?,
                     }
@@ -243,11 +270,12 @@ pub fn parse_page_header(buf: &[u8]) -> Result<(PageHeader, usize), ThriftError>
                 while let Some((fid, fty)) = c.field(&mut l)? {
                     match (fid, fty) {
                         (1, 5) => h.num_values = c.i32()?,
+                        (2, 5) => h.num_nulls = Some(c.i32()?),
                         (3, 5) => h.num_rows = Some(c.i32()?),
+                        (4, 5) => h.encoding = Some(c.i32()?),
+                        (5, 5) => h.def_levels_byte_len = Some(c.i32()?),
                         (6, 5) => h.rep_levels_byte_len = Some(c.i32()?),
-                        (7, 1 | 2) => {
-                            c.bool_field(fty)?;
-                        }
+                        (7, 1 | 2) => h.is_compressed = Some(c.bool_field(fty)?),
                         _ => c.skip(fty, 1)?,
                     }
                 }
@@ -325,6 +353,16 @@ mod tests {
         assert_eq!(h.page_type, PageType::DataV2);
         assert_eq!((h.uncompressed_size, h.compressed_size), (100, 60));
         assert_eq!((h.num_values, h.num_rows, h.rep_levels_byte_len), (10, Some(4), Some(3)));
+    }
+
+    #[test]
+    fn a_list_count_larger_than_the_bytes_left_is_refused() {
+        // struct { 1: list<i32> with 2^31-1 elements } followed by 3 bytes
+        let b = [0x19, 0xf5, 0xff, 0xff, 0xff, 0xff, 0x07, 1, 2, 3];
+        assert!(check_struct(&b).is_err());
+        // the same list with 3 elements is fine
+        let ok = [0x19, 0x35, 2, 4, 6, 0x00];
+        assert_eq!(check_struct(&ok), Ok(ok.len()));
     }
 
     #[test]

@@ -398,3 +398,65 @@ def test_read_rows_returns_exactly_the_requested_rows_in_order(tmp_path: Path) -
     with pytest.raises(IndexError):
         idx.read_rows([1200])
     assert idx.read_rows([]).num_rows == 0
+
+
+_ABORT_PROBE = """
+import sys, youmu
+try:
+    youmu.PageIndex(sys.argv[1])
+except youmu.YoumuError as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_a_footer_count_flipped_to_billions_is_an_error_not_an_abort(tmp_path: Path) -> None:
+    """Regression: a row-group count of 2^31-1 in the footer made arrow-rs allocate
+    ~200 GB up front and the process died (SIGABRT), before any youmu check ran."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "ok.parquet"
+    pq.write_table(pa.table({"x": np.arange(100)}), src)
+    data = bytearray(src.read_bytes())
+    meta_len = int.from_bytes(data[-8:-4], "little")
+    meta_start = len(data) - 8 - meta_len
+    meta = bytes(data[meta_start:-8])
+    # FileMetaData: ... 3: num_rows = 100 (i64 0x16, zigzag varint c8 01), 4: row_groups list<struct> of 1 (19 1c)
+    at = meta.find(b"\x16\xc8\x01\x19\x1c")
+    assert at >= 0, "footer layout changed; update the probe"
+    huge = b"\xfc" + b"\xff\xff\xff\xff\x07"  # list of 2^31-1 structs
+    meta = meta[: at + 4] + huge + meta[at + 5 :]
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(data[:meta_start]) + meta + len(meta).to_bytes(4, "little") + b"PAR1")
+    out = subprocess.run([sys.executable, "-c", _ABORT_PROBE, str(bad)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"process died (rc {out.returncode}): {out.stderr[-1500:]}"
+    assert out.stdout.startswith("CorruptFileError") and "bad.parquet" in out.stdout and "footer" in out.stdout
+
+
+def test_a_damaged_saved_index_is_an_error_never_a_panic(tmp_path: Path) -> None:
+    """Regression: a saved index with a patched unit entry loaded fine, then
+    page_info reported 2^64-scale row counts and locate_rows panicked."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(token_table(2000), path, data_page_size=2048, row_group_size=700, use_dictionary=False)
+    idx = youmu.PageIndex(path)
+    saved = tmp_path / "t.youmu"
+    idx.save(saved)
+    good = saved.read_bytes()
+    rng = np.random.default_rng(0)
+    outcomes = {"loaded": 0, "refused": 0}
+    for pos in rng.choice(len(good), size=min(300, len(good)), replace=False):
+        bad = bytearray(good)
+        bad[pos] ^= 0xFF
+        saved.write_bytes(bytes(bad))
+        try:
+            loaded = youmu.PageIndex.load(saved)
+            # whatever loads must be usable: every page readable or a typed error
+            loaded.locate_rows(np.arange(0, loaded.num_rows, 97))
+            for i in range(len(loaded)):
+                loaded.page_info(i)
+            outcomes["loaded"] += 1
+        except youmu.YoumuError:
+            outcomes["refused"] += 1
+        except BaseException as e:  # noqa: BLE001 - a panic (PanicException) or anything untyped fails
+            raise AssertionError(f"byte {pos}: {type(e).__name__}: {e}") from e
+    assert outcomes["refused"] > 0

@@ -23,6 +23,7 @@ _LAZY: dict[str, str] = {
     "io_stats": "youmu._core",
     "set_num_threads": "youmu._core",
     "num_threads": "youmu._core",
+    "set_fast_decode": "youmu._core",
     "RowDataset": "youmu.rows",
     "FlatMixture": "youmu.mixture",
     "MixtureDataset": "youmu.mixture",

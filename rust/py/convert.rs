@@ -3,7 +3,7 @@
 use arrow_array::RecordBatch;
 use arrow_pyarrow::ToPyArrow;
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
@@ -17,7 +17,7 @@ pub fn ids_from(obj: &Bound<'_, PyAny>, len: u64, what: &str) -> PyResult<Vec<u6
         let ro = arr.readonly();
         let v: Vec<u64> = ro.as_slice()?.to_vec();
         if let Some(&bad) = v.iter().find(|&&x| x >= len) {
-            return Err(PyIndexError::new_err(format!("{what} {bad} is out of range (length {len})")));
+            return Err(out_of_range(what, bad as i128, len));
         }
         return Ok(v);
     }
@@ -33,10 +33,22 @@ pub fn ids_from(obj: &Bound<'_, PyAny>, len: u64, what: &str) -> PyResult<Vec<u6
     check(v.into_iter(), len, what)
 }
 
+/// `PageOutOfRangeError` (a `YoumuError` and an `IndexError`), through the one mapping.
+fn out_of_range(what: &str, id: i128, len: u64) -> PyErr {
+    let what: &'static str = match what {
+        "page" => "page",
+        "row" => "row",
+        "file" => "file",
+        "window row" => "window row",
+        _ => "id",
+    };
+    crate::error::Error::OutOfRange { what, id, len }.into()
+}
+
 fn check(it: impl Iterator<Item = i64>, len: u64, what: &str) -> PyResult<Vec<u64>> {
     it.map(|x| {
         if x < 0 || x as u64 >= len {
-            Err(PyIndexError::new_err(format!("{what} {x} is out of range (length {len})")))
+            Err(out_of_range(what, x as i128, len))
         } else {
             Ok(x as u64)
         }
@@ -48,7 +60,7 @@ fn check(it: impl Iterator<Item = i64>, len: u64, what: &str) -> PyResult<Vec<u6
 pub fn norm_index(i: i64, len: u64, what: &str) -> PyResult<u64> {
     let j = if i < 0 { i + len as i64 } else { i };
     if j < 0 || j as u64 >= len {
-        return Err(PyIndexError::new_err(format!("{what} {i} is out of range (length {len})")));
+        return Err(out_of_range(what, i as i128, len));
     }
     Ok(j as u64)
 }

@@ -257,7 +257,7 @@ impl PyPageIndex {
     /// Per-file details for `youmu inspect`.
     fn file_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyDict>> {
         if i >= self.inner.num_files() {
-            return Err(pyo3::exceptions::PyIndexError::new_err(format!("file {i} out of range")));
+            return Err(crate::error::Error::OutOfRange { what: "file", id: i as i128, len: self.inner.num_files() as u64 }.into());
         }
         let f = self.inner.file(i);
         let d = PyDict::new(py);
@@ -287,7 +287,7 @@ impl PyPageIndex {
 
 enum State {
     Waiting(Receiver<Result<Vec<RecordBatch>>>),
-    Ready(Result<Vec<RecordBatch>, String>),
+    Ready(Result<Vec<RecordBatch>>),
     Taken,
 }
 
@@ -315,8 +315,7 @@ impl PendingPages {
             State::Waiting(rx) => py.detach(move || rx.recv()).map_err(|_| {
                 PyRuntimeError::new_err("youmu's reader thread stopped before delivering the pages")
             })?,
-            State::Ready(Ok(b)) => Ok(b),
-            State::Ready(Err(msg)) => return Err(PyRuntimeError::new_err(msg)),
+            State::Ready(r) => r,
             State::Taken => return Err(PyRuntimeError::new_err("result() was already taken")),
         };
         batches_to_py(py, out?)
@@ -327,7 +326,7 @@ impl PendingPages {
         let mut g = self.state.lock().map_err(|_| PyRuntimeError::new_err("prefetch state poisoned"))?;
         if let State::Waiting(rx) = &*g {
             if let Ok(r) = rx.try_recv() {
-                *g = State::Ready(r.map_err(|e| e.to_string()));
+                *g = State::Ready(r);
             }
         }
         Ok(!matches!(&*g, State::Waiting(_)))

@@ -20,6 +20,7 @@ fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("bytes_read", BYTES_READ.load(Ordering::Relaxed))?;
     d.set_item("reads", READS.load(Ordering::Relaxed))?;
+    d.set_item("fast_decoded_units", crate::tokens::DECODED_UNITS.load(Ordering::Relaxed))?;
     if let Ok(c) = runtime().dict_cache.lock() {
         d.set_item("dict_cache_hits", c.hits)?;
         d.set_item("dict_cache_misses", c.misses)?;
@@ -39,9 +40,19 @@ fn num_threads() -> usize {
     runtime().num_threads()
 }
 
+/// Whether token columns (`list<int32|int64>`, PLAIN, no nulls) use youmu's direct
+/// decoder; `False` sends every page through arrow-rs (for comparison and debugging).
+#[pyfunction]
+fn set_fast_decode(on: bool) {
+    crate::tokens::set_enabled(on)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::runtime::tune_allocator();
+    if std::env::var("YOUMU_FAST_DECODE").is_ok_and(|v| v == "0") {
+        crate::tokens::set_enabled(false);
+    }
     m.add_class::<index::PyPageIndex>()?;
     m.add_class::<index::PendingPages>()?;
     m.add_class::<permute::PyPermutation>()?;
@@ -51,5 +62,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(io_stats, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(set_fast_decode, m)?)?;
     Ok(())
 }

@@ -1,0 +1,427 @@
+//! A direct decoder for the column LLM data is made of: token ids as `list<int32>` or
+//! `list<int64>`, PLAIN-encoded, without nulls.
+//!
+//! arrow-rs decodes such a column through its general nested-level machinery (a
+//! validity bitmap built from definition levels, offsets from repetition levels, one
+//! value at a time); profiling a 1 MiB zstd page put ~40% of the time there. Here a
+//! page's repetition levels become list offsets directly (a run of "continue the row"
+//! bits is skipped a byte at a time), the definition levels are only checked to be all
+//! "present", and the values are one copy out of the decompressed page into the Arrow buffer.
+//!
+//! Anything this decoder does not recognise — dictionary pages, nulls or empty lists,
+//! other codecs, a unit that is not whole pages, a header that does not add up — makes
+//! it return `None`, and the unit goes through arrow-rs as before. It never reports
+//! corruption itself: the general path does that with its own checks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use arrow_array::{ArrayRef, Int32Array, Int64Array, ListArray, RecordBatch};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Schema};
+use parquet::basic::{Compression, Type as PhysicalType};
+
+use crate::file::FileEntry;
+use crate::levels::bit_width;
+use crate::thrift::{PageType, parse_page_header};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+/// Units this decoder produced (the rest went through arrow-rs), for `io_stats()`.
+pub static DECODED_UNITS: AtomicU64 = AtomicU64::new(0);
+
+/// Turn the fast path on or off (tests compare both; `YOUMU_FAST_DECODE=0` at import
+/// turns it off for a process).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Pages bigger than this (decompressed) are left to the general path.
+const MAX_PAGE_BYTES: usize = 256 << 20;
+/// Page header bytes to parse before giving up (headers with statistics are small).
+const MAX_HEADER_BYTES: usize = 64 << 10;
+
+const ENCODING_PLAIN: i32 = 0;
+const ENCODING_RLE: i32 = 3;
+
+#[derive(Clone, Copy)]
+enum Width {
+    I32,
+    I64,
+}
+
+/// Rows `[first, first + n)` of row group `rg`, if they are whole pages of a token
+/// column this decoder handles; `None` otherwise.
+pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<RecordBatch> {
+    if !enabled() || f.leaves.len() != 1 || f.fields.len() != 1 || n == 0 {
+        return None;
+    }
+    let field = &f.fields[0];
+    let DataType::List(child) = field.data_type() else { return None };
+    let leaf = f.leaves[0];
+    let md = f.meta.metadata();
+    let chunk = md.row_group(rg).column(leaf);
+    let descr = chunk.column_descr();
+    if descr.max_rep_level() != 1 || descr.max_def_level() < 1 {
+        return None;
+    }
+    let width = match (child.data_type(), descr.physical_type()) {
+        (DataType::Int32, PhysicalType::INT32) => Width::I32,
+        (DataType::Int64, PhysicalType::INT64) => Width::I64,
+        _ => return None,
+    };
+    let codec = chunk.compression();
+    if !matches!(codec, Compression::UNCOMPRESSED | Compression::ZSTD(_) | Compression::SNAPPY) {
+        return None;
+    }
+    let oi = md.offset_index()?;
+    let locs = &oi.get(rg)?.get(leaf)?.page_locations;
+    let lo = locs.iter().position(|p| p.first_row_index as u64 == first)?;
+    let rg_rows = f.rg_rows(rg);
+    let end = first + n;
+    let max_def = descr.max_def_level();
+    // sized from what is read, not from the footer's row count
+    let mut offsets: Vec<i32> = vec![0];
+    let mut values = match width {
+        Width::I32 => Values::I32(Vec::new()),
+        Width::I64 => Values::I64(Vec::new()),
+    };
+    let chunk_bytes = usize::try_from(chunk.uncompressed_size()).unwrap_or(0);
+    let mut k = lo;
+    loop {
+        let page = locs.get(k)?;
+        let page_end = locs.get(k + 1).map(|p| p.first_row_index as u64).unwrap_or(rg_rows);
+        if page_end > end {
+            return None; // the unit ends inside this page
+        }
+        let rows = page_end.checked_sub(page.first_row_index as u64)?;
+        let bytes = f.reader.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
+        decode_page(&bytes, codec, max_def, chunk_bytes, rows, &mut offsets, &mut values)?;
+        k += 1;
+        if page_end == end {
+            break;
+        }
+    }
+    if offsets.len() as u64 != n + 1 {
+        return None;
+    }
+    if *offsets.last()? as usize != values.len() {
+        return None;
+    }
+    let array: ArrayRef = match values {
+        Values::I32(v) => Arc::new(Int32Array::from(v)),
+        Values::I64(v) => Arc::new(Int64Array::from(v)),
+    };
+    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+    let list = ListArray::try_new(child.clone(), offsets, array, None).ok()?;
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(vec![field.clone()])), vec![Arc::new(list)]).ok()?;
+    DECODED_UNITS.fetch_add(1, Ordering::Relaxed);
+    Some(batch)
+}
+
+/// The values decoded so far, typed (one copy out of the decompressed page).
+enum Values {
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+impl Values {
+    fn len(&self) -> usize {
+        match self {
+            Values::I32(v) => v.len(),
+            Values::I64(v) => v.len(),
+        }
+    }
+
+    fn width(&self) -> usize {
+        match self {
+            Values::I32(_) => 4,
+            Values::I64(_) => 8,
+        }
+    }
+
+    fn extend_le(&mut self, bytes: &[u8]) {
+        match self {
+            Values::I32(v) => v.extend(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            Values::I64(v) => v.extend(
+                bytes.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
+            ),
+        }
+    }
+}
+
+/// Append one data page's rows: `rows` new offsets and their values. `None` when the
+/// page is not one this decoder handles (or does not add up).
+fn decode_page(
+    bytes: &[u8],
+    codec: Compression,
+    max_def: i16,
+    chunk_bytes: usize,
+    rows: u64,
+    offsets: &mut Vec<i32>,
+    values: &mut Values,
+) -> Option<()> {
+    let (h, header_len) = parse_page_header(&bytes[..bytes.len().min(MAX_HEADER_BYTES)]).ok()?;
+    let body = bytes.get(header_len..header_len.checked_add(usize::try_from(h.compressed_size).ok()?)?)?;
+    let uncompressed = usize::try_from(h.uncompressed_size).ok()?;
+    let num_values = usize::try_from(h.num_values).ok()?;
+    // a page cannot hold more than its column chunk (per the footer); a header that
+    // claims more is left to the general path's checks instead of being allocated
+    if uncompressed > MAX_PAGE_BYTES || uncompressed > chunk_bytes || h.encoding != Some(ENCODING_PLAIN) {
+        return None;
+    }
+    let rep_width = bit_width(1);
+    let def_width = bit_width(max_def);
+    let owned;
+    let (rep, def, vals): (&[u8], &[u8], &[u8]) = match h.page_type {
+        PageType::Data => {
+            if h.rep_level_encoding != Some(ENCODING_RLE) || h.def_level_encoding != Some(ENCODING_RLE) {
+                return None;
+            }
+            owned = decompress(codec, body, uncompressed)?;
+            let page: &[u8] = owned.as_deref().unwrap_or(body);
+            let (rep, rest) = length_prefixed(page)?;
+            let (def, vals) = length_prefixed(rest)?;
+            (rep, def, vals)
+        }
+        PageType::DataV2 => {
+            if h.num_nulls.unwrap_or(0) != 0 {
+                return None;
+            }
+            let rl = usize::try_from(h.rep_levels_byte_len?).ok()?;
+            let dl = usize::try_from(h.def_levels_byte_len?).ok()?;
+            let levels = rl.checked_add(dl)?;
+            let rep = body.get(..rl)?;
+            let def = body.get(rl..levels)?;
+            let rest = body.get(levels..)?;
+            let vals_len = uncompressed.checked_sub(levels)?;
+            owned = if h.is_compressed.unwrap_or(true) { decompress(codec, rest, vals_len)? } else { None };
+            (rep, def, owned.as_deref().unwrap_or(rest))
+        }
+        _ => return None,
+    };
+    if !all_equal(def, def_width, num_values, max_def as u64)? {
+        return None; // nulls or empty lists: the general path
+    }
+    let need = num_values.checked_mul(values.width())?;
+    let vals = vals.get(..need)?;
+    let base = i32::try_from(values.len()).ok()?;
+    let before = offsets.len();
+    // the previous row ends where this page's first row starts: drop its provisional end
+    offsets.pop();
+    if !row_starts(rep, rep_width, num_values, base, offsets)? {
+        return None;
+    }
+    offsets.push(base.checked_add(i32::try_from(num_values).ok()?)?);
+    if (offsets.len() - before) as u64 != rows {
+        return None;
+    }
+    values.extend_le(vals);
+    Some(())
+}
+
+/// The decompressed page (`None`: it was not compressed, use the input).
+fn decompress(codec: Compression, input: &[u8], size: usize) -> Option<Option<Vec<u8>>> {
+    match codec {
+        Compression::UNCOMPRESSED => Some(None),
+        Compression::ZSTD(_) => {
+            let mut out = Vec::with_capacity(size);
+            let n = zstd::bulk::Decompressor::new().ok()?.decompress_to_buffer(input, &mut out).ok()?;
+            (n == size).then_some(Some(out))
+        }
+        Compression::SNAPPY => {
+            if snap::raw::decompress_len(input).ok()? != size {
+                return None;
+            }
+            let mut out = vec![0u8; size];
+            let n = snap::raw::Decoder::new().decompress(input, &mut out).ok()?;
+            (n == size).then_some(Some(out))
+        }
+        _ => None,
+    }
+}
+
+/// v1 levels: a 4-byte little-endian length, then that many bytes.
+fn length_prefixed(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?) as usize;
+    let end = 4usize.checked_add(len)?;
+    Some((buf.get(4..end)?, buf.get(end..)?))
+}
+
+/// One run of RLE / bit-packed-hybrid data.
+enum Run<'a> {
+    Repeat { value: u64, count: usize },
+    /// `count` values of `width` bits, least significant bit first.
+    Packed { data: &'a [u8], count: usize },
+}
+
+/// Split hybrid-encoded levels into runs covering exactly `num_values` values.
+fn runs(buf: &[u8], width: u8, num_values: usize) -> Option<Vec<Run<'_>>> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    let mut seen = 0usize;
+    let vbytes = (width as usize).div_ceil(8);
+    while seen < num_values {
+        let mut header = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = *buf.get(pos)?;
+            pos += 1;
+            header |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+            if shift > 56 {
+                return None;
+            }
+        }
+        if header & 1 == 1 {
+            let groups = usize::try_from(header >> 1).ok()?;
+            let nbytes = groups.checked_mul(width as usize)?;
+            let data = buf.get(pos..pos.checked_add(nbytes)?)?;
+            pos += nbytes;
+            let count = groups.checked_mul(8)?.min(num_values - seen);
+            if count == 0 {
+                return None;
+            }
+            out.push(Run::Packed { data, count });
+            seen += count;
+        } else {
+            let count = usize::try_from(header >> 1).ok()?.min(num_values - seen);
+            if count == 0 {
+                return None;
+            }
+            let mut value = 0u64;
+            for (i, b) in buf.get(pos..pos + vbytes)?.iter().enumerate() {
+                value |= (*b as u64) << (8 * i);
+            }
+            pos += vbytes;
+            out.push(Run::Repeat { value, count });
+            seen += count;
+        }
+    }
+    Some(out)
+}
+
+fn bit_at(data: &[u8], bit: usize, width: u8) -> u64 {
+    let mut v = 0u64;
+    for b in 0..width as usize {
+        let p = bit + b;
+        v |= (((data[p / 8] >> (p % 8)) & 1) as u64) << b;
+    }
+    v
+}
+
+/// Whether all `num_values` levels equal `value`.
+fn all_equal(buf: &[u8], width: u8, num_values: usize, value: u64) -> Option<bool> {
+    for run in runs(buf, width, num_values)? {
+        match run {
+            Run::Repeat { value: v, .. } => {
+                if v != value {
+                    return Some(false);
+                }
+            }
+            Run::Packed { data, count } => {
+                if (0..count).any(|i| bit_at(data, i * width as usize, width) != value) {
+                    return Some(false);
+                }
+            }
+        }
+    }
+    Some(true)
+}
+
+/// Push `base + i` for every value `i` whose repetition level is 0 (a row starts);
+/// `Some(false)` if the first value does not start a row.
+fn row_starts(buf: &[u8], width: u8, num_values: usize, base: i32, offsets: &mut Vec<i32>) -> Option<bool> {
+    let mut i = 0usize;
+    let mut first = true;
+    for run in runs(buf, width, num_values)? {
+        match run {
+            Run::Repeat { value, count } => {
+                if first && value != 0 {
+                    return Some(false);
+                }
+                if value == 0 {
+                    for j in i..i + count {
+                        offsets.push(base.checked_add(i32::try_from(j).ok()?)?);
+                    }
+                }
+                i += count;
+            }
+            Run::Packed { data, count } => {
+                if first && bit_at(data, 0, width) != 0 {
+                    return Some(false);
+                }
+                if width == 1 {
+                    // rows are long: most bytes are all "continue" (0xff); skip them whole
+                    for (k, &byte) in data.iter().enumerate() {
+                        if byte == 0xff {
+                            continue;
+                        }
+                        let mut zeros = !byte;
+                        while zeros != 0 {
+                            let bit = zeros.trailing_zeros() as usize;
+                            zeros &= zeros - 1;
+                            let j = k * 8 + bit;
+                            if j < count {
+                                offsets.push(base.checked_add(i32::try_from(i + j).ok()?)?);
+                            }
+                        }
+                    }
+                } else {
+                    for j in 0..count {
+                        if bit_at(data, j * width as usize, width) == 0 {
+                            offsets.push(base.checked_add(i32::try_from(i + j).ok()?)?);
+                        }
+                    }
+                }
+                i += count;
+            }
+        }
+        first = false;
+    }
+    Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_starts_from_packed_and_repeated_runs() {
+        // 16 values bit-packed (2 groups): rows start at 0, 3 and 9
+        let bits: u16 = !((1 << 0) | (1 << 3) | (1 << 9));
+        let mut buf = vec![(2 << 1) | 1];
+        buf.extend_from_slice(&bits.to_le_bytes());
+        // then an RLE run of 4 zeros (4 one-value rows)
+        buf.extend_from_slice(&[4 << 1, 0]);
+        let mut out = vec![];
+        assert_eq!(row_starts(&buf, 1, 20, 100, &mut out), Some(true));
+        assert_eq!(out, vec![100, 103, 109, 116, 117, 118, 119]);
+    }
+
+    #[test]
+    fn a_page_continuing_a_row_is_refused() {
+        let buf = [(1 << 1) | 1, 0xffu8]; // first value continues a row
+        let mut out = vec![];
+        assert_eq!(row_starts(&buf, 1, 8, 0, &mut out), Some(false));
+    }
+
+    #[test]
+    fn definition_levels_all_present_or_not() {
+        assert_eq!(all_equal(&[10 << 1, 3], 2, 10, 3), Some(true));
+        assert_eq!(all_equal(&[10 << 1, 1], 2, 10, 3), Some(false));
+        assert_eq!(all_equal(&[10 << 1], 2, 10, 3), None); // truncated
+    }
+
+    #[test]
+    fn truncated_levels_are_not_decoded() {
+        let mut out = vec![];
+        assert_eq!(row_starts(&[(2 << 1) | 1, 0xfe], 1, 16, 0, &mut out), None);
+    }
+}
