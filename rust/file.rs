@@ -394,6 +394,15 @@ impl FileEntry {
         }
     }
 
+    /// The most a page of a row group's projected columns may claim to decompress to:
+    /// its largest column chunk's uncompressed size per the footer, but at least 16 MiB
+    /// (some writers under-report chunk sizes; a claim beyond both is corrupt).
+    pub fn max_chunk_bytes(&self, rg: usize) -> u64 {
+        let meta = self.meta.metadata().row_group(rg);
+        let chunk = self.leaves.iter().map(|&l| meta.column(l).uncompressed_size().max(0) as u64).max().unwrap_or(0);
+        chunk.max(16 << 20)
+    }
+
     /// Dictionary page ranges of the projected leaves of a row group, for the cache.
     pub fn dict_ranges(&self, rg: usize) -> Vec<(u64, u32)> {
         let md = self.meta.metadata();

@@ -104,6 +104,25 @@ pub struct CachingReader {
     pub file_id: u32,
     /// (start, len) of dictionary pages that may be requested.
     pub dict_ranges: Arc<Vec<(u64, u32)>>,
+    /// The largest uncompressed size a page of these column chunks can have (the
+    /// largest chunk's, per the footer). A page header claiming more is corrupt, and
+    /// is refused here, before a decoder allocates what it claims.
+    pub max_page_bytes: u64,
+}
+
+impl CachingReader {
+    fn check_page(&self, start: u64, bytes: &Bytes) -> PqResult<()> {
+        if let Ok((h, _)) = crate::thrift::parse_page_header(&bytes[..bytes.len().min(64 << 10)]) {
+            let claimed = h.uncompressed_size.max(0) as u64;
+            if claimed > self.max_page_bytes {
+                return Err(ParquetError::General(format!(
+                    "the page at offset {start} claims {claimed} bytes uncompressed, more than its column chunk can hold ({} bytes)",
+                    self.max_page_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Length for CachingReader {
@@ -122,7 +141,9 @@ impl ChunkReader for CachingReader {
     fn get_bytes(&self, start: u64, length: usize) -> PqResult<Bytes> {
         let is_dict = self.dict_ranges.iter().any(|&(s, l)| s == start && l as usize == length);
         if !is_dict {
-            return self.inner.read_range(start, length);
+            let bytes = self.inner.read_range(start, length)?;
+            self.check_page(start, &bytes)?;
+            return Ok(bytes);
         }
         let key = (self.index_uid, self.file_id, start, length as u32);
         let rt = runtime();
@@ -130,6 +151,7 @@ impl ChunkReader for CachingReader {
             return Ok(hit);
         }
         let bytes = self.inner.read_range(start, length)?;
+        self.check_page(start, &bytes)?;
         rt.dict_cache.lock().map_err(|_| poisoned())?.insert(key, bytes.clone());
         Ok(bytes)
     }

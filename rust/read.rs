@@ -34,6 +34,7 @@ impl PageIndex {
                 index_uid: self.uid,
                 file_id: file as u32,
                 dict_ranges: Arc::new(f.dict_ranges(rg)),
+                max_page_bytes: f.max_chunk_bytes(rg),
             };
             let selection = RowSelection::from(vec![RowSelector::skip(first as usize), RowSelector::select(n as usize)]);
             let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(reader, f.meta.clone())

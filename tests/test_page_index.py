@@ -460,3 +460,28 @@ def test_a_damaged_saved_index_is_an_error_never_a_panic(tmp_path: Path) -> None
         except BaseException as e:  # noqa: BLE001 - a panic (PanicException) or anything untyped fails
             raise AssertionError(f"byte {pos}: {type(e).__name__}: {e}") from e
     assert outcomes["refused"] > 0
+
+
+@pytest.mark.parametrize("compression", ["snappy", "zstd", "lz4"])
+def test_a_page_claiming_a_huge_uncompressed_size_is_refused_before_allocating(tmp_path: Path, compression: str) -> None:
+    """Regression: a header claiming 100 MiB uncompressed in a ~2 MB file made the
+    decoder zero-fill a buffer of the claimed size (per page, per thread)."""
+    src = tmp_path / "ok.parquet"
+    # pages of ~2 MB (random bytes, so the codec cannot shrink them much)
+    blob = np.random.default_rng(0).integers(0, 256, 10_000 * 200, dtype=np.uint8).tobytes()
+    values = pa.array([blob[i * 200 : (i + 1) * 200] for i in range(10_000)], pa.binary())
+    pq.write_table(pa.table({"x": values}), src, compression=compression, data_page_size=4 << 20, use_dictionary=False)
+    data = bytearray(src.read_bytes())
+    col = pq.ParquetFile(src).metadata.row_group(0).column(0)
+    start = col.data_page_offset
+    # header: 0x15 (field 1, i32) 0x00 (data page), 0x15 (field 2, i32) <uncompressed size, 4-byte varint>
+    assert data[start] == 0x15 and data[start + 2] == 0x15
+    old = data[start + 3 : start + 7]
+    assert old[2] & 0x80 and not old[3] & 0x80, "expected a 4-byte varint"
+    claim = 2 * (100 << 20)  # zigzag(100 MiB)
+    data[start + 3 : start + 7] = bytes([(claim >> s & 0x7F) | (0x80 if k < 3 else 0) for k, s in enumerate((0, 7, 14, 21))])
+    bad = tmp_path / "claims.parquet"
+    bad.write_bytes(bytes(data))
+    idx = youmu.PageIndex(bad)
+    with pytest.raises(youmu.CorruptFileError, match="claims.parquet.*claims 104857600 bytes"):
+        idx.read_pages(range(len(idx)))
