@@ -9,6 +9,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A bug (a panic in youmu or a library), caught before it reached Python.
+    #[error("internal error (please report it with the file that triggers it): {0}")]
+    Internal(String),
     /// The OS refused an operation on a file (missing, permission, short read of a healthy file...).
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
@@ -80,5 +83,34 @@ impl Error {
             }
             other => other,
         }
+    }
+}
+
+/// Run `f`, turning a panic into [`Error::Internal`]: the Python layer wraps every call
+/// into the core with this, so no panic reaches Python as pyo3's `PanicException` (not a
+/// `YoumuError`) and none unwinds out of a thread-pool task (which would abort).
+pub fn catch_panics<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        Err(Error::Internal(msg))
+    })
+}
+
+#[cfg(test)]
+mod panic_tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_an_internal_error() {
+        let r: Result<u8> = catch_panics(|| {
+            let v: Vec<u8> = vec![];
+            Ok(v[3])
+        });
+        assert!(matches!(r, Err(Error::Internal(ref m)) if m.contains("index out of bounds")), "{r:?}");
+        assert_eq!(catch_panics(|| Ok(7)).ok(), Some(7));
     }
 }

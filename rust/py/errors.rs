@@ -17,6 +17,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::OutOfRange { .. } => "PageOutOfRangeError",
         Error::Stale { .. } => "StaleIndexError",
         Error::InvalidArgument(_) => "InvalidArgumentError",
+        Error::Internal(_) => "YoumuError",
     }
 }
 

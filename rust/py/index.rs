@@ -35,7 +35,7 @@ impl PyPageIndex {
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let specs = paths_from(paths)?;
-        let idx = py.detach(|| {
+        let idx = super::detach(py, || {
             let cb = |done: usize, total: usize| {
                 if let Some(p) = &progress {
                     Python::attach(|py| {
@@ -52,7 +52,7 @@ impl PyPageIndex {
     /// Load an index written by `save`; raises `StaleIndexError` if a file changed.
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let idx = py.detach(|| PageIndex::load(&path))?;
+        let idx = super::detach(py, || PageIndex::load(&path))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
@@ -61,7 +61,7 @@ impl PyPageIndex {
     #[staticmethod]
     fn concat(py: Python<'_>, parts: Vec<PyRef<'_, PyPageIndex>>) -> PyResult<Self> {
         let arcs: Vec<Arc<PageIndex>> = parts.iter().map(|p| p.inner.clone()).collect();
-        let idx = py.detach(move || {
+        let idx = super::detach(py, move || {
             let refs: Vec<&PageIndex> = arcs.iter().map(|a| a.as_ref()).collect();
             PageIndex::concat(&refs)
         })?;
@@ -70,19 +70,19 @@ impl PyPageIndex {
 
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let inner = self.inner.clone();
-        Ok(py.detach(move || inner.save(&path))?)
+        Ok(super::detach(py, move || inner.save(&path))?)
     }
 
     /// Serialized form (used for pickling into spawned DataLoader workers).
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let inner = self.inner.clone();
-        let b = py.detach(move || inner.to_bytes())?;
+        let b = super::detach(py, move || inner.to_bytes())?;
         Ok(PyBytes::new(py, &b))
     }
 
     #[staticmethod]
     fn from_bytes(py: Python<'_>, data: Vec<u8>) -> PyResult<Self> {
-        let idx = py.detach(move || PageIndex::from_bytes(&data, std::path::Path::new("<pickled index>")))?;
+        let idx = super::detach(py, move || PageIndex::from_bytes(&data, std::path::Path::new("<pickled index>")))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
@@ -176,7 +176,7 @@ impl PyPageIndex {
     ) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)> {
         let rows = ids_from(rows, self.inner.num_rows(), "row")?;
         let inner = self.inner.clone();
-        let (pages, offs): (Vec<i64>, Vec<i64>) = py.detach(move || -> Result<_> {
+        let (pages, offs): (Vec<i64>, Vec<i64>) = super::detach(py, move || -> Result<_> {
             let mut p = Vec::with_capacity(rows.len());
             let mut o = Vec::with_capacity(rows.len());
             for r in rows {
@@ -193,7 +193,7 @@ impl PyPageIndex {
     fn read_page<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
         let id = norm_index(i, self.inner.len(), "page")?;
         let inner = self.inner.clone();
-        let b = py.detach(move || inner.read_unit(id))?;
+        let b = super::detach(py, move || inner.read_unit(id))?;
         b.to_pyarrow(py)
     }
 
@@ -201,7 +201,7 @@ impl PyPageIndex {
     fn read_pages<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let ids = ids_from(ids, self.inner.len(), "page")?;
         let inner = self.inner.clone();
-        let batches = py.detach(move || inner.read_units(&ids))?;
+        let batches = super::detach(py, move || inner.read_units(&ids))?;
         batches_to_py(py, batches)
     }
 
@@ -211,7 +211,7 @@ impl PyPageIndex {
         let inner = self.inner.clone();
         let (tx, rx) = sync_channel(1);
         runtime().pool().spawn(move || {
-            let _ = tx.send(inner.read_units(&ids));
+            let _ = tx.send(super::guard(|| inner.read_units(&ids)));
         });
         Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
     }
@@ -221,7 +221,7 @@ impl PyPageIndex {
     fn read_rows<'py>(&self, py: Python<'py>, rows: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let rows = ids_from(rows, self.inner.num_rows(), "row")?;
         let inner = self.inner.clone();
-        let b = py.detach(move || inner.read_rows(&rows))?;
+        let b = super::detach(py, move || inner.read_rows(&rows))?;
         b.to_pyarrow(py)
     }
 
@@ -237,7 +237,7 @@ impl PyPageIndex {
         let ids = ids_from(ids, self.inner.len(), "page")?;
         let take = take.map(|t| ids_from(t, u64::MAX, "row")).transpose()?;
         let inner = self.inner.clone();
-        let b = py.detach(move || inner.read_window(&ids, take.as_deref()))?;
+        let b = super::detach(py, move || inner.read_window(&ids, take.as_deref()))?;
         b.to_pyarrow(py)
     }
 
@@ -249,7 +249,7 @@ impl PyPageIndex {
         let inner = self.inner.clone();
         let (tx, rx) = sync_channel(1);
         runtime().pool().spawn(move || {
-            let _ = tx.send(inner.read_window(&ids, take.as_deref()).map(|b| vec![b]));
+            let _ = tx.send(super::guard(|| inner.read_window(&ids, take.as_deref()).map(|b| vec![b])));
         });
         Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
     }

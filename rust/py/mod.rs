@@ -10,8 +10,17 @@ mod permute;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::error::Result;
+
 use crate::io::{BYTES_READ, READS};
 use crate::runtime::{runtime, set_num_threads as set_threads};
+
+pub(crate) use crate::error::catch_panics as guard;
+
+/// `py.detach` (GIL released) with [`guard`].
+pub(crate) fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    py.detach(move || guard(f))
+}
 
 /// Bytes and reads issued by this process, and dictionary-cache counters.
 #[pyfunction]
