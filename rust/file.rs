@@ -510,20 +510,10 @@ fn build_tables(
                     return Err(Error::corrupt(path, format!("{ctx}: first page does not start a row")));
                 }
             }
-            let mut locs = Vec::with_capacity(chunk.pages.len());
-            let mut row = 0u64;
-            let mut leaf_units = vec![];
-            for p in &chunk.pages {
-                if p.starts_on_boundary {
-                    leaf_units.push(row);
-                } else {
-                    all_aligned = false;
-                    if leaf == unit_leaf {
-                        merged = true;
-                    }
-                }
-                locs.push(PageLocation { offset: p.offset as i64, compressed_page_size: p.total_len as i32, first_row_index: row as i64 });
-                row += p.rows;
+            let (leaf_units, locs, aligned) = page_units(&chunk.pages);
+            if !aligned {
+                all_aligned = false;
+                merged |= leaf == unit_leaf;
             }
             if leaf == unit_leaf {
                 unit_units = leaf_units;
@@ -542,4 +532,53 @@ fn build_tables(
         units.push(unit_units);
     }
     Ok((locations, units, sources))
+}
+
+/// Units of a scanned column chunk: the first row of every unit, the page locations
+/// (first row = rows started before the page), and whether every page starts a row. A
+/// page that continues its predecessor's last row starts no unit: it joins the unit of
+/// the page before it, so every unit starts on a row.
+pub(crate) fn page_units(pages: &[crate::scan::ScannedPage]) -> (Vec<u64>, Vec<PageLocation>, bool) {
+    let mut units = vec![];
+    let mut locs = Vec::with_capacity(pages.len());
+    let mut aligned = true;
+    let mut row = 0u64;
+    for p in pages {
+        if p.starts_on_boundary {
+            units.push(row);
+        } else {
+            aligned = false;
+        }
+        locs.push(PageLocation { offset: p.offset as i64, compressed_page_size: p.total_len as i32, first_row_index: row as i64 });
+        row += p.rows;
+    }
+    (units, locs, aligned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::ScannedPage;
+
+    fn page(rows: u64, starts_on_boundary: bool) -> ScannedPage {
+        ScannedPage { offset: 0, total_len: 10, rows, starts_on_boundary }
+    }
+
+    #[test]
+    fn a_page_continuing_a_row_joins_the_unit_before_it() {
+        // rows 0-2 in page 0; page 1 finishes row 2 and starts rows 3-4; page 2 only
+        // continues row 4; page 3 starts rows 5-9
+        let pages = [page(3, true), page(2, false), page(0, false), page(5, true)];
+        let (units, locs, aligned) = page_units(&pages);
+        assert!(!aligned);
+        assert_eq!(units, vec![0, 5]); // pages 0-2 are one unit (rows 0-4), page 3 the next
+        assert_eq!(locs.iter().map(|l| l.first_row_index).collect::<Vec<_>>(), vec![0, 3, 5, 5]);
+    }
+
+    #[test]
+    fn aligned_pages_are_their_own_units() {
+        let (units, _, aligned) = page_units(&[page(4, true), page(4, true), page(1, true)]);
+        assert!(aligned);
+        assert_eq!(units, vec![0, 4, 8]);
+    }
 }
