@@ -20,19 +20,19 @@ fn benches(c: &mut Criterion) {
 
     let idx = PageIndex::build(&paths(&with_index), None, None).expect("build");
     let n = idx.len();
-    let page_bytes: u64 = idx.unit_byte_sizes().iter().sum::<u64>() / n.max(1);
+    let page_bytes: u64 = idx.page_byte_sizes().iter().sum::<u64>() / n.max(1);
     let mut g = c.benchmark_group("read_page");
     g.throughput(Throughput::Bytes(page_bytes));
     let mut i = 0u64;
     g.bench_function("random_page_zstd_list_int32", |b| {
         b.iter(|| {
             i = (i + 7919) % n;
-            black_box(idx.read_unit(i).expect("read"))
+            black_box(idx.read_page(i).expect("read"))
         })
     });
     let ids: Vec<u64> = (0..64).map(|k| (k * 104_729) % n).collect();
     g.throughput(Throughput::Bytes(page_bytes * ids.len() as u64));
-    g.bench_function("64_random_pages_parallel", |b| b.iter(|| black_box(idx.read_units(&ids).expect("read"))));
+    g.bench_function("64_random_pages_parallel", |b| b.iter(|| black_box(idx.read_pages(&ids).expect("read"))));
     g.finish();
 
     let mut g = c.benchmark_group("locate");

@@ -1,12 +1,14 @@
 //! One Parquet file of an index: its parsed footer, the projection of the selected
-//! columns, and its unit table (where each read unit starts, per row group).
+//! columns, and its page table (where each of the index's pages starts, per row group).
 //!
-//! A *unit* is the finest row range that can be read on its own: a data page of the
-//! unit column (the first leaf of the first selected column), or several pages merged
-//! when a page does not start on a row, or the whole column chunk when nothing finer
-//! is known. Units are stored as one `u64` (first row within the row group) each; the
+//! A *page* of the index is the finest row range that can be read on its own: a data
+//! page of the page column (the first leaf of the first selected column), or several
+//! data pages merged when one does not start on a row (it continues its predecessor's
+//! last record), or the whole column chunk when nothing finer is known. Every page of
+//! the index therefore starts on a row. Pages are stored as one `u32` (first row within
+//! the row group) each; the
 //! byte locations live in the (possibly synthesized) OffsetIndex of the footer, so a
-//! page costs ~28 bytes in all (24 for its location, 4 for its unit entry).
+//! page costs ~28 bytes in all (24 for its location, 4 for its page-table entry).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -26,9 +28,9 @@ use crate::error::{Error, Result};
 use crate::io::PreadFile;
 use crate::scan::scan_chunk;
 
-/// How the units of a row group were found (reported by `youmu inspect`).
+/// How the pages of a row group were found (reported by `youmu inspect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnitSource {
+pub enum PageSource {
     /// The file's own OffsetIndex.
     OffsetIndex,
     /// Page headers scanned; every page starts on a row.
@@ -46,20 +48,20 @@ pub struct FileEntry {
     pub mask: ProjectionMask,
     /// Leaf column indices of the projection (file order).
     pub leaves: Vec<usize>,
-    /// The leaf that defines units.
-    pub unit_leaf: usize,
+    /// The leaf whose data pages define the index's pages.
+    pub page_leaf: usize,
     /// Columns of a read batch, in the user's order (`None`: already in order).
     pub reorder: Option<Vec<usize>>,
     /// Projected fields in the user's order.
     pub fields: Vec<FieldRef>,
     /// Cumulative rows at each row group start (len = row groups + 1).
     pub rg_row_start: Vec<u64>,
-    /// Cumulative units at each row group start (len = row groups + 1).
-    pub rg_unit_start: Vec<u64>,
-    /// First row (within its row group) of every unit, row groups concatenated. `u32`
+    /// Cumulative pages at each row group start (len = row groups + 1).
+    pub rg_page_start: Vec<u64>,
+    /// First row (within its row group) of every page, row groups concatenated. `u32`
     /// because it is per page; row groups of more than 2^32 rows are refused.
-    pub unit_first_row: Vec<u32>,
-    pub unit_source: Vec<UnitSource>,
+    pub page_first_row: Vec<u32>,
+    pub page_source: Vec<PageSource>,
     /// Row groups whose projected leaves have page locations (page-granular reads).
     pub rg_has_locations: Vec<bool>,
 }
@@ -205,7 +207,7 @@ fn resolve_projection(
     }
     let leaves: Vec<usize> =
         (0..descr.num_columns()).filter(|&l| chosen.contains(&descr.get_column_root_idx(l))).collect();
-    let unit_leaf = (0..descr.num_columns()).find(|&l| descr.get_column_root_idx(l) == chosen[0]).ok_or_else(|| {
+    let page_leaf = (0..descr.num_columns()).find(|&l| descr.get_column_root_idx(l) == chosen[0]).ok_or_else(|| {
         Error::Unsupported {
             path: path.display().to_string(),
             detail: format!("column {:?} has no leaf columns", root_names[chosen[0]]),
@@ -225,7 +227,7 @@ fn resolve_projection(
         });
     }
     let fields = chosen.iter().map(|&i| schema.fields()[i].clone()).collect();
-    Ok((mask, leaves, unit_leaf, reorder, fields))
+    Ok((mask, leaves, page_leaf, reorder, fields))
 }
 
 impl FileEntry {
@@ -236,7 +238,7 @@ impl FileEntry {
         Self::from_metadata(path, reader, size, mtime_ns, md, columns, None)
     }
 
-    /// Build from parsed metadata. `saved` carries page locations and units from a
+    /// Build from parsed metadata. `saved` carries page locations and page starts from a
     /// persisted index, which skips the header scan.
     pub(crate) fn from_metadata(
         path: &Path,
@@ -249,7 +251,7 @@ impl FileEntry {
     ) -> Result<FileEntry> {
         let plain = ArrowReaderMetadata::try_new(Arc::new(md.clone()), ArrowReaderOptions::new())
             .map_err(|e| Error::from_parquet(path, "schema", e))?;
-        let (mask, leaves, unit_leaf, reorder, fields) = resolve_projection(path, &plain, columns)?;
+        let (mask, leaves, page_leaf, reorder, fields) = resolve_projection(path, &plain, columns)?;
         drop(plain);
         let descr = md.file_metadata().schema_descr_ptr();
         let num_rgs = md.num_row_groups();
@@ -264,15 +266,15 @@ impl FileEntry {
             rg_row_start.push(last + n);
         }
 
-        let (locations, units, sources) = match saved {
-            Some(s) => (s.locations, s.units, s.sources),
-            None => build_tables(path, &reader, size, &md, &leaves, unit_leaf, &rg_row_start)?,
+        let (locations, page_starts, sources) = match saved {
+            Some(s) => (s.locations, s.page_starts, s.sources),
+            None => build_tables(path, &reader, size, &md, &leaves, page_leaf, &rg_row_start)?,
         };
-        if units.len() != num_rgs || locations.len() != num_rgs || sources.len() != num_rgs {
-            return Err(Error::corrupt(path, "unit table does not match the row groups"));
+        if page_starts.len() != num_rgs || locations.len() != num_rgs || sources.len() != num_rgs {
+            return Err(Error::corrupt(path, "page table does not match the row groups"));
         }
         // Saved tables come from a file on disk: check them like any other input.
-        for (rg, u) in units.iter().enumerate() {
+        for (rg, u) in page_starts.iter().enumerate() {
             let rows = rg_row_start[rg + 1] - rg_row_start[rg];
             let ok = if rows == 0 {
                 u.len() <= 1 && u.iter().all(|&r| r == 0)
@@ -299,19 +301,19 @@ impl FileEntry {
             }
         }
 
-        let mut rg_unit_start = Vec::with_capacity(num_rgs + 1);
-        rg_unit_start.push(0u64);
-        let mut unit_first_row = Vec::new();
+        let mut rg_page_start = Vec::with_capacity(num_rgs + 1);
+        rg_page_start.push(0u64);
+        let mut page_first_row = Vec::new();
         let mut rg_has_locations = Vec::with_capacity(num_rgs);
-        for (rg, u) in units.iter().enumerate() {
+        for (rg, u) in page_starts.iter().enumerate() {
             if rg_row_start[rg + 1] - rg_row_start[rg] > u32::MAX as u64 {
                 return Err(Error::Unsupported {
                     path: path.display().to_string(),
                     detail: format!("row group {rg} has more than 2^32 rows"),
                 });
             }
-            unit_first_row.extend(u.iter().map(|&r| r as u32));
-            rg_unit_start.push(unit_first_row.len() as u64);
+            page_first_row.extend(u.iter().map(|&r| r as u32));
+            rg_page_start.push(page_first_row.len() as u64);
             rg_has_locations.push(locations[rg].is_some());
             let _ = rg;
         }
@@ -344,13 +346,13 @@ impl FileEntry {
             meta,
             mask,
             leaves,
-            unit_leaf,
+            page_leaf,
             reorder,
             fields,
             rg_row_start,
-            rg_unit_start,
-            unit_first_row,
-            unit_source: sources,
+            rg_page_start,
+            page_first_row,
+            page_source: sources,
             rg_has_locations,
         })
     }
@@ -363,26 +365,26 @@ impl FileEntry {
         *self.rg_row_start.last().unwrap_or(&0)
     }
 
-    pub fn num_units(&self) -> u64 {
-        self.unit_first_row.len() as u64
+    pub fn num_pages(&self) -> u64 {
+        self.page_first_row.len() as u64
     }
 
     pub fn rg_rows(&self, rg: usize) -> u64 {
         self.rg_row_start[rg + 1] - self.rg_row_start[rg]
     }
 
-    /// (row group, unit within row group) of a file-local unit id.
-    pub fn locate_unit(&self, u: u64) -> (usize, usize) {
-        let rg = self.rg_unit_start.partition_point(|&s| s <= u) - 1;
-        (rg, (u - self.rg_unit_start[rg]) as usize)
+    /// (row group, page within row group) of a file-local page id.
+    pub fn locate_page(&self, u: u64) -> (usize, usize) {
+        let rg = self.rg_page_start.partition_point(|&s| s <= u) - 1;
+        (rg, (u - self.rg_page_start[rg]) as usize)
     }
 
-    /// First row within the row group and row count of a file-local unit id.
-    pub fn unit_rows(&self, u: u64) -> (usize, u64, u64) {
-        let (rg, _) = self.locate_unit(u);
-        let first = self.unit_first_row[u as usize] as u64;
-        let end_in_rg = u + 1 < self.rg_unit_start[rg + 1];
-        let end = if end_in_rg { self.unit_first_row[u as usize + 1] as u64 } else { self.rg_rows(rg) };
+    /// First row within the row group and row count of a file-local page id.
+    pub fn page_rows(&self, u: u64) -> (usize, u64, u64) {
+        let (rg, _) = self.locate_page(u);
+        let first = self.page_first_row[u as usize] as u64;
+        let end_in_rg = u + 1 < self.rg_page_start[rg + 1];
+        let end = if end_in_rg { self.page_first_row[u as usize + 1] as u64 } else { self.rg_rows(rg) };
         (rg, first, end - first)
     }
 
@@ -424,14 +426,14 @@ impl FileEntry {
     }
 }
 
-/// Page locations (per row group: None, or per projected leaf) and units, as persisted.
+/// Page locations (per row group: None, or per projected leaf) and page starts, as persisted.
 pub(crate) struct SavedTables {
     pub locations: Vec<Option<Vec<Vec<PageLocation>>>>,
-    pub units: Vec<Vec<u64>>,
-    pub sources: Vec<UnitSource>,
+    pub page_starts: Vec<Vec<u64>>,
+    pub sources: Vec<PageSource>,
 }
 
-type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<UnitSource>);
+type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<PageSource>);
 
 /// Check a native OffsetIndex for one leaf chunk; None if it cannot be trusted.
 fn native_locations(
@@ -466,33 +468,33 @@ fn build_tables(
     size: u64,
     md: &ParquetMetaData,
     leaves: &[usize],
-    unit_leaf: usize,
+    page_leaf: usize,
     rg_row_start: &[u64],
 ) -> Result<Tables> {
     let descr = md.file_metadata().schema_descr();
     let n = md.num_row_groups();
-    let (mut locations, mut units, mut sources) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut locations, mut page_starts, mut sources) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for rg in 0..n {
         let rows = rg_row_start[rg + 1] - rg_row_start[rg];
         if rows == 0 {
             locations.push(None);
-            units.push(vec![]);
-            sources.push(UnitSource::OffsetIndex);
+            page_starts.push(vec![]);
+            sources.push(PageSource::OffsetIndex);
             continue;
         }
         let native: Option<Vec<Vec<PageLocation>>> =
             leaves.iter().map(|&l| native_locations(md, rg, l, rows, size)).collect();
         if let Some(per_leaf) = native {
-            let pos = leaves.iter().position(|&l| l == unit_leaf).unwrap_or(0);
-            units.push(per_leaf[pos].iter().map(|l| l.first_row_index as u64).collect());
+            let pos = leaves.iter().position(|&l| l == page_leaf).unwrap_or(0);
+            page_starts.push(per_leaf[pos].iter().map(|l| l.first_row_index as u64).collect());
             locations.push(Some(per_leaf));
-            sources.push(UnitSource::OffsetIndex);
+            sources.push(PageSource::OffsetIndex);
             continue;
         }
         // Header scan of every projected leaf of this row group.
         let mut per_leaf = Vec::with_capacity(leaves.len());
         let mut all_aligned = true;
-        let mut unit_units = vec![];
+        let mut key_pages = vec![];
         let mut merged = false;
         for &leaf in leaves {
             let col = md.row_group(rg).column(leaf);
@@ -510,49 +512,49 @@ fn build_tables(
                     return Err(Error::corrupt(path, format!("{ctx}: first page does not start a row")));
                 }
             }
-            let (leaf_units, locs, aligned) = page_units(&chunk.pages);
+            let (leaf_pages, locs, aligned) = row_aligned_pages(&chunk.pages);
             if !aligned {
                 all_aligned = false;
-                merged |= leaf == unit_leaf;
+                merged |= leaf == page_leaf;
             }
-            if leaf == unit_leaf {
-                unit_units = leaf_units;
+            if leaf == page_leaf {
+                key_pages = leaf_pages;
             }
             per_leaf.push(locs);
         }
         if all_aligned {
             locations.push(Some(per_leaf));
-            sources.push(UnitSource::HeaderScan);
+            sources.push(PageSource::HeaderScan);
         } else {
             // Pages that continue a row cannot be listed as page locations, so this row
             // group is read by walking its column chunks (correct, coarser I/O).
             locations.push(None);
-            sources.push(if merged { UnitSource::HeaderScanMerged } else { UnitSource::HeaderScan });
+            sources.push(if merged { PageSource::HeaderScanMerged } else { PageSource::HeaderScan });
         }
-        units.push(unit_units);
+        page_starts.push(key_pages);
     }
-    Ok((locations, units, sources))
+    Ok((locations, page_starts, sources))
 }
 
-/// Units of a scanned column chunk: the first row of every unit, the page locations
+/// Pages of a scanned column chunk: the first row of every index page, the data-page locations
 /// (first row = rows started before the page), and whether every page starts a row. A
-/// page that continues its predecessor's last row starts no unit: it joins the unit of
-/// the page before it, so every unit starts on a row.
-pub(crate) fn page_units(pages: &[crate::scan::ScannedPage]) -> (Vec<u64>, Vec<PageLocation>, bool) {
-    let mut units = vec![];
+/// data page that continues its predecessor's last row starts no index page: it joins the
+/// index page of the data page before it, so every index page starts on a row.
+pub(crate) fn row_aligned_pages(pages: &[crate::scan::ScannedPage]) -> (Vec<u64>, Vec<PageLocation>, bool) {
+    let mut page_starts = vec![];
     let mut locs = Vec::with_capacity(pages.len());
     let mut aligned = true;
     let mut row = 0u64;
     for p in pages {
         if p.starts_on_boundary {
-            units.push(row);
+            page_starts.push(row);
         } else {
             aligned = false;
         }
         locs.push(PageLocation { offset: p.offset as i64, compressed_page_size: p.total_len as i32, first_row_index: row as i64 });
         row += p.rows;
     }
-    (units, locs, aligned)
+    (page_starts, locs, aligned)
 }
 
 #[cfg(test)]
@@ -565,20 +567,20 @@ mod tests {
     }
 
     #[test]
-    fn a_page_continuing_a_row_joins_the_unit_before_it() {
+    fn a_page_continuing_a_row_joins_the_page_before_it() {
         // rows 0-2 in page 0; page 1 finishes row 2 and starts rows 3-4; page 2 only
         // continues row 4; page 3 starts rows 5-9
         let pages = [page(3, true), page(2, false), page(0, false), page(5, true)];
-        let (units, locs, aligned) = page_units(&pages);
+        let (page_starts, locs, aligned) = row_aligned_pages(&pages);
         assert!(!aligned);
-        assert_eq!(units, vec![0, 5]); // pages 0-2 are one unit (rows 0-4), page 3 the next
+        assert_eq!(page_starts, vec![0, 5]); // data pages 0-2 are one index page (rows 0-4), data page 3 the next
         assert_eq!(locs.iter().map(|l| l.first_row_index).collect::<Vec<_>>(), vec![0, 3, 5, 5]);
     }
 
     #[test]
-    fn aligned_pages_are_their_own_units() {
-        let (units, _, aligned) = page_units(&[page(4, true), page(4, true), page(1, true)]);
+    fn aligned_pages_are_their_own_pages() {
+        let (page_starts, _, aligned) = row_aligned_pages(&[page(4, true), page(4, true), page(1, true)]);
         assert!(aligned);
-        assert_eq!(units, vec![0, 4, 8]);
+        assert_eq!(page_starts, vec![0, 4, 8]);
     }
 }

@@ -1,5 +1,7 @@
-//! The global page index over many files: global unit id → (file, row group, unit) by
-//! layered binary search on cumulative counts, and global row → unit the same way.
+//! The global page index over many files: global page id → (file, row group, page) by
+//! layered binary search on cumulative counts, and global row → page the same way.
+//! A page here is a read unit of the index (see `file.rs`): usually one data page,
+//! several merged where a data page does not start on a row.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,17 +17,17 @@ use crate::runtime::runtime;
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
-/// Where a unit lives.
+/// Where a page lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UnitInfo {
+pub struct PageInfo {
     pub file: usize,
     pub row_group: usize,
-    /// Unit number within its row group.
+    /// Page number within its row group.
     pub page: usize,
     /// First row within the row group.
     pub first_row: u64,
     pub num_rows: u64,
-    /// Global row id of the unit's first row.
+    /// Global row id of the page's first row.
     pub global_first_row: u64,
 }
 
@@ -33,8 +35,8 @@ pub struct PageIndex {
     pub(crate) uid: u64,
     pub(crate) columns: Option<Vec<String>>,
     pub(crate) files: Vec<Arc<FileEntry>>,
-    /// Cumulative units at each file start (len = files + 1).
-    file_unit_start: Vec<u64>,
+    /// Cumulative pages at each file start (len = files + 1).
+    file_page_start: Vec<u64>,
     /// Cumulative rows at each file start (len = files + 1).
     file_row_start: Vec<u64>,
     schema: SchemaRef,
@@ -98,24 +100,24 @@ impl PageIndex {
             })
             .collect();
         let schema = SchemaRef::new(Schema::new(merged));
-        let mut file_unit_start = vec![0u64];
+        let mut file_page_start = vec![0u64];
         let mut file_row_start = vec![0u64];
         for f in &files {
-            file_unit_start.push(file_unit_start.last().copied().unwrap_or(0) + f.num_units());
+            file_page_start.push(file_page_start.last().copied().unwrap_or(0) + f.num_pages());
             file_row_start.push(file_row_start.last().copied().unwrap_or(0) + f.num_rows());
         }
         Ok(PageIndex {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             columns,
             files,
-            file_unit_start,
+            file_page_start,
             file_row_start,
             schema,
         })
     }
 
     pub fn len(&self) -> u64 {
-        *self.file_unit_start.last().unwrap_or(&0)
+        *self.file_page_start.last().unwrap_or(&0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -146,17 +148,17 @@ impl PageIndex {
         self.schema.fields().iter().map(|f| f.name().clone()).collect()
     }
 
-    /// Layered binary search: file, then row group, then unit.
-    pub fn unit_info(&self, id: u64) -> Result<UnitInfo> {
+    /// Layered binary search: file, then row group, then page.
+    pub fn page_info(&self, id: u64) -> Result<PageInfo> {
         if id >= self.len() {
             return Err(Error::OutOfRange { what: "page", id: id as i128, len: self.len() });
         }
-        let file = self.file_unit_start.partition_point(|&s| s <= id) - 1;
+        let file = self.file_page_start.partition_point(|&s| s <= id) - 1;
         let f = &self.files[file];
-        let local = id - self.file_unit_start[file];
-        let (rg, first, n) = f.unit_rows(local);
-        let page = (local - f.rg_unit_start[rg]) as usize;
-        Ok(UnitInfo {
+        let local = id - self.file_page_start[file];
+        let (rg, first, n) = f.page_rows(local);
+        let page = (local - f.rg_page_start[rg]) as usize;
+        Ok(PageInfo {
             file,
             row_group: rg,
             page,
@@ -166,7 +168,7 @@ impl PageIndex {
         })
     }
 
-    /// The unit holding global row `row`, and the row's offset within it.
+    /// The page holding global row `row`, and the row's offset within it.
     pub fn locate_row(&self, row: u64) -> Result<(u64, u64)> {
         if row >= self.num_rows() {
             return Err(Error::OutOfRange { what: "row", id: row as i128, len: self.num_rows() });
@@ -176,49 +178,49 @@ impl PageIndex {
         let in_file = row - self.file_row_start[file];
         let rg = f.rg_row_start.partition_point(|&s| s <= in_file) - 1;
         let in_rg = in_file - f.rg_row_start[rg];
-        let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
-        let u = lo + f.unit_first_row[lo..hi].partition_point(|&s| s as u64 <= in_rg) - 1;
-        let unit = self.file_unit_start[file] + u as u64;
-        Ok((unit, in_rg - f.unit_first_row[u] as u64))
+        let (lo, hi) = (f.rg_page_start[rg] as usize, f.rg_page_start[rg + 1] as usize);
+        let u = lo + f.page_first_row[lo..hi].partition_point(|&s| s as u64 <= in_rg) - 1;
+        let page = self.file_page_start[file] + u as u64;
+        Ok((page, in_rg - f.page_first_row[u] as u64))
     }
 
-    /// Rows of every unit, in global order.
-    pub fn unit_num_rows(&self) -> Vec<u64> {
+    /// Rows of every page, in global order.
+    pub fn page_num_rows(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.len() as usize);
         for f in &self.files {
             for rg in 0..f.num_row_groups() {
-                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                let (lo, hi) = (f.rg_page_start[rg] as usize, f.rg_page_start[rg + 1] as usize);
                 for u in lo..hi {
-                    let end = if u + 1 < hi { f.unit_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
-                    out.push(end - f.unit_first_row[u] as u64);
+                    let end = if u + 1 < hi { f.page_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
+                    out.push(end - f.page_first_row[u] as u64);
                 }
             }
         }
         out
     }
 
-    /// Compressed bytes of every unit's unit-column pages (header included), in global
+    /// Compressed bytes of every page's page-column data pages (header included), in global
     /// order. Row groups read by walking whole chunks report their chunk size shared
     /// out by rows.
-    pub fn unit_byte_sizes(&self) -> Vec<u64> {
+    pub fn page_byte_sizes(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.len() as usize);
         for f in &self.files {
             let md = f.meta.metadata();
             let oi = md.offset_index();
             for rg in 0..f.num_row_groups() {
-                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                let (lo, hi) = (f.rg_page_start[rg] as usize, f.rg_page_start[rg + 1] as usize);
                 let rows = f.rg_rows(rg).max(1);
-                let locs = oi.filter(|o| !o[rg].is_empty()).map(|o| &o[rg][f.unit_leaf].page_locations);
+                let locs = oi.filter(|o| !o[rg].is_empty()).map(|o| &o[rg][f.page_leaf].page_locations);
                 for u in lo..hi {
-                    let first = f.unit_first_row[u] as u64;
-                    let end = if u + 1 < hi { f.unit_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
+                    let first = f.page_first_row[u] as u64;
+                    let end = if u + 1 < hi { f.page_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
                     let size = match locs {
                         Some(l) => l
                             .iter()
                             .filter(|p| (p.first_row_index as u64) >= first && (p.first_row_index as u64) < end)
                             .map(|p| p.compressed_page_size as u64)
                             .sum(),
-                        None => md.row_group(rg).column(f.unit_leaf).compressed_size() as u64 * (end - first) / rows,
+                        None => md.row_group(rg).column(f.page_leaf).compressed_size() as u64 * (end - first) / rows,
                     };
                     out.push(size);
                 }
@@ -227,12 +229,12 @@ impl PageIndex {
         out
     }
 
-    /// Estimated decoded bytes of every unit (all selected columns), in global order:
+    /// Estimated decoded bytes of every page (all selected columns), in global order:
     /// the row group's uncompressed bytes of the selected leaves, shared out by rows.
     /// Metadata only (no page is read), so window sizes derived from it stay a pure
     /// function of the files. An estimate: Arrow adds offsets and validity, dictionary
     /// pages expand, so callers keep a margin.
-    pub fn unit_decoded_bytes(&self) -> Vec<u64> {
+    pub fn page_decoded_bytes(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.len() as usize);
         for f in &self.files {
             let md = f.meta.metadata();
@@ -244,10 +246,10 @@ impl PageIndex {
                     .iter()
                     .map(|&l| meta.column(l).uncompressed_size().max(0) as u128)
                     .sum();
-                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                let (lo, hi) = (f.rg_page_start[rg] as usize, f.rg_page_start[rg + 1] as usize);
                 for u in lo..hi {
-                    let end = if u + 1 < hi { f.unit_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
-                    let n = (end - f.unit_first_row[u] as u64) as u128;
+                    let end = if u + 1 < hi { f.page_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
+                    let n = (end - f.page_first_row[u] as u64) as u128;
                     out.push(u64::try_from(bytes * n / rows).unwrap_or(u64::MAX));
                 }
             }
@@ -255,17 +257,17 @@ impl PageIndex {
         out
     }
 
-    /// First unit id of every file (len = files + 1).
-    pub fn file_unit_starts(&self) -> &[u64] {
-        &self.file_unit_start
+    /// First page id of every file (len = files + 1).
+    pub fn file_page_starts(&self) -> &[u64] {
+        &self.file_page_start
     }
 
-    /// Approximate bytes held by the index (footers excluded): unit tables, page
+    /// Approximate bytes held by the index (footers excluded): page tables, page
     /// locations of the projected leaves and search arrays.
     pub fn table_bytes(&self) -> usize {
-        let mut b = (self.file_unit_start.len() + self.file_row_start.len()) * 8;
+        let mut b = (self.file_page_start.len() + self.file_row_start.len()) * 8;
         for f in &self.files {
-            b += f.unit_first_row.len() * 4 + (f.rg_row_start.len() + f.rg_unit_start.len()) * 8;
+            b += f.page_first_row.len() * 4 + (f.rg_row_start.len() + f.rg_page_start.len()) * 8;
             if let Some(oi) = f.meta.metadata().offset_index() {
                 for rg in oi {
                     for leaf in &f.leaves {

@@ -2,7 +2,7 @@
 //!
 //! A row starts wherever the repetition level is 0. For files without an OffsetIndex
 //! we need, per page, how many rows start in it and whether its first value starts a
-//! row (otherwise the page continues its predecessor's last row and cannot be a unit
+//! row (otherwise the page continues its predecessor's last row and cannot start an index page
 //! on its own). This decodes just enough of the level encodings to answer that.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,7 +20,7 @@ pub mod thrift;
 pub mod tokens;
 
 pub use error::{Error, Result};
-pub use index::{PageIndex, UnitInfo};
+pub use index::{PageIndex, PageInfo};
 pub use permute::Permutation;
 
 #[cfg(feature = "python")]

@@ -2,7 +2,7 @@
 //!
 //! Layout (little endian): magic, version, selected columns, then per file its path,
 //! size and mtime (to detect a stale index), its footer re-serialized by the parquet
-//! crate (without statistics), and per row group its unit table and the page
+//! crate (without statistics), and per row group its page table and the page
 //! locations youmu uses. Loading touches each data file only to `stat` and open it.
 
 use std::io::Write;
@@ -17,7 +17,7 @@ use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{FileEntry, SavedTables, UnitSource, file_stamp, open_file};
+use crate::file::{FileEntry, SavedTables, PageSource, file_stamp, open_file};
 use crate::index::PageIndex;
 use crate::runtime::runtime;
 
@@ -100,20 +100,20 @@ impl<'a> R<'a> {
     }
 }
 
-fn source_code(s: UnitSource) -> u8 {
+fn source_code(s: PageSource) -> u8 {
     match s {
-        UnitSource::OffsetIndex => 0,
-        UnitSource::HeaderScan => 1,
-        UnitSource::HeaderScanMerged => 2,
+        PageSource::OffsetIndex => 0,
+        PageSource::HeaderScan => 1,
+        PageSource::HeaderScanMerged => 2,
     }
 }
 
-fn source_from(code: u8, path: &Path) -> Result<UnitSource> {
+fn source_from(code: u8, path: &Path) -> Result<PageSource> {
     Ok(match code {
-        0 => UnitSource::OffsetIndex,
-        1 => UnitSource::HeaderScan,
-        2 => UnitSource::HeaderScanMerged,
-        other => return Err(Error::corrupt(path, format!("unknown unit source {other}"))),
+        0 => PageSource::OffsetIndex,
+        1 => PageSource::HeaderScan,
+        2 => PageSource::HeaderScanMerged,
+        other => return Err(Error::corrupt(path, format!("unknown page source {other}"))),
     })
 }
 
@@ -166,7 +166,7 @@ impl PageIndex {
             w.u32(f.num_row_groups() as u32);
             w.u32(f.leaves.len() as u32);
             for rg in 0..f.num_row_groups() {
-                w.u8(source_code(f.unit_source[rg]));
+                w.u8(source_code(f.page_source[rg]));
                 if f.rg_has_locations[rg] {
                     w.u8(1);
                     for locs in &locations_of[rg] {
@@ -180,9 +180,9 @@ impl PageIndex {
                 } else {
                     w.u8(0);
                 }
-                let (lo, hi) = (f.rg_unit_start[rg] as usize, f.rg_unit_start[rg + 1] as usize);
+                let (lo, hi) = (f.rg_page_start[rg] as usize, f.rg_page_start[rg + 1] as usize);
                 w.u32((hi - lo) as u32);
-                for u in &f.unit_first_row[lo..hi] {
+                for u in &f.page_first_row[lo..hi] {
                     w.u64(*u as u64);
                 }
             }
@@ -226,7 +226,7 @@ impl PageIndex {
             let footer = Bytes::copy_from_slice(r.bytes()?);
             let nrg = r.count(2)?;
             let nleaves = r.count(0)?;
-            let mut tables = SavedTables { locations: vec![], units: vec![], sources: vec![] };
+            let mut tables = SavedTables { locations: vec![], page_starts: vec![], sources: vec![] };
             for _ in 0..nrg {
                 tables.sources.push(source_from(r.u8()?, path)?);
                 if r.u8()? == 1 {
@@ -247,7 +247,7 @@ impl PageIndex {
                     tables.locations.push(None);
                 }
                 let n = r.count(8)?;
-                tables.units.push((0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?);
+                tables.page_starts.push((0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?);
             }
             raws.push(Raw { file, size, mtime, footer, tables });
         }

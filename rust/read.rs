@@ -1,10 +1,10 @@
-//! Reading one unit: a positioned read of its data page(s) per projected leaf (plus
+//! Reading one page of the index: a positioned read of its data page(s) per projected leaf (plus
 //! the chunk's dictionary page, cached), decoded to one Arrow `RecordBatch`.
 //!
 //! The decode uses only the documented arrow-rs reader API: the file's metadata (with
 //! the OffsetIndex youmu kept or synthesized) plus a row selection of exactly the
-//! unit's rows. With page locations present, the reader skips every other page without
-//! I/O, so a unit costs one `pread` per overlapping data page.
+//! page's rows. With page locations present, the reader skips every other page without
+//! I/O, so a page costs one `pread` per overlapping data page.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -81,19 +81,19 @@ impl PageIndex {
         }
     }
 
-    /// One unit (page) as a record batch.
-    pub fn read_unit(&self, id: u64) -> Result<RecordBatch> {
-        let info = self.unit_info(id)?;
+    /// One page as a record batch.
+    pub fn read_page(&self, id: u64) -> Result<RecordBatch> {
+        let info = self.page_info(id)?;
         self.read_rows_in_row_group(info.file, info.row_group, info.first_row, info.num_rows)
             .map_err(|e| e.context(&format!("page {id}")))
     }
 
-    /// The units `ids` as one batch (in `ids` order), optionally reordered by `take`
+    /// The pages `ids` as one batch (in `ids` order), optionally reordered by `take`
     /// (indices into the concatenated rows). This is a shuffle window: assembling it
     /// here keeps the copy in Rust (one concat, one take, freed straight back to the
     /// OS) and lets a prefetch thread do it off the consumer's path.
     pub fn read_window(&self, ids: &[u64], take: Option<&[u64]>) -> Result<RecordBatch> {
-        let batches = self.read_units(ids)?;
+        let batches = self.read_pages(ids)?;
         let schema = self.schema();
         let batch = arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| {
             Error::SchemaMismatch {
@@ -121,8 +121,8 @@ impl PageIndex {
             if r >= self.num_rows() {
                 return Err(Error::OutOfRange { what: "row", id: r as i128, len: self.num_rows() });
             }
-            let (unit, off) = self.locate_row(r)?;
-            let info = self.unit_info(unit)?;
+            let (page, off) = self.locate_row(r)?;
+            let info = self.page_info(page)?;
             self.read_rows_in_row_group(info.file, info.row_group, info.first_row + off, 1)
                 .map_err(|e| e.context(&format!("row {r}")))
         };
@@ -139,16 +139,16 @@ impl PageIndex {
         })
     }
 
-    /// Many units, read and decoded in parallel on youmu's pool; output in `ids` order.
-    pub fn read_units(&self, ids: &[u64]) -> Result<Vec<RecordBatch>> {
+    /// Many pages, read and decoded in parallel on youmu's pool; output in `ids` order.
+    pub fn read_pages(&self, ids: &[u64]) -> Result<Vec<RecordBatch>> {
         for &id in ids {
             if id >= self.len() {
                 return Err(Error::OutOfRange { what: "page", id: id as i128, len: self.len() });
             }
         }
         if ids.len() <= 1 {
-            return ids.iter().map(|&i| self.read_unit(i)).collect();
+            return ids.iter().map(|&i| self.read_page(i)).collect();
         }
-        runtime().pool().install(|| ids.par_iter().map(|&i| self.read_unit(i)).collect())
+        runtime().pool().install(|| ids.par_iter().map(|&i| self.read_page(i)).collect())
     }
 }

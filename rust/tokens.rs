@@ -9,8 +9,8 @@
 //! "present", and the values are one copy out of the decompressed page into the Arrow buffer.
 //!
 //! Anything this decoder does not recognise — dictionary pages, nulls or empty lists,
-//! other codecs, a unit that is not whole pages, a header that does not add up — makes
-//! it return `None`, and the unit goes through arrow-rs as before. It never reports
+//! other codecs, an index page that is not whole data pages, a header that does not add up — makes
+//! it return `None`, and the page goes through arrow-rs as before. It never reports
 //! corruption itself: the general path does that with its own checks.
 
 use std::sync::Arc;
@@ -26,8 +26,8 @@ use crate::levels::bit_width;
 use crate::thrift::{PageType, parse_page_header};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
-/// Units this decoder produced (the rest went through arrow-rs), for `io_stats()`.
-pub static DECODED_UNITS: AtomicU64 = AtomicU64::new(0);
+/// Pages this decoder produced (the rest went through arrow-rs), for `io_stats()`.
+pub static FAST_DECODED_PAGES: AtomicU64 = AtomicU64::new(0);
 
 /// Turn the fast path on or off (tests compare both; `YOUMU_FAST_DECODE=0` at import
 /// turns it off for a process).
@@ -95,7 +95,7 @@ pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<RecordBa
         let page = locs.get(k)?;
         let page_end = locs.get(k + 1).map(|p| p.first_row_index as u64).unwrap_or(rg_rows);
         if page_end > end {
-            return None; // the unit ends inside this page
+            return None; // the index page ends inside this data page
         }
         let rows = page_end.checked_sub(page.first_row_index as u64)?;
         let bytes = f.reader.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
@@ -118,7 +118,7 @@ pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<RecordBa
     let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
     let list = ListArray::try_new(child.clone(), offsets, array, None).ok()?;
     let batch = RecordBatch::try_new(Arc::new(Schema::new(vec![field.clone()])), vec![Arc::new(list)]).ok()?;
-    DECODED_UNITS.fetch_add(1, Ordering::Relaxed);
+    FAST_DECODED_PAGES.fetch_add(1, Ordering::Relaxed);
     Some(batch)
 }
 

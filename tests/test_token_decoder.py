@@ -53,10 +53,10 @@ def test_direct_decoder_equals_the_general_path(tmp_path: Path, name: str) -> No
     pq.write_table(pa.table({"tokens": arr}), path, data_page_size=8192, row_group_size=1100,
                    use_dictionary=c.pop("use_dictionary", False), write_page_index=c.pop("write_page_index", True), **c)
     idx = youmu.PageIndex(path, columns=["tokens"])
-    before = youmu.io_stats()["fast_decoded_units"]
+    before = youmu.io_stats()["fast_decoded_pages"]
     youmu.set_fast_decode(True)
     direct = [idx.read_page(i) for i in range(len(idx))]
-    used = youmu.io_stats()["fast_decoded_units"] - before
+    used = youmu.io_stats()["fast_decoded_pages"] - before
     youmu.set_fast_decode(False)
     general = [idx.read_page(i) for i in range(len(idx))]
     assert len(idx) > 3
@@ -77,7 +77,7 @@ def test_a_multi_column_projection_uses_the_general_path(tmp_path: Path) -> None
     pq.write_table(pa.table({"tokens": _tokens(500, np.int32, 1), "id": np.arange(500)}), path,
                    data_page_size=4096, use_dictionary=False)
     idx = youmu.PageIndex(path)
-    before = youmu.io_stats()["fast_decoded_units"]
+    before = youmu.io_stats()["fast_decoded_pages"]
     t = pa.Table.from_batches([idx.read_page(i) for i in range(len(idx))])
-    assert youmu.io_stats()["fast_decoded_units"] == before
+    assert youmu.io_stats()["fast_decoded_pages"] == before
     assert t.equals(pq.read_table(path))

@@ -14,7 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 use super::convert::{batches_to_py, ids_from, norm_index, paths_from};
 use crate::error::Result;
-use crate::file::UnitSource;
+use crate::file::PageSource;
 use crate::index::PageIndex;
 use crate::runtime::runtime;
 
@@ -122,7 +122,7 @@ impl PyPageIndex {
         self.inner.schema().as_ref().to_pyarrow(py)
     }
 
-    /// Bytes held by the page tables (locations, units, search arrays), footers excluded.
+    /// Bytes held by the page tables (locations, page starts, search arrays), footers excluded.
     #[getter]
     fn table_bytes(&self) -> usize {
         self.inner.table_bytes()
@@ -131,7 +131,7 @@ impl PyPageIndex {
     /// `{"file", "row_group", "page", "first_row", "num_rows", "global_first_row"}` of page `i`.
     fn page_info<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
         let id = norm_index(i, self.inner.len(), "page")?;
-        let u = self.inner.unit_info(id)?;
+        let u = self.inner.page_info(id)?;
         let d = PyDict::new(py);
         d.set_item("file", self.inner.file(u.file).path.display().to_string())?;
         d.set_item("file_index", u.file)?;
@@ -145,26 +145,26 @@ impl PyPageIndex {
 
     /// Rows of every page, in global page order (numpy int64).
     fn page_num_rows<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        let v: Vec<i64> = self.inner.unit_num_rows().into_iter().map(|x| x as i64).collect();
+        let v: Vec<i64> = self.inner.page_num_rows().into_iter().map(|x| x as i64).collect();
         PyArray1::from_vec(py, v)
     }
 
-    /// Compressed bytes of every page of the unit column (numpy int64).
+    /// Compressed bytes of every page of the page column (numpy int64).
     fn page_byte_sizes<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        let v: Vec<i64> = self.inner.unit_byte_sizes().into_iter().map(|x| x as i64).collect();
+        let v: Vec<i64> = self.inner.page_byte_sizes().into_iter().map(|x| x as i64).collect();
         PyArray1::from_vec(py, v)
     }
 
     /// Estimated decoded bytes of every page, selected columns (numpy int64): the row
     /// group's uncompressed bytes shared out by rows (metadata only).
     fn page_decoded_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        let v: Vec<i64> = self.inner.unit_decoded_bytes().into_iter().map(|x| x.min(i64::MAX as u64) as i64).collect();
+        let v: Vec<i64> = self.inner.page_decoded_bytes().into_iter().map(|x| x.min(i64::MAX as u64) as i64).collect();
         PyArray1::from_vec(py, v)
     }
 
     /// First page id of every file (length `num_files + 1`, numpy int64).
     fn file_page_starts<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        let v: Vec<i64> = self.inner.file_unit_starts().iter().map(|&x| x as i64).collect();
+        let v: Vec<i64> = self.inner.file_page_starts().iter().map(|&x| x as i64).collect();
         PyArray1::from_vec(py, v)
     }
 
@@ -193,7 +193,7 @@ impl PyPageIndex {
     fn read_page<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
         let id = norm_index(i, self.inner.len(), "page")?;
         let inner = self.inner.clone();
-        let b = super::detach(py, move || inner.read_unit(id))?;
+        let b = super::detach(py, move || inner.read_page(id))?;
         b.to_pyarrow(py)
     }
 
@@ -201,7 +201,7 @@ impl PyPageIndex {
     fn read_pages<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let ids = ids_from(ids, self.inner.len(), "page")?;
         let inner = self.inner.clone();
-        let batches = super::detach(py, move || inner.read_units(&ids))?;
+        let batches = super::detach(py, move || inner.read_pages(&ids))?;
         batches_to_py(py, batches)
     }
 
@@ -211,7 +211,7 @@ impl PyPageIndex {
         let inner = self.inner.clone();
         let (tx, rx) = sync_channel(1);
         runtime().pool().spawn(move || {
-            let _ = tx.send(super::guard(|| inner.read_units(&ids)));
+            let _ = tx.send(super::guard(|| inner.read_pages(&ids)));
         });
         Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
     }
@@ -265,11 +265,11 @@ impl PyPageIndex {
         d.set_item("size", f.size)?;
         d.set_item("num_rows", f.num_rows())?;
         d.set_item("num_row_groups", f.num_row_groups())?;
-        d.set_item("num_pages", f.num_units())?;
-        let count = |s: UnitSource| f.unit_source.iter().filter(|&&x| x == s).count();
-        d.set_item("row_groups_with_offset_index", count(UnitSource::OffsetIndex))?;
-        d.set_item("row_groups_header_scanned", count(UnitSource::HeaderScan))?;
-        d.set_item("row_groups_merged_pages", count(UnitSource::HeaderScanMerged))?;
+        d.set_item("num_pages", f.num_pages())?;
+        let count = |s: PageSource| f.page_source.iter().filter(|&&x| x == s).count();
+        d.set_item("row_groups_with_offset_index", count(PageSource::OffsetIndex))?;
+        d.set_item("row_groups_header_scanned", count(PageSource::HeaderScan))?;
+        d.set_item("row_groups_merged_pages", count(PageSource::HeaderScanMerged))?;
         d.set_item("row_groups_page_granular", f.rg_has_locations.iter().filter(|&&b| b).count())?;
         Ok(d)
     }

@@ -29,7 +29,7 @@ fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("bytes_read", BYTES_READ.load(Ordering::Relaxed))?;
     d.set_item("reads", READS.load(Ordering::Relaxed))?;
-    d.set_item("fast_decoded_units", crate::tokens::DECODED_UNITS.load(Ordering::Relaxed))?;
+    d.set_item("fast_decoded_pages", crate::tokens::FAST_DECODED_PAGES.load(Ordering::Relaxed))?;
     if let Ok(c) = runtime().dict_cache.lock() {
         d.set_item("dict_cache_hits", c.hits)?;
         d.set_item("dict_cache_misses", c.misses)?;
