@@ -3,8 +3,8 @@ mod common;
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use _core::PageIndex;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn benches(c: &mut Criterion) {
     let dir = common::bench_dir();
@@ -14,8 +14,12 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("index_build");
     g.sample_size(20);
-    g.bench_function("offset_index", |b| b.iter(|| black_box(PageIndex::build(&paths(&with_index), None, None).expect("build"))));
-    g.bench_function("header_scan", |b| b.iter(|| black_box(PageIndex::build(&paths(&without), None, None).expect("build"))));
+    g.bench_function("offset_index", |b| {
+        b.iter(|| black_box(PageIndex::build(&paths(&with_index), None, None).expect("build")))
+    });
+    g.bench_function("header_scan", |b| {
+        b.iter(|| black_box(PageIndex::build(&paths(&without), None, None).expect("build")))
+    });
     g.finish();
 
     let idx = PageIndex::build(&paths(&with_index), None, None).expect("build");

@@ -1,8 +1,8 @@
 //! Keyed permutation throughput. `cargo bench --bench permute`
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use _core::Permutation;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("permutation");

@@ -67,20 +67,14 @@ impl Error {
             || lower.contains("not supported")
             || lower.contains("unsupported")
             || lower.contains("not yet implemented");
-        if unsupported {
-            Error::Unsupported { path, detail }
-        } else {
-            Error::Corrupt { path, detail }
-        }
+        if unsupported { Error::Unsupported { path, detail } } else { Error::Corrupt { path, detail } }
     }
 
     /// Prefix the error with where it happened, keeping its kind.
     pub fn context(self, ctx: &str) -> Self {
         match self {
             Error::Corrupt { path, detail } => Error::Corrupt { path, detail: format!("{ctx}: {detail}") },
-            Error::Unsupported { path, detail } => {
-                Error::Unsupported { path, detail: format!("{ctx}: {detail}") }
-            }
+            Error::Unsupported { path, detail } => Error::Unsupported { path, detail: format!("{ctx}: {detail}") },
             other => other,
         }
     }

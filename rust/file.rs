@@ -68,12 +68,8 @@ pub struct FileEntry {
 
 pub fn file_stamp(path: &Path) -> Result<(u64, i64)> {
     let m = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    let mtime = m
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
+    let mtime =
+        m.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_nanos() as i64).unwrap_or(0);
     Ok((m.len(), mtime))
 }
 
@@ -132,7 +128,8 @@ pub(crate) fn check_footer_thrift<R: parquet::file::reader::ChunkReader>(path: &
     if meta_len + 8 > len {
         return Err(Error::corrupt(path, format!("footer length {meta_len} exceeds the file ({len} bytes)")));
     }
-    let bytes = reader.get_bytes(len - 8 - meta_len, meta_len as usize).map_err(|e| Error::from_parquet(path, "footer", e))?;
+    let bytes =
+        reader.get_bytes(len - 8 - meta_len, meta_len as usize).map_err(|e| Error::from_parquet(path, "footer", e))?;
     crate::thrift::check_struct(&bytes).map(|_| ()).map_err(|e| {
         let why = match e {
             crate::thrift::ThriftError::NeedMore => "a count or length runs past the end of the footer".to_string(),
@@ -154,7 +151,9 @@ fn offset_indexes_well_formed(reader: &PreadFile, md: &ParquetMetaData) -> bool 
         .row_groups()
         .iter()
         .flat_map(|rg| rg.columns().iter())
-        .filter_map(|c| Some((u64::try_from(c.offset_index_offset()?).ok()?, u64::try_from(c.offset_index_length()?).ok()?)))
+        .filter_map(|c| {
+            Some((u64::try_from(c.offset_index_offset()?).ok()?, u64::try_from(c.offset_index_length()?).ok()?))
+        })
         .collect();
     let (Some(lo), Some(hi)) = (
         ranges.iter().map(|r| r.0).min(),
@@ -288,14 +287,23 @@ impl FileEntry {
         for (rg, loc) in locations.iter().enumerate() {
             let Some(per_leaf) = loc else { continue };
             if per_leaf.len() != leaves.len() {
-                return Err(Error::corrupt(path, format!("row group {rg}: page locations for {} columns, expected {}", per_leaf.len(), leaves.len())));
+                return Err(Error::corrupt(
+                    path,
+                    format!("row group {rg}: page locations for {} columns, expected {}", per_leaf.len(), leaves.len()),
+                ));
             }
             for p in per_leaf.iter().flatten() {
-                let end = u64::try_from(p.offset).ok().zip(u64::try_from(p.compressed_page_size).ok()).and_then(|(o, n)| o.checked_add(n));
+                let end = u64::try_from(p.offset)
+                    .ok()
+                    .zip(u64::try_from(p.compressed_page_size).ok())
+                    .and_then(|(o, n)| o.checked_add(n));
                 if end.is_none_or(|e| e > size) {
                     return Err(Error::corrupt(
                         path,
-                        format!("row group {rg}: a page at offset {} ({} bytes) lies outside the file ({size} bytes)", p.offset, p.compressed_page_size),
+                        format!(
+                            "row group {rg}: a page at offset {} ({} bytes) lies outside the file ({size} bytes)",
+                            p.offset, p.compressed_page_size
+                        ),
                     ));
                 }
             }
@@ -328,13 +336,15 @@ impl FileEntry {
                 Some(per_leaf) => {
                     let mut row = vec![empty.clone(); num_cols];
                     for (leaf, locs) in leaves.iter().zip(per_leaf) {
-                        row[*leaf] = OffsetIndexMetaData { page_locations: locs, unencoded_byte_array_data_bytes: None };
+                        row[*leaf] =
+                            OffsetIndexMetaData { page_locations: locs, unencoded_byte_array_data_bytes: None };
                     }
                     oi.push(row);
                 }
             }
         }
-        let md = ParquetMetaDataBuilder::new_from_metadata(md).set_column_index(None).set_offset_index(Some(oi)).build();
+        let md =
+            ParquetMetaDataBuilder::new_from_metadata(md).set_column_index(None).set_offset_index(Some(oi)).build();
         let meta = ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new())
             .map_err(|e| Error::from_parquet(path, "schema", e))?;
 
@@ -473,7 +483,8 @@ fn build_tables(
 ) -> Result<Tables> {
     let descr = md.file_metadata().schema_descr();
     let n = md.num_row_groups();
-    let (mut locations, mut page_starts, mut sources) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut locations, mut page_starts, mut sources) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for rg in 0..n {
         let rows = rg_row_start[rg + 1] - rg_row_start[rg];
         if rows == 0 {
@@ -551,7 +562,11 @@ pub(crate) fn row_aligned_pages(pages: &[crate::scan::ScannedPage]) -> (Vec<u64>
         } else {
             aligned = false;
         }
-        locs.push(PageLocation { offset: p.offset as i64, compressed_page_size: p.total_len as i32, first_row_index: row as i64 });
+        locs.push(PageLocation {
+            offset: p.offset as i64,
+            compressed_page_size: p.total_len as i32,
+            first_row_index: row as i64,
+        });
         row += p.rows;
     }
     (page_starts, locs, aligned)

@@ -241,11 +241,7 @@ impl PageIndex {
             for rg in 0..f.num_row_groups() {
                 let rows = f.rg_rows(rg).max(1) as u128;
                 let meta = md.row_group(rg);
-                let bytes: u128 = f
-                    .leaves
-                    .iter()
-                    .map(|&l| meta.column(l).uncompressed_size().max(0) as u128)
-                    .sum();
+                let bytes: u128 = f.leaves.iter().map(|&l| meta.column(l).uncompressed_size().max(0) as u128).sum();
                 let (lo, hi) = (f.rg_page_start[rg] as usize, f.rg_page_start[rg + 1] as usize);
                 for u in lo..hi {
                     let end = if u + 1 < hi { f.page_first_row[u + 1] as u64 } else { f.rg_rows(rg) };
@@ -272,7 +268,8 @@ impl PageIndex {
                 for rg in oi {
                     for leaf in &f.leaves {
                         if let Some(c) = rg.get(*leaf) {
-                            b += c.page_locations.len() * std::mem::size_of::<parquet::file::page_index::offset_index::PageLocation>();
+                            b += c.page_locations.len()
+                                * std::mem::size_of::<parquet::file::page_index::offset_index::PageLocation>();
                         }
                     }
                 }

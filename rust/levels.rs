@@ -49,7 +49,9 @@ pub fn scan_rle_hybrid(buf: &[u8], width: u8, num_values: usize) -> Result<RowSt
         if header & 1 == 1 {
             let groups = (header >> 1) as usize;
             let nbytes = groups.checked_mul(width as usize).ok_or("bit-packed run too long")?;
-            let data = buf.get(pos..pos.checked_add(nbytes).ok_or("bit-packed run too long")?).ok_or("bit-packed run runs past the level data")?;
+            let data = buf
+                .get(pos..pos.checked_add(nbytes).ok_or("bit-packed run too long")?)
+                .ok_or("bit-packed run runs past the level data")?;
             pos += nbytes;
             let n = (groups * 8).min(num_values - seen);
             for i in 0..n {

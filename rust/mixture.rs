@@ -175,7 +175,10 @@ impl FlatMap {
         let mut total = 0u64;
         offsets.push(0);
         for &n in lengths {
-            total = total.checked_add(n).filter(|&t| t <= MAX_LEN).ok_or_else(|| invalid("total length exceeds 2^63 - 1"))?;
+            total = total
+                .checked_add(n)
+                .filter(|&t| t <= MAX_LEN)
+                .ok_or_else(|| invalid("total length exceeds 2^63 - 1"))?;
             offsets.push(total);
         }
         let perm = key.map(|k| Permutation::new(total, k));
@@ -374,8 +377,10 @@ impl Tree {
                 }
             }
         }
-        let mut flat: Vec<FlatNode> =
-            nodes.iter().map(|n| FlatNode { p: n.p, phase: n.phase, left: code(n.left), right: code(n.right) }).collect();
+        let mut flat: Vec<FlatNode> = nodes
+            .iter()
+            .map(|n| FlatNode { p: n.p, phase: n.phase, left: code(n.left), right: code(n.right) })
+            .collect();
         flat.push(FlatNode { p: 0, phase: 0, left: 0, right: 0 });
         Ok(Tree { root, nodes, flat, paths })
     }
@@ -484,11 +489,7 @@ fn descend_lanes(trees: &[&Tree; LANES], ks: &mut [u64; LANES]) -> [u32; LANES] 
 /// Quantise one stage's weights to integer units (every positive weight gets >= 1).
 fn weight_units(weights: &[f64], stage: usize, names: &[String]) -> Result<Vec<(u32, u64)>> {
     if weights.len() != names.len() {
-        return Err(invalid(format!(
-            "stage {stage} has {} weights for {} children",
-            weights.len(),
-            names.len()
-        )));
+        return Err(invalid(format!("stage {stage} has {} weights for {} children", weights.len(), names.len())));
     }
     for (w, name) in weights.iter().zip(names) {
         if !w.is_finite() || *w < 0.0 {
@@ -1071,7 +1072,8 @@ mod tests {
                 if chunk > 1 && n > chunk {
                     // every full run of `chunk` positions holds one run of items
                     let full = n / chunk;
-                    let runs: std::collections::HashSet<u64> = items.iter().filter(|&&x| x < full * chunk).map(|x| x / chunk).collect();
+                    let runs: std::collections::HashSet<u64> =
+                        items.iter().filter(|&&x| x < full * chunk).map(|x| x / chunk).collect();
                     assert_eq!(runs.len() as u64, full);
                     let mut jumps = 0;
                     for w in items.windows(2) {
@@ -1118,7 +1120,8 @@ mod tests {
 
     #[test]
     fn descend_counts_and_inverse_agree() {
-        let units: Vec<(u32, u64)> = [5u64, 1, 1, 30, 2, 8].iter().enumerate().map(|(c, &w)| (c as u32, w << 40)).collect();
+        let units: Vec<(u32, u64)> =
+            [5u64, 1, 1, 30, 2, 8].iter().enumerate().map(|(c, &w)| (c as u32, w << 40)).collect();
         let t = Tree::build(&units, 6, 11).expect("tree");
         let mut counts = vec![0u64; 6];
         for k in 0..20_000u64 {
@@ -1227,7 +1230,8 @@ mod tests {
     #[test]
     fn batch_locate_equals_one_by_one() {
         let stages = vec![(0u64, vec![1.0, 2.0, 0.01]), (333, vec![0.0, 1.0, 1.0]), (5000, vec![3.0, 0.0, 1.0])];
-        let mut m = MixtureMap::new(names(3), vec![17, 1, 300], &stages, 50, 8, Policy::Restart, Some(20_000)).expect("mix");
+        let mut m =
+            MixtureMap::new(names(3), vec![17, 1, 300], &stages, 50, 8, Policy::Restart, Some(20_000)).expect("mix");
         m.set_child_chunks(&[4, 1, 1]).expect("chunks");
         let ids: Vec<u64> = (0..1003u64).map(|i| mix64(i) % 20_000).chain(0..77).collect();
         let mut got = vec![None; ids.len()];
@@ -1239,7 +1243,8 @@ mod tests {
 
     #[test]
     fn stages_switch_exactly_and_numbering_carries_over() {
-        let stages = vec![(0u64, vec![1.0, 0.0]), (1000, vec![0.0, 1.0]), (1500, vec![1.0, 1.0]), (1501, vec![1.0, 3.0])];
+        let stages =
+            vec![(0u64, vec![1.0, 0.0]), (1000, vec![0.0, 1.0]), (1500, vec![1.0, 1.0]), (1501, vec![1.0, 3.0])];
         // end on a block boundary of the last stage (whole blocks hold contiguous numbers)
         let end = 1501 + 64 * 50;
         let m = MixtureMap::new(names(2), vec![100, 100], &stages, 64, 1, Policy::Restart, Some(end)).expect("mix");
@@ -1283,7 +1288,8 @@ mod tests {
         let too_long = MixtureMap::new(names(2), vec![100, 10], &stages, 8, 4, Policy::Stop, Some(n + 1));
         assert!(too_long.is_err());
         // a single child is used up exactly, even when its length is not a multiple of the block
-        let one = MixtureMap::new(names(2), vec![30, 0], &[(0, vec![1.0, 0.0])], 4, 0, Policy::Stop, None).expect("mix");
+        let one =
+            MixtureMap::new(names(2), vec![30, 0], &[(0, vec![1.0, 0.0])], 4, 0, Policy::Stop, None).expect("mix");
         assert_eq!(one.len(), 30);
         // exhaustion inside an early stage drops the later stages
         let st = [(0, vec![1.0, 1.0]), (1000, vec![1.0, 0.0])];
@@ -1304,7 +1310,15 @@ mod tests {
             MixtureMap::new(names(2), vec![5, 5], &st(vec![1.0]), 4, 0, Policy::Restart, None),
             MixtureMap::new(names(2), vec![5, 5], &st(vec![1.0, 1.0]), 0, 0, Policy::Restart, None),
             MixtureMap::new(names(2), vec![5, 5], &[(1, vec![1.0, 1.0])], 4, 0, Policy::Restart, None),
-            MixtureMap::new(names(2), vec![5, 5], &[(0, vec![1.0, 1.0]), (0, vec![1.0, 0.0])], 4, 0, Policy::Restart, None),
+            MixtureMap::new(
+                names(2),
+                vec![5, 5],
+                &[(0, vec![1.0, 1.0]), (0, vec![1.0, 0.0])],
+                4,
+                0,
+                Policy::Restart,
+                None,
+            ),
             MixtureMap::new(vec![], vec![], &st(vec![]), 4, 0, Policy::Restart, None),
         ];
         for (k, b) in bad.iter().enumerate() {

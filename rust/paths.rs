@@ -93,7 +93,8 @@ mod tests {
             std::fs::write(d.path().join(f), b"x").unwrap();
         }
         let got = expand(&[d.path().to_str().unwrap().to_string()]).unwrap();
-        let names: Vec<_> = got.iter().map(|p| p.strip_prefix(d.path()).unwrap().to_str().unwrap().to_string()).collect();
+        let names: Vec<_> =
+            got.iter().map(|p| p.strip_prefix(d.path()).unwrap().to_str().unwrap().to_string()).collect();
         assert_eq!(names, vec!["a.parquet", "b/2.parquet"]);
     }
 

@@ -17,7 +17,7 @@ use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{FileEntry, SavedTables, PageSource, file_stamp, open_file};
+use crate::file::{FileEntry, PageSource, SavedTables, file_stamp, open_file};
 use crate::index::PageIndex;
 use crate::runtime::runtime;
 

@@ -10,9 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use parquet::arrow::arrow_reader::{
-    ParquetRecordBatchReaderBuilder, RowSelection, RowSelectionPolicy, RowSelector,
-};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelectionPolicy, RowSelector};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -36,7 +34,8 @@ impl PageIndex {
                 dict_ranges: Arc::new(f.dict_ranges(rg)),
                 max_page_bytes: f.max_chunk_bytes(rg),
             };
-            let selection = RowSelection::from(vec![RowSelector::skip(first as usize), RowSelector::select(n as usize)]);
+            let selection =
+                RowSelection::from(vec![RowSelector::skip(first as usize), RowSelector::select(n as usize)]);
             let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(reader, f.meta.clone())
                 .with_row_groups(vec![rg])
                 .with_projection(f.mask.clone())
@@ -95,12 +94,10 @@ impl PageIndex {
     pub fn read_window(&self, ids: &[u64], take: Option<&[u64]>) -> Result<RecordBatch> {
         let batches = self.read_pages(ids)?;
         let schema = self.schema();
-        let batch = arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| {
-            Error::SchemaMismatch {
-                first: self.files[0].path.display().to_string(),
-                other: "another file of this window".into(),
-                detail: format!("pages cannot be combined into one batch: {e}"),
-            }
+        let batch = arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| Error::SchemaMismatch {
+            first: self.files[0].path.display().to_string(),
+            other: "another file of this window".into(),
+            detail: format!("pages cannot be combined into one batch: {e}"),
         })?;
         drop(batches);
         let Some(take) = take else { return Ok(batch) };

@@ -5,8 +5,8 @@
 //! fork. The parent's runtime is leaked in the child on purpose: dropping it would try
 //! to join threads that do not exist there.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::cache::ByteLru;
 

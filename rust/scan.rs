@@ -93,9 +93,8 @@ pub fn scan_chunk(
         // v2 repetition levels sit uncompressed right after the header: read just them.
         for (p, (h, hl)) in pages.iter_mut().zip(&headers) {
             let rep_len = h.rep_levels_byte_len.unwrap_or(0).max(0) as usize;
-            let levels = file
-                .read_range(p.offset + *hl as u64, rep_len)
-                .map_err(|e| Error::from_parquet(path, ctx, e))?;
+            let levels =
+                file.read_range(p.offset + *hl as u64, rep_len).map_err(|e| Error::from_parquet(path, ctx, e))?;
             let rs = scan_rle_hybrid(&levels, width, h.num_values as usize)
                 .map_err(|e| Error::corrupt(path, format!("{ctx}: page at offset {}: {e}", p.offset)))?;
             apply(p, rs);
@@ -138,9 +137,9 @@ pub fn scan_chunk(
             }
         }
         .map_err(|e| Error::corrupt(path, format!("{ctx}: data page {i}: {e}")))?;
-        let p = pages.get_mut(i).ok_or_else(|| {
-            Error::corrupt(path, format!("{ctx}: more data pages decoded than page headers found"))
-        })?;
+        let p = pages
+            .get_mut(i)
+            .ok_or_else(|| Error::corrupt(path, format!("{ctx}: more data pages decoded than page headers found")))?;
         apply(p, rs);
         i += 1;
     }

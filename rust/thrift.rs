@@ -122,7 +122,11 @@ impl<'a> Cursor<'a> {
                 self.check_count(n)?;
                 for _ in 0..n {
                     // booleans inside containers take one byte each
-                    if elem == 1 || elem == 2 { self.byte()?; } else { self.skip(elem, depth + 1)?; }
+                    if elem == 1 || elem == 2 {
+                        self.byte()?;
+                    } else {
+                        self.skip(elem, depth + 1)?;
+                    }
                 }
                 Ok(())
             }

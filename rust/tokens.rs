@@ -253,9 +253,15 @@ fn length_prefixed(buf: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// One run of RLE / bit-packed-hybrid data.
 enum Run<'a> {
-    Repeat { value: u64, count: usize },
+    Repeat {
+        value: u64,
+        count: usize,
+    },
     /// `count` values of `width` bits, least significant bit first.
-    Packed { data: &'a [u8], count: usize },
+    Packed {
+        data: &'a [u8],
+        count: usize,
+    },
 }
 
 /// Split hybrid-encoded levels into runs covering exactly `num_values` values.

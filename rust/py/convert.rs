@@ -29,7 +29,8 @@ pub fn ids_from(obj: &Bound<'_, PyAny>, len: u64, what: &str) -> PyResult<Vec<u6
         let cast = obj.call_method1("astype", ("int64",))?;
         return ids_from(&cast, len, what);
     }
-    let v: Vec<i64> = obj.extract().map_err(|_| PyTypeError::new_err(format!("{what} ids must be a sequence of integers")))?;
+    let v: Vec<i64> =
+        obj.extract().map_err(|_| PyTypeError::new_err(format!("{what} ids must be a sequence of integers")))?;
     check(v.into_iter(), len, what)
 }
 
@@ -46,14 +47,7 @@ fn out_of_range(what: &str, id: i128, len: u64) -> PyErr {
 }
 
 fn check(it: impl Iterator<Item = i64>, len: u64, what: &str) -> PyResult<Vec<u64>> {
-    it.map(|x| {
-        if x < 0 || x as u64 >= len {
-            Err(out_of_range(what, x as i128, len))
-        } else {
-            Ok(x as u64)
-        }
-    })
-    .collect()
+    it.map(|x| if x < 0 || x as u64 >= len { Err(out_of_range(what, x as i128, len)) } else { Ok(x as u64) }).collect()
 }
 
 /// Python-style index (negative counts from the end).

@@ -23,10 +23,8 @@ fn class_name(e: &Error) -> &'static str {
 
 pub fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
     let msg = e.to_string();
-    let made = py
-        .import("youmu.errors")
-        .and_then(|m| m.getattr(class_name(&e)))
-        .and_then(|cls| cls.call1((msg.clone(),)));
+    let made =
+        py.import("youmu.errors").and_then(|m| m.getattr(class_name(&e))).and_then(|cls| cls.call1((msg.clone(),)));
     match made {
         Ok(exc) => PyErr::from_value(exc),
         Err(_) => PyRuntimeError::new_err(msg),

@@ -257,7 +257,12 @@ impl PyPageIndex {
     /// Per-file details for `youmu inspect`.
     fn file_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyDict>> {
         if i >= self.inner.num_files() {
-            return Err(crate::error::Error::OutOfRange { what: "file", id: i as i128, len: self.inner.num_files() as u64 }.into());
+            return Err(crate::error::Error::OutOfRange {
+                what: "file",
+                id: i as i128,
+                len: self.inner.num_files() as u64,
+            }
+            .into());
         }
         let f = self.inner.file(i);
         let d = PyDict::new(py);
@@ -312,9 +317,9 @@ impl PendingPages {
             std::mem::replace(&mut *g, State::Taken)
         };
         let out = match state {
-            State::Waiting(rx) => py.detach(move || rx.recv()).map_err(|_| {
-                PyRuntimeError::new_err("youmu's reader thread stopped before delivering the pages")
-            })?,
+            State::Waiting(rx) => py
+                .detach(move || rx.recv())
+                .map_err(|_| PyRuntimeError::new_err("youmu's reader thread stopped before delivering the pages"))?,
             State::Ready(r) => r,
             State::Taken => return Err(PyRuntimeError::new_err("result() was already taken")),
         };

@@ -119,4 +119,3 @@ impl PyPermutation {
 pub fn _permutation_from_key(n: u64, seed: u64, epoch: u64, key: u64) -> PyPermutation {
     PyPermutation { inner: Permutation::new(n, key), seed, epoch, key }
 }
-
