@@ -171,12 +171,21 @@ fn offset_indexes_well_formed(reader: &PreadFile, md: &ParquetMetaData) -> bool 
     })
 }
 
+/// The selected columns of one file, resolved against its schema.
+struct Projection {
+    mask: ProjectionMask,
+    /// Leaf column indices of the projection (file order).
+    leaves: Vec<usize>,
+    /// The leaf whose data pages define the index's pages.
+    page_leaf: usize,
+    /// Columns of a read batch, in the user's order (`None`: already in order).
+    reorder: Option<Vec<usize>>,
+    /// Projected fields in the user's order.
+    fields: Vec<FieldRef>,
+}
+
 /// Resolve `columns` (top-level names; None = all) against a file.
-fn resolve_projection(
-    path: &Path,
-    meta: &ArrowReaderMetadata,
-    columns: Option<&[String]>,
-) -> Result<(ProjectionMask, Vec<usize>, usize, Option<Vec<usize>>, Vec<FieldRef>)> {
+fn resolve_projection(path: &Path, meta: &ArrowReaderMetadata, columns: Option<&[String]>) -> Result<Projection> {
     let descr = meta.parquet_schema();
     let roots = descr.root_schema().get_fields();
     let root_names: Vec<&str> = roots.iter().map(|f| f.name()).collect();
@@ -226,7 +235,7 @@ fn resolve_projection(
         });
     }
     let fields = chosen.iter().map(|&i| schema.fields()[i].clone()).collect();
-    Ok((mask, leaves, page_leaf, reorder, fields))
+    Ok(Projection { mask, leaves, page_leaf, reorder, fields })
 }
 
 impl FileEntry {
@@ -250,7 +259,7 @@ impl FileEntry {
     ) -> Result<FileEntry> {
         let plain = ArrowReaderMetadata::try_new(Arc::new(md.clone()), ArrowReaderOptions::new())
             .map_err(|e| Error::from_parquet(path, "schema", e))?;
-        let (mask, leaves, page_leaf, reorder, fields) = resolve_projection(path, &plain, columns)?;
+        let Projection { mask, leaves, page_leaf, reorder, fields } = resolve_projection(path, &plain, columns)?;
         drop(plain);
         let descr = md.file_metadata().schema_descr_ptr();
         let num_rgs = md.num_row_groups();
@@ -278,7 +287,7 @@ impl FileEntry {
             let ok = if rows == 0 {
                 u.len() <= 1 && u.iter().all(|&r| r == 0)
             } else {
-                u.first() == Some(&0) && u.windows(2).all(|w| w[0] < w[1]) && u.iter().all(|&r| (r as u64) < rows)
+                u.first() == Some(&0) && u.windows(2).all(|w| w[0] < w[1]) && u.iter().all(|&r| r < rows)
             };
             if !ok {
                 return Err(Error::corrupt(path, format!("row group {rg}: page table does not fit its {rows} rows")));
@@ -518,10 +527,10 @@ fn build_tables(
                     format!("{ctx}: pages hold {total} rows but the row group has {rows}"),
                 ));
             }
-            if let Some(first) = chunk.pages.first() {
-                if !first.starts_on_boundary {
-                    return Err(Error::corrupt(path, format!("{ctx}: first page does not start a row")));
-                }
+            if let Some(first) = chunk.pages.first()
+                && !first.starts_on_boundary
+            {
+                return Err(Error::corrupt(path, format!("{ctx}: first page does not start a row")));
             }
             let (leaf_pages, locs, aligned) = row_aligned_pages(&chunk.pages);
             if !aligned {

@@ -165,11 +165,11 @@ impl PageIndex {
             let locations_of: Vec<Vec<Vec<PageLocation>>> = (0..f.num_row_groups()).map(|rg| f.locations(rg)).collect();
             w.u32(f.num_row_groups() as u32);
             w.u32(f.leaves.len() as u32);
-            for rg in 0..f.num_row_groups() {
+            for (rg, rg_locations) in locations_of.iter().enumerate() {
                 w.u8(source_code(f.page_source[rg]));
                 if f.rg_has_locations[rg] {
                     w.u8(1);
-                    for locs in &locations_of[rg] {
+                    for locs in rg_locations {
                         w.u32(locs.len() as u32);
                         for l in locs {
                             w.i64(l.offset);

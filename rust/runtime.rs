@@ -54,10 +54,10 @@ pub fn runtime() -> &'static Runtime {
     let pid = std::process::id();
     let cur = CURRENT.load(Ordering::Acquire);
     // SAFETY: runtimes are leaked (never freed), so any pointer ever stored stays valid.
-    if let Some(rt) = unsafe { cur.as_ref() } {
-        if rt.pid == pid {
-            return rt;
-        }
+    if let Some(rt) = unsafe { cur.as_ref() }
+        && rt.pid == pid
+    {
+        return rt;
     }
     let fresh = Box::into_raw(Box::new(Runtime::new()));
     match CURRENT.compare_exchange(cur, fresh, Ordering::AcqRel, Ordering::Acquire) {
@@ -101,12 +101,12 @@ pub fn set_num_threads(n: usize) {
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        if let Some(bytes) = std::env::var("YOUMU_MMAP_THRESHOLD").ok().and_then(|v| v.parse::<i32>().ok()) {
-            if bytes > 0 {
-                // SAFETY: mallopt only adjusts allocator parameters.
-                unsafe {
-                    libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
-                }
+        if let Some(bytes) = std::env::var("YOUMU_MMAP_THRESHOLD").ok().and_then(|v| v.parse::<i32>().ok())
+            && bytes > 0
+        {
+            // SAFETY: mallopt only adjusts allocator parameters.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
             }
         }
     }

@@ -296,10 +296,10 @@ pub fn parse_page_header(buf: &[u8]) -> Result<(PageHeader, usize), ThriftError>
             h.compressed_size, h.uncompressed_size, h.num_values
         )));
     }
-    if let Some(r) = h.num_rows {
-        if r < 0 {
-            return Err(ThriftError::Invalid(format!("negative num_rows {r} in page header")));
-        }
+    if let Some(r) = h.num_rows
+        && r < 0
+    {
+        return Err(ThriftError::Invalid(format!("negative num_rows {r} in page header")));
     }
     Ok((h, c.pos))
 }

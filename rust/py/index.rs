@@ -18,6 +18,9 @@ use crate::file::PageSource;
 use crate::index::PageIndex;
 use crate::runtime::runtime;
 
+/// Two numpy int64 arrays of equal length (pages and offsets of rows).
+type ArrayPair<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
+
 #[pyclass(name = "PageIndex", module = "youmu._core", frozen)]
 pub struct PyPageIndex {
     pub inner: Arc<PageIndex>,
@@ -169,11 +172,7 @@ impl PyPageIndex {
     }
 
     /// For global rows, the page holding each and the offset within that page.
-    fn locate_rows<'py>(
-        &self,
-        py: Python<'py>,
-        rows: &Bound<'py, PyAny>,
-    ) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)> {
+    fn locate_rows<'py>(&self, py: Python<'py>, rows: &Bound<'py, PyAny>) -> PyResult<ArrayPair<'py>> {
         let rows = ids_from(rows, self.inner.num_rows(), "row")?;
         let inner = self.inner.clone();
         let (pages, offs): (Vec<i64>, Vec<i64>) = super::detach(py, move || -> Result<_> {
@@ -329,10 +328,10 @@ impl PendingPages {
     /// Whether the pages are ready (never blocks).
     fn done(&self) -> PyResult<bool> {
         let mut g = self.state.lock().map_err(|_| PyRuntimeError::new_err("prefetch state poisoned"))?;
-        if let State::Waiting(rx) = &*g {
-            if let Ok(r) = rx.try_recv() {
-                *g = State::Ready(r);
-            }
+        if let State::Waiting(rx) = &*g
+            && let Ok(r) = rx.try_recv()
+        {
+            *g = State::Ready(r);
         }
         Ok(!matches!(&*g, State::Waiting(_)))
     }

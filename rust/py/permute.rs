@@ -78,7 +78,7 @@ impl PyPermutation {
     /// `perm[i]` for every i of an integer array (numpy int64 out).
     fn take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let ids = ids_from(idx, self.inner.len(), "position")?;
-        let perm = self.inner.clone();
+        let perm = self.inner;
         let out = py.detach(move || run_many(&perm, ids, false));
         Ok(PyArray1::from_vec(py, out))
     }
@@ -86,7 +86,7 @@ impl PyPermutation {
     /// `inverse(x)` for every x of an integer array.
     fn inverse_take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let ids = ids_from(idx, self.inner.len(), "element")?;
-        let perm = self.inner.clone();
+        let perm = self.inner;
         let out = py.detach(move || run_many(&perm, ids, true));
         Ok(PyArray1::from_vec(py, out))
     }
@@ -96,7 +96,7 @@ impl PyPermutation {
     fn range<'py>(&self, py: Python<'py>, start: u64, stop: Option<u64>) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let stop = stop.unwrap_or(self.inner.len()).min(self.inner.len());
         let ids: Vec<u64> = (start.min(stop)..stop).collect();
-        let perm = self.inner.clone();
+        let perm = self.inner;
         let out = py.detach(move || run_many(&perm, ids, false));
         Ok(PyArray1::from_vec(py, out))
     }
