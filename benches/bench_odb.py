@@ -108,7 +108,7 @@ def _rank_main(rank: int, world: int, port: int, q: Any, cfg: dict[str, Any]) ->
                 "rounds": s["rounds"],
             }
         # raw all_gather latency of one round's message, all ranks ready (no waiting for fills)
-        from youmu.batching import GlooChannel
+        from youmu.dist import GlooChannel
         from youmu.batching.alignment import message_length
 
         ch = GlooChannel.from_default_group(timeout=300)

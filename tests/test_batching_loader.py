@@ -220,7 +220,7 @@ def test_info_counts_are_consistent_with_tokens() -> None:
 @pytest.mark.parametrize(
     "module",
     ["grouping", "alignment", "protocol", "simulate", "sampling", "synthetic", "loss", "info", "metrics",
-     "channel", "collate", "errors", "loader", "__init__"],
+     "errors", "loader", "__init__"],
 )
 def test_docstring_examples(module: str) -> None:
     import doctest

@@ -299,10 +299,11 @@ def test_youmu_dataset_variants(index: youmu.PageIndex, paths: dict[str, str], g
 
 
 def test_reiteration(index: youmu.PageIndex, paths: dict[str, str], golden: GoldenBook) -> None:
-    """Iterating the same object again in the main process: after a finished epoch
-    it starts the epoch over (the same rows); after a ``break`` it continues where
-    the last iteration stopped (its position is its state). Pinned for
-    ``YoumuDataset``, ``pack`` and ``MapStream``, broken off after 37 items."""
+    """Iterating the same object again in the main process: every ``iter()`` is an
+    independent pass (the stream contract, :mod:`youmu.stateful`), so after a finished
+    epoch and after a ``break`` alike the next pass starts the epoch over (the same
+    rows). Pinned for ``YoumuDataset``, ``pack`` and ``MapStream``, broken off after 37
+    items."""
     streams = {}
     full = epoch_rows(index, "page", 2, 1, 0)
     ds = youmu_ds(index, "page", 2, 1)
@@ -322,6 +323,7 @@ def test_reiteration(index: youmu.PageIndex, paths: dict[str, str], golden: Gold
         del it
         again = [key(x) for x in stream]
         assert head == whole[:RESUME_AFTER]
+        assert again == whole
         streams[f"reiterate_after_break/{name}/after{RESUME_AFTER}"] = again
     check(golden, streams)
 

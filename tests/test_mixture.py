@@ -447,7 +447,8 @@ def test_pack_over_a_mixture_stream_resumes() -> None:
 @settings(max_examples=80, deadline=None)
 def test_mixture_stream_deals_runs_exactly_once(n: int, world: int, workers: int, run: int, drop_last: bool) -> None:
     pytest.importorskip("torch")
-    from youmu.torch.mixture import MixtureStream
+    from youmu.sharding import Shard, run_round_robin_index
+    from youmu.torch import MixtureStream
 
     data = list(range(n))
     seen: list[int] = []
@@ -457,7 +458,7 @@ def test_mixture_stream_deals_runs_exactly_once(n: int, world: int, workers: int
         mine: list[int] = []
         for w in range(workers):
             count = s._count(w, workers)
-            got = [s._index(p, w, workers) for p in range(count)]
+            got = [run_round_robin_index(p, run, Shard(rank, world, w, workers)) for p in range(count)]
             assert all(i // run % world == rank for i in got)  # whole runs, dealt by rank
             mine += got
         assert len(mine) == len(s) == len(list(s))

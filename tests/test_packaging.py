@@ -6,9 +6,10 @@ import subprocess
 import sys
 
 
-def test_core_and_streams_do_not_import_torch() -> None:
+def test_core_streams_and_pure_layers_do_not_import_torch() -> None:
     code = (
-        "import sys, youmu, youmu.stream, youmu.plan, youmu.rows, youmu.cli\n"
+        "import sys, youmu, youmu.stream, youmu.shuffle, youmu.sharding, youmu.stateful, youmu.rows, youmu.cli\n"
+        "import youmu.mixture, youmu.dist, youmu.batching, youmu.planning\n"
         "youmu.PageIndex; youmu.Permutation(10)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

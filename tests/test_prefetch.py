@@ -62,7 +62,7 @@ def test_breaking_out_stops_the_thread() -> None:
     src = Counting(10_000)
     p = Prefetcher(src, depth=2)
     for i, _ in enumerate(p):
-        thread = p._thread
+        thread = p._producer.thread if p._producer is not None else None
         if i == 3:
             break
     p.close()

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from torch.utils.data import DataLoader
 
 import youmu
-from youmu.plan import ShardPlan, positions_to_rows, rank_caps
+from youmu.shuffle import ShardPlan, positions_to_rows, rank_caps
 from youmu.stream import RowStream
 from youmu.torch import YoumuDataset, collate_packed, pack
 
@@ -77,7 +77,7 @@ def test_a_ranks_rows_do_not_depend_on_its_worker_count(index, mode) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_drop_last_gives_every_rank_the_same_count(index, mode) -> None:
     pr = index.page_num_rows()
-    from youmu.plan import window_pages_for
+    from youmu.shuffle import window_pages_for
 
     wp = window_pages_for(pr, 200, 3)
     caps, dropped = rank_caps(pr, mode, window_pages=wp, window_rows=200, seed=1, epoch=0, world_size=3, num_workers=2)
@@ -316,7 +316,7 @@ def test_decoded_size_estimate_tracks_what_pages_decode_to(index) -> None:
 
 
 def test_memory_budget_shrinks_windows_and_keeps_every_row(index) -> None:
-    from youmu.plan import WINDOWS_IN_FLIGHT
+    from youmu.shuffle import WINDOWS_IN_FLIGHT
 
     est = index.page_decoded_bytes()
     budget = int(WINDOWS_IN_FLIGHT * 2 * est.max())  # two of the largest pages per window

@@ -1,9 +1,15 @@
-"""youmu's exception hierarchy.
+"""youmu's exception hierarchy: every error youmu raises is a :class:`YoumuError`.
 
-Every error raised by youmu is a :class:`YoumuError`; each kind also inherits the
-builtin exception users would catch for it (``IndexError`` for out-of-range ids,
-``ValueError`` for bad arguments, ``OSError`` for I/O). Messages name the file and,
-where known, the row group, page and byte offset.
+Each kind also inherits the builtin exception users would catch for it
+(``IndexError`` for out-of-range ids, ``ValueError`` for bad arguments and states,
+``TypeError`` for arguments of the wrong type, ``OSError`` for I/O, ``RuntimeError``
+for a loader that fails while running), so ``except ValueError`` keeps working and
+``except youmu.YoumuError`` catches everything youmu raises. Messages name the
+argument, file, row group, page or state field at fault.
+
+The native core maps its errors onto these classes in one place (``rust/py/errors.rs``);
+the Python layers raise them directly, usually through :mod:`youmu._args` (argument
+checks) and :mod:`youmu.stateful` (state checks).
 
 Example:
     >>> import youmu
@@ -16,13 +22,39 @@ Example:
 
 from __future__ import annotations
 
+from typing import Sequence
+
+__all__ = [
+    "YoumuError",
+    "CorruptFileError",
+    "UnsupportedError",
+    "SchemaMismatchError",
+    "ColumnNotFoundError",
+    "PageOutOfRangeError",
+    "StaleIndexError",
+    "InvalidArgumentError",
+    "ArgumentTypeError",
+    "StateError",
+    "PlanError",
+    "CapacityError",
+    "LoaderError",
+    "ChannelError",
+    "RankFailedError",
+    "PeerClosedError",
+    "DataStallError",
+    "ProtocolError",
+    "YoumuIOError",
+]
+
 
 class YoumuError(Exception):
     """Base class of every error youmu raises."""
 
 
+# -- files and the page index ------------------------------------------------------------
 class CorruptFileError(YoumuError):
-    """A file is not valid Parquet: truncated, bit-flipped or inconsistent."""
+    """A file is not valid Parquet (or not a valid saved index): truncated, bit-flipped
+    or inconsistent."""
 
 
 class UnsupportedError(YoumuError):
@@ -38,29 +70,93 @@ class ColumnNotFoundError(YoumuError, ValueError):
 
 
 class PageOutOfRangeError(YoumuError, IndexError):
-    """A page or row id outside the index."""
+    """A page, row or sample id outside its index."""
 
 
 class StaleIndexError(YoumuError):
-    """A saved index no longer matches the files on disk."""
-
-
-class InvalidArgumentError(YoumuError, ValueError):
-    """An argument that cannot be meaningful (no paths, bad glob, ...)."""
+    """A saved index no longer matches the files it was built from."""
 
 
 class YoumuIOError(YoumuError, OSError):
-    """The operating system refused an operation on a file."""
+    """The operating system (or an object store) refused an operation on a file."""
 
 
-__all__ = [
-    "YoumuError",
-    "CorruptFileError",
-    "UnsupportedError",
-    "SchemaMismatchError",
-    "ColumnNotFoundError",
-    "PageOutOfRangeError",
-    "StaleIndexError",
-    "InvalidArgumentError",
-    "YoumuIOError",
-]
+# -- arguments and states ----------------------------------------------------------------
+class InvalidArgumentError(YoumuError, ValueError):
+    """An argument of the right type whose value cannot be meaningful (out of range,
+    not one of the choices, no paths, a bad glob, ...)."""
+
+
+class ArgumentTypeError(YoumuError, TypeError):
+    """An argument of the wrong type (a float where an int is needed, a string where
+    a list is, ...)."""
+
+
+class StateError(YoumuError, ValueError):
+    """A state given to ``load_state_dict`` that does not fit the object: saved by
+    another kind of object, with other settings, or malformed."""
+
+
+# -- planning ------------------------------------------------------------------------------
+class PlanError(YoumuError, ValueError):
+    """The sample metadata cannot satisfy a step's plan (e.g. a source has too few
+    candidates).
+
+    >>> from youmu.planning import Planner, SampleMeta
+    >>> planner = Planner().mix({"web": 1.0}, global_batch_size=4).distribute(1)
+    >>> planner.plan(0, SampleMeta.build(ids=[0], lengths=[10]))
+    Traceback (most recent call last):
+    ...
+    youmu.errors.PlanError: step 0: source 'web' needs 4 samples but only 1 are buffered
+    """
+
+
+class CapacityError(YoumuError, ValueError):
+    """Some samples fit in no micro-batch under the token capacity; ``unplaced`` lists
+    their positions.
+
+    >>> from youmu.planning import balance
+    >>> try:
+    ...     balance([1, 1, 1], num_buckets=1, capacity=10, sizes=[6, 6, 6])
+    ... except CapacityError as e:
+    ...     e.unplaced
+    (1, 2)
+    """
+
+    def __init__(self, message: str, unplaced: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.unplaced: tuple[int, ...] = tuple(int(i) for i in unplaced)
+
+
+# -- loaders while they run ----------------------------------------------------------------
+class LoaderError(YoumuError, RuntimeError):
+    """A data loader failed while running (also ``youmu.batching.BatchingError``)."""
+
+
+class ChannelError(LoaderError):
+    """A collective failed: a peer died or hung past the timeout, or the group is closed."""
+
+
+class RankFailedError(LoaderError):
+    """Another rank reported a local failure (its own error is raised on that rank)."""
+
+    def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+
+
+class PeerClosedError(LoaderError):
+    """Another rank stopped iterating (closed its loader or exited its loop) while this
+    rank still wanted batches it never consumed."""
+
+    def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+
+
+class DataStallError(LoaderError):
+    """The data source produced nothing for longer than the loader's timeout."""
+
+
+class ProtocolError(LoaderError):
+    """A gathered message that no correct rank could have sent (version skew, a bug)."""

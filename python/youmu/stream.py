@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from youmu.plan import ShardPlan, row_chunk_rows, window_pages_for
+from youmu.shuffle import ShardPlan, row_chunk_rows, window_pages_for
 
 DEFAULT_BUFFER_SIZE = 8192
 
@@ -32,11 +32,11 @@ class RowStream:
         buffer_size: rows shuffled together (page/local) or read per chunk (row).
         seed, epoch: the shuffle key.
         rank, world_size, worker, num_workers: which slice of the epoch this stream
-            delivers (see :mod:`youmu.plan`).
+            delivers (see :mod:`youmu.shuffle`).
         cap: deliver at most this many rows (``drop_last`` balancing).
         memory_budget: bytes of decoded data the stream may hold at once (windows in
             flight, row mode's page cache); windows shrink to fit (see
-            :func:`youmu.plan.window_pages_for`). Default: about three windows of
+            :func:`youmu.shuffle.window_pages_for`). Default: about three windows of
             ``buffer_size`` rows, whatever their size.
 
     Row mode keeps an LRU of decoded pages (about one window's worth): rows that land

@@ -43,9 +43,9 @@ from youmu.batching.simulate import fixed_batch_padding, simulate, simulate_rank
 # torch-backed names, imported on first use (PEP 562)
 _LAZY: dict[str, str] = {
     "DynamicBatchLoader": "youmu.batching.loader",
-    "GlooChannel": "youmu.batching.channel",
-    "pad_collate": "youmu.batching.collate",
-    "PadCollate": "youmu.batching.collate",
+    "GlooChannel": "youmu.dist.channel",
+    "pad_collate": "youmu.torch.collate",
+    "PadCollate": "youmu.torch.collate",
     "join_uneven": "youmu.batching.integrations",
     "ODBTrainerMixin": "youmu.batching.integrations",
     "make_odb_trainer": "youmu.batching.integrations",

@@ -31,6 +31,8 @@ import random
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence, TypeVar
 
+from youmu.errors import ProtocolError
+
 __all__ = [
     "NOT_READY",
     "FINISHED",
@@ -62,10 +64,6 @@ FINISHED = -1
 FAILED = -2
 CLOSED = -3
 _STATUS = (NOT_READY, FINISHED, FAILED, CLOSED)
-
-
-class ProtocolError(RuntimeError):
-    """A gathered message that no correct rank could have sent (version skew, bug)."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ finaliser stops the iteration (peers learn it at the next round). At interpreter
 exit, :func:`_drain_at_exit` gives every live iteration a bounded chance to finish
 (join mode's tail: this rank's data is done but its peers still exchange), then closes
 what is left and parks any thread still waiting on a peer inside a collective (see
-:func:`~youmu.batching.channel.abandon_collectives`), so no C++ frame is unwound by
+:func:`~youmu.dist.abandon_collectives`), so no C++ frame is unwound by
 the finalising interpreter ("terminate called without an active exception").
 """
 
@@ -41,7 +41,7 @@ from youmu.batching.alignment import (
     plan_round,
     second_gather_bytes,
 )
-from youmu.batching.channel import abandon_collectives
+from youmu.dist.channel import abandon_collectives
 from youmu.batching.errors import BatchingError, DataStallError, PeerClosedError, RankFailedError
 from youmu.batching.fetch import _END, _Credits, _Failure, _Fetcher, _keep, _measure, _MeasuredIterable, _MeasuredMap
 from youmu.batching.info import IDLE, StepInfo

@@ -1,4 +1,8 @@
-"""Errors of the batching layer. Each is a :class:`youmu.errors.YoumuError`.
+"""Errors the batching layer raises; all are defined in :mod:`youmu.errors`.
+
+``BatchingError`` is the name this layer has always used for
+:class:`youmu.errors.LoaderError` (the same class): every runtime failure of a
+loader, including the collective errors that the planning layer raises too.
 
 Example:
     >>> issubclass(RankFailedError, BatchingError)
@@ -7,35 +11,9 @@ Example:
 
 from __future__ import annotations
 
-from youmu.errors import YoumuError
+from youmu.errors import ChannelError, DataStallError, LoaderError, PeerClosedError, RankFailedError
 
 __all__ = ["BatchingError", "ChannelError", "RankFailedError", "PeerClosedError", "DataStallError"]
 
-
-class BatchingError(YoumuError, RuntimeError):
-    """Base class of the batching layer's runtime errors."""
-
-
-class ChannelError(BatchingError):
-    """A collective failed: a peer died or hung past the timeout, or the group is closed."""
-
-
-class RankFailedError(BatchingError):
-    """Another rank reported a local failure (its own error is raised on that rank)."""
-
-    def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
-        super().__init__(message)
-        self.ranks = ranks
-
-
-class PeerClosedError(BatchingError):
-    """Another rank stopped iterating (closed its loader or exited its loop) while this
-    rank still wanted batches it never consumed."""
-
-    def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
-        super().__init__(message)
-        self.ranks = ranks
-
-
-class DataStallError(BatchingError):
-    """The data source produced nothing for longer than the loader's timeout."""
+#: The batching layer's name for :class:`youmu.errors.LoaderError`.
+BatchingError = LoaderError

@@ -8,7 +8,7 @@ Per rank, three kinds of execution context cooperate:
 * the **fetcher thread** draws samples in order, one output *credit* each, so at
   most ``max_outstanding`` samples are fetched but not yet consumed by the trainer;
 * the **aligner thread** fills the grouping buffer, runs one Gloo all_gather per
-  round on the loader's own :class:`~youmu.batching.channel.GlooChannel`, aligns,
+  round on the loader's own :class:`~youmu.dist.GlooChannel`, aligns,
   collates, and answers each emitted sample's output slot: one slot carries the
   batch, the others carry :data:`~youmu.batching.info.IDLE`;
 * the **trainer's thread** iterates ``(batch, info)``; skipping an IDLE slot or
@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from torch.utils.data import IterableDataset
 
-from youmu.batching.channel import DEFAULT_TIMEOUT, GlooChannel
+from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel
 from youmu.batching.epoch import _EpochHandle, _EpochIterator
 from youmu.batching.info import StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES

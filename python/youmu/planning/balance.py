@@ -53,7 +53,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from youmu.planning._args import bool_arg, choice_arg, float_arg, float_array, int_arg, opt_int_arg
+from youmu.errors import CapacityError
+from youmu._args import bool_arg, choice_arg, float_arg, float_array, int_arg, opt_int_arg
 
 __all__ = [
     "METHODS",
@@ -68,22 +69,6 @@ __all__ = [
 
 METHODS = ("greedy", "kk", "interleave")
 _OVERFLOW = ("error", "defer")
-
-
-class CapacityError(ValueError):
-    """Some samples fit in no bin under the token capacity; ``unplaced`` lists their
-    positions.
-
-    >>> try:
-    ...     balance([1, 1, 1], num_buckets=1, capacity=10, sizes=[6, 6, 6])
-    ... except CapacityError as e:
-    ...     e.unplaced
-    (1, 2)
-    """
-
-    def __init__(self, message: str, unplaced: Sequence[int] = ()) -> None:
-        super().__init__(message)
-        self.unplaced = tuple(int(i) for i in unplaced)
 
 
 # --------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from youmu.planning._args import float_arg, float_array, int_arg, int_array
+from youmu._args import float_arg, float_array, int_arg, int_array
 
 __all__ = ["ModelConfig", "CostModel", "attention_cost", "as_csr", "PRESETS"]
 

@@ -8,7 +8,7 @@ Every step, on every rank:
    or, with ``reorder_only``, ``num_microbatches`` formed micro-batches);
 2. measure each sample (document lengths, loss tokens) and **all-gather the
    metadata** on the loader's Gloo channel
-   (:class:`~youmu.batching.channel.GlooChannel`);
+   (:class:`~youmu.dist.GlooChannel`);
 3. compute the **plan** — a pure function of the gathered metadata and the step, so
    every rank computes the same one (:class:`~youmu.planning.plan.Planner`);
 4. **exchange the samples** that the plan moves to another rank (pickled, one
@@ -80,7 +80,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from youmu.planning._args import bool_arg, choice_arg, float_arg, index_of, int_arg, opt_int_arg
+from youmu._args import bool_arg, choice_arg, float_arg, index_of, int_arg, opt_int_arg
 from youmu.planning.plan import Planner, SampleMeta, StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
@@ -296,7 +296,7 @@ class BalancedLoader:
         token_count_fn: sample → loss tokens (default: its total length).
         id_fn: sample → unique int id (default: arrival id ``k·W + rank``).
         collate_fn: list of samples → batch (default: the list itself).
-        channel: a :class:`~youmu.batching.channel.GlooChannel`; default: a new Gloo
+        channel: a :class:`~youmu.dist.GlooChannel`; default: a new Gloo
             group over the initialised default group (collective), or single-process.
         group_size: hierarchical balancing over groups of ranks.
         seed: planner seed.
@@ -456,7 +456,7 @@ class BalancedLoader:
     # -- set-up ---------------------------------------------------------------------------
     @staticmethod
     def _make_channel(channel: Any, timeout: float) -> Any:
-        from youmu.batching.channel import GlooChannel
+        from youmu.dist import GlooChannel
 
         if isinstance(channel, GlooChannel):
             return channel

@@ -41,7 +41,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from youmu.planning._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
+from youmu.errors import PlanError
+from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed
 from youmu.planning.cost import CostModel, ModelConfig, as_csr
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
@@ -49,17 +50,6 @@ from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 __all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES"]
 
 AXES = ("DP", "CP", "WORLD")
-
-
-class PlanError(ValueError):
-    """The metadata cannot satisfy the plan (e.g. a source has too few candidates).
-
-    >>> planner = Planner().mix({"web": 1.0}, global_batch_size=4).distribute(1)
-    >>> planner.plan(0, SampleMeta.build(ids=[0], lengths=[10]))
-    Traceback (most recent call last):
-    ...
-    youmu.planning.plan.PlanError: step 0: source 'web' needs 4 samples but only 1 are buffered
-    """
 
 
 # --------------------------------------------------------------------------------------
@@ -196,7 +186,7 @@ class SampleMeta:
 
     # wire format: [n, d, ids(n), sources(n), tokens(n), counts(n), doc_lengths(d)]
     def encode(self) -> np.ndarray:
-        """Flat int64 encoding for :class:`~youmu.batching.channel.GlooChannel`."""
+        """Flat int64 encoding for :class:`~youmu.dist.GlooChannel`."""
         n, d = len(self), int(self.doc_lengths.size)
         return np.concatenate([[n, d], self.ids, self.sources, self.tokens, np.diff(self.doc_offsets),
                                self.doc_lengths]).astype(np.int64)
@@ -223,10 +213,10 @@ def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def gather_metadata(channel: Any, local: SampleMeta) -> SampleMeta:
     """All-gather every rank's candidate metadata (rank order; ``origin`` set).
 
-    Two collectives on a :class:`~youmu.batching.channel.GlooChannel`: the vector
+    Two collectives on a :class:`~youmu.dist.GlooChannel`: the vector
     lengths, then the vectors padded to the longest. Every rank calls it.
 
-    >>> from youmu.batching.channel import GlooChannel
+    >>> from youmu.dist import GlooChannel
     >>> meta = gather_metadata(GlooChannel.local(), SampleMeta.build(ids=[7, 8], lengths=[30, 70]))
     >>> meta.ids.tolist(), meta.origin.tolist()       # one process: rank 0 holds both
     ([7, 8], [0, 0])

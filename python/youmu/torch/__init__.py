@@ -1,14 +1,28 @@
-"""PyTorch adapters. This is the only part of youmu that imports torch.
+"""PyTorch adapters: youmu's streams as ``IterableDataset``s, collate functions,
+packing and a prefetcher. ``import torch`` happens here (and in :mod:`youmu.dist` when
+a channel needs it), never in youmu's torch-free layers.
 
 Example:
     >>> from youmu.torch import YoumuDataset, pack, collate_packed   # doctest: +SKIP
 """
 
-from youmu.torch.collate import collate_pad
+from youmu.torch.collate import PadCollate, collate_pad, pad_collate
 from youmu.torch.dataset import YoumuDataset
-from youmu.torch.mapstream import MapStream
-from youmu.torch.mixture import MixtureStream
+from youmu.torch.mapstream import MapStream, MixtureStream
 from youmu.torch.pack import PackedDataset, collate_packed, pack
 from youmu.torch.prefetch import Prefetcher
+from youmu.torch.sharded import ShardedStream
 
-__all__ = ["YoumuDataset", "MapStream", "MixtureStream", "PackedDataset", "pack", "collate_packed", "collate_pad", "Prefetcher"]
+__all__ = [
+    "MapStream",
+    "MixtureStream",
+    "PackedDataset",
+    "PadCollate",
+    "Prefetcher",
+    "ShardedStream",
+    "YoumuDataset",
+    "collate_packed",
+    "collate_pad",
+    "pack",
+    "pad_collate",
+]

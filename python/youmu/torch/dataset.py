@@ -14,30 +14,20 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import torch
-from torch.utils.data import IterableDataset, get_worker_info
-
+from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg
 from youmu.convert import OUTPUTS, rows as convert_rows
-from youmu.plan import SHUFFLE_MODES, rank_caps, row_chunk_rows, window_pages_for
+from youmu.dist.world import rank_and_world
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
+from youmu.shuffle import SHUFFLE_MODES, rank_caps, row_chunk_rows, window_pages_for
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
+from youmu.torch.sharded import SKIP, ShardedStream, in_worker_process
+
+__all__ = ["YoumuDataset"]
 
 
-def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    if rank is not None and world_size is not None:
-        r, w = rank, world_size
-    elif torch.distributed.is_available() and torch.distributed.is_initialized():
-        r = torch.distributed.get_rank() if rank is None else rank
-        w = torch.distributed.get_world_size() if world_size is None else world_size
-    else:
-        r, w = rank or 0, world_size or 1
-    if w < 1 or not 0 <= r < w:
-        raise ValueError(f"rank {r} is not in range(world_size={w})")
-    return r, w
-
-
-class YoumuDataset(IterableDataset):
+class YoumuDataset(ShardedStream[Any, int]):
     """Rows of Parquet files, shuffled at page granularity.
 
     Args:
@@ -60,11 +50,15 @@ class YoumuDataset(IterableDataset):
             with the same value.
 
     Every row is delivered exactly once per epoch across all ranks and workers
-    (``drop_last=False``). ``state_dict()`` holds the seed, epoch and rows consumed per
-    worker; a new dataset with the same arguments and ``load_state_dict`` continues
-    exactly where the old one stopped. With DataLoader workers use torchdata's
+    (``drop_last=False``). The dataset follows youmu's stream contract
+    (:mod:`youmu.stateful`): each ``iter()`` is an independent pass from the resume
+    point; ``state_dict()`` holds the seed, epoch and rows consumed per worker, and a
+    new dataset with the same arguments continues exactly where the old one stopped
+    after ``load_state_dict``. With DataLoader workers use torchdata's
     ``StatefulDataLoader``, which calls these methods inside each worker.
     """
+
+    state_format = "youmu.YoumuDataset/1"
 
     def __init__(
         self,
@@ -83,12 +77,16 @@ class YoumuDataset(IterableDataset):
         super().__init__()
         from youmu._core import PageIndex
 
-        if shuffle not in SHUFFLE_MODES:
-            raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
-        if output not in OUTPUTS:
-            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
-        if buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+        choice_arg("shuffle", shuffle, SHUFFLE_MODES)
+        choice_arg("output", output, OUTPUTS)
+        buffer_size = int_arg("buffer_size", buffer_size, minimum=1)
+        seed = int_arg("seed", seed, minimum=0)
+        callable_arg("transform", transform, optional=True)
+        drop_last = bool_arg("drop_last", drop_last)
+        opt_int_arg("memory_budget", memory_budget, minimum=1)
+        if isinstance(columns, (str, bytes)):
+            raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}")
+        self.rank, self.world_size = rank_and_world(rank, world_size)
         if isinstance(paths, PageIndex):
             self.index = paths
         elif hasattr(paths, "page_index") and callable(paths.page_index):
@@ -100,7 +98,7 @@ class YoumuDataset(IterableDataset):
             # A weighted MixtureDataset (or any map-style dataset) has no page space to
             # shuffle: its order is already the mixture's. Say what to use instead
             # rather than failing later on "expected a path".
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"YoumuDataset reads Parquet files, a PageIndex or a FlatMixture of Parquet sources; "
                 f"got a map-style {type(paths).__name__}. Stream it with youmu.torch.MixtureStream "
                 "(runs of indices, page-friendly) or youmu.torch.MapStream (index by index)"
@@ -108,18 +106,16 @@ class YoumuDataset(IterableDataset):
         else:
             self.index = PageIndex(paths, columns=list(columns) if columns else None)
         if columns is not None and list(columns) != self.index.columns:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"columns={list(columns)} but the given index reads {self.index.columns}; "
                 "build the PageIndex with those columns (or omit columns=)"
             )
         self.shuffle = shuffle
-        self.buffer_size = int(buffer_size)
-        self.seed = int(seed)
-        self.rank, self.world_size = _dist_defaults(rank, world_size)
+        self.buffer_size = buffer_size
+        self.seed = seed
         self.transform = transform
         self.drop_last = drop_last
         self.output = output
-        self.epoch = 0
         self._page_rows = self.index.page_num_rows()
         self.memory_budget = memory_budget
         # a pure function of the files, world size, buffer_size and budget: computed once
@@ -128,46 +124,41 @@ class YoumuDataset(IterableDataset):
             page_bytes=self.index.page_decoded_bytes() if memory_budget is not None else None,
             memory_budget=memory_budget,
         )
-        # rows consumed per worker id in the current epoch (this process's view)
-        self._positions: dict[int, int] = {}
-        self._num_workers_seen: int | None = None
-        # workers whose iteration reached the end of the epoch
-        self._done: set[int] = set()
 
-    # -- epoch and state ----------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Reshuffle for ``epoch`` and start it from the beginning."""
-        self.epoch = int(epoch)
-        self._positions = {}
-        self._done = set()
+    # -- the stream contract ----------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size,
+                "window_pages": self._wp, "drop_last": self.drop_last}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "shuffle": self.shuffle,
-            "world_size": self.world_size,
-            "window_pages": self._wp,
-            "num_workers": self._num_workers_seen,
-            "positions": dict(self._positions),
-        }
+    def _start(self) -> int:
+        return 0
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in ("seed", "shuffle", "world_size"):
-            if state.get(key) != getattr(self, key):
-                raise ValueError(
-                    f"state was saved with {key}={state.get(key)!r} but this dataset has {getattr(self, key)!r}"
-                )
-        if "window_pages" in state and state["window_pages"] != self._wp:
-            raise ValueError(
-                f"state was saved with windows of {state['window_pages']} pages but this dataset uses {self._wp} "
+    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        # states saved before they had a format tag: the same fields, fewer settings
+        if {"seed", "epoch", "shuffle", "world_size", "positions"} <= set(state) and "run" not in state:
+            mine = self._settings()
+            return {"format": self.state_format, "window_pages": mine["window_pages"],
+                    "drop_last": mine["drop_last"], **state}
+        return None
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        saved = state.get("window_pages", self._wp) if isinstance(state, Mapping) else self._wp
+        if saved != self._wp:
+            raise StateError(
+                f"state was saved with windows of {saved} pages but this dataset uses {self._wp} "
                 "(buffer_size or memory_budget differ): the shuffle would differ, so the rest of the epoch "
                 "would not be the uninterrupted one"
             )
-        self.epoch = int(state["epoch"])
-        self._positions = {int(k): int(v) for k, v in state["positions"].items()}
-        self._num_workers_seen = state.get("num_workers")
-        self._done = set()
+        super().load_state_dict(state)
+
+    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
+        for worker, pos in positions.items():
+            total = len(self._stream(worker, num_workers, epoch))
+            if pos > total:
+                raise StateError(
+                    f"YoumuDataset state position {pos} of worker {worker} is past the end of its shard "
+                    f"({total} rows in epoch {epoch}): a state of another dataset?"
+                )
 
     # -- sizes ----------------------------------------------------------------------------
     def _window_pages(self) -> int:
@@ -176,12 +167,13 @@ class YoumuDataset(IterableDataset):
     def _row_chunk(self) -> int | None:
         return row_chunk_rows(self._window_pages()) if self.shuffle == "row" else None
 
-    def _caps(self, num_workers: int) -> dict[tuple[int, int], int] | None:
+    def _caps(self, num_workers: int, epoch: int | None = None) -> dict[tuple[int, int], int] | None:
         if not self.drop_last:
             return None
         caps, _ = rank_caps(
             self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self._row_chunk(),
-            seed=self.seed, epoch=self.epoch, world_size=self.world_size, num_workers=num_workers,
+            seed=self.seed, epoch=self.epoch if epoch is None else epoch, world_size=self.world_size,
+            num_workers=num_workers,
         )
         return caps
 
@@ -202,50 +194,36 @@ class YoumuDataset(IterableDataset):
         return len(self._stream(0, 1))
 
     # -- iteration ------------------------------------------------------------------------
-    def _stream(self, worker: int, num_workers: int) -> RowStream:
-        caps = self._caps(num_workers)
+    def _stream(self, worker: int, num_workers: int, epoch: int | None = None) -> RowStream:
+        epoch = self.epoch if epoch is None else epoch
+        caps = self._caps(num_workers, epoch)
         return RowStream(
-            self.index, self.shuffle, self.buffer_size, self.seed, self.epoch,
+            self.index, self.shuffle, self.buffer_size, self.seed, epoch,
             rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
             cap=None if caps is None else caps[self.rank, worker], page_rows=self._page_rows,
             window_pages=self._wp,
         )
 
-    def _worker(self) -> tuple[int, int]:
-        info = get_worker_info()
-        return (0, 1) if info is None else (info.id, info.num_workers)
-
-    def iter_positions(self) -> Iterator[tuple[int, Any]]:
-        """Yield ``(position, row)`` for this process's shard, from its saved position.
-        Rows are converted but not transformed (used by packing)."""
-        worker, num_workers = self._worker()
-        if self._num_workers_seen is not None and self._positions and self._num_workers_seen != num_workers:
-            raise ValueError(
-                f"state was saved with {self._num_workers_seen} DataLoader workers; resume with the same number"
-            )
-        self._num_workers_seen = num_workers
-        stream = self._stream(worker, num_workers)
-        pos = self._positions.get(worker, 0)
-        in_worker = get_worker_info() is not None
-        for table in stream.iter_tables(pos):
+    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+        in_worker = in_worker_process()
+        pos = start
+        for table in self._stream(worker, num_workers).iter_tables(start):
             for row in convert_rows(table, self.output, compact=in_worker):
-                yield pos, row
                 pos += 1
+                if self.transform is not None:
+                    row = self.transform(row)
+                    if row is None:
+                        yield pos, SKIP
+                        continue
+                yield pos, row
 
-    def __iter__(self) -> Iterator[Any]:
-        worker, _ = self._worker()
-        if worker in self._done:
-            # the previous iteration finished the epoch: this one starts it over
-            # (call set_epoch to reshuffle)
-            self._done.discard(worker)
-            self._positions.pop(worker, None)
-        for pos, row in self.iter_positions():
-            self._positions[worker] = pos + 1
-            if self.transform is not None:
-                row = self.transform(row)
-                if row is None:
-                    continue
-            yield row
-        # Keep the final position: a state saved now resumes to the (empty) rest of the
-        # epoch rather than replaying it.
-        self._done.add(worker)
+    def iter_positions(self, start: int | None = None) -> Iterator[tuple[int, Any]]:
+        """``(position, row)`` of this process's shard from ``start`` (default: the
+        resume point), transformed; rows the transform drops are skipped (their
+        positions still count). The stream's own progress does not move: this is how
+        wrappers such as :func:`youmu.torch.pack` read a stream at positions they track."""
+        worker, num_workers, resume = self._begin()
+        begin = resume if start is None else int_arg("start", start, minimum=0)
+        for after, row in self._pass(worker, num_workers, begin):
+            if row is not SKIP:
+                yield after - 1, row

@@ -1,31 +1,50 @@
 """``MapStream``: any map-style dataset (``len`` + indexing) — a ``MixtureDataset``, a
 ``FlatMixture``, a ``RowDataset`` — as an ``IterableDataset`` sharded exactly once over
-DDP ranks × DataLoader workers, resumable from a few integers.
+DDP ranks × DataLoader workers, resumable from a few integers; and ``MixtureStream``,
+the same dealing runs of consecutive indices.
 
-Positions are dealt round-robin: index ``i`` goes to rank ``i % world_size``, and a
-rank's k-th index to worker ``k % num_workers`` (so a rank's items do not depend on its
-worker count). Striding, unlike contiguous blocks, keeps every rank at the same region
-of the global index at the same step, which is what makes mixture stages (curricula,
-defined on the global index) switch at the same step on every rank. Map-style reads
-are random access anyway, so striding costs no I/O locality.
+Positions are dealt round-robin (:func:`youmu.sharding.run_round_robin_index`): run
+``q`` (indices ``[q·run, (q+1)·run)``) goes to rank ``q % world_size``, and a rank's
+k-th run to worker ``k % num_workers`` (so a rank's items do not depend on its worker
+count). With ``run=1`` (``MapStream``'s default) index ``i`` goes to rank
+``i % world_size``: striding, unlike contiguous blocks, keeps every rank at the same
+region of the global index at the same step, which is what makes mixture stages
+(curricula, defined on the global index) switch at the same step on every rank.
+Map-style reads are random access anyway, so striding costs no I/O locality.
+
+Why runs (``MixtureStream``): with chunk-local child orders
+(``MixtureDataset(child_chunk=...)``, the default for Parquet children), consecutive
+indices of a mixture draw neighbouring rows of each child, so a worker that takes a
+run of indices reads each Parquet page it touches once (its
+``RowDataset(cache_pages=...)`` serves the rest of the page). Dealing single indices
+spreads every child's consecutive draws over all ranks × workers, and each of them
+decodes the page. The price: ranks reach a given global index up to one run apart (a
+curriculum stage starts up to ``run`` items earlier on one worker than on another).
 
 Example:
     >>> from youmu.mixture import MixtureDataset
-    >>> from youmu.torch import MapStream
-    >>> mix = MixtureDataset({"a": list(range(100)), "b": list(range(10))}, {"a": 0.9, "b": 0.1})
+    >>> from youmu.torch import MapStream, MixtureStream
+    >>> mix = MixtureDataset({"a": list(range(100)), "b": list(range(10))}, {"a": 0.9, "b": 0.1},
+    ...                      block_size=16, length=110)
     >>> items = list(MapStream(mix, rank=0, world_size=2))
+    >>> len(list(MixtureStream(mix, rank=0, world_size=2)))   # runs 0, 2, 4, 6 of 16
+    62
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
-from torch.utils.data import IterableDataset, get_worker_info
+from youmu._args import bool_arg, callable_arg, int_arg
+from youmu.dist.world import rank_and_world
+from youmu.errors import StateError
+from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
+from youmu.torch.sharded import SKIP, ShardedStream
 
-from youmu.torch.dataset import _dist_defaults
+__all__ = ["MapStream", "MixtureStream"]
 
 
-class MapStream(IterableDataset):
+class MapStream(ShardedStream[Any, int]):
     """Iterate a map-style dataset's positions, sharded and resumable.
 
     Args:
@@ -36,13 +55,15 @@ class MapStream(IterableDataset):
         transform: applied to each item in the worker; ``None`` results are dropped.
         chunk: positions fetched per ``__getitems__`` call.
         run: consecutive indices dealt together (1: index by index; see
-            :class:`youmu.torch.MixtureStream` for why runs help Parquet children).
+            :class:`MixtureStream` for why runs help Parquet children).
 
-    Run ``q`` (indices ``[q·run, (q+1)·run)``) goes to rank ``q % world_size``; a rank's
-    k-th run goes to worker ``k % num_workers``. State (``state_dict``): items consumed
-    per worker, ``world_size``, ``run`` and the number of workers; resume with the same
-    three.
+    State (``state_dict``, see :mod:`youmu.stateful`): items consumed per worker,
+    ``world_size``, ``run``, ``drop_last`` and the number of workers; resume with the
+    same settings. ``set_epoch`` starts the index space over (a mixture's order is its
+    own: a new epoch of the stream is the same order unless the dataset changes it).
     """
+
+    state_format = "youmu.MapStream/1"
 
     def __init__(
         self,
@@ -55,100 +76,118 @@ class MapStream(IterableDataset):
         run: int = 1,
     ) -> None:
         super().__init__()
-        if isinstance(run, bool) or not isinstance(run, int) or run < 1:
-            raise ValueError(f"run must be a positive int, got {run!r}")
-        self.dataset = dataset
-        self.rank, self.world_size = _dist_defaults(rank, world_size)
-        self.run = run
-        self.drop_last = drop_last
-        self.transform = transform
-        self.chunk = max(1, int(chunk))
-        self._positions: dict[int, int] = {}
-        self._num_workers_seen: int | None = None
-        self._done: set[int] = set()  # workers whose iteration reached the end
+        self.run = int_arg("run", run, minimum=1)
+        self.chunk = int_arg("chunk", chunk, minimum=1)
+        self.drop_last = bool_arg("drop_last", drop_last)
+        self.transform = callable_arg("transform", transform, optional=True)
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            from youmu.errors import ArgumentTypeError
 
+            raise ArgumentTypeError(f"dataset must be map-style (len and [i]), got {type(dataset).__name__}")
+        self.dataset = dataset
+        self.rank, self.world_size = rank_and_world(rank, world_size)
+
+    # -- the stream contract ----------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "run": self.run, "drop_last": self.drop_last}
+
+    def _start(self) -> int:
+        return 0
+
+    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        if {"world_size", "positions"} <= set(state) and "seed" not in state and "packing" not in state:
+            return {"format": self.state_format, "run": 1, "drop_last": self.drop_last, "epoch": 0, **state}
+        return None
+
+    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
+        for worker, pos in positions.items():
+            total = self._count(worker, num_workers)
+            if pos > total:
+                raise StateError(
+                    f"{type(self).__name__} state position {pos} of worker {worker} is past the end of its shard "
+                    f"({total} items): a state of another dataset?"
+                )
+
+    # -- shards ------------------------------------------------------------------------------
     def _n(self) -> int:
         n = len(self.dataset)
         span = self.world_size * self.run
         return n - n % span if self.drop_last else n
 
+    def _shard(self, worker: int, num_workers: int) -> Shard:
+        return Shard(self.rank, self.world_size, worker, num_workers)
+
     def _count(self, worker: int, num_workers: int) -> int:
         """Items of a (rank, worker) shard."""
-        n = self._n()
-        runs = -(-n // self.run)  # the last run may be short
-        first, step = self.rank + self.world_size * worker, self.world_size * num_workers
-        mine = max(0, -(-(runs - first) // step))
-        if mine == 0:
-            return 0
-        last = first + step * (mine - 1)
-        return mine * self.run - ((last + 1) * self.run - n if last == runs - 1 else 0)
-
-    def _index(self, pos: int, worker: int, num_workers: int) -> int:
-        """Global index of a shard's item number `pos`."""
-        j, o = divmod(pos, self.run)
-        q = self.rank + self.world_size * (worker + num_workers * j)
-        return q * self.run + o
+        return run_round_robin_length(self._n(), self.run, self._shard(worker, num_workers))
 
     def __len__(self) -> int:
         return self._count(0, 1)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "run": self.run, "num_workers": self._num_workers_seen,
-                "positions": dict(self._positions)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["world_size"] != self.world_size:
-            raise ValueError(f"state was saved with world_size={state['world_size']}, not {self.world_size}")
-        if state.get("run", 1) != self.run:
-            raise ValueError(f"state was saved with run={state.get('run', 1)}, not {self.run}")
-        self._positions = {int(k): int(v) for k, v in state["positions"].items()}
-        self._num_workers_seen = state.get("num_workers")
-        self._done = set()
-
-    def _worker(self) -> tuple[int, int]:
-        info = get_worker_info()
-        return (0, 1) if info is None else (info.id, info.num_workers)
-
-    def iter_positions(self) -> Iterator[tuple[int, Any]]:
-        """Yield ``(position, item)`` from this worker's saved position (no transform),
-        the protocol ``youmu.torch.pack`` resumes through."""
-        worker, num_workers = self._worker()
-        if self._positions and self._num_workers_seen not in (None, num_workers):
-            raise ValueError(f"state was saved with {self._num_workers_seen} workers; resume with the same number")
-        self._num_workers_seen = num_workers
+    # -- iteration ------------------------------------------------------------------------
+    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+        shard = self._shard(worker, num_workers)
         count = self._count(worker, num_workers)
-        pos = self._positions.get(worker, 0)
+        pos = start
         get_many = getattr(self.dataset, "__getitems__", None)
         while pos < count:
             # consecutive global indices: the rest of the current run, at most `chunk`
-            stop = min(count, (pos // self.run + 1) * self.run, pos + self.chunk)
             if self.run == 1:  # one index per run: fetch a strided chunk at once
                 stop = min(count, pos + self.chunk)
-                idx = [self._index(k, worker, num_workers) for k in range(pos, stop)]
+                idx = [run_round_robin_index(k, 1, shard) for k in range(pos, stop)]
             else:
-                lo = self._index(pos, worker, num_workers)
+                stop = min(count, (pos // self.run + 1) * self.run, pos + self.chunk)
+                lo = run_round_robin_index(pos, self.run, shard)
                 idx = list(range(lo, lo + stop - pos))
             for item in get_many(idx) if get_many else [self.dataset[i] for i in idx]:
-                yield pos, item
                 pos += 1
+                if self.transform is not None:
+                    item = self.transform(item)
+                    if item is None:
+                        yield pos, SKIP
+                        continue
+                yield pos, item
 
-    def __iter__(self) -> Iterator[Any]:
-        worker, _ = self._worker()
-        if worker in self._done:  # the previous iteration finished: start over
-            self._done.discard(worker)
-            self._positions.pop(worker, None)
-        for pos, item in self.iter_positions():
-            self._positions[worker] = pos + 1
-            if self.transform is not None:
-                item = self.transform(item)
-                if item is None:
-                    continue
-            yield item
-        # keep the final position: a state saved now resumes to the (empty) rest
-        self._done.add(worker)
+    def iter_positions(self, start: int | None = None) -> Iterator[tuple[int, Any]]:
+        """``(position, item)`` of this process's shard from ``start`` (default: the
+        resume point), transformed; items the transform drops are skipped. The stream's
+        own progress does not move (see :meth:`youmu.torch.YoumuDataset.iter_positions`)."""
+        worker, num_workers, resume = self._begin()
+        begin = resume if start is None else int_arg("start", start, minimum=0)
+        for after, item in self._pass(worker, num_workers, begin):
+            if item is not SKIP:
+                yield after - 1, item
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dataset!r}, rank={self.rank}, world_size={self.world_size}, run={self.run})"
 
 
-__all__ = ["MapStream"]
+class MixtureStream(MapStream):
+    """Iterate a map-style dataset in runs of consecutive indices, sharded exactly once.
+
+    A :class:`MapStream` whose ``run`` defaults to the mixture's ``block_size`` (1024
+    for datasets without one) and whose ``chunk`` is larger (see the module doc).
+
+    Args:
+        dataset: anything with ``len`` and ``[i]`` (``__getitems__`` is used when present).
+        rank, world_size: default from ``torch.distributed`` when initialised.
+        run: consecutive indices dealt together.
+        drop_last: every rank delivers the same number of items: the index space is cut
+            to a multiple of ``world_size · run`` (fewer than that many are dropped).
+        transform: applied to each item in the worker; ``None`` results are dropped.
+        chunk: indices fetched per ``__getitems__`` call (at most one run).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        rank: int | None = None,
+        world_size: int | None = None,
+        run: int | None = None,
+        drop_last: bool = False,
+        transform: Callable[[Any], Any] | None = None,
+        chunk: int = 4096,
+    ) -> None:
+        run = run if run is not None else getattr(dataset, "block_size", 1024)
+        super().__init__(dataset, rank=rank, world_size=world_size, drop_last=drop_last, transform=transform,
+                         chunk=chunk, run=run)

@@ -11,14 +11,19 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset
+
+from youmu._args import int_arg, opt_int_arg
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
+from youmu.torch.sharded import SKIP, ShardedStream
+
+__all__ = ["PackedDataset", "pack", "collate_packed"]
 
 
-class PackedDataset(IterableDataset):
+class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     """Fixed-length sequences packed from a stream of token rows: a
     :class:`YoumuDataset` or a :class:`~youmu.torch.MapStream` (over a mixture, say).
 
@@ -31,8 +36,13 @@ class PackedDataset(IterableDataset):
     dropped unless ``pad_id`` is given (it is then padded and its padding forms a final
     pseudo-document).
 
-    State: rows consumed and tokens already taken from the next row, per worker.
+    State (:mod:`youmu.stateful`): per worker, the row the next sequence starts in and
+    the tokens of it already taken, plus the wrapped stream's settings. Packing reads
+    the wrapped stream through its public ``iter_positions`` only.
     """
+
+    state_format = "youmu.PackedDataset/1"
+    position_width = 2
 
     def __init__(
         self,
@@ -43,38 +53,53 @@ class PackedDataset(IterableDataset):
         pad_id: int | None = None,
     ) -> None:
         super().__init__()
-        if seq_len < 1:
-            raise ValueError("seq_len must be >= 1")
-        for needed in ("iter_positions", "state_dict", "load_state_dict", "_worker", "_positions"):
-            if not hasattr(dataset, needed):
-                raise TypeError(f"pack() needs a YoumuDataset or MapStream, got {type(dataset).__name__}")
+        self.seq_len = int_arg("seq_len", seq_len, minimum=1)
+        self.eos_id = opt_int_arg("eos_id", eos_id)
+        self.pad_id = opt_int_arg("pad_id", pad_id)
+        if not isinstance(column, str):
+            raise ArgumentTypeError(f"column must be a str, got {type(column).__name__} {column!r}")
+        for needed in ("iter_positions", "state_dict", "load_state_dict", "set_epoch"):
+            if not callable(getattr(dataset, needed, None)):
+                raise ArgumentTypeError(
+                    f"pack() needs a youmu stream with iter_positions() (a YoumuDataset or MapStream), "
+                    f"got {type(dataset).__name__}"
+                )
         index = getattr(dataset, "index", None)
         # with a transform the column may be made on the fly (e.g. tokenized text)
         if index is not None and getattr(dataset, "transform", None) is None and column not in index.columns:
-            raise ValueError(f"column {column!r} is not one of {index.columns}")
+            raise InvalidArgumentError(f"column {column!r} is not one of {index.columns}")
         self.dataset = dataset
-        self.seq_len = int(seq_len)
         self.column = column
-        self.eos_id = eos_id
-        self.pad_id = pad_id
-        self._resume: dict[int, tuple[int, int]] = {}
-        self._current: dict[int, tuple[int, int]] = {}
-        self._done: set[int] = set()  # workers whose iteration reached the end
+
+    # -- the stream contract ----------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        return {"seq_len": self.seq_len, "column": self.column, "eos_id": self.eos_id, "pad_id": self.pad_id}
+
+    def _start(self) -> tuple[int, int]:
+        return (0, 0)
 
     def set_epoch(self, epoch: int) -> None:
-        if hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
-        self._resume, self._current, self._done = {}, {}, set()
+        self.dataset.set_epoch(epoch)
+        super().set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"dataset": self.dataset.state_dict() | {"positions": {}}, "packing": dict(self._current)}
+        return {**super().state_dict(), "dataset": {**self.dataset.state_dict(), "positions": {}}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.dataset.load_state_dict(state["dataset"])
-        self._resume = {int(k): (int(v[0]), int(v[1])) for k, v in state["packing"].items()}
-        self._current = dict(self._resume)
-        self._done = set()
+    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        if set(state) == {"dataset", "packing"} and isinstance(state["dataset"], Mapping):
+            inner = state["dataset"]
+            return {"format": self.state_format, **self._settings(), "epoch": inner.get("epoch", 0),
+                    "num_workers": inner.get("num_workers"), "positions": state["packing"], "dataset": inner}
+        return None
 
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        inner = state.get("dataset")
+        if not isinstance(inner, Mapping):
+            raise StateError(f"PackedDataset state has no 'dataset' state (got {type(inner).__name__})")
+        self.dataset.load_state_dict(inner)
+
+    # -- packing ------------------------------------------------------------------------------
     def _tokens(self, row: Any) -> np.ndarray:
         t = row[self.column] if isinstance(row, dict) else row
         arr = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
@@ -93,24 +118,13 @@ class PackedDataset(IterableDataset):
             "cu_seqlens": torch.from_numpy(cu),
         }
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        ds = self.dataset
-        worker, _ = ds._worker()
-        if worker in self._done:  # the previous iteration finished: start over
-            self._done.discard(worker)
-            self._current.pop(worker, None)
-        row_pos, skip = self._resume.pop(worker, self._current.get(worker, (0, 0)))
-        ds._positions[worker] = row_pos
+    def _pass(self, worker: int, num_workers: int, start: tuple[int, int]) -> Iterator[tuple[tuple[int, int], Any]]:
+        row_pos, skip = start
         pieces: list[np.ndarray] = []
         have = 0
         end = row_pos
-        for pos, row in ds.iter_positions():
+        for pos, row in self.dataset.iter_positions(row_pos):
             end = pos + 1
-            if getattr(ds, "transform", None) is not None:
-                # the wrapped dataset's transform (tokenize, filter) runs before packing
-                row = ds.transform(row)
-                if row is None:
-                    continue
             toks = self._tokens(row)
             off = skip if pos == row_pos else 0
             while off < len(toks):
@@ -119,17 +133,14 @@ class PackedDataset(IterableDataset):
                 have += take
                 off += take
                 if have == self.seq_len:
-                    self._current[worker] = (pos, off) if off < len(toks) else (pos + 1, 0)
-                    yield self._emit(pieces)
+                    yield ((pos, off) if off < len(toks) else (pos + 1, 0)), self._emit(pieces)
                     pieces, have = [], 0
         if have and self.pad_id is not None:
             pieces.append(np.full(self.seq_len - have, self.pad_id, dtype=pieces[0].dtype))
-            self._current[worker] = (end, 0)
-            yield self._emit(pieces)
-        # Keep the end position (a state saved now resumes to the empty rest of the epoch);
-        # a partial last sequence without pad_id is dropped, as documented.
-        self._current[worker] = (end, 0)
-        self._done.add(worker)
+            yield (end, 0), self._emit(pieces)
+        # The end position: a state saved now resumes to the empty rest of the epoch; a
+        # partial last sequence without pad_id is dropped, as documented.
+        yield (end, 0), SKIP
 
 
 def pack(

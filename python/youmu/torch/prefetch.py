@@ -23,18 +23,13 @@ Example:
 
 from __future__ import annotations
 
-import queue
-import threading
 from typing import Any, Iterable, Iterator
 
+from youmu._args import bool_arg, int_arg
+from youmu.dist.producer import Producer
+from youmu.errors import ArgumentTypeError
+
 __all__ = ["Prefetcher"]
-
-_END = object()
-
-
-class _Failed:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 class Prefetcher:
@@ -52,16 +47,13 @@ class Prefetcher:
     """
 
     def __init__(self, loader: Iterable[Any], depth: int = 2, track_state: bool | None = None) -> None:
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth must be a positive int, got {depth!r}")
         self.loader = loader
-        self.depth = depth
-        self.track_state = hasattr(loader, "state_dict") if track_state is None else bool(track_state)
+        self.depth = int_arg("depth", depth, minimum=1)
+        self.track_state = hasattr(loader, "state_dict") if track_state is None else bool_arg("track_state", track_state)
         if self.track_state and not hasattr(loader, "state_dict"):
-            raise TypeError(f"track_state=True but {type(loader).__name__} has no state_dict()")
+            raise ArgumentTypeError(f"track_state=True but {type(loader).__name__} has no state_dict()")
         self._state: Any = None
-        self._stop: threading.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._producer: Producer[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -79,60 +71,18 @@ class Prefetcher:
 
     def close(self) -> None:
         """Stop the background thread (it finishes the batch it is fetching)."""
-        if self._stop is not None:
-            self._stop.set()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join()
-        self._thread = None
-
-    def _run(self, q: "queue.Queue[Any]", stop: threading.Event) -> None:
-        def put(x: Any) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(x, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        try:
-            it = iter(self.loader)
-            while not stop.is_set():
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    break
-                state = self.loader.state_dict() if self.track_state else None  # type: ignore[attr-defined]
-                if not put((batch, state)):
-                    return
-            put(_END)
-        except BaseException as e:  # noqa: BLE001 - handed to the training loop
-            put(_Failed(e))
+        if self._producer is not None:
+            self._producer.stop(timeout=None)
+        self._producer = None
 
     def __iter__(self) -> Iterator[Any]:
         self.close()
-        q: "queue.Queue[Any]" = queue.Queue(maxsize=self.depth)
-        stop = threading.Event()
-        self._stop = stop
-        thread = threading.Thread(target=self._run, args=(q, stop), name="youmu-prefetch", daemon=True)
-        self._thread = thread
-        thread.start()
-        try:
-            while True:
-                try:
-                    x = q.get(timeout=0.5)
-                except queue.Empty:
-                    if thread.is_alive() or not q.empty():
-                        continue
-                    return  # stopped by close() from elsewhere
-                if x is _END:
-                    return
-                if isinstance(x, _Failed):
-                    raise x.exc
-                batch, state = x
-                if self.track_state:
-                    self._state = state
-                yield batch
-        finally:
-            stop.set()
+        stamp = self.loader.state_dict if self.track_state else None  # type: ignore[attr-defined]
+        producer = Producer(lambda: iter(self.loader), depth=self.depth, name="youmu-prefetch", stamp=stamp)
+        self._producer = producer.start()
+        for x in producer:
+            if self.track_state:
+                batch, self._state = x
+            else:
+                batch = x
+            yield batch

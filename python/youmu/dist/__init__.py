@@ -1,0 +1,48 @@
+"""youmu's distributed toolkit, shared by the batching, planning and torch layers (and
+the multi-node work built on them).
+
+* :class:`GlooChannel` and :func:`channel_for` — a dedicated Gloo group for CPU
+  metadata exchange, with timeouts, made from a process group, the default group or
+  a ``TCPStore`` rendezvous; :func:`abandon_collectives` for interpreter exit;
+* :func:`all_gather_varlen` / :func:`all_gather_bytes` — variable-length all-gathers;
+* :func:`fingerprint` / :func:`describe` — hashes of the settings ranks must share;
+* :class:`Producer` / :class:`Credits` — one bounded background producer thread;
+* :func:`rank_and_world` — rank and world size from the caller or ``torch.distributed``;
+* the collective errors (:class:`~youmu.errors.ChannelError`,
+  :class:`~youmu.errors.RankFailedError`, :class:`~youmu.errors.PeerClosedError`),
+  defined in :mod:`youmu.errors`.
+
+torch is imported only when a channel needs it.
+
+Example:
+    >>> from youmu.dist import GlooChannel, all_gather_varlen
+    >>> [v.tolist() for v in all_gather_varlen(GlooChannel.local(), [1, 2])]
+    [[1, 2]]
+"""
+
+from __future__ import annotations
+
+from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel, abandon_collectives, channel_for
+from youmu.dist.fingerprint import describe, fingerprint
+from youmu.dist.gather import all_gather_bytes, all_gather_varlen
+from youmu.dist.producer import END, Credits, Producer
+from youmu.dist.world import rank_and_world
+from youmu.errors import ChannelError, PeerClosedError, RankFailedError
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "END",
+    "ChannelError",
+    "Credits",
+    "GlooChannel",
+    "PeerClosedError",
+    "Producer",
+    "RankFailedError",
+    "abandon_collectives",
+    "all_gather_bytes",
+    "all_gather_varlen",
+    "channel_for",
+    "describe",
+    "fingerprint",
+    "rank_and_world",
+]

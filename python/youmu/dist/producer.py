@@ -1,0 +1,232 @@
+"""A bounded background producer: one daemon thread drains an iterator into a queue,
+so the consumer's ``next()`` finds items ready.
+
+Used wherever youmu reads ahead of a training loop: the torch ``Prefetcher`` (batches
+received from DataLoader workers while the step runs), ``BalancedLoader`` (steps
+planned ahead) and ``DynamicBatchLoader``'s fetcher (samples drawn ahead of the
+aligner). One implementation of the parts that are easy to get subtly wrong:
+
+* **bounded** — either ``depth`` items queued (the thread holds at most one more
+  while it waits to put it), or a shared :class:`Credits` pool: one credit per item
+  fetched and not yet consumed, released by the consumer, so the bound can span
+  several stages (the fetcher's samples stay counted until the trainer consumes the
+  batch they went into);
+* **errors travel** — an exception in the source is handed over in order and raised
+  by the consumer at the item where it happened; the thread never dies silently;
+* **stoppable** — :meth:`Producer.stop` ends the thread at its next item boundary
+  (``on_stop`` then runs on the thread, e.g. to tell peers), and a consumer that
+  leaves its loop stops it;
+* **observable** — :meth:`Producer.stalled_for` says how long the source has been
+  blocked (data-stall detection).
+
+Example:
+    >>> p = Producer(lambda: iter(range(5)), depth=2, name="demo").start()
+    >>> list(p)
+    [0, 1, 2, 3, 4]
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from youmu.errors import InvalidArgumentError
+
+__all__ = ["Producer", "Credits", "END"]
+
+T = TypeVar("T")
+
+
+class _End:
+    def __repr__(self) -> str:
+        return "END"
+
+
+#: Put on the queue after the source's last item.
+END: Any = _End()
+
+
+class _Failed:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Credits:
+    """A pool of ``total`` credits: one per item fetched and not yet consumed.
+
+    >>> c = Credits(1)
+    >>> c.acquire(0.0), c.acquire(0.0)
+    (True, False)
+    >>> c.release(); c.held
+    0
+    """
+
+    def __init__(self, total: int) -> None:
+        self._cv = threading.Condition()
+        self.total = total
+        self.held = 0
+
+    def acquire(self, timeout: float) -> bool:
+        with self._cv:
+            if self.held >= self.total and not self._cv.wait_for(lambda: self.held < self.total, timeout):
+                return False
+            self.held += 1
+            return True
+
+    def release(self, n: int = 1) -> None:
+        if n <= 0:
+            return
+        with self._cv:
+            self.held = max(self.held - n, 0)
+            self._cv.notify_all()
+
+
+class Producer(Generic[T]):
+    """Iterate ``source()`` on a daemon thread (see the module doc).
+
+    Args:
+        source: called on the thread; returns the iterator to drain (so set-up such as
+            starting DataLoader workers also happens off the consumer's thread).
+        depth: queue bound (items ready for the consumer), or
+        credits: a shared :class:`Credits` pool instead (the queue is then unbounded;
+            whoever consumes the items' results releases the credits).
+        name: the thread's name.
+        stamp: called right after each item is fetched, on the thread; its result is
+            handed over with the item (``get_with_stamp``) — e.g. the source's
+            ``state_dict()`` as of that item.
+        on_stop: called on the thread when :meth:`stop` ended it before the source
+            was exhausted.
+    """
+
+    def __init__(
+        self,
+        source: Callable[[], Iterator[T]],
+        *,
+        depth: int | None = None,
+        credits: Credits | None = None,
+        name: str,
+        stamp: Callable[[], Any] | None = None,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
+        if (depth is None) == (credits is None):
+            raise InvalidArgumentError("Producer needs exactly one of depth= or credits=")
+        self._source = source
+        self._credits = credits
+        self._stamp = stamp
+        self._on_stop = on_stop
+        self.queue: "queue.Queue[Any]" = queue.Queue(maxsize=depth or 0)
+        self.stop_event = threading.Event()
+        self._source_wait_since: float | None = None
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # -- producer side ----------------------------------------------------------------------
+    def start(self) -> "Producer[T]":
+        self.thread.start()
+        return self
+
+    def _put(self, x: Any) -> bool:
+        """Put ``x``, giving up when stopped; whether it was put."""
+        if self._credits is not None:
+            self.queue.put(x)
+            return True
+        while not self.stop_event.is_set():
+            try:
+                self.queue.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        it: Iterator[T] | None = None
+        try:
+            self._source_wait_since = time.monotonic()
+            it = self._source()
+            self._source_wait_since = None
+            while not self.stop_event.is_set():
+                if self._credits is not None:
+                    if not self._credits.acquire(timeout=0.1):
+                        continue
+                    if self.stop_event.is_set():
+                        self._credits.release()
+                        break
+                self._source_wait_since = time.monotonic()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    if self._credits is not None:
+                        self._credits.release()
+                    self._put(END)
+                    return
+                finally:
+                    self._source_wait_since = None
+                if self.stop_event.is_set():  # stopped while reading: nobody will take it
+                    if self._credits is not None:
+                        self._credits.release()
+                    break
+                payload = (item, self._stamp()) if self._stamp is not None else item
+                if not self._put(payload):
+                    break
+            if self._on_stop is not None:
+                self._on_stop()
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised at its item
+            self._put(_Failed(e))
+        finally:
+            self._source_wait_since = None
+            it = None  # drops the source's iterator here (shuts DataLoader workers down)
+
+    # -- consumer side ----------------------------------------------------------------------
+    def get(self, timeout: float | None = None) -> Any:
+        """The next item (with its stamp when ``stamp`` is set), :data:`END`, or ``None``
+        when nothing came within ``timeout``; raises the source's exception in order."""
+        try:
+            x = self.queue.get(timeout=timeout) if timeout is None or timeout > 0 else self.queue.get_nowait()
+        except queue.Empty:
+            return None
+        if isinstance(x, _Failed):
+            raise x.exc
+        return x
+
+    def __iter__(self) -> Iterator[Any]:
+        """Consume every item in order (with stamps when ``stamp`` is set); leaving the
+        loop stops the thread."""
+        try:
+            while True:
+                x = self.get(timeout=0.5)
+                if x is None:
+                    if self.thread.is_alive() or not self.queue.empty():
+                        continue
+                    return  # stopped from elsewhere
+                if x is END:
+                    return
+                yield x
+        finally:
+            self.stop_event.set()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Ask the thread to end at its next item boundary; wait up to ``timeout``."""
+        self.stop_event.set()
+        if timeout is None or timeout > 0:
+            if self.thread is not threading.current_thread() and self.thread.ident is not None:
+                self.thread.join(timeout)
+
+    def drain(self) -> int:
+        """Discard what is queued; the number of items discarded (their credits, if
+        any, are the caller's to release)."""
+        n = 0
+        while True:
+            try:
+                x = self.queue.get_nowait()
+            except queue.Empty:
+                return n
+            if x is not END and not isinstance(x, _Failed):
+                n += 1
+
+    def stalled_for(self) -> float:
+        """Seconds the source has been blocked producing its current item (0 when not)."""
+        since = self._source_wait_since
+        return 0.0 if since is None else time.monotonic() - since

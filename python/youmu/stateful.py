@@ -1,0 +1,213 @@
+"""The stream contract: what every youmu stream and loader promises, and the one
+validator of saved states.
+
+A youmu *stream* is a stateful iterable in the spirit of torchdata's nodes
+(``next`` / ``reset(state)`` / ``get_state``), expressed with the methods PyTorch users
+already know:
+
+* ``iter(stream)`` starts an independent pass over the current epoch, from the
+  stream's *resume point*: the position loaded by ``load_state_dict`` for the first
+  pass after it, the epoch's start otherwise. Two iterators of one stream never share
+  a position (a peek with ``next(iter(stream))`` moves nothing for the next loop).
+* ``state_dict()`` describes the progress of the most recent pass (or the resume
+  point before any pass): a small dict of integers and strings, tagged with a
+  versioned ``format`` (e.g. ``"youmu.YoumuDataset/1"``), that ``load_state_dict`` of
+  an equally configured stream turns into the exact rest of the stream. A state taken
+  after a pass ended resumes to the (empty) rest of that epoch.
+* ``load_state_dict(state)`` checks the state before using it: the format tag names
+  the kind of object that saved it, and every setting that shapes the stream (seed,
+  shuffle, world size, window size, ...) must match. A mismatch is a
+  :class:`~youmu.errors.StateError` naming the field.
+* ``set_epoch(epoch)`` reshuffles for ``epoch`` and clears any resume point. It
+  reaches DataLoader workers that already run (``persistent_workers=True``): the
+  epoch lives in shared memory (:class:`SharedEpoch`).
+
+Wrappers (``pack``, loaders over youmu streams) use only these methods.
+
+Example:
+    >>> state = {"format": "youmu.MapStream/1", "world_size": 2, "run": 1, "epoch": 0,
+    ...          "num_workers": None, "positions": {0: 5}}
+    >>> check_state(state, "youmu.MapStream/1", owner="MapStream", expect={"world_size": 2})["positions"]
+    {0: 5}
+    >>> check_state(state, "youmu.YoumuDataset/1", owner="YoumuDataset")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: YoumuDataset.load_state_dict got a state saved by youmu.MapStream/1, not a youmu.YoumuDataset/1 state
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.sharedctypes
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+
+from youmu.errors import StateError
+
+__all__ = [
+    "Stateful",
+    "Stream",
+    "SharedEpoch",
+    "check_state",
+    "state_int",
+    "state_positions",
+]
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """Anything whose progress can be saved and restored exactly."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Stream(Stateful, Protocol):
+    """A stateful iterable with epochs: youmu's stream contract (see the module doc)."""
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+def _describe(state: Any) -> str:
+    if isinstance(state, Mapping):
+        fmt = state.get("format")
+        return str(fmt) if fmt is not None else "an untagged state"
+    return type(state).__name__
+
+
+def check_state(
+    state: Any,
+    fmt: str | Sequence[str],
+    *,
+    owner: str,
+    expect: Mapping[str, Any] | None = None,
+    required: Sequence[str] = (),
+    legacy: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+) -> dict[str, Any]:
+    """Validate a state given to ``owner.load_state_dict``; return it as a new dict.
+
+    Args:
+        state: what the user passed.
+        fmt: the format tag(s) this owner accepts.
+        owner: the class name used in messages.
+        expect: settings that shape the stream; each must equal the saved value.
+        required: keys the state must have.
+        legacy: converts a state without a format tag (saved before tags existed) into
+            a tagged one, or returns ``None`` when it is not one of the owner's.
+
+    Raises :class:`~youmu.errors.StateError` naming the first field that does not fit.
+    """
+    accepted = (fmt,) if isinstance(fmt, str) else tuple(fmt)
+    if not isinstance(state, Mapping):
+        raise StateError(
+            f"{owner}.load_state_dict expects the dict that {owner}.state_dict() returned, got {_describe(state)}"
+        )
+    if "format" not in state and legacy is not None:
+        converted = legacy(state)
+        if converted is not None:
+            state = converted
+    got = state.get("format")
+    if got not in accepted:
+        raise StateError(
+            f"{owner}.load_state_dict got a state saved by {_describe(state)}, not a {' or '.join(accepted)} state"
+        )
+    for key in required:
+        if key not in state:
+            raise StateError(f"{owner} state ({got}) has no {key!r} field")
+    for key, mine in (expect or {}).items():
+        saved = state.get(key)
+        if saved != mine:
+            raise StateError(f"state was saved with {key}={saved!r} but this {owner} has {key}={mine!r}")
+    return dict(state)
+
+
+def state_int(state: Mapping[str, Any], key: str, *, owner: str, minimum: int | None = 0) -> int:
+    """An integer field of a state (never a bool or a float)."""
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StateError(f"{owner} state field {key!r} must be an int, got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        raise StateError(f"{owner} state field {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def state_positions(
+    state: Mapping[str, Any], key: str, *, owner: str, width: int = 1
+) -> dict[int, int | tuple[int, ...]]:
+    """A ``{worker: position}`` field: non-negative worker ids (ints, or their string
+    form after a JSON round trip) to non-negative positions — one int, or ``width``
+    ints for positions with several parts (packing: row, tokens into the row)."""
+    raw = state.get(key)
+    if not isinstance(raw, Mapping):
+        raise StateError(f"{owner} state field {key!r} must be a dict of worker -> position, got {type(raw).__name__}")
+    out: dict[int, int | tuple[int, ...]] = {}
+    for k, v in raw.items():
+        try:
+            worker = int(k)
+        except (TypeError, ValueError):
+            raise StateError(f"{owner} state field {key!r} has a non-integer worker id {k!r}") from None
+        if isinstance(k, bool) or worker < 0 or (isinstance(k, str) and k != str(worker)):
+            raise StateError(f"{owner} state field {key!r} has an invalid worker id {k!r}")
+        parts = (v,) if width == 1 else v
+        if width > 1 and (not isinstance(v, (list, tuple)) or len(v) != width):
+            raise StateError(f"{owner} state field {key!r}[{k!r}] must be {width} ints, got {v!r}")
+        for p in parts:
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise StateError(f"{owner} state field {key!r}[{k!r}] must hold ints >= 0, got {v!r}")
+        out[worker] = int(v) if width == 1 else tuple(int(p) for p in v)
+    return out
+
+
+class SharedEpoch:
+    """An epoch number in shared memory, so ``set_epoch`` in the main process reaches
+    DataLoader workers that already run (``persistent_workers=True``), as samplers'
+    epochs do.
+
+    Workers inherit the memory when they are started (fork, or pickling while a
+    process is being spawned); any other copy or pickle carries the value only.
+
+    >>> e = SharedEpoch(3)
+    >>> e.value = 4
+    >>> e.value
+    4
+    """
+
+    __slots__ = ("_shared", "_plain")
+
+    def __init__(self, value: int = 0) -> None:
+        self._shared: Any = None
+        self._plain = int(value)
+        try:
+            self._shared = multiprocessing.sharedctypes.RawValue("q", int(value))
+        except OSError:  # no shared memory (a sandbox without /dev/shm): epochs stay per process
+            self._shared = None
+
+    @property
+    def value(self) -> int:
+        return int(self._shared.value) if self._shared is not None else self._plain
+
+    @value.setter
+    def value(self, epoch: int) -> None:
+        self._plain = int(epoch)
+        if self._shared is not None:
+            self._shared.value = int(epoch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        return {"shared": self._shared if spawning else None, "plain": self.value}
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self._plain = int(st["plain"])
+        self._shared = st["shared"]
+        if self._shared is None:
+            try:
+                self._shared = multiprocessing.sharedctypes.RawValue("q", self._plain)
+            except OSError:
+                self._shared = None
+
+    def __repr__(self) -> str:
+        return f"SharedEpoch({self.value})"

@@ -1,0 +1,184 @@
+"""What every youmu ``IterableDataset`` shares: the stream contract
+(:mod:`youmu.stateful`) implemented once — resume points per DataLoader worker,
+independent passes, versioned and validated states, epochs that reach persistent
+workers — over a subclass's pure ``(shard, start) -> items`` pass.
+
+A subclass says what a pass over its shard yields from a start position
+(:meth:`ShardedStream._pass`) and which settings shape the stream
+(:meth:`ShardedStream._settings`); this class does the rest. Which items a shard owns
+is :mod:`youmu.sharding`'s business.
+
+Positions are per DataLoader worker (worker 0 in the main process): each worker
+process holds its own copy of the dataset, and torchdata's ``StatefulDataLoader``
+saves and restores each worker's state on its own.
+
+Example:
+    >>> from youmu.torch.sharded import ShardedStream, SKIP
+    >>> class Evens(ShardedStream):
+    ...     state_format = "example.Evens/1"
+    ...     def _settings(self): return {}
+    ...     def _start(self): return 0
+    ...     def _pass(self, worker, num_workers, start):
+    ...         for i in range(start, 6):
+    ...             yield i + 1, (i if i % 2 == 0 else SKIP)
+    >>> s = Evens()
+    >>> it = iter(s); next(it), s.state_dict()["positions"]
+    (0, {0: 1})
+    >>> list(s)                                   # a new pass: independent of the first one
+    [0, 2, 4]
+    >>> t = Evens(); t.load_state_dict({**s.state_dict(), "positions": {0: 3}}); list(t)
+    [4]
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Generic, Iterator, Mapping, TypeVar
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+from youmu._args import int_arg
+from youmu.errors import StateError
+from youmu.stateful import SharedEpoch, check_state, state_int, state_positions
+
+__all__ = ["ShardedStream", "SKIP", "current_worker", "in_worker_process"]
+
+T = TypeVar("T")
+P = TypeVar("P")
+
+#: Yielded by a pass for a position that produces no item (a row a transform dropped,
+#: the end of a partial packed sequence): the position advances, nothing is emitted.
+SKIP: Any = type("Skip", (), {"__repr__": lambda self: "SKIP"})()
+
+
+def current_worker() -> tuple[int, int]:
+    """``(worker id, number of workers)`` of the calling DataLoader worker, ``(0, 1)``
+    outside one."""
+    info = get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def in_worker_process() -> bool:
+    """Whether the caller runs in a DataLoader worker process."""
+    return get_worker_info() is not None
+
+
+class ShardedStream(IterableDataset, Generic[T, P]):  # type: ignore[type-arg]
+    """Base of youmu's iterable datasets (see the module doc).
+
+    Subclasses set :attr:`state_format` and implement ``_settings``, ``_start`` and
+    ``_pass``; positions with several parts (tuples) set :attr:`position_width`.
+    """
+
+    #: The versioned tag of this class's states, e.g. ``"youmu.YoumuDataset/1"``.
+    state_format: ClassVar[str]
+    #: Ints per position (1: an int; >1: a tuple of that many ints).
+    position_width: ClassVar[int] = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shared_epoch = SharedEpoch(0)
+        self._epoch_seen = 0  # the epoch this copy's positions belong to
+        self._resume: dict[int, P] = {}  # loaded positions: where each pass starts
+        self._progress: dict[int, P] = {}  # the most recent pass's position, per worker
+        self._num_workers_seen: int | None = None
+
+    # -- subclass hooks -----------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        """Settings that shape the stream: saved in the state, checked on load."""
+        raise NotImplementedError
+
+    def _start(self) -> P:
+        """The position of an epoch's first item."""
+        raise NotImplementedError
+
+    def _pass(self, worker: int, num_workers: int, start: P) -> Iterator[tuple[P, Any]]:
+        """``(position after the item, item or SKIP)`` for this shard from ``start``."""
+        raise NotImplementedError
+
+    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """A state saved before states had a format tag, converted (or None)."""
+        return None
+
+    # -- epochs ---------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self._shared_epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle for ``epoch`` and start it from the beginning (clears the resume
+        point). Reaches DataLoader workers that already run."""
+        epoch = int_arg("epoch", epoch, minimum=0)
+        self._shared_epoch.value = epoch
+        self._epoch_seen = epoch
+        self._resume, self._progress = {}, {}
+
+    def _sync_epoch(self) -> None:
+        # set_epoch ran in the main process while this copy (a persistent worker's)
+        # kept positions of the previous epoch: they do not apply to the new one
+        if self._shared_epoch.value != self._epoch_seen:
+            self._epoch_seen = self._shared_epoch.value
+            self._resume, self._progress = {}, {}
+
+    # -- state ------------------------------------------------------------------------------
+    def _encode(self, p: P) -> Any:
+        return list(p) if self.position_width > 1 else p  # type: ignore[call-overload]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's progress (see :mod:`youmu.stateful`): format, settings, epoch,
+        DataLoader workers and each worker's position."""
+        positions = {**self._resume, **self._progress}
+        return {
+            "format": self.state_format,
+            **self._settings(),
+            "epoch": self.epoch,
+            "num_workers": self._num_workers_seen,
+            "positions": {w: self._encode(p) for w, p in positions.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` on the next ``iter()`` (the pass after that starts
+        the epoch over)."""
+        owner = type(self).__name__
+        st = check_state(state, self.state_format, owner=owner, expect=self._settings(),
+                         required=("epoch", "positions"), legacy=self._legacy_state)
+        epoch = state_int(st, "epoch", owner=owner)
+        positions = state_positions(st, "positions", owner=owner, width=self.position_width)
+        nw = st.get("num_workers")
+        if nw is not None:
+            nw = state_int(st, "num_workers", owner=owner, minimum=1)
+            if any(w >= nw for w in positions):
+                raise StateError(f"{owner} state has positions for workers {sorted(positions)} but num_workers={nw}")
+        self._check_positions(positions, epoch, nw or 1)
+        self._shared_epoch.value = epoch
+        self._epoch_seen = epoch
+        self._resume = dict(positions)  # type: ignore[arg-type]
+        self._progress = {}
+        self._num_workers_seen = nw
+
+    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
+        """Refuse positions no pass of ``epoch`` could have reached (subclasses know
+        their shards)."""
+
+    # -- iteration ------------------------------------------------------------------------
+    def _begin(self) -> tuple[int, int, P]:
+        """Worker, worker count and start position of a new pass (checks the worker
+        count against a loaded state)."""
+        worker, num_workers = current_worker()
+        self._sync_epoch()
+        if self._resume and self._num_workers_seen not in (None, num_workers):
+            raise StateError(
+                f"state was saved with {self._num_workers_seen} DataLoader workers; resume with the same number "
+                f"(this DataLoader has {num_workers})"
+            )
+        self._num_workers_seen = num_workers
+        # the resume point applies to the next pass only; later passes start the epoch over
+        return worker, num_workers, self._resume.pop(worker, self._start())
+
+    def __iter__(self) -> Iterator[T]:
+        worker, num_workers, start = self._begin()
+        self._progress[worker] = start
+        for after, item in self._pass(worker, num_workers, start):
+            self._progress[worker] = after
+            if item is SKIP:
+                continue
+            yield item
