@@ -5,7 +5,7 @@ PIP      := $(PY) -m pip
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-python demo bench peers-venv compare clean
+.PHONY: setup build test test-rust test-python lint demo bench peers-venv compare clean
 
 setup: $(VENV)/.deps-installed
 
@@ -26,6 +26,15 @@ test-python: build
 	$(PY) -m pytest -q tests
 
 test: test-rust test-python
+
+# ruff (style, imports, bugs), mypy (types of python/youmu), stubtest (the .pyi stubs
+# against the built native module), clippy and rustfmt.
+lint: build
+	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/mypy
+	$(PY) -m mypy.stubtest youmu._core --mypy-config-file stubtest.ini
+	cargo clippy --release --locked --all-targets --features python -- -D warnings
+	cargo fmt --check
 
 demo: build
 	$(PY) examples/demo.py

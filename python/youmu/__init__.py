@@ -1,7 +1,15 @@
 """youmu: feed LLM training straight from Parquet, at page granularity.
 
-The native core (``youmu._core``) is loaded on first use of one of its names, so
-``import youmu.batching`` or ``import youmu.planning`` works without touching it.
+The native core (``youmu._core``) and the dataset classes are loaded on first use of
+one of their names (PEP 562), so ``import youmu.batching`` or ``import youmu.planning``
+stays light. Type checkers see the real names through the ``TYPE_CHECKING`` imports.
+
+Layers (see ``docs/architecture.md``): the Rust core (:class:`PageIndex`,
+:class:`Permutation`), pure maps (:mod:`youmu.sharding`, :mod:`youmu.shuffle`,
+:mod:`youmu.mixture`), row streams (:class:`RowStream`), the stream contract
+(:mod:`youmu.stateful`), torch adapters (:mod:`youmu.torch`), the distributed toolkit
+(:mod:`youmu.dist`), online dynamic batching (:mod:`youmu.batching`) and multisource
+planning (:mod:`youmu.planning`). Every error is a :class:`YoumuError`.
 
 Example:
     >>> import youmu
@@ -12,7 +20,36 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from youmu.errors import (
+    ArgumentTypeError,
+    CapacityError,
+    ChannelError,
+    ColumnNotFoundError,
+    CorruptFileError,
+    DataStallError,
+    InvalidArgumentError,
+    LoaderError,
+    PageOutOfRangeError,
+    PeerClosedError,
+    PlanError,
+    ProtocolError,
+    RankFailedError,
+    SchemaMismatchError,
+    StaleIndexError,
+    StateError,
+    UnknownNameError,
+    UnsupportedError,
+    YoumuError,
+    YoumuIOError,
+)
+
+if TYPE_CHECKING:
+    from youmu._core import PageIndex, Permutation, io_stats, num_threads, set_fast_decode, set_num_threads
+    from youmu.mixture import FlatMixture, MixtureDataset
+    from youmu.rows import RowDataset
+    from youmu.stream import RowStream
 
 __version__ = "0.1.0"
 
@@ -28,16 +65,41 @@ _LAZY: dict[str, str] = {
     "FlatMixture": "youmu.mixture",
     "MixtureDataset": "youmu.mixture",
     "RowStream": "youmu.stream",
-    "YoumuError": "youmu.errors",
-    "CorruptFileError": "youmu.errors",
-    "UnsupportedError": "youmu.errors",
-    "SchemaMismatchError": "youmu.errors",
-    "ColumnNotFoundError": "youmu.errors",
-    "PageOutOfRangeError": "youmu.errors",
-    "StaleIndexError": "youmu.errors",
-    "InvalidArgumentError": "youmu.errors",
-    "YoumuIOError": "youmu.errors",
 }
+
+__all__ = [
+    "ArgumentTypeError",
+    "CapacityError",
+    "ChannelError",
+    "ColumnNotFoundError",
+    "CorruptFileError",
+    "DataStallError",
+    "FlatMixture",
+    "InvalidArgumentError",
+    "LoaderError",
+    "MixtureDataset",
+    "PageIndex",
+    "PageOutOfRangeError",
+    "PeerClosedError",
+    "Permutation",
+    "PlanError",
+    "ProtocolError",
+    "RankFailedError",
+    "RowDataset",
+    "RowStream",
+    "SchemaMismatchError",
+    "StaleIndexError",
+    "StateError",
+    "UnknownNameError",
+    "UnsupportedError",
+    "YoumuError",
+    "YoumuIOError",
+    "__version__",
+    "io_stats",
+    "num_threads",
+    "set_fast_decode",
+    "set_num_threads",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import datetime
 import math
 import operator
-from typing import Any, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 

@@ -13,12 +13,16 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
-
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from youmu.errors import InvalidArgumentError
+
+__all__ = ["OUTPUTS", "rows", "column_rows"]
 
 OUTPUTS = ("torch", "numpy", "arrow", "python")
 
@@ -71,7 +75,7 @@ CONVERT_CHUNK = 256
 def rows(table: pa.Table | pa.RecordBatch, output: str, compact: bool = False) -> Iterator[Any]:
     """Yield the rows of ``table`` as dicts of column values (``"arrow"``: 1-row batches)."""
     if output not in OUTPUTS:
-        raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        raise InvalidArgumentError(f"output must be one of {OUTPUTS}, got {output!r}")
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     batches = table.combine_chunks().to_batches(max_chunksize=CONVERT_CHUNK)

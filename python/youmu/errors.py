@@ -22,7 +22,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = [
     "YoumuError",
@@ -35,6 +35,7 @@ __all__ = [
     "InvalidArgumentError",
     "ArgumentTypeError",
     "StateError",
+    "UnknownNameError",
     "PlanError",
     "CapacityError",
     "LoaderError",
@@ -95,6 +96,13 @@ class ArgumentTypeError(YoumuError, TypeError):
 class StateError(YoumuError, ValueError):
     """A state given to ``load_state_dict`` that does not fit the object: saved by
     another kind of object, with other settings, or malformed."""
+
+
+class UnknownNameError(YoumuError, KeyError):
+    """A name (a mixture child, a source) that the object does not have."""
+
+    def __str__(self) -> str:  # KeyError would show the message in quotes
+        return str(self.args[0]) if self.args else ""
 
 
 # -- planning ------------------------------------------------------------------------------

@@ -41,16 +41,19 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 
+from youmu._args import choice_arg, int_arg, opt_int_arg
 from youmu._core import FlatMap, MixtureMap
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, UnknownNameError
 
 POLICIES = ("restart", "stop")
 
-Weights = Union[Mapping[str, float], Sequence[tuple[int, Mapping[str, float]]]]
+Weights = Union[Mapping[str, float], Sequence[tuple[int, Mapping[str, float]]]]  # noqa: UP007 - a runtime alias on 3.10
 
 
 def _as_child(name: str, ds: Any) -> Any:
@@ -64,19 +67,19 @@ def _as_child(name: str, ds: Any) -> Any:
 
         return RowDataset(ds, cache_pages=4)
     if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
-        raise TypeError(f"child {name!r} ({type(ds).__name__}) needs len() and indexing")
+        raise ArgumentTypeError(f"child {name!r} ({type(ds).__name__}) needs len() and indexing")
     return ds
 
 
 def _children(children: Mapping[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(children, Mapping):
-        raise TypeError(f"{what} children must be a mapping {{name: dataset}}, got {type(children).__name__}")
+        raise ArgumentTypeError(f"{what} children must be a mapping {{name: dataset}}, got {type(children).__name__}")
     if not children:
-        raise ValueError(f"{what} needs at least one child")
+        raise InvalidArgumentError(f"{what} needs at least one child")
     out = {}
     for name, ds in children.items():
         if not isinstance(name, str):
-            raise TypeError(f"child names must be str, got {name!r}")
+            raise ArgumentTypeError(f"child names must be str, got {name!r}")
         out[name] = _as_child(name, ds)
     return out
 
@@ -84,14 +87,12 @@ def _children(children: Mapping[str, Any], what: str) -> dict[str, Any]:
 def _length(name: str, ds: Any) -> int:
     n = int(len(ds))
     if n < 0:
-        raise ValueError(f"child {name!r} has a negative length")
+        raise InvalidArgumentError(f"child {name!r} has a negative length")
     return n
 
 
 def _seed(seed: int) -> int:
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= int(seed) < 1 << 64:
-        raise ValueError(f"seed must be an int in [0, 2^64), got {seed!r}")
-    return int(seed)
+    return int_arg("seed", seed, minimum=0, maximum=(1 << 64) - 1)
 
 
 def _rows_per_page(ds: Any) -> int:
@@ -132,7 +133,7 @@ class _MapMixture:
 
     def __getitem__(self, i: int) -> Any:
         if not isinstance(i, (int, np.integer)):
-            raise TypeError(f"{type(self).__name__} indices must be integers, got {type(i).__name__}")
+            raise ArgumentTypeError(f"{type(self).__name__} indices must be integers, got {type(i).__name__}")
         name, local = self.locate(i)
         return self.children[name][local]
 
@@ -151,7 +152,7 @@ class _MapMixture:
     def __iter__(self) -> Iterator[Any]:
         n, step = len(self), 1024
         for lo in range(0, n, step):
-            yield from self.__getitems__(range(lo, min(lo + step, n)))  # type: ignore[arg-type]
+            yield from self.__getitems__(range(lo, min(lo + step, n)))
 
 
 # --------------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ class FlatMixture(_MapMixture):
         try:
             return self.names.index(name)
         except ValueError:
-            raise KeyError(f"no child named {name!r}") from None
+            raise UnknownNameError(f"no child named {name!r}") from None
 
     def page_index(self) -> Any:
         """One ``youmu.PageIndex`` over all children, when every child is a youmu
@@ -226,7 +227,7 @@ class FlatMixture(_MapMixture):
             elif isinstance(getattr(c, "index", None), PageIndex):
                 parts.append(c.index)
             else:
-                raise TypeError(f"child {name!r} ({type(c).__name__}) is not a youmu Parquet source")
+                raise ArgumentTypeError(f"child {name!r} ({type(c).__name__}) is not a youmu Parquet source")
         return PageIndex.concat(parts)
 
     def __repr__(self) -> str:
@@ -305,12 +306,9 @@ class MixtureDataset(_MapMixture):
     ) -> None:
         self.children = _children(children, "MixtureDataset")
         self.names = list(self.children)
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-        if not isinstance(block_size, (int, np.integer)) or block_size < 1:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-        if length is not None and (not isinstance(length, (int, np.integer)) or length < 0):
-            raise ValueError(f"length must be a non-negative int or None, got {length!r}")
+        choice_arg("policy", policy, POLICIES)
+        int_arg("block_size", block_size, minimum=1)
+        opt_int_arg("length", length, minimum=0)
         self.seed, self.block_size, self.policy = _seed(seed), int(block_size), policy
         raw = self._stage_list(weights)
         self._map = MixtureMap(
@@ -333,38 +331,40 @@ class MixtureDataset(_MapMixture):
             try:
                 stages = [(s, w) for s, w in weights]
             except (TypeError, ValueError):
-                raise TypeError("weights must be {name: weight} or a list of (start_index, {name: weight})") from None
+                raise ArgumentTypeError(
+                    "weights must be {name: weight} or a list of (start_index, {name: weight})"
+                ) from None
         if not stages:
-            raise ValueError("weights must not be empty")
+            raise InvalidArgumentError("weights must not be empty")
         for k, (start, w) in enumerate(stages):
             if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or start < 0:
-                raise ValueError(f"stage {k}: start must be a non-negative int, got {start!r}")
+                raise InvalidArgumentError(f"stage {k}: start must be a non-negative int, got {start!r}")
             if not isinstance(w, Mapping):
-                raise TypeError(f"stage {k}: weights must be a mapping {{name: weight}}")
+                raise ArgumentTypeError(f"stage {k}: weights must be a mapping {{name: weight}}")
             unknown = sorted(set(w) - set(self.names))
             if unknown:
-                raise ValueError(f"stage {k} names unknown children: {unknown} (children: {self.names})")
+                raise InvalidArgumentError(f"stage {k} names unknown children: {unknown} (children: {self.names})")
             for name, x in w.items():
                 if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
-                    raise TypeError(f"stage {k}: weight of {name!r} must be a number, got {x!r}")
+                    raise ArgumentTypeError(f"stage {k}: weight of {name!r} must be a number, got {x!r}")
         return [(int(s), w) for s, w in stages]
 
     def _chunks(self, spec: int | Mapping[str, int] | str) -> list[int]:
         """Run length of every child's chunk-local pass order (1 = uniform)."""
         if isinstance(spec, str):
             if spec != "auto":
-                raise ValueError(f"child_chunk must be 'auto', an int or {{name: int}}, got {spec!r}")
+                raise InvalidArgumentError(f"child_chunk must be 'auto', an int or {{name: int}}, got {spec!r}")
             return [_rows_per_page(c) for c in self.children.values()]
         if isinstance(spec, Mapping):
             unknown = sorted(set(spec) - set(self.names))
             if unknown:
-                raise ValueError(f"child_chunk names unknown children: {unknown}")
+                raise InvalidArgumentError(f"child_chunk names unknown children: {unknown}")
             values = [spec.get(n, 1) for n in self.names]
         else:
             values = [spec] * len(self.names)
         for v in values:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"child_chunk values must be ints >= 1, got {v!r}")
+                raise InvalidArgumentError(f"child_chunk values must be ints >= 1, got {v!r}")
         return [int(v) for v in values]
 
     def _describe(self, raw: list[tuple[int, Mapping[str, float]]]) -> list[Stage]:
@@ -381,7 +381,7 @@ class MixtureDataset(_MapMixture):
         try:
             return self.names.index(name)
         except ValueError:
-            raise KeyError(f"no child named {name!r}") from None
+            raise UnknownNameError(f"no child named {name!r}") from None
 
     @property
     def lengths(self) -> dict[str, int]:

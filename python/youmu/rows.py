@@ -15,12 +15,18 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from youmu._args import choice_arg, int_arg, int_array
+from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
+from youmu.errors import ArgumentTypeError, PageOutOfRangeError
+
+__all__ = ["RowDataset"]
 
 
 class RowDataset:
@@ -37,11 +43,14 @@ class RowDataset:
     def __init__(self, paths: Any, columns: Sequence[str] | None = None, output: str = "python", cache_pages: int = 0):
         from youmu._core import PageIndex
 
-        self.index = paths if isinstance(paths, PageIndex) else PageIndex(paths, columns=list(columns) if columns else None)
-        self.output = output
-        if cache_pages < 0:
-            raise ValueError("cache_pages must be >= 0")
-        self.cache_pages = cache_pages
+        if isinstance(columns, (str, bytes)):
+            raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}")
+        if isinstance(paths, PageIndex):
+            self.index = paths
+        else:
+            self.index = PageIndex(paths, columns=list(columns) if columns else None)
+        self.output = choice_arg("output", output, OUTPUTS)
+        self.cache_pages = int_arg("cache_pages", cache_pages, minimum=0)
         self._cache: OrderedDict[int, pa.RecordBatch] = OrderedDict()
 
     def __len__(self) -> int:
@@ -63,11 +72,11 @@ class RowDataset:
 
     def take(self, indices: Sequence[int] | np.ndarray) -> pa.Table:
         """Rows at ``indices`` as one Arrow table (in the given order)."""
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = int_array(indices, "indices")
         n = len(self)
         if idx.size and (idx.min() < -n or idx.max() >= n):
             bad = int(idx[(idx < -n) | (idx >= n)][0])
-            raise IndexError(f"row {bad} is out of range (length {n})")
+            raise PageOutOfRangeError(f"row {bad} is out of range (length {n})")
         idx = np.where(idx < 0, idx + n, idx)
         if self.cache_pages == 0:
             return pa.Table.from_batches([self.index.read_rows(idx)])
@@ -80,8 +89,8 @@ class RowDataset:
         return table.take(pa.array(take))
 
     def __getitem__(self, i: int) -> Any:
-        if not isinstance(i, (int, np.integer)):
-            raise TypeError(f"RowDataset indices must be integers, got {type(i).__name__}")
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise ArgumentTypeError(f"RowDataset indices must be integers, got {type(i).__name__}")
         return next(convert_rows(self.take([int(i)]), self.output))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:

@@ -10,7 +10,7 @@ Shuffle modes:
 
 * ``"page"`` — pages in keyed-permuted order, cut into *windows* of ``window_pages``
   consecutive permuted pages; the rows of a window are shuffled together by a second
-  keyed permutation (the paper's aggressive buffer shuffle, made stateless).
+  keyed permutation (Youmu's aggressive buffer shuffle, made stateless).
 * ``"local"`` — pages in file order, windows shuffled internally: the streaming
   shuffle-buffer baseline other loaders use.
 * ``"none"`` — file order.
@@ -28,14 +28,15 @@ Example:
     >>> import numpy as np
     >>> from youmu.shuffle import ShardPlan
     >>> p = ShardPlan.build(np.array([3, 3, 2]), "none", window_pages=1, seed=0, epoch=0, rank=0, world_size=2)
-    >>> p.total_rows, list(p.window_ids)
+    >>> p.total_rows, p.window_ids.tolist()
     (5, [0, 2])
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -160,7 +161,7 @@ class ShardPlan:
         num_workers: int = 1,
         window_rows: int | None = None,
         cap: int | None = None,
-    ) -> "ShardPlan":
+    ) -> ShardPlan:
         choice_arg("shuffle", mode, SHUFFLE_MODES)
         shard = Shard(rank, world_size, worker, num_workers)
         int_arg("window_pages", window_pages, minimum=1)

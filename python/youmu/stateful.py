@@ -29,10 +29,10 @@ Example:
     ...          "num_workers": None, "positions": {0: 5}}
     >>> check_state(state, "youmu.MapStream/1", owner="MapStream", expect={"world_size": 2})["positions"]
     {0: 5}
-    >>> check_state(state, "youmu.YoumuDataset/1", owner="YoumuDataset")
+    >>> check_state(state, "youmu.YoumuDataset/1", owner="YoumuDataset")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    youmu.errors.StateError: YoumuDataset.load_state_dict got a state saved by youmu.MapStream/1, not a youmu.YoumuDataset/1 state
+    youmu.errors.StateError: YoumuDataset.load_state_dict got a state saved by youmu.MapStream/1, not a ...
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.sharedctypes
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from youmu.errors import StateError
 

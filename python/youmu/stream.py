@@ -13,12 +13,15 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
+from youmu._args import int_arg
 from youmu.shuffle import ShardPlan, row_chunk_rows, window_pages_for
+
+__all__ = ["RowStream", "DEFAULT_BUFFER_SIZE"]
 
 DEFAULT_BUFFER_SIZE = 8192
 
@@ -108,8 +111,7 @@ class RowStream:
         The next window is read, decoded, concatenated and shuffled by Rust threads
         while the current one is consumed: at most two windows are in memory."""
         plan = self.plan
-        if start < 0:
-            raise ValueError(f"start must be >= 0, got {start}")
+        int_arg("start", start, minimum=0)
         if start >= plan.total_rows:
             return
         i, offset = plan.window_at(start)
@@ -130,8 +132,7 @@ class RowStream:
 
     def iter_batches(self, batch_size: int, start: int = 0) -> Iterator[pa.RecordBatch]:
         """Yield record batches of exactly ``batch_size`` rows (the last may be short)."""
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+        int_arg("batch_size", batch_size, minimum=1)
         carry: list[pa.RecordBatch] = []
         have = 0
         for table in self.iter_tables(start):

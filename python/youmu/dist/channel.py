@@ -45,7 +45,8 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from youmu._args import seconds_arg
 from youmu.errors import ArgumentTypeError, ChannelError, InvalidArgumentError
@@ -111,7 +112,7 @@ class GlooChannel:
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
-    def from_default_group(cls, timeout: float | datetime.timedelta = DEFAULT_TIMEOUT) -> "GlooChannel":
+    def from_default_group(cls, timeout: float | datetime.timedelta = DEFAULT_TIMEOUT) -> GlooChannel:
         """A new Gloo group over all ranks of the initialised default group (collective)."""
         import torch.distributed as dist
 
@@ -125,7 +126,7 @@ class GlooChannel:
         return cls(pg, dist.get_rank(), dist.get_world_size(), td)
 
     @classmethod
-    def from_process_group(cls, group: Any, timeout: float | datetime.timedelta = DEFAULT_TIMEOUT) -> "GlooChannel":
+    def from_process_group(cls, group: Any, timeout: float | datetime.timedelta = DEFAULT_TIMEOUT) -> GlooChannel:
         """Wrap an existing Gloo process group (``timeout`` is informational: the
         group's own timeout bounds its collectives)."""
         import torch.distributed as dist
@@ -143,7 +144,7 @@ class GlooChannel:
         *,
         prefix: str = "youmu/batching",
         timeout: float | datetime.timedelta = DEFAULT_TIMEOUT,
-    ) -> "GlooChannel":
+    ) -> GlooChannel:
         """A Gloo group rendezvousing through ``store`` under ``prefix``.
 
         Every rank must use the same store and prefix; use a fresh prefix for every
@@ -172,7 +173,7 @@ class GlooChannel:
         prefix: str = "youmu/batching",
         timeout: float | datetime.timedelta = DEFAULT_TIMEOUT,
         connect_timeout: float | datetime.timedelta = 60.0,
-    ) -> "GlooChannel":
+    ) -> GlooChannel:
         """Rendezvous on a ``TCPStore`` at ``host:port``, independent of any default group.
 
         Exactly one rank passes ``host_store=True`` (it runs the store server); the
@@ -192,7 +193,7 @@ class GlooChannel:
         return cls.from_store(store, rank, world_size, prefix=prefix, timeout=timeout)
 
     # -- collectives ----------------------------------------------------------------------
-    def all_gather_int64(self, values: "Sequence[int] | torch.Tensor") -> list["torch.Tensor"]:
+    def all_gather_int64(self, values: Sequence[int] | torch.Tensor) -> list[torch.Tensor]:
         """Gather one int64 vector per rank (the same length on every rank).
 
         Returns the ``world_size`` vectors in rank order. Raises :class:`ChannelError`
@@ -269,7 +270,7 @@ class GlooChannel:
         self._owner = None
 
     @classmethod
-    def local(cls) -> "GlooChannel":
+    def local(cls) -> GlooChannel:
         """A one-rank channel without a process group (single-process runs)."""
         return cls(None, 0, 1, _timedelta(DEFAULT_TIMEOUT))
 
@@ -288,7 +289,9 @@ def _registered(group: Any) -> bool:
         return False
 
 
-def channel_for(group: Any = None, *, timeout: float | datetime.timedelta = DEFAULT_TIMEOUT, name: str = "group") -> GlooChannel:
+def channel_for(
+    group: Any = None, *, timeout: float | datetime.timedelta = DEFAULT_TIMEOUT, name: str = "group"
+) -> GlooChannel:
     """The channel a loader exchanges on, from what the user passed as ``name``:
 
     * a :class:`GlooChannel` — used as it is;

@@ -19,7 +19,8 @@ import functools
 import hashlib
 import json
 import types
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["fingerprint", "describe"]
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 from youmu.errors import InvalidArgumentError
 
@@ -118,13 +119,13 @@ class Producer(Generic[T]):
         self._credits = credits
         self._stamp = stamp
         self._on_stop = on_stop
-        self.queue: "queue.Queue[Any]" = queue.Queue(maxsize=depth or 0)
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth or 0)
         self.stop_event = threading.Event()
         self._source_wait_since: float | None = None
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- producer side ----------------------------------------------------------------------
-    def start(self) -> "Producer[T]":
+    def start(self) -> Producer[T]:
         self.thread.start()
         return self
 

@@ -25,7 +25,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,7 +95,8 @@ class PadCollate:
             ts: list[torch.Tensor] = tensors  # type: ignore[assignment]
             if all(t.dim() == 1 for t in ts):
                 lens = torch.tensor([t.shape[0] for t in ts], dtype=torch.int64)
-                padded = torch.full((len(ts), int(lens.max())), self.pad_values.get(key, self.pad_id), dtype=ts[0].dtype)
+                pad = self.pad_values.get(key, self.pad_id)
+                padded = torch.full((len(ts), int(lens.max())), pad, dtype=ts[0].dtype)
                 for i, t in enumerate(ts):
                     padded[i, : t.shape[0]] = t
                 out[key] = padded

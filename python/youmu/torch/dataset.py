@@ -14,10 +14,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg
-from youmu.convert import OUTPUTS, rows as convert_rows
+from youmu.convert import OUTPUTS
+from youmu.convert import rows as convert_rows
 from youmu.dist.world import rank_and_world
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.shuffle import SHUFFLE_MODES, rank_caps, row_chunk_rows, window_pages_for
@@ -25,6 +27,11 @@ from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
 from youmu.torch.sharded import SKIP, ShardedStream, in_worker_process
 
 __all__ = ["YoumuDataset"]
+
+
+def _map_style(obj: Any) -> bool:
+    """A map-style dataset (``len`` and ``[i]``) that is not a path list."""
+    return hasattr(obj, "__len__") and hasattr(obj, "__getitem__") and not isinstance(obj, (str, bytes, list, tuple))
 
 
 class YoumuDataset(ShardedStream[Any, int]):
@@ -94,7 +101,7 @@ class YoumuDataset(ShardedStream[Any, int]):
             self.index = paths.page_index()
         elif isinstance(getattr(paths, "index", None), PageIndex):
             self.index = paths.index  # a youmu.RowDataset: same files, streamed by pages
-        elif hasattr(paths, "__getitem__") and hasattr(paths, "__len__") and not isinstance(paths, (str, bytes, list, tuple)):
+        elif _map_style(paths):
             # A weighted MixtureDataset (or any map-style dataset) has no page space to
             # shuffle: its order is already the mixture's. Say what to use instead
             # rather than failing later on "expected a path".

@@ -33,7 +33,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.dist.world import rank_and_world
@@ -159,7 +160,8 @@ class MapStream(ShardedStream[Any, int]):
                 yield after - 1, item
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.dataset!r}, rank={self.rank}, world_size={self.world_size}, run={self.run})"
+        name = type(self).__name__
+        return f"{name}({self.dataset!r}, rank={self.rank}, world_size={self.world_size}, run={self.run})"
 
 
 class MixtureStream(MapStream):

@@ -23,7 +23,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from youmu._args import bool_arg, int_arg
 from youmu.dist.producer import Producer
@@ -49,7 +50,8 @@ class Prefetcher:
     def __init__(self, loader: Iterable[Any], depth: int = 2, track_state: bool | None = None) -> None:
         self.loader = loader
         self.depth = int_arg("depth", depth, minimum=1)
-        self.track_state = hasattr(loader, "state_dict") if track_state is None else bool_arg("track_state", track_state)
+        has_state = hasattr(loader, "state_dict")
+        self.track_state = has_state if track_state is None else bool_arg("track_state", track_state)
         if self.track_state and not hasattr(loader, "state_dict"):
             raise ArgumentTypeError(f"track_state=True but {type(loader).__name__} has no state_dict()")
         self._state: Any = None

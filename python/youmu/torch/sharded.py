@@ -32,7 +32,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, Iterator, Mapping, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Generic, TypeVar
 
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -62,7 +63,7 @@ def in_worker_process() -> bool:
     return get_worker_info() is not None
 
 
-class ShardedStream(IterableDataset, Generic[T, P]):  # type: ignore[type-arg]
+class ShardedStream(IterableDataset, Generic[T, P]):
     """Base of youmu's iterable datasets (see the module doc).
 
     Subclasses set :attr:`state_format` and implement ``_settings``, ``_start`` and
