@@ -894,15 +894,16 @@ def main() -> None:
             print(f"  {R:4d} rows/page: {len(idx)} pages, {np.mean(sizes) / 1e3:.1f} KB per page (compressed)")
         print("  tokens per source:", m["tokens_per_source"])
         return
-    configs = run_configs(a, m) if a.part not in ("report", "diversity") else []
-    if a.part in ("report", "diversity"):
-        configs = run_configs(argparse.Namespace(**{**vars(a), "part": "all"}), m)
+    parts = set(a.part.split(","))
+    train = bool(parts & {"all", "main", "sweep", "slices"})
+    # report / diversity alone: every configuration of the full plan, nothing trained
+    configs = run_configs(a if train else argparse.Namespace(**{**vars(a), "part": "all"}), m)
     for R in sorted({c["rows_per_page"] for c in configs}):
         write_layout(cdir, R)
     runs_dir = Path(a.work) / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     todo = [c for c in configs if a.force or not (runs_dir / f"{run_key(c)}.json").exists()]
-    if a.part not in ("report", "diversity"):
+    if train:
         print(f"{len(configs)} runs ({len(todo)} to do) of {configs[0]['steps'] if configs else 0} steps "
               f"x {a.batch} x {a.seq_len} tokens", flush=True)
         est = len(todo) * (configs[0]["steps"] * SECONDS_PER_STEP + SECONDS_PER_RUN) / max(1, min(a.jobs, 2)) / 60
@@ -937,7 +938,7 @@ def main() -> None:
         result["summary"] = summary
         print_report(summary, meta)
         plot(summary, Path(a.plot), meta)
-    if "diversity" in a.part or "all" in a.part:
+    if parts & {"diversity", "all"}:
         pd = plan_diversity(a, cdir, configs)
         result["plan_diversity"] = pd
         print("\n### Early-epoch diversity from the plans (seed 0)\n")
