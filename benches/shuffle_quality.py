@@ -661,7 +661,7 @@ def plan_diversity(a: argparse.Namespace, cdir: Path, configs: list[dict]) -> di
     """Early-epoch diversity of every setting from its stream plan alone (no training):
     distinct pages / sources in the rows of the first N steps, per seed."""
     from youmu import diversity as div
-    from youmu.plan import ShardPlan, row_chunk_rows
+    from youmu.shuffle import ShardPlan, row_chunk_rows
 
     m, tr, _ = load_corpus(cdir)
     row_tokens_canon = np.diff(tr["offsets"]) + 1

@@ -14,7 +14,7 @@ import pytest
 
 import youmu
 import youmu.diversity as div
-from youmu.plan import ShardPlan
+from youmu.shuffle import ShardPlan
 from youmu.stream import RowStream
 
 ROWS_PER_PAGE = 5

@@ -4,13 +4,13 @@ rows of a shard's stream draw from.
 A page-shuffled stream is a sequence of windows of a few pages each, so its first rows
 come from those few pages only, where a full row shuffle draws every row from a
 different page. Short runs (fine-tuning, the first steps of pretraining) see only that
-start. These functions count it. They are pure functions of a :class:`~youmu.plan.ShardPlan`
+start. These functions count it. They are pure functions of a :class:`~youmu.shuffle.ShardPlan`
 and the page row counts (no I/O, no torch): the rows a plan delivers are the rows the
 stream yields.
 
 Example:
     >>> import numpy as np
-    >>> from youmu.plan import ShardPlan
+    >>> from youmu.shuffle import ShardPlan
     >>> from youmu.diversity import plan_rows, rows_to_pages, running_distinct
     >>> page_rows = np.array([4] * 10)
     >>> plan = ShardPlan.build(page_rows, "none", window_pages=2, seed=0, epoch=0)
@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from youmu.plan import ShardPlan
+from youmu.shuffle import ShardPlan
 
 
 def page_first_rows(page_rows: np.ndarray) -> np.ndarray:
