@@ -128,3 +128,16 @@ def test_block_and_running_distinct() -> None:
     assert div.block_distinct(np.array([0, 0, 1, 2, 2, 2, 5]), 3).tolist() == [2, 1, 1]
     with pytest.raises(ValueError):
         div.block_distinct(np.array([1]), 0)
+
+
+
+@pytest.mark.parametrize("mode", ["page", "local", "none", "row"])
+def test_plan_rows_follow_drop_last_splits_of_windows(corpus, mode: str) -> None:
+    """Under drop_last a window can be split between two ranks: the plan's rows are
+    still exactly what the stream yields."""
+    idx, _ = corpus
+    page_rows = idx.page_num_rows()
+    for rank in range(3):
+        s = RowStream(idx, shuffle=mode, buffer_size=20, seed=3, rank=rank, world_size=3, drop_last=True)
+        got = np.concatenate([t.column("row_id").to_numpy() for t in s.iter_tables()])
+        assert np.array_equal(div.plan_rows(s.plan, page_rows), got)

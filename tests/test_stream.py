@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from torch.utils.data import DataLoader
 
 import youmu
-from youmu.shuffle import ShardPlan, positions_to_rows, rank_caps
+from youmu.shuffle import ShardPlan, positions_to_rows
 from youmu.stream import RowStream
 from youmu.torch import YoumuDataset, collate_packed, pack
 
@@ -75,23 +75,55 @@ def test_a_ranks_rows_do_not_depend_on_its_worker_count(index, mode) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_drop_last_gives_every_rank_the_same_count(index, mode) -> None:
-    pr = index.page_num_rows()
-    from youmu.shuffle import window_pages_for
-
-    wp = window_pages_for(pr, 200, 3)
-    caps, dropped = rank_caps(pr, mode, window_pages=wp, window_rows=200, seed=1, epoch=0, world_size=3, num_workers=2)
-    per_rank = [sum(caps[r, w] for w in range(2)) for r in range(3)]
-    assert len(set(per_rank)) == 1
-    assert per_rank[0] * 3 + dropped == N_ROWS
+@pytest.mark.parametrize("world", [2, 3, 8])
+def test_drop_last_gives_every_rank_the_same_count_and_drops_fewer_than_world_size(index, mode, world) -> None:
+    """Regression: drop_last used to cut every rank to the smallest rank's whole windows
+    (20-23% of the rows with 8 ranks over 40 pages)."""
     seen = []
-    for r in range(3):
-        ds = YoumuDataset(index, shuffle=mode, buffer_size=200, seed=1, rank=r, world_size=3, drop_last=True, output="python")
+    per_rank = N_ROWS // world
+    for r in range(world):
+        ds = YoumuDataset(index, shuffle=mode, buffer_size=200, seed=1, rank=r, world_size=world, drop_last=True,
+                          output="python")
         rows = list(ds)
-        assert len(rows) == len(ds) == per_rank[0]
+        assert len(rows) == len(ds) == per_rank
+        assert ds.dropped_rows() == N_ROWS - world * per_rank < world
         seen += [x["id"] for x in rows]
-        assert ds.dropped_rows() == dropped
-    assert len(set(seen)) == len(seen)
+        # the rank's rows are the same whatever its worker count
+        by_worker = {i for w in range(3) for i in ids_of(RowStream(index, mode, 200, 1, 0, rank=r, world_size=world,
+                                                                   worker=w, num_workers=3, drop_last=True))}
+        assert by_worker == {x["id"] for x in rows}
+    assert len(set(seen)) == len(seen) == world * per_rank
+
+
+def test_drop_last_on_many_ranks_over_few_pages_still_balances(tmp_path) -> None:
+    """40 pages of uneven size over 8 ranks: every rank the same count, fewer than 8 rows dropped."""
+    path = tmp_path / "p.parquet"
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(10, 40, size=40)
+    ids = np.arange(int(sizes.sum()))
+    writer = pq.ParquetWriter(path, pa.schema([("id", pa.int64())]))
+    start = 0
+    for n in sizes:  # one row group (one page) per size
+        writer.write_table(pa.table({"id": ids[start : start + n]}))
+        start += n
+    writer.close()
+    idx = youmu.PageIndex(str(path))
+    assert len(idx) == 40
+    counts = [len(list(YoumuDataset(idx, buffer_size=64, rank=r, world_size=8, drop_last=True, output="python")))
+              for r in range(8)]
+    assert len(set(counts)) == 1 and idx.num_rows - sum(counts) < 8
+
+
+def test_a_rank_without_rows_is_warned_about_and_drop_last_with_fewer_rows_than_ranks_is_refused(tmp_path) -> None:
+    path = tmp_path / "tiny.parquet"
+    pq.write_table(pa.table({"id": list(range(6))}), path, row_group_size=3)  # 2 pages, 6 rows
+    idx = youmu.PageIndex(str(path))
+    with pytest.warns(youmu.YoumuWarning, match="gets no rows"):
+        YoumuDataset(idx, rank=3, world_size=4, output="python")
+    balanced = [list(YoumuDataset(idx, rank=r, world_size=4, drop_last=True, output="python")) for r in range(4)]
+    assert [len(b) for b in balanced] == [1, 1, 1, 1]
+    with pytest.raises(youmu.InvalidArgumentError, match="leaves every rank with nothing"):
+        YoumuDataset(idx, rank=0, world_size=7, drop_last=True, output="python")
 
 
 def test_page_mode_is_deterministic_and_epochs_differ(index) -> None:

@@ -43,6 +43,7 @@ from youmu.errors import (
     UnsupportedError,
     YoumuError,
     YoumuIOError,
+    YoumuWarning,
 )
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ __all__ = [
     "UnsupportedError",
     "YoumuError",
     "YoumuIOError",
+    "YoumuWarning",
     "__version__",
     "io_stats",
     "num_threads",

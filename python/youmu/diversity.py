@@ -27,7 +27,22 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from youmu.errors import PageOutOfRangeError
 from youmu.shuffle import ShardPlan
+
+__all__ = [
+    "batch_bounds",
+    "block_distinct",
+    "early_diversity",
+    "page_first_rows",
+    "per_batch_distinct",
+    "plan_rows",
+    "rows_for_tokens",
+    "rows_to_pages",
+    "running_distinct",
+    "window_distinct_pages",
+    "window_global_rows",
+]
 
 
 def page_first_rows(page_rows: np.ndarray) -> np.ndarray:
@@ -41,12 +56,15 @@ def rows_to_pages(rows: np.ndarray, page_rows: np.ndarray) -> np.ndarray:
     ends = np.cumsum(np.asarray(page_rows, dtype=np.int64))
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) and (rows.min() < 0 or rows.max() >= (ends[-1] if len(ends) else 0)):
-        raise IndexError("row id outside the pages' rows")
+        raise PageOutOfRangeError("row id outside the pages' rows")
     return np.searchsorted(ends, rows, side="right").astype(np.int64)
 
 
-def window_global_rows(plan: ShardPlan, page_rows: np.ndarray, i: int, first_rows: np.ndarray | None = None) -> np.ndarray:
-    """Global row ids of the ``i``-th window (row-mode chunk) of ``plan``, in stream order."""
+def window_global_rows(
+    plan: ShardPlan, page_rows: np.ndarray, i: int, first_rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Global row ids of the ``i``-th window (row-mode chunk) of ``plan``, in stream order
+    (the whole window: :func:`plan_rows` keeps the shard's part of it)."""
     if plan.mode == "row":
         return np.asarray(plan.rows_of(i), dtype=np.int64)
     page_rows = np.asarray(page_rows, dtype=np.int64)
@@ -70,6 +88,9 @@ def plan_rows(plan: ShardPlan, page_rows: np.ndarray, n: int | None = None) -> n
     i = 0
     while have < total:
         rows = window_global_rows(plan, page_rows, i, first)
+        if plan.mode != "row":  # the shard's part of the window (drop_last splits some)
+            skip = int(plan.window_skip[i])
+            rows = rows[skip : skip + int(plan.window_rows[i])]
         out.append(rows[: total - have])
         have += len(out[-1])
         i += 1

@@ -45,11 +45,17 @@ __all__ = [
     "DataStallError",
     "ProtocolError",
     "YoumuIOError",
+    "YoumuWarning",
 ]
 
 
 class YoumuError(Exception):
     """Base class of every error youmu raises."""
+
+
+class YoumuWarning(UserWarning):
+    """Something works but is likely not what the user wants (e.g. a rank that will
+    receive no data)."""
 
 
 # -- files and the page index ------------------------------------------------------------

@@ -16,7 +16,7 @@ from youmu.shuffle import (
     ShuffleMode,
     all_window_rows,
     positions_to_rows,
-    rank_caps,
+    dropped_rows,
     row_chunk_rows,
     window_pages_for,
 )
@@ -28,7 +28,7 @@ __all__ = [
     "ShuffleMode",
     "all_window_rows",
     "positions_to_rows",
-    "rank_caps",
+    "dropped_rows",
     "row_chunk_rows",
     "window_pages_for",
 ]

@@ -52,7 +52,7 @@ __all__ = [
     "window_pages_for",
     "row_chunk_rows",
     "all_window_rows",
-    "rank_caps",
+    "dropped_rows",
     "positions_to_rows",
 ]
 
@@ -127,8 +127,17 @@ class ShardPlan:
     """The rows one shard delivers in one epoch.
 
     ``window_ids`` are the windows (page windows, or row chunks in ``"row"`` mode) the
-    shard owns, in stream order; ``window_rows[i]`` their row counts; ``total_rows`` the
-    rows it delivers (possibly capped by ``drop_last``).
+    shard owns, in stream order; ``window_rows[i]`` the rows it takes from each,
+    starting ``window_skip[i]`` rows into the window's shuffled rows (non-zero only
+    where ``drop_last`` splits a window between two ranks); ``total_rows`` the rows it
+    delivers.
+
+    ``drop_last`` (``balanced=True``): every rank delivers exactly ``⌊N / world_size⌋``
+    of the epoch's ``N`` rows, so at most ``world_size − 1`` rows are dropped. The
+    epoch's windows are cut into ``world_size`` contiguous row ranges instead of being
+    dealt round-robin; a window on a boundary is read by both ranks that share it (at
+    most ``world_size − 1`` windows per epoch), and a rank's windows go round-robin to
+    its workers.
     """
 
     mode: str
@@ -146,6 +155,10 @@ class ShardPlan:
     window_rows: np.ndarray
     total_rows: int
     cum_rows: np.ndarray = field(repr=False)
+    window_skip: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    balanced: bool = False
+    #: rows of each whole window (what its row order permutes), page modes
+    window_full_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @staticmethod
     def build(
@@ -161,6 +174,7 @@ class ShardPlan:
         num_workers: int = 1,
         window_rows: int | None = None,
         cap: int | None = None,
+        balanced: bool = False,
     ) -> ShardPlan:
         choice_arg("shuffle", mode, SHUFFLE_MODES)
         shard = Shard(rank, world_size, worker, num_workers)
@@ -168,27 +182,37 @@ class ShardPlan:
         page_rows = np.asarray(page_rows, dtype=np.int64)
         n_pages = len(page_rows)
         n_rows = int(page_rows.sum())
+        skip = None
+        full = None
         if mode == "row":
             # A chunk of c random rows touches ~c distinct pages, and every one is read
             # and decoded whole: size chunks by pages in memory, not by rows.
             size = int(window_rows) if window_rows else max(1, window_pages)
-            lo, hi = block(n_rows, shard)
+            lo, hi = _row_range(n_rows, shard, balanced)
             starts = np.arange(lo, hi, size, dtype=np.int64)
             rows = np.minimum(starts + size, hi) - starts
             ids = np.arange(len(starts), dtype=np.int64)  # chunk number within the block
         else:
             size = 0
             rows_all = all_window_rows(page_rows, mode, window_pages, seed, epoch)
-            mine = round_robin(len(rows_all), shard)
-            ids = np.arange(mine.start, mine.stop, mine.step, dtype=np.int64)
-            rows = rows_all[ids]
+            if balanced:
+                ids, skip, rows = _balanced_windows(rows_all, shard)
+            else:
+                mine = round_robin(len(rows_all), shard)
+                ids = np.arange(mine.start, mine.stop, mine.step, dtype=np.int64)
+                rows = rows_all[ids]
+            full = rows_all[ids]
+        if skip is None:
+            skip = np.zeros(len(ids), dtype=np.int64)
+        if full is None:
+            full = rows
         cum = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
         total = int(cum[-1])
         if cap is not None:
             total = min(total, int(cap))
         return ShardPlan(
             mode, n_pages, n_rows, window_pages, size, seed, epoch, rank, world_size, worker, num_workers, ids,
-            rows, total, cum,
+            rows, total, cum, skip, bool(balanced), full,
         )
 
     # -- positions ------------------------------------------------------------------
@@ -214,7 +238,7 @@ class ShardPlan:
     def row_order(self, i: int) -> np.ndarray | None:
         """Order of the window's rows (indices into the window's concatenated pages),
         or None for identity."""
-        n = int(self.window_rows[i])
+        n = int(self.window_full_rows[i])
         if self.mode in ("page", "local"):
             w = int(self.window_ids[i])
             return _permutation(n, self.seed, self.epoch, f"window-{self.mode}-{w}").range(0, n)
@@ -224,10 +248,43 @@ class ShardPlan:
         """Row mode: global row ids of the i-th chunk of this shard, in stream order."""
         if self.mode != "row":
             raise InvalidArgumentError("rows_of() is for row mode")
-        lo, _ = block(self.num_rows, Shard(self.rank, self.world_size, self.worker, self.num_workers))
+        shard = Shard(self.rank, self.world_size, self.worker, self.num_workers)
+        lo, _ = _row_range(self.num_rows, shard, self.balanced)
         start = lo + int(self.cum_rows[i])
         stop = start + int(self.window_rows[i])
         return _permutation(self.num_rows, self.seed, self.epoch, "rows").range(start, stop)
+
+
+def _row_range(n_rows: int, shard: Shard, balanced: bool) -> tuple[int, int]:
+    """Row mode: the shard's block of the permuted positions; with ``balanced`` every
+    rank's block has exactly ``⌊n / world_size⌋`` positions (the rest is dropped)."""
+    if not balanced:
+        return block(n_rows, shard)
+    per_rank = n_rows // shard.world_size
+    lo = shard.rank * per_rank
+    return lo + per_rank * shard.worker // shard.num_workers, lo + per_rank * (shard.worker + 1) // shard.num_workers
+
+
+def _balanced_windows(rows_all: np.ndarray, shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``drop_last`` in page modes: (window ids, rows skipped at each window's start,
+    rows taken from each) of the shard. Rank ``r`` takes rows ``[r·T, (r+1)·T)`` of the
+    epoch's window sequence, ``T = ⌊N / world_size⌋``; its k-th window goes to worker
+    ``k % num_workers``."""
+    cum = np.concatenate([[0], np.cumsum(rows_all, dtype=np.int64)])
+    per_rank = int(cum[-1]) // shard.world_size
+    lo, hi = shard.rank * per_rank, (shard.rank + 1) * per_rank
+    empty = np.zeros(0, dtype=np.int64)
+    if per_rank == 0:
+        return empty, empty, empty
+    first = int(np.searchsorted(cum, lo, side="right")) - 1
+    last = int(np.searchsorted(cum, hi, side="left")) - 1
+    ids = np.arange(first, last + 1, dtype=np.int64)
+    starts = np.maximum(cum[ids], lo)
+    stops = np.minimum(cum[ids + 1], hi)
+    keep = stops > starts  # empty windows (no rows) carry nothing
+    ids, starts, stops = ids[keep], starts[keep], stops[keep]
+    mine = slice(shard.worker, None, shard.num_workers)
+    return ids[mine], (starts - cum[ids])[mine], (stops - starts)[mine]
 
 
 def all_window_rows(page_rows: np.ndarray, mode: str, window_pages: int, seed: int, epoch: int) -> np.ndarray:
@@ -246,37 +303,13 @@ def all_window_rows(page_rows: np.ndarray, mode: str, window_pages: int, seed: i
     return np.add.reduceat(in_order, starts).astype(np.int64)
 
 
-def rank_caps(
-    page_rows: np.ndarray,
-    mode: str,
-    *,
-    window_pages: int,
-    window_rows: int | None,
-    seed: int,
-    epoch: int,
-    world_size: int,
-    num_workers: int,
-) -> tuple[dict[tuple[int, int], int], int]:
-    """``drop_last`` caps: every rank delivers the same number of rows (the smallest
-    rank's total); a rank's excess is removed from its last workers. Returns the cap of
-    every (rank, worker) and the number of rows dropped in the epoch."""
-    def total(r: int, w: int) -> int:
-        return ShardPlan.build(
-            page_rows, mode, window_pages=window_pages, window_rows=window_rows, seed=seed, epoch=epoch,
-            rank=r, world_size=world_size, worker=w, num_workers=num_workers,
-        ).total_rows
+def dropped_rows(num_rows: int, world_size: int) -> int:
+    """Rows ``drop_last`` leaves out of an epoch of ``num_rows``: fewer than ``world_size``.
 
-    totals = {(r, w): total(r, w) for r in range(world_size) for w in range(num_workers)}
-    per_rank = [sum(totals[r, w] for w in range(num_workers)) for r in range(world_size)]
-    target = min(per_rank)
-    caps = dict(totals)
-    for r in range(world_size):
-        excess = per_rank[r] - target
-        for w in reversed(range(num_workers)):
-            cut = min(excess, caps[r, w])
-            caps[r, w] -= cut
-            excess -= cut
-    return caps, sum(per_rank) - target * world_size
+    >>> dropped_rows(310, 3)
+    1
+    """
+    return num_rows % world_size
 
 
 def positions_to_rows(plan: ShardPlan, page_rows: np.ndarray, positions: Sequence[int]) -> list[tuple[int, int]]:
@@ -285,6 +318,7 @@ def positions_to_rows(plan: ShardPlan, page_rows: np.ndarray, positions: Sequenc
     out = []
     for pos in positions:
         i, off = plan.window_at(pos)
+        off += int(plan.window_skip[i])
         pages = plan.pages_of(i)
         order = plan.row_order(i)
         r = int(order[off]) if order is not None else off

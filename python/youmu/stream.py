@@ -36,7 +36,9 @@ class RowStream:
         seed, epoch: the shuffle key.
         rank, world_size, worker, num_workers: which slice of the epoch this stream
             delivers (see :mod:`youmu.shuffle`).
-        cap: deliver at most this many rows (``drop_last`` balancing).
+        cap: deliver at most this many rows.
+        drop_last: every rank of ``world_size`` delivers exactly ``⌊rows / world_size⌋``
+            rows (see :class:`youmu.shuffle.ShardPlan`).
         memory_budget: bytes of decoded data the stream may hold at once (windows in
             flight, row mode's page cache); windows shrink to fit (see
             :func:`youmu.shuffle.window_pages_for`). Default: about three windows of
@@ -61,6 +63,7 @@ class RowStream:
         page_rows: np.ndarray | None = None,
         memory_budget: int | None = None,
         window_pages: int | None = None,
+        drop_last: bool = False,
     ) -> None:
         self.index = index
         self.page_rows = index.page_num_rows() if page_rows is None else page_rows
@@ -83,6 +86,7 @@ class RowStream:
             worker=worker,
             num_workers=num_workers,
             cap=cap,
+            balanced=drop_last,
         )
         self.schema: pa.Schema = index.schema
         # row mode: decoded pages by page id, least recently used first
@@ -123,8 +127,12 @@ class RowStream:
             if i + 1 < n:
                 pending = self._prefetch(i + 1)
             table = pa.Table.from_batches([self._conform(b) for b in batches], schema=self.schema)
-            if offset or table.num_rows > remaining + offset:
-                table = table.slice(offset, min(remaining, table.num_rows - offset))
+            # the window's part of this shard: `skip` rows into it (a window shared by two
+            # ranks under drop_last), `offset` more where a resume starts
+            begin = int(plan.window_skip[i]) + offset
+            take = min(remaining, int(plan.window_rows[i]) - offset)
+            if begin or table.num_rows > take:
+                table = table.slice(begin, take)
             offset = 0
             remaining -= table.num_rows
             yield table

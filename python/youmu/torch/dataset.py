@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,8 +22,8 @@ from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg
 from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
 from youmu.dist.world import rank_and_world
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.shuffle import SHUFFLE_MODES, rank_caps, row_chunk_rows, window_pages_for
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError, YoumuWarning
+from youmu.shuffle import SHUFFLE_MODES, dropped_rows, row_chunk_rows, window_pages_for
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
 from youmu.torch.sharded import SKIP, ShardedStream, in_worker_process
 
@@ -46,8 +47,10 @@ class YoumuDataset(ShardedStream[Any, int]):
         seed: shuffle seed; ``set_epoch`` reshuffles.
         rank, world_size: default from ``torch.distributed`` when initialised.
         transform: called on each row in the worker; returning ``None`` drops the row.
-        drop_last: every rank delivers the same number of rows; the remainder is
-            reported by ``dropped_rows()``.
+        drop_last: every rank delivers exactly ``⌊rows / world_size⌋`` rows (fewer than
+            ``world_size`` rows are left out, reported by ``dropped_rows()``); without
+            it ranks differ by up to a window of rows, and a rank that would get no rows
+            at all is warned about (DDP would wait for it).
         output: ``"torch"``, ``"numpy"``, ``"arrow"`` or ``"python"``.
         memory_budget: bytes of decoded data each process (main or DataLoader worker)
             may hold for reading: windows shrink so the one being consumed and the one
@@ -131,6 +134,23 @@ class YoumuDataset(ShardedStream[Any, int]):
             page_bytes=self.index.page_decoded_bytes() if memory_budget is not None else None,
             memory_budget=memory_budget,
         )
+        self._check_rank_gets_rows()
+
+    def _check_rank_gets_rows(self) -> None:
+        """A rank with no rows would leave its DDP peers waiting in their collectives."""
+        if self.drop_last and self.index.num_rows < self.world_size:
+            raise InvalidArgumentError(
+                f"drop_last=True with {self.index.num_rows} rows over world_size={self.world_size} ranks leaves every "
+                "rank with nothing"
+            )
+        if not self.drop_last and self.index.num_rows and len(self) == 0:
+            warnings.warn(
+                f"rank {self.rank} of {self.world_size} gets no rows ({self.index.num_rows} rows in {len(self.index)} "
+                f"pages): a DDP job would wait for it; use drop_last=True (every rank the same number of rows) or "
+                "fewer ranks",
+                YoumuWarning,
+                stacklevel=3,
+            )
 
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -174,41 +194,21 @@ class YoumuDataset(ShardedStream[Any, int]):
     def _row_chunk(self) -> int | None:
         return row_chunk_rows(self._window_pages()) if self.shuffle == "row" else None
 
-    def _caps(self, num_workers: int, epoch: int | None = None) -> dict[tuple[int, int], int] | None:
-        if not self.drop_last:
-            return None
-        caps, _ = rank_caps(
-            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self._row_chunk(),
-            seed=self.seed, epoch=self.epoch if epoch is None else epoch, world_size=self.world_size,
-            num_workers=num_workers,
-        )
-        return caps
-
     def dropped_rows(self) -> int:
         """Rows ``drop_last`` leaves out of this epoch (0 without ``drop_last``)."""
-        if not self.drop_last:
-            return 0
-        return rank_caps(
-            self._page_rows, self.shuffle, window_pages=self._window_pages(), window_rows=self._row_chunk(),
-            seed=self.seed, epoch=self.epoch, world_size=self.world_size, num_workers=1,
-        )[1]
+        return dropped_rows(self.index.num_rows, self.world_size) if self.drop_last else 0
 
     def __len__(self) -> int:
         """Rows this rank delivers in the current epoch."""
-        caps = self._caps(1)
-        if caps is not None:
-            return caps[self.rank, 0]
         return len(self._stream(0, 1))
 
     # -- iteration ------------------------------------------------------------------------
     def _stream(self, worker: int, num_workers: int, epoch: int | None = None) -> RowStream:
         epoch = self.epoch if epoch is None else epoch
-        caps = self._caps(num_workers, epoch)
         return RowStream(
             self.index, self.shuffle, self.buffer_size, self.seed, epoch,
             rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
-            cap=None if caps is None else caps[self.rank, worker], page_rows=self._page_rows,
-            window_pages=self._wp,
+            page_rows=self._page_rows, window_pages=self._wp, drop_last=self.drop_last,
         )
 
     def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
