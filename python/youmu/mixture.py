@@ -47,7 +47,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from youmu._args import choice_arg, int_arg, opt_int_arg
+from youmu._args import choice_arg, int_arg, int_array, opt_int_arg
 from youmu._core import FlatMap, MixtureMap
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, UnknownNameError
 
@@ -195,7 +195,7 @@ class FlatMixture(_MapMixture):
     def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(child numbers, indices in child)`` as int64 arrays for many global
         indices (one Rust call; ``self.names[c]`` names child ``c``)."""
-        return self._map.locate_many(np.asarray(indices, dtype=np.int64))
+        return self._map.locate_many(int_array(indices, "indices"))
 
     def position(self, name: str, local: int) -> int:
         """Global index where item ``local`` of child ``name`` appears (inverse of
@@ -390,18 +390,18 @@ class MixtureDataset(_MapMixture):
     # -- maps -----------------------------------------------------------------------------
     def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(child numbers, indices in child)`` as int64 arrays (one Rust call)."""
-        child, index, _ = self._map.locate_many(np.asarray(indices, dtype=np.int64))
+        child, index, _ = self._map.locate_many(int_array(indices, "indices"))
         return child, index
 
     def locate_passes(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(child numbers, indices in child, passes)``: pass 0 is the first pass over
         the child; under ``"restart"`` each pass visits the child in a new order."""
-        return self._map.locate_many(np.asarray(indices, dtype=np.int64))
+        return self._map.locate_many(int_array(indices, "indices"))
 
     def child_samples(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(child numbers, draw numbers)``: index ``i`` is its child's draw number
         ``k`` (0-based, over all passes; pass = ``k // len(child)``)."""
-        return self._map.samples_many(np.asarray(indices, dtype=np.int64))
+        return self._map.samples_many(int_array(indices, "indices"))
 
     def position(self, name: str, draw: int) -> int | None:
         """Global index of draw number ``draw`` of child ``name`` (inverse of
