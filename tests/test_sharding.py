@@ -41,9 +41,9 @@ def test_a_ranks_round_robin_items_do_not_depend_on_its_worker_count(n: int, wor
 
 @settings(max_examples=300, deadline=None)
 @given(lengths, runs, worlds, workers)
-def test_runs_are_dealt_exactly_once_and_positions_map_onto_them(n: int, run: int, world: int, num_workers: int) -> None:
+def test_runs_are_dealt_exactly_once_and_positions_map_onto_them(n: int, run: int, world: int, workers: int) -> None:
     owned: Counter[int] = Counter()
-    for s in shards(world, num_workers):
+    for s in shards(world, workers):
         length = run_round_robin_length(n, run, s)
         items = [run_round_robin_index(p, run, s) for p in range(length)]
         assert items == sorted(items)  # a shard reads its runs in order

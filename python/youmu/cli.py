@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

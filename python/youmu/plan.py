@@ -15,8 +15,8 @@ from youmu.shuffle import (
     ShardPlan,
     ShuffleMode,
     all_window_rows,
-    positions_to_rows,
     dropped_rows,
+    positions_to_rows,
     row_chunk_rows,
     window_pages_for,
 )
