@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.planning import CapacityError, CostModel, balance, balance_detailed, compare, imbalance
-from youmu.planning.simulate import arrival_assignment, coyo_like
+from youmu.planning.workloads import arrival_assignment, coyo_like
 
 costs_st = st.lists(st.floats(0, 1e6, allow_nan=False, allow_infinity=False), min_size=0, max_size=60)
 

@@ -38,10 +38,10 @@ from youmu.planning.balance import (
     compare,
     imbalance,
 )
-from youmu.planning.collate import pack_microbatch
+from youmu.planning.packing import pack_microbatch
 from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
 from youmu.planning.loader import BalancedLoader, MicroBatchInfo, default_docs
-from youmu.planning.plan import Mesh, PlanError, Planner, SampleMeta, StepPlan, gather_metadata
+from youmu.planning.planner import Mesh, PlanError, Planner, SampleMeta, StepPlan, gather_metadata
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
 __all__ = [

@@ -10,7 +10,7 @@ Every step, on every rank:
    metadata** on the loader's Gloo channel
    (:class:`~youmu.dist.GlooChannel`);
 3. compute the **plan** — a pure function of the gathered metadata and the step, so
-   every rank computes the same one (:class:`~youmu.planning.plan.Planner`);
+   every rank computes the same one (:class:`~youmu.planning.planner.Planner`);
 4. **exchange the samples** that the plan moves to another rank (pickled, one
    all-gather) and keep those that fit in no micro-batch for the next step;
 5. yield this rank's ``num_microbatches`` micro-batches, in slot order, each with a
@@ -81,7 +81,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from youmu._args import bool_arg, choice_arg, float_arg, index_of, int_arg, opt_int_arg
-from youmu.planning.plan import Planner, SampleMeta, StepPlan
+from youmu.planning.planner import Planner, SampleMeta, StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
 __all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES"]
