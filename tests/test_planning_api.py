@@ -28,7 +28,8 @@ from youmu.planning import (
     pack_microbatch,
 )
 
-MODULES = ["__init__", "cost", "balance", "planner", "schedule", "loader", "packing", "workloads"]
+MODULES = ["__init__", "cost", "balance", "planner", "schedule", "loader", "packing", "workloads", "info", "sources",
+           "exchange", "checkpoint"]
 
 
 @pytest.mark.parametrize("module", MODULES)
