@@ -53,8 +53,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from youmu.errors import CapacityError
 from youmu._args import bool_arg, choice_arg, float_arg, float_array, int_arg, opt_int_arg
+from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 
 __all__ = [
     "METHODS",
@@ -139,7 +139,7 @@ def imbalance(
     c = _costs(costs)
     _check_grid(num_buckets, num_bins)
     if len(assignment) != c.size:
-        raise ValueError(f"assignment has {len(assignment)} entries for {c.size} costs")
+        raise InvalidArgumentError(f"assignment has {len(assignment)} entries for {c.size} costs")
     grid = np.zeros((num_buckets, num_bins), dtype=np.float64)
     for i, a in enumerate(assignment):
         if a is None:
@@ -147,9 +147,9 @@ def imbalance(
         try:
             b, j = (int_arg(f"assignment[{i}]", x) for x in a)
         except (TypeError, ValueError):
-            raise TypeError(f"assignment[{i}] must be a (bucket, bin) pair of ints or None, got {a!r}") from None
+            raise ArgumentTypeError(f"assignment[{i}] must be a (bucket, bin) pair of ints or None, got {a!r}") from None
         if not (0 <= b < num_buckets and 0 <= j < num_bins):
-            raise ValueError(f"sample {i} assigned to {a}, outside {num_buckets} buckets x {num_bins} bins")
+            raise InvalidArgumentError(f"sample {i} assigned to {a}, outside {num_buckets} buckets x {num_bins} bins")
         grid[b, j] += c[i]
     return _stats(grid)
 
@@ -236,7 +236,7 @@ class BalanceResult:
 def _costs(costs: Any, name: str = "costs") -> np.ndarray:
     c = float_array(costs, name)
     if c.size and (not np.isfinite(c).all() or c.min() < 0):
-        raise ValueError(f"{name} must be finite and >= 0")
+        raise InvalidArgumentError(f"{name} must be finite and >= 0")
     return c
 
 
@@ -428,7 +428,7 @@ def _pack(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float |
     elif method == "greedy":
         bins = _pack_greedy(c, s, k, cap)
     else:
-        raise ValueError(f"method {method!r} cannot pack samples; use 'greedy' or 'kk' (or reorder_only=True)")
+        raise InvalidArgumentError(f"method {method!r} cannot pack samples; use 'greedy' or 'kk' (or reorder_only=True)")
     if cap is not None and s is not None and (bins < 0).any():
         ffd = _pack_ffd(s, k, cap)
         if (ffd < 0).sum() < (bins < 0).sum():
@@ -442,7 +442,7 @@ def _pack(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float |
 def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.ndarray]:
     """Assign ``len(u) <= n*m`` units to (bucket, slot), each bucket ``m`` slots."""
     if u.size > n * m:
-        raise ValueError(f"{u.size} micro-batches do not fit in {n} buckets x {m} bins")
+        raise InvalidArgumentError(f"{u.size} micro-batches do not fit in {n} buckets x {m} bins")
     # pad with empty units so that every bucket gets exactly m
     c = np.concatenate([u, np.zeros(n * m - u.size)])
     order = _order(c)
@@ -469,7 +469,7 @@ def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.n
     elif method == "kk":
         bucket[:] = _kk_equal(c, order, n, m)
     else:
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+        raise InvalidArgumentError(f"unknown method {method!r}; expected one of {METHODS}")
     # within a bucket, heaviest unit first: slot j then holds the j-th heaviest unit
     # of every rank, so per-micro-batch maxima line up across ranks
     for r in range(n):
@@ -541,17 +541,17 @@ def balance_detailed(
     if sizes is not None:
         s = _costs(sizes, "sizes")
         if s.size != c.size:
-            raise ValueError(f"sizes has {s.size} entries for {c.size} costs")
+            raise InvalidArgumentError(f"sizes has {s.size} entries for {c.size} costs")
     cap: float | None = None
     if capacity is not None:
         cap = float_arg("capacity", capacity, positive=True)
         if s is None:
-            raise ValueError("capacity is in tokens: pass sizes= (tokens per sample) with it")
+            raise InvalidArgumentError("capacity is in tokens: pass sizes= (tokens per sample) with it")
     n, m = int(num_buckets), int(num_bins)
     g = n if group_size is None else opt_int_arg("group_size", group_size, minimum=1)
     assert g is not None
     if n % g:
-        raise ValueError(f"group_size must divide num_buckets={n}, got {group_size!r}")
+        raise InvalidArgumentError(f"group_size must divide num_buckets={n}, got {group_size!r}")
     groups = n // g
 
     buckets = np.full(c.size, -1, dtype=np.int64)
@@ -560,9 +560,9 @@ def balance_detailed(
 
     if reorder_only:
         if on_overflow != "error":
-            raise ValueError("reorder_only keeps the global batch: every micro-batch is placed, nothing is deferred")
+            raise InvalidArgumentError("reorder_only keeps the global batch: every micro-batch is placed, nothing is deferred")
         if c.size > n * m:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"reorder_only places whole micro-batches: got {c.size} for {n} buckets x {m} bins "
                 f"(at most {n * m})"
             )
@@ -580,7 +580,7 @@ def balance_detailed(
                 buckets[mine], bins[mine] = b + q * g, j
     else:
         if method == "interleave":
-            raise ValueError("'interleave' places formed micro-batches; use it with reorder_only=True")
+            raise InvalidArgumentError("'interleave' places formed micro-batches; use it with reorder_only=True")
         if groups == 1:
             parts = [np.arange(c.size)]
         else:

@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["pack_microbatch"]
 
 
@@ -47,17 +49,17 @@ def pack_microbatch(samples: Sequence[Mapping[str, Any]], key: str = "input_ids"
     import torch
 
     if not samples:
-        raise ValueError("cannot pack an empty micro-batch")
+        raise InvalidArgumentError("cannot pack an empty micro-batch")
     ids, labels, docs = [], [], []
     own_labels = all(isinstance(s, Mapping) and labels_key in s for s in samples)
     for s in samples:
         if not isinstance(s, Mapping) or key not in s:
-            raise TypeError(f"pack_microbatch needs mappings with a {key!r} column")
+            raise ArgumentTypeError(f"pack_microbatch needs mappings with a {key!r} column")
         toks = _array(s[key]).astype(np.int64)
         if "cu_seqlens" in s:
             cu = _array(s["cu_seqlens"]).astype(np.int64)
             if cu[0] != 0 or cu[-1] != toks.size:
-                raise ValueError("a sample's cu_seqlens does not cover its tokens")
+                raise InvalidArgumentError("a sample's cu_seqlens does not cover its tokens")
             d = np.diff(cu)
         else:
             d = np.array([toks.size], dtype=np.int64)

@@ -41,8 +41,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from youmu.errors import PlanError
 from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
+from youmu.dist.gather import all_gather_varlen
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed
 from youmu.planning.cost import CostModel, ModelConfig, as_csr
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
@@ -100,18 +101,18 @@ class SampleMeta:
         idv = _i64(ids, "ids")
         n = idv.size
         if (lengths is None) == (docs is None):
-            raise ValueError("pass exactly one of lengths= (one document per sample) or docs= (document lists)")
+            raise InvalidArgumentError("pass exactly one of lengths= (one document per sample) or docs= (document lists)")
         if lengths is not None:
             dl = _i64(lengths, "lengths")
             if dl.size != n:
-                raise ValueError(f"{dl.size} lengths for {n} ids")
+                raise InvalidArgumentError(f"{dl.size} lengths for {n} ids")
             off = np.arange(n + 1, dtype=np.int64)
         else:
             dl, off = as_csr(docs)
             if off.size - 1 != n:
-                raise ValueError(f"{off.size - 1} document lists for {n} ids")
+                raise InvalidArgumentError(f"{off.size - 1} document lists for {n} ids")
         if dl.size and dl.min() < 0:
-            raise ValueError("lengths must be >= 0")
+            raise InvalidArgumentError("lengths must be >= 0")
         sizes = _sums(dl, off)
         src = np.zeros(n, dtype=np.int64) if sources is None else _i64(sources, "sources")
         tok = sizes.copy() if tokens is None else _i64(tokens, "tokens")
@@ -123,11 +124,11 @@ class SampleMeta:
             org = _i64(origin, "origin")
         for name, v in (("sources", src), ("tokens", tok), ("origin", org)):
             if v.size != n:
-                raise ValueError(f"{name} has {v.size} entries for {n} ids")
+                raise InvalidArgumentError(f"{name} has {v.size} entries for {n} ids")
         if (src < 0).any() or (tok < 0).any():
-            raise ValueError("sources and tokens must be >= 0")
+            raise InvalidArgumentError("sources and tokens must be >= 0")
         if np.unique(idv).size != n:
-            raise ValueError("sample ids must be unique")
+            raise InvalidArgumentError("sample ids must be unique")
         return cls(idv, src, dl, off, tok, org)
 
     @classmethod
@@ -194,13 +195,17 @@ class SampleMeta:
     @classmethod
     def decode(cls, vec: Sequence[int] | np.ndarray, origin: int = -1) -> "SampleMeta":
         v = np.asarray(vec, dtype=np.int64).reshape(-1)
-        n, d = int(v[0]), int(v[1])
-        if v.size < 2 + 4 * n + d:
-            raise ValueError("truncated metadata vector")
+        n, d = (int(v[0]), int(v[1])) if v.size >= 2 else (-1, -1)
+        if n < 0 or d < 0 or v.size < 2 + 4 * n + d:
+            raise InvalidArgumentError(f"truncated metadata vector ({v.size} values; it claims {n} samples with "
+                                       f"{d} documents)")
         ids, src, tok, cnt = (v[2 + k * n: 2 + (k + 1) * n] for k in range(4))
         dl = v[2 + 4 * n: 2 + 4 * n + d]
         off = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(cnt, out=off[1:])
+        if off[-1] != d or (cnt < 0).any():
+            raise InvalidArgumentError(f"malformed metadata vector: its document counts sum to {int(off[-1])}, "
+                                       f"not {d}")
         return cls(ids.copy(), src.copy(), dl.copy(), off, tok.copy(), np.full(n, origin, dtype=np.int64))
 
 
@@ -213,22 +218,18 @@ def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def gather_metadata(channel: Any, local: SampleMeta) -> SampleMeta:
     """All-gather every rank's candidate metadata (rank order; ``origin`` set).
 
-    Two collectives on a :class:`~youmu.dist.GlooChannel`: the vector
-    lengths, then the vectors padded to the longest. Every rank calls it.
+    One :func:`youmu.dist.all_gather_varlen` on a :class:`~youmu.dist.GlooChannel`
+    (the vector lengths, then the vectors). Every rank calls it.
 
     >>> from youmu.dist import GlooChannel
     >>> meta = gather_metadata(GlooChannel.local(), SampleMeta.build(ids=[7, 8], lengths=[30, 70]))
     >>> meta.ids.tolist(), meta.origin.tolist()       # one process: rank 0 holds both
     ([7, 8], [0, 0])
     """
-    vec = local.encode()
-    sizes = [int(r[0]) for r in channel.all_gather_rows([vec.size])]
-    width = max(sizes)
-    padded = np.zeros(width, dtype=np.int64)
-    padded[: vec.size] = vec
-    rows = channel.all_gather_int64(padded)
-    parts = [SampleMeta.decode(r.numpy()[: sizes[k]], origin=k) for k, r in enumerate(rows)]
-    return SampleMeta.concat(parts)
+    if not isinstance(local, SampleMeta):
+        raise ArgumentTypeError(f"local must be a SampleMeta (see SampleMeta.build), got {type(local).__name__}")
+    rows = all_gather_varlen(channel, local.encode())
+    return SampleMeta.concat(SampleMeta.decode(v, origin=k) for k, v in enumerate(rows))
 
 
 # --------------------------------------------------------------------------------------
@@ -268,13 +269,13 @@ class Mesh:
             return self.dp * self.cp
         if axis == "WORLD":
             return self.world_size
-        raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
+        raise InvalidArgumentError(f"axis must be one of {AXES}, got {axis!r}")
 
     def bucket_of(self, rank: int, axis: str) -> int:
         """The bucket whose data global ``rank`` consumes."""
         rank = int_arg("rank", rank)
         if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} outside a mesh of {self.world_size}")
+            raise InvalidArgumentError(f"rank {rank} outside a mesh of {self.world_size}")
         # TP ranks (the fastest index) share their bucket: they need identical input
         cp = rank // self.tp % self.cp
         dp = rank // (self.tp * self.cp) % self.dp
@@ -284,7 +285,7 @@ class Mesh:
             return dp * self.cp + cp
         if axis == "WORLD":
             return rank
-        raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
+        raise InvalidArgumentError(f"axis must be one of {AXES}, got {axis!r}")
 
 
 # --------------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ class StepPlan:
         """Rows of ``meta`` in each of ``bucket``'s micro-batches, slot order; within a
         micro-batch rows keep their order in ``meta``."""
         if not 0 <= bucket < self.num_buckets:
-            raise ValueError(f"bucket {bucket} outside range({self.num_buckets})")
+            raise InvalidArgumentError(f"bucket {bucket} outside range({self.num_buckets})")
         return [np.nonzero((self.buckets == bucket) & (self.bins == j))[0] for j in range(self.num_bins)]
 
     def ids(self, bucket: int) -> list[list[int]]:
@@ -380,7 +381,7 @@ def _cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
         model = fn
         return lambda meta: model((meta.doc_lengths, meta.doc_offsets))
     if not callable(fn):
-        raise TypeError("cost must be a CostModel, a ModelConfig, a preset name or a callable seqs -> costs")
+        raise ArgumentTypeError("cost must be a CostModel, a ModelConfig, a preset name or a callable seqs -> costs")
 
     def call(meta: SampleMeta) -> np.ndarray:
         return np.asarray(fn(meta.seqs()), dtype=np.float64).reshape(-1)
@@ -436,7 +437,7 @@ class Planner:
         if isinstance(sched, MixtureSchedule):
             global_batch_size = global_batch_size or sched.batch_size
         if global_batch_size is None:
-            raise ValueError("mix needs global_batch_size (samples per step), a positive int")
+            raise InvalidArgumentError("mix needs global_batch_size (samples per step), a positive int")
         return replace(self, schedule=sched, global_batch_size=int(global_batch_size), select=select)
 
     def distribute(self, num_buckets: int | None = None, num_microbatches: int = 1, *, axis: str | None = None,
@@ -446,18 +447,18 @@ class Planner:
         buckets per balancing subgroup."""
         if mesh is not None or axis is not None:
             if mesh is None or axis is None:
-                raise ValueError("pass both axis= and mesh=, or num_buckets=")
+                raise InvalidArgumentError("pass both axis= and mesh=, or num_buckets=")
             n = mesh.num_buckets(axis)
             if num_buckets is not None and num_buckets != n:
-                raise ValueError(f"num_buckets={num_buckets} disagrees with mesh axis {axis!r} ({n})")
+                raise InvalidArgumentError(f"num_buckets={num_buckets} disagrees with mesh axis {axis!r} ({n})")
             num_buckets = n
         if num_buckets is None:
-            raise ValueError("distribute needs num_buckets= (or mesh= and axis=)")
+            raise InvalidArgumentError("distribute needs num_buckets= (or mesh= and axis=)")
         int_arg("num_buckets", num_buckets, minimum=1)
         int_arg("num_microbatches", num_microbatches, minimum=1)
         opt_int_arg("capacity", capacity, minimum=1)  # tokens per micro-batch
         if opt_int_arg("group_size", group_size, minimum=1) is not None and int(num_buckets) % group_size:
-            raise ValueError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")
+            raise InvalidArgumentError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")
         return replace(self, num_buckets=int(num_buckets), num_bins=int(num_microbatches), capacity=capacity,
                        group_size=group_size)
 
@@ -480,7 +481,7 @@ class Planner:
         choice_arg("on_overflow", on_overflow, ("defer", "error"))
         bool_arg("reorder_only", reorder_only)
         if method == "interleave" and not reorder_only:
-            raise ValueError("'interleave' places formed micro-batches: use it with reorder_only=True")
+            raise InvalidArgumentError("'interleave' places formed micro-batches: use it with reorder_only=True")
         return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
 
     # -- planning -------------------------------------------------------------------------
@@ -509,15 +510,15 @@ class Planner:
         """The plan of ``step`` from the candidates ``meta`` (a pure function of
         ``(self, step, meta)``: equal inputs give equal plans on every rank and run)."""
         if self.num_buckets is None:
-            raise ValueError("call distribute(...) before plan()")
+            raise InvalidArgumentError("call distribute(...) before plan()")
         int_arg("step", step, minimum=0)
         if not isinstance(meta, SampleMeta):
-            raise TypeError(f"meta must be a SampleMeta (see SampleMeta.build), got {type(meta).__name__}")
+            raise ArgumentTypeError(f"meta must be a SampleMeta (see SampleMeta.build), got {type(meta).__name__}")
         rows, counts = self._select(int(step), meta)
         sub = meta.take(rows)
         costs = _cost_fn(self.cost_fn)(sub)
         if costs.shape != (len(sub),):
-            raise ValueError(f"the cost function returned shape {costs.shape} for {len(sub)} samples")
+            raise InvalidArgumentError(f"the cost function returned shape {costs.shape} for {len(sub)} samples")
         res: BalanceResult = balance_detailed(
             costs, self.num_buckets, self.num_bins, self.method, self.capacity,
             sizes=sub.sizes, reorder_only=self.reorder_only, group_size=self.group_size,

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from youmu.errors import InvalidArgumentError
+
 __all__ = ["Workload", "coyo_like", "navit_like", "lognormal_lengths", "arrival_assignment", "next_fit_pack"]
 
 #: coyo700M (MegaScale-Data Fig. 2): share of captions with <= 64 text tokens, and the
@@ -69,7 +71,7 @@ def lognormal_lengths(n: int, median: float, sigma: float, cap: int, seed: int =
     (True, 150, True)
     """
     if n < 0 or cap < minimum or median <= 0 or sigma < 0:
-        raise ValueError("need n >= 0, cap >= minimum, median > 0, sigma >= 0")
+        raise InvalidArgumentError("need n >= 0, cap >= minimum, median > 0, sigma >= 0")
     rng = np.random.default_rng(seed)
     x = rng.lognormal(np.log(median), sigma, size=n)
     return np.clip(np.rint(x), minimum, cap).astype(np.int64)
@@ -115,7 +117,7 @@ def arrival_assignment(num_items: int, num_buckets: int, num_bins: int = 1) -> l
     step's samples (as a sharded per-rank loader would) and cuts it into ``num_bins``
     micro-batches of (nearly) equal sample count."""
     if num_items < 0 or num_buckets < 1 or num_bins < 1:
-        raise ValueError("need num_items >= 0 and positive num_buckets, num_bins")
+        raise InvalidArgumentError("need num_items >= 0 and positive num_buckets, num_bins")
     out: list[tuple[int, int]] = []
     per_rank = np.array_split(np.arange(num_items), num_buckets)
     for r, items in enumerate(per_rank):
@@ -132,7 +134,7 @@ def next_fit_pack(lengths: np.ndarray, capacity: int) -> list[np.ndarray]:
     [[0], [1, 2], [3, 4]]
     """
     if capacity < 1:
-        raise ValueError("capacity must be >= 1")
+        raise InvalidArgumentError("capacity must be >= 1")
     packs: list[list[int]] = []
     used = capacity + 1
     for i, n in enumerate(np.asarray(lengths, dtype=np.int64).tolist()):
