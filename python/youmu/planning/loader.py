@@ -83,6 +83,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
 from youmu.dist import Producer, channel_for
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
+from youmu.planning.balance import check_grid
 from youmu.planning.checkpoint import (
     RESUME_MODES,
     STATE_FORMAT,
@@ -243,6 +244,7 @@ class BalancedLoader:
         self.channel = channel_for(channel, timeout=timeout, name="channel")
         self.rank = self.channel.rank
         self.world_size = self.channel.world_size
+        check_grid(self.world_size, num_microbatches, ("world_size", "num_microbatches"))
         self.num_microbatches = num_microbatches
         # settings as given (not normalised): they enter config_fingerprint as they did
         # when states were first saved

@@ -44,7 +44,7 @@ import numpy as np
 from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
 from youmu.dist.gather import all_gather_varlen
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
-from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed
+from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
 from youmu.planning.cost import CostModel, ModelConfig, as_csr
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
@@ -334,9 +334,13 @@ class StepPlan:
     def microbatches(self, bucket: int) -> list[np.ndarray]:
         """Rows of ``meta`` in each of ``bucket``'s micro-batches, slot order; within a
         micro-batch rows keep their order in ``meta``."""
+        bucket = int_arg("bucket", bucket)
         if not 0 <= bucket < self.num_buckets:
             raise InvalidArgumentError(f"bucket {bucket} outside range({self.num_buckets})")
-        return [np.nonzero((self.buckets == bucket) & (self.bins == j))[0] for j in range(self.num_bins)]
+        rows = np.nonzero(self.buckets == bucket)[0]
+        rows = rows[np.argsort(self.bins[rows], kind="stable")]  # by slot, then meta order
+        counts = np.bincount(self.bins[rows], minlength=self.num_bins)
+        return np.split(rows, np.cumsum(counts)[:-1])
 
     def ids(self, bucket: int) -> list[list[int]]:
         """Sample ids of ``bucket``'s micro-batches."""
@@ -454,8 +458,7 @@ class Planner:
             num_buckets = n
         if num_buckets is None:
             raise InvalidArgumentError("distribute needs num_buckets= (or mesh= and axis=)")
-        int_arg("num_buckets", num_buckets, minimum=1)
-        int_arg("num_microbatches", num_microbatches, minimum=1)
+        check_grid(num_buckets, num_microbatches, ("num_buckets", "num_microbatches"))
         opt_int_arg("capacity", capacity, minimum=1)  # tokens per micro-batch
         if opt_int_arg("group_size", group_size, minimum=1) is not None and int(num_buckets) % group_size:
             raise InvalidArgumentError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")

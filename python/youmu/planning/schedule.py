@@ -27,7 +27,9 @@ Schedules:
 Counts are a pure function of ``(schedule, batch_size, step)``. Computing them walks
 the steps in order (the apportionment carries each source's rounding deficit to the
 next step); the walk is memoised with checkpoints, so sequential use is O(1) per
-step and a jump (resume) costs one pass from the nearest checkpoint.
+step and a jump (resume) costs one pass from the nearest checkpoint; at most 256
+checkpoints are kept (further apart as the steps go on), so memory does not grow
+with the step.
 
 Example:
     >>> s = MixingSchedule([(0, {"web": 1.0}), (100, {"web": 0.9, "code": 0.1})])
@@ -51,7 +53,11 @@ __all__ = ["MixingSchedule", "MixtureSchedule", "as_schedule", "ScheduleSpec"]
 Weights = Mapping[str, float]
 ScheduleSpec = Union[Weights, Sequence[tuple[int, Weights]], Callable[[int], Weights], "MixingSchedule", "MixtureSchedule"]
 
+# the walk keeps its state every _CHECKPOINT_EVERY steps, and at most _MAX_CHECKPOINTS
+# of them: past that, every other one is dropped and the spacing doubles, so memory
+# stays bounded however far the steps go (a jump then costs at most one spacing)
 _CHECKPOINT_EVERY = 4096
+_MAX_CHECKPOINTS = 256
 
 
 def _check_step(step: int) -> int:
@@ -199,6 +205,7 @@ class _Walk:
         self.realised = np.zeros(k, dtype=np.int64)
         self.target = np.zeros(k, dtype=np.float64)
         self.last: np.ndarray | None = None
+        self.every = _CHECKPOINT_EVERY
         self.checkpoints: dict[int, tuple[np.ndarray, np.ndarray]] = {0: (self.realised.copy(), self.target.copy())}
 
     def _rewind(self, step: int) -> None:
@@ -244,8 +251,11 @@ class _Walk:
         self.realised = self.realised + n
         self.target = target
         self.step += 1
-        if self.step % _CHECKPOINT_EVERY == 0:
+        if self.step % self.every == 0:
             self.checkpoints[self.step] = (self.realised.copy(), self.target.copy())
+            if len(self.checkpoints) > _MAX_CHECKPOINTS:
+                self.every *= 2
+                self.checkpoints = {s: v for s, v in self.checkpoints.items() if s % self.every == 0}
         self.last = n
         return n
 

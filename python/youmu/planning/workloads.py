@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from youmu.errors import InvalidArgumentError
+from youmu._args import float_arg, int_arg
 
 __all__ = ["Workload", "coyo_like", "navit_like", "lognormal_lengths", "arrival_assignment", "next_fit_pack"]
 
@@ -70,8 +70,11 @@ def lognormal_lengths(n: int, median: float, sigma: float, cap: int, seed: int =
     >>> int(x.min()) >= 1, int(x.max()), bool(np.array_equal(x, lognormal_lengths(1000, 100, 1.0, cap=150, seed=1)))
     (True, 150, True)
     """
-    if n < 0 or cap < minimum or median <= 0 or sigma < 0:
-        raise InvalidArgumentError("need n >= 0, cap >= minimum, median > 0, sigma >= 0")
+    n = int_arg("n", n, minimum=0)
+    minimum = int_arg("minimum", minimum)
+    cap = int_arg("cap", cap, minimum=minimum)
+    median = float_arg("median", median, positive=True)
+    sigma = float_arg("sigma", sigma, non_negative=True)
     rng = np.random.default_rng(seed)
     x = rng.lognormal(np.log(median), sigma, size=n)
     return np.clip(np.rint(x), minimum, cap).astype(np.int64)
@@ -99,6 +102,7 @@ def coyo_like(n: int, seed: int = 0, *, median_side: float = 320.0, sigma: float
     """coyo700M-like samples: captions calibrated to Fig. 2, images at native
     resolution in 16×16 patches."""
     rng = np.random.default_rng(seed)
+    n = int_arg("n", n, minimum=0)
     return Workload(_coyo_text(n, rng), _patches(n, rng, 16, median_side, sigma, max_side), patch_merge)
 
 
@@ -108,22 +112,36 @@ def navit_like(n: int, seed: int = 0, *, median_side: float = 448.0, sigma: floa
     """navit_data-like samples: larger images in 14×14 patches and longer, heavy-tailed
     texts (the production set's distribution is not published; this is a stand-in)."""
     rng = np.random.default_rng(seed)
+    n = int_arg("n", n, minimum=0)
     text = np.clip(np.rint(rng.lognormal(np.log(text_median), text_sigma, size=n)), 1, max_text).astype(np.int64)
     return Workload(text, _patches(n, rng, 14, median_side, sigma, max_side), patch_merge)
+
+
+def _split(position: np.ndarray, total: np.ndarray | int, parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where item ``position`` of ``range(total)`` lands when ``np.array_split`` cuts it
+    into ``parts`` runs: ``(run, offset in the run, run length)`` — computed per item, so
+    nothing is allocated per (possibly empty) run."""
+    q, r = np.divmod(total, parts)
+    big = r * (q + 1)  # the first r runs hold q + 1 items
+    run = np.where(position < big, position // (q + 1), r + (position - big) // np.maximum(q, 1))
+    start = np.where(run < r, run * (q + 1), big + (run - r) * q)
+    return run, position - start, np.where(run < r, q + 1, q)
 
 
 def arrival_assignment(num_items: int, num_buckets: int, num_bins: int = 1) -> list[tuple[int, int]]:
     """The unbalanced baseline: rank ``r`` takes the ``r``-th contiguous run of the
     step's samples (as a sharded per-rank loader would) and cuts it into ``num_bins``
-    micro-batches of (nearly) equal sample count."""
-    if num_items < 0 or num_buckets < 1 or num_bins < 1:
-        raise InvalidArgumentError("need num_items >= 0 and positive num_buckets, num_bins")
-    out: list[tuple[int, int]] = []
-    per_rank = np.array_split(np.arange(num_items), num_buckets)
-    for r, items in enumerate(per_rank):
-        for j, mb in enumerate(np.array_split(items, num_bins)):
-            out.extend((r, j) for _ in range(mb.size))
-    return out
+    micro-batches of (nearly) equal sample count (both cuts as ``np.array_split``).
+
+    >>> arrival_assignment(3, num_buckets=4)       # more ranks than samples: the last rank gets none
+    [(0, 0), (1, 0), (2, 0)]
+    """
+    num_items = int_arg("num_items", num_items, minimum=0)
+    num_buckets = int_arg("num_buckets", num_buckets, minimum=1)
+    num_bins = int_arg("num_bins", num_bins, minimum=1)
+    rank, offset, length = _split(np.arange(num_items), num_items, num_buckets)
+    micro, _, _ = _split(offset, length, num_bins)
+    return list(zip(rank.tolist(), micro.tolist()))
 
 
 def next_fit_pack(lengths: np.ndarray, capacity: int) -> list[np.ndarray]:
@@ -133,8 +151,7 @@ def next_fit_pack(lengths: np.ndarray, capacity: int) -> list[np.ndarray]:
     >>> [p.tolist() for p in next_fit_pack(np.array([3, 4, 2, 5, 1]), 6)]
     [[0], [1, 2], [3, 4]]
     """
-    if capacity < 1:
-        raise InvalidArgumentError("capacity must be >= 1")
+    capacity = int_arg("capacity", capacity, minimum=1)
     packs: list[list[int]] = []
     used = capacity + 1
     for i, n in enumerate(np.asarray(lengths, dtype=np.int64).tolist()):
