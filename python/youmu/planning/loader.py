@@ -82,7 +82,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
 from youmu.dist import Producer, channel_for
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
+from youmu.errors import InvalidArgumentError, LoaderError
 from youmu.planning.balance import check_grid
 from youmu.planning.checkpoint import (
     RESUME_MODES,
@@ -98,8 +98,8 @@ from youmu.planning.checkpoint import (
 from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
 from youmu.planning.info import Assembler, MicroBatchInfo, default_docs
 from youmu.planning.planner import Planner, SampleMeta
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
-from youmu.planning.sources import Held, Measure, RankReader, SourceStream
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.sources import Held, Measure, RankReader, SourceStream, resolve_sources
 
 __all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]
 
@@ -206,32 +206,6 @@ class BalancedLoader:
         timeout = seconds_arg("timeout", timeout)
         int_arg("seed", seed, minimum=0)
         choice_arg("resume_mode", resume_mode, RESUME_MODES)
-        multi = isinstance(source, Mapping)
-        for name, src in (source.items() if multi else [("source", source)]):
-            if isinstance(src, (str, bytes)) or not isinstance(src, Iterable):
-                what = "source" if not multi else f"source[{name!r}]"
-                raise ArgumentTypeError(f"{what} must be an iterable of samples (a list shard, a dataset, a "
-                                        f"DataLoader), got {type(src).__name__}")
-        if reorder_only:
-            if global_batch_size is not None or token_budget is not None:
-                raise InvalidArgumentError("reorder_only takes num_microbatches formed micro-batches per rank per "
-                                           "step; do not pass global_batch_size or token_budget")
-            if multi:
-                raise InvalidArgumentError("reorder_only needs one stream of formed micro-batches, not a mapping "
-                                           "of sources")
-        elif (global_batch_size is None) == (token_budget is None):
-            raise InvalidArgumentError("pass exactly one of global_batch_size= (samples per step) or token_budget= "
-                                       "(tokens)")
-        if multi:
-            if schedule is None:
-                raise InvalidArgumentError("a {name: stream} source needs schedule= (per-source weights per step)")
-            if global_batch_size is None:
-                raise InvalidArgumentError("a {name: stream} source mixes a fixed number of samples: pass "
-                                           "global_batch_size=")
-            if not source:
-                raise InvalidArgumentError("the source mapping is empty")
-        elif schedule is not None:
-            raise InvalidArgumentError("schedule= applies to a {name: stream} source")
         for name, v in (("global_batch_size", global_batch_size), ("token_budget", token_budget),
                         ("capacity", capacity), ("group_size", group_size)):
             opt_int_arg(name, v, minimum=1)
@@ -240,6 +214,8 @@ class BalancedLoader:
         for name, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
                          ("id_fn", id_fn), ("collate_fn", collate_fn)):
             callable_arg(name, fn, optional=True)
+        names, sources, sched = resolve_sources(source, schedule=schedule, global_batch_size=global_batch_size,
+                                                token_budget=token_budget, reorder_only=reorder_only)
 
         self.channel = channel_for(channel, timeout=timeout, name="channel")
         self.rank = self.channel.rank
@@ -258,23 +234,9 @@ class BalancedLoader:
         self.collate_fn = collate_fn
         self.drop_last = drop_last
         self.prefetch = prefetch
-        if multi:
-            self.schedule: MixingSchedule | MixtureSchedule | None = as_schedule(schedule, global_batch_size,
-                                                                                 names=list(source))
-            missing = set(self.schedule.names) - set(source)
-            if missing:
-                raise InvalidArgumentError(f"the schedule names sources without a stream: {sorted(missing)}")
-            unused = set(map(str, source)) - set(self.schedule.names)
-            if unused:
-                # a stream the schedule never draws from would silently never be read
-                raise InvalidArgumentError(f"source streams {sorted(unused)} are not in the schedule "
-                                           f"(sources: {self.schedule.names})")
-            self._names = list(self.schedule.names)
-            self._sources = dict(source)
-        else:
-            self.schedule = None
-            self._names = ["default"]
-            self._sources = {"default": source}
+        self.schedule: MixingSchedule | MixtureSchedule | None = sched
+        self._names: list[str] = names
+        self._sources: dict[str, Any] = sources
         self.planner = (Planner(seed=seed)
                         .distribute(self.world_size, num_microbatches, capacity=capacity, group_size=group_size)
                         .cost(cost)

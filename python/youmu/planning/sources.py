@@ -28,15 +28,74 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from youmu._args import index_of
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 from youmu.planning.info import default_docs
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 from youmu.sharding import share
 
-__all__ = ["SourceStream", "Held", "Measure", "RankReader", "formed_microbatch"]
+__all__ = ["SourceStream", "Held", "Measure", "RankReader", "formed_microbatch", "resolve_sources"]
+
+
+def resolve_sources(
+    source: Any,
+    *,
+    schedule: Any,
+    global_batch_size: int | None,
+    token_budget: int | None,
+    reorder_only: bool,
+) -> tuple[list[str], dict[str, Any], MixingSchedule | MixtureSchedule | None]:
+    """Check a loader's ``source`` against how much it reads per step; return the
+    source names (in schedule order), ``{name: stream}`` and the mixing schedule.
+
+    One stream is named ``"default"``; a ``{name: stream}`` mapping needs a schedule
+    over exactly its names and a ``global_batch_size``; ``reorder_only`` takes one
+    stream of formed micro-batches and no size; otherwise exactly one of
+    ``global_batch_size`` and ``token_budget``.
+
+    >>> resolve_sources({"web": [], "code": []}, schedule={"web": 3, "code": 1}, global_batch_size=8,
+    ...                 token_budget=None, reorder_only=False)[0]
+    ['web', 'code']
+    """
+    multi = isinstance(source, Mapping)
+    for name, src in (source.items() if multi else [("source", source)]):
+        if isinstance(src, (str, bytes)) or not isinstance(src, Iterable):
+            what = "source" if not multi else f"source[{name!r}]"
+            raise ArgumentTypeError(f"{what} must be an iterable of samples (a list shard, a dataset, a "
+                                    f"DataLoader), got {type(src).__name__}")
+    if reorder_only:
+        if global_batch_size is not None or token_budget is not None:
+            raise InvalidArgumentError("reorder_only takes num_microbatches formed micro-batches per rank per "
+                                       "step; do not pass global_batch_size or token_budget")
+        if multi:
+            raise InvalidArgumentError("reorder_only needs one stream of formed micro-batches, not a mapping "
+                                       "of sources")
+    elif (global_batch_size is None) == (token_budget is None):
+        raise InvalidArgumentError("pass exactly one of global_batch_size= (samples per step) or token_budget= "
+                                   "(tokens)")
+    if not multi:
+        if schedule is not None:
+            raise InvalidArgumentError("schedule= applies to a {name: stream} source")
+        return ["default"], {"default": source}, None
+    if schedule is None:
+        raise InvalidArgumentError("a {name: stream} source needs schedule= (per-source weights per step)")
+    if global_batch_size is None:
+        raise InvalidArgumentError("a {name: stream} source mixes a fixed number of samples: pass "
+                                   "global_batch_size=")
+    if not source:
+        raise InvalidArgumentError("the source mapping is empty")
+    sched = as_schedule(schedule, global_batch_size, names=list(source))
+    missing = set(sched.names) - set(source)
+    if missing:
+        raise InvalidArgumentError(f"the schedule names sources without a stream: {sorted(missing)}")
+    unused = set(map(str, source)) - set(sched.names)
+    if unused:
+        # a stream the schedule never draws from would silently never be read
+        raise InvalidArgumentError(f"source streams {sorted(unused)} are not in the schedule "
+                                   f"(sources: {sched.names})")
+    return list(sched.names), dict(source), sched
 
 
 def formed_microbatch(item: Any) -> list[Any]:
