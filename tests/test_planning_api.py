@@ -211,3 +211,12 @@ def test_old_module_names_import_with_a_deprecation_warning(old: str) -> None:
     assert mod.__all__
     for name in mod.__all__:
         assert getattr(mod, name) is getattr(new, name), name
+
+
+def test_all_is_sorted_and_complete() -> None:
+    """``__all__`` is the public surface: sorted (as torchdata asserts its own), and
+    every public name the package binds is in it."""
+    assert planning.__all__ == sorted(planning.__all__)
+    public = {n for n, v in vars(planning).items() if not n.startswith("_") and not inspect.ismodule(v)
+              and n != "annotations"}
+    assert public == set(planning.__all__)

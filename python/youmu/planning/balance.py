@@ -2,7 +2,7 @@
 
 Two problems, solved in this order:
 
-1. **Packing** (sample level, "intra-micro-batch" in DistTrain's terms): split the
+1. **Packing** (sample level, MegaScale-Data's "intra-micro-batch" balance): split the
    step's samples into ``k = num_buckets × num_bins`` bins so that the most
    expensive bin is as cheap as possible, with at most ``capacity`` tokens per bin
    (the activation-memory limit ``L`` of MegaScale-Data §4).
@@ -17,7 +17,7 @@ Two problems, solved in this order:
 the global batch — and the summed gradient, with the loss scaling of
 :mod:`youmu.planning.loader` — is exactly the unbalanced one's ("To keep the global
 batch unchanged, users may optionally disable intra-microbatch reordering",
-MegaScale-Data §3.3; the paper's backbone balance does only this).
+MegaScale-Data §3.3; its evaluated backbone balance does only this).
 
 Methods:
 

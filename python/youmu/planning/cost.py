@@ -14,9 +14,8 @@ kernels do. Its cost per transformer layer is
 Every model here is of the form ``a·Σl² + b·Σl + c`` per packed sequence, with
 ``c`` a fixed per-micro-batch overhead (kernel launches, optimizer hooks). The
 coefficients come either from a transformer description (:class:`ModelConfig`, in
-FLOPs) or from measured step times (:meth:`CostModel.fit`). The paper gives no
-formula (§4.1 of ``notes/msd.md``); the FLOPs accounting is the standard one
-(Megatron/Narayanan et al.), with the causal-mask saving of FlashAttention-style
+FLOPs) or from measured step times (:meth:`CostModel.fit`). MegaScale-Data gives no
+formula; the FLOPs accounting is the standard one of Megatron-LM, with the causal-mask saving of FlashAttention-style
 kernels made explicit.
 
 Example:

@@ -2,8 +2,8 @@
 
 MegaScale-Data's datasets (coyo700M, the production ``navit_data``) are not public
 in a form we can use, so the benchmarks draw lengths from distributions calibrated to
-what the paper states (Fig. 2): in coyo700M, 98.23% of captions have ≤ 64 text tokens
-while the longer ones hold 9.3% of all text tokens (the paper's "top 1.62%" leaves
+what MegaScale-Data states (Fig. 2): in coyo700M, 98.23% of captions have ≤ 64 text tokens
+while the longer ones hold 9.3% of all text tokens (its "top 1.62%" leaves
 0.15% unaccounted; we use 1 − 0.9823 = 1.77%). Image sizes are not given; we draw
 native-resolution sides from a log-normal and count 16×16 (coyo) or 14×14 (navit)
 patches. Everything is seeded.
