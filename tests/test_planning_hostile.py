@@ -26,7 +26,18 @@ from youmu.errors import (
     StateError,
     YoumuError,
 )
-from youmu.planning import BalancedLoader, Mesh, MixingSchedule, Planner, SampleMeta, balance, imbalance
+from youmu.planning import (
+    BalancedLoader,
+    CostModel,
+    Mesh,
+    MixingSchedule,
+    ModelConfig,
+    Planner,
+    SampleMeta,
+    balance,
+    imbalance,
+    pack_microbatch,
+)
 from youmu.planning.balance import MAX_SLOTS, balance_detailed
 from youmu.planning.loader import MAX_MICROBATCHES, STATE_FORMAT
 from youmu.planning.workloads import arrival_assignment
@@ -324,7 +335,6 @@ def test_config_fingerprints_are_what_saved_states_hold(name: str) -> None:
 
 def test_config_fingerprints_of_schedules_and_cost_models() -> None:
     from youmu.mixture import MixtureDataset
-    from youmu.planning import CostModel, ModelConfig
 
     data = [{"input_ids": [0] * 5}] * 4
 
@@ -345,3 +355,21 @@ def test_config_fingerprints_of_schedules_and_cost_models() -> None:
 def test_module_paths_resolve() -> None:
     for name in ("info", "sources", "exchange", "checkpoint", "loader", "planner", "packing", "workloads"):
         assert importlib.import_module(f"youmu.planning.{name}").__all__
+
+
+
+MORE_TYPES: list[tuple[str, Callable[[], Any], str]] = [
+    ("preset list", lambda: ModelConfig.preset(["llama-12b"]), "preset"),
+    ("fit intercept", lambda: CostModel.fit([[1], [2], [3]], [1, 2, 3], intercept="no"), "intercept"),
+    ("pack ignore_index", lambda: pack_microbatch([{"input_ids": [1]}], ignore_index=-100.0), "ignore_index"),
+    ("pack key", lambda: pack_microbatch([{"input_ids": [1]}], key=0), "key"),
+]
+
+
+@pytest.mark.parametrize("case", MORE_TYPES, ids=[c[0] for c in MORE_TYPES])
+def test_more_arguments_of_the_wrong_type(case: tuple) -> None:
+    what, fn, name = case
+    if what.startswith("pack"):
+        pytest.importorskip("torch")
+    with pytest.raises(ArgumentTypeError, match=name):
+        fn()

@@ -393,8 +393,8 @@ def _pack_kk(c: np.ndarray, k: int) -> np.ndarray:
         spread = merged[0][0] - (merged[-1][0] if len(merged) == k else 0.0)
         heapq.heappush(heap, (-spread, counter, merged))
         counter += 1
-    for b, (_, members) in enumerate(heap[0][2]):
-        out[members] = b
+    for bin_id, (_, members) in enumerate(heap[0][2]):
+        out[members] = bin_id
     return out
 
 
@@ -605,7 +605,7 @@ def balance_detailed(
             )
         if cap is not None and s is not None and s.size and s.max() > cap:
             raise CapacityError(f"a micro-batch holds {int(s.max())} tokens, above capacity {cap:g}",
-                                np.nonzero(s > cap)[0])
+                                np.nonzero(s > cap)[0].tolist())
         if groups == 1:
             buckets[:], bins[:] = _place(c, n, m, placement)
         else:
@@ -644,7 +644,7 @@ def balance_detailed(
             raise CapacityError(
                 f"{unplaced.size} sample(s) fit in no bin: capacity {cap:g} tokens x {n * m} bins "
                 f"for {int(s.sum()) if s is not None else 0} tokens; use on_overflow='defer' to carry them over",
-                unplaced,
+                unplaced.tolist(),
             )
     grid = np.zeros((n, m))
     ok = buckets >= 0

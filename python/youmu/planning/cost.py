@@ -160,10 +160,11 @@ class ModelConfig:
         >>> ModelConfig.preset("llama-12b").hidden
         4608
         """
-        try:
-            return PRESETS[name]
-        except KeyError:
-            raise InvalidArgumentError(f"unknown preset {name!r}; known: {sorted(PRESETS)}") from None
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"preset name must be a string, got {type(name).__name__}")
+        if name not in PRESETS:
+            raise InvalidArgumentError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+        return PRESETS[name]
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -257,6 +258,7 @@ class CostModel:
         >>> round(m.a * 1e6, 3), round(m.b * 1e3, 3), round(m.c, 3)
         (2.0, 1.0, 0.01)
         """
+        intercept = bool_arg("intercept", intercept)
         lengths, offsets = as_csr(seqs)
         y = float_array(times, "times")
         n = offsets.size - 1

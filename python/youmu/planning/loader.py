@@ -78,7 +78,7 @@ import inspect
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterable, Iterator, Mapping
 
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
 from youmu.dist import Producer, channel_for
@@ -269,7 +269,7 @@ class BalancedLoader:
                                     reorder_only=reorder_only, id_fn=id_fn, collate_fn=collate_fn)
 
     # -- one step ---------------------------------------------------------------------------
-    def _produce(self) -> Iterator[_StepOut]:
+    def _produce(self) -> Generator[_StepOut, None, None]:
         """The steps of this rank, computed in order (on the producer thread, or in the
         trainer's with ``prefetch=0``)."""
         ex = self._exchange = StepExchange(self.channel)

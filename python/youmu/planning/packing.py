@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from youmu._args import int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["pack_microbatch"]
@@ -48,6 +49,10 @@ def pack_microbatch(samples: Sequence[Mapping[str, Any]], key: str = "input_ids"
     """
     import torch
 
+    for name, value in (("key", key), ("labels_key", labels_key)):
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"{name} must be a column name (a string), got {type(value).__name__}")
+    ignore_index = int_arg("ignore_index", ignore_index)
     if not samples:
         raise InvalidArgumentError("cannot pack an empty micro-batch")
     ids, labels, docs = [], [], []

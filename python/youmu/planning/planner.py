@@ -460,7 +460,8 @@ class Planner:
             raise InvalidArgumentError("distribute needs num_buckets= (or mesh= and axis=)")
         check_grid(num_buckets, num_microbatches, ("num_buckets", "num_microbatches"))
         opt_int_arg("capacity", capacity, minimum=1)  # tokens per micro-batch
-        if opt_int_arg("group_size", group_size, minimum=1) is not None and int(num_buckets) % group_size:
+        g = opt_int_arg("group_size", group_size, minimum=1)
+        if g is not None and int(num_buckets) % g:
             raise InvalidArgumentError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")
         return replace(self, num_buckets=int(num_buckets), num_bins=int(num_microbatches), capacity=capacity,
                        group_size=group_size)
