@@ -280,7 +280,10 @@ def test_set_epoch_forwards_before_iterating_and_refuses_after() -> None:
 
 
 def test_set_epoch_keeps_a_loaded_resume_point(saved: dict[str, Any]) -> None:
+    from youmu.stateful import Stream
+
     loader = _loader()
+    assert isinstance(loader, Stream)  # the stream contract: state_dict, load_state_dict, set_epoch, iter
     loader.load_state_dict(saved)
     loader.set_epoch(0)
     assert loader.state_dict() == saved  # no silent restart
