@@ -1,4 +1,4 @@
-"""Planning figures (issue 6): API time at MegaScale-Data's Table 2 sizes, virtual-clock
+"""Planning figures: API time at MegaScale-Data's Table 2 sizes, virtual-clock
 step time of vanilla vs balanced batches at 4k/8k/16k context, cost-model fidelity.
 
     PYTHONPATH=python .venv/bin/python benches/bench_planning.py [--out benches/planning.json] [--quick]
@@ -6,27 +6,27 @@ step time of vanilla vs balanced batches at 4k/8k/16k context, cost-model fideli
 Sections (each prints a markdown table; all numbers go to the JSON file; ``--only``
 runs some and updates them in an existing file):
 
-0. ``skew`` — the paper's skew setting (Fig. 3: 8 GPUs, EDP=8 for images, DP=4 for
+0. ``skew`` — MegaScale-Data's skew setting (Fig. 3: 8 GPUs, EDP=8 for images, DP=4 for
    sequences): coyo-like steps of 128 samples, max/min and max/mean micro-batch cost
    in arrival order vs balanced (greedy, KK).
 1. ``api`` — time of ``cost()`` (one vectorised CostModel call over every sample's
    documents: backbone + encoder) and of ``balance()`` on the step's samples, at the
    sizes of Table 2 (Llama-12B + ViT-2B, TP=4, PP=8 → DP=9 at 288 GPUs and 36 at
-   1152; BS=72; 8k context). "BS" is ambiguous in the paper, so both readings run:
+   1152; BS=72; 8k context). "BS" is ambiguous in MegaScale-Data, so both readings run:
    72 sequences per step (m=8 per rank) and 72 per DP rank. Median of 5 runs.
    Columns: full repack (sample-level, capacity = context), reorder-only placement
-   of the packed sequences, and the paper's evaluated pipeline: backbone micro-batches
+   of the packed sequences, and MegaScale-Data's evaluated pipeline: backbone micro-batches
    placed whole + every image balanced over all GPUs (its encoder is data-parallel
    over the world) — the like-for-like comparison with Table 2's ``API:balance``.
 2. ``steps`` — the virtual clock: a step costs ``Σ_j max_r cost(r, j)`` (ranks meet on
    every micro-batch, as under PP/CP). DP=9, 8 micro-batches, Llama-12B FLOPs.
    *Unpacked*: each micro-batch holds a fixed number of samples (4), lengths
    log-normal (median 1000, σ=1.5) truncated at the context length — a longer context
-   lets the tail through, as in the paper's "longer contexts amplify heterogeneity".
+   lets the tail through, as in MegaScale-Data's "longer contexts amplify heterogeneity".
    *Packed*: navit-like image–text samples packed next-fit into context-length
    sequences, encoder (ViT-2B) + backbone cost per micro-batch.
    Vanilla: arrival order. Reorder-only: the vanilla micro-batches placed by
-   ``balance(reorder_only=True, method="interleave")`` (the paper's backbone balance).
+   ``balance(reorder_only=True, method="interleave")`` (MegaScale-Data's backbone balance).
    Full: samples re-packed by ``balance(method="greedy")`` (same global batch).
 3. ``fidelity`` — fit ``a·Σl² + b·Σl + c`` to measured forward+backward times of one
    small transformer layer on this CPU (per-document causal attention), R² / MAPE,
@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from youmu.planning import CostModel, ModelConfig, balance, balance_detailed, imbalance  # noqa: E402
-from youmu.planning.simulate import arrival_assignment, lognormal_lengths, navit_like, next_fit_pack  # noqa: E402
+from youmu.planning.workloads import arrival_assignment, lognormal_lengths, navit_like, next_fit_pack  # noqa: E402
 
 LLM = CostModel.from_config("llama-12b")
 VIT = CostModel.from_config("vit-2b")
@@ -66,7 +66,7 @@ def _median_time(fn, reps: int = 5) -> float:
 # --------------------------------------------------------------------------------------
 # 1. API time at Table 2 sizes
 # --------------------------------------------------------------------------------------
-TABLE2 = [  # (case, DP ranks, BS, context, group_size, paper cost s, paper balance s)
+TABLE2 = [  # (case, DP ranks, BS, context, group_size, MegaScale-Data's cost s and balance s)
     ("baseline", 9, 72, 8192, None, 0.004, 0.016),
     ("BS 72->144", 9, 144, 8192, None, 0.006, 0.027),
     ("Seq 8K->16K", 9, 144, 16384, None, 0.012, 0.173),
@@ -117,11 +117,11 @@ def bench_api(quick: bool) -> list[dict[str, Any]]:
                     lambda: balance(c, dp, m, method, ctx, sizes=tok, group_size=group, on_overflow="defer"),
                     reps=3 if method == "kk" else 5,
                 )
-            # reorder-only (the paper's backbone balance: micro-batches kept)
+            # reorder-only (MegaScale-Data's backbone balance: micro-batches kept)
             units = np.array([c[k:k + len(p)].sum() for k, p in zip(np.cumsum([0] + [len(p) for p in packs[:-1]]), packs)])
             r["reorder_interleave_s"] = _median_time(lambda: balance(units, dp, m, "interleave", reorder_only=True))
             r["reorder_kk_s"] = _median_time(lambda: balance(units, dp, m, "kk", reorder_only=True, group_size=group))
-            # the paper's evaluated pipeline ("hybrid"): backbone micro-batches placed
+            # MegaScale-Data's evaluated pipeline ("hybrid"): backbone micro-batches placed
             # whole (no intra-micro-batch balancing) + images balanced over every GPU
             # (the encoder is data-parallel over the world: TP=4 x PP=8 x DP ranks)
             world = dp * 32
@@ -199,12 +199,12 @@ def bench_steps(quick: bool) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------
-# 0. the paper's skew setting (Fig. 3)
+# 0. MegaScale-Data's skew setting (Fig. 3)
 # --------------------------------------------------------------------------------------
 def bench_skew(quick: bool) -> list[dict[str, Any]]:
     """coyo-like steps of 128 image-text samples: sequences over DP=4 x 4 micro-batches
     (Llama-12B), images over EDP=8 x 2 (ViT-2B); arrival order vs balanced."""
-    from youmu.planning.simulate import coyo_like
+    from youmu.planning.workloads import coyo_like
 
     seeds = range(5 if quick else 50)
     out = []
@@ -296,7 +296,7 @@ def main() -> None:
     result.update({"machine": platform.processor() or platform.machine(), "python": platform.python_version()})
     if "skew" in sections:
         result["skew"] = bench_skew(args.quick)
-        print("\n### The paper's skew setting (Fig. 3): mean (max) over steps\n")
+        print("\n### MegaScale-Data's skew setting (Fig. 3): mean (max) over steps\n")
         print("| what | arrival max/min | greedy max/min | kk max/min | arrival max/mean | greedy max/mean | "
               "kk max/mean |")
         print("|---|---|---|---|---|---|---|")
@@ -306,9 +306,9 @@ def main() -> None:
                   f"{f('random bin max/mean')} | {f('greedy bin max/mean')} | {f('kk bin max/mean')} |")
     if "api" in sections:
         result["api"] = bench_api(args.quick)
-        print("\n### API time at Table 2 sizes (ms; paper in parentheses)\n")
+        print("\n### API time at Table 2 sizes (ms; MegaScale-Data's in parentheses)\n")
         print("| BS reading | case | DP x m | samples | cost | full repack greedy | full repack kk | "
-              "reorder interleave | reorder kk | paper pipeline |")
+              "reorder interleave | reorder kk | MegaScale-Data pipeline |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for r in result["api"]:
             kk = f"{r['balance_kk_s'] * 1e3:.1f}" if "balance_kk_s" in r else "-"
@@ -319,7 +319,7 @@ def main() -> None:
                   f"{r['hybrid_s'] * 1e3:.1f} ({r['paper_balance_s'] * 1e3:g}) |")
     if "steps" in sections:
         result["steps"] = bench_steps(args.quick)
-        print("\n### Simulated step time, speed-up over vanilla (paper: 1.71x / 2.63x / 3.09x at 4k / 8k / 16k)\n")
+        print("\n### Simulated step time, speed-up over vanilla (MegaScale-Data: 1.71x / 2.63x / 3.09x at 4k / 8k / 16k)\n")
         print("| setting | context | reorder-only | full (greedy) | full (kk) | vanilla bin max/min | balanced bin max/min |")
         print("|---|---|---|---|---|---|---|")
         for r in result["steps"]:

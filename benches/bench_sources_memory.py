@@ -1,4 +1,4 @@
-"""Per-source loader memory with many Parquet sources × workers × ranks (issue 6, point 5).
+"""Per-source loader memory with many Parquet sources × workers × ranks (MegaScale-Data §2, Fig. 4).
 
     PYTHONPATH=python .venv/bin/python benches/bench_sources_memory.py \\
         [--sources 5 50 300] [--workers 2] [--ranks 2] [--data bench-data/sources] [--out benches/sources_memory.json]
@@ -23,7 +23,7 @@ Totals are summed over ranks.
 
 Sources are generated with pyarrow: ``list<int32>`` token rows, 2 row groups per file,
 64 KiB pages with the page index written. Row groups here are ~2 MB; production row
-groups are 512 MB–1 GB (paper §2), so the baseline's per-source buffer — and the ratio
+groups are 512 MB–1 GB (MegaScale-Data §2), so the baseline's per-source buffer — and the ratio
 — grows with them.
 """
 

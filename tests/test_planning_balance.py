@@ -1,4 +1,4 @@
-"""Balancing: validity, quality on the paper's skew setting, bounds, determinism."""
+"""Balancing: validity, quality on MegaScale-Data's skew setting, bounds, determinism."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.planning import CapacityError, CostModel, balance, balance_detailed, compare, imbalance
-from youmu.planning.simulate import arrival_assignment, coyo_like
+from youmu.planning.workloads import arrival_assignment, coyo_like
 
 costs_st = st.lists(st.floats(0, 1e6, allow_nan=False, allow_infinity=False), min_size=0, max_size=60)
 
@@ -21,7 +21,7 @@ def _valid(assign: list, n: int, m: int, size: int) -> None:
         assert a is not None and 0 <= a[0] < n and 0 <= a[1] < m
 
 
-# -- the paper's skew setting (Fig. 3: 8-GPU VLM, EDP=8 for images, DP=4 for sequences) --------
+# -- MegaScale-Data's skew setting (Fig. 3: 8-GPU VLM, EDP=8 for images, DP=4 for sequences) --------
 @pytest.mark.parametrize("seed", range(4))
 def test_paper_skew_random_is_several_x_balanced_within_1_1(seed: int) -> None:
     w = coyo_like(128, seed=seed)                     # 128 image-text samples per step
@@ -33,7 +33,7 @@ def test_paper_skew_random_is_several_x_balanced_within_1_1(seed: int) -> None:
     for costs, n, m in ((seq_cost, 4, 4), (img_cost, 8, 2)):
         arrival = arrival_assignment(costs.size, n, m)
         before = imbalance(costs, arrival, n, m)
-        assert before.bin_max_over_min > 2.5           # several x (paper: 6.9x / 3.2x)
+        assert before.bin_max_over_min > 2.5           # several x (MegaScale-Data: 6.9x / 3.2x)
         # a random assignment (equal counts per micro-batch) is just as skewed
         shuffled = [arrival[p] for p in rng.permutation(costs.size)]
         assert imbalance(costs, shuffled, n, m).bin_max_over_min > 2.0

@@ -1,4 +1,4 @@
-"""Cost models: the paper's 1.16 example, the FLOPs accounting, calibration."""
+"""Cost models: MegaScale-Data's 1.16 example, the FLOPs accounting, calibration."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.planning import Mesh, MixingSchedule, PlanError, Planner, SampleMeta, gather_metadata
-from youmu.planning.simulate import arrival_assignment, coyo_like
+from youmu.planning.workloads import arrival_assignment, coyo_like
 
 ROOT = Path(__file__).resolve().parent.parent
 

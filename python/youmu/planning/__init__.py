@@ -1,23 +1,34 @@
-"""Multisource planning (issue 6): cost models, workload balancing, declarative
-per-step plans and a balanced loader.
+"""Multisource planning in the manner of MegaScale-Data: cost models, workload
+balancing, declarative per-step plans and a balanced loader.
 
 * cost models — :func:`attention_cost`, :class:`CostModel` (``a·Σl² + b·Σl + c``,
-  from a :class:`ModelConfig`/preset or calibrated with :meth:`CostModel.fit`);
+  from a :class:`ModelConfig`/preset or calibrated with :meth:`CostModel.fit`)
+  (``cost``);
 * balancing — :func:`balance`/:func:`balance_detailed` (greedy LPT, Karmarkar–Karp,
   token capacity, reorder-only), :func:`imbalance`/:func:`compare` (max/mean,
-  max/min, virtual-clock step time);
-* plans — :class:`Planner` (``mix → distribute → cost → balance → plan``) over
-  :class:`SampleMeta` gathered with :func:`gather_metadata`; mixing schedules
-  :class:`MixingSchedule`/:class:`MixtureSchedule`;
+  max/min, virtual-clock step time) (``balance``);
+* plans — :class:`Planner` (``mix → distribute → cost → balance → plan``,
+  MegaScale-Data §3.3) over :class:`SampleMeta` gathered with
+  :func:`gather_metadata` (``planner``); mixing schedules
+  :class:`MixingSchedule`/:class:`MixtureSchedule` (``schedule``);
 * the loader — :class:`BalancedLoader` (balanced global batches per step, exact loss
   scales in :class:`MicroBatchInfo`, mid-epoch ``state_dict``/``load_state_dict``)
-  and :func:`pack_microbatch`.
+  (``loader``, built from ``sources``, ``exchange``, ``checkpoint`` and ``info``)
+  and :func:`pack_microbatch` (``packing``); synthetic workloads for the benchmarks
+  in ``workloads``.
 
 Everything deterministic here is a pure function of its inputs, so every rank can
 compute the same plan from the same (all-gathered) sample metadata. Nothing here
-imports youmu's native core; torch is imported lazily (loader, collate). Bad
-arguments raise ``TypeError`` (wrong type) or ``ValueError`` (out of range), naming
-the argument.
+imports youmu's native core, and no module imports torch when it is imported (the
+loader's channel and :func:`pack_microbatch` import it when used). Bad arguments raise
+:class:`~youmu.errors.ArgumentTypeError` (a ``TypeError``: wrong type) or
+:class:`~youmu.errors.InvalidArgumentError` (a ``ValueError``: out of range), naming
+the argument; a step's grid is at most
+:data:`~youmu.planning.balance.MAX_SLOTS` (rank, micro-batch) slots.
+
+``youmu.planning.plan``, ``.collate`` and ``.simulate`` are the old names of
+``planner``, ``packing`` and ``workloads``; they still import, with a
+``DeprecationWarning``, until the next release.
 
 Example:
     >>> from youmu.planning import attention_cost, balance
@@ -28,37 +39,28 @@ Example:
 
 from __future__ import annotations
 
-from youmu.planning.balance import (
-    METHODS,
-    BalanceResult,
-    CapacityError,
-    Imbalance,
-    balance,
-    balance_detailed,
-    compare,
-    imbalance,
-)
-from youmu.planning.collate import pack_microbatch
+from youmu.errors import CapacityError, PlanError
+from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance, balance_detailed, compare, imbalance
 from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
-from youmu.planning.loader import BalancedLoader, MicroBatchInfo, default_docs
-from youmu.planning.plan import Mesh, PlanError, Planner, SampleMeta, StepPlan, gather_metadata
+from youmu.planning.info import MicroBatchInfo, default_docs
+from youmu.planning.loader import BalancedLoader
+from youmu.planning.packing import pack_microbatch
+from youmu.planning.planner import Mesh, Planner, SampleMeta, StepPlan, gather_metadata
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
 __all__ = [
-    "BalancedLoader",
-    "MicroBatchInfo",
-    "default_docs",
-    "pack_microbatch",
-    "METHODS",
-    "PRESETS",
     "BalanceResult",
+    "BalancedLoader",
     "CapacityError",
     "CostModel",
     "Imbalance",
+    "METHODS",
     "Mesh",
+    "MicroBatchInfo",
     "MixingSchedule",
     "MixtureSchedule",
     "ModelConfig",
+    "PRESETS",
     "PlanError",
     "Planner",
     "SampleMeta",
@@ -68,7 +70,9 @@ __all__ = [
     "balance",
     "balance_detailed",
     "compare",
+    "default_docs",
     "gather_metadata",
     "imbalance",
+    "pack_microbatch",
 ]
 

@@ -2,7 +2,7 @@
 
 Two problems, solved in this order:
 
-1. **Packing** (sample level, "intra-micro-batch" in DistTrain's terms): split the
+1. **Packing** (sample level, MegaScale-Data's "intra-micro-batch" balance): split the
    step's samples into ``k = num_buckets × num_bins`` bins so that the most
    expensive bin is as cheap as possible, with at most ``capacity`` tokens per bin
    (the activation-memory limit ``L`` of MegaScale-Data §4).
@@ -17,7 +17,7 @@ Two problems, solved in this order:
 the global batch — and the summed gradient, with the loss scaling of
 :mod:`youmu.planning.loader` — is exactly the unbalanced one's ("To keep the global
 batch unchanged, users may optionally disable intra-microbatch reordering",
-MegaScale-Data §3.3; the paper's backbone balance does only this).
+MegaScale-Data §3.3; its evaluated backbone balance does only this).
 
 Methods:
 
@@ -53,8 +53,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from youmu.errors import CapacityError
 from youmu._args import bool_arg, choice_arg, float_arg, float_array, int_arg, opt_int_arg
+from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 
 __all__ = [
     "METHODS",
@@ -69,6 +69,16 @@ __all__ = [
 
 METHODS = ("greedy", "kk", "interleave")
 _OVERFLOW = ("error", "defer")
+
+#: The most (bucket, bin) slots — (rank, micro-batch) pairs — one step may have:
+#: 16,384 ranks × 64 micro-batches. The statistics of a result hold a float per slot
+#: (``Imbalance.bin_costs``, ``BalanceResult.bin_sizes``), so a step costs a few
+#: numpy words per slot even when it has fewer samples than slots; everything else
+#: grows with the samples, except KK *placement* (``placement="kk"``, or
+#: ``method="kk"`` with ``reorder_only``), whose equal-count differencing runs over
+#: every slot. A larger grid is almost surely a mistake (``num_buckets`` given a
+#: sample count, say) that would otherwise grow until the machine runs out of memory.
+MAX_SLOTS = 1 << 20
 
 
 # --------------------------------------------------------------------------------------
@@ -137,9 +147,9 @@ def imbalance(
     (1.0, 4.0)
     """
     c = _costs(costs)
-    _check_grid(num_buckets, num_bins)
+    check_grid(num_buckets, num_bins)
     if len(assignment) != c.size:
-        raise ValueError(f"assignment has {len(assignment)} entries for {c.size} costs")
+        raise InvalidArgumentError(f"assignment has {len(assignment)} entries for {c.size} costs")
     grid = np.zeros((num_buckets, num_bins), dtype=np.float64)
     for i, a in enumerate(assignment):
         if a is None:
@@ -147,9 +157,9 @@ def imbalance(
         try:
             b, j = (int_arg(f"assignment[{i}]", x) for x in a)
         except (TypeError, ValueError):
-            raise TypeError(f"assignment[{i}] must be a (bucket, bin) pair of ints or None, got {a!r}") from None
+            raise ArgumentTypeError(f"assignment[{i}] must be a (bucket, bin) pair of ints or None, got {a!r}") from None
         if not (0 <= b < num_buckets and 0 <= j < num_bins):
-            raise ValueError(f"sample {i} assigned to {a}, outside {num_buckets} buckets x {num_bins} bins")
+            raise InvalidArgumentError(f"sample {i} assigned to {a}, outside {num_buckets} buckets x {num_bins} bins")
         grid[b, j] += c[i]
     return _stats(grid)
 
@@ -236,13 +246,24 @@ class BalanceResult:
 def _costs(costs: Any, name: str = "costs") -> np.ndarray:
     c = float_array(costs, name)
     if c.size and (not np.isfinite(c).all() or c.min() < 0):
-        raise ValueError(f"{name} must be finite and >= 0")
+        raise InvalidArgumentError(f"{name} must be finite and >= 0")
     return c
 
 
-def _check_grid(num_buckets: int, num_bins: int) -> None:
-    int_arg("num_buckets", num_buckets, minimum=1)
-    int_arg("num_bins", num_bins, minimum=1)
+def check_grid(num_buckets: Any, num_bins: Any, names: tuple[str, str] = ("num_buckets", "num_bins")) -> None:
+    """``num_buckets`` × ``num_bins`` positive ints whose product is at most
+    :data:`MAX_SLOTS` (``names``: the arguments as the caller calls them).
+
+    >>> check_grid(10**9, 1)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: num_buckets × num_bins = 1,000,000,000 × 1 slots per step is more than youmu.planning plans (MAX_SLOTS = 1,048,576)
+    """
+    n = int_arg(names[0], num_buckets, minimum=1)
+    m = int_arg(names[1], num_bins, minimum=1)
+    if n * m > MAX_SLOTS:
+        raise InvalidArgumentError(f"{names[0]} × {names[1]} = {n:,} × {m:,} slots per step is more than "
+                                   f"youmu.planning plans (MAX_SLOTS = {MAX_SLOTS:,})")
 
 
 def _order(c: np.ndarray) -> np.ndarray:
@@ -372,8 +393,8 @@ def _pack_kk(c: np.ndarray, k: int) -> np.ndarray:
         spread = merged[0][0] - (merged[-1][0] if len(merged) == k else 0.0)
         heapq.heappush(heap, (-spread, counter, merged))
         counter += 1
-    for b, (_, members) in enumerate(heap[0][2]):
-        out[members] = b
+    for bin_id, (_, members) in enumerate(heap[0][2]):
+        out[members] = bin_id
     return out
 
 
@@ -418,6 +439,16 @@ def _fill_empty(bins: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
 
 
 def _pack(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float | None) -> tuple[np.ndarray, str]:
+    """Pack the items into ``k`` bins (ids ``0..k-1``, ``-1`` where an item fits nowhere).
+
+    Every packer fills a prefix of the bins: LPT and first-fit open the lowest empty
+    bin (an empty bin is least loaded and has the most room; ties go to the lower
+    bin), KK numbers its non-empty subsets from 0, and :func:`_fill_empty` uses the
+    lowest empty bins. With ``N`` items no bin past ``N`` is ever used, so packing into
+    ``min(k, N)`` bins gives the same assignment without a heap entry or list slot
+    per bin that stays empty.
+    """
+    k = max(1, min(k, c.size))
     used = method
     if method == "kk":
         bins = _pack_kk(c, k)
@@ -428,7 +459,7 @@ def _pack(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float |
     elif method == "greedy":
         bins = _pack_greedy(c, s, k, cap)
     else:
-        raise ValueError(f"method {method!r} cannot pack samples; use 'greedy' or 'kk' (or reorder_only=True)")
+        raise InvalidArgumentError(f"method {method!r} cannot pack samples; use 'greedy' or 'kk' (or reorder_only=True)")
     if cap is not None and s is not None and (bins < 0).any():
         ffd = _pack_ffd(s, k, cap)
         if (ffd < 0).sum() < (bins < 0).sum():
@@ -440,26 +471,32 @@ def _pack(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float |
 # placement: n*m units -> (bucket, slot), m per bucket
 # --------------------------------------------------------------------------------------
 def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.ndarray]:
-    """Assign ``len(u) <= n*m`` units to (bucket, slot), each bucket ``m`` slots."""
+    """Assign ``len(u) <= n*m`` units to (bucket, slot), each bucket ``m`` slots.
+
+    The grid is filled up with empty (zero-cost) units that sort after every given
+    unit (ties go by position), so the given units' places never depend on them:
+    only KK, whose differencing pairs tiers of exactly ``n`` units, materialises
+    them.
+    """
     if u.size > n * m:
-        raise ValueError(f"{u.size} micro-batches do not fit in {n} buckets x {m} bins")
-    # pad with empty units so that every bucket gets exactly m
-    c = np.concatenate([u, np.zeros(n * m - u.size)])
-    order = _order(c)
-    bucket = np.empty(n * m, dtype=np.int64)
-    slot = np.empty(n * m, dtype=np.int64)
+        raise InvalidArgumentError(f"{u.size} micro-batches do not fit in {n} buckets x {m} bins")
+    order = _order(u)
+    bucket = np.empty(u.size, dtype=np.int64)
+    slot = np.empty(u.size, dtype=np.int64)
     if method == "interleave" or n == 1:
         # tier j = the j-th n heaviest units -> slot j, dealt in snake order
-        tiers = order.reshape(m, n)
-        ranks = np.tile(np.arange(n), (m, 1))
-        ranks[1::2] = ranks[1::2, ::-1]
-        bucket[tiers] = ranks
-        slot[tiers] = np.arange(m)[:, None]
-        return bucket[: u.size], slot[: u.size]
+        p = np.arange(u.size)
+        tier, t = p // n, p % n
+        bucket[order] = np.where(tier % 2 == 1, n - 1 - t, t)
+        slot[order] = tier
+        return bucket, slot
     if method == "greedy":
-        heap = [(0.0, r) for r in range(n)]
-        count = [0] * n
-        cl = c.tolist()
+        # after t units at most t ranks are loaded or full, so the least-loaded rank
+        # is always one of the first len(u)
+        r_used = min(n, u.size)
+        heap = [(0.0, r) for r in range(r_used)]
+        count = [0] * r_used
+        cl = u.tolist()
         for i in order.tolist():
             load, r = heapq.heappop(heap)
             bucket[i] = r
@@ -467,16 +504,16 @@ def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.n
             if count[r] < m:
                 heapq.heappush(heap, (load + cl[i], r))
     elif method == "kk":
-        bucket[:] = _kk_equal(c, order, n, m)
+        c = np.concatenate([u, np.zeros(n * m - u.size)])
+        bucket[:] = _kk_equal(c, _order(c), n, m)[: u.size]
     else:
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+        raise InvalidArgumentError(f"unknown method {method!r}; expected one of {METHODS}")
     # within a bucket, heaviest unit first: slot j then holds the j-th heaviest unit
     # of every rank, so per-micro-batch maxima line up across ranks
-    for r in range(n):
-        mine = np.nonzero(bucket == r)[0]
-        mine = mine[np.lexsort((mine, -c[mine]))]
-        slot[mine] = np.arange(mine.size)
-    return bucket[: u.size], slot[: u.size]
+    by_bucket = np.lexsort((np.arange(u.size), -u, bucket))
+    starts = np.searchsorted(bucket[by_bucket], bucket[by_bucket], side="left")
+    slot[by_bucket] = np.arange(u.size) - starts
+    return bucket, slot
 
 
 def _kk_equal(c: np.ndarray, order: np.ndarray, n: int, m: int) -> np.ndarray:
@@ -530,7 +567,7 @@ def balance_detailed(
     ([(0, 0), (0, 0), None, None, (1, 0), (1, 0)], [2, 3], [[3.0], [3.0]])
     """
     c = _costs(costs)
-    _check_grid(num_buckets, num_bins)
+    check_grid(num_buckets, num_bins)
     choice_arg("method", method, METHODS)
     choice_arg("on_overflow", on_overflow, _OVERFLOW)
     reorder_only = bool_arg("reorder_only", reorder_only)
@@ -541,17 +578,17 @@ def balance_detailed(
     if sizes is not None:
         s = _costs(sizes, "sizes")
         if s.size != c.size:
-            raise ValueError(f"sizes has {s.size} entries for {c.size} costs")
+            raise InvalidArgumentError(f"sizes has {s.size} entries for {c.size} costs")
     cap: float | None = None
     if capacity is not None:
         cap = float_arg("capacity", capacity, positive=True)
         if s is None:
-            raise ValueError("capacity is in tokens: pass sizes= (tokens per sample) with it")
+            raise InvalidArgumentError("capacity is in tokens: pass sizes= (tokens per sample) with it")
     n, m = int(num_buckets), int(num_bins)
     g = n if group_size is None else opt_int_arg("group_size", group_size, minimum=1)
     assert g is not None
     if n % g:
-        raise ValueError(f"group_size must divide num_buckets={n}, got {group_size!r}")
+        raise InvalidArgumentError(f"group_size must divide num_buckets={n}, got {group_size!r}")
     groups = n // g
 
     buckets = np.full(c.size, -1, dtype=np.int64)
@@ -560,15 +597,15 @@ def balance_detailed(
 
     if reorder_only:
         if on_overflow != "error":
-            raise ValueError("reorder_only keeps the global batch: every micro-batch is placed, nothing is deferred")
+            raise InvalidArgumentError("reorder_only keeps the global batch: every micro-batch is placed, nothing is deferred")
         if c.size > n * m:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"reorder_only places whole micro-batches: got {c.size} for {n} buckets x {m} bins "
                 f"(at most {n * m})"
             )
         if cap is not None and s is not None and s.size and s.max() > cap:
             raise CapacityError(f"a micro-batch holds {int(s.max())} tokens, above capacity {cap:g}",
-                                np.nonzero(s > cap)[0])
+                                np.nonzero(s > cap)[0].tolist())
         if groups == 1:
             buckets[:], bins[:] = _place(c, n, m, placement)
         else:
@@ -580,22 +617,25 @@ def balance_detailed(
                 buckets[mine], bins[mine] = b + q * g, j
     else:
         if method == "interleave":
-            raise ValueError("'interleave' places formed micro-batches; use it with reorder_only=True")
+            raise InvalidArgumentError("'interleave' places formed micro-batches; use it with reorder_only=True")
         if groups == 1:
-            parts = [np.arange(c.size)]
+            parts = [(0, np.arange(c.size))]
         else:
             gcap = None if cap is None else cap * g * m
             coarse, used = _pack(c, s, groups, method, gcap)
-            parts = [np.nonzero(coarse == q)[0] for q in range(groups)]
-            if (coarse < 0).any():
-                parts.append(np.nonzero(coarse < 0)[0])  # left deferred below
-        for q, mine in enumerate(parts[:groups]):
+            # the samples of each group that has any, in input order (the others are
+            # left deferred below); an empty group places nothing
+            by_group = np.argsort(coarse, kind="stable")
+            qs, starts = np.unique(coarse[by_group], return_index=True)
+            parts = [(int(q), mine) for q, mine in zip(qs.tolist(), np.split(by_group, starts[1:])) if q >= 0]
+        for q, mine in parts:
             k = g * m
             packed, fine_used = _pack(c[mine], None if s is None else s[mine], k, method, cap)
             if fine_used != method:
                 used = fine_used
             ok = packed >= 0
-            unit = np.bincount(packed[ok], weights=c[mine][ok], minlength=k)
+            # the bins in use are a prefix (see _pack): place those
+            unit = np.bincount(packed[ok], weights=c[mine][ok], minlength=int(packed.max(initial=-1)) + 1)
             ub, uj = _place(unit, g, m, placement)
             buckets[mine[ok]] = ub[packed[ok]] + q * g
             bins[mine[ok]] = uj[packed[ok]]
@@ -604,7 +644,7 @@ def balance_detailed(
             raise CapacityError(
                 f"{unplaced.size} sample(s) fit in no bin: capacity {cap:g} tokens x {n * m} bins "
                 f"for {int(s.sum()) if s is not None else 0} tokens; use on_overflow='defer' to carry them over",
-                unplaced,
+                unplaced.tolist(),
             )
     grid = np.zeros((n, m))
     ok = buckets >= 0

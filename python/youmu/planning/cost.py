@@ -14,9 +14,8 @@ kernels do. Its cost per transformer layer is
 Every model here is of the form ``a·Σl² + b·Σl + c`` per packed sequence, with
 ``c`` a fixed per-micro-batch overhead (kernel launches, optimizer hooks). The
 coefficients come either from a transformer description (:class:`ModelConfig`, in
-FLOPs) or from measured step times (:meth:`CostModel.fit`). The paper gives no
-formula (§4.1 of ``notes/msd.md``); the FLOPs accounting is the standard one
-(Megatron/Narayanan et al.), with the causal-mask saving of FlashAttention-style
+FLOPs) or from measured step times (:meth:`CostModel.fit`). MegaScale-Data gives no
+formula; the FLOPs accounting is the standard one of Megatron-LM, with the causal-mask saving of FlashAttention-style
 kernels made explicit.
 
 Example:
@@ -38,7 +37,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from youmu._args import float_arg, float_array, int_arg, int_array
+from youmu._args import bool_arg, float_arg, float_array, int_arg, int_array
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["ModelConfig", "CostModel", "attention_cost", "as_csr", "PRESETS"]
 
@@ -51,7 +51,7 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
 
     Sequence ``i`` holds ``doc_lengths[offsets[i]:offsets[i + 1]]``. Accepts a list of
     lists (``[[30, 70], [100]]``), a pair already in CSR form, or an object with
-    ``doc_lengths`` and ``doc_offsets`` attributes (:class:`~youmu.planning.plan.SampleMeta`).
+    ``doc_lengths`` and ``doc_offsets`` attributes (:class:`~youmu.planning.planner.SampleMeta`).
 
     >>> as_csr([[30, 70], [5]])
     (array([30, 70,  5]), array([0, 2, 3]))
@@ -62,7 +62,7 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
         lengths, offsets = int_array(seqs[0], "doc_lengths"), int_array(seqs[1], "offsets")
     else:
         if isinstance(seqs, (str, bytes)) or not isinstance(seqs, Iterable):
-            raise TypeError("seqs must be a list of packed sequences, each a list of document lengths "
+            raise ArgumentTypeError("seqs must be a list of packed sequences, each a list of document lengths "
                             f"(a lone sample of length l is [[l]]), got {type(seqs).__name__}")
         counts: list[int] = []
         flat: list[int] = []
@@ -70,23 +70,23 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
             # checks kept off the per-sequence fast path (isinstance against numpy's
             # abstract scalar types or the Iterable ABC would double this loop's cost)
             if type(s) is str or type(s) is bytes:
-                raise TypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}")
+                raise ArgumentTypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}")
             try:
                 docs = list(s)
             except TypeError:
                 if isinstance(s, (int, np.integer, float, np.floating)):
-                    raise TypeError(f"sequence {k} is a bare number ({s!r}); a lone sample of length l is [[l]], "
+                    raise ArgumentTypeError(f"sequence {k} is a bare number ({s!r}); a lone sample of length l is [[l]], "
                                     "so a list of lengths [l1, l2] must be written [[l1], [l2]]") from None
-                raise TypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}") from None
+                raise ArgumentTypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}") from None
             counts.append(len(docs))
             flat.extend(docs)
         lengths = int_array(flat, "document lengths")
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
     if lengths.size and lengths.min() < 0:
-        raise ValueError("document lengths must be >= 0")
+        raise InvalidArgumentError("document lengths must be >= 0")
     if offsets.size == 0 or offsets[0] != 0 or offsets[-1] != lengths.size or (np.diff(offsets) < 0).any():
-        raise ValueError("offsets must start at 0, be non-decreasing and end at len(doc_lengths)")
+        raise InvalidArgumentError("offsets must start at 0, be non-decreasing and end at len(doc_lengths)")
     return lengths, offsets
 
 
@@ -137,13 +137,12 @@ class ModelConfig:
             int_arg(f"ModelConfig.{name}", getattr(self, name), minimum=1)
         kv = self.num_kv_heads
         if kv is not None and not 1 <= int_arg("ModelConfig.num_kv_heads", kv) <= self.num_heads:
-            raise ValueError(f"ModelConfig.num_kv_heads must be in [1, num_heads={self.num_heads}], got {kv!r}")
+            raise InvalidArgumentError(f"ModelConfig.num_kv_heads must be in [1, num_heads={self.num_heads}], got {kv!r}")
         if self.ffn_hidden is not None:
             int_arg("ModelConfig.ffn_hidden", self.ffn_hidden, minimum=1)
         int_arg("ModelConfig.vocab_size", self.vocab_size, minimum=0)
         for name in ("gated", "causal", "training"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
+            bool_arg(f"ModelConfig.{name}", getattr(self, name))
 
     @property
     def ffn(self) -> int:
@@ -161,10 +160,11 @@ class ModelConfig:
         >>> ModelConfig.preset("llama-12b").hidden
         4608
         """
-        try:
-            return PRESETS[name]
-        except KeyError:
-            raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}") from None
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"preset name must be a string, got {type(name).__name__}")
+        if name not in PRESETS:
+            raise InvalidArgumentError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+        return PRESETS[name]
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,7 +233,7 @@ class CostModel:
         elif isinstance(config, str):
             config = ModelConfig.preset(config)
         elif not isinstance(config, ModelConfig):
-            raise TypeError(f"config must be a ModelConfig, a preset name or None, got {type(config).__name__}")
+            raise ArgumentTypeError(f"config must be a ModelConfig, a preset name or None, got {type(config).__name__}")
         h, f = float(config.hidden), float(config.ffn)
         kv = h * (config.num_kv_heads or config.num_heads) / config.num_heads
         proj = 2.0 * (2 * h * h + 2 * h * kv)
@@ -258,19 +258,20 @@ class CostModel:
         >>> round(m.a * 1e6, 3), round(m.b * 1e3, 3), round(m.c, 3)
         (2.0, 1.0, 0.01)
         """
+        intercept = bool_arg("intercept", intercept)
         lengths, offsets = as_csr(seqs)
         y = float_array(times, "times")
         n = offsets.size - 1
         if y.size != n:
-            raise ValueError(f"got {n} sequences but {y.size} times")
+            raise InvalidArgumentError(f"got {n} sequences but {y.size} times")
         if not np.isfinite(y).all():
-            raise ValueError("times must be finite")
+            raise InvalidArgumentError("times must be finite")
         cols = [_segment_sums(lengths.astype(np.float64) ** 2, offsets), _segment_sums(lengths.astype(np.float64), offsets)]
         if intercept:
             cols.append(np.ones(n))
         x = np.stack(cols, axis=1)
         if n < x.shape[1]:
-            raise ValueError(f"need at least {x.shape[1]} measurements to fit {x.shape[1]} coefficients, got {n}")
+            raise InvalidArgumentError(f"need at least {x.shape[1]} measurements to fit {x.shape[1]} coefficients, got {n}")
         coef = _nnls_small(x, y)
         a, b = float(coef[0]), float(coef[1])
         c = float(coef[2]) if intercept else 0.0
@@ -301,7 +302,7 @@ class CostModel:
         """Cost of lone samples (each its own single-document sequence), vectorised."""
         lf = float_array(lengths, "lengths")  # real lengths are fine here (e.g. averages)
         if lf.size and (not np.isfinite(lf).all() or lf.min() < 0):
-            raise ValueError("lengths must be finite and >= 0")
+            raise InvalidArgumentError("lengths must be finite and >= 0")
         return self.a * lf * lf + self.b * lf + self.c
 
     def scaled(self, factor: float) -> "CostModel":

@@ -5,24 +5,28 @@ Every step, on every rank:
 1. take this rank's share of the step's **global batch** from its own stream —
    ``global_batch_size`` samples or ``token_budget`` tokens over all ranks (or, with a
    ``{name: stream}`` source, each source's exact count from the mixing schedule;
-   or, with ``reorder_only``, ``num_microbatches`` formed micro-batches);
+   or, with ``reorder_only``, ``num_microbatches`` formed micro-batches)
+   (:mod:`youmu.planning.sources`);
 2. measure each sample (document lengths, loss tokens) and **all-gather the
-   metadata** on the loader's Gloo channel
-   (:class:`~youmu.dist.GlooChannel`);
+   metadata** with the step's status on the loader's Gloo channel
+   (:class:`~youmu.dist.GlooChannel`, :mod:`youmu.planning.exchange`);
 3. compute the **plan** — a pure function of the gathered metadata and the step, so
-   every rank computes the same one (:class:`~youmu.planning.plan.Planner`);
+   every rank computes the same one (:class:`~youmu.planning.planner.Planner`);
 4. **exchange the samples** that the plan moves to another rank (pickled, one
    all-gather) and keep those that fit in no micro-batch for the next step;
 5. yield this rank's ``num_microbatches`` micro-batches, in slot order, each with a
-   :class:`MicroBatchInfo` whose ``loss_scale`` makes the gradients exact: multiply
-   the micro-batch's mean per-token loss by it, sum over micro-batches (gradient
-   accumulation), and DDP's average over ranks is the per-token mean over the whole
-   global batch, ``Σ loss / T``, however the plan split the tokens.
+   :class:`~youmu.planning.info.MicroBatchInfo` whose ``loss_scale`` makes the
+   gradients exact: multiply the micro-batch's mean per-token loss by it, sum over
+   micro-batches (gradient accumulation), and DDP's average over ranks is the
+   per-token mean over the whole global batch, ``Σ loss / T``, however the plan split
+   the tokens.
 
-A background thread runs steps 1–4 ``prefetch`` steps ahead of the trainer. Every
-rank runs the same number of steps and gets the same number of micro-batches per
-step; a slot left empty (tiny final steps) repeats a batch with ``loss_scale = 0``
-and ``is_padding = True``, so DDP's collectives stay matched.
+A background thread (:class:`youmu.dist.Producer`) runs steps 1–4 ``prefetch`` steps
+ahead of the trainer. Every rank runs the same number of steps and gets the same
+number of micro-batches per step; a slot left empty (tiny final steps) repeats a
+batch with ``loss_scale = 0`` and ``is_padding = True``, so DDP's collectives stay
+matched. A rank whose trainer stops iterating tells its peers at its next exchange
+(they raise :class:`~youmu.errors.PeerClosedError` instead of waiting for a timeout).
 
 Scope: one loader per data-parallel rank (the channel spans the DP group; TP/PP peers
 of a rank consume the same micro-batches, e.g. by broadcast). Samples travel between
@@ -32,7 +36,7 @@ and unpickles only its own).
 Resuming mid-epoch: ``state_dict()`` records the next step and micro-batch; a new
 loader with the same arguments and ``load_state_dict(state)`` continues with exactly
 the micro-batches the uninterrupted run would have yielded next (same plans, same
-samples). Two ways, chosen by ``resume_mode``:
+samples). Two ways, chosen by ``resume_mode`` (:mod:`youmu.planning.checkpoint`):
 
 * ``"state"`` — every source is *stateful* (``state_dict``/``load_state_dict``, as
   :class:`~youmu.torch.YoumuDataset`, :class:`~youmu.torch.MapStream`,
@@ -53,6 +57,10 @@ that they resume from the same point with the same settings (a clear error rathe
 than mismatched collectives) and restore only if every rank can; otherwise all
 replay. ``collate_fn`` must not modify samples in place: a state may still hold them.
 
+Epochs: a ``BalancedLoader`` is iterated once (its streams are consumed). Its
+:meth:`~BalancedLoader.set_epoch` forwards to the sources that have one, before
+iteration starts; the next epoch is a new loader.
+
 Example (one process; with several, give each rank a channel)::
 
     loader = BalancedLoader(my_rank_stream, num_microbatches=4, token_budget=4 * 8192 * world,
@@ -66,205 +74,46 @@ Example (one process; with several, give each rank a channel)::
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import hashlib
-import json
+import inspect
 import logging
-import pickle
-import queue
 import threading
-import types
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, Iterable, Iterator, Mapping
 
-import numpy as np
+from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
+from youmu.dist import Producer, channel_for
+from youmu.errors import InvalidArgumentError, LoaderError
+from youmu.planning.balance import check_grid
+from youmu.planning.checkpoint import (
+    RESUME_MODES,
+    STATE_FORMAT,
+    Resume,
+    Snapshots,
+    agree_on_start,
+    config_fingerprint,
+    parse_state,
+    restore_sources,
+    start_snapshot,
+)
+from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
+from youmu.planning.info import Assembler, MicroBatchInfo, default_docs
+from youmu.planning.planner import Planner, SampleMeta
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.sources import Held, Measure, RankReader, SourceStream, resolve_sources
 
-from youmu._args import bool_arg, choice_arg, float_arg, index_of, int_arg, opt_int_arg
-from youmu.planning.plan import Planner, SampleMeta, StepPlan
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
+__all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]
 
-__all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES"]
-
-#: tag of :meth:`BalancedLoader.state_dict` (bumped when the layout changes)
-STATE_FORMAT = "youmu.planning.BalancedLoader/2"
-RESUME_MODES = ("auto", "state", "replay")
+#: the most micro-batches one rank takes per step: every slot is yielded with its own
+#: :class:`MicroBatchInfo` (an empty one repeats a batch), so memory per step grows with it
+MAX_MICROBATCHES = 1 << 16
 
 log = logging.getLogger("youmu.planning")
-
-# status flags in the per-step header row
-_OK, _EXHAUSTED, _FAILED, _CLOSED = 0, 1, 2, 3
-_HEADER = 4  # [meta vector length, status, payload bytes, reserved]
-
-
-@dataclass(frozen=True)
-class MicroBatchInfo:
-    """What the trainer gets with each micro-batch.
-
-    Attributes:
-        step: global step (the same on every rank).
-        microbatch, num_microbatches: slot ``j`` of ``m``; ``is_last`` when ``j = m-1``
-            (step the optimizer after it).
-        rank, world_size: this rank (bucket) and the number of ranks ``W``.
-        num_samples: samples in this micro-batch.
-        num_tokens: its loss tokens ``t`` (``token_count_fn``).
-        real_tokens: its total length (sum of document lengths).
-        global_num_samples, global_num_tokens: the step's totals ``N`` and ``T``
-            over all ranks and micro-batches.
-        loss_scale: ``W · t / T``: multiply the micro-batch's *mean* per-token loss by
-            it (or use :func:`youmu.batching.loss.scaled_token_loss` on the summed
-            loss, which reads ``world_size`` and ``global_num_tokens``).
-        cost: modelled cost of this micro-batch; slot_max_cost: the largest over
-            ranks of slot ``j`` (what the slot waits for).
-        step_time: modelled ``Σ_j max_r cost(r, j)`` of the step.
-        imbalance: max/mean of the ranks' step costs (1.0 = perfect).
-        sample_ids: ids of the samples (``id_fn`` or arrival ids ``k·W + origin``).
-        is_padding: an empty slot repeating another batch with ``loss_scale = 0``.
-        deferred: samples of this step carried to the next (capacity).
-        method: balancing method used; fingerprint: hash of the step's plan.
-        source_counts: samples per source in the step (mixing).
-
-    >>> loader = BalancedLoader([{"input_ids": [0] * n} for n in (30, 70, 50, 50)], num_microbatches=2,
-    ...                         global_batch_size=4, prefetch=0)
-    >>> [(i.microbatch, i.num_tokens, i.global_num_tokens, i.loss_scale, i.is_last) for _, i in loader]
-    [(0, 100, 200, 0.5, False), (1, 100, 200, 0.5, True)]
-    """
-
-    step: int
-    microbatch: int
-    num_microbatches: int
-    rank: int
-    world_size: int
-    num_samples: int
-    num_tokens: int
-    real_tokens: int
-    global_num_samples: int
-    global_num_tokens: int
-    loss_scale: float
-    cost: float
-    slot_max_cost: float
-    step_time: float
-    imbalance: float
-    sample_ids: tuple[int, ...] = ()
-    is_padding: bool = False
-    deferred: int = 0
-    method: str = ""
-    fingerprint: str = ""
-    source_counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def is_last(self) -> bool:
-        return self.microbatch == self.num_microbatches - 1
-
-
-def default_docs(sample: Any) -> list[int]:
-    """Document lengths of a sample: ``cu_seqlens`` of a packed sample
-    (:func:`youmu.torch.pack`), else the length of ``input_ids``, else ``len(sample)``.
-
-    >>> default_docs({"input_ids": [1, 2, 3]}), default_docs({"cu_seqlens": [0, 3, 7]})
-    ([3], [3, 4])
-    """
-    if isinstance(sample, Mapping):
-        if "cu_seqlens" in sample:
-            cu = np.asarray(sample["cu_seqlens"]).reshape(-1)
-            return np.diff(cu).astype(np.int64).tolist()
-        if "input_ids" in sample:
-            ids = sample["input_ids"]
-            shape = getattr(ids, "shape", None)
-            return [int(shape[-1])] if shape is not None and len(shape) else [len(ids)]
-    try:
-        return [len(sample)]
-    except TypeError:
-        raise TypeError(
-            f"cannot measure a {type(sample).__name__}: pass length_fn= (tokens) or docs_fn= (document lengths)"
-        ) from None
-
-
-def _unit(item: Any) -> list[Any]:
-    """A formed micro-batch: a list of samples, or ``(list, StepInfo)`` as
-    :class:`~youmu.batching.loader.DynamicBatchLoader` yields with ``collate_fn=None``."""
-    if isinstance(item, tuple) and len(item) == 2 and hasattr(item[1], "loss_scale"):
-        item = item[0]
-    if not isinstance(item, (list, tuple)):
-        raise TypeError(
-            "with reorder_only=True every item of the source is a formed micro-batch (a list of samples, or the "
-            f"(list, info) pairs of DynamicBatchLoader(collate_fn=None)); got {type(item).__name__}"
-        )
-    return list(item)
-
-
-def _is_dbl_pair(item: Any) -> bool:
-    return isinstance(item, tuple) and len(item) == 2 and hasattr(item[1], "loss_scale") and isinstance(item[0], list)
-
-
-class _Stream:
-    """One source stream of this rank (flattening DynamicBatchLoader steps)."""
-
-    def __init__(self, name: str, number: int, iterable: Iterable[Any], flatten_steps: bool) -> None:
-        self.name, self.number = name, number
-        self.iterable = iterable
-        # iter() on first use: a resumed stream that had already ended must not start
-        # its source over (a DynamicBatchLoader would open a new epoch with its peers)
-        self._it: Iterator[Any] | None = None
-        self._flatten = flatten_steps
-        self._pending: list[Any] = []
-        self.done = False
-
-    def restore(self, pending: list[Any], done: bool) -> None:
-        self._pending = list(pending)
-        self.done = bool(done)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The source's own state and what this stream holds beyond it (called between
-        items, in the thread that iterates the source)."""
-        return {"name": self.name, "done": self.done, "pending": list(self._pending),
-                "source_state": None if self.done else self.iterable.state_dict()}  # type: ignore[attr-defined]
-
-    def next(self) -> tuple[bool, Any]:
-        while True:
-            if self._pending:
-                return True, self._pending.pop(0)
-            if self.done:
-                return False, None
-            if self._it is None:
-                self._it = iter(self.iterable)
-            try:
-                item = next(self._it)
-            except StopIteration:
-                self.done = True
-                return False, None
-            if self._flatten and _is_dbl_pair(item):
-                if getattr(item[1], "is_padding", False):
-                    continue  # a filler step repeats data: never count it twice
-                self._pending.extend(item[0])
-                continue
-            return True, item
-
-
-@dataclass
-class _Held:
-    """A sample this rank holds: its id, source, documents, loss tokens, payload."""
-
-    id: int
-    source: int
-    docs: list[int]
-    tokens: int
-    payload: Any
 
 
 @dataclass
 class _StepOut:
     step: int
     items: list[tuple[Any, MicroBatchInfo]]
-
-
-class _End:
-    pass
-
-
-class _Failure:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 class BalancedLoader:
@@ -276,7 +125,9 @@ class BalancedLoader:
             ``DynamicBatchLoader(collate_fn=None)`` whose batches are flattened); or
             ``{name: stream}`` with ``schedule=`` (multi-source mixing). With
             ``reorder_only=True``, a stream of formed micro-batches.
-        num_microbatches: micro-batches per rank per step (gradient accumulation / PP).
+        num_microbatches: micro-batches per rank per step (gradient accumulation / PP);
+            at most :data:`MAX_MICROBATCHES`, and ``W × num_microbatches`` at most
+            :data:`~youmu.planning.balance.MAX_SLOTS`.
         global_batch_size: samples per step over all ranks.
         token_budget: tokens per step over all ranks (instead of a sample count).
         capacity: tokens per micro-batch (activation memory); samples that fit in no
@@ -296,8 +147,9 @@ class BalancedLoader:
         token_count_fn: sample → loss tokens (default: its total length).
         id_fn: sample → unique int id (default: arrival id ``k·W + rank``).
         collate_fn: list of samples → batch (default: the list itself).
-        channel: a :class:`~youmu.dist.GlooChannel`; default: a new Gloo
-            group over the initialised default group (collective), or single-process.
+        channel: a :class:`~youmu.dist.GlooChannel` or a Gloo process group; default:
+            a new Gloo group over the initialised default group (collective), or
+            single-process (:func:`youmu.dist.channel_for`).
         group_size: hierarchical balancing over groups of ranks.
         seed: planner seed.
         drop_last: end at the first step some rank cannot fill (instead of running
@@ -347,50 +199,31 @@ class BalancedLoader:
         timeout: float = 300.0,
         resume_mode: str = "auto",
     ) -> None:
-        int_arg("num_microbatches", num_microbatches, minimum=1)
+        int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
         reorder_only = bool_arg("reorder_only", reorder_only)
         drop_last = bool_arg("drop_last", drop_last)
         int_arg("prefetch", prefetch, minimum=0)
-        float_arg("timeout", timeout, positive=True)
+        timeout = seconds_arg("timeout", timeout)
         int_arg("seed", seed, minimum=0)
         choice_arg("resume_mode", resume_mode, RESUME_MODES)
-        multi = isinstance(source, Mapping)
-        for name, src in (source.items() if multi else [("source", source)]):
-            if isinstance(src, (str, bytes)) or not isinstance(src, Iterable):
-                what = "source" if not multi else f"source[{name!r}]"
-                raise TypeError(f"{what} must be an iterable of samples (a list shard, a dataset, a DataLoader), "
-                                f"got {type(src).__name__}")
-        if reorder_only:
-            if global_batch_size is not None or token_budget is not None:
-                raise ValueError("reorder_only takes num_microbatches formed micro-batches per rank per step; "
-                                 "do not pass global_batch_size or token_budget")
-            if multi:
-                raise ValueError("reorder_only needs one stream of formed micro-batches, not a mapping of sources")
-        elif (global_batch_size is None) == (token_budget is None):
-            raise ValueError("pass exactly one of global_batch_size= (samples per step) or token_budget= (tokens)")
-        if multi:
-            if schedule is None:
-                raise ValueError("a {name: stream} source needs schedule= (per-source weights per step)")
-            if global_batch_size is None:
-                raise ValueError("a {name: stream} source mixes a fixed number of samples: pass global_batch_size=")
-            if not source:
-                raise ValueError("the source mapping is empty")
-        elif schedule is not None:
-            raise ValueError("schedule= applies to a {name: stream} source")
         for name, v in (("global_batch_size", global_batch_size), ("token_budget", token_budget),
                         ("capacity", capacity), ("group_size", group_size)):
             opt_int_arg(name, v, minimum=1)
         if length_fn is not None and docs_fn is not None:
-            raise ValueError("pass length_fn= or docs_fn=, not both")
+            raise InvalidArgumentError("pass length_fn= or docs_fn=, not both")
         for name, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
                          ("id_fn", id_fn), ("collate_fn", collate_fn)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"{name} must be callable")
+            callable_arg(name, fn, optional=True)
+        names, sources, sched = resolve_sources(source, schedule=schedule, global_batch_size=global_batch_size,
+                                                token_budget=token_budget, reorder_only=reorder_only)
 
-        self.channel = self._make_channel(channel, timeout)
+        self.channel = channel_for(channel, timeout=timeout, name="channel")
         self.rank = self.channel.rank
         self.world_size = self.channel.world_size
+        check_grid(self.world_size, num_microbatches, ("world_size", "num_microbatches"))
         self.num_microbatches = num_microbatches
+        # settings as given (not normalised): they enter config_fingerprint as they did
+        # when states were first saved
         self.global_batch_size = global_batch_size
         self.token_budget = token_budget
         self.capacity = capacity
@@ -401,23 +234,9 @@ class BalancedLoader:
         self.collate_fn = collate_fn
         self.drop_last = drop_last
         self.prefetch = prefetch
-        if multi:
-            self.schedule: MixingSchedule | MixtureSchedule | None = as_schedule(schedule, global_batch_size,
-                                                                                 names=list(source))
-            missing = set(self.schedule.names) - set(source)
-            if missing:
-                raise ValueError(f"the schedule names sources without a stream: {sorted(missing)}")
-            unused = set(map(str, source)) - set(self.schedule.names)
-            if unused:
-                # a stream the schedule never draws from would silently never be read
-                raise ValueError(f"source streams {sorted(unused)} are not in the schedule "
-                                 f"(sources: {self.schedule.names})")
-            self._names = list(self.schedule.names)
-            self._sources = dict(source)
-        else:
-            self.schedule = None
-            self._names = ["default"]
-            self._sources = {"default": source}
+        self.schedule: MixingSchedule | MixtureSchedule | None = sched
+        self._names: list[str] = names
+        self._sources: dict[str, Any] = sources
         self.planner = (Planner(seed=seed)
                         .distribute(self.world_size, num_microbatches, capacity=capacity, group_size=group_size)
                         .cost(cost)
@@ -425,455 +244,175 @@ class BalancedLoader:
         stateless = [n for n, src in self._sources.items()
                      if not (hasattr(src, "state_dict") and hasattr(src, "load_state_dict"))]
         if resume_mode == "state" and stateless:
-            raise ValueError(f"resume_mode='state' needs sources with state_dict()/load_state_dict(); "
-                             f"{stateless} have none (use resume_mode='replay' with fresh streams)")
+            raise InvalidArgumentError(f"resume_mode='state' needs sources with state_dict()/load_state_dict(); "
+                                       f"{stateless} have none (use resume_mode='replay' with fresh streams)")
         self.resume_mode = resume_mode
         # record the sources' states at every step start (resume_mode "state"/"auto");
         # "auto" stops at the first source that cannot save a mid-epoch state (e.g. a
         # DynamicBatchLoader over a stateless iterable) and saves replay states instead
         self._stateful = not stateless
-        self._snapshotting = resume_mode != "replay" and self._stateful
-        self._snapshot_error: BaseException | None = None
+        self._snapshots = Snapshots(resume_mode != "replay" and self._stateful, resume_mode)
         self.step = 0
+        #: the epoch given to :meth:`set_epoch` (``None``: never called)
+        self.epoch: int | None = None
         self._iterating = False
-        # resume target: (step, micro-batches of it already delivered)
+        # resume target: (step, micro-batches of it already delivered), and what a
+        # "state"-mode state restores (streams, carry, next index)
         self._resume: tuple[int, int] | None = None
-        # resume_mode "state": what load_state_dict restored (streams, carry, next index)
         self._restored: dict[str, Any] | None = None
         self._loaded_state: dict[str, Any] | None = None
         self._delivered = (0, 0)
-        # resume_mode "state": per step, this rank's position at the step's start
-        # (written by the producer, read by state_dict in the trainer's thread)
-        self._snapshots: dict[int, dict[str, Any]] = {}
-        self._snap_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._queue: queue.Queue[Any] | None = None
+        self._producer: Producer[_StepOut] | None = None
+        self._exchange: StepExchange | None = None
         self._stop = threading.Event()
-        self._last_batch: Any = None
-        # arrival index of the next measured sample (default ids: index·W + rank)
-        self._next_index = 0
+        self._assembler = Assembler(rank=self.rank, world_size=self.world_size, names=self._names,
+                                    reorder_only=reorder_only, id_fn=id_fn, collate_fn=collate_fn)
 
-    # -- set-up ---------------------------------------------------------------------------
-    @staticmethod
-    def _make_channel(channel: Any, timeout: float) -> Any:
-        from youmu.dist import GlooChannel
-
-        if isinstance(channel, GlooChannel):
-            return channel
-        if channel is not None:
-            import torch.distributed as dist
-
-            if not isinstance(channel, dist.ProcessGroup):
-                raise TypeError(f"channel must be a youmu GlooChannel or a torch.distributed ProcessGroup, "
-                                f"got {type(channel).__name__}")
-            return GlooChannel.from_process_group(channel, timeout=timeout)
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            return GlooChannel.from_default_group(timeout=timeout)
-        return GlooChannel.local()
-
-    # -- measuring -------------------------------------------------------------------------
-    def _measure(self, sample: Any, source: int) -> _Held:
-        if self.reorder_only:
-            docs: list[int] = []
-            tokens = 0
-            for s in sample:
-                d, t = self._measure_one(s)
-                docs.extend(d)
-                tokens += t
-        else:
-            docs, tokens = self._measure_one(sample)
-            if self.capacity is not None and sum(docs) > self.capacity:
-                # it would be deferred forever: no micro-batch can ever hold it
-                raise ValueError(f"a sample of {sum(docs)} tokens exceeds capacity={self.capacity}; "
-                                 "truncate or split it before the loader")
-        k = self._next_index
-        self._next_index += 1
-        if self.id_fn is not None and not self.reorder_only:
-            sid = index_of(self.id_fn(sample), "id_fn's result")
-        else:
-            sid = k * self.world_size + self.rank
-        return _Held(sid, source, docs, tokens, sample)
-
-    def _measure_one(self, sample: Any) -> tuple[list[int], int]:
-        if self.length_fn is not None:
-            docs = [index_of(self.length_fn(sample), "length_fn's result")]
-        elif self.docs_fn is not None:
-            docs = [index_of(x, "each document length from docs_fn") for x in self.docs_fn(sample)]
-        else:
-            docs = default_docs(sample)
-        if any(d < 0 for d in docs):
-            raise ValueError(f"negative document length in {docs}")
-        if self.token_count_fn is not None:
-            tokens = index_of(self.token_count_fn(sample), "token_count_fn's result")
-        else:
-            tokens = int(sum(docs))
-        if tokens < 0:
-            raise ValueError("token_count_fn returned a negative count")
-        return docs, tokens
-
-    # -- the global batch: this rank's share ------------------------------------------------
-    def _share(self, total: int, step: int, salt: int = 0) -> int:
-        # remainders rotate with the step so no rank is always the one taking extra
-        w, r = self.world_size, self.rank
-        return total // w + (1 if (r - step - salt) % w < total % w else 0)
-
-    def _take(self, step: int, streams: list[_Stream], carry: list[_Held]) -> tuple[list[_Held], list[_Held], bool]:
-        """This rank's candidates for ``step``, the measured samples held over for the
-        next step (a token budget's overshoot), and whether a stream ran short."""
-        held = list(carry)
-        short = False
-        if self.reorder_only:
-            s = streams[0]
-            while len(held) < self.num_microbatches:
-                ok, item = s.next()
-                if not ok:
-                    short = True
-                    break
-                held.append(self._measure(_unit(item), 0))
-            return held, [], short
-        if self.token_budget is not None:
-            budget = self._share(self.token_budget, step)
-            s = streams[0]
-            used = sum(sum(h.docs) for h in held)
-            while used < budget:
-                ok, item = s.next()
-                if not ok:
-                    short = True
-                    break
-                h = self._measure(item, 0)
-                n = sum(h.docs)
-                if used + n > budget and held:
-                    return held, [h], short  # it opens the next step's share
-                held.append(h)
-                used += n
-            return held, [], short
-        assert self.global_batch_size is not None
-        if self.schedule is None:
-            want = {0: self._share(self.global_batch_size, step)}
-        else:
-            counts = self.schedule.count_vector(step, self.global_batch_size)
-            want = {c: self._share(int(n), step, salt=c) for c, n in enumerate(counts.tolist())}
-        for h in held:  # carried samples count against their source's share
-            want[h.source] = want.get(h.source, 0) - 1
-        for c, n in want.items():
-            s = streams[c]
-            for _ in range(max(n, 0)):
-                ok, item = s.next()
-                if not ok:
-                    short = True
-                    break
-                held.append(self._measure(item, c))
-        return held, [], short
-
-    # -- one step -------------------------------------------------------------------------
-    def _gather_header(self, meta_len: int, status: int, payload: int = 0) -> list[list[int]]:
-        return self.channel.all_gather_rows([meta_len, status, payload, 0])
-
-    def _exchange(self, plan: StepPlan, held: list[_Held]) -> dict[int, Any]:
-        """Payloads this rank needs from others, by sample id."""
-        meta = plan.meta
-        mine = meta.origin == self.rank
-        moving = (plan.buckets >= 0) & (plan.buckets != meta.origin)
-        if not moving.any():
-            return {}
-        by_id = {h.id: h for h in held}
-        # per destination, one pickle: receivers unpickle only their segment
-        segments: list[tuple[int, bytes]] = []
-        for dest in range(self.world_size):
-            rows = np.nonzero(mine & moving & (plan.buckets == dest))[0]
-            if rows.size:
-                blob = pickle.dumps([(int(i), by_id[int(i)].payload) for i in meta.ids[rows]], protocol=5)
-                segments.append((dest, blob))
-        body = b"".join(b for _, b in segments)
-        head = [len(segments)] + [x for d, b in segments for x in (d, len(b))]
-        nbytes = len(body)
-        words = (nbytes + 7) // 8
-        sizes = self.channel.all_gather_rows([len(head), words])
-        hmax = max(r[0] for r in sizes)
-        wmax = max(r[1] for r in sizes)
-        vec = np.zeros(hmax + wmax, dtype=np.int64)
-        vec[: len(head)] = head
-        raw = np.frombuffer(body + b"\0" * (words * 8 - nbytes), dtype=np.int64)
-        vec[hmax: hmax + words] = raw
-        rows = self.channel.all_gather_int64(vec)
-        got: dict[int, Any] = {}
-        for k, row in enumerate(rows):
-            if k == self.rank:
-                continue
-            arr = row.numpy()
-            hdr = arr[:hmax]
-            buf = arr[hmax:].tobytes()
-            pos = 0
-            for s in range(int(hdr[0])):
-                dest, length = int(hdr[1 + 2 * s]), int(hdr[2 + 2 * s])
-                if dest == self.rank:
-                    got.update(pickle.loads(buf[pos: pos + length]))
-                pos += length
-        return got
-
-    def _snapshot(self, step: int, streams: list[_Stream], carry: list[_Held]) -> None:
-        """Record where ``step`` starts on this rank (``resume_mode="state"``): the
-        sources' own states, the samples held beyond them, and the next arrival index.
-        Called by the producer between steps, so no source is mid-item."""
-        if not self._snapshotting or (self._resume is not None and step < self._resume[0]):
-            return  # (nobody can resume inside a replay: record nothing there)
-        try:
-            snap = {
-                "streams": [s.snapshot() for s in streams],
-                "carry": [(h.id, h.source, list(h.docs), h.tokens, h.payload) for h in carry],
-                "next_index": self._next_index,
-            }
-        except Exception as e:  # noqa: BLE001 - reported by state_dict(), not fatal to training
-            self._snapshotting = False
-            self._snapshot_error = e
-            log.info("BalancedLoader: a source cannot save a mid-epoch state (%s: %s); "
-                     "resume_mode=%r", type(e).__name__, e, self.resume_mode)
-            with self._snap_lock:
-                self._snapshots.clear()
-            return
-        with self._snap_lock:
-            self._snapshots[step] = snap
-
-    def _agree_on_start(self, step: int, can_restore: bool) -> bool:
-        """Check that every rank starts from the same step and micro-batch with the
-        same settings, and agree on how: restore the sources' states only if every
-        rank can (one rank replaying while another restores would pair their
-        collectives wrongly — a replaying rank gathers metadata while a restored one
-        exchanges samples — and hang or mix data); otherwise all replay."""
-        mb = self._resume[1] if self._resume is not None else 0
-        rows = self.channel.all_gather_rows([step, mb, int(can_restore), self.config_fingerprint()])
-        if any(r[0] != rows[0][0] or r[1] != rows[0][1] or r[3] != rows[0][3] for r in rows):
-            desc = ", ".join(f"rank {k}: step {r[0]} micro-batch {r[1]} config {r[3]:x}" for k, r in enumerate(rows))
-            raise ValueError("the ranks' BalancedLoaders do not start from the same point with the same settings "
-                             f"(load the same state_dict position on every rank): {desc}")
-        restore = all(r[2] for r in rows)
-        if not restore and self.resume_mode == "state" and self._loaded_state is not None:
-            lacking = [k for k, r in enumerate(rows) if not r[2]]
-            raise ValueError(f"resume_mode='state' but rank(s) {lacking} have no source states to restore "
-                             "(their states were saved in replay mode); resume with resume_mode='auto' or 'replay'")
-        return restore
-
-    def _produce(self) -> Iterator[_StepOut]:
-        streams = [_Stream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
+    # -- one step ---------------------------------------------------------------------------
+    def _produce(self) -> Generator[_StepOut, None, None]:
+        """The steps of this rank, computed in order (on the producer thread, or in the
+        trainer's with ``prefetch=0``)."""
+        ex = self._exchange = StepExchange(self.channel)
+        streams = [SourceStream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
                    for c, n in enumerate(self._names)]
-        carry: list[_Held] = []
+        measure = Measure(rank=self.rank, world_size=self.world_size, reorder_only=self.reorder_only,
+                          capacity=self.capacity, length_fn=self.length_fn, docs_fn=self.docs_fn,
+                          token_count_fn=self.token_count_fn, id_fn=self.id_fn)
+        reader = RankReader(streams, measure, num_microbatches=self.num_microbatches,
+                            global_batch_size=self.global_batch_size, token_budget=self.token_budget,
+                            schedule=self.schedule)
+        carry: list[Held] = []
         step = 0  # replay: a resumed loader replays the plans before its resume point
         restored, self._restored = self._restored, None
-        target = self._resume[0] if self._resume is not None else 0
-        if self._agree_on_start(target, restored is not None) and restored is not None:
+        target, mb = self._resume if self._resume is not None else (0, 0)
+        strict = self.resume_mode == "state" and self._loaded_state is not None
+        if agree_on_start(self.channel, target, mb, restored is not None, self.config_fingerprint(),
+                          strict=strict) and restored is not None:
             # every rank restores: the sources continue where step `target` began;
             # put back what this rank held beyond them then
             try:
-                for s, st in zip(streams, restored["streams"]):
-                    if not st["done"]:
-                        self._sources[s.name].load_state_dict(st["source_state"])
-                    s.restore(st["pending"], st["done"])
+                carry = restore_sources(reader, self._sources, restored)
             except BaseException:
-                self._gather_header(0, _FAILED)  # the peers stop instead of waiting
+                ex.announce(FAILED)  # the peers stop instead of waiting
                 raise
-            carry = [_Held(int(i), int(src), [int(d) for d in docs], int(tok), payload)
-                     for i, src, docs, tok, payload in restored["carry"]]
-            self._next_index = int(restored["next_index"])
             step = target
         elif restored is not None:
             log.info("BalancedLoader rank %d: a peer cannot restore its sources' states; replaying to step %d",
                      self.rank, target)
-        self._snapshot(step, streams, carry)
+        self._record(step, reader, carry)
         while True:
             if self._stop.is_set():
-                self._gather_header(0, _CLOSED)
+                ex.announce(CLOSED)
                 return
             try:
-                held, leftover, short = self._take(step, streams, carry)
+                held, leftover, short = reader.take(step, carry)
                 local = SampleMeta.build(
                     ids=[h.id for h in held], docs=[h.docs for h in held], sources=[h.source for h in held],
                     tokens=[h.tokens for h in held], origin=self.rank,
                 )
                 vec = local.encode()
             except BaseException:
-                self._gather_header(0, _FAILED)
+                ex.announce(FAILED)
                 raise
-            status = _EXHAUSTED if short else _OK
-            header = self._gather_header(vec.size, status)
-            self._check_peers(header)
-            if self.drop_last and any(r[1] == _EXHAUSTED for r in header):
+            gathered = ex.gather(EXHAUSTED if short else OK, vec)
+            if self.drop_last and any(status == EXHAUSTED for status, _ in gathered):
                 return
-            width = max(r[0] for r in header)
-            padded = np.zeros(width, dtype=np.int64)
-            padded[: vec.size] = vec
-            rows = self.channel.all_gather_int64(padded)
-            meta = SampleMeta.concat(
-                SampleMeta.decode(r.numpy()[: header[k][0]], origin=k) for k, r in enumerate(rows)
-            )
+            meta = SampleMeta.concat(SampleMeta.decode(v, origin=k) for k, (_, v) in enumerate(gathered))
             if len(meta) == 0:
                 return  # every rank is out of data: the same decision everywhere
             if len(set(meta.ids.tolist())) != len(meta):
-                raise ValueError("sample ids are not unique across ranks (check id_fn)")
+                raise InvalidArgumentError("sample ids are not unique across ranks (check id_fn)")
             plan = self.planner.plan(step, meta)
             deferred = set(plan.meta.ids[plan.deferred].tolist())
             carry = [h for h in held if h.id in deferred] + leftover
-            self._snapshot(step + 1, streams, carry)
+            self._record(step + 1, reader, carry)
             if self._resume is not None and step < self._resume[0]:
                 # replaying up to the resume point: the plan is a pure function of the
                 # gathered metadata, so every rank rebuilds the same carry; the samples
                 # themselves need neither moving nor collating
                 step += 1
                 continue
-            received = self._exchange(plan, held)
-            by_id = {h.id: h for h in held}
-            items = self._assemble(plan, by_id, received)
+            payloads = {h.id: h.payload for h in held}
+            payloads.update(ex.move_samples(plan, payloads))
+            items = self._assembler.assemble(plan, payloads)
             if self._resume is not None and step == self._resume[0]:
                 items = items[self._resume[1]:]
                 self._resume = None
-            out = _StepOut(step, items)
             try:
-                yield out
+                yield _StepOut(step, items)
             except GeneratorExit:
-                # synchronous mode: the trainer left its loop; tell the peers now
+                # the trainer left its loop (synchronous mode) or the producer dropped
+                # this generator: tell the peers now (once; they may be gone already)
                 try:
-                    self._gather_header(0, _CLOSED)
-                except Exception:  # noqa: BLE001 - peers may be gone already
+                    ex.announce(CLOSED)
+                except Exception:  # noqa: BLE001
                     pass
                 raise
             step += 1
 
-    def _check_peers(self, header: list[list[int]]) -> None:
-        from youmu.batching.errors import PeerClosedError, RankFailedError
-
-        failed = tuple(k for k, r in enumerate(header) if r[1] == _FAILED)
-        if failed:
-            raise RankFailedError(f"rank(s) {list(failed)} failed while reading their data", failed)
-        closed = tuple(k for k, r in enumerate(header) if r[1] == _CLOSED)
-        if closed:
-            raise PeerClosedError(f"rank(s) {list(closed)} closed their BalancedLoader while this rank iterates",
-                                  closed)
-
-    def _assemble(self, plan: StepPlan, by_id: dict[int, _Held], received: dict[int, Any]) -> list[tuple[Any, MicroBatchInfo]]:
-        meta, r = plan.meta, self.rank
-        tokens = plan.tokens
-        total_tokens = plan.global_tokens
-        grid = plan.stats.bin_costs
-        sizes = np.zeros((plan.num_buckets, plan.num_bins), dtype=np.int64)
-        ok = plan.buckets >= 0
-        np.add.at(sizes, (plan.buckets[ok], plan.bins[ok]), meta.sizes[ok])
-        n_selected = int(ok.sum())
-        src_counts = {self._names[s]: c for s, c in plan.source_counts.items() if s < len(self._names)}
-        out: list[tuple[Any, MicroBatchInfo]] = []
-        pending_pad: list[int] = []
-        for j, rows in enumerate(plan.microbatches(r)):
-            samples: list[Any] = []
-            for i in meta.ids[rows].tolist():
-                payload = by_id[i].payload if i in by_id else received[i]
-                if self.reorder_only:
-                    samples.extend(payload)
-                else:
-                    samples.append(payload)
-            info = MicroBatchInfo(
-                step=plan.step, microbatch=j, num_microbatches=plan.num_bins, rank=r, world_size=self.world_size,
-                num_samples=len(samples), num_tokens=int(tokens[r, j]), real_tokens=int(sizes[r, j]),
-                global_num_samples=n_selected, global_num_tokens=total_tokens,
-                loss_scale=(self.world_size * float(tokens[r, j]) / total_tokens) if total_tokens else 0.0,
-                cost=float(grid[r, j]), slot_max_cost=float(grid[:, j].max()), step_time=plan.stats.step_time,
-                imbalance=plan.stats.bucket_max_over_mean, sample_ids=self._sample_ids(samples, meta.ids[rows]),
-                deferred=int(plan.deferred.size), method=plan.method, fingerprint=plan.fingerprint,
-                source_counts=src_counts,
-            )
-            if rows.size == 0:
-                pending_pad.append(len(out))
-                out.append((None, info))
-                continue
-            batch = self.collate_fn(samples) if self.collate_fn is not None else samples
-            self._last_batch = batch
-            out.append((batch, info))
-        for k in pending_pad:
-            # an empty slot: repeat a real batch with zero weight so every rank runs
-            # the same number of forward/backward passes
-            _, info = out[k]
-            filler = next((b for b, i in out if i.num_samples), self._last_batch)
-            out[k] = (filler, _replace(info, is_padding=True, loss_scale=0.0))
-        return out
-
-    def _sample_ids(self, samples: list[Any], row_ids: np.ndarray) -> tuple[int, ...]:
-        if self.reorder_only and self.id_fn is not None:
-            return tuple(int(self.id_fn(x)) for x in samples)
-        return tuple(row_ids.tolist())
+    def _record(self, step: int, reader: RankReader, carry: list[Held]) -> None:
+        """Snapshot where ``step`` starts (nobody can resume inside a replay: nothing
+        is recorded there)."""
+        if self._resume is not None and step < self._resume[0]:
+            return
+        self._snapshots.record(step, reader, carry)
 
     # -- iteration --------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
+    def _start(self) -> None:
         if self._iterating:
-            raise RuntimeError("a BalancedLoader is iterated once (its streams are consumed); make a new one")
+            raise LoaderError("a BalancedLoader is iterated once (its streams are consumed); make a new one")
         self._iterating = True
+
+    def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
+        self._start()
         for out in self._steps():
             self.step = out.step + 1
-            self._forget_before(out.step)
+            self._snapshots.forget_before(out.step)
             first = self.num_microbatches - len(out.items)  # > 0 in a resumed step
             for j, item in enumerate(out.items, start=first + 1):
                 self._delivered = (out.step, j) if j < self.num_microbatches else (out.step + 1, 0)
                 yield item
 
     def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
-        """Iterate whole steps: a list of ``num_microbatches`` ``(batch, info)`` pairs."""
-        if self._iterating:
-            raise RuntimeError("a BalancedLoader is iterated once (its streams are consumed); make a new one")
-        self._iterating = True
+        """Iterate whole steps: a list of ``num_microbatches`` ``(batch, info)`` pairs.
+
+        >>> loader = BalancedLoader([{"input_ids": [0] * n} for n in (3, 1, 2)], num_microbatches=2,
+        ...                         global_batch_size=3, prefetch=0)
+        >>> [[info.num_tokens for _, info in step] for step in loader.iter_steps()]
+        [[3, 3]]
+        """
+        self._start()
         for out in self._steps():
             self.step = out.step + 1
-            self._forget_before(out.step + 1)
+            self._snapshots.forget_before(out.step + 1)
             self._delivered = (out.step + 1, 0)
             yield out.items
-
-    def _forget_before(self, step: int) -> None:
-        """Drop the snapshots of steps the trainer can no longer resume at."""
-        with self._snap_lock:
-            for k in [k for k in self._snapshots if k < step]:
-                del self._snapshots[k]
 
     def _steps(self) -> Iterator[_StepOut]:
         if self.prefetch == 0:
             yield from self._produce()
             return
-        q: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
-        self._queue = q
+        steps = self._produce()
 
-        def run() -> None:
-            try:
-                for out in self._produce():
-                    while not self._stop.is_set():
-                        try:
-                            q.put(out, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if self._stop.is_set():
-                        # tell the peers at the next exchange, so they stop instead of waiting
-                        self._gather_header(0, _CLOSED)
-                        return
-                q.put(_End())
-            except BaseException as e:  # noqa: BLE001 - handed to the consumer
-                q.put(_Failure(e))
+        def tell_peers() -> None:
+            # on the producer thread, when the trainer left its loop (or close()) before
+            # the steps ran out: tell the peers at the next exchange instead of leaving
+            # them to time out
+            if inspect.getgeneratorstate(steps) == inspect.GEN_CREATED:
+                self._stop.set()
+                next(steps, None)  # meet the peers at the start, then say CLOSED at the first step
+            elif self._exchange is not None:
+                self._exchange.announce(CLOSED)
 
-        self._thread = threading.Thread(target=run, name=f"youmu-balanced-r{self.rank}", daemon=True)
-        self._thread.start()
-        try:
-            while True:
-                item = q.get()
-                if isinstance(item, _End):
-                    return
-                if isinstance(item, _Failure):
-                    raise item.exc
-                yield item
-        finally:
-            # the trainer left the loop (or it ended): stop the producer, which tells
-            # the peers at its next exchange instead of leaving them to time out
-            self._stop.set()
+        self._producer = Producer(lambda: steps, depth=self.prefetch, name=f"youmu-balanced-r{self.rank}",
+                                  on_stop=tell_peers).start()
+        yield from self._producer
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the background thread (it tells the peers at its next exchange)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._producer is not None:
+            self._producer.stop(timeout)
 
     def __enter__(self) -> "BalancedLoader":
         return self
@@ -881,7 +420,33 @@ class BalancedLoader:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- checkpointing ----------------------------------------------------------------------
+    # -- the stream contract (youmu.stateful) ---------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Forward ``epoch`` to every source that has ``set_epoch`` (``YoumuDataset``,
+        ``MapStream``, ``DynamicBatchLoader``, ...; lists and iterators have no epochs).
+
+        A ``BalancedLoader`` is iterated once, so this is for before iterating: make
+        one loader per epoch and call ``set_epoch`` on it first. After iteration has
+        started it raises :class:`~youmu.errors.LoaderError` (the sources are being
+        consumed at their epoch). A state loaded with :meth:`load_state_dict` is kept
+        (no silent restart): in ``"state"`` mode the sources' saved states carry
+        their own epochs, and a replay needs fresh sources at the epoch the state was
+        saved in — so call ``set_epoch`` with that epoch.
+
+        >>> loader = BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1, prefetch=0)
+        >>> loader.set_epoch(3); loader.epoch
+        3
+        """
+        epoch = int_arg("epoch", epoch, minimum=0)
+        if self._iterating:
+            raise LoaderError("set_epoch must be called before iterating: a BalancedLoader is iterated once "
+                              "(make a new loader for the next epoch and call set_epoch on it first)")
+        for name in self._names:
+            src = self._sources[name]
+            if hasattr(src, "set_epoch"):
+                src.set_epoch(epoch)
+        self.epoch = epoch
+
     def state_dict(self) -> dict[str, Any]:
         """Where the trainer is: the next step and how many of its micro-batches it
         has taken (call it between micro-batches, on every rank, like a model
@@ -889,13 +454,17 @@ class BalancedLoader:
 
         A new loader with the same arguments on the same ranks continues, after
         :meth:`load_state_dict`, with exactly the micro-batches the uninterrupted run
-        would have yielded next. Keys: ``format``, ``mode`` (``"state"`` or
-        ``"replay"``), ``world_size``, ``rank``, ``num_microbatches``, ``config`` (see
-        :meth:`config_fingerprint`), ``step``, ``microbatch``; in ``"state"`` mode also
-        ``streams`` (each source's ``state_dict()``, its pending samples, whether it
-        ended), ``carry`` (samples held over: id, source, documents, tokens, payload)
-        and ``next_index``. Payloads are the samples themselves: save the state with
-        ``torch.save``/pickle, not JSON.
+        would have yielded next. Keys: ``format`` (``"youmu.planning.BalancedLoader/2"``),
+        ``mode`` (``"state"`` or ``"replay"``), ``world_size``, ``rank``,
+        ``num_microbatches``, ``config`` (see :meth:`config_fingerprint`), ``step``,
+        ``microbatch``; in ``"state"`` mode also ``streams`` (each source's
+        ``state_dict()``, its pending samples, whether it ended), ``carry`` (samples
+        held over: id, source, documents, tokens, payload) and ``next_index``.
+        Payloads are the samples themselves: save the state with ``torch.save``/pickle,
+        not JSON.
+
+        >>> BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1).state_dict()["mode"]
+        'replay'
         """
         if self._loaded_state is not None and not self._iterating:
             return dict(self._loaded_state)  # loaded, not yet resumed: the same point
@@ -906,26 +475,25 @@ class BalancedLoader:
             "step": step, "microbatch": mb,
         }
         snap: dict[str, Any] | None = None
-        if self._snapshotting:
-            with self._snap_lock:
-                snap = self._snapshots.get(step)
+        snapshots = self._snapshots
+        if snapshots.enabled:
+            snap = snapshots.get(step)
             if snap is None and not self._iterating:
                 try:  # not started: the sources' states now are step 0's start
-                    snap = {"streams": [_Stream(n, c, self._sources[n], False).snapshot()
-                                        for c, n in enumerate(self._names)], "carry": [], "next_index": 0}
-                except Exception as e:  # noqa: BLE001 - as in _snapshot: replay instead (or say why not)
-                    self._snapshot_error = e
+                    snap = start_snapshot(self._names, self._sources)
+                except Exception as e:  # noqa: BLE001 - as in Snapshots.record: replay instead (or say why not)
+                    snapshots.error = e
         if snap is None and self.resume_mode == "state":
-            why = (f"{type(self._snapshot_error).__name__}: {self._snapshot_error}" if self._snapshot_error
-                   else f"no resume point recorded for step {step}")
-            raise RuntimeError(f"resume_mode='state': cannot save the sources' states ({why}); "
-                               "use resume_mode='replay' or 'auto'")
+            err = snapshots.error
+            why = f"{type(err).__name__}: {err}" if err else f"no resume point recorded for step {step}"
+            raise LoaderError(f"resume_mode='state': cannot save the sources' states ({why}); "
+                              "use resume_mode='replay' or 'auto'")
         if snap is not None:
             state["mode"] = "state"
             state.update(snap)
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` (before iterating; every rank loads its own
         state, all at the same step and micro-batch).
 
@@ -934,45 +502,30 @@ class BalancedLoader:
         rank has one; otherwise — and for ``"replay"``-mode states — the loader needs
         fresh sources and re-reads the steps before the resume point: every rank
         reads the same samples again and gathers their metadata, but none is moved
-        or collated. Raises ``ValueError`` when the state does not match this loader
-        (format, world size, rank, micro-batches per step, settings, resume mode);
-        ranks that start from different positions fail at their first step."""
+        or collated. Raises :class:`~youmu.errors.StateError` naming the field when
+        the state does not fit this loader (another object's state, ``None``, a
+        malformed field, another world size, rank, micro-batches per step, settings
+        or resume mode); ranks that start from different positions fail at their
+        first step.
+
+        >>> loader = BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1)
+        >>> loader.load_state_dict({"format": "youmu.MapStream/1"})
+        Traceback (most recent call last):
+        ...
+        youmu.errors.StateError: not a BalancedLoader state: BalancedLoader.load_state_dict got a state saved by youmu.MapStream/1, not a youmu.planning.BalancedLoader/2 state
+        """
         if self._iterating:
-            raise RuntimeError("load_state_dict must be called before iterating")
-        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-            got = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-            raise ValueError(f"not a BalancedLoader state (expected format {STATE_FORMAT!r}, got {got!r})")
-        mode = state.get("mode")
-        if mode not in ("state", "replay"):
-            raise ValueError(f"state has mode={mode!r}, expected 'state' or 'replay'")
-        # a state-mode state also replays (it holds the position too), not the reverse
-        restore = mode == "state" and self.resume_mode != "replay" and self._stateful
-        if self.resume_mode == "state" and not restore:
-            raise ValueError("resume_mode='state' but the state was saved in replay mode (its sources "
-                             "could not save their states); load it with resume_mode='replay' or 'auto'")
-        checks = [("world_size", self.world_size), ("num_microbatches", self.num_microbatches),
-                  ("config", self.config_fingerprint())]
-        if restore:
-            checks.append(("rank", self.rank))  # the sources' states are this rank's own
-        for key, mine in checks:
-            if state.get(key) != mine:
-                hint = (" (batch size, token budget, capacity, cost, method, placement, schedule, seed, "
-                        "drop_last or sources differ)" if key == "config" else "")
-                raise ValueError(f"state was saved with {key}={state.get(key)!r}, this loader has {mine!r}{hint}")
-        step, mb = state.get("step"), state.get("microbatch")
-        if (not isinstance(step, int) or not isinstance(mb, int) or step < 0
-                or not 0 <= mb < self.num_microbatches):
-            raise ValueError(f"invalid resume position step={step!r}, microbatch={mb!r}")
-        self._restored = None
-        if restore:
-            streams = state.get("streams")
-            if not isinstance(streams, list) or [st.get("name") for st in streams] != self._names:
-                raise ValueError(f"state streams {[st.get('name') for st in streams or []]} "
-                                 f"do not match this loader's sources {self._names}")
-            # the sources load their states when iteration starts, once every rank has
-            # agreed to restore (if one cannot, all replay over the untouched sources)
-            self._restored = {"streams": streams, "carry": state["carry"], "next_index": state["next_index"]}
-        self._resume = (step, mb) if (step, mb) != (0, 0) or restore else None
+            raise LoaderError("load_state_dict must be called before iterating")
+        resume: Resume = parse_state(
+            state, world_size=self.world_size, rank=self.rank, num_microbatches=self.num_microbatches,
+            config=self.config_fingerprint(), can_restore=self.resume_mode != "replay" and self._stateful,
+            resume_mode=self.resume_mode, names=self._names,
+        )
+        # the sources load their states when iteration starts, once every rank has
+        # agreed to restore (if one cannot, all replay over the untouched sources)
+        self._restored = resume.restored
+        step, mb = resume.step, resume.microbatch
+        self._resume = (step, mb) if (step, mb) != (0, 0) or resume.restored is not None else None
         self._delivered = (step, mb)
         self._loaded_state = dict(state)
         self.step = step
@@ -983,49 +536,13 @@ class BalancedLoader:
         placement, seed, ``drop_last``, sources, world size). A state saved under
         other settings would silently change every later plan, so
         :meth:`load_state_dict` refuses it, and the ranks compare it when they start.
+
+        >>> a = BalancedLoader([], num_microbatches=1, global_batch_size=4).config_fingerprint()
+        >>> a == BalancedLoader([], num_microbatches=1, global_batch_size=8).config_fingerprint()
+        False
         """
-        planner = {f.name: _describe(getattr(self.planner, f.name)) for f in dataclasses.fields(self.planner)}
-        cfg = {
-            "planner": planner,
-            "global_batch_size": self.global_batch_size,
-            "token_budget": self.token_budget,
-            "schedule": _describe_schedule(self.schedule),
-            "sources": self._names,
-            "reorder_only": self.reorder_only,
-            "drop_last": self.drop_last,
-            "world_size": self.world_size,
-        }
-        digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).digest()
-        return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def _describe(value: Any) -> str:
-    """A run-independent description of a setting: functions by qualified name (their
-    repr holds a memory address that differs per process), everything else by repr."""
-    if isinstance(value, functools.partial):
-        return f"partial({_describe(value.func)}, {value.args!r}, {sorted(value.keywords.items())!r})"
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
-        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__name__)}"
-    text = repr(value)
-    if " at 0x" in text:  # default object repr: describe by type only
-        return f"{type(value).__module__}.{type(value).__qualname__}"
-    return text
-
-
-def _describe_schedule(schedule: Any) -> Any:
-    """Mixing schedules by content (their repr names only the sources)."""
-    if schedule is None:
-        return None
-    if isinstance(schedule, MixingSchedule):
-        if schedule._fn is not None:
-            return ["fn", _describe(schedule._fn), schedule.names]
-        return ["stages", schedule.names, [[start, w.tolist()] for start, w in schedule._stages]]
-    mix = schedule.mixture
-    return ["mixture", schedule.names, schedule.batch_size, len(mix),
-            [[st.start, list(map(int, st.children)), list(map(float, st.weights))] for st in mix.stages]]
-
-
-def _replace(info: MicroBatchInfo, **kw: Any) -> MicroBatchInfo:
-    from dataclasses import replace
-
-    return replace(info, **kw)
+        return config_fingerprint(
+            self.planner, global_batch_size=self.global_batch_size, token_budget=self.token_budget,
+            schedule=self.schedule, sources=self._names, reorder_only=self.reorder_only, drop_last=self.drop_last,
+            world_size=self.world_size,
+        )

@@ -27,7 +27,9 @@ Schedules:
 Counts are a pure function of ``(schedule, batch_size, step)``. Computing them walks
 the steps in order (the apportionment carries each source's rounding deficit to the
 next step); the walk is memoised with checkpoints, so sequential use is O(1) per
-step and a jump (resume) costs one pass from the nearest checkpoint.
+step and a jump (resume) costs one pass from the nearest checkpoint; at most 256
+checkpoints are kept (further apart as the steps go on), so memory does not grow
+with the step.
 
 Example:
     >>> s = MixingSchedule([(0, {"web": 1.0}), (100, {"web": 0.9, "code": 0.1})])
@@ -44,23 +46,29 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["MixingSchedule", "MixtureSchedule", "as_schedule", "ScheduleSpec"]
 
 Weights = Mapping[str, float]
 ScheduleSpec = Union[Weights, Sequence[tuple[int, Weights]], Callable[[int], Weights], "MixingSchedule", "MixtureSchedule"]
 
+# the walk keeps its state every _CHECKPOINT_EVERY steps, and at most _MAX_CHECKPOINTS
+# of them: past that, every other one is dropped and the spacing doubles, so memory
+# stays bounded however far the steps go (a jump then costs at most one spacing)
 _CHECKPOINT_EVERY = 4096
+_MAX_CHECKPOINTS = 256
 
 
 def _check_step(step: int) -> int:
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise ValueError(f"step must be an int >= 0, got {step!r}")
+        raise InvalidArgumentError(f"step must be an int >= 0, got {step!r}")
     return int(step)
 
 
 def _check_batch(batch_size: int) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
     return int(batch_size)
 
 
@@ -85,10 +93,10 @@ class MixingSchedule:
         self._fn: Callable[[int], Weights] | None = None
         self._stages: list[tuple[int, np.ndarray]] = []
         if isinstance(spec, (str, bytes)) or not (callable(spec) or isinstance(spec, (Mapping, Sequence))):
-            raise TypeError("schedule must be {name: weight}, stages [(start_step, {name: weight}), ...] or "
+            raise ArgumentTypeError("schedule must be {name: weight}, stages [(start_step, {name: weight}), ...] or "
                             f"fn(step) -> {{name: weight}}, got {type(spec).__name__}")
         if names is not None and (isinstance(names, (str, bytes)) or not isinstance(names, Sequence)):
-            raise TypeError(f"names must be a sequence of source names, got {type(names).__name__}")
+            raise ArgumentTypeError(f"names must be a sequence of source names, got {type(names).__name__}")
         if callable(spec) and not isinstance(spec, Mapping):
             self._fn = spec
             if names is None:
@@ -100,43 +108,43 @@ class MixingSchedule:
         else:
             stages = list(spec)
             if not stages:
-                raise ValueError("stages must not be empty")
+                raise InvalidArgumentError("stages must not be empty")
             for k, st in enumerate(stages):
                 if not (isinstance(st, Sequence) and len(st) == 2 and isinstance(st[1], Mapping)):
-                    raise TypeError(f"stage {k} must be (start_step, {{name: weight}}), got {st!r}")
+                    raise ArgumentTypeError(f"stage {k} must be (start_step, {{name: weight}}), got {st!r}")
             if names is None:
                 seen: dict[str, None] = {}
                 for _, w in stages:
                     if not isinstance(w, Mapping):
-                        raise TypeError("each stage is (start_step, {name: weight})")
+                        raise ArgumentTypeError("each stage is (start_step, {name: weight})")
                     seen.update(dict.fromkeys(str(n) for n in w))
                 names = list(seen)
             self.names = [str(n) for n in names]
             starts = [int(s) for s, _ in stages]
             if starts[0] != 0:
-                raise ValueError(f"the first stage must start at step 0, got {starts[0]}")
+                raise InvalidArgumentError(f"the first stage must start at step 0, got {starts[0]}")
             if any(b <= a for a, b in zip(starts, starts[1:])):
-                raise ValueError(f"stage starts must be strictly increasing, got {starts}")
+                raise InvalidArgumentError(f"stage starts must be strictly increasing, got {starts}")
             self._stages = [(s, self._vector(w, f"stage {k}")) for k, (s, w) in enumerate(stages)]
         if not self.names:
-            raise ValueError("a schedule needs at least one source")
+            raise InvalidArgumentError("a schedule needs at least one source")
         if len(set(self.names)) != len(self.names):
-            raise ValueError(f"source names must be unique, got {self.names}")
+            raise InvalidArgumentError(f"source names must be unique, got {self.names}")
         self._memo: dict[int, _Walk] = {}
 
     # -- weights --------------------------------------------------------------------------
     def _vector(self, w: Weights, what: str) -> np.ndarray:
         if not isinstance(w, Mapping):
-            raise TypeError(f"{what} must be a mapping {{name: weight}}, got {type(w).__name__}")
+            raise ArgumentTypeError(f"{what} must be a mapping {{name: weight}}, got {type(w).__name__}")
         unknown = set(map(str, w)) - set(self.names)
         if unknown:
-            raise ValueError(f"{what} names unknown sources {sorted(unknown)}; sources are {self.names}")
+            raise InvalidArgumentError(f"{what} names unknown sources {sorted(unknown)}; sources are {self.names}")
         v = np.array([float(w.get(n, 0.0)) for n in self.names], dtype=np.float64)
         if not np.isfinite(v).all() or (v < 0).any():
-            raise ValueError(f"{what}: weights must be finite and >= 0")
+            raise InvalidArgumentError(f"{what}: weights must be finite and >= 0")
         total = v.sum()
         if not total > 0:
-            raise ValueError(f"{what}: at least one weight must be positive")
+            raise InvalidArgumentError(f"{what}: at least one weight must be positive")
         return v / total
 
     def weight_vector(self, step: int) -> np.ndarray:
@@ -197,6 +205,7 @@ class _Walk:
         self.realised = np.zeros(k, dtype=np.int64)
         self.target = np.zeros(k, dtype=np.float64)
         self.last: np.ndarray | None = None
+        self.every = _CHECKPOINT_EVERY
         self.checkpoints: dict[int, tuple[np.ndarray, np.ndarray]] = {0: (self.realised.copy(), self.target.copy())}
 
     def _rewind(self, step: int) -> None:
@@ -242,8 +251,11 @@ class _Walk:
         self.realised = self.realised + n
         self.target = target
         self.step += 1
-        if self.step % _CHECKPOINT_EVERY == 0:
+        if self.step % self.every == 0:
             self.checkpoints[self.step] = (self.realised.copy(), self.target.copy())
+            if len(self.checkpoints) > _MAX_CHECKPOINTS:
+                self.every *= 2
+                self.checkpoints = {s: v for s, v in self.checkpoints.items() if s % self.every == 0}
         self.last = n
         return n
 
@@ -279,7 +291,7 @@ class MixtureSchedule:
     def __init__(self, mixture: Any, batch_size: int) -> None:
         for needed in ("names", "counts", "stages"):
             if not hasattr(mixture, needed):
-                raise TypeError(f"MixtureSchedule needs a youmu MixtureDataset, got {type(mixture).__name__}")
+                raise ArgumentTypeError(f"MixtureSchedule needs a youmu MixtureDataset, got {type(mixture).__name__}")
         self.mixture = mixture
         self.batch_size = _check_batch(batch_size)
         self.names = [str(n) for n in mixture.names]
@@ -291,7 +303,7 @@ class MixtureSchedule:
     def count_vector(self, step: int, batch_size: int | None = None) -> np.ndarray:
         step = _check_step(step)
         if batch_size is not None and int(batch_size) != self.batch_size:
-            raise ValueError(f"this MixtureSchedule was built for batch_size={self.batch_size}, got {batch_size}")
+            raise InvalidArgumentError(f"this MixtureSchedule was built for batch_size={self.batch_size}, got {batch_size}")
         lo = step * self.batch_size
         hi = min(lo + self.batch_size, len(self.mixture))
         if lo >= len(self.mixture):
@@ -339,6 +351,6 @@ def as_schedule(spec: Any, batch_size: int | None = None, names: Sequence[str] |
         return spec
     if hasattr(spec, "stages") and hasattr(spec, "counts") and hasattr(spec, "names"):
         if batch_size is None:
-            raise ValueError("a MixtureDataset schedule needs the global batch size")
+            raise InvalidArgumentError("a MixtureDataset schedule needs the global batch size")
         return MixtureSchedule(spec, batch_size)
     return MixingSchedule(spec, names=names)

@@ -1,144 +1,27 @@
-"""Synthetic workloads and unbalanced baselines for the virtual-clock simulations.
-
-MegaScale-Data's datasets (coyo700M, the production ``navit_data``) are not public
-in a form we can use, so the benchmarks draw lengths from distributions calibrated to
-what the paper states (Fig. 2): in coyo700M, 98.23% of captions have ≤ 64 text tokens
-while the longer ones hold 9.3% of all text tokens (the paper's "top 1.62%" leaves
-0.15% unaccounted; we use 1 − 0.9823 = 1.77%). Image sizes are not given; we draw
-native-resolution sides from a log-normal and count 16×16 (coyo) or 14×14 (navit)
-patches. Everything is seeded.
-
-Baselines:
-
-* :func:`arrival_assignment` — what a per-rank DataLoader does: each rank takes a
-  contiguous run of the step's samples and cuts it into equal-count micro-batches.
-* :func:`next_fit_pack` — sequence packing in arrival order (the usual packer).
+"""Deprecated name of :mod:`youmu.planning.workloads` (kept for one release;
+``youmu.batching`` has a ``simulate`` module of its own).
 
 Example:
-    >>> import numpy as np
-    >>> from youmu.planning.simulate import coyo_like, arrival_assignment
-    >>> w = coyo_like(1000, seed=0)
-    >>> bool((w.text <= 64).mean() > 0.97)
-    True
-    >>> arrival_assignment(6, num_buckets=2, num_bins=3)
-    [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    >>> from youmu.planning.workloads import coyo_like      # the new home
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
 
-import numpy as np
+from youmu.planning.workloads import (
+    COYO_LONG_TOKEN_SHARE,
+    COYO_SHORT_SHARE,
+    Workload,
+    arrival_assignment,
+    coyo_like,
+    lognormal_lengths,
+    navit_like,
+    next_fit_pack,
+)
 
-__all__ = ["Workload", "coyo_like", "navit_like", "lognormal_lengths", "arrival_assignment", "next_fit_pack"]
+__all__ = ["Workload", "coyo_like", "navit_like", "lognormal_lengths", "arrival_assignment", "next_fit_pack",
+           "COYO_SHORT_SHARE", "COYO_LONG_TOKEN_SHARE"]
 
-#: coyo700M (MegaScale-Data Fig. 2): share of captions with <= 64 text tokens, and the
-#: share of text tokens held by the longer captions.
-COYO_SHORT_SHARE = 0.9823
-COYO_LONG_TOKEN_SHARE = 0.093
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Per-sample token counts of an image-text workload.
-
-    Attributes:
-        text: text tokens per sample.
-        patches: image patches per sample (encoder tokens).
-        patch_merge: patches per backbone token (e.g. 4 for a 2×2 merger).
-    """
-
-    text: np.ndarray
-    patches: np.ndarray
-    patch_merge: int = 1
-
-    @property
-    def backbone(self) -> np.ndarray:
-        """Backbone tokens per sample: merged image tokens + text."""
-        return -(-self.patches // self.patch_merge) + self.text
-
-    def __len__(self) -> int:
-        return int(self.text.size)
-
-
-def lognormal_lengths(n: int, median: float, sigma: float, cap: int, seed: int = 0, minimum: int = 1) -> np.ndarray:
-    """``n`` integer lengths, log-normal around ``median``, clipped to ``[minimum, cap]``.
-
-    >>> x = lognormal_lengths(1000, 100, 1.0, cap=150, seed=1)
-    >>> int(x.min()) >= 1, int(x.max()), bool(np.array_equal(x, lognormal_lengths(1000, 100, 1.0, cap=150, seed=1)))
-    (True, 150, True)
-    """
-    if n < 0 or cap < minimum or median <= 0 or sigma < 0:
-        raise ValueError("need n >= 0, cap >= minimum, median > 0, sigma >= 0")
-    rng = np.random.default_rng(seed)
-    x = rng.lognormal(np.log(median), sigma, size=n)
-    return np.clip(np.rint(x), minimum, cap).astype(np.int64)
-
-
-def _coyo_text(n: int, rng: np.random.Generator) -> np.ndarray:
-    short = rng.random(n) < COYO_SHORT_SHARE
-    s = np.clip(np.rint(rng.lognormal(np.log(12.0), 0.55, size=n)), 1, 64).astype(np.int64)
-    # long captions: 65 + exponential, its mean set so they hold 9.3% of the tokens
-    mean_short = float(s[short].mean()) if short.any() else 12.0
-    p_long = 1.0 - COYO_SHORT_SHARE
-    mean_long = COYO_LONG_TOKEN_SHARE / (1 - COYO_LONG_TOKEN_SHARE) * COYO_SHORT_SHARE * mean_short / p_long
-    tail = 65 + np.rint(rng.exponential(max(mean_long - 65, 1.0), size=n)).astype(np.int64)
-    return np.where(short, s, tail)
-
-
-def _patches(n: int, rng: np.random.Generator, patch: int, median_side: float, sigma: float, max_side: int) -> np.ndarray:
-    h = np.clip(rng.lognormal(np.log(median_side), sigma, size=n), patch, max_side)
-    w = np.clip(h * rng.lognormal(0.0, 0.35, size=n), patch, max_side)  # aspect ratios
-    return (np.ceil(h / patch) * np.ceil(w / patch)).astype(np.int64)
-
-
-def coyo_like(n: int, seed: int = 0, *, median_side: float = 320.0, sigma: float = 0.5, max_side: int = 1024,
-              patch_merge: int = 1) -> Workload:
-    """coyo700M-like samples: captions calibrated to Fig. 2, images at native
-    resolution in 16×16 patches."""
-    rng = np.random.default_rng(seed)
-    return Workload(_coyo_text(n, rng), _patches(n, rng, 16, median_side, sigma, max_side), patch_merge)
-
-
-def navit_like(n: int, seed: int = 0, *, median_side: float = 448.0, sigma: float = 0.6, max_side: int = 1792,
-               text_median: float = 120.0, text_sigma: float = 1.2, max_text: int = 8192,
-               patch_merge: int = 1) -> Workload:
-    """navit_data-like samples: larger images in 14×14 patches and longer, heavy-tailed
-    texts (the production set's distribution is not published; this is a stand-in)."""
-    rng = np.random.default_rng(seed)
-    text = np.clip(np.rint(rng.lognormal(np.log(text_median), text_sigma, size=n)), 1, max_text).astype(np.int64)
-    return Workload(text, _patches(n, rng, 14, median_side, sigma, max_side), patch_merge)
-
-
-def arrival_assignment(num_items: int, num_buckets: int, num_bins: int = 1) -> list[tuple[int, int]]:
-    """The unbalanced baseline: rank ``r`` takes the ``r``-th contiguous run of the
-    step's samples (as a sharded per-rank loader would) and cuts it into ``num_bins``
-    micro-batches of (nearly) equal sample count."""
-    if num_items < 0 or num_buckets < 1 or num_bins < 1:
-        raise ValueError("need num_items >= 0 and positive num_buckets, num_bins")
-    out: list[tuple[int, int]] = []
-    per_rank = np.array_split(np.arange(num_items), num_buckets)
-    for r, items in enumerate(per_rank):
-        for j, mb in enumerate(np.array_split(items, num_bins)):
-            out.extend((r, j) for _ in range(mb.size))
-    return out
-
-
-def next_fit_pack(lengths: np.ndarray, capacity: int) -> list[np.ndarray]:
-    """Pack samples in arrival order into sequences of at most ``capacity`` tokens
-    (a sample longer than ``capacity`` gets a sequence of its own).
-
-    >>> [p.tolist() for p in next_fit_pack(np.array([3, 4, 2, 5, 1]), 6)]
-    [[0], [1, 2], [3, 4]]
-    """
-    if capacity < 1:
-        raise ValueError("capacity must be >= 1")
-    packs: list[list[int]] = []
-    used = capacity + 1
-    for i, n in enumerate(np.asarray(lengths, dtype=np.int64).tolist()):
-        if used + n > capacity:
-            packs.append([])
-            used = 0
-        packs[-1].append(i)
-        used += n
-    return [np.asarray(p, dtype=np.int64) for p in packs]
+warnings.warn("youmu.planning.simulate was renamed youmu.planning.workloads; the old name goes away in the next "
+              "release", DeprecationWarning, stacklevel=2)

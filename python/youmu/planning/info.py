@@ -1,0 +1,184 @@
+"""What the trainer gets with each micro-batch (:class:`MicroBatchInfo`), how a rank's
+micro-batches are put together from a step's plan (:class:`Assembler`), and how a
+sample is measured when the user gives no function for it (:func:`default_docs`).
+
+Example:
+    >>> default_docs({"input_ids": [1, 2, 3]})
+    [3]
+    >>> info = MicroBatchInfo(step=0, microbatch=1, num_microbatches=2, rank=0, world_size=1, num_samples=2,
+    ...                       num_tokens=100, real_tokens=100, global_num_samples=4, global_num_tokens=200,
+    ...                       loss_scale=0.5, cost=1.0, slot_max_cost=1.0, step_time=2.0, imbalance=1.0)
+    >>> info.is_last
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from youmu.errors import ArgumentTypeError
+
+__all__ = ["MicroBatchInfo", "Assembler", "default_docs"]
+
+
+@dataclass(frozen=True)
+class MicroBatchInfo:
+    """What the trainer gets with each micro-batch.
+
+    Attributes:
+        step: global step (the same on every rank).
+        microbatch, num_microbatches: slot ``j`` of ``m``; ``is_last`` when ``j = m-1``
+            (step the optimizer after it).
+        rank, world_size: this rank (bucket) and the number of ranks ``W``.
+        num_samples: samples in this micro-batch.
+        num_tokens: its loss tokens ``t`` (``token_count_fn``).
+        real_tokens: its total length (sum of document lengths).
+        global_num_samples, global_num_tokens: the step's totals ``N`` and ``T``
+            over all ranks and micro-batches.
+        loss_scale: ``W · t / T``: multiply the micro-batch's *mean* per-token loss by
+            it (or use :func:`youmu.batching.loss.scaled_token_loss` on the summed
+            loss, which reads ``world_size`` and ``global_num_tokens``).
+        cost: modelled cost of this micro-batch; slot_max_cost: the largest over
+            ranks of slot ``j`` (what the slot waits for).
+        step_time: modelled ``Σ_j max_r cost(r, j)`` of the step.
+        imbalance: max/mean of the ranks' step costs (1.0 = perfect).
+        sample_ids: ids of the samples (``id_fn`` or arrival ids ``k·W + origin``).
+        is_padding: an empty slot repeating another batch with ``loss_scale = 0``.
+        deferred: samples of this step carried to the next (capacity).
+        method: balancing method used; fingerprint: hash of the step's plan.
+        source_counts: samples per source in the step (mixing).
+
+    >>> from youmu.planning import BalancedLoader
+    >>> loader = BalancedLoader([{"input_ids": [0] * n} for n in (30, 70, 50, 50)], num_microbatches=2,
+    ...                         global_batch_size=4, prefetch=0)
+    >>> [(i.microbatch, i.num_tokens, i.global_num_tokens, i.loss_scale, i.is_last) for _, i in loader]
+    [(0, 100, 200, 0.5, False), (1, 100, 200, 0.5, True)]
+    """
+
+    step: int
+    microbatch: int
+    num_microbatches: int
+    rank: int
+    world_size: int
+    num_samples: int
+    num_tokens: int
+    real_tokens: int
+    global_num_samples: int
+    global_num_tokens: int
+    loss_scale: float
+    cost: float
+    slot_max_cost: float
+    step_time: float
+    imbalance: float
+    sample_ids: tuple[int, ...] = ()
+    is_padding: bool = False
+    deferred: int = 0
+    method: str = ""
+    fingerprint: str = ""
+    source_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def is_last(self) -> bool:
+        return self.microbatch == self.num_microbatches - 1
+
+
+def default_docs(sample: Any) -> list[int]:
+    """Document lengths of a sample: ``cu_seqlens`` of a packed sample
+    (:func:`youmu.torch.pack`), else the length of ``input_ids``, else ``len(sample)``.
+
+    >>> default_docs({"input_ids": [1, 2, 3]}), default_docs({"cu_seqlens": [0, 3, 7]})
+    ([3], [3, 4])
+    """
+    if isinstance(sample, Mapping):
+        if "cu_seqlens" in sample:
+            cu = np.asarray(sample["cu_seqlens"]).reshape(-1)
+            return np.diff(cu).astype(np.int64).tolist()
+        if "input_ids" in sample:
+            ids = sample["input_ids"]
+            shape = getattr(ids, "shape", None)
+            return [int(shape[-1])] if shape is not None and len(shape) else [len(ids)]
+    try:
+        return [len(sample)]
+    except TypeError:
+        raise ArgumentTypeError(
+            f"cannot measure a {type(sample).__name__}: pass length_fn= (tokens) or docs_fn= (document lengths)"
+        ) from None
+
+
+class Assembler:
+    """This rank's micro-batches of a step's plan, in slot order, collated, each with
+    its :class:`MicroBatchInfo`.
+
+    An empty slot (a tiny final step) repeats a real batch of the step — or the last
+    one this rank yielded — with ``loss_scale = 0`` and ``is_padding = True``, so every
+    rank runs the same number of forward/backward passes.
+
+    >>> from youmu.planning import Planner, SampleMeta
+    >>> plan = Planner().distribute(1, num_microbatches=2).plan(0, SampleMeta.build(ids=[5], lengths=[4]))
+    >>> items = Assembler(rank=0, world_size=1, names=["default"]).assemble(plan, {5: "x"})
+    >>> [(batch, info.num_samples, info.is_padding, info.loss_scale) for batch, info in items]
+    [(['x'], 1, False, 1.0), (['x'], 0, True, 0.0)]
+    """
+
+    def __init__(self, *, rank: int, world_size: int, names: Sequence[str], reorder_only: bool = False,
+                 id_fn: Callable[[Any], int] | None = None, collate_fn: Callable[[list[Any]], Any] | None = None
+                 ) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.names = list(names)
+        self.reorder_only = reorder_only
+        self.id_fn = id_fn
+        self.collate_fn = collate_fn
+        self.last_batch: Any = None
+
+    def assemble(self, plan: Any, payloads: Mapping[int, Any]) -> list[tuple[Any, MicroBatchInfo]]:
+        """``(batch, info)`` for each of this rank's ``plan.num_bins`` slots;
+        ``payloads`` holds every sample of the rank's micro-batches, by id."""
+        meta, r = plan.meta, self.rank
+        tokens = plan.tokens
+        total_tokens = plan.global_tokens
+        grid = plan.stats.bin_costs
+        sizes = np.zeros((plan.num_buckets, plan.num_bins), dtype=np.int64)
+        ok = plan.buckets >= 0
+        np.add.at(sizes, (plan.buckets[ok], plan.bins[ok]), meta.sizes[ok])
+        n_selected = int(ok.sum())
+        src_counts = {self.names[s]: c for s, c in plan.source_counts.items() if s < len(self.names)}
+        out: list[tuple[Any, MicroBatchInfo]] = []
+        pending_pad: list[int] = []
+        for j, rows in enumerate(plan.microbatches(r)):
+            samples: list[Any] = []
+            for i in meta.ids[rows].tolist():
+                if self.reorder_only:
+                    samples.extend(payloads[i])
+                else:
+                    samples.append(payloads[i])
+            info = MicroBatchInfo(
+                step=plan.step, microbatch=j, num_microbatches=plan.num_bins, rank=r, world_size=self.world_size,
+                num_samples=len(samples), num_tokens=int(tokens[r, j]), real_tokens=int(sizes[r, j]),
+                global_num_samples=n_selected, global_num_tokens=total_tokens,
+                loss_scale=(self.world_size * float(tokens[r, j]) / total_tokens) if total_tokens else 0.0,
+                cost=float(grid[r, j]), slot_max_cost=float(grid[:, j].max()), step_time=plan.stats.step_time,
+                imbalance=plan.stats.bucket_max_over_mean, sample_ids=self._sample_ids(samples, meta.ids[rows]),
+                deferred=int(plan.deferred.size), method=plan.method, fingerprint=plan.fingerprint,
+                source_counts=src_counts,
+            )
+            if rows.size == 0:
+                pending_pad.append(len(out))
+                out.append((None, info))
+                continue
+            batch = self.collate_fn(samples) if self.collate_fn is not None else samples
+            self.last_batch = batch
+            out.append((batch, info))
+        for k in pending_pad:
+            _, info = out[k]
+            filler = next((b for b, i in out if i.num_samples), self.last_batch)
+            out[k] = (filler, dataclasses.replace(info, is_padding=True, loss_scale=0.0))
+        return out
+
+    def _sample_ids(self, samples: list[Any], row_ids: np.ndarray) -> tuple[int, ...]:
+        if self.reorder_only and self.id_fn is not None:
+            return tuple(int(self.id_fn(x)) for x in samples)
+        return tuple(row_ids.tolist())

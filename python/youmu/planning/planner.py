@@ -1,0 +1,546 @@
+"""A declarative per-step plan: ``mix → distribute → cost → balance → plan``.
+
+The shape of MegaScale-Data's orchestration API (§3.3), computed locally: every rank
+all-gathers the step's sample *metadata* (a few integers per sample: id, source,
+document lengths, loss tokens) and runs the same pure planning function on it, so
+all ranks agree on the plan without a central planner process.
+
+* ``mix(schedule, global_batch_size)`` — which buffered samples the step uses: the
+  schedule's exact per-source counts (:mod:`youmu.planning.schedule`), taken from
+  each source's candidates in buffer order (or a seeded random choice); the rest
+  stay buffered for later steps.
+* ``distribute(num_buckets, num_microbatches, capacity=, group_size=)`` — the grid:
+  buckets (ranks of the distribute axis: DP, DP×CP or every rank — see :class:`Mesh`)
+  × micro-batches, and the token capacity of one micro-batch.
+* ``cost(fn)`` — the cost of a sample from its document lengths
+  (:class:`~youmu.planning.cost.CostModel`, a :class:`~youmu.planning.cost.ModelConfig`
+  or preset name, or any ``fn(seqs) -> costs``).
+* ``balance(method, reorder_only=)`` — :func:`~youmu.planning.balance.balance`.
+* ``plan(step, meta)`` → :class:`StepPlan`, a pure function of (seed, step, meta).
+
+Each builder call returns a new :class:`Planner` (the object is immutable, so a
+half-configured planner can be shared and extended).
+
+Example:
+    >>> import numpy as np
+    >>> from youmu.planning import Planner, SampleMeta
+    >>> meta = SampleMeta.build(ids=range(8), lengths=[900, 100, 120, 880, 500, 510, 60, 930])
+    >>> planner = Planner(seed=0).distribute(2, num_microbatches=2, capacity=1024).cost("llama-12b").balance("greedy")
+    >>> p = planner.plan(step=0, meta=meta)
+    >>> [[meta.ids[rows].tolist() for rows in p.microbatches(b)] for b in range(2)]
+    [[[4, 5], [6, 7]], [[0, 1], [2, 3]]]
+    >>> p.tokens.tolist()                # tokens per (rank, micro-batch), all <= 1024
+    [[1010, 990], [1000, 1000]]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
+from youmu.dist.gather import all_gather_varlen
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
+from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
+from youmu.planning.cost import CostModel, ModelConfig, as_csr
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
+
+__all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES"]
+
+AXES = ("DP", "CP", "WORLD")
+
+
+# --------------------------------------------------------------------------------------
+# metadata
+# --------------------------------------------------------------------------------------
+def _i64(x: Any, what: str) -> np.ndarray:
+    return int_array(x, what)
+
+
+@dataclass(frozen=True)
+class SampleMeta:
+    """Columnar metadata of candidate samples (the planner never sees payloads).
+
+    Attributes:
+        ids: int64 sample identifiers (unique among the rows).
+        sources: int64 source number of each sample (index into the schedule's names).
+        doc_lengths, doc_offsets: the documents of each sample in CSR form (a lone
+            sample has one document; a packed sequence or a formed micro-batch has
+            several): sample ``i`` is ``doc_lengths[doc_offsets[i]:doc_offsets[i+1]]``.
+        tokens: loss tokens per sample (for loss scaling).
+        origin: the rank holding each sample (``-1`` if unknown/local).
+
+    >>> m = SampleMeta.build(ids=[10, 11], docs=[[30, 70], [50, 50]])
+    >>> m.sizes.tolist(), len(m)
+    ([100, 100], 2)
+    """
+
+    ids: np.ndarray
+    sources: np.ndarray
+    doc_lengths: np.ndarray
+    doc_offsets: np.ndarray
+    tokens: np.ndarray
+    origin: np.ndarray
+
+    @classmethod
+    def build(
+        cls,
+        ids: Sequence[int] | np.ndarray | range,
+        *,
+        lengths: Sequence[int] | np.ndarray | None = None,
+        docs: Sequence[Sequence[int]] | None = None,
+        sources: Sequence[int] | np.ndarray | None = None,
+        tokens: Sequence[int] | np.ndarray | None = None,
+        origin: Sequence[int] | np.ndarray | int | None = None,
+    ) -> "SampleMeta":
+        """From per-sample ``lengths`` (one document each) or ``docs`` (lists of
+        document lengths). ``tokens`` defaults to the total length."""
+        idv = _i64(ids, "ids")
+        n = idv.size
+        if (lengths is None) == (docs is None):
+            raise InvalidArgumentError("pass exactly one of lengths= (one document per sample) or docs= (document lists)")
+        if lengths is not None:
+            dl = _i64(lengths, "lengths")
+            if dl.size != n:
+                raise InvalidArgumentError(f"{dl.size} lengths for {n} ids")
+            off = np.arange(n + 1, dtype=np.int64)
+        else:
+            dl, off = as_csr(docs)
+            if off.size - 1 != n:
+                raise InvalidArgumentError(f"{off.size - 1} document lists for {n} ids")
+        if dl.size and dl.min() < 0:
+            raise InvalidArgumentError("lengths must be >= 0")
+        sizes = _sums(dl, off)
+        src = np.zeros(n, dtype=np.int64) if sources is None else _i64(sources, "sources")
+        tok = sizes.copy() if tokens is None else _i64(tokens, "tokens")
+        if origin is None:
+            org = np.full(n, -1, dtype=np.int64)
+        elif isinstance(origin, (int, np.integer)):
+            org = np.full(n, int(origin), dtype=np.int64)
+        else:
+            org = _i64(origin, "origin")
+        for name, v in (("sources", src), ("tokens", tok), ("origin", org)):
+            if v.size != n:
+                raise InvalidArgumentError(f"{name} has {v.size} entries for {n} ids")
+        if (src < 0).any() or (tok < 0).any():
+            raise InvalidArgumentError("sources and tokens must be >= 0")
+        if np.unique(idv).size != n:
+            raise InvalidArgumentError("sample ids must be unique")
+        return cls(idv, src, dl, off, tok, org)
+
+    @classmethod
+    def empty(cls) -> "SampleMeta":
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, z, np.zeros(1, dtype=np.int64), z, z)
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Total tokens of each sample (sum of its documents)."""
+        return _sums(self.doc_lengths, self.doc_offsets)
+
+    def docs(self, i: int) -> list[int]:
+        return self.doc_lengths[self.doc_offsets[i]:self.doc_offsets[i + 1]].tolist()
+
+    def seqs(self) -> list[list[int]]:
+        """The document lists, for cost functions that take ``list[list[int]]``."""
+        return [self.docs(i) for i in range(len(self))]
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> "SampleMeta":
+        """The metadata of ``rows``, in that order."""
+        r = np.asarray(rows, dtype=np.int64).reshape(-1)
+        starts, ends = self.doc_offsets[r], self.doc_offsets[r + 1]
+        counts = ends - starts
+        off = np.zeros(r.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=off[1:])
+        if counts.sum():
+            # gather each row's documents (vectorised ragged take)
+            idx = np.repeat(starts - off[:-1], counts) + np.arange(int(off[-1]))
+            dl = self.doc_lengths[idx]
+        else:
+            dl = np.zeros(0, dtype=np.int64)
+        return SampleMeta(self.ids[r], self.sources[r], dl, off, self.tokens[r], self.origin[r])
+
+    @staticmethod
+    def concat(parts: Iterable["SampleMeta"]) -> "SampleMeta":
+        parts = list(parts)
+        if not parts:
+            return SampleMeta.empty()
+        offs = [parts[0].doc_offsets]
+        base = int(parts[0].doc_offsets[-1])
+        for p in parts[1:]:
+            offs.append(p.doc_offsets[1:] + base)
+            base += int(p.doc_offsets[-1])
+        return SampleMeta(
+            np.concatenate([p.ids for p in parts]),
+            np.concatenate([p.sources for p in parts]),
+            np.concatenate([p.doc_lengths for p in parts]),
+            np.concatenate(offs),
+            np.concatenate([p.tokens for p in parts]),
+            np.concatenate([p.origin for p in parts]),
+        )
+
+    # wire format: [n, d, ids(n), sources(n), tokens(n), counts(n), doc_lengths(d)]
+    def encode(self) -> np.ndarray:
+        """Flat int64 encoding for :class:`~youmu.dist.GlooChannel`."""
+        n, d = len(self), int(self.doc_lengths.size)
+        return np.concatenate([[n, d], self.ids, self.sources, self.tokens, np.diff(self.doc_offsets),
+                               self.doc_lengths]).astype(np.int64)
+
+    @classmethod
+    def decode(cls, vec: Sequence[int] | np.ndarray, origin: int = -1) -> "SampleMeta":
+        v = np.asarray(vec, dtype=np.int64).reshape(-1)
+        n, d = (int(v[0]), int(v[1])) if v.size >= 2 else (-1, -1)
+        if n < 0 or d < 0 or v.size < 2 + 4 * n + d:
+            raise InvalidArgumentError(f"truncated metadata vector ({v.size} values; it claims {n} samples with "
+                                       f"{d} documents)")
+        ids, src, tok, cnt = (v[2 + k * n: 2 + (k + 1) * n] for k in range(4))
+        dl = v[2 + 4 * n: 2 + 4 * n + d]
+        off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(cnt, out=off[1:])
+        if off[-1] != d or (cnt < 0).any():
+            raise InvalidArgumentError(f"malformed metadata vector: its document counts sum to {int(off[-1])}, "
+                                       f"not {d}")
+        return cls(ids.copy(), src.copy(), dl.copy(), off, tok.copy(), np.full(n, origin, dtype=np.int64))
+
+
+def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    csum = np.zeros(values.size + 1, dtype=np.int64)
+    np.cumsum(values, out=csum[1:])
+    return csum[offsets[1:]] - csum[offsets[:-1]]
+
+
+def gather_metadata(channel: Any, local: SampleMeta) -> SampleMeta:
+    """All-gather every rank's candidate metadata (rank order; ``origin`` set).
+
+    One :func:`youmu.dist.all_gather_varlen` on a :class:`~youmu.dist.GlooChannel`
+    (the vector lengths, then the vectors). Every rank calls it.
+
+    >>> from youmu.dist import GlooChannel
+    >>> meta = gather_metadata(GlooChannel.local(), SampleMeta.build(ids=[7, 8], lengths=[30, 70]))
+    >>> meta.ids.tolist(), meta.origin.tolist()       # one process: rank 0 holds both
+    ([7, 8], [0, 0])
+    """
+    if not isinstance(local, SampleMeta):
+        raise ArgumentTypeError(f"local must be a SampleMeta (see SampleMeta.build), got {type(local).__name__}")
+    rows = all_gather_varlen(channel, local.encode())
+    return SampleMeta.concat(SampleMeta.decode(v, origin=k) for k, v in enumerate(rows))
+
+
+# --------------------------------------------------------------------------------------
+# mesh
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mesh:
+    """A trainer's device mesh (Megatron order: TP fastest, then CP, DP, PP).
+
+    ``rank = ((pp·DP + dp)·CP + cp)·TP + tp``. Buckets per axis: ``"DP"`` → DP
+    (TP, CP and PP ranks of one DP replica read the same data), ``"CP"`` → DP×CP
+    (hybrid DP over context-parallel ranks), ``"WORLD"`` → every rank (e.g. a ViT
+    encoder data-parallel over all GPUs).
+
+    >>> mesh = Mesh(dp=2, cp=2, tp=2)
+    >>> mesh.num_buckets("DP"), mesh.num_buckets("CP"), mesh.bucket_of(5, "DP"), mesh.bucket_of(5, "CP")
+    (2, 4, 1, 2)
+    """
+
+    dp: int
+    cp: int = 1
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "cp", "tp", "pp"):
+            int_arg(f"Mesh.{name}", getattr(self, name), minimum=1)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cp * self.tp * self.pp
+
+    def num_buckets(self, axis: str) -> int:
+        if axis == "DP":
+            return self.dp
+        if axis == "CP":
+            return self.dp * self.cp
+        if axis == "WORLD":
+            return self.world_size
+        raise InvalidArgumentError(f"axis must be one of {AXES}, got {axis!r}")
+
+    def bucket_of(self, rank: int, axis: str) -> int:
+        """The bucket whose data global ``rank`` consumes."""
+        rank = int_arg("rank", rank)
+        if not 0 <= rank < self.world_size:
+            raise InvalidArgumentError(f"rank {rank} outside a mesh of {self.world_size}")
+        # TP ranks (the fastest index) share their bucket: they need identical input
+        cp = rank // self.tp % self.cp
+        dp = rank // (self.tp * self.cp) % self.dp
+        if axis == "DP":
+            return dp
+        if axis == "CP":
+            return dp * self.cp + cp
+        if axis == "WORLD":
+            return rank
+        raise InvalidArgumentError(f"axis must be one of {AXES}, got {axis!r}")
+
+
+# --------------------------------------------------------------------------------------
+# the plan
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepPlan:
+    """The plan of one step.
+
+    Attributes:
+        step: the step.
+        meta: the candidates the plan was computed from.
+        selected: rows of ``meta`` in this step's global batch.
+        buckets, bins: per row of ``meta``: ``(bucket, bin)``; ``-1`` for rows not
+            in the step (unselected by ``mix`` or deferred for capacity).
+        deferred: selected rows that fit in no bin (carry them to the next step).
+        unselected: rows ``mix`` left in the buffer.
+        costs: modelled cost per row of ``meta`` (0 for unselected rows).
+        method: the balancing method used (after fallbacks).
+        stats: :class:`~youmu.planning.balance.Imbalance` of the placement.
+        num_buckets, num_bins: the grid.
+        source_counts: samples per source in the step (``{source number: count}``).
+
+    >>> meta = SampleMeta.build(ids=range(6), lengths=[900, 100, 120, 880, 500, 510])
+    >>> plan = Planner().distribute(2).cost("llama-12b").balance("greedy").plan(0, meta)
+    >>> plan.ids(0), plan.ids(1), plan.tokens.tolist()     # per rank: its micro-batches
+    ([[2, 3, 5]], [[0, 1, 4]], [[1510], [1500]])
+    >>> round(plan.loss_scale(0, 0), 4)                    # W·t/T for exact gradients
+    1.0033
+    """
+
+    step: int
+    meta: SampleMeta
+    selected: np.ndarray
+    buckets: np.ndarray
+    bins: np.ndarray
+    deferred: np.ndarray
+    unselected: np.ndarray
+    costs: np.ndarray
+    method: str
+    stats: Imbalance
+    num_buckets: int
+    num_bins: int
+    source_counts: dict[int, int] = field(default_factory=dict)
+
+    def microbatches(self, bucket: int) -> list[np.ndarray]:
+        """Rows of ``meta`` in each of ``bucket``'s micro-batches, slot order; within a
+        micro-batch rows keep their order in ``meta``."""
+        bucket = int_arg("bucket", bucket)
+        if not 0 <= bucket < self.num_buckets:
+            raise InvalidArgumentError(f"bucket {bucket} outside range({self.num_buckets})")
+        rows = np.nonzero(self.buckets == bucket)[0]
+        rows = rows[np.argsort(self.bins[rows], kind="stable")]  # by slot, then meta order
+        counts = np.bincount(self.bins[rows], minlength=self.num_bins)
+        return np.split(rows, np.cumsum(counts)[:-1])
+
+    def ids(self, bucket: int) -> list[list[int]]:
+        """Sample ids of ``bucket``'s micro-batches."""
+        return [self.meta.ids[rows].tolist() for rows in self.microbatches(bucket)]
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """``(num_buckets, num_bins)`` loss tokens per micro-batch."""
+        grid = np.zeros((self.num_buckets, self.num_bins), dtype=np.int64)
+        ok = self.buckets >= 0
+        np.add.at(grid, (self.buckets[ok], self.bins[ok]), self.meta.tokens[ok])
+        return grid
+
+    @property
+    def global_tokens(self) -> int:
+        return int(self.meta.tokens[self.buckets >= 0].sum())
+
+    def loss_scale(self, bucket: int, bin: int) -> float:
+        """Factor for micro-batch ``(bucket, bin)``'s mean per-token loss so that the
+        gradients summed over micro-batches and averaged over the ``num_buckets``
+        ranks equal the per-token mean over the whole step:
+        ``num_buckets · t(bucket, bin) / T``."""
+        total = self.global_tokens
+        return self.num_buckets * float(self.tokens[bucket, bin]) / total if total else 0.0
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of (step, ids, assignment): equal on ranks that computed the same plan."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.int64(self.step).tobytes())
+        for a in (self.meta.ids, self.buckets, self.bins):
+            h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+        return h.hexdigest()
+
+
+def _cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
+    if fn is None:
+        fn = CostModel.from_config(None)
+    elif isinstance(fn, (ModelConfig, str)):
+        fn = CostModel.from_config(fn)
+    if isinstance(fn, CostModel):
+        model = fn
+        return lambda meta: model((meta.doc_lengths, meta.doc_offsets))
+    if not callable(fn):
+        raise ArgumentTypeError("cost must be a CostModel, a ModelConfig, a preset name or a callable seqs -> costs")
+
+    def call(meta: SampleMeta) -> np.ndarray:
+        return np.asarray(fn(meta.seqs()), dtype=np.float64).reshape(-1)
+
+    return call
+
+
+@dataclass(frozen=True)
+class Planner:
+    """Builder for per-step plans; see the module docstring.
+
+    Args:
+        seed: seeds ``mix(select="random")``; every other stage is deterministic.
+
+    >>> planner = (Planner(seed=0).mix({"web": 3, "code": 1}, global_batch_size=4)
+    ...            .distribute(2, num_microbatches=1).cost("llama-12b").balance("kk"))
+    >>> meta = SampleMeta.build(ids=range(8), lengths=[50, 400, 60, 300, 70, 80, 90, 500],
+    ...                         sources=[0, 0, 0, 0, 0, 1, 1, 1])
+    >>> plan = planner.plan(step=0, meta=meta)
+    >>> plan.source_counts, plan.ids(0), plan.ids(1)   # first 3 web + 1 code; 400 | 50+60+80
+    ({0: 3, 1: 1}, [[1]], [[0, 2, 5]])
+    """
+
+    seed: int = 0
+    schedule: MixingSchedule | MixtureSchedule | None = None
+    global_batch_size: int | None = None
+    select: str = "fifo"
+    num_buckets: int | None = None
+    num_bins: int = 1
+    capacity: int | None = None
+    group_size: int | None = None
+    cost_fn: Any = None
+    method: str = "greedy"
+    reorder_only: bool = False
+    on_overflow: str = "defer"
+    placement: str | None = None
+
+    def __post_init__(self) -> None:
+        # the builder stages check their own arguments; the seed is only read when a
+        # step selects at random, so check it here rather than at that step
+        int_arg("seed", self.seed, minimum=0)
+
+    # -- builder stages -------------------------------------------------------------------
+    def mix(self, schedule: Any, global_batch_size: int | None = None, *, select: str = "fifo",
+            names: Sequence[str] | None = None) -> "Planner":
+        """Select the step's samples from the candidates by the schedule's per-source
+        counts. ``schedule``: a :class:`MixingSchedule`, ``MixtureDataset``, weights,
+        stages or ``fn(step)``. ``select``: ``"fifo"`` (buffer order) or ``"random"``
+        (seeded by ``(seed, step)``)."""
+        choice_arg("select", select, ("fifo", "random"))
+        opt_int_arg("global_batch_size", global_batch_size, minimum=1)
+        sched = as_schedule(schedule, global_batch_size, names)
+        if isinstance(sched, MixtureSchedule):
+            global_batch_size = global_batch_size or sched.batch_size
+        if global_batch_size is None:
+            raise InvalidArgumentError("mix needs global_batch_size (samples per step), a positive int")
+        return replace(self, schedule=sched, global_batch_size=int(global_batch_size), select=select)
+
+    def distribute(self, num_buckets: int | None = None, num_microbatches: int = 1, *, axis: str | None = None,
+                   mesh: Mesh | None = None, capacity: int | None = None, group_size: int | None = None) -> "Planner":
+        """Set the grid: ``num_buckets`` ranks (or ``mesh.num_buckets(axis)``) ×
+        ``num_microbatches``; ``capacity`` tokens per micro-batch; ``group_size``
+        buckets per balancing subgroup."""
+        if mesh is not None or axis is not None:
+            if mesh is None or axis is None:
+                raise InvalidArgumentError("pass both axis= and mesh=, or num_buckets=")
+            n = mesh.num_buckets(axis)
+            if num_buckets is not None and num_buckets != n:
+                raise InvalidArgumentError(f"num_buckets={num_buckets} disagrees with mesh axis {axis!r} ({n})")
+            num_buckets = n
+        if num_buckets is None:
+            raise InvalidArgumentError("distribute needs num_buckets= (or mesh= and axis=)")
+        check_grid(num_buckets, num_microbatches, ("num_buckets", "num_microbatches"))
+        opt_int_arg("capacity", capacity, minimum=1)  # tokens per micro-batch
+        g = opt_int_arg("group_size", group_size, minimum=1)
+        if g is not None and int(num_buckets) % g:
+            raise InvalidArgumentError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")
+        return replace(self, num_buckets=int(num_buckets), num_bins=int(num_microbatches), capacity=capacity,
+                       group_size=group_size)
+
+    def cost(self, fn: Any) -> "Planner":
+        """Per-sample cost from metadata (default: :class:`CostModel` of the default
+        :class:`ModelConfig`)."""
+        _cost_fn(fn)  # validate now, not at the first step
+        return replace(self, cost_fn=fn)
+
+    def balance(self, method: str = "greedy", *, reorder_only: bool = False, on_overflow: str = "defer",
+                placement: str | None = None) -> "Planner":
+        """Balancing method (``"greedy"``, ``"kk"``; ``"interleave"`` with
+        ``reorder_only``). ``reorder_only``: every candidate is a formed micro-batch,
+        placed whole. ``on_overflow``: ``"defer"`` carries samples that fit in no bin
+        to the next step; ``"error"`` raises. ``placement``: see
+        :func:`~youmu.planning.balance.balance`."""
+        choice_arg("method", method, METHODS)
+        if placement is not None:
+            choice_arg("placement", placement, METHODS)
+        choice_arg("on_overflow", on_overflow, ("defer", "error"))
+        bool_arg("reorder_only", reorder_only)
+        if method == "interleave" and not reorder_only:
+            raise InvalidArgumentError("'interleave' places formed micro-batches: use it with reorder_only=True")
+        return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
+
+    # -- planning -------------------------------------------------------------------------
+    def _select(self, step: int, meta: SampleMeta) -> tuple[np.ndarray, dict[int, int]]:
+        if self.schedule is None:
+            rows = np.arange(len(meta))
+            return rows, {int(s): int(c) for s, c in zip(*np.unique(meta.sources, return_counts=True))}
+        assert self.global_batch_size is not None
+        want = self.schedule.count_vector(step, self.global_batch_size)
+        chosen = []
+        if meta.sources.size and meta.sources.max() >= len(want):
+            raise PlanError(f"metadata names source {int(meta.sources.max())}, the schedule has {len(want)}")
+        rng = np.random.default_rng([self.seed, step]) if self.select == "random" else None
+        for src, n in enumerate(want.tolist()):
+            if n == 0:
+                continue
+            cand = np.nonzero(meta.sources == src)[0]
+            if cand.size < n:
+                name = self.schedule.names[src]
+                raise PlanError(f"step {step}: source {name!r} needs {n} samples but only {cand.size} are buffered")
+            chosen.append(cand[:n] if rng is None else np.sort(rng.choice(cand, size=n, replace=False)))
+        rows = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+        return rows, {s: int(c) for s, c in enumerate(want.tolist()) if c}
+
+    def plan(self, step: int, meta: SampleMeta) -> StepPlan:
+        """The plan of ``step`` from the candidates ``meta`` (a pure function of
+        ``(self, step, meta)``: equal inputs give equal plans on every rank and run)."""
+        if self.num_buckets is None:
+            raise InvalidArgumentError("call distribute(...) before plan()")
+        int_arg("step", step, minimum=0)
+        if not isinstance(meta, SampleMeta):
+            raise ArgumentTypeError(f"meta must be a SampleMeta (see SampleMeta.build), got {type(meta).__name__}")
+        rows, counts = self._select(int(step), meta)
+        sub = meta.take(rows)
+        costs = _cost_fn(self.cost_fn)(sub)
+        if costs.shape != (len(sub),):
+            raise InvalidArgumentError(f"the cost function returned shape {costs.shape} for {len(sub)} samples")
+        res: BalanceResult = balance_detailed(
+            costs, self.num_buckets, self.num_bins, self.method, self.capacity,
+            sizes=sub.sizes, reorder_only=self.reorder_only, group_size=self.group_size,
+            on_overflow="error" if self.reorder_only else self.on_overflow, placement=self.placement,
+        )
+        n = len(meta)
+        buckets = np.full(n, -1, dtype=np.int64)
+        bins = np.full(n, -1, dtype=np.int64)
+        buckets[rows], bins[rows] = res.buckets, res.bins
+        full_costs = np.zeros(n)
+        full_costs[rows] = costs
+        unselected = np.setdiff1d(np.arange(n), rows)
+        return StepPlan(
+            step=int(step), meta=meta, selected=rows, buckets=buckets, bins=bins, deferred=rows[res.deferred],
+            unselected=unselected, costs=full_costs, method=res.method, stats=res.stats,
+            num_buckets=self.num_buckets, num_bins=self.num_bins, source_counts=counts,
+        )
+
+    def plan_distributed(self, step: int, local: SampleMeta, channel: Any) -> StepPlan:
+        """All-gather the ranks' candidates over ``channel``, then :meth:`plan`."""
+        return self.plan(step, gather_metadata(channel, local))
