@@ -36,6 +36,10 @@ _LAZY: dict[str, str] = {
     "PageOutOfRangeError": "youmu.errors",
     "StaleIndexError": "youmu.errors",
     "InvalidArgumentError": "youmu.errors",
+    "ArgumentTypeError": "youmu.errors",
+    "RequestTooLargeError": "youmu.errors",
+    "ValueOverflowError": "youmu.errors",
+    "AmbiguousColumnError": "youmu.errors",
     "YoumuIOError": "youmu.errors",
 }
 

@@ -2,7 +2,9 @@
 
 Every error raised by youmu is a :class:`YoumuError`; each kind also inherits the
 builtin exception users would catch for it (``IndexError`` for out-of-range ids,
-``ValueError`` for bad arguments, ``OSError`` for I/O). Messages name the file and,
+``ValueError`` for bad arguments, ``TypeError`` for arguments of the wrong type,
+``MemoryError`` for requests that cannot fit, ``OverflowError`` for values that do not
+fit their type, ``OSError`` for I/O). Messages name the file and,
 where known, the row group, page and byte offset.
 
 Example:
@@ -37,6 +39,10 @@ class ColumnNotFoundError(YoumuError, ValueError):
     """A requested column does not exist."""
 
 
+class AmbiguousColumnError(ColumnNotFoundError):
+    """A requested column name matches several top-level columns of a file."""
+
+
 class PageOutOfRangeError(YoumuError, IndexError):
     """A page or row id outside the index."""
 
@@ -49,6 +55,20 @@ class InvalidArgumentError(YoumuError, ValueError):
     """An argument that cannot be meaningful (no paths, bad glob, ...)."""
 
 
+class ArgumentTypeError(YoumuError, TypeError):
+    """An argument of the wrong type (floats or bools as ids, a str for a list, ...)."""
+
+
+class RequestTooLargeError(YoumuError, MemoryError):
+    """A request whose result cannot fit in the memory available, refused before
+    anything is allocated (like numpy's ``MemoryError`` for an oversized array)."""
+
+
+class ValueOverflowError(YoumuError, OverflowError):
+    """A value in a file does not fit the type it is read as (an INT96 timestamp
+    beyond the range of ``coerce_int96_timestamp_unit``). The file is not corrupt."""
+
+
 class YoumuIOError(YoumuError, OSError):
     """The operating system refused an operation on a file."""
 
@@ -59,8 +79,12 @@ __all__ = [
     "UnsupportedError",
     "SchemaMismatchError",
     "ColumnNotFoundError",
+    "AmbiguousColumnError",
     "PageOutOfRangeError",
     "StaleIndexError",
     "InvalidArgumentError",
+    "ArgumentTypeError",
+    "RequestTooLargeError",
+    "ValueOverflowError",
     "YoumuIOError",
 ]
