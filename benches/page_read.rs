@@ -15,14 +15,14 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("index_build");
     g.sample_size(20);
     g.bench_function("offset_index", |b| {
-        b.iter(|| black_box(PageIndex::build(&paths(&with_index), None, None).expect("build")))
+        b.iter(|| black_box(PageIndex::build(&paths(&with_index), None, None, None).expect("build")))
     });
     g.bench_function("header_scan", |b| {
-        b.iter(|| black_box(PageIndex::build(&paths(&without), None, None).expect("build")))
+        b.iter(|| black_box(PageIndex::build(&paths(&without), None, None, None).expect("build")))
     });
     g.finish();
 
-    let idx = PageIndex::build(&paths(&with_index), None, None).expect("build");
+    let idx = PageIndex::build(&paths(&with_index), None, None, None).expect("build");
     let n = idx.len();
     let page_bytes: u64 = idx.page_byte_sizes().iter().sum::<u64>() / n.max(1);
     let mut g = c.benchmark_group("read_page");

@@ -43,6 +43,44 @@ pub enum Error {
     /// A caller passed something meaningless (empty path list, bad glob, ...).
     #[error("{0}")]
     InvalidArgument(String),
+
+    /// A caller passed an argument of the wrong type (a float where ids are expected, ...).
+    #[error("{0}")]
+    ArgumentType(String),
+
+    /// A request whose result cannot fit in memory (checked before allocating it).
+    #[error("{what} needs about {} but only {} of memory is available", human_bytes(*bytes), human_bytes(*available))]
+    TooLarge { what: String, bytes: u128, available: u64 },
+
+    /// A value in a file that does not fit the type it is read as (an INT96 timestamp
+    /// beyond the range of the chosen unit). The file is not corrupt.
+    #[error("{path}: {detail}")]
+    Overflow { path: String, detail: String },
+
+    /// A column name that matches more than one top-level column of a file.
+    #[error("{path}: column name {column:?} is ambiguous: {count} top-level columns have it")]
+    AmbiguousColumn { path: String, column: String, count: usize },
+
+    /// The bytes of a saved youmu index (not a Parquet file) are damaged or not an index.
+    #[error("{path}: corrupt youmu index file: {detail}")]
+    CorruptIndex { path: String, detail: String },
+
+    /// Work stopped on request (a progress callback asked to stop).
+    #[error("{0}")]
+    Cancelled(String),
+}
+
+/// `1.5 GiB`-style size for messages.
+pub fn human_bytes(b: impl Into<u128>) -> String {
+    let b = b.into();
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} bytes") } else { format!("{v:.1} {}", units[u]) }
 }
 
 impl Error {
@@ -52,6 +90,10 @@ impl Error {
 
     pub fn corrupt(path: impl AsRef<Path>, detail: impl Into<String>) -> Self {
         Error::Corrupt { path: path.as_ref().display().to_string(), detail: detail.into() }
+    }
+
+    pub fn corrupt_index(path: impl AsRef<Path>, detail: impl Into<String>) -> Self {
+        Error::CorruptIndex { path: path.as_ref().display().to_string(), detail: detail.into() }
     }
 
     /// Classify an error raised by the `parquet` crate while handling `path`.
@@ -84,14 +126,57 @@ impl Error {
 /// into the core with this, so no panic reaches Python as pyo3's `PanicException` (not a
 /// `YoumuError`) and none unwinds out of a thread-pool task (which would abort).
 pub fn catch_panics<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let msg = panic
+    catch_quietly(f).unwrap_or_else(|msg| Err(Error::Internal(msg)))
+}
+
+thread_local! {
+    /// How many `catch_quietly` calls are running on this thread.
+    static CATCHING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Run `f`, returning a panic's message as `Err` instead of unwinding, without the
+/// default hook's "thread panicked at ..." and backtrace on stderr: the panic becomes
+/// an error the caller reports (typed, naming the file), so printing it too would show
+/// users a Rust backtrace for an exception they may well catch. `YOUMU_PRINT_PANICS=1`
+/// keeps the default output for debugging (not `RUST_BACKTRACE`, which many set
+/// globally for other programs).
+pub fn catch_quietly<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    install_quiet_hook();
+    struct Depth;
+    impl Drop for Depth {
+        fn drop(&mut self) {
+            CATCHING.with(|c| c.set(c.get().saturating_sub(1)));
+        }
+    }
+    CATCHING.with(|c| c.set(c.get() + 1));
+    let _depth = Depth;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        panic
             .downcast_ref::<String>()
             .cloned()
             .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic".into());
-        Err(Error::Internal(msg))
+            .unwrap_or_else(|| "panic".into())
     })
+}
+
+/// Threads of youmu's pools: their panics always reach a `catch_quietly` on the thread
+/// that waits for them (rayon re-raises a task's panic in `install`, and spawned tasks
+/// run under `catch_panics`), so they are quiet too.
+const POOL_THREAD_PREFIX: &str = "youmu-";
+
+fn install_quiet_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let caught = CATCHING.with(|c| c.get() > 0)
+                || std::thread::current().name().is_some_and(|n| n.starts_with(POOL_THREAD_PREFIX));
+            let debugging = std::env::var_os("YOUMU_PRINT_PANICS").is_some_and(|v| v != "0");
+            if !caught || debugging {
+                previous(info);
+            }
+        }));
+    });
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use arrow_schema::{FieldRef, SchemaRef};
+use arrow_schema::{FieldRef, SchemaRef, TimeUnit};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::{
@@ -64,6 +64,35 @@ pub struct FileEntry {
     pub page_source: Vec<PageSource>,
     /// Row groups whose projected leaves have page locations (page-granular reads).
     pub rg_has_locations: Vec<bool>,
+    /// Projected INT96 columns read in a unit that can wrap, and how to check them.
+    pub int96_check: Option<Int96Check>,
+}
+
+/// The overflow check of INT96 columns (see `int96.rs`): the same rows decoded again with
+/// the INT96 leaves in seconds.
+pub struct Int96Check {
+    pub meta: ArrowReaderMetadata,
+    /// The projected top-level columns that hold INT96 leaves.
+    pub mask: ProjectionMask,
+    /// Per such column: its position in a decoded batch (file order), and its name.
+    pub columns: Vec<(usize, String)>,
+}
+
+/// Arrow reader metadata of a file. The Arrow schema a writer embeds (`ARROW:schema`,
+/// base64 of an Arrow IPC message) is decoded here by arrow-ipc, which panics on some
+/// malformed messages instead of returning an error: either way the file is corrupt.
+pub(crate) fn arrow_metadata(
+    path: &Path,
+    md: Arc<ParquetMetaData>,
+    options: ArrowReaderOptions,
+) -> Result<ArrowReaderMetadata> {
+    match crate::error::catch_quietly(|| ArrowReaderMetadata::try_new(md, options)) {
+        Ok(r) => r.map_err(|e| Error::from_parquet(path, "schema", e)),
+        Err(panic) => Err(Error::corrupt(
+            path,
+            format!("the embedded Arrow schema (ARROW:schema key-value metadata) is malformed: {panic}"),
+        )),
+    }
 }
 
 pub fn file_stamp(path: &Path) -> Result<(u64, i64)> {
@@ -202,6 +231,12 @@ fn resolve_projection(path: &Path, meta: &ArrowReaderMetadata, columns: Option<&
                     column: c.clone(),
                     available: root_names.join(", "),
                 })?;
+                // pyarrow refuses such a name too ("Multiple matches"); taking the first
+                // would read a column the user may not have meant
+                let count = root_names.iter().filter(|n| *n == c).count();
+                if count > 1 {
+                    return Err(Error::AmbiguousColumn { path: path.display().to_string(), column: c.clone(), count });
+                }
                 if out.contains(&i) {
                     return Err(Error::InvalidArgument(format!("column {c:?} selected twice")));
                 }
@@ -239,15 +274,17 @@ fn resolve_projection(path: &Path, meta: &ArrowReaderMetadata, columns: Option<&
 }
 
 impl FileEntry {
-    /// Open, parse and index one file.
-    pub fn build(path: &Path, columns: Option<&[String]>) -> Result<FileEntry> {
+    /// Open, parse and index one file; INT96 columns are read in `int96_unit` (`None`:
+    /// as the file's Arrow schema says, else nanoseconds).
+    pub fn build(path: &Path, columns: Option<&[String]>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
         let (reader, size, mtime_ns) = open_file(path)?;
         let md = read_metadata(path, &reader)?;
-        Self::from_metadata(path, reader, size, mtime_ns, md, columns, None)
+        Self::from_metadata(path, reader, size, mtime_ns, md, columns, int96_unit, None)
     }
 
     /// Build from parsed metadata. `saved` carries page locations and page starts from a
     /// persisted index, which skips the header scan.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_metadata(
         path: &Path,
         reader: PreadFile,
@@ -255,12 +292,20 @@ impl FileEntry {
         mtime_ns: i64,
         md: ParquetMetaData,
         columns: Option<&[String]>,
+        int96_unit: Option<TimeUnit>,
         saved: Option<SavedTables>,
     ) -> Result<FileEntry> {
-        let plain = ArrowReaderMetadata::try_new(Arc::new(md.clone()), ArrowReaderOptions::new())
-            .map_err(|e| Error::from_parquet(path, "schema", e))?;
-        let Projection { mask, leaves, page_leaf, reorder, fields } = resolve_projection(path, &plain, columns)?;
-        drop(plain);
+        let plain = arrow_metadata(path, Arc::new(md.clone()), ArrowReaderOptions::new())?;
+        let plan = crate::int96::plan(md.file_metadata().schema_descr(), plain.schema(), int96_unit)
+            .map_err(|why| Error::Unsupported { path: path.display().to_string(), detail: why })?;
+        let options = match &plan.read {
+            Some(schema) => ArrowReaderOptions::new().with_schema(Arc::new(schema.clone())),
+            None => ArrowReaderOptions::new(),
+        };
+        let hinted =
+            if plan.read.is_some() { arrow_metadata(path, Arc::new(md.clone()), options.clone())? } else { plain };
+        let Projection { mask, leaves, page_leaf, reorder, fields } = resolve_projection(path, &hinted, columns)?;
+        drop(hinted);
         let descr = md.file_metadata().schema_descr_ptr();
         let num_rgs = md.num_row_groups();
         let num_cols = descr.num_columns();
@@ -352,10 +397,31 @@ impl FileEntry {
                 }
             }
         }
-        let md =
-            ParquetMetaDataBuilder::new_from_metadata(md).set_column_index(None).set_offset_index(Some(oi)).build();
-        let meta = ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new())
-            .map_err(|e| Error::from_parquet(path, "schema", e))?;
+        let md = Arc::new(
+            ParquetMetaDataBuilder::new_from_metadata(md).set_column_index(None).set_offset_index(Some(oi)).build(),
+        );
+        let meta = arrow_metadata(path, md.clone(), options)?;
+        // projected top-level columns in file order, and those holding INT96 leaves
+        let mut roots: Vec<usize> = leaves.iter().map(|&l| descr.get_column_root_idx(l)).collect();
+        roots.dedup();
+        let int96_check = match &plan.seconds {
+            Some(seconds) if roots.iter().any(|r| plan.roots.contains(r)) => {
+                let check_roots: Vec<usize> = roots.iter().copied().filter(|r| plan.roots.contains(r)).collect();
+                let names = descr.root_schema().get_fields();
+                Some(Int96Check {
+                    meta: arrow_metadata(path, md, ArrowReaderOptions::new().with_schema(Arc::new(seconds.clone())))?,
+                    mask: ProjectionMask::roots(&descr, check_roots.iter().copied()),
+                    columns: check_roots
+                        .iter()
+                        .map(|r| {
+                            let pos = roots.iter().position(|x| x == r).unwrap_or(0);
+                            (pos, names.get(*r).map(|f| f.name().to_string()).unwrap_or_default())
+                        })
+                        .collect(),
+                })
+            }
+            _ => None,
+        };
 
         Ok(FileEntry {
             path: path.to_path_buf(),
@@ -373,6 +439,7 @@ impl FileEntry {
             page_first_row,
             page_source: sources,
             rg_has_locations,
+            int96_check,
         })
     }
 
@@ -455,7 +522,7 @@ pub(crate) struct SavedTables {
 type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<PageSource>);
 
 /// Check a native OffsetIndex for one leaf chunk; None if it cannot be trusted.
-fn native_locations(
+pub(crate) fn native_locations(
     md: &ParquetMetaData,
     rg: usize,
     leaf: usize,
@@ -481,7 +548,7 @@ fn native_locations(
     Some(locs.clone())
 }
 
-fn build_tables(
+pub(crate) fn build_tables(
     path: &Path,
     reader: &PreadFile,
     size: u64,

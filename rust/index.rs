@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::{Field, Schema, SchemaRef, TimeUnit};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -34,6 +34,8 @@ pub struct PageInfo {
 pub struct PageIndex {
     pub(crate) uid: u64,
     pub(crate) columns: Option<Vec<String>>,
+    /// Unit INT96 timestamps are read in (`None`: as each file's Arrow schema says).
+    pub(crate) int96_unit: Option<TimeUnit>,
     pub(crate) files: Vec<Arc<FileEntry>>,
     /// Cumulative pages at each file start (len = files + 1).
     file_page_start: Vec<u64>,
@@ -42,32 +44,49 @@ pub struct PageIndex {
     schema: SchemaRef,
 }
 
-/// Report of index-building progress: called with (files done, files total).
-pub type Progress<'a> = &'a (dyn Fn(usize, usize) + Sync);
+/// Report of index-building progress: called with (files done, files total); returning
+/// `false` stops the build (files not yet started are skipped) with [`Error::Cancelled`].
+pub type Progress<'a> = &'a (dyn Fn(usize, usize) -> bool + Sync);
 
 impl PageIndex {
     /// Build an index over `paths` (files, directories, globs), reading every footer
     /// (and OffsetIndex, or page headers where there is none) once, files in parallel.
-    pub fn build(paths: &[String], columns: Option<Vec<String>>, progress: Option<Progress>) -> Result<PageIndex> {
+    /// INT96 columns are read in `int96_unit` (`None`: as each file's Arrow schema says,
+    /// else nanoseconds).
+    pub fn build(
+        paths: &[String],
+        columns: Option<Vec<String>>,
+        int96_unit: Option<TimeUnit>,
+        progress: Option<Progress>,
+    ) -> Result<PageIndex> {
         let files = paths::expand(paths)?;
         let total = files.len();
         let done = AtomicU64::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
         let cols = columns.as_deref();
         let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
             files
                 .par_iter()
                 .map(|p| {
-                    let r = FileEntry::build(p, cols);
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(Error::Cancelled("index build stopped by its progress callback".into()));
+                    }
+                    let r = FileEntry::build(p, cols, int96_unit);
                     let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if let Some(cb) = progress {
-                        cb(d as usize, total);
+                    if let Some(cb) = progress
+                        && !cb(d as usize, total)
+                    {
+                        stop.store(true, Ordering::Relaxed);
                     }
                     r
                 })
                 .collect()
         });
+        if stop.load(Ordering::Relaxed) {
+            return Err(Error::Cancelled("index build stopped by its progress callback".into()));
+        }
         let entries = entries.into_iter().map(|r| r.map(Arc::new)).collect::<Result<Vec<_>>>()?;
-        Self::from_entries(entries, columns)
+        Self::from_entries(entries, columns, int96_unit)
     }
 
     /// One index over the pages of several: files in order of `parts`, then each
@@ -81,10 +100,22 @@ impl PageIndex {
             }
         }
         let columns = parts.first().and_then(|p| p.columns.clone());
-        Self::from_entries(files, columns)
+        let unit = parts.first().and_then(|p| p.int96_unit);
+        if let Some(other) = parts.iter().find(|p| p.int96_unit != unit) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot concatenate indexes that read INT96 timestamps in different units ({} and {})",
+                unit.map_or("the files' own", crate::int96::unit_name),
+                other.int96_unit.map_or("the files' own", crate::int96::unit_name)
+            )));
+        }
+        Self::from_entries(files, columns, unit)
     }
 
-    pub(crate) fn from_entries(files: Vec<Arc<FileEntry>>, columns: Option<Vec<String>>) -> Result<PageIndex> {
+    pub(crate) fn from_entries(
+        files: Vec<Arc<FileEntry>>,
+        columns: Option<Vec<String>>,
+        int96_unit: Option<TimeUnit>,
+    ) -> Result<PageIndex> {
         let first = files.first().ok_or_else(|| Error::InvalidArgument("no Parquet files to index".into()))?;
         let fields = first.fields.clone();
         for f in &files[1..] {
@@ -109,6 +140,7 @@ impl PageIndex {
         Ok(PageIndex {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             columns,
+            int96_unit,
             files,
             file_page_start,
             file_row_start,
@@ -148,6 +180,41 @@ impl PageIndex {
         self.schema.fields().iter().map(|f| f.name().clone()).collect()
     }
 
+    /// Unit INT96 timestamps are read in (`None`: as each file's Arrow schema says).
+    pub fn int96_unit(&self) -> Option<TimeUnit> {
+        self.int96_unit
+    }
+
+    /// Estimated decoded bytes of one page (see `page_decoded_bytes`), from the footer.
+    pub(crate) fn page_estimate(&self, id: u64) -> Result<(u128, u64)> {
+        let info = self.page_info(id)?;
+        let f = &self.files[info.file];
+        let meta = f.meta.metadata().row_group(info.row_group);
+        let bytes: u128 = f.leaves.iter().map(|&l| meta.column(l).uncompressed_size().max(0) as u128).sum();
+        let rows = f.rg_rows(info.row_group).max(1) as u128;
+        Ok((bytes * info.num_rows as u128 / rows, info.num_rows))
+    }
+
+    /// Refuse reading pages `ids` (repeats count again) if their decoded size, estimated
+    /// from the footers, exceeds the memory available (see `limits.rs`).
+    pub fn check_pages_fit(&self, ids: &[u64], what: &str) -> Result<()> {
+        let mut total = 0u128;
+        for &id in ids {
+            total += self.page_estimate(id)?.0;
+        }
+        crate::limits::check_fits(|| format!("{what} ({} pages)", ids.len()), total)
+    }
+
+    /// Same for single rows: each row counted as its page's bytes per row.
+    pub fn check_rows_fit(&self, rows: &[u64], what: &str) -> Result<()> {
+        let mut total = 0u128;
+        for &r in rows {
+            let (page, _) = self.locate_row(r)?;
+            let (bytes, n) = self.page_estimate(page)?;
+            total += bytes / n.max(1) as u128 + 1;
+        }
+        crate::limits::check_fits(|| format!("{what} ({} rows)", rows.len()), total)
+    }
     /// Layered binary search: file, then row group, then page.
     pub fn page_info(&self, id: u64) -> Result<PageInfo> {
         if id >= self.len() {

@@ -2,13 +2,18 @@
 //! decoded to Arrow, and keyed permutations. Pure Rust; the Python bindings live in
 //! `py/` behind the `python` feature and add nothing but conversions.
 
+pub mod atomic;
 pub mod cache;
+pub mod checksum;
 pub mod error;
 pub mod fastdiv;
 pub mod file;
 pub mod index;
+pub mod inspect;
+pub mod int96;
 pub mod io;
 pub mod levels;
+pub mod limits;
 pub mod mixture;
 pub mod paths;
 pub mod permute;
@@ -18,6 +23,7 @@ pub mod runtime;
 pub mod scan;
 pub mod thrift;
 pub mod tokens;
+pub mod validate;
 
 pub use error::{Error, Result};
 pub use index::{PageIndex, PageInfo};

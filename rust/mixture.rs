@@ -883,7 +883,8 @@ impl MixtureMap {
     /// Composition of block `b` of `stage`: samples of every child in it.
     pub fn block_counts(&self, stage: usize, b: u64) -> Result<Vec<u64>> {
         let st = self.stages.get(stage).ok_or_else(|| invalid(format!("no stage {stage}")))?;
-        let lo = b.checked_mul(self.block_size).filter(|&lo| st.len.is_none_or(|l| lo < l));
+        // positions are below 2^63: a block past that (of an open-ended stage) does not exist
+        let lo = b.checked_mul(self.block_size).filter(|&lo| st.len.is_none_or(|l| lo < l) && lo < MAX_LEN);
         let lo = lo.ok_or_else(|| invalid(format!("stage {stage} has no block {b}")))?;
         let hi = lo + self.block_len(st, b);
         let (mut a, mut z) = (vec![0u64; self.names.len()], vec![0u64; self.names.len()]);
@@ -901,7 +902,7 @@ impl MixtureMap {
         let lo = b * self.block_size;
         let size = self.block_len(st, b);
         let (domain, key) = self.slots(st, b, size);
-        st.start.checked_add(lo + domain.inverse(key, k - lo))
+        st.start.checked_add(lo.checked_add(domain.inverse(key, k - lo))?)
     }
 
     /// `(stage, stage sample)` that makes draw number `sample` of `child`, in

@@ -1,11 +1,12 @@
 //! Saving and loading an index, so a later run skips every footer read and header scan.
 //!
-//! Layout (little endian): magic, version, selected columns, then per file its path,
-//! size and mtime (to detect a stale index), its footer re-serialized by the parquet
-//! crate (without statistics), and per row group its page table and the page
-//! locations youmu uses. Loading touches each data file only to `stat` and open it.
+//! Layout (little endian): magic, version, selected columns, the INT96 timestamp unit,
+//! then per file its path, size and mtime (to detect a stale index), its footer
+//! re-serialized by the parquet crate (without statistics), and per row group its page
+//! table and the page locations youmu uses; last a checksum trailer (`checksum.rs`),
+//! verified before anything is parsed. Loading touches each data file only to `stat`
+//! and open it.
 
-use std::io::Write;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -22,7 +23,8 @@ use crate::index::PageIndex;
 use crate::runtime::runtime;
 
 const MAGIC: &[u8; 8] = b"YOUMUIDX";
-const VERSION: u32 = 1;
+/// 2: INT96 unit and checksum trailer.
+const VERSION: u32 = 2;
 
 struct W(Vec<u8>);
 
@@ -54,7 +56,7 @@ struct R<'a> {
 impl<'a> R<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
-            Error::corrupt(self.path, format!("index file truncated at byte {} (wanted {n} more)", self.pos))
+            Error::corrupt_index(self.path, format!("truncated at byte {} (wanted {n} more)", self.pos))
         })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
@@ -83,18 +85,18 @@ impl<'a> R<'a> {
     }
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.u64()?;
-        let n = usize::try_from(n).map_err(|_| Error::corrupt(self.path, "length overflows"))?;
+        let n = usize::try_from(n).map_err(|_| Error::corrupt_index(self.path, "length overflows"))?;
         self.take(n)
     }
     fn string(&mut self) -> Result<String> {
         let b = self.bytes()?;
-        String::from_utf8(b.to_vec()).map_err(|_| Error::corrupt(self.path, "path is not UTF-8"))
+        String::from_utf8(b.to_vec()).map_err(|_| Error::corrupt_index(self.path, "a name is not UTF-8"))
     }
     /// A count of items of at least `min_size` bytes each, checked against what is left.
     fn count(&mut self, min_size: usize) -> Result<usize> {
         let n = self.u32()? as usize;
         if n.saturating_mul(min_size.max(1)) > self.buf.len() - self.pos {
-            return Err(Error::corrupt(self.path, format!("index file claims {n} entries at byte {}", self.pos)));
+            return Err(Error::corrupt_index(self.path, format!("claims {n} entries at byte {}", self.pos)));
         }
         Ok(n)
     }
@@ -113,19 +115,14 @@ fn source_from(code: u8, path: &Path) -> Result<PageSource> {
         0 => PageSource::OffsetIndex,
         1 => PageSource::HeaderScan,
         2 => PageSource::HeaderScanMerged,
-        other => return Err(Error::corrupt(path, format!("unknown page source {other}"))),
+        other => return Err(Error::corrupt_index(path, format!("unknown page source {other}"))),
     })
 }
 
 impl PageIndex {
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
-        // Write beside the target and rename, so a crash never leaves half an index.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        out.write_all(&bytes).map_err(|e| Error::io(&tmp, e))?;
-        out.sync_all().map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+        crate::atomic::write(path, &bytes, "save(path)")
     }
 
     pub fn load(path: &Path) -> Result<PageIndex> {
@@ -148,6 +145,7 @@ impl PageIndex {
                 }
             }
         }
+        w.u8(unit_code(self.int96_unit));
         w.u32(self.files.len() as u32);
         for f in &self.files {
             let abs = std::fs::canonicalize(&f.path).map_err(|e| Error::io(&f.path, e))?;
@@ -187,20 +185,35 @@ impl PageIndex {
                 }
             }
         }
-        Ok(w.0)
+        Ok(crate::checksum::seal(w.0))
     }
 
     /// Rebuild an index from `to_bytes` output; `path` names the source in errors.
     pub fn from_bytes(buf: &[u8], path: &Path) -> Result<PageIndex> {
-        let mut r = R { buf, pos: 0, path };
-        if r.take(8)? != MAGIC {
-            return Err(Error::corrupt(path, "not a youmu index file (bad magic)"));
+        if buf.get(..8) != Some(MAGIC.as_slice()) {
+            let what = if buf.starts_with(b"PAR1") {
+                "this is a Parquet file, not a saved index (build one with PageIndex(paths))"
+            } else {
+                "not a youmu index file (it does not start with YOUMUIDX)"
+            };
+            return Err(Error::corrupt_index(path, what));
         }
+        let version = buf.get(8..12).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        if let Some(version) = version.filter(|&v| v != VERSION)
+            && (1..VERSION).contains(&version)
+        {
+            return Err(Error::Stale {
+                index: path.display().to_string(),
+                detail: format!("written in index format {version}, this youmu reads format {VERSION}: rebuild it"),
+            });
+        }
+        let payload = crate::checksum::unseal(buf).map_err(|why| Error::corrupt_index(path, why))?;
+        let mut r = R { buf: payload, pos: 8, path };
         let version = r.u32()?;
         if version != VERSION {
             return Err(Error::Stale {
                 index: path.display().to_string(),
-                detail: format!("written by index format {version}, this youmu reads {VERSION}: rebuild it"),
+                detail: format!("written in index format {version} by a newer youmu, this one reads {VERSION}"),
             });
         }
         let columns = match r.u8()? {
@@ -210,6 +223,7 @@ impl PageIndex {
                 Some((0..n).map(|_| r.string()).collect::<Result<Vec<_>>>()?)
             }
         };
+        let int96_unit = unit_from(r.u8()?, path)?;
         struct Raw {
             file: String,
             size: u64,
@@ -270,7 +284,14 @@ impl PageIndex {
                         });
                     }
                     let (reader, size, mtime) = open_file(p)?;
-                    crate::file::check_footer_thrift(path, &raw.footer)?;
+                    // what follows checks bytes of the index, not of the data file
+                    let of_index = |e: Error| match e {
+                        Error::Corrupt { path: p, detail } => {
+                            Error::corrupt_index(path, format!("saved tables of {p}: {detail}"))
+                        }
+                        other => other,
+                    };
+                    crate::file::check_footer_thrift(path, &raw.footer).map_err(of_index)?;
                     let md = ParquetMetaDataReader::new()
                         .with_page_index_policy(PageIndexPolicy::Skip)
                         .with_metadata_options(Some(
@@ -279,12 +300,36 @@ impl PageIndex {
                                 .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll),
                         ))
                         .parse_and_finish(&raw.footer)
-                        .map_err(|e| Error::corrupt(path, format!("saved footer of {}: {e}", raw.file)))?;
-                    FileEntry::from_metadata(p, reader, size, mtime, md, cols, Some(raw.tables))
+                        .map_err(|e| Error::corrupt_index(path, format!("saved footer of {}: {e}", raw.file)))?;
+                    FileEntry::from_metadata(p, reader, size, mtime, md, cols, int96_unit, Some(raw.tables))
+                        .map_err(of_index)
                 })
                 .collect()
         });
         let entries = entries.into_iter().map(|r| r.map(std::sync::Arc::new)).collect::<Result<Vec<_>>>()?;
-        PageIndex::from_entries(entries, columns)
+        PageIndex::from_entries(entries, columns, int96_unit)
     }
+}
+
+fn unit_code(u: Option<arrow_schema::TimeUnit>) -> u8 {
+    use arrow_schema::TimeUnit::*;
+    match u {
+        None => 0,
+        Some(Second) => 1,
+        Some(Millisecond) => 2,
+        Some(Microsecond) => 3,
+        Some(Nanosecond) => 4,
+    }
+}
+
+fn unit_from(code: u8, path: &Path) -> Result<Option<arrow_schema::TimeUnit>> {
+    use arrow_schema::TimeUnit::*;
+    Ok(match code {
+        0 => None,
+        1 => Some(Second),
+        2 => Some(Millisecond),
+        3 => Some(Microsecond),
+        4 => Some(Nanosecond),
+        other => return Err(Error::corrupt_index(path, format!("unknown INT96 unit code {other}"))),
+    })
 }

@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::cache::ByteLru;
+use crate::error::{Error, Result};
+use crate::limits::MAX_THREADS;
 
 /// Default bound of the dictionary-page cache (bytes of compressed dictionary pages).
 pub const DEFAULT_DICT_CACHE_BYTES: usize = 256 << 20;
@@ -23,21 +25,29 @@ static CURRENT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 
 fn default_threads() -> usize {
     if let Some(n) = std::env::var("YOUMU_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()) {
-        return n.max(1);
+        return n.clamp(1, MAX_THREADS);
     }
     // Page reads mix pread waits with decode work: a few more threads than cores keeps
     // the disk queue busy without oversubscribing decode much.
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).max(2)
 }
 
+fn build_pool(n: usize) -> std::result::Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+    rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(|i| format!("youmu-io-{i}")).build()
+}
+
 impl Runtime {
-    fn new() -> Self {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(default_threads())
-            .thread_name(|i| format!("youmu-io-{i}"))
-            .build()
-            .expect("failed to start youmu's thread pool");
+    fn with_pool(pool: rayon::ThreadPool) -> Self {
         Runtime { pid: std::process::id(), pool, dict_cache: Mutex::new(ByteLru::new(DEFAULT_DICT_CACHE_BYTES)) }
+    }
+
+    fn new() -> Self {
+        // A process short of threads (a low pid limit) still gets a one-thread pool;
+        // one that cannot start a single thread cannot read pages at all.
+        let pool = build_pool(default_threads()).or_else(|_| build_pool(1)).unwrap_or_else(|e| {
+            panic!("youmu could not start a thread for its page-read pool: {e}") // caught as an error by every caller
+        });
+        Self::with_pool(pool)
     }
 
     pub fn pool(&self) -> &rayon::ThreadPool {
@@ -74,20 +84,22 @@ pub fn runtime() -> &'static Runtime {
     }
 }
 
-/// Replace the current process's pool by one with `n` threads (n = 0: default).
-pub fn set_num_threads(n: usize) {
-    let pid = std::process::id();
-    let mut rt = Runtime::new();
-    if n > 0 {
-        rt.pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("youmu-io-{i}"))
-            .build()
-            .expect("failed to start youmu's thread pool");
+/// Replace the current process's pool by one with `n` threads (n = 0: default), at most
+/// [`MAX_THREADS`]. If the threads cannot be started the current pool stays.
+pub fn set_num_threads(n: usize) -> Result<()> {
+    if n > MAX_THREADS {
+        return Err(Error::InvalidArgument(format!(
+            "set_num_threads(n): n must be between 0 (default) and {MAX_THREADS}, got {n}"
+        )));
     }
-    debug_assert_eq!(rt.pid, pid);
+    let threads = if n == 0 { default_threads() } else { n };
+    let pool = build_pool(threads).map_err(|e| Error::Io {
+        path: "youmu's thread pool".into(),
+        source: std::io::Error::other(format!("starting {threads} threads: {e}")),
+    })?;
     // The old runtime may still be in use by another thread: leak it rather than free it.
-    CURRENT.store(Box::into_raw(Box::new(rt)), Ordering::Release);
+    CURRENT.store(Box::into_raw(Box::new(Runtime::with_pool(pool))), Ordering::Release);
+    Ok(())
 }
 
 /// Optionally pin glibc's mmap threshold so freed page buffers go back to the OS.

@@ -37,6 +37,8 @@ pub struct PageHeader {
     pub num_nulls: Option<i32>,
     /// v2 only: whether the values section is compressed (default true).
     pub is_compressed: Option<bool>,
+    /// CRC32 of the page body as written (after the header), if the writer stored one.
+    pub crc: Option<u32>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -219,6 +221,7 @@ pub fn parse_page_header(buf: &[u8]) -> Result<(PageHeader, usize), ThriftError>
         def_levels_byte_len: None,
         num_nulls: None,
         is_compressed: None,
+        crc: None,
     };
     let (mut seen_type, mut seen_u, mut seen_c) = (false, false, false);
     let mut last = 0i16;
@@ -244,6 +247,11 @@ pub fn parse_page_header(buf: &[u8]) -> Result<(PageHeader, usize), ThriftError>
                 expect(ty, 5, "compressed_page_size")?;
                 h.compressed_size = c.i32()?;
                 seen_c = true;
+            }
+            4 => {
+                expect(ty, 5, "crc")?;
+                // an i32 in Thrift, the 32 bits of the CRC
+                h.crc = Some(c.i32()? as u32);
             }
             5 => {
                 expect(ty, 12, "data_page_header")?;

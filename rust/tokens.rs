@@ -9,9 +9,14 @@
 //! "present", and the values are one copy out of the decompressed page into the Arrow buffer.
 //!
 //! Anything this decoder does not recognise — dictionary pages, nulls or empty lists,
-//! other codecs, an index page that is not whole data pages, a header that does not add up — makes
-//! it return `None`, and the page goes through arrow-rs as before. It never reports
-//! corruption itself: the general path does that with its own checks.
+//! other codecs, an index page that is not whole data pages — makes it return `None`,
+//! and the page goes through arrow-rs as before. A page it does recognise but whose
+//! bytes do not add up is corrupt, and reported as such rather than handed to arrow-rs,
+//! which decodes truncated levels without complaint (shifting rows between pages) where
+//! pyarrow says "Number of decoded rep / def levels do not match num_values in page
+//! header": a page CRC that does not match (when the writer stored one), levels that
+//! end before the header's value count, fewer value bytes than values, rows that do not
+//! match the page index.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,9 +58,13 @@ enum Width {
     I64,
 }
 
+/// What one data page turned out to be.
+type Decoded = Result<Option<()>, String>;
+
 /// Rows `[first, first + n)` of row group `rg`, if they are whole pages of a token
-/// column this decoder handles; `None` otherwise.
-pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<RecordBatch> {
+/// column this decoder handles; `None` otherwise, `Some(Err(why))` if such a page is
+/// corrupt.
+pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<Result<RecordBatch, String>> {
     if !enabled() || f.leaves.len() != 1 || f.fields.len() != 1 || n == 0 {
         return None;
     }
@@ -99,27 +108,32 @@ pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<RecordBa
         }
         let rows = page_end.checked_sub(page.first_row_index as u64)?;
         let bytes = f.reader.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
-        decode_page(&bytes, codec, max_def, chunk_bytes, rows, &mut offsets, &mut values)?;
+        match decode_page(&bytes, codec, max_def, chunk_bytes, rows, &mut offsets, &mut values) {
+            Ok(Some(())) => {}
+            Ok(None) => return None,
+            Err(why) => return Some(Err(format!("data page at byte {} (page {k} of the chunk): {why}", page.offset))),
+        }
         k += 1;
         if page_end == end {
             break;
         }
     }
-    if offsets.len() as u64 != n + 1 {
-        return None;
-    }
-    if *offsets.last()? as usize != values.len() {
-        return None;
+    // by construction; checked because a wrong list array is read out of bounds by pyarrow
+    if offsets.len() as u64 != n + 1 || offsets.last().is_none_or(|&o| o as usize != values.len()) {
+        return Some(Err(format!("{} rows and {} values decoded for {n} rows", offsets.len() - 1, values.len())));
     }
     let array: ArrayRef = match values {
         Values::I32(v) => Arc::new(Int32Array::from(v)),
         Values::I64(v) => Arc::new(Int64Array::from(v)),
     };
     let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-    let list = ListArray::try_new(child.clone(), offsets, array, None).ok()?;
+    let list = match ListArray::try_new(child.clone(), offsets, array, None) {
+        Ok(l) => l,
+        Err(e) => return Some(Err(e.to_string())),
+    };
     let batch = RecordBatch::try_new(Arc::new(Schema::new(vec![field.clone()])), vec![Arc::new(list)]).ok()?;
     FAST_DECODED_PAGES.fetch_add(1, Ordering::Relaxed);
-    Some(batch)
+    Some(Ok(batch))
 }
 
 /// The values decoded so far, typed (one copy out of the decompressed page).
@@ -153,8 +167,8 @@ impl Values {
     }
 }
 
-/// Append one data page's rows: `rows` new offsets and their values. `None` when the
-/// page is not one this decoder handles (or does not add up).
+/// Append one data page's rows: `rows` new offsets and their values. `Ok(None)` when the
+/// page is not one this decoder handles, `Err` when it is but its bytes do not add up.
 fn decode_page(
     bytes: &[u8],
     codec: Compression,
@@ -163,15 +177,33 @@ fn decode_page(
     rows: u64,
     offsets: &mut Vec<i32>,
     values: &mut Values,
-) -> Option<()> {
-    let (h, header_len) = parse_page_header(&bytes[..bytes.len().min(MAX_HEADER_BYTES)]).ok()?;
-    let body = bytes.get(header_len..header_len.checked_add(usize::try_from(h.compressed_size).ok()?)?)?;
-    let uncompressed = usize::try_from(h.uncompressed_size).ok()?;
-    let num_values = usize::try_from(h.num_values).ok()?;
+) -> Decoded {
+    let Ok((h, header_len)) = parse_page_header(&bytes[..bytes.len().min(MAX_HEADER_BYTES)]) else {
+        return Ok(None); // arrow-rs says what is wrong with the header
+    };
+    let (Ok(compressed), Ok(uncompressed), Ok(num_values)) =
+        (usize::try_from(h.compressed_size), usize::try_from(h.uncompressed_size), usize::try_from(h.num_values))
+    else {
+        return Ok(None);
+    };
+    let Some(body) = header_len.checked_add(compressed).and_then(|end| bytes.get(header_len..end)) else {
+        return Err(format!(
+            "its header claims {compressed} bytes but the page location holds {}",
+            bytes.len().saturating_sub(header_len)
+        ));
+    };
+    if let Some(stored) = h.crc {
+        let computed = crc32fast::hash(body);
+        if computed != stored {
+            return Err(format!(
+                "page CRC32 checksum mismatch (stored {stored:08x}, computed {computed:08x}): its bytes changed after they were written"
+            ));
+        }
+    }
     // a page cannot hold more than its column chunk (per the footer); a header that
     // claims more is left to the general path's checks instead of being allocated
     if uncompressed > MAX_PAGE_BYTES || uncompressed > chunk_bytes || h.encoding != Some(ENCODING_PLAIN) {
-        return None;
+        return Ok(None);
     }
     let rep_width = bit_width(1);
     let def_width = bit_width(max_def);
@@ -179,68 +211,92 @@ fn decode_page(
     let (rep, def, vals): (&[u8], &[u8], &[u8]) = match h.page_type {
         PageType::Data => {
             if h.rep_level_encoding != Some(ENCODING_RLE) || h.def_level_encoding != Some(ENCODING_RLE) {
-                return None;
+                return Ok(None);
             }
             owned = decompress(codec, body, uncompressed)?;
             let page: &[u8] = owned.as_deref().unwrap_or(body);
-            let (rep, rest) = length_prefixed(page)?;
-            let (def, vals) = length_prefixed(rest)?;
+            let (rep, rest) = length_prefixed(page).ok_or("repetition levels run past the page")?;
+            let (def, vals) = length_prefixed(rest).ok_or("definition levels run past the page")?;
             (rep, def, vals)
         }
         PageType::DataV2 => {
             if h.num_nulls.unwrap_or(0) != 0 {
-                return None;
+                return Ok(None);
             }
-            let rl = usize::try_from(h.rep_levels_byte_len?).ok()?;
-            let dl = usize::try_from(h.def_levels_byte_len?).ok()?;
-            let levels = rl.checked_add(dl)?;
-            let rep = body.get(..rl)?;
-            let def = body.get(rl..levels)?;
-            let rest = body.get(levels..)?;
-            let vals_len = uncompressed.checked_sub(levels)?;
+            let (Some(rl), Some(dl)) = (h.rep_levels_byte_len, h.def_levels_byte_len) else { return Ok(None) };
+            let (Ok(rl), Ok(dl)) = (usize::try_from(rl), usize::try_from(dl)) else { return Ok(None) };
+            let levels = rl.checked_add(dl).filter(|&l| l <= body.len() && l <= uncompressed);
+            let Some(levels) = levels else { return Err("level lengths exceed the page".into()) };
+            let (rep, def, rest) = (&body[..rl], &body[rl..levels], &body[levels..]);
+            let vals_len = uncompressed - levels;
             owned = if h.is_compressed.unwrap_or(true) { decompress(codec, rest, vals_len)? } else { None };
             (rep, def, owned.as_deref().unwrap_or(rest))
         }
-        _ => return None,
+        _ => return Ok(None),
     };
-    if !all_equal(def, def_width, num_values, max_def as u64)? {
-        return None; // nulls or empty lists: the general path
+    // PLAIN values of a fixed width: exactly one per present level (def == max), as
+    // every writer lays them out; more or fewer bytes mean the levels or the values
+    // were damaged (pyarrow: "list offsets larger than values array")
+    let present = present_levels(def, def_width, num_values, max_def as u64)
+        .map_err(|why| format!("definition levels: {why}"))?;
+    let width = values.width();
+    if vals.len() / width != present {
+        return Err(format!(
+            "its definition levels account for {present} values, its values section holds {} bytes ({} values)",
+            vals.len(),
+            vals.len() / width
+        ));
     }
-    let need = num_values.checked_mul(values.width())?;
-    let vals = vals.get(..need)?;
-    let base = i32::try_from(values.len()).ok()?;
+    if present != num_values {
+        return Ok(None); // nulls or empty lists: the general path
+    }
+    let vals = &vals[..present * width];
+    let Ok(base) = i32::try_from(values.len()) else { return Ok(None) };
+    let Some(end) = i32::try_from(num_values).ok().and_then(|n| base.checked_add(n)) else { return Ok(None) };
     let before = offsets.len();
     // the previous row ends where this page's first row starts: drop its provisional end
     offsets.pop();
-    if !row_starts(rep, rep_width, num_values, base, offsets)? {
-        return None;
+    match row_starts(rep, rep_width, num_values, base, offsets) {
+        Err(why) => return Err(format!("repetition levels: {why}")),
+        Ok(false) => return Ok(None), // continues a row: an index page of several
+        Ok(true) => {}
     }
-    offsets.push(base.checked_add(i32::try_from(num_values).ok()?)?);
-    if (offsets.len() - before) as u64 != rows {
-        return None;
+    offsets.push(end);
+    let got = (offsets.len() - before) as u64;
+    if got != rows {
+        return Err(format!("its repetition levels start {got} rows, the page index says {rows}"));
     }
     values.extend_le(vals);
-    Some(())
+    Ok(Some(()))
 }
 
-/// The decompressed page (`None`: it was not compressed, use the input).
-fn decompress(codec: Compression, input: &[u8], size: usize) -> Option<Option<Vec<u8>>> {
+/// The decompressed page (`Ok(None)`: it was not compressed, use the input).
+fn decompress(codec: Compression, input: &[u8], size: usize) -> Result<Option<Vec<u8>>, String> {
     match codec {
-        Compression::UNCOMPRESSED => Some(None),
+        Compression::UNCOMPRESSED => Ok(None),
         Compression::ZSTD(_) => {
             let mut out = Vec::with_capacity(size);
-            let n = zstd::bulk::Decompressor::new().ok()?.decompress_to_buffer(input, &mut out).ok()?;
-            (n == size).then_some(Some(out))
+            let n = zstd::bulk::Decompressor::new()
+                .and_then(|mut d| d.decompress_to_buffer(input, &mut out))
+                .map_err(|e| format!("zstd: {e}"))?;
+            if n != size {
+                return Err(format!("decompressed to {n} bytes, the header says {size}"));
+            }
+            Ok(Some(out))
         }
         Compression::SNAPPY => {
-            if snap::raw::decompress_len(input).ok()? != size {
-                return None;
+            let claimed = snap::raw::decompress_len(input).map_err(|e| format!("snappy: {e}"))?;
+            if claimed != size {
+                return Err(format!("snappy data holds {claimed} bytes, the header says {size}"));
             }
             let mut out = vec![0u8; size];
-            let n = snap::raw::Decoder::new().decompress(input, &mut out).ok()?;
-            (n == size).then_some(Some(out))
+            let n = snap::raw::Decoder::new().decompress(input, &mut out).map_err(|e| format!("snappy: {e}"))?;
+            if n != size {
+                return Err(format!("decompressed to {n} bytes, the header says {size}"));
+            }
+            Ok(Some(out))
         }
-        _ => None,
+        _ => Err(format!("codec {codec:?} reached the token decoder")),
     }
 }
 
@@ -322,46 +378,63 @@ fn bit_at(data: &[u8], bit: usize, width: u8) -> u64 {
     v
 }
 
-/// Whether all `num_values` levels equal `value`.
-fn all_equal(buf: &[u8], width: u8, num_values: usize, value: u64) -> Option<bool> {
-    for run in runs(buf, width, num_values)? {
+fn levels_short(num_values: usize) -> String {
+    format!("they end before the page header's {num_values} values (or hold a run of length 0)")
+}
+
+/// How many of the `num_values` levels equal `max`; `Err` if the levels end early or
+/// one exceeds `max` (pyarrow: "Malformed levels").
+fn present_levels(buf: &[u8], width: u8, num_values: usize, max: u64) -> Result<usize, String> {
+    let mut present = 0usize;
+    for run in runs(buf, width, num_values).ok_or_else(|| levels_short(num_values))? {
         match run {
-            Run::Repeat { value: v, .. } => {
-                if v != value {
-                    return Some(false);
+            Run::Repeat { value, count } => {
+                if value > max {
+                    return Err(format!("level {value} above the column's maximum {max}"));
                 }
+                present += if value == max { count } else { 0 };
             }
             Run::Packed { data, count } => {
-                if (0..count).any(|i| bit_at(data, i * width as usize, width) != value) {
-                    return Some(false);
+                for i in 0..count {
+                    let v = bit_at(data, i * width as usize, width);
+                    if v > max {
+                        return Err(format!("level {v} above the column's maximum {max}"));
+                    }
+                    present += usize::from(v == max);
                 }
             }
         }
     }
-    Some(true)
+    Ok(present)
 }
 
 /// Push `base + i` for every value `i` whose repetition level is 0 (a row starts);
-/// `Some(false)` if the first value does not start a row.
-fn row_starts(buf: &[u8], width: u8, num_values: usize, base: i32, offsets: &mut Vec<i32>) -> Option<bool> {
+/// `Ok(false)` if the first value does not start a row. The caller checked that
+/// `base + num_values` fits an `i32`. Levels are 0 or 1 (one level of lists).
+fn row_starts(buf: &[u8], width: u8, num_values: usize, base: i32, offsets: &mut Vec<i32>) -> Result<bool, String> {
+    let at = |i: usize| base.wrapping_add(i as i32);
     let mut i = 0usize;
     let mut first = true;
-    for run in runs(buf, width, num_values)? {
+    for run in runs(buf, width, num_values).ok_or_else(|| levels_short(num_values))? {
         match run {
             Run::Repeat { value, count } => {
+                if value > 1 {
+                    return Err(format!("level {value} above the column's maximum 1"));
+                }
                 if first && value != 0 {
-                    return Some(false);
+                    return Ok(false);
                 }
                 if value == 0 {
-                    for j in i..i + count {
-                        offsets.push(base.checked_add(i32::try_from(j).ok()?)?);
-                    }
+                    offsets.extend((i..i + count).map(at));
                 }
                 i += count;
             }
             Run::Packed { data, count } => {
+                if width > 1 && (0..count).any(|j| bit_at(data, j * width as usize, width) > 1) {
+                    return Err("level above the column's maximum 1".into());
+                }
                 if first && bit_at(data, 0, width) != 0 {
-                    return Some(false);
+                    return Ok(false);
                 }
                 if width == 1 {
                     // rows are long: most bytes are all "continue" (0xff); skip them whole
@@ -375,14 +448,14 @@ fn row_starts(buf: &[u8], width: u8, num_values: usize, base: i32, offsets: &mut
                             zeros &= zeros - 1;
                             let j = k * 8 + bit;
                             if j < count {
-                                offsets.push(base.checked_add(i32::try_from(i + j).ok()?)?);
+                                offsets.push(at(i + j));
                             }
                         }
                     }
                 } else {
                     for j in 0..count {
                         if bit_at(data, j * width as usize, width) == 0 {
-                            offsets.push(base.checked_add(i32::try_from(i + j).ok()?)?);
+                            offsets.push(at(i + j));
                         }
                     }
                 }
@@ -391,7 +464,7 @@ fn row_starts(buf: &[u8], width: u8, num_values: usize, base: i32, offsets: &mut
         }
         first = false;
     }
-    Some(true)
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -407,7 +480,7 @@ mod tests {
         // then an RLE run of 4 zeros (4 one-value rows)
         buf.extend_from_slice(&[4 << 1, 0]);
         let mut out = vec![];
-        assert_eq!(row_starts(&buf, 1, 20, 100, &mut out), Some(true));
+        assert_eq!(row_starts(&buf, 1, 20, 100, &mut out), Ok(true));
         assert_eq!(out, vec![100, 103, 109, 116, 117, 118, 119]);
     }
 
@@ -415,19 +488,23 @@ mod tests {
     fn a_page_continuing_a_row_is_refused() {
         let buf = [(1 << 1) | 1, 0xffu8]; // first value continues a row
         let mut out = vec![];
-        assert_eq!(row_starts(&buf, 1, 8, 0, &mut out), Some(false));
+        assert_eq!(row_starts(&buf, 1, 8, 0, &mut out), Ok(false));
     }
 
     #[test]
     fn definition_levels_all_present_or_not() {
-        assert_eq!(all_equal(&[10 << 1, 3], 2, 10, 3), Some(true));
-        assert_eq!(all_equal(&[10 << 1, 1], 2, 10, 3), Some(false));
-        assert_eq!(all_equal(&[10 << 1], 2, 10, 3), None); // truncated
+        assert_eq!(present_levels(&[10 << 1, 3], 2, 10, 3), Ok(10));
+        assert_eq!(present_levels(&[10 << 1, 1], 2, 10, 3), Ok(0));
+        assert!(present_levels(&[10 << 1], 2, 10, 3).is_err()); // truncated
+        assert!(present_levels(&[10 << 1, 7], 3, 10, 3).is_err()); // a level above the maximum
+        assert!(present_levels(&[0, 3, 10 << 1, 3], 2, 10, 3).is_err()); // a run of length 0
     }
 
     #[test]
     fn truncated_levels_are_not_decoded() {
         let mut out = vec![];
-        assert_eq!(row_starts(&[(2 << 1) | 1, 0xfe], 1, 16, 0, &mut out), None);
+        assert!(row_starts(&[(2 << 1) | 1, 0xfe], 1, 16, 0, &mut out).is_err());
+        // a repeated run of level 3 where levels are 0 or 1
+        assert!(row_starts(&[(4 << 1), 0, (4 << 1), 3], 1, 8, 0, &mut out).is_err());
     }
 }

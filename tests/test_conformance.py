@@ -42,22 +42,6 @@ def _same(expected: pa.ChunkedArray, got: pa.ChunkedArray) -> bool:
     return _values_equal(expected.to_pylist(), got.to_pylist())
 
 
-def _int96_out_of_range_rows(path: Path, col: str, expected: pa.ChunkedArray, got: pa.ChunkedArray) -> bool:
-    """INT96 timestamps past year 2262 do not fit int64 nanoseconds: pyarrow and arrow-rs
-    both overflow, differently, so such rows have no right answer at ns. True when the
-    two agree on every row that does fit (checked against pyarrow's millisecond read)."""
-    if not pa.types.is_timestamp(expected.type) or expected.type.unit != "ns":
-        return False
-    coarse = pq.read_table(path, columns=[col], coerce_int96_timestamp_unit="ms").column(0)
-    ms = coarse.cast(pa.int64()).to_pylist()
-    limit = 2**63 // 1_000_000
-    fits = [v is None or -limit < v < limit for v in ms]
-    if all(fits):
-        return False
-    e, g = expected.cast(pa.int64()).to_pylist(), got.cast(pa.int64()).to_pylist()
-    return all(a == b for a, b, ok in zip(e, g, fits) if ok)
-
-
 def _values_equal(a: object, b: object) -> bool:
     """Structural equality where NaN equals NaN (Arrow's equals() says it does not)."""
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
@@ -99,11 +83,48 @@ def test_every_column_matches_pyarrow_or_raises_typed_error(path: Path) -> None:
             got = pa.chunked_array([b.column(0) for b in batches])
         else:
             got = pa.chunked_array([], type=expected.type)
-        if not _same(expected, got) and _int96_out_of_range_rows(path, col, expected, got):
-            RESULTS["matched"].append(key + " (INT96 beyond the nanosecond range excluded)")
-            continue
         assert _same(expected, got), f"{key}: youmu's pages differ from pyarrow's values"
         RESULTS["matched"].append(key)
+
+
+def _int96_columns(path: Path) -> list[str]:
+    try:
+        schema = pq.read_metadata(path).schema
+    except Exception:
+        return []
+    cols = {schema.column(i).path.split(".")[0] for i in range(len(schema)) if schema.column(i).physical_type == "INT96"}
+    return sorted(cols)
+
+
+INT96_FILES = [p for p in FILES if _int96_columns(p)]
+# Julian days past 2^31 (5.8 million years): pyarrow reads the day as unsigned, arrow-rs
+# (like Spark and Impala, which write the type) as signed, so such rows have two answers.
+_SIGNED_DAYS_LIMIT = (2**31 - 2_440_588) * 86_400
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+@pytest.mark.skipif(not INT96_FILES, reason="no INT96 file in the conformance corpus")
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+@pytest.mark.parametrize("path", INT96_FILES, ids=[p.name for p in INT96_FILES])
+def test_int96_columns_equal_pyarrow_in_each_unit_that_holds_them(path: Path, unit: str) -> None:
+    """With ``coerce_int96_timestamp_unit``, youmu reads what pyarrow reads where the
+    value fits the unit, and raises ``ValueOverflowError`` (file, column, row group) where
+    pyarrow returns a wrapped value."""
+    for col in _int96_columns(path):
+        expected = pq.read_table(path, columns=[col], coerce_int96_timestamp_unit=unit).column(0)
+        seconds = pq.read_table(path, columns=[col], coerce_int96_timestamp_unit="s").column(0)
+        seconds = seconds.cast(pa.int64()).to_pylist()
+        limit = 2**63 // _PER_SECOND[unit] - 1
+        same_day = [i for i, v in enumerate(seconds) if v is None or abs(v) < _SIGNED_DAYS_LIMIT]
+        fits = [i for i in same_day if seconds[i] is None or abs(seconds[i]) < limit]
+        idx = youmu.PageIndex(path, columns=[col], coerce_int96_timestamp_unit=unit)
+        got = idx.read_rows(fits).column(0)
+        want = expected.take(pa.array(fits, pa.int64()))
+        assert got.cast(pa.int64()).to_pylist() == want.cast(pa.int64()).to_pylist(), f"{path.name}:{col} {unit}"
+        if len(fits) < len(same_day):
+            with pytest.raises(youmu.ValueOverflowError) as e:
+                idx.read_pages(range(len(idx)))
+            assert str(path) in str(e.value) and f'"{col}"' in str(e.value) and "row group" in str(e.value)
 
 
 def test_zz_report_conformance_counts(capsys: pytest.CaptureFixture[str]) -> None:

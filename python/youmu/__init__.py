@@ -23,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from youmu.errors import (
+    AmbiguousColumnError,
     ArgumentTypeError,
     CapacityError,
     ChannelError,
@@ -36,11 +37,13 @@ from youmu.errors import (
     PlanError,
     ProtocolError,
     RankFailedError,
+    RequestTooLargeError,
     SchemaMismatchError,
     StaleIndexError,
     StateError,
     UnknownNameError,
     UnsupportedError,
+    ValueOverflowError,
     YoumuError,
     YoumuIOError,
     YoumuWarning,
@@ -69,6 +72,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "AmbiguousColumnError",
     "ArgumentTypeError",
     "CapacityError",
     "ChannelError",
@@ -86,6 +90,7 @@ __all__ = [
     "PlanError",
     "ProtocolError",
     "RankFailedError",
+    "RequestTooLargeError",
     "RowDataset",
     "RowStream",
     "SchemaMismatchError",
@@ -93,6 +98,7 @@ __all__ = [
     "StateError",
     "UnknownNameError",
     "UnsupportedError",
+    "ValueOverflowError",
     "YoumuError",
     "YoumuIOError",
     "YoumuWarning",

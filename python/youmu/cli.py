@@ -23,27 +23,30 @@ def _quantiles(values: np.ndarray) -> str:
     return f"min {q[0]:,}  p50 {q[1]:,}  p90 {q[2]:,}  max {q[3]:,}"
 
 
-def inspect_file(path: str, out=sys.stdout) -> int:
+def inspect_file(path: str, out=None) -> int:
     """Print rows, row groups, columns, page-index presence, and per column the page
     count, page size and rows-per-page distribution, codecs and encodings."""
+    out = out or sys.stdout  # looked up per call: sys.stdout may be replaced after import
     import pyarrow.parquet as pq
 
     import youmu
+    from youmu._core import column_pages
 
     try:
+        # every column's pages in one pass over the file (an index per column is
+        # quadratic in the number of columns)
+        columns = column_pages(path)
+    except youmu.YoumuError as e:
+        print(f"{path}: {e}", file=out)
+        return 1
+    try:
         meta = pq.ParquetFile(path).metadata
-    except Exception as e:  # pyarrow cannot parse it: let youmu say what is wrong
-        try:
-            youmu.PageIndex(path)
-        except youmu.YoumuError as ye:
-            print(f"{path}: {ye}", file=out)
-            return 1
+    except Exception as e:  # youmu reads it but pyarrow cannot: say so
         print(f"{path}: pyarrow cannot read the footer: {e}", file=out)
         return 1
     print(f"{path}", file=out)
     print(f"  rows {meta.num_rows:,}  row groups {meta.num_row_groups}  columns {meta.num_columns}  "
           f"created by {meta.created_by}", file=out)
-    names = meta.schema.to_arrow_schema().names
     codecs: dict[str, Counter] = {}
     encodings: dict[str, set] = {}
     has_oi: dict[str, int] = {}
@@ -56,30 +59,26 @@ def inspect_file(path: str, out=sys.stdout) -> int:
             encodings.setdefault(top, set()).update(col.encodings)
             has_oi[top] = has_oi.get(top, 0) + int(col.has_offset_index)
     status = 0
-    for name in names:
+    for info in columns:
+        name = info["name"]
         line = f"  {name}: codec {'/'.join(sorted(codecs.get(name, {})))}; " \
                f"encodings {','.join(sorted(encodings.get(name, set())))}; " \
                f"offset index {'yes' if has_oi.get(name) else 'no'}"
-        try:
-            idx = youmu.PageIndex(path, columns=[name])
-            info = idx.file_info(0)
-            rows = idx.page_num_rows()
-            sizes = idx.page_byte_sizes()
-            how = []
-            if info["row_groups_with_offset_index"]:
-                how.append(f"{info['row_groups_with_offset_index']} rg from OffsetIndex")
-            if info["row_groups_header_scanned"]:
-                how.append(f"{info['row_groups_header_scanned']} rg header-scanned")
-            if info["row_groups_merged_pages"]:
-                how.append(f"{info['row_groups_merged_pages']} rg with pages merged at split rows")
-            print(line, file=out)
-            print(f"      pages {len(idx):,} ({'; '.join(how) or 'no rows'})", file=out)
-            print(f"      page bytes   {_quantiles(sizes)}", file=out)
-            print(f"      rows / page  {_quantiles(rows)}", file=out)
-        except youmu.YoumuError as e:
-            print(line, file=out)
-            print(f"      not readable by youmu: {e}", file=out)
+        print(line, file=out)
+        if "error" in info:
+            print(f"      not readable by youmu: {info['error']}", file=out)
             status = 1
+            continue
+        how = []
+        if info["row_groups_with_offset_index"]:
+            how.append(f"{info['row_groups_with_offset_index']} rg from OffsetIndex")
+        if info["row_groups_header_scanned"]:
+            how.append(f"{info['row_groups_header_scanned']} rg header-scanned")
+        if info["row_groups_merged_pages"]:
+            how.append(f"{info['row_groups_merged_pages']} rg with pages merged at split rows")
+        print(f"      pages {info['num_pages']:,} ({'; '.join(how) or 'no rows'})", file=out)
+        print(f"      page bytes   {_quantiles(info['page_byte_sizes'])}", file=out)
+        print(f"      rows / page  {_quantiles(info['page_num_rows'])}", file=out)
     return status
 
 
@@ -101,7 +100,8 @@ def _progress_bar(total_hint: str):
     return cb, bar.close
 
 
-def build_index(paths: Sequence[str], output: str, columns: Sequence[str] | None, out=sys.stdout) -> int:
+def build_index(paths: Sequence[str], output: str, columns: Sequence[str] | None, out=None) -> int:
+    out = out or sys.stdout
     import youmu
 
     cb, close = _progress_bar("indexing")

@@ -2,8 +2,9 @@
 
 Each kind also inherits the builtin exception users would catch for it
 (``IndexError`` for out-of-range ids, ``ValueError`` for bad arguments and states,
-``TypeError`` for arguments of the wrong type, ``OSError`` for I/O, ``RuntimeError``
-for a loader that fails while running), so ``except ValueError`` keeps working and
+``TypeError`` for arguments of the wrong type, ``MemoryError`` for requests that
+cannot fit, ``OverflowError`` for values that do not fit their type, ``OSError`` for
+I/O, ``RuntimeError`` for a loader that fails while running), so ``except ValueError`` keeps working and
 ``except youmu.YoumuError`` catches everything youmu raises. Messages name the
 argument, file, row group, page or state field at fault.
 
@@ -30,12 +31,15 @@ __all__ = [
     "UnsupportedError",
     "SchemaMismatchError",
     "ColumnNotFoundError",
+    "AmbiguousColumnError",
     "PageOutOfRangeError",
     "StaleIndexError",
     "InvalidArgumentError",
     "ArgumentTypeError",
     "StateError",
     "UnknownNameError",
+    "RequestTooLargeError",
+    "ValueOverflowError",
     "PlanError",
     "CapacityError",
     "LoaderError",
@@ -60,8 +64,8 @@ class YoumuWarning(UserWarning):
 
 # -- files and the page index ------------------------------------------------------------
 class CorruptFileError(YoumuError):
-    """A file is not valid Parquet (or not a valid saved index): truncated, bit-flipped
-    or inconsistent."""
+    """A file is not valid Parquet (or not a valid youmu index file): truncated,
+    bit-flipped or inconsistent."""
 
 
 class UnsupportedError(YoumuError):
@@ -76,12 +80,26 @@ class ColumnNotFoundError(YoumuError, ValueError):
     """A requested column does not exist."""
 
 
+class AmbiguousColumnError(ColumnNotFoundError):
+    """A requested column name matches several top-level columns of a file."""
+
+
 class PageOutOfRangeError(YoumuError, IndexError):
     """A page, row or sample id outside its index."""
 
 
 class StaleIndexError(YoumuError):
     """A saved index no longer matches the files it was built from."""
+
+
+class RequestTooLargeError(YoumuError, MemoryError):
+    """A request whose result cannot fit in the memory available, refused before
+    anything is allocated (like numpy's ``MemoryError`` for an oversized array)."""
+
+
+class ValueOverflowError(YoumuError, OverflowError):
+    """A value in a file does not fit the type it is read as (an INT96 timestamp
+    beyond the range of ``coerce_int96_timestamp_unit``). The file is not corrupt."""
 
 
 class YoumuIOError(YoumuError, OSError):

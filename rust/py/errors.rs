@@ -1,6 +1,7 @@
 //! The one place where core errors become Python exceptions. The exception classes
 //! are defined in Python (`youmu/errors.py`) so they can inherit from both
-//! `YoumuError` and the matching builtin (`IndexError`, `ValueError`, `OSError`).
+//! `YoumuError` and the matching builtin (`IndexError`, `ValueError`, `TypeError`,
+//! `MemoryError`, `OverflowError`, `OSError`).
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -17,7 +18,12 @@ fn class_name(e: &Error) -> &'static str {
         Error::OutOfRange { .. } => "PageOutOfRangeError",
         Error::Stale { .. } => "StaleIndexError",
         Error::InvalidArgument(_) => "InvalidArgumentError",
-        Error::Internal(_) => "YoumuError",
+        Error::ArgumentType(_) => "ArgumentTypeError",
+        Error::TooLarge { .. } => "RequestTooLargeError",
+        Error::Overflow { .. } => "ValueOverflowError",
+        Error::AmbiguousColumn { .. } => "AmbiguousColumnError",
+        Error::CorruptIndex { .. } => "CorruptFileError",
+        Error::Cancelled(_) | Error::Internal(_) => "YoumuError",
     }
 }
 

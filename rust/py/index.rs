@@ -10,9 +10,10 @@ use arrow_pyarrow::ToPyArrow;
 use numpy::PyArray1;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use super::convert::{batches_to_py, ids_from, norm_index, paths_from};
+use super::convert::{batches_to_py, columns_from, ids_from, index_from, paths_from};
 use crate::error::Result;
 use crate::file::PageSource;
 use crate::index::PageIndex;
@@ -30,26 +31,49 @@ pub struct PyPageIndex {
 impl PyPageIndex {
     /// Index the Parquet files under `paths` (file, directory, glob, or a list of these).
     #[new]
-    #[pyo3(signature = (paths, columns=None, progress=None))]
+    #[pyo3(signature = (paths, columns=None, progress=None, coerce_int96_timestamp_unit=None))]
     fn new(
         py: Python<'_>,
         paths: &Bound<'_, PyAny>,
-        columns: Option<Vec<String>>,
+        columns: Option<&Bound<'_, PyAny>>,
         progress: Option<Py<PyAny>>,
+        coerce_int96_timestamp_unit: Option<&str>,
     ) -> PyResult<Self> {
-        let specs = paths_from(paths)?;
-        let idx = super::detach(py, || {
-            let cb = |done: usize, total: usize| {
-                if let Some(p) = &progress {
-                    Python::attach(|py| {
-                        // a failing progress callback must not fail the build
-                        let _ = p.call1(py, (done, total));
-                    });
-                }
+        let specs = paths_from(paths, "PageIndex() argument 'paths'")?;
+        let columns = columns_from(columns, "PageIndex() argument 'columns'")?;
+        let unit = coerce_int96_timestamp_unit.map(crate::int96::parse_unit).transpose()?;
+        let progress = progress.filter(|p| !p.is_none(py));
+        if let Some(p) = &progress
+            && !p.bind(py).is_callable()
+        {
+            return Err(crate::error::Error::ArgumentType(format!(
+                "PageIndex() argument 'progress' must be callable as progress(done, total), got {}",
+                p.bind(py).get_type().name()?
+            ))
+            .into());
+        }
+        // The callback runs on youmu's threads; the first exception it raises (a
+        // KeyboardInterrupt included) stops the build and is raised here as it was.
+        let raised: Mutex<Option<PyErr>> = Mutex::new(None);
+        let built = super::detach(py, || {
+            let cb = |done: usize, total: usize| -> bool {
+                let Some(p) = &progress else { return true };
+                Python::attach(|py| match p.call1(py, (done, total)) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        if let Ok(mut slot) = raised.lock() {
+                            slot.get_or_insert(e);
+                        }
+                        false
+                    }
+                })
             };
-            PageIndex::build(&specs, columns, Some(&cb))
-        })?;
-        Ok(PyPageIndex { inner: Arc::new(idx) })
+            PageIndex::build(&specs, columns, unit, Some(&cb))
+        });
+        if let Some(e) = raised.into_inner().ok().flatten() {
+            return Err(e);
+        }
+        Ok(PyPageIndex { inner: Arc::new(built?) })
     }
 
     /// Load an index written by `save`; raises `StaleIndexError` if a file changed.
@@ -84,7 +108,7 @@ impl PyPageIndex {
     }
 
     #[staticmethod]
-    fn from_bytes(py: Python<'_>, data: Vec<u8>) -> PyResult<Self> {
+    fn from_bytes(py: Python<'_>, data: PyBackedBytes) -> PyResult<Self> {
         let idx = super::detach(py, move || PageIndex::from_bytes(&data, std::path::Path::new("<pickled index>")))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
@@ -119,6 +143,13 @@ impl PyPageIndex {
         self.inner.columns()
     }
 
+    /// The `coerce_int96_timestamp_unit` the index reads with (`None`: as each file's
+    /// Arrow schema says, else "ns").
+    #[getter]
+    fn coerce_int96_timestamp_unit(&self) -> Option<&'static str> {
+        self.inner.int96_unit().map(crate::int96::unit_name)
+    }
+
     /// The projected schema (a `pyarrow.Schema`).
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -132,8 +163,8 @@ impl PyPageIndex {
     }
 
     /// `{"file", "row_group", "page", "first_row", "num_rows", "global_first_row"}` of page `i`.
-    fn page_info<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
-        let id = norm_index(i, self.inner.len(), "page")?;
+    fn page_info<'py>(&self, py: Python<'py>, i: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+        let id = index_from(i, self.inner.len(), "page", "page_info() argument 'i'")?;
         let u = self.inner.page_info(id)?;
         let d = PyDict::new(py);
         d.set_item("file", self.inner.file(u.file).path.display().to_string())?;
@@ -173,7 +204,7 @@ impl PyPageIndex {
 
     /// For global rows, the page holding each and the offset within that page.
     fn locate_rows<'py>(&self, py: Python<'py>, rows: &Bound<'py, PyAny>) -> PyResult<ArrayPair<'py>> {
-        let rows = ids_from(rows, self.inner.num_rows(), "row")?;
+        let rows = ids_from(rows, self.inner.num_rows(), "row", "locate_rows() argument 'rows'", 24)?;
         let inner = self.inner.clone();
         let (pages, offs): (Vec<i64>, Vec<i64>) = super::detach(py, move || -> Result<_> {
             let mut p = Vec::with_capacity(rows.len());
@@ -189,8 +220,8 @@ impl PyPageIndex {
     }
 
     /// Page `i` as a `pyarrow.RecordBatch` of exactly its rows.
-    fn read_page<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
-        let id = norm_index(i, self.inner.len(), "page")?;
+    fn read_page<'py>(&self, py: Python<'py>, i: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let id = index_from(i, self.inner.len(), "page", "read_page() argument 'i'")?;
         let inner = self.inner.clone();
         let b = super::detach(py, move || inner.read_page(id))?;
         b.to_pyarrow(py)
@@ -198,7 +229,7 @@ impl PyPageIndex {
 
     /// Many pages, read and decoded in parallel with the GIL released; list in `ids` order.
     fn read_pages<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-        let ids = ids_from(ids, self.inner.len(), "page")?;
+        let ids = ids_from(ids, self.inner.len(), "page", "read_pages() argument 'ids'", 8)?;
         let inner = self.inner.clone();
         let batches = super::detach(py, move || inner.read_pages(&ids))?;
         batches_to_py(py, batches)
@@ -206,7 +237,8 @@ impl PyPageIndex {
 
     /// Start reading pages in the background; `.result()` returns what `read_pages` would.
     fn prefetch(&self, ids: &Bound<'_, PyAny>) -> PyResult<PendingPages> {
-        let ids = ids_from(ids, self.inner.len(), "page")?;
+        let ids = ids_from(ids, self.inner.len(), "page", "prefetch() argument 'ids'", 8)?;
+        self.inner.check_pages_fit(&ids, "prefetch")?;
         let inner = self.inner.clone();
         let (tx, rx) = sync_channel(1);
         runtime().pool().spawn(move || {
@@ -218,7 +250,7 @@ impl PyPageIndex {
     /// Rows by global row id (in the given order) as one RecordBatch; each row is read
     /// with a one-row selection inside its page (no page-sized decode).
     fn read_rows<'py>(&self, py: Python<'py>, rows: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let rows = ids_from(rows, self.inner.num_rows(), "row")?;
+        let rows = ids_from(rows, self.inner.num_rows(), "row", "read_rows() argument 'rows'", 8)?;
         let inner = self.inner.clone();
         let b = super::detach(py, move || inner.read_rows(&rows))?;
         b.to_pyarrow(py)
@@ -233,8 +265,11 @@ impl PyPageIndex {
         ids: &Bound<'py, PyAny>,
         take: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let ids = ids_from(ids, self.inner.len(), "page")?;
-        let take = take.map(|t| ids_from(t, u64::MAX, "row")).transpose()?;
+        let ids = ids_from(ids, self.inner.len(), "page", "read_window() argument 'ids'", 8)?;
+        let take = take
+            .filter(|t| !t.is_none())
+            .map(|t| ids_from(t, u64::MAX, "window row", "read_window() argument 'take'", 16))
+            .transpose()?;
         let inner = self.inner.clone();
         let b = super::detach(py, move || inner.read_window(&ids, take.as_deref()))?;
         b.to_pyarrow(py)
@@ -243,8 +278,12 @@ impl PyPageIndex {
     /// `read_window` in the background; `.result()` returns `[batch]`.
     #[pyo3(signature = (ids, take=None))]
     fn prefetch_window(&self, ids: &Bound<'_, PyAny>, take: Option<&Bound<'_, PyAny>>) -> PyResult<PendingPages> {
-        let ids = ids_from(ids, self.inner.len(), "page")?;
-        let take = take.map(|t| ids_from(t, u64::MAX, "row")).transpose()?;
+        let ids = ids_from(ids, self.inner.len(), "page", "prefetch_window() argument 'ids'", 8)?;
+        let take = take
+            .filter(|t| !t.is_none())
+            .map(|t| ids_from(t, u64::MAX, "window row", "prefetch_window() argument 'take'", 16))
+            .transpose()?;
+        self.inner.check_window_fits(&ids, take.as_deref())?;
         let inner = self.inner.clone();
         let (tx, rx) = sync_channel(1);
         runtime().pool().spawn(move || {
@@ -254,16 +293,9 @@ impl PyPageIndex {
     }
 
     /// Per-file details for `youmu inspect`.
-    fn file_info<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyDict>> {
-        if i >= self.inner.num_files() {
-            return Err(crate::error::Error::OutOfRange {
-                what: "file",
-                id: i as i128,
-                len: self.inner.num_files() as u64,
-            }
-            .into());
-        }
-        let f = self.inner.file(i);
+    fn file_info<'py>(&self, py: Python<'py>, i: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+        let i = index_from(i, self.inner.num_files() as u64, "file", "file_info() argument 'i'")?;
+        let f = self.inner.file(i as usize);
         let d = PyDict::new(py);
         d.set_item("path", f.path.display().to_string())?;
         d.set_item("size", f.size)?;

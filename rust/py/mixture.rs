@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use rayon::prelude::*;
 
-use super::convert::{ids_from, norm_index};
+use super::convert::{ids_from, index_from};
 use crate::mixture::{FlatMap, MixtureMap, Policy, purpose_code};
 use crate::permute::derive_key;
 use crate::runtime::runtime;
@@ -101,14 +101,14 @@ impl PyFlatMap {
     }
 
     /// `(child number, index in child)` of global index `i` (negative counts from the end).
-    fn locate(&self, i: i64) -> PyResult<(usize, u64)> {
-        let i = norm_index(i, self.inner.len(), "index")?;
+    fn locate(&self, i: &Bound<'_, PyAny>) -> PyResult<(usize, u64)> {
+        let i = index_from(i, self.inner.len(), "index", "locate() argument 'i'")?;
         Ok(self.inner.locate_unchecked(i))
     }
 
     /// `locate` for every index of an integer array: `(children, indices)` as int64 arrays.
     fn locate_many<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<(I64Array<'py>, I64Array<'py>)> {
-        let ids = ids_from(idx, self.inner.len(), "index")?;
+        let ids = ids_from(idx, self.inner.len(), "index", "locate_many() argument 'idx'", 24)?;
         let map = &self.inner;
         let (c, l) = py.detach(|| {
             fill2(&ids, |i| {
@@ -229,8 +229,8 @@ impl PyMixtureMap {
     }
 
     /// `(child number, index in child, pass)` of global index `i`.
-    fn locate(&self, i: i64) -> PyResult<(u32, u64, u64)> {
-        let i = norm_index(i, self.inner.len(), "index")?;
+    fn locate(&self, i: &Bound<'_, PyAny>) -> PyResult<(u32, u64, u64)> {
+        let i = index_from(i, self.inner.len(), "index", "locate() argument 'i'")?;
         let l = self.inner.locate_unchecked(i);
         Ok((l.child, l.index, l.pass))
     }
@@ -241,7 +241,7 @@ impl PyMixtureMap {
         py: Python<'py>,
         idx: &Bound<'py, PyAny>,
     ) -> PyResult<(I64Array<'py>, I64Array<'py>, I64Array<'py>)> {
-        let ids = ids_from(idx, self.inner.len(), "index")?;
+        let ids = ids_from(idx, self.inner.len(), "index", "locate_many() argument 'idx'", 32)?;
         let map = &self.inner;
         let (c, x, p) = py.detach(|| {
             fill3_chunks(&ids, |ids, c, x, p| {
@@ -254,7 +254,7 @@ impl PyMixtureMap {
     /// `(children, draw numbers)`: index `i` is draw number `k` (0-based, over all
     /// passes) of its child. Pass = `k // len(child)`.
     fn samples_many<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<(I64Array<'py>, I64Array<'py>)> {
-        let ids = ids_from(idx, self.inner.len(), "index")?;
+        let ids = ids_from(idx, self.inner.len(), "index", "samples_many() argument 'idx'", 24)?;
         let map = &self.inner;
         let (c, k) = py.detach(|| {
             fill2(&ids, |i| {

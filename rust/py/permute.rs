@@ -5,7 +5,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rayon::prelude::*;
 
-use super::convert::{ids_from, norm_index};
+use super::convert::{ids_from, index_from};
 use crate::permute::{Permutation, derive_key};
 use crate::runtime::runtime;
 
@@ -45,15 +45,32 @@ fn run_many(perm: &Permutation, ids: Vec<u64>, inverse: bool) -> Vec<i64> {
     }
 }
 
+/// `perm[start..stop]` without an index vector; the output is checked against the
+/// memory available before it is allocated.
+fn run_range(perm: &Permutation, start: u64, stop: u64) -> crate::error::Result<Vec<i64>> {
+    let n = usize::try_from(stop - start).map_err(|_| crate::error::Error::TooLarge {
+        what: format!("Permutation.range({start}, {stop})"),
+        bytes: (stop - start) as u128 * 8,
+        available: crate::limits::available_memory(),
+    })?;
+    let mut out = crate::limits::vec_with_capacity::<i64>(n, || format!("Permutation.range({start}, {stop})"))?;
+    if n < PARALLEL_MIN {
+        out.extend((start..stop).map(|i| perm.apply(i) as i64));
+    } else {
+        runtime()
+            .pool()
+            .install(|| (0..n).into_par_iter().map(|k| perm.apply(start + k as u64) as i64).collect_into_vec(&mut out));
+    }
+    Ok(out)
+}
+
 #[pymethods]
 impl PyPermutation {
     /// A permutation of `range(n)` keyed by (seed, epoch, purpose).
     #[new]
     #[pyo3(signature = (n, seed=0, epoch=0, purpose=None))]
     fn new(n: u64, seed: u64, epoch: u64, purpose: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        if n > i64::MAX as u64 {
-            return Err(PyValueError::new_err("n must fit in int64"));
-        }
+        check_len(n)?;
         let p = match purpose {
             None => 0,
             Some(p) => purpose_code(p)?,
@@ -66,18 +83,18 @@ impl PyPermutation {
         self.inner.len() as usize
     }
 
-    fn __getitem__(&self, i: i64) -> PyResult<u64> {
-        Ok(self.inner.apply(norm_index(i, self.inner.len(), "position")?))
+    fn __getitem__(&self, i: &Bound<'_, PyAny>) -> PyResult<u64> {
+        Ok(self.inner.apply(index_from(i, self.inner.len(), "position", "Permutation index")?))
     }
 
     /// The position of element `x`.
-    fn inverse(&self, x: i64) -> PyResult<u64> {
-        Ok(self.inner.inverse(norm_index(x, self.inner.len(), "element")?))
+    fn inverse(&self, x: &Bound<'_, PyAny>) -> PyResult<u64> {
+        Ok(self.inner.inverse(index_from(x, self.inner.len(), "element", "inverse() argument 'x'")?))
     }
 
     /// `perm[i]` for every i of an integer array (numpy int64 out).
     fn take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let ids = ids_from(idx, self.inner.len(), "position")?;
+        let ids = ids_from(idx, self.inner.len(), "position", "take() argument 'idx'", 16)?;
         let perm = self.inner;
         let out = py.detach(move || run_many(&perm, ids, false));
         Ok(PyArray1::from_vec(py, out))
@@ -85,7 +102,7 @@ impl PyPermutation {
 
     /// `inverse(x)` for every x of an integer array.
     fn inverse_take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let ids = ids_from(idx, self.inner.len(), "element")?;
+        let ids = ids_from(idx, self.inner.len(), "element", "inverse_take() argument 'idx'", 16)?;
         let perm = self.inner;
         let out = py.detach(move || run_many(&perm, ids, true));
         Ok(PyArray1::from_vec(py, out))
@@ -95,9 +112,8 @@ impl PyPermutation {
     #[pyo3(signature = (start=0, stop=None))]
     fn range<'py>(&self, py: Python<'py>, start: u64, stop: Option<u64>) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let stop = stop.unwrap_or(self.inner.len()).min(self.inner.len());
-        let ids: Vec<u64> = (start.min(stop)..stop).collect();
         let perm = self.inner;
-        let out = py.detach(move || run_many(&perm, ids, false));
+        let out = super::detach(py, move || run_range(&perm, start.min(stop), stop))?;
         Ok(PyArray1::from_vec(py, out))
     }
 
@@ -116,6 +132,15 @@ impl PyPermutation {
 }
 
 #[pyfunction]
-pub fn _permutation_from_key(n: u64, seed: u64, epoch: u64, key: u64) -> PyPermutation {
-    PyPermutation { inner: Permutation::new(n, key), seed, epoch, key }
+pub fn _permutation_from_key(n: u64, seed: u64, epoch: u64, key: u64) -> PyResult<PyPermutation> {
+    check_len(n)?;
+    Ok(PyPermutation { inner: Permutation::new(n, key), seed, epoch, key })
+}
+
+/// Positions and elements are handed to Python as int64.
+fn check_len(n: u64) -> PyResult<()> {
+    if n > i64::MAX as u64 {
+        return Err(PyValueError::new_err(format!("Permutation(n): n must be below 2**63, got {n}")));
+    }
+    Ok(())
 }
