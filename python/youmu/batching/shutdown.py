@@ -2,13 +2,20 @@
 
 Every epoch that starts an aligner thread registers here. At exit, :func:`drain_at_exit`
 (an ``atexit`` hook) gives the live epochs a bounded chance to finish, closes what is
-left, and parks any thread still waiting on a peer.
+left, and then makes sure that no thread of theirs is still running when the
+interpreter finalises.
 
-Why the last part matters: a daemon thread that returns from a collective while the
-interpreter is finalising is killed as it re-acquires the GIL, inside a C++
-``noexcept`` frame, and the process aborts with "terminate called without an active
-exception". Aligners still waiting on a peer are parked for good
-(:func:`~youmu.dist.abandon_collectives`).
+Why the last part matters: a daemon thread that returns from a native call which
+released the GIL (a torch op, a Gloo call, a tokenizer) while the interpreter is
+finalising is killed as it re-acquires the GIL, inside a C++ ``noexcept`` frame, and
+the process aborts with "terminate called without an active exception". Such windows
+are short, but a thread that the operating system does not schedule for a few seconds
+(a loaded machine) can sit in one for as long as it is not scheduled. So the hook does
+not return while a thread is merely *running*: each aligner must have ended or be
+parked inside a collective (:func:`~youmu.dist.abandon_collectives`), where it waits
+in Python for good; each fetcher thread must have ended. Only a thread that does not
+get there within :data:`SETTLE_LIMIT_S` (user code that hangs) is left behind, with a
+warning.
 
 Example:
     >>> drain_at_exit()          # nothing live: returns at once
@@ -25,12 +32,14 @@ from typing import Protocol
 
 from youmu.dist.channel import abandon_collectives
 
-__all__ = ["ExitParticipant", "register", "drain_at_exit"]
+__all__ = ["ExitParticipant", "register", "drain_at_exit", "SETTLE_LIMIT_S"]
 
 log = logging.getLogger("youmu.batching")
 
-# How long the exit hook waits for abandoned collectives to park (they poll every <= 2 ms).
-_PARK_WAIT_S = 2.0
+#: The longest the hook waits for threads still running local code (a collate, a
+#: source read, a thread the OS has not scheduled) to end or park, after their peers
+#: were given up on.
+SETTLE_LIMIT_S = 60.0
 # How often the hook looks at threads it waits for.
 _POLL_S = 0.01
 
@@ -58,6 +67,9 @@ class ExitParticipant(Protocol):
         """Close at the next round, even in join mode's tail."""
         ...
 
+    def stop_fetching(self) -> threading.Thread | None:
+        """Ask the fetcher thread to end at its next item; the thread (None if none)."""
+        ...
 
 
 _LIVE: "weakref.WeakSet[ExitParticipant]" = weakref.WeakSet()
@@ -90,8 +102,10 @@ def drain_at_exit() -> None:
     2. Close whatever still runs (an abandoned loop, a tail that outlived step 1); the
        peers learn it at the next round and raise ``PeerClosedError`` if they wanted
        more, instead of seeing a connection reset.
-    3. Park aligners still blocked on a peer that does not answer, so none returns from
-       a collective into the finalising interpreter (a C++ abort).
+    3. Give up on peers that do not answer: abandon the collectives, so an aligner
+       waiting on one parks instead of returning into the finalising interpreter.
+    4. Wait until every aligner has ended or parked and every fetcher has ended (see
+       the module doc), up to :data:`SETTLE_LIMIT_S`.
     """
     try:
         live = [e for e in list(_LIVE) if e.aligner_thread.is_alive()]
@@ -109,12 +123,22 @@ def drain_at_exit() -> None:
             stuck = [e for e in running if e.aligner_thread.is_alive()]
             if stuck:
                 abandon_collectives()
-                deadline = time.monotonic() + _PARK_WAIT_S
-                while time.monotonic() < deadline and not all(_settled(e) for e in stuck):
-                    time.sleep(_POLL_S)
                 log.warning(
                     "youmu.batching: at exit, %d loader iteration(s) still waited for peers and were abandoned",
                     len(stuck),
                 )
+        _settle([e for e in list(_LIVE)])
     except Exception:  # noqa: BLE001 - never fail interpreter shutdown
         pass
+
+
+def _settle(epochs: list[ExitParticipant]) -> None:
+    """Step 4: no thread of ours may still be running when the interpreter finalises."""
+    deadline = time.monotonic() + SETTLE_LIMIT_S
+    fetchers = [t for t in (e.stop_fetching() for e in epochs) if t is not None]
+    while time.monotonic() < deadline:
+        if all(_settled(e) for e in epochs) and not any(t.is_alive() for t in fetchers):
+            return
+        time.sleep(_POLL_S)
+    left = [t.name for t in fetchers if t.is_alive()] + [e.aligner_thread.name for e in epochs if not _settled(e)]
+    log.warning("youmu.batching: at exit, thread(s) %s did not stop within %.0fs", left, SETTLE_LIMIT_S)
