@@ -1,11 +1,11 @@
-"""Online dynamic batching (issue 5): batch shape, alignment cost, exchanged bytes.
+"""Online dynamic batching (ODB): batch shape, alignment cost, exchanged bytes.
 
 One run, three phases:
 
 1. **Batch shape** (W=4, real DynamicBatchLoader over Gloo in spawned ranks, buffer
-   1024): the ShareGPT4o length proxy (notes A5: log-normal(ln 977, 0.934) truncated to
-   [16, 12110], N=54,424) at L_max 12288 and 4096, against fixed random batches
-   ("Standard") of 1, 2, 4, 8 samples per rank. The W=8 figure (the paper's setting) comes
+   1024): the ShareGPT4o length proxy (log-normal(ln 977, 0.934) truncated to
+   [16, 12110], N=54,424, fitted to ODB, Table 10) at L_max 12288 and 4096, against fixed random batches
+   ("Standard") of 1, 2, 4, 8 samples per rank. The W=8 figure (ODB's setting) comes
    from the pure simulation, which the test suite shows to equal the real loader batch for
    batch.
 2. **Alignment cost**: per-round exchange + alignment time in the same W=4 runs, and its
@@ -15,6 +15,7 @@ One run, three phases:
    against ``(2 + 2*buffer) * W * 8``.
 
     python benches/bench_odb.py               # ~2 minutes on 2 cores
+    python benches/bench_odb.py --quick       # 8,192 samples, 20 timed steps, no W=8 run (~30 s)
     python benches/bench_odb.py --json out.json
 """
 
@@ -34,14 +35,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from youmu.batching.alignment import message_bytes  # noqa: E402
-from youmu.batching.simulate import fixed_batch_padding, simulate  # noqa: E402
+from youmu.batching.simulation import fixed_batch_padding, simulate  # noqa: E402
 from youmu.batching.synthetic import proxy_lengths  # noqa: E402
 
-PAPER = {  # ShareGPT4o, ODB rows of Tables 13/14 (W=8): samples/update, padding %
+PAPER = {  # ShareGPT4o, ODB rows of ODB, Tables 13/14 (W=8): samples/update, padding %
     12288: (52.82, 0.9),
     4096: (20.01, 0.4),
 }
-NOTES_A5 = {12288: (53.6, 1.22), 4096: (19.1, 0.31)}  # notes' simulation of the same proxy
+INDEPENDENT = {12288: (53.6, 1.22), 4096: (19.1, 0.31)}  # an independent simulation of the same proxy
 
 
 class Lengths:
@@ -146,11 +147,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--buffer", type=int, default=1024)
     ap.add_argument("--sleep-steps", type=int, default=60, help="steps with a simulated 100 ms training step")
+    ap.add_argument("--quick", action="store_true",
+                    help="8,192 samples of the proxy, 20 simulated training steps, no W=8 real-loader run")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    report: dict[str, Any] = {"buffer": args.buffer, "cpus": os.cpu_count()}
-    lengths = proxy_lengths("sharegpt4o")
+    if args.quick:
+        args.sleep_steps = min(args.sleep_steps, 20)
+    n = 8192 if args.quick else None
+    report: dict[str, Any] = {"buffer": args.buffer, "cpus": os.cpu_count(), "quick": args.quick}
+    lengths = proxy_lengths("sharegpt4o", n)
     N = len(lengths)
     print(f"ShareGPT4o proxy: N={N}, mean {statistics.mean(lengths):.0f}, median {statistics.median(lengths):.0f}, "
           f"max {max(lengths)}, CV {statistics.pstdev(lengths) / statistics.mean(lengths):.2f}")
@@ -159,7 +165,8 @@ def main() -> None:
     W = 4
     budgets = [12288, 4096]
     t0 = time.perf_counter()
-    per_rank = _world(W, {"budgets": budgets, "buffer": args.buffer, "sleep_steps": args.sleep_steps, "step_s": 0.1})
+    per_rank = _world(W, {"budgets": budgets, "buffer": args.buffer, "sleep_steps": args.sleep_steps, "step_s": 0.1,
+                          "n": n})
     print(f"\n[W=4 real loader, buffer {args.buffer}] ({time.perf_counter() - t0:.0f}s)")
     print("| method | L_max / bs | samples/update (global) | samples/step/rank | padding | rounds | steps/round | "
           "grouping+alignment ms/round | all_gather ms | share of a 100 ms step | trainer data wait during 100 ms steps |")
@@ -193,21 +200,25 @@ def main() -> None:
         report.setdefault("standard", {})[bs] = dict(samples_per_update=bs * W, padding=pad)
         print(f"| Standard | bs={bs} | {bs * W} | {bs} | {100 * pad:.2f}% | | | | | | |")
 
-    # -- W=8, the paper's setting, via the simulation (batch-for-batch equal to the loader) --------
-    print(f"\n[W=8 simulation, buffer {args.buffer}] vs paper (Tables 13/14) and the notes' own model (A5)")
-    print("| L_max | samples/update | paper | diff | notes A5 | padding | paper | notes A5 |")
+    # -- W=8, ODB's setting, via the simulation (batch-for-batch equal to the loader) --------
+    print(f"\n[W=8 simulation, buffer {args.buffer}] vs ODB, Tables 13/14 and an independent model of the proxy")
+    print("| L_max | samples/update | ODB | diff | independent | padding | ODB | independent |")
     print("|---|---|---|---|---|---|---|---|")
     report["odb_w8_sim"] = {}
     for budget in budgets:
         res = simulate(lengths, 8, budget, args.buffer)
         spu, pad = res.samples_per_step, res.padding_ratio
         p_spu, p_pad = PAPER[budget]
-        n_spu, n_pad = NOTES_A5[budget]
+        n_spu, n_pad = INDEPENDENT[budget]
         report["odb_w8_sim"][budget] = dict(samples_per_update=spu, padding=pad)
         print(f"| {budget} | {spu:.2f} | {p_spu} | {100 * (spu - p_spu) / p_spu:+.1f}% | {n_spu} | {100 * pad:.2f}% | "
               f"{p_pad}% | {n_pad}% |")
 
     # -- 3: exchanged bytes at W=8 -------------------------------------------------------------------
+    if args.quick:
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1, default=str))
+        return
     t0 = time.perf_counter()
     per_rank8 = _world(8, {"budgets": [12288], "buffer": args.buffer, "sleep_steps": 0, "step_s": 0.0,
                            "n": 8 * 3 * args.buffer})

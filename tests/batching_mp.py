@@ -380,9 +380,11 @@ def exit_case_main(argv: list[str]) -> None:
       broke out, exits while its last collective still waits for rank 0; rank 0 wants
       the whole epoch and fails at its next exchange.
 
-    Prints ``STEPS <n>`` when the loop ends; errors propagate (non-zero exit code).
+    Prints ``STEPS <n>`` when the loop ends; errors propagate (non-zero exit code);
+    ``UNSETTLED ...`` if the exit hook returned while a loader thread still ran.
     """
     rank, world, port, case = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    watch = _watch_exit()
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=TIMEOUT),
@@ -395,6 +397,7 @@ def exit_case_main(argv: list[str]) -> None:
     elif case == "stuck-peer":
         cfg.update(timeout=60)
     loader = make_loader(rank, world, cfg)
+    watch.channel = loader.channel
     if case == "stuck-peer" and rank == 0:
         calls = [0]
 
@@ -413,6 +416,111 @@ def exit_case_main(argv: list[str]) -> None:
         # in stuck-peer, rank 0 wants the whole epoch: its next exchange after the hang
         # finds rank 1 gone
         if steps == 4 and (case.startswith("break") or (case == "stuck-peer" and rank == 1)):
+            break
+    print(f"STEPS {steps}", flush=True)
+
+
+class _ExitWatch:
+    """Reports, at interpreter exit, youmu threads that are still running (neither ended
+    nor parked in a collective) once the loader's exit hook has returned.
+
+    ``report`` runs as an ``atexit`` function registered before the loader's hook, so it
+    runs after it. ``__del__`` runs during module teardown, when the interpreter is
+    already finalising: it waits (releasing the GIL) while such a thread runs, the way
+    a slow teardown or a loaded machine gives one time to return from native code into
+    the finalising interpreter, which aborts the process.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self.channel: Any = None
+        self._threads = threading.enumerate
+        self._sleep = time.sleep
+        self._monotonic = time.monotonic
+
+    def running(self) -> list[str]:
+        parked = self.channel is not None and self.channel.parked.is_set()
+        return [
+            t.name for t in self._threads()
+            if t.is_alive() and (t.name.startswith("youmu-fetcher") or (t.name.startswith("youmu-aligner") and not parked))
+        ]
+
+    def report(self) -> None:
+        left = self.running()
+        if left:
+            print(f"UNSETTLED at exit: {left}", flush=True)
+
+    def __del__(self) -> None:
+        deadline = self._monotonic() + 15
+        while self.running() and self._monotonic() < deadline:
+            self._sleep(0.05)
+
+
+_EXIT_WATCH: Any = None
+
+
+def _report_at_exit() -> None:
+    # a module function, so that the watch itself is dropped with this module's globals
+    # (during the interpreter's module teardown), not kept alive by the atexit registry
+    if _EXIT_WATCH is not None:
+        _EXIT_WATCH.report()
+
+
+def _watch_exit() -> _ExitWatch:
+    """Install the :class:`_ExitWatch` of this process (before any loader exists)."""
+    import atexit
+
+    global _EXIT_WATCH
+    _EXIT_WATCH = _ExitWatch()
+    atexit.register(_report_at_exit)  # before the loader registers its hook: runs after it
+    return _EXIT_WATCH
+
+
+def busy_exit_main(argv: list[str]) -> None:
+    """``rank world port``: rank 1 breaks out after 4 steps while its aligner is inside an
+    8 s native call (a ``collate_fn`` waiting in C++ with the GIL released, as a tokenizer
+    or a torch op on a starved CPU may), and its interpreter exits without ``close()``.
+
+    The exit hook must not return while that thread runs: it has to wait until the
+    thread ends (or parks in a collective). Prints ``STEPS <n>``; ``UNSETTLED ...`` if
+    the hook returned early (then module teardown usually aborts the process with
+    "terminate called without an active exception").
+    """
+    import threading
+
+    rank, world, port = int(argv[0]), int(argv[1]), int(argv[2])
+    watch = _watch_exit()
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=TIMEOUT),
+    )
+    # rank 1 gives up on its peer after a 3 s close round at exit; rank 0 (which hosts the
+    # store rank 1's collate waits on) waits for rank 1 as long as it needs
+    loader = make_loader(rank, world, dict(dist="uniform-wide", timeout=3 if rank == 1 else 60))
+    watch.channel = loader.channel
+    started = threading.Event()
+    if rank == 1:
+        store = dist.TCPStore("127.0.0.1", port, world, False, timeout=datetime.timedelta(seconds=30),
+                              wait_for_workers=False)
+        calls = [0]
+
+        def slow_collate(samples: list[dict[str, int]]) -> list[int]:
+            calls[0] += 1
+            if calls[0] == 6:
+                started.set()
+                try:
+                    store.wait(["youmu-test-never-set"], datetime.timedelta(seconds=8))
+                except Exception:  # noqa: BLE001 - the wait times out by design
+                    pass
+            return collate_ids(samples)
+
+        loader.collate_fn = slow_collate
+    steps = 0
+    for _ in loader:
+        steps += 1
+        if rank == 1 and steps == 4:
+            assert started.wait(60), "collate call 6 never started"
             break
     print(f"STEPS {steps}", flush=True)
 

@@ -1,4 +1,4 @@
-"""Pure tests of Eq. 3 / Alg. 1 alignment and the round plan (notes §7 A3, A4, A9)."""
+"""Pure tests of the alignment (ODB, Eq. 3, Alg. 1) and the round plan."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Multi-process invariants of DynamicBatchLoader over Gloo on 127.0.0.1 (notes §7 group B).
+"""Multi-process invariants of DynamicBatchLoader over Gloo on 127.0.0.1 (test group B).
 
 Each world size runs the whole configuration matrix once (six synthetic length
 distributions x {join, non-join} x {map-style, iterable with uneven ranks incl. an
@@ -20,7 +20,7 @@ import pytest
 
 from batching_mp import matrix_scenario, run_world, token_counts, uneven_layout
 from youmu.batching.sampling import sampler_quota
-from youmu.batching.simulate import simulate
+from youmu.batching.simulation import simulate
 from youmu.batching.synthetic import AUDIT_DISTRIBUTIONS, synthetic_lengths
 
 N = 1000

@@ -22,6 +22,7 @@ from youmu.batching import (
     simulate,
 )
 from youmu.batching.synthetic import synthetic_lengths
+from youmu.errors import ArgumentTypeError
 
 LENGTHS = synthetic_lengths("uniform-wide", 300, seed=3)
 
@@ -41,7 +42,6 @@ def _epoch(loader):
     "kw,match",
     [
         (dict(token_budget=0), "token_budget"),
-        (dict(token_budget=1.5), "token_budget"),
         (dict(buffer_size=0), "buffer_size"),
         (dict(num_workers=-1), "num_workers"),
         (dict(prefetch_factor=4), "prefetch_factor"),
@@ -56,6 +56,22 @@ def _epoch(loader):
 )
 def test_bad_arguments(kw, match) -> None:
     with pytest.raises(ValueError, match=match):
+        _loader(**kw)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        # floats are never truncated: a wrong type is a TypeError naming the argument
+        (dict(token_budget=1.5), "token_budget"),
+        (dict(buffer_size=32.0), "buffer_size"),
+        (dict(seed=1.5), "seed"),
+        (dict(join=1), "join"),
+        (dict(timeout="60"), "timeout"),
+    ],
+)
+def test_arguments_of_the_wrong_type(kw, match) -> None:
+    with pytest.raises(ArgumentTypeError, match=match):
         _loader(**kw)
 
 
@@ -219,8 +235,8 @@ def test_info_counts_are_consistent_with_tokens() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["grouping", "alignment", "protocol", "simulate", "sampling", "synthetic", "loss", "info", "metrics",
-     "errors", "loader", "__init__"],
+    ["grouping", "alignment", "protocol", "simulation", "sampling", "synthetic", "loss", "info", "metrics",
+     "errors", "loader", "config", "sources", "aligner", "epoch", "shutdown", "__init__"],
 )
 def test_docstring_examples(module: str) -> None:
     import doctest

@@ -1,4 +1,4 @@
-"""Pure protocol-level tests via the in-process simulation (notes §7 A5-A8, A10, A11),
+"""Pure protocol-level tests via the in-process simulation (test group A),
 plus the loss-scaling arithmetic of the round protocol."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from youmu.batching.alignment import plan_round
 from youmu.batching.protocol import Item, RankProtocol
 from youmu.batching.sampling import logical_discard_bound, rank_indices, sampler_quota
-from youmu.batching.simulate import fixed_batch_padding, simulate, simulate_ranks
+from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ranks
 from youmu.batching.synthetic import AUDIT_DISTRIBUTIONS, proxy_lengths, synthetic_lengths
 
 

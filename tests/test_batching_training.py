@@ -1,4 +1,4 @@
-"""Loss scaling and uneven tails in real DDP training (notes §7 B9, B14).
+"""Loss scaling and uneven tails in real DDP training (ODB, Eq. 2).
 
 A tiny float64 LM trains under DDP (Gloo, CPU). At every step, the DDP-averaged
 gradient of ``mean_loss_r * info.loss_scale`` must equal the single-process gradient of

@@ -5,6 +5,15 @@ with every DDP rank taking the same number of steps. Pure parts (grouping, align
 protocol, simulation, sampling arithmetic, loss formulas, metrics) import without
 torch; the loader, the channel and the integrations import torch when first used.
 
+Modules: :mod:`~youmu.batching.grouping` (ODB, Eq. 1), :mod:`~youmu.batching.alignment`
+(the round plan: ODB, Eq. 3, Alg. 1), :mod:`~youmu.batching.protocol` (one rank's side of a
+round), :mod:`~youmu.batching.simulation` (``W`` ranks in one process),
+:mod:`~youmu.batching.sampling`, :mod:`~youmu.batching.loss` (ODB, Eq. 2),
+:mod:`~youmu.batching.metrics`; the loader itself: :mod:`~youmu.batching.loader`
+(``DynamicBatchLoader``) over :mod:`~youmu.batching.config`,
+:mod:`~youmu.batching.sources`, :mod:`~youmu.batching.aligner`,
+:mod:`~youmu.batching.epoch` and :mod:`~youmu.batching.shutdown`.
+
 Example:
     >>> from youmu.batching import form_groups
     >>> form_groups([100, 200, 500, 800], token_budget=1000)
@@ -14,7 +23,9 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 from youmu.batching.alignment import (
     CLOSED,
@@ -32,13 +43,20 @@ from youmu.batching.alignment import (
     split_groups,
     target_group_count,
 )
-from youmu.batching.errors import BatchingError, ChannelError, DataStallError, PeerClosedError, RankFailedError
+from youmu.batching.errors import BatchingError
 from youmu.batching.grouping import batch_size_for, form_groups, padded_tokens
 from youmu.batching.info import IDLE, StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES, label_token_count, loss_scale, scaled_token_loss
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.batching.sampling import rank_indices, sampler_quota
-from youmu.batching.simulate import fixed_batch_padding, simulate, simulate_ranks
+from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ranks
+from youmu.errors import ChannelError, DataStallError, PeerClosedError, RankFailedError
+
+if TYPE_CHECKING:  # the names below load on first use (they import torch)
+    from youmu.batching.integrations import ODBTrainerMixin, join_uneven, make_odb_trainer
+    from youmu.batching.loader import DynamicBatchLoader
+    from youmu.dist.channel import GlooChannel
+    from youmu.torch.collate import PadCollate, pad_collate
 
 # torch-backed names, imported on first use (PEP 562)
 _LAZY: dict[str, str] = {
@@ -52,48 +70,48 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
-    "DynamicBatchLoader",
-    "GlooChannel",
-    "StepInfo",
-    "IDLE",
+    "AlignedSizes",
+    "BatchingError",
     "BatchingMetrics",
+    "CLOSED",
+    "ChannelError",
+    "DataStallError",
+    "DynamicBatchLoader",
+    "FAILED",
+    "FINISHED",
+    "GlooChannel",
+    "IDLE",
+    "LOSS_SCALING_MODES",
     "MetricsSnapshot",
-    "pad_collate",
-    "PadCollate",
-    "join_uneven",
+    "NOT_READY",
     "ODBTrainerMixin",
-    "make_odb_trainer",
-    "form_groups",
-    "batch_size_for",
-    "padded_tokens",
-    "target_group_count",
-    "split_groups",
-    "keep_largest_groups",
-    "align_groups",
-    "align_sizes",
-    "plan_round",
+    "PadCollate",
+    "PeerClosedError",
+    "RankFailedError",
     "RankReport",
     "RoundPlan",
-    "AlignedSizes",
-    "NOT_READY",
-    "FINISHED",
-    "FAILED",
-    "CLOSED",
-    "message_bytes",
-    "loss_scale",
-    "scaled_token_loss",
-    "label_token_count",
-    "LOSS_SCALING_MODES",
-    "simulate",
-    "simulate_ranks",
+    "StepInfo",
+    "align_groups",
+    "align_sizes",
+    "batch_size_for",
     "fixed_batch_padding",
+    "form_groups",
+    "join_uneven",
+    "keep_largest_groups",
+    "label_token_count",
+    "loss_scale",
+    "make_odb_trainer",
+    "message_bytes",
+    "pad_collate",
+    "padded_tokens",
+    "plan_round",
     "rank_indices",
     "sampler_quota",
-    "BatchingError",
-    "ChannelError",
-    "RankFailedError",
-    "PeerClosedError",
-    "DataStallError",
+    "scaled_token_loss",
+    "simulate",
+    "simulate_ranks",
+    "split_groups",
+    "target_group_count",
 ]
 
 
@@ -108,3 +126,18 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """``youmu.batching`` itself. Importing a submodule binds it as an attribute of its
+    package, so a first ``import youmu.batching.simulate`` (the deprecated module)
+    would replace the function :func:`simulate` with that module; it keeps the
+    function instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "simulate" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -9,12 +9,12 @@ Protocol summary (one round):
 1. Each rank reports ``[capacity, n_groups, sizes..., tokens...]`` (one fixed-length
    int64 row, see :func:`encode_report`). ``n_groups`` is the number of candidate
    groups (> 0), or a status: :data:`NOT_READY` (0, buffer still filling),
-   :data:`FINISHED` (-1, no data left on this rank), and two extensions of the paper's
+   :data:`FINISHED` (-1, no data left on this rank), and two extensions of ODB's
    encoding: :data:`FAILED` (-2, a local error: every rank raises) and
    :data:`CLOSED` (-3, the local consumer stopped early; ``capacity`` then carries the
    number of steps it consumed).
 2. :func:`plan_round` decides: emit, skip, finish (join), stop (non-join), fail, close.
-3. On emit every active rank aligns to ``T_grp`` groups (Eq. 3, Alg. 1): ranks below
+3. On emit every active rank aligns to ``T_grp`` groups (ODB, Eq. 3, Alg. 1): ranks below
    split singletons off their longest multi-sample groups, ranks above keep the
    ``T_grp`` largest groups and recirculate the rest into their next buffer.
 
@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence, TypeVar
 
-from youmu.errors import ProtocolError
+from youmu.errors import InvalidArgumentError, ProtocolError
 
 __all__ = [
     "NOT_READY",
@@ -49,6 +49,10 @@ __all__ = [
     "plan_round",
     "step_order",
     "message_length",
+    "INITIAL_MAX_GROUPS",
+    "initial_max_groups",
+    "encode_oversized",
+    "grown_max_groups",
     "message_bytes",
     "second_gather_bytes",
     "encode_report",
@@ -58,7 +62,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: ``n_groups`` status codes (the paper's 0 and -1, plus two extensions).
+#: ``n_groups`` status codes (ODB's 0 and -1, plus two extensions).
 NOT_READY = 0
 FINISHED = -1
 FAILED = -2
@@ -128,7 +132,7 @@ class RoundPlan:
 def target_group_count(
     n_groups: Sequence[int], capacities: Sequence[int], sample_counts: Sequence[int]
 ) -> int | None:
-    """``T_grp = max(min(max_{r in A} G_r, C_min+, S_min+), 1)`` (Eq. 3).
+    """``T_grp = max(min(max_{r in A} G_r, C_min+, S_min+), 1)`` (ODB, Eq. 3).
 
     Only active ranks (``n_groups > 0``) count, and the minima are over positive values
     only, so an empty or finished rank cannot collapse the target to zero. Returns
@@ -140,7 +144,7 @@ def target_group_count(
     2
     """
     if not len(n_groups) == len(capacities) == len(sample_counts):
-        raise ValueError("n_groups, capacities and sample_counts must have one entry per rank")
+        raise InvalidArgumentError("n_groups, capacities and sample_counts must have one entry per rank")
     active = [r for r, n in enumerate(n_groups) if n > 0]
     if not active:
         return None
@@ -155,7 +159,7 @@ def target_group_count(
 
 
 def split_groups(groups: Sequence[Sequence[T]], target: int) -> list[list[T]]:
-    """Split upward to ``target`` groups (Alg. 1, lines 3-5).
+    """Split upward to ``target`` groups (ODB, Alg. 1, lines 3-5).
 
     Repeatedly takes the last (longest) sample of the last group holding two or more
     samples and places it as a singleton right after that group. This is the O(n)
@@ -182,7 +186,7 @@ def split_groups(groups: Sequence[Sequence[T]], target: int) -> list[list[T]]:
 
 
 def keep_largest_groups(groups: Sequence[Sequence[T]], target: int) -> tuple[list[list[T]], list[T]]:
-    """Overflow downward to ``target`` groups (Alg. 1, lines 7-8).
+    """Overflow downward to ``target`` groups (ODB, Alg. 1, lines 7-8).
 
     Keeps the ``target`` groups with the most samples (ties: the earlier, shorter
     group), in their original short-to-long order, and returns the other groups'
@@ -207,7 +211,7 @@ def align_groups(groups: Sequence[Sequence[T]], target: int) -> tuple[list[list[
     at least ``target`` samples (guaranteed by ``T_grp <= S_min+``).
     """
     if target < 1:
-        raise ValueError(f"target must be >= 1, got {target}")
+        raise InvalidArgumentError(f"target must be >= 1, got {target}")
     if len(groups) < target:
         return split_groups(groups, target), []
     return keep_largest_groups(groups, target)
@@ -223,7 +227,7 @@ def align_sizes(sizes: Sequence[int], target: int) -> AlignedSizes:
     AlignedSizes(sizes=(4, 1, 1), origins=((0, 4), (0, 1), (1, 1)), overflow=0)
     """
     if target < 1:
-        raise ValueError(f"target must be >= 1, got {target}")
+        raise InvalidArgumentError(f"target must be >= 1, got {target}")
     n = len(sizes)
     if n < target:
         need = target - n
@@ -256,7 +260,7 @@ def plan_round(reports: Sequence[RankReport], join: bool) -> RoundPlan:
     """
     reports = tuple(reports)
     if not reports:
-        raise ValueError("plan_round needs at least one report")
+        raise InvalidArgumentError("plan_round needs at least one report")
     for r, rep in enumerate(reports):
         _check_report(r, rep)
     failed = tuple(r for r, rep in enumerate(reports) if rep.n_groups == FAILED)
@@ -298,7 +302,7 @@ def step_order(target: int, *, seed: int, epoch: int, iteration: int, round_id: 
     """Emission order of a round's ``target`` aligned groups, the same on every rank.
 
     Step ``j`` of the round carries group ``order[j]`` on every active rank. The order
-    is a stateless function of its arguments (the paper's package keeps a stateful RNG
+    is a stateless function of its arguments (ODB's reference package keeps a stateful RNG
     that drifts when a rank emits nothing), so it survives resume and empty ranks.
 
     >>> step_order(4, seed=0, epoch=0, iteration=0, round_id=0, shuffle=False)
@@ -329,7 +333,7 @@ def message_bytes(world_size: int, max_groups: int, with_tokens: bool = True) ->
 def second_gather_bytes(world_size: int, target: int) -> int:
     """Bytes of the exact-mode second gather: one token count per aligned group.
 
-    The paper sends a ``max_groups``-long vector; every rank knows ``T_grp``, so a
+    ODB sends a ``max_groups``-long vector; every rank knows ``T_grp``, so a
     ``T_grp``-long one carries the same information.
     """
     return target * world_size * 8
@@ -343,13 +347,57 @@ def encode_report(report: RankReport, max_groups: int, with_tokens: bool = True)
     """
     n = max(report.n_groups, 0)
     if n > max_groups:
-        raise ValueError(f"{n} groups do not fit max_groups={max_groups}")
+        raise InvalidArgumentError(f"{n} groups do not fit max_groups={max_groups}")
     row = [report.capacity, report.n_groups]
     row += list(report.sizes[:n]) + [0] * (max_groups - n)
     if with_tokens:
         tokens = list(report.tokens[:n]) if report.tokens else [0] * n
         row += tokens + [0] * (max_groups - n)
     return row
+
+
+#: Groups a primary row has room for until some rank reports more. Up to this buffer
+#: size the row is ODB's fixed ``2 + 2 * buffer_size`` entries; beyond it, rows
+#: grow with the groups ranks actually report, so a huge ``buffer_size`` costs memory
+#: and bytes only once the data fills it.
+INITIAL_MAX_GROUPS = 4096
+
+
+def initial_max_groups(buffer_size: int) -> int:
+    """Room of the first primary row of a logical iteration.
+
+    >>> initial_max_groups(1024), initial_max_groups(10**7)
+    (1024, 4096)
+    """
+    return min(buffer_size, INITIAL_MAX_GROUPS)
+
+
+def encode_oversized(report: RankReport, max_groups: int, with_tokens: bool = True) -> list[int]:
+    """The row of a rank whose groups do not fit ``max_groups``: only the header
+    (``capacity``, ``n_groups``), which tells every rank how much room to make.
+
+    >>> encode_oversized(RankReport(9, 5, (1,) * 5), max_groups=2)
+    [9, 5, 0, 0, 0, 0]
+    """
+    return [report.capacity, report.n_groups] + [0] * (message_length(max_groups, with_tokens) - 2)
+
+
+def grown_max_groups(rows: Sequence[Sequence[int]], max_groups: int, buffer_size: int) -> int | None:
+    """``None`` when every gathered row fits ``max_groups``; otherwise the room to
+    exchange the round again with (at least double, at most ``buffer_size``). Every
+    rank computes the same from the same rows.
+
+    >>> grown_max_groups([[4, 2], [9, 5]], max_groups=4, buffer_size=100)
+    8
+    >>> grown_max_groups([[4, 2], [9, 5]], max_groups=8, buffer_size=100) is None
+    True
+    """
+    needed = max(int(r[1]) for r in rows)
+    if needed <= max_groups:
+        return None
+    if needed > buffer_size:
+        raise ProtocolError(f"a rank reported {needed} groups, more than buffer_size={buffer_size}")
+    return min(buffer_size, max(needed, 2 * max_groups))
 
 
 def decode_report(row: Sequence[int], max_groups: int, with_tokens: bool = True) -> RankReport:

@@ -1,4 +1,4 @@
-"""Per-rank length grouping (Eq. 1 of the ODB paper). Pure Python, no torch.
+"""Per-rank length grouping (ODB, Eq. 1). Pure Python, no torch.
 
 A rank's grouping buffer is sorted by realised length and walked from the longest
 sample to the shortest with a running group-size threshold ``t`` (initially 1). Each
@@ -13,7 +13,7 @@ Groups are returned ordered short to long, each ascending by length, which is th
 order the alignment rules (``alignment.py``) rely on: "the last sample of a group" is
 its longest, and "the last group" holds the longest samples.
 
-Example (App. D of the paper):
+Example (ODB, App. D):
     >>> lengths = [500, 100, 800, 200]
     >>> groups = form_groups(lengths, token_budget=1000)
     >>> [[lengths[i] for i in g] for g in groups]
@@ -24,28 +24,30 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
+from youmu.errors import InvalidArgumentError
+
 __all__ = ["batch_size_for", "form_groups", "GroupTrace", "trace_groups", "padded_tokens"]
 
 
 def batch_size_for(length: int, token_budget: int) -> int:
-    """Target group size ``B(l) = max(floor(token_budget / l), 1)`` (Eq. 1).
+    """Target group size ``B(l) = max(floor(token_budget / l), 1)`` (ODB, Eq. 1).
 
     A zero length counts as one token: empty samples cost nothing to pad, so they
-    may fill a whole budget's worth of slots, but they still take part (the paper's
-    package silently drops them, which breaks exactly-once delivery).
+    may fill a whole budget's worth of slots, but they still take part (ODB's
+    reference package silently drops them, which breaks exactly-once delivery).
 
     >>> batch_size_for(100, 1000), batch_size_for(800, 1000), batch_size_for(5000, 1000)
     (10, 1, 1)
     """
     if length < 0:
-        raise ValueError(f"sample length must be >= 0, got {length}")
+        raise InvalidArgumentError(f"sample length must be >= 0, got {length}")
     if token_budget < 1:
-        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+        raise InvalidArgumentError(f"token_budget must be >= 1, got {token_budget}")
     return max(token_budget // max(length, 1), 1)
 
 
 class GroupTrace(NamedTuple):
-    """One step of the greedy walk (used to reproduce App. D's table)."""
+    """One step of the greedy walk (used to reproduce the table of ODB, App. D)."""
 
     index: int  # position of the sample in the input sequence
     length: int
@@ -63,10 +65,10 @@ def trace_groups(lengths: Sequence[int], token_budget: int) -> tuple[list[list[i
     [(800, 1, 1, True, 1), (500, 1, 1, True, 2), (200, 1, 2, False, 2), (100, 2, 2, True, 10)]
     """
     if token_budget < 1:
-        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+        raise InvalidArgumentError(f"token_budget must be >= 1, got {token_budget}")
     for length in lengths:
         if length < 0:
-            raise ValueError(f"sample length must be >= 0, got {length}")
+            raise InvalidArgumentError(f"sample length must be >= 0, got {length}")
     # Stable ascending sort: equal lengths keep arrival order, so the result is a pure
     # function of the buffer's contents and order.
     order = sorted(range(len(lengths)), key=lengths.__getitem__)

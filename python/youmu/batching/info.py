@@ -53,13 +53,13 @@ class StepInfo:
         rank, world_size: this rank and ``W``.
         active_ranks: ranks contributing samples to this step.
         num_samples: samples in this rank's batch.
-        num_tokens: this rank's loss tokens (``token_count_fn``), ``t_r`` of Eq. 2.
+        num_tokens: this rank's loss tokens (``token_count_fn``), ``t_r`` of ODB, Eq. 2.
         real_tokens: sum of this rank's lengths (``length_fn``).
         padded_tokens: ``num_samples * max length``, the batch's padded area.
         global_num_samples: samples in this step over all ranks.
         global_num_tokens: ``T_tok``, loss tokens in this step over all ranks
             (an estimate when ``tokens_exact`` is false).
-        loss_scale: multiply the rank's mean per-token loss by this (Eq. 2:
+        loss_scale: multiply the rank's mean per-token loss by this (ODB, Eq. 2:
             ``W * t_r / T_tok`` in token modes), so DDP's gradient average equals the
             global per-token mean.
         tokens_exact: whether ``global_num_tokens`` is exact.

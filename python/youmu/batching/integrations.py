@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["join_uneven", "ODBTrainerMixin", "make_odb_trainer", "STEP_INFO_KEY"]
 
 #: Key under which the HF integration passes the StepInfo through the batch dict.
@@ -33,7 +35,7 @@ STEP_INFO_KEY = "odb_step_info"
 
 def join_uneven(modules: Iterable[Any], *, enable: bool = True, throw_on_early_termination: bool = False) -> Any:
     """``torch.distributed.algorithms.Join`` over DDP modules (and other joinables),
-    with ``divide_by_initial_world_size=True`` so Eq. 2's loss scale stays exact."""
+    with ``divide_by_initial_world_size=True`` so the loss scale of ODB, Eq. 2 stays exact."""
     from torch.distributed.algorithms import Join
 
     return Join(
@@ -52,7 +54,7 @@ class _InfoInBatch:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for batch, info in self.loader:
             if not isinstance(batch, dict):
-                raise TypeError("the HF integration needs collate_fn to return a dict of model inputs")
+                raise ArgumentTypeError("the HF integration needs collate_fn to return a dict of model inputs")
             yield {**batch, STEP_INFO_KEY: info}
 
     def set_epoch(self, epoch: int) -> None:
@@ -61,7 +63,7 @@ class _InfoInBatch:
 
 class ODBTrainerMixin:
     """Mix into ``transformers.Trainer``: training batches come from ``self.odb_loader``
-    and each micro-step's loss is scaled by ``info.loss_scale`` (Eq. 2).
+    and each micro-step's loss is scaled by ``info.loss_scale`` (ODB, Eq. 2).
 
     Requirements: ``args.max_steps > 0`` (the number of dynamic batches is not known in
     advance), no gradient accumulation, ``uneven="pad"`` on the loader in join mode
@@ -76,7 +78,7 @@ class ODBTrainerMixin:
     def get_train_dataloader(self) -> Any:  # noqa: D401 - HF hook
         loader = getattr(self, "odb_loader", None)
         if loader is None:
-            raise ValueError("set trainer.odb_loader (a DynamicBatchLoader) before train()")
+            raise InvalidArgumentError("set trainer.odb_loader (a DynamicBatchLoader) before train()")
         return _InfoInBatch(loader)
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:

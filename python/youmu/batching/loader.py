@@ -4,15 +4,19 @@ Per rank, three kinds of execution context cooperate:
 
 * **workers** (``num_workers`` DataLoader processes, or the fetcher thread itself with
   ``num_workers=0``) run the dataset's preprocessing and measure each sample
-  (``length_fn``, ``token_count_fn``);
+  (``length_fn``, ``token_count_fn``) — :mod:`youmu.batching.sources`;
 * the **fetcher thread** draws samples in order, one output *credit* each, so at
-  most ``max_outstanding`` samples are fetched but not yet consumed by the trainer;
+  most ``max_outstanding`` samples are fetched but not yet consumed by the trainer
+  (a :class:`~youmu.dist.Producer`) — :mod:`youmu.batching.sources`;
 * the **aligner thread** fills the grouping buffer, runs one Gloo all_gather per
   round on the loader's own :class:`~youmu.dist.GlooChannel`, aligns,
   collates, and answers each emitted sample's output slot: one slot carries the
-  batch, the others carry :data:`~youmu.batching.info.IDLE`;
+  batch, the others carry :data:`~youmu.batching.info.IDLE` — :mod:`youmu.batching.aligner`;
 * the **trainer's thread** iterates ``(batch, info)``; skipping an IDLE slot or
-  taking a batch hands credits back.
+  taking a batch hands credits back — :mod:`youmu.batching.epoch`.
+
+The settings live in one frozen :class:`~youmu.batching.config.LoaderConfig`, which
+the epochs share with the loader; interpreter exit is :mod:`youmu.batching.shutdown`'s.
 
 Grouping and alignment overlap training. A round fires only when the buffer is full
 (or the data is exhausted), so the batches are a pure function of the seed, the
@@ -32,28 +36,43 @@ Example::
 
 from __future__ import annotations
 
-import datetime
-import hashlib
-import json
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar, overload
 
-from torch.utils.data import IterableDataset
-
-from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel
-from youmu.batching.epoch import _EpochHandle, _EpochIterator
+from youmu._args import int_arg
+from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_loader_state
+from youmu.batching.epoch import EpochHandle, EpochIterator
 from youmu.batching.info import StepInfo
-from youmu.batching.loss import LOSS_SCALING_MODES
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
+from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
 
 __all__ = ["DynamicBatchLoader", "STATE_FORMAT"]
 
-STATE_FORMAT = "youmu.batching/1"
-_UNEVEN = ("stop", "pad")
+T = TypeVar("T")
 
 
-# ----------------------------------------------------------------------------------------
-# public loader
-# ----------------------------------------------------------------------------------------
+class _Setting(Generic[T]):
+    """A loader attribute backed by one :class:`LoaderConfig` field: reading it reads the
+    config; assigning it rebuilds the config, validated like the constructor's argument
+    (the next ``iter()`` uses it)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type) -> "_Setting[T]": ...
+
+    @overload
+    def __get__(self, obj: "DynamicBatchLoader", objtype: type) -> T: ...
+
+    def __get__(self, obj: "DynamicBatchLoader | None", objtype: type | None = None) -> "T | _Setting[T]":
+        if obj is None:
+            return self
+        return getattr(obj._config, self.name)  # type: ignore[no-any-return]
+
+    def __set__(self, obj: "DynamicBatchLoader", value: T) -> None:
+        obj._config = obj._config.replace(**{self.name: value})
+
+
 class DynamicBatchLoader:
     """Variable-size, length-grouped batches with the same number of steps on every rank.
 
@@ -66,12 +85,13 @@ class DynamicBatchLoader:
             iterable datasets must shard themselves over ranks and workers
             (``YoumuDataset`` does).
         token_budget: ``L_max``: a group of ``k >= 2`` samples never exceeds ``k * max_len
-            <= token_budget`` padded tokens (Eq. 1).
+            <= token_budget`` padded tokens (ODB, Eq. 1).
         length_fn: realised length of a sample after preprocessing (e.g.
             ``lambda s: len(s["input_ids"])``). Runs in the workers.
         collate_fn: turns a list of samples into a batch (runs in the aligner thread);
             ``None`` yields the list itself.
-        buffer_size: samples grouped per round (1024 in the paper).
+        buffer_size: samples grouped per round (1024 in ODB's experiments). Memory follows the
+            samples actually buffered, not this number.
         num_workers: DataLoader worker processes for preprocessing (0: the fetcher
             thread reads the dataset itself).
         prefetch_factor: DataLoader prefetch per worker.
@@ -84,7 +104,7 @@ class DynamicBatchLoader:
             ``quota`` samples were emitted.
         loss_scaling: ``"exact"``, ``"approx"``, ``"sample"`` or ``"none"`` (see
             :mod:`youmu.batching.loss`); sets ``info.loss_scale``.
-        token_count_fn: loss tokens of a sample (``t_r`` of Eq. 2); default
+        token_count_fn: loss tokens of a sample (``t_r`` of ODB, Eq. 2); default
             ``length_fn``. For causal LMs with masked prompts use
             :class:`~youmu.batching.loss.label_token_count`.
         group: a :class:`GlooChannel` or a Gloo process group to exchange on. By
@@ -116,7 +136,7 @@ class DynamicBatchLoader:
             indices strided over ranks without padding, so every sample is emitted
             exactly once per epoch; ranks then hold ``floor(N/W)`` or ``ceil(N/W)``
             samples, which join mode absorbs (ranks finish at different steps) and
-            non-join mode's quota covers. ``True`` (the paper's
+            non-join mode's quota covers. ``True`` (ODB's
             ``DistributedSampler(drop_last=False)``): every rank draws ``ceil(N/W)``
             indices, the tail padded with repeats, so ``P = W·ceil(N/W) − N`` samples
             are emitted twice per epoch.
@@ -143,6 +163,31 @@ class DynamicBatchLoader:
         >>> all(len(ids) * max(len(data[i]["input_ids"]) for i in ids) <= 16 for ids in steps if len(ids) > 1)
         True
     """
+
+    dataset = _Setting[Any]()
+    token_budget = _Setting[int]()
+    length_fn = _Setting[Callable[[Any], int]]()
+    collate_fn = _Setting["Callable[[list[Any]], Any] | None"]()
+    token_count_fn = _Setting[Callable[[Any], int]]()
+    buffer_size = _Setting[int]()
+    num_workers = _Setting[int]()
+    prefetch_factor = _Setting["int | None"]()
+    join = _Setting[bool]()
+    loss_scaling = _Setting[str]()
+    timeout = _Setting[float]()
+    data_timeout = _Setting[float]()
+    shuffle = _Setting[bool]()
+    seed = _Setting[int]()
+    quota = _Setting["int | None"]()
+    max_outstanding = _Setting[int]()
+    shuffle_steps = _Setting[bool]()
+    uneven = _Setting[str]()
+    pad_batch = _Setting["Callable[[], Any] | None"]()
+    callback = _Setting["Callable[[StepInfo, MetricsSnapshot], None] | None"]()
+    worker_init_fn = _Setting["Callable[[int], None] | None"]()
+    multiprocessing_context = _Setting[Any]()
+    heartbeat = _Setting[float]()
+    pad_sampler = _Setting[bool]()
 
     def __init__(
         self,
@@ -173,107 +218,44 @@ class DynamicBatchLoader:
         heartbeat: float = 1.0,
         pad_sampler: bool = False,
     ) -> None:
-        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
-            raise ValueError(f"token_budget must be a positive int, got {token_budget!r}")
-        if not callable(length_fn):
-            raise TypeError("length_fn must be callable (sample -> realised length)")
-        if collate_fn is not None and not callable(collate_fn):
-            raise TypeError("collate_fn must be callable or None")
-        if token_count_fn is not None and not callable(token_count_fn):
-            raise TypeError("token_count_fn must be callable or None")
-        if not isinstance(buffer_size, int) or buffer_size < 1:
-            raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
-        if prefetch_factor is not None and num_workers == 0:
-            raise ValueError("prefetch_factor needs num_workers > 0")
-        if loss_scaling not in LOSS_SCALING_MODES:
-            raise ValueError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {loss_scaling!r}")
-        if uneven not in _UNEVEN:
-            raise ValueError(f"uneven must be one of {_UNEVEN}, got {uneven!r}")
-        if isinstance(timeout, datetime.timedelta):
-            timeout = timeout.total_seconds()
-        if not timeout or timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout!r}")
-        if data_timeout is not None and not data_timeout > 0:
-            raise ValueError(f"data_timeout must be positive, got {data_timeout!r}")
-        if not isinstance(pad_sampler, bool):
-            raise TypeError(f"pad_sampler must be a bool, got {pad_sampler!r}")
-        if not 0 < heartbeat < timeout:
-            raise ValueError(f"heartbeat must be in (0, timeout), got {heartbeat!r}")
-        if max_outstanding is None:
-            max_outstanding = 2 * buffer_size
-        if max_outstanding < buffer_size:
-            raise ValueError(
-                f"max_outstanding ({max_outstanding}) must be >= buffer_size ({buffer_size}): "
-                "a round needs a full buffer of credits"
-            )
-        if isinstance(dataset, IterableDataset) or not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-            if not hasattr(dataset, "__iter__"):
-                raise TypeError("dataset must be map-style (len + __getitem__) or iterable")
-            self._kind = "iterable"
-        else:
-            self._kind = "map"
-        if not join and self._kind != "map" and quota is None:
-            raise ValueError(
-                "non-join mode chains passes until a global sample quota: pass quota=N with an iterable dataset "
-                "(its len(), if any, is usually per rank)"
-            )
-        if quota is not None:
-            if join:
-                raise ValueError("quota applies to non-join mode only (join mode emits every sample exactly once)")
-            if quota < 1:
-                raise ValueError(f"quota must be >= 1, got {quota}")
-
-        self.dataset = dataset
-        self.token_budget = token_budget
-        self.length_fn = length_fn
-        self.collate_fn = collate_fn
-        self.token_count_fn = token_count_fn or length_fn
-        self.buffer_size = buffer_size
-        self.num_workers = num_workers
-        self.prefetch_factor = prefetch_factor
-        self.join = join
-        self.loss_scaling = loss_scaling
-        self.timeout = float(timeout)
-        self.data_timeout = float(data_timeout) if data_timeout is not None else self.timeout
-        self.shuffle = shuffle
-        self.seed = int(seed)
-        self.quota = quota
-        self.max_outstanding = max_outstanding
-        self.shuffle_steps = shuffle_steps
-        self.uneven = uneven
-        self.pad_batch = pad_batch
-        self.callback = callback
-        self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = multiprocessing_context
-        self.heartbeat = float(heartbeat)
-        self.pad_sampler = pad_sampler
-
-        self.channel = self._make_channel(group)
-        self.rank = self.channel.rank
-        self.world_size = self.channel.world_size
+        arguments = dict(
+            dataset=dataset, token_budget=token_budget, length_fn=length_fn, collate_fn=collate_fn,
+            buffer_size=buffer_size, num_workers=num_workers, prefetch_factor=prefetch_factor, join=join,
+            loss_scaling=loss_scaling, token_count_fn=token_count_fn, timeout=timeout, data_timeout=data_timeout,
+            shuffle=shuffle, seed=seed, quota=quota, max_outstanding=max_outstanding, shuffle_steps=shuffle_steps,
+            uneven=uneven, pad_batch=pad_batch, callback=callback, worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context, heartbeat=heartbeat, pad_sampler=pad_sampler,
+        )
+        settings = LoaderConfig.check(arguments)  # every argument, before the collective below
+        channel = channel_for(group, timeout=settings["timeout"], name="group")
+        self._config = LoaderConfig.from_settings(settings, channel)
         self.metrics = BatchingMetrics()
         self._epoch = 0
         self._resume: dict[str, Any] | None = None
-        self._current: _EpochIterator | None = None
+        self._current: EpochIterator | None = None
 
-    # -- set-up ---------------------------------------------------------------------------
-    def _make_channel(self, group: Any) -> GlooChannel:
-        if isinstance(group, GlooChannel):
-            return group
-        if group is not None:
-            return GlooChannel.from_process_group(group, timeout=self.timeout)
-        import torch.distributed as dist
+    # -- what the config says -------------------------------------------------------------------
+    @property
+    def config(self) -> LoaderConfig:
+        """The loader's settings (frozen; assign an attribute such as ``collate_fn`` to change one)."""
+        return self._config
 
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            return GlooChannel.from_default_group(timeout=self.timeout)
-        return GlooChannel.local()
+    @property
+    def channel(self) -> GlooChannel:
+        return self._config.channel
+
+    @property
+    def rank(self) -> int:
+        return self._config.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._config.world_size
 
     @property
     def kind(self) -> str:
         """``"map"`` or ``"iterable"``."""
-        return self._kind
+        return self._config.kind
 
     @property
     def epoch(self) -> int:
@@ -281,47 +263,35 @@ class DynamicBatchLoader:
 
     def config_fingerprint(self) -> int:
         """63-bit hash of the settings every rank must share (checked at each start)."""
-        cfg = {
-            "token_budget": self.token_budget,
-            "buffer_size": self.buffer_size,
-            "join": self.join,
-            "loss_scaling": self.loss_scaling,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "quota": self.quota,
-            "shuffle_steps": self.shuffle_steps,
-            "uneven": self.uneven,
-            "pad_sampler": self.pad_sampler,
-            "kind": self._kind,
-            "n": len(self.dataset) if self._kind == "map" else None,
-            "world_size": self.world_size,
-        }
-        digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).digest()
-        return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+        self._config = self._config.current()
+        return self._config.fingerprint
 
-    # -- epochs and state -----------------------------------------------------------------
+    # -- the stream contract (youmu.stateful) ------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch``. A loaded state for the same epoch is kept."""
-        epoch = int(epoch)
+        epoch = int_arg("epoch", epoch, minimum=0)
         if self._resume is not None and int(self._resume["epoch"]) != epoch:
             self._resume = None
         self._epoch = epoch
-        if self._kind == "iterable" and hasattr(self.dataset, "set_epoch") and self._resume is None:
-            self.dataset.set_epoch(epoch)
+        ds = self._config.dataset
+        if self._config.kind == "iterable" and hasattr(ds, "set_epoch") and self._resume is None:
+            ds.set_epoch(epoch)
 
-    def __iter__(self) -> "_EpochHandle":
+    def __iter__(self) -> EpochHandle:
         if self._current is not None:
-            self._current._retire()
-        it = _EpochIterator(self, self._epoch, self._resume)
+            self._current.retire()
+        self._config = self._config.current()
+        it = EpochIterator(self._config, self._epoch, self._resume)
         self._resume = None
         self._current = it
         self.metrics = it.metrics
-        it._start()
-        return _EpochHandle(self, it)
+        it.start()
+        return EpochHandle(self, it)
 
     def state_dict(self) -> dict[str, Any]:
-        """Resume point of this rank: a resumed epoch emits exactly the samples not
-        yet delivered, in the same batches as an uninterrupted run.
+        """Resume point of this rank (format ``"youmu.batching/1"``): a resumed epoch
+        emits exactly the samples not yet delivered, in the same batches as an
+        uninterrupted run.
 
         Call it on every rank at the same step (as for model checkpoints). Map-style
         datasets need only integers; iterable datasets also carry the buffered samples
@@ -331,46 +301,25 @@ class DynamicBatchLoader:
             return self._current.state_dict()
         if self._resume is not None:
             return dict(self._resume)
-        return self._fresh_state(self._epoch)
+        self._config = self._config.current()
+        return self._config.fresh_state(self._epoch)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict` on the next ``iter()`` (same world size)."""
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a {STATE_FORMAT} state (format={state.get('format')!r})")
-        for key, mine in (("world_size", self.world_size), ("rank", self.rank), ("kind", self._kind)):
-            if state.get(key) != mine:
-                raise ValueError(f"state was saved with {key}={state.get(key)!r} but this loader has {mine!r}")
-        if state.get("config") != self.config_fingerprint():
-            raise ValueError("state was saved with different loader settings (token_budget, buffer_size, join, ...)")
+        """Continue from :meth:`state_dict` on the next ``iter()``.
+
+        The state must come from a ``DynamicBatchLoader`` with the same settings, world
+        size and rank; anything else is a :class:`~youmu.errors.StateError` naming the
+        field that does not fit.
+        """
+        self._config = self._config.current()
+        st = check_loader_state(state, self._config)
         if self._current is not None:
-            self._current._retire()
+            self._current.retire()
             self._current = None
-        self._resume = dict(state)
-        self._epoch = int(state["epoch"])
-        if self._kind == "iterable" and state.get("source_state") is not None:
-            if not hasattr(self.dataset, "load_state_dict"):
-                raise ValueError("the state holds a dataset state but the dataset has no load_state_dict")
+        self._resume = st
+        self._epoch = int(st["epoch"])
 
-    def _fresh_state(self, epoch: int) -> dict[str, Any]:
-        return {
-            "format": STATE_FORMAT,
-            "kind": self._kind,
-            "world_size": self.world_size,
-            "rank": self.rank,
-            "config": self.config_fingerprint(),
-            "epoch": epoch,
-            "iteration": 0,
-            "round": 0,
-            "step": 0,
-            "emitted": 0,
-            "done": False,
-            "replay": [],
-            "overflow": [],
-            "position": 0,
-            "source_state": None,
-            "payloads": {},
-        }
-
+    # -- shutdown -------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the current iteration (as when a training loop breaks out early)."""
         if self._current is not None:
@@ -394,8 +343,6 @@ class DynamicBatchLoader:
         try:
             current = self.__dict__.get("_current")
             if current is not None:
-                current._abandon()
+                current.abandon()
         except Exception:  # noqa: BLE001 - best effort in a finaliser
             pass
-
-

@@ -1,4 +1,4 @@
-"""Loss scaling (Eq. 2) and loss-token counting.
+"""Loss scaling (ODB, Eq. 2) and loss-token counting.
 
 DDP averages gradients over ``W`` ranks. With dynamic batches the ranks hold different
 token counts ``t_r``, so averaging per-rank mean losses is biased. Multiplying rank r's
@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from youmu.errors import InvalidArgumentError
+
 __all__ = ["LOSS_SCALING_MODES", "loss_scale", "scaled_token_loss", "label_token_count"]
 
 LOSS_SCALING_MODES = ("exact", "approx", "sample", "none")
@@ -42,11 +44,11 @@ def loss_scale(
         return world_size * local_samples / global_samples if global_samples > 0 else 0.0
     if mode == "none":
         return 1.0 if local_samples > 0 else 0.0
-    raise ValueError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {mode!r}")
+    raise InvalidArgumentError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {mode!r}")
 
 
 def scaled_token_loss(token_loss_sum: Any, info: Any) -> Any:
-    """``sum of per-token losses * W / T_tok``: Eq. 2 without dividing by ``t_r``.
+    """``sum of per-token losses * W / T_tok``: ODB, Eq. 2 without dividing by ``t_r``.
 
     Equal to ``mean_loss * info.loss_scale`` but finite when this rank has no loss
     tokens (``t_r = 0``), where the per-rank mean would be 0/0.

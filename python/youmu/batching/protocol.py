@@ -1,8 +1,8 @@
 """One rank's side of the round protocol, without any I/O. Pure, no torch.
 
 :class:`RankProtocol` holds the grouping buffer and turns gathered reports into the
-steps this rank emits. The real loader (``loader.py``) drives it from a thread with a
-Gloo all_gather; :mod:`youmu.batching.simulate` drives ``W`` of them in one process
+steps this rank emits. The real loader's aligner thread (:mod:`youmu.batching.aligner`)
+drives it with a Gloo all_gather; :mod:`youmu.batching.simulation` drives ``W`` of them in one process
 with a list in place of the all_gather. Both therefore produce the same batches.
 
 Buffer discipline (the "hold" accounting): a sample stays in the buffer, holding its
@@ -40,6 +40,7 @@ from youmu.batching.alignment import (
 from youmu.batching.grouping import form_groups
 from youmu.batching.info import StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES, loss_scale
+from youmu.errors import InvalidArgumentError
 
 __all__ = ["Item", "RankProtocol", "EmittedStep", "plan_round"]
 
@@ -74,7 +75,7 @@ class RankProtocol:
 
     Args:
         rank, world_size: this rank and ``W``.
-        token_budget: ``L_max`` of Eq. 1.
+        token_budget: ``L_max`` of ODB, Eq. 1.
         buffer_size: samples grouped per round; also the most groups a rank can
             report, so the message length is fixed.
         join: join mode (drain every rank) or non-join (first finished rank stops).
@@ -101,13 +102,13 @@ class RankProtocol:
         step: int = 0,
     ) -> None:
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in range(world_size={world_size})")
+            raise InvalidArgumentError(f"rank {rank} is not in range(world_size={world_size})")
         if token_budget < 1:
-            raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+            raise InvalidArgumentError(f"token_budget must be >= 1, got {token_budget}")
         if buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+            raise InvalidArgumentError(f"buffer_size must be >= 1, got {buffer_size}")
         if loss_scaling not in LOSS_SCALING_MODES:
-            raise ValueError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {loss_scaling!r}")
+            raise InvalidArgumentError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {loss_scaling!r}")
         self.rank = rank
         self.world_size = world_size
         self.token_budget = token_budget
@@ -210,7 +211,7 @@ class RankProtocol:
         W = self.world_size
         need = self.needs_token_gather(plan)
         if need and gathered_tokens is None:
-            raise ValueError("this round needs the post-alignment token counts of every rank")
+            raise InvalidArgumentError("this round needs the post-alignment token counts of every rank")
         exact = (not plan.changed) or need
         per_rank: list[list[float] | None] = []
         for r in range(W):

@@ -9,7 +9,8 @@ reshuffle with a seed derived from ``(seed, epoch, iteration)``.
 ``DynamicBatchLoader`` uses ``pad=False`` by default (the same permutation, strided
 without the tail repeats), so an epoch emits every sample exactly once.
 
-Only :func:`rank_indices` with ``shuffle=True`` needs torch, imported on call.
+Ranks take the indices round-robin (:func:`youmu.sharding.round_robin`, as every youmu
+stream does). Only :func:`rank_indices` with ``shuffle=True`` needs torch, imported on call.
 
 Example:
     >>> sampler_quota(1000, 3)
@@ -21,6 +22,9 @@ Example:
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from youmu.errors import InvalidArgumentError
+from youmu.sharding import Shard, round_robin
 
 __all__ = ["SamplerQuota", "sampler_quota", "rank_indices", "iteration_seed", "logical_discard_bound"]
 
@@ -42,21 +46,21 @@ def sampler_quota(n: int, world_size: int) -> SamplerQuota:
     SamplerQuota(per_rank=7161, views=57288, padding=4)
     """
     if n < 0:
-        raise ValueError(f"dataset size must be >= 0, got {n}")
+        raise InvalidArgumentError(f"dataset size must be >= 0, got {n}")
     if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+        raise InvalidArgumentError(f"world_size must be >= 1, got {world_size}")
     q = -(-n // world_size)
     return SamplerQuota(q, q * world_size, q * world_size - n)
 
 
 def logical_discard_bound(world_size: int, depth: int, n: int) -> float:
-    """Lemma 4: per logical iteration at most ``W*D`` fetched views go undelivered.
+    """ODB, Lemma 4: per logical iteration at most ``W*D`` fetched views go undelivered.
 
     >>> round(100 * logical_discard_bound(8, 4096, 157712), 1)
     20.8
     """
     if n <= 0:
-        raise ValueError(f"dataset size must be > 0, got {n}")
+        raise InvalidArgumentError(f"dataset size must be > 0, got {n}")
     return world_size * depth / n
 
 
@@ -101,7 +105,7 @@ def rank_indices(
     [2, 5]
     """
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in range(world_size={world_size})")
+        raise InvalidArgumentError(f"rank {rank} is not in range(world_size={world_size})")
     quota = sampler_quota(n, world_size)
     if n == 0:
         return []
@@ -113,10 +117,11 @@ def rank_indices(
         indices: list[int] = torch.randperm(n, generator=g).tolist()
     else:
         indices = list(range(n))
+    shard = Shard(rank=rank, world_size=world_size)
     if not pad:
-        return indices[rank::world_size]
+        return [indices[i] for i in round_robin(n, shard)]
     padding = quota.padding
     if padding:
         # as DistributedSampler: repeat from the start (cyclically if P > N)
         indices += (indices * (-(-padding // n)))[:padding]
-    return indices[rank : quota.views : world_size]
+    return [indices[i] for i in round_robin(quota.views, shard)]

@@ -1,9 +1,8 @@
 """Synthetic length distributions for audits, tests and what-if simulations. Pure.
 
-The six correctness-audit distributions of the ODB paper (App. I, 1000 samples each)
-and three length proxies of its real datasets (fitted to the paper's Table 10
-statistics; see ``notes/odb.md`` §7 A5). The paper gives no ranges for ``longtail``
-and ``bimodal``; the values here are assumptions (90% U[32,256] + 10% U[1024,2048];
+The six correctness-audit distributions of ODB, App. I (1000 samples each) and three
+length proxies of ODB's real datasets (fitted to the statistics of ODB, Table 10). ODB
+gives no ranges for ``longtail`` and ``bimodal``; the values here are assumptions (90% U[32,256] + 10% U[1024,2048];
 50% U[64,256] + 50% U[1024,2048]).
 
 Example:
@@ -17,12 +16,14 @@ from __future__ import annotations
 import math
 import random
 
+from youmu.errors import InvalidArgumentError
+
 __all__ = ["AUDIT_DISTRIBUTIONS", "PROXIES", "synthetic_lengths", "proxy_lengths"]
 
-#: App. I's six audit distributions (``longtail``/``bimodal`` ranges assumed).
+#: The six audit distributions of ODB, App. I (``longtail``/``bimodal`` ranges assumed).
 AUDIT_DISTRIBUTIONS = ("uniform-narrow", "uniform-wide", "longtail", "bimodal", "all-long", "all-short")
 
-#: Length proxies of the paper's datasets: (log-normal or gamma parameters, truncation, N).
+#: Length proxies of ODB's datasets: (log-normal or gamma parameters, truncation, N).
 PROXIES = {
     "ultrachat": ("lognormal", math.log(1104), 0.43, 16, 4471, 197_472),
     "llava": ("gamma", 11.9, 508 / 11.9, 16, 1260, 149_826),
@@ -45,19 +46,19 @@ def synthetic_lengths(name: str, n: int, seed: int = 0) -> list[int]:
         return [rng.randint(1800, 2048) for _ in range(n)]
     if name == "all-short":
         return [rng.randint(32, 64) for _ in range(n)]
-    raise ValueError(f"unknown distribution {name!r}; choose from {AUDIT_DISTRIBUTIONS}")
+    raise InvalidArgumentError(f"unknown distribution {name!r}; choose from {AUDIT_DISTRIBUTIONS}")
 
 
 def proxy_lengths(name: str, n: int | None = None, seed: int = 0) -> list[int]:
     """Lengths drawn from a dataset proxy of :data:`PROXIES` (``n`` defaults to the
-    paper's train-split size), rejection-sampled into the observed range.
+    train-split size in ODB), rejection-sampled into the observed range.
 
     >>> ls = proxy_lengths("sharegpt4o", 1000)
     >>> min(ls) >= 16 and max(ls) <= 12110
     True
     """
     if name not in PROXIES:
-        raise ValueError(f"unknown proxy {name!r}; choose from {sorted(PROXIES)}")
+        raise InvalidArgumentError(f"unknown proxy {name!r}; choose from {sorted(PROXIES)}")
     kind, a, b, lo, hi, default_n = PROXIES[name]
     count = default_n if n is None else n
     rng = random.Random(seed)

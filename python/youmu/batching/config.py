@@ -1,0 +1,333 @@
+"""A ``DynamicBatchLoader``'s settings, validated once and frozen: :class:`LoaderConfig`.
+
+The loader builds its config in ``__init__`` (every argument checked through
+:mod:`youmu._args`, before the collective that creates the loader's channel, so a bad
+argument fails on the rank that passed it instead of leaving the others in a
+collective). Each epoch then iterates under the config as it was at ``iter()``: the
+aligner thread holds the config, never the loader, so a loader the program drops
+mid-epoch is garbage-collected and its finaliser can close the epoch.
+
+The config also carries what is derived from the settings alone: the fingerprint
+every rank must share (checked in the handshake, saved in states) and the state of an
+epoch's start.
+
+Example:
+    >>> from youmu.dist import GlooChannel
+    >>> cfg = LoaderConfig.build(dict(dataset=[{"n": 3}] * 10, token_budget=64, length_fn=len),
+    ...                          GlooChannel.local())
+    >>> cfg.kind, cfg.size, cfg.buffer_size, cfg.max_outstanding
+    ('map', 10, 1024, 2048)
+    >>> cfg.replace(buffer_size=16).max_outstanding       # resolved defaults stay resolved
+    2048
+    >>> LoaderConfig.build(dict(dataset=[], token_budget=64, length_fn=len, timeout=float("inf")),
+    ...                    GlooChannel.local())
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: timeout must be finite, got inf
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg
+from youmu.batching.info import StepInfo
+from youmu.batching.loss import LOSS_SCALING_MODES
+from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel
+from youmu.dist.fingerprint import fingerprint
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
+from youmu.stateful import check_state, state_int
+
+__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_loader_state"]
+
+#: The format tag of ``DynamicBatchLoader`` states.
+STATE_FORMAT = "youmu.batching/1"
+#: Join mode's ways to end a rank whose data ran out before its peers'.
+UNEVEN_MODES = ("stop", "pad")
+
+#: ``DynamicBatchLoader``'s keyword defaults (the settings a config is built from).
+DEFAULTS: dict[str, Any] = dict(
+    collate_fn=None,
+    buffer_size=1024,
+    num_workers=2,
+    prefetch_factor=None,
+    join=True,
+    loss_scaling="exact",
+    token_count_fn=None,
+    timeout=DEFAULT_TIMEOUT,
+    data_timeout=None,
+    shuffle=True,
+    seed=0,
+    quota=None,
+    max_outstanding=None,
+    shuffle_steps=True,
+    uneven="stop",
+    pad_batch=None,
+    callback=None,
+    worker_init_fn=None,
+    multiprocessing_context=None,
+    heartbeat=1.0,
+    pad_sampler=False,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class LoaderConfig:
+    """Every setting of a ``DynamicBatchLoader`` (see its docstring for each one), with
+    defaults resolved (``token_count_fn``, ``data_timeout``, ``max_outstanding``), plus
+    the channel, the dataset's kind (``"map"`` or ``"iterable"``) and size (map-style),
+    and the settings' :attr:`fingerprint`. Build one with :meth:`build`."""
+
+    dataset: Any
+    token_budget: int
+    length_fn: Callable[[Any], int]
+    collate_fn: Callable[[list[Any]], Any] | None
+    token_count_fn: Callable[[Any], int]
+    buffer_size: int
+    num_workers: int
+    prefetch_factor: int | None
+    join: bool
+    loss_scaling: str
+    timeout: float
+    data_timeout: float
+    shuffle: bool
+    seed: int
+    quota: int | None
+    max_outstanding: int
+    shuffle_steps: bool
+    uneven: str
+    pad_batch: Callable[[], Any] | None
+    callback: Callable[..., None] | None
+    worker_init_fn: Callable[[int], None] | None
+    multiprocessing_context: Any
+    heartbeat: float
+    pad_sampler: bool
+    channel: GlooChannel
+    kind: str
+    size: int | None
+    fingerprint: int
+
+    # -- construction ---------------------------------------------------------------------
+    @staticmethod
+    def check(arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings ``arguments`` describe (the loader's keyword arguments, defaults
+        filled in), validated and resolved, plus ``kind`` and ``size``. Raises
+        :class:`~youmu.errors.ArgumentTypeError` or
+        :class:`~youmu.errors.InvalidArgumentError` naming the first bad argument.
+        Nothing collective happens here."""
+        a = {**DEFAULTS, **arguments}
+        s: dict[str, Any] = {}
+        s["token_budget"] = int_arg("token_budget", a["token_budget"], minimum=1)
+        s["length_fn"] = callable_arg("length_fn", a["length_fn"])
+        s["collate_fn"] = callable_arg("collate_fn", a["collate_fn"], optional=True)
+        token_count_fn = callable_arg("token_count_fn", a["token_count_fn"], optional=True)
+        s["token_count_fn"] = token_count_fn if token_count_fn is not None else s["length_fn"]
+        s["buffer_size"] = int_arg("buffer_size", a["buffer_size"], minimum=1)
+        s["num_workers"] = int_arg("num_workers", a["num_workers"], minimum=0)
+        s["prefetch_factor"] = opt_int_arg("prefetch_factor", a["prefetch_factor"], minimum=1)
+        if s["prefetch_factor"] is not None and s["num_workers"] == 0:
+            raise InvalidArgumentError("prefetch_factor needs num_workers > 0")
+        s["join"] = bool_arg("join", a["join"])
+        s["loss_scaling"] = choice_arg("loss_scaling", a["loss_scaling"], LOSS_SCALING_MODES)
+        s["uneven"] = choice_arg("uneven", a["uneven"], UNEVEN_MODES)
+        s["timeout"] = seconds_arg("timeout", a["timeout"])
+        s["data_timeout"] = s["timeout"] if a["data_timeout"] is None else seconds_arg("data_timeout", a["data_timeout"])
+        s["shuffle"] = bool_arg("shuffle", a["shuffle"])
+        s["shuffle_steps"] = bool_arg("shuffle_steps", a["shuffle_steps"])
+        s["pad_sampler"] = bool_arg("pad_sampler", a["pad_sampler"])
+        s["seed"] = int_arg("seed", a["seed"])
+        s["heartbeat"] = float_arg("heartbeat", a["heartbeat"], positive=True)
+        if not s["heartbeat"] < s["timeout"]:
+            raise InvalidArgumentError(f"heartbeat must be in (0, timeout={s['timeout']:g}), got {s['heartbeat']!r}")
+        max_outstanding = opt_int_arg("max_outstanding", a["max_outstanding"], minimum=1)
+        s["max_outstanding"] = 2 * s["buffer_size"] if max_outstanding is None else max_outstanding
+        if s["max_outstanding"] < s["buffer_size"]:
+            raise InvalidArgumentError(
+                f"max_outstanding ({s['max_outstanding']}) must be >= buffer_size ({s['buffer_size']}): "
+                "a round needs a full buffer of credits"
+            )
+        for name in ("pad_batch", "callback", "worker_init_fn"):
+            s[name] = callable_arg(name, a[name], optional=True)
+        s["multiprocessing_context"] = a["multiprocessing_context"]
+        s["dataset"] = dataset = a["dataset"]
+        s["kind"] = kind = _kind_of(dataset)
+        s["size"] = len(dataset) if kind == "map" else None
+        quota = a["quota"]
+        if quota is not None:
+            int_arg("quota", quota)
+        if not s["join"] and kind != "map" and quota is None:
+            raise InvalidArgumentError(
+                "non-join mode chains passes until a global sample quota: pass quota=N with an iterable dataset "
+                "(its len(), if any, is usually per rank)"
+            )
+        if quota is not None:
+            if s["join"]:
+                raise InvalidArgumentError(
+                    "quota applies to non-join mode only (join mode emits every sample exactly once)"
+                )
+            quota = int_arg("quota", quota, minimum=1)
+        s["quota"] = quota
+        return s
+
+    @classmethod
+    def build(cls, arguments: Mapping[str, Any], channel: GlooChannel) -> "LoaderConfig":
+        """The config of a loader with these keyword ``arguments`` exchanging on
+        ``channel`` (see :meth:`check`)."""
+        return cls.from_settings(cls.check(arguments), channel)
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], channel: GlooChannel) -> "LoaderConfig":
+        """The config of settings :meth:`check` returned, exchanging on ``channel``."""
+        return cls(**settings, channel=channel, fingerprint=_fingerprint(settings, channel.world_size))
+
+    def replace(self, **changes: Any) -> "LoaderConfig":
+        """A config with some settings changed, validated like the loader's arguments
+        (the kind, size and fingerprint follow the new settings)."""
+        derived = ("channel", "kind", "size", "fingerprint")
+        for name in changes:
+            if name in derived or name not in self.__dataclass_fields__:
+                raise InvalidArgumentError(f"{name!r} is not a setting of DynamicBatchLoader")
+        current = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in derived}
+        return self.from_settings(self.check({**current, **changes}), self.channel)
+
+    def current(self) -> "LoaderConfig":
+        """This config, or a rebuilt one when the map-style dataset changed its size
+        since (a list grown in place): its sampler and fingerprint follow ``len()``."""
+        if self.kind == "map" and len(self.dataset) != self.size:
+            return self.replace()
+        return self
+
+    # -- derived ----------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self.channel.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.channel.world_size
+
+    def fresh_state(self, epoch: int) -> dict[str, Any]:
+        """The state of ``epoch``'s start (what ``state_dict()`` says before iterating)."""
+        return copy.deepcopy(
+            {
+                "format": STATE_FORMAT,
+                "kind": self.kind,
+                "world_size": self.world_size,
+                "rank": self.rank,
+                "config": self.fingerprint,
+                "epoch": epoch,
+                "iteration": 0,
+                "round": 0,
+                "step": 0,
+                "emitted": 0,
+                "done": False,
+                "replay": [],
+                "overflow": [],
+                "position": 0,
+                "source_state": None,
+                "payloads": {},
+            }
+        )
+
+
+def _kind_of(dataset: Any) -> str:
+    """``"map"`` (``len`` and ``[i]``) or ``"iterable"`` (a torch ``IterableDataset``,
+    or anything else with ``__iter__``)."""
+    from torch.utils.data import IterableDataset
+
+    if not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+        return "map"
+    if not hasattr(dataset, "__iter__"):
+        raise ArgumentTypeError(
+            f"dataset must be map-style (len + __getitem__) or iterable, got {type(dataset).__name__}"
+        )
+    return "iterable"
+
+
+def _fingerprint(s: Mapping[str, Any], world_size: int) -> int:
+    """The settings every rank must share. Saved states carry this value, so its keys
+    and values must stay as they are: any change refuses every state saved before."""
+    return fingerprint(
+        {
+            "token_budget": s["token_budget"],
+            "buffer_size": s["buffer_size"],
+            "join": s["join"],
+            "loss_scaling": s["loss_scaling"],
+            "shuffle": s["shuffle"],
+            "seed": s["seed"],
+            "quota": s["quota"],
+            "shuffle_steps": s["shuffle_steps"],
+            "uneven": s["uneven"],
+            "pad_sampler": s["pad_sampler"],
+            "kind": s["kind"],
+            "n": s["size"],
+            "world_size": world_size,
+        }
+    )
+
+
+def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
+    """``state`` validated for a loader with ``config`` (``load_state_dict``): a
+    :class:`~youmu.errors.StateError` naming the first field that does not fit, never an
+    ``AttributeError`` or ``KeyError`` later. Returns it as a new dict."""
+    owner = "DynamicBatchLoader"
+    if isinstance(state, Mapping) and state.get("format") != STATE_FORMAT:
+        raise StateError(
+            f"{owner}.load_state_dict got a state with format={state.get('format')!r}, not {STATE_FORMAT!r} "
+            "(saved by another kind of object?)"
+        )
+    st = check_state(
+        state, STATE_FORMAT, owner=owner, required=tuple(config.fresh_state(0)),
+        expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind},
+    )
+    if st["config"] != config.fingerprint:
+        raise StateError(
+            f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
+            f"(token_budget, buffer_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
+        )
+    for key in ("epoch", "iteration", "round", "step", "emitted", "position"):
+        state_int(st, key, owner=owner)
+    if not isinstance(st["done"], bool):
+        raise StateError(f"{owner} state field 'done' must be a bool, got {type(st['done']).__name__}")
+    keys = _state_keys(st, "overflow", st["overflow"])
+    replay = st["replay"]
+    if not isinstance(replay, (list, tuple)):
+        raise StateError(f"{owner} state field 'replay' must be a list, got {type(replay).__name__}")
+    for i, entry in enumerate(replay):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("info"), Mapping):
+            raise StateError(f"{owner} state field 'replay'[{i}] must be a dict with 'keys' and 'info'")
+        keys += _state_keys(st, f"replay[{i}].keys", entry.get("keys"))
+        info = entry["info"]
+        try:
+            StepInfo(**{**info, "sample_indices": tuple(info.get("sample_indices", ()))})
+        except (TypeError, ValueError) as e:
+            raise StateError(f"{owner} state field 'replay'[{i}]['info'] is not a step's info: {e}") from None
+    if config.kind == "map":
+        n, w = config.size or 0, config.world_size
+        mine = -(-n // w) if config.pad_sampler else len(range(config.rank, n, w))
+        bad = [k for k in keys if k >= mine]
+        if bad or st["position"] > mine:
+            raise StateError(
+                f"{owner} state positions ({bad[:3] or st['position']}) are out of range for this rank's "
+                f"{mine} samples (another dataset?)"
+            )
+    else:
+        payloads = st["payloads"]
+        if not isinstance(payloads, Mapping):
+            raise StateError(f"{owner} state field 'payloads' must be a dict, got {type(payloads).__name__}")
+        for k in keys:
+            p = payloads.get(k)
+            if not isinstance(p, (list, tuple)) or len(p) != 3:
+                raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
+        if st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
+            raise StateError("the state holds a dataset state but the dataset has no load_state_dict")
+    return st
+
+
+def _state_keys(st: Mapping[str, Any], field: str, keys: Any) -> list[int]:
+    if not isinstance(keys, (list, tuple)) or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in keys):
+        raise StateError(f"DynamicBatchLoader state field {field!r} must be a list of ints >= 0, got {keys!r}")
+    return list(keys)

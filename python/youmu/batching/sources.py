@@ -1,0 +1,295 @@
+"""Where a rank's samples come from: a dataset turned into the ordered stream of
+measured :class:`~youmu.batching.protocol.Item` the aligner groups.
+
+* **measurement** — each sample's realised length (``length_fn``) and loss tokens
+  (``token_count_fn``), taken where the sample is made (in the DataLoader workers when
+  there are any);
+* **order** — a map-style dataset is read in its rank's sampler order
+  (:func:`~youmu.batching.sampling.rank_indices`), keyed by sampler position; an
+  iterable one in arrival order, keyed by arrival number;
+* **resume** — a state names the samples of the round it interrupted (replay and
+  overflow) and where the source stood: a map-style source reads those positions
+  first, then continues; an iterable one takes them from the state's payloads and
+  restores the dataset's own state;
+* **credits** — a :class:`SampleFeed` draws the stream on a
+  :class:`~youmu.dist.Producer` thread, one credit per sample, so at most
+  ``max_outstanding`` samples per rank sit between the source and the trainer (a
+  sample keeps its credit until the trainer consumes the batch it went into, or skips
+  the IDLE slot it answered).
+
+torch is imported only when a DataLoader or an ``IterableDataset`` is made.
+
+Example:
+    >>> measure(len, [1, 2, 3], "length_fn")
+    3
+    >>> measure(len, [1, 2, 3], "length_fn") == MeasuredMap([[1, 2, 3]], len, len)[(0, 0)][3]
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from youmu._args import index_of
+from youmu.batching.protocol import Item
+from youmu.batching.sampling import rank_indices
+from youmu.dist.producer import END, Credits, Producer
+from youmu.errors import ArgumentTypeError, DataStallError, InvalidArgumentError, LoaderError, StateError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from youmu.batching.config import LoaderConfig
+
+__all__ = ["measure", "MeasuredMap", "measured_iterable", "map_positions", "resume_keys", "Failure", "SampleFeed", "END"]
+
+
+def measure(fn: Callable[[Any], Any], sample: Any, what: str) -> int:
+    """``fn(sample)`` as a count (an int, numpy or 0-d tensor integer; never negative)."""
+    value = fn(sample)
+    try:
+        n = index_of(value, what)
+    except ArgumentTypeError:
+        raise ArgumentTypeError(f"{what} must return an integer, got {type(value).__name__}") from None
+    if n < 0:
+        raise InvalidArgumentError(f"{what} returned a negative count ({n})")
+    return n
+
+
+class MeasuredMap:
+    """``dataset[index]`` with its length and loss tokens, read by ``(position, index)``
+    (the position travels with the sample so the aligner knows its sampler key)."""
+
+    def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> None:
+        self.dataset = dataset
+        self.length_fn = length_fn
+        self.token_fn = token_fn
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[int, int, Any, int, int]:
+        pos, idx = key
+        sample = self.dataset[idx]
+        return pos, idx, sample, measure(self.length_fn, sample, "length_fn"), measure(self.token_fn, sample, "token_count_fn")
+
+
+def measured_iterable(dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> Any:
+    """An ``IterableDataset`` of ``(sample, length, tokens)`` over ``dataset`` (measured
+    in the DataLoader workers)."""
+    return _measured_iterable_class()(dataset, length_fn, token_fn)
+
+
+@functools.lru_cache(maxsize=None)
+def _measured_iterable_class() -> type:
+    # defined on first use: subclassing IterableDataset imports torch
+    from torch.utils.data import IterableDataset
+
+    class MeasuredIterable(IterableDataset):  # type: ignore[type-arg]
+        def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> None:
+            super().__init__()
+            self.dataset = dataset
+            self.length_fn = length_fn
+            self.token_fn = token_fn
+
+        def __iter__(self) -> Iterator[tuple[Any, int, int]]:
+            for sample in self.dataset:
+                yield sample, measure(self.length_fn, sample, "length_fn"), measure(self.token_fn, sample, "token_count_fn")
+
+        def __reduce__(self) -> Any:  # spawned workers rebuild it through the module-level factory
+            return measured_iterable, (self.dataset, self.length_fn, self.token_fn)
+
+    return MeasuredIterable
+
+
+def _keep(x: Any) -> Any:
+    return x
+
+
+def resume_keys(resume: dict[str, Any]) -> list[int]:
+    """The keys a resumed round takes first: its undelivered steps', then its overflow."""
+    return [k for step in resume["replay"] for k in step["keys"]] + list(resume["overflow"])
+
+
+def map_positions(
+    config: "LoaderConfig", epoch: int, iteration: int, resume: dict[str, Any] | None
+) -> tuple[list[tuple[int, int]], int]:
+    """``(position, dataset index)`` pairs a map-style source reads in this logical
+    iteration, and how many of them are a resumed round's samples (read first)."""
+    indices = rank_indices(
+        len(config.dataset), config.world_size, config.rank, seed=config.seed, epoch=epoch, iteration=iteration,
+        shuffle=config.shuffle, pad=config.pad_sampler,
+    )
+    if resume is None:
+        return list(enumerate(indices)), 0
+    pre = resume_keys(resume)
+    start = int(resume["position"])
+    if any(not 0 <= k < len(indices) for k in pre) or not 0 <= start <= len(indices):
+        raise StateError("the resume state does not fit this dataset (positions out of range)")
+    return [(k, indices[k]) for k in pre] + [(k, indices[k]) for k in range(start, len(indices))], len(pre)
+
+
+def _dataloader(config: "LoaderConfig", dataset: Any, sampler: Sequence[Any] | None = None) -> Any:
+    from torch.utils.data import DataLoader
+
+    kw: dict[str, Any] = dict(
+        batch_size=None,
+        collate_fn=_keep,
+        num_workers=config.num_workers,
+        worker_init_fn=config.worker_init_fn,
+        multiprocessing_context=config.multiprocessing_context,
+    )
+    if config.prefetch_factor is not None:
+        kw["prefetch_factor"] = config.prefetch_factor
+    if sampler is not None:
+        kw["sampler"] = sampler
+    return DataLoader(dataset, **kw)
+
+
+class Failure:
+    """An exception handed from one thread to another, raised where it is received."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class SampleFeed:
+    """One logical iteration's samples on this rank, in order, as the aligner takes
+    them: a resumed round's preloaded samples first, then what the producer thread
+    draws (one credit each).
+
+    It also tracks where a resume would restart the source: the position after the
+    last sample taken (samples of a resumed round do not advance it) and, for a
+    stateful iterable dataset read in this process, its state as of that sample.
+    """
+
+    def __init__(
+        self, config: "LoaderConfig", epoch: int, iteration: int, resume: dict[str, Any] | None, credits: Credits,
+        source_state: Any = None,
+    ) -> None:
+        self.credits = credits
+        self.preloaded: deque[Item] = deque()
+        self.taken = 0  # samples taken in this logical iteration
+        self.source_state = source_state
+        make = self._map_source(config, epoch, iteration, resume) if config.kind == "map" else self._iterable_source(config, resume)
+        self.producer: Producer[Item] | None = Producer(make, credits=credits, name=f"youmu-fetcher-r{config.rank}")
+        self.producer.start()
+
+    # -- the source ------------------------------------------------------------------------
+    def _map_source(
+        self, config: "LoaderConfig", epoch: int, iteration: int, resume: dict[str, Any] | None
+    ) -> Callable[[], Iterator[Item]]:
+        pairs, self.n_pre = map_positions(config, epoch, iteration, resume)
+        self.position = int(resume["position"]) if resume is not None else 0
+        measured = MeasuredMap(config.dataset, config.length_fn, config.token_count_fn)
+
+        def make() -> Iterator[Item]:
+            if config.num_workers == 0:
+                rows: Iterator[Any] = (measured[p] for p in pairs)
+            else:
+                rows = iter(_dataloader(config, measured, sampler=pairs))
+            return (Item(pos, idx, sample, length, tokens) for pos, idx, sample, length, tokens in rows)
+
+        return make
+
+    def _iterable_source(self, config: "LoaderConfig", resume: dict[str, Any] | None) -> Callable[[], Iterator[Item]]:
+        ds = config.dataset
+        self.n_pre = 0
+        start = 0
+        if resume is not None:
+            payloads = resume.get("payloads") or {}
+            keys = resume_keys(resume)
+            for k in keys:
+                sample, length, tokens = payloads[k]
+                self.preloaded.append(Item(k, None, sample, length, tokens))
+            self.n_pre = len(keys)
+            start = int(resume["position"])
+            if resume.get("source_state") is not None:
+                ds.load_state_dict(resume["source_state"])
+        self.position = start
+        self.source_state = resume.get("source_state") if resume is not None else None
+        stateful = config.num_workers == 0 and hasattr(ds, "state_dict")
+
+        def make() -> Iterator[Item]:
+            if config.num_workers == 0:
+
+                def read() -> Iterator[Item]:
+                    k = start
+                    for sample in ds:
+                        state = ds.state_dict() if stateful else None
+                        yield Item(
+                            k, None, sample,
+                            measure(config.length_fn, sample, "length_fn"),
+                            measure(config.token_count_fn, sample, "token_count_fn"),
+                            state,
+                        )
+                        k += 1
+
+                return read()
+            rows = iter(_dataloader(config, measured_iterable(ds, config.length_fn, config.token_count_fn)))
+            return (Item(k, None, s, n, t) for k, (s, n, t) in enumerate(rows, start=start))
+
+        return make
+
+    # -- the aligner's side ------------------------------------------------------------------
+    def take(self, timeout: float) -> Item | Failure | Any:
+        """The next sample, :data:`~youmu.dist.END`, a :class:`Failure` of the source,
+        or ``None`` when nothing came within ``timeout`` seconds."""
+        if self.preloaded:
+            return self._taken(self.preloaded.popleft())
+        if self.producer is None:  # stopped: nothing more will come
+            time.sleep(max(timeout, 0.0))
+            return None
+        try:
+            x = self.producer.get(timeout=max(timeout, 0.0))
+        except BaseException as e:  # noqa: BLE001 - the source's own error, raised on every rank by the aligner
+            return Failure(e)
+        return self._taken(x) if isinstance(x, Item) else x
+
+    def take_item(self, heartbeat: float, data_timeout: float) -> Item:
+        """The next sample, which must exist (a resumed round's samples)."""
+        deadline = time.monotonic() + data_timeout
+        while True:
+            x = self.take(min(heartbeat, max(deadline - time.monotonic(), 0.0)))
+            if isinstance(x, Item):
+                return x
+            if isinstance(x, Failure):
+                raise x.exc
+            if x is END:
+                raise LoaderError("the data source ended while restoring a checkpoint (dataset changed?)")
+            if time.monotonic() > deadline:
+                raise DataStallError(f"no sample within {data_timeout:.0f}s while restoring a checkpoint")
+
+    def _taken(self, item: Item) -> Item:
+        self.taken += 1
+        if self.taken > self.n_pre:
+            self.position = item.key + 1
+            if item.state is not None:
+                self.source_state = item.state
+        return item
+
+    def stalled_for(self) -> float:
+        """Seconds the source has been blocked producing its current sample."""
+        return self.producer.stalled_for() if self.producer is not None else 0.0
+
+    def pending(self) -> int:
+        """Samples fetched or preloaded but not taken (queue markers included)."""
+        return (self.producer.queue.qsize() if self.producer is not None else 0) + len(self.preloaded)
+
+    def drop_preloaded(self) -> int:
+        """Discard the preloaded samples not taken; how many there were."""
+        n = len(self.preloaded)
+        self.preloaded.clear()
+        return n
+
+    def stop(self) -> None:
+        """Stop the producer and hand back the credits of what it fetched and nobody took."""
+        p = self.producer
+        if p is None:
+            return
+        p.stop(timeout=5.0)
+        self.credits.release(p.drain())
+        self.producer = None
