@@ -19,6 +19,13 @@ Example::
         for batch, info in loader:
             (model(**batch).loss * info.loss_scale).backward()
             opt.step(); opt.zero_grad()
+
+A Hugging Face ``Trainer`` class made for ODB (here over a stand-in base class):
+
+>>> class Base:
+...     pass
+>>> make_odb_trainer(Base).__name__, issubclass(make_odb_trainer(Base), ODBTrainerMixin)
+('ODBBase', True)
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def _patches(n: int, rng: np.random.Generator, patch: int, median_side: float, s
 
 def coyo_like(n: int, seed: int = 0, *, median_side: float = 320.0, sigma: float = 0.5, max_side: int = 1024,
               patch_merge: int = 1) -> Workload:
-    """coyo700M-like samples: captions calibrated to Fig. 2, images at native
+    """coyo700M-like samples: captions calibrated to MegaScale-Data's Fig. 2, images at native
     resolution in 16×16 patches."""
     rng = np.random.default_rng(seed)
     n = int_arg("n", n, minimum=0)

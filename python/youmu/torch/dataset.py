@@ -25,7 +25,7 @@ from youmu.dist.world import rank_and_world
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError, YoumuWarning
 from youmu.shuffle import SHUFFLE_MODES, dropped_rows, row_chunk_rows, window_pages_for
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
-from youmu.torch.sharded import SKIP, ShardedStream, in_worker_process
+from youmu.torch.sharded import PositionalStream, in_worker_process
 
 __all__ = ["YoumuDataset"]
 
@@ -35,7 +35,7 @@ def _map_style(obj: Any) -> bool:
     return hasattr(obj, "__len__") and hasattr(obj, "__getitem__") and not isinstance(obj, (str, bytes, list, tuple))
 
 
-class YoumuDataset(ShardedStream[Any, int]):
+class YoumuDataset(PositionalStream[Any]):
     """Rows of Parquet files, shuffled at page granularity.
 
     Args:
@@ -157,9 +157,6 @@ class YoumuDataset(ShardedStream[Any, int]):
         return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size,
                 "window_pages": self._wp, "drop_last": self.drop_last}
 
-    def _start(self) -> int:
-        return 0
-
     def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
         # states saved before they had a format tag: the same fields, fewer settings
         if {"seed", "epoch", "shuffle", "world_size", "positions"} <= set(state) and "run" not in state:
@@ -211,26 +208,7 @@ class YoumuDataset(ShardedStream[Any, int]):
             page_rows=self._page_rows, window_pages=self._wp, drop_last=self.drop_last,
         )
 
-    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
-        in_worker = in_worker_process()
-        pos = start
+    def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
+        compact = in_worker_process()
         for table in self._stream(worker, num_workers).iter_tables(start):
-            for row in convert_rows(table, self.output, compact=in_worker):
-                pos += 1
-                if self.transform is not None:
-                    row = self.transform(row)
-                    if row is None:
-                        yield pos, SKIP
-                        continue
-                yield pos, row
-
-    def iter_positions(self, start: int | None = None) -> Iterator[tuple[int, Any]]:
-        """``(position, row)`` of this process's shard from ``start`` (default: the
-        resume point), transformed; rows the transform drops are skipped (their
-        positions still count). The stream's own progress does not move: this is how
-        wrappers such as :func:`youmu.torch.pack` read a stream at positions they track."""
-        worker, num_workers, resume = self._begin()
-        begin = resume if start is None else int_arg("start", start, minimum=0)
-        for after, row in self._pass(worker, num_workers, begin):
-            if row is not SKIP:
-                yield after - 1, row
+            yield from convert_rows(table, self.output, compact=compact)

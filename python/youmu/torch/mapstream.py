@@ -40,12 +40,12 @@ from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.dist.world import rank_and_world
 from youmu.errors import StateError
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
-from youmu.torch.sharded import SKIP, ShardedStream
+from youmu.torch.sharded import PositionalStream
 
 __all__ = ["MapStream", "MixtureStream"]
 
 
-class MapStream(ShardedStream[Any, int]):
+class MapStream(PositionalStream[Any]):
     """Iterate a map-style dataset's positions, sharded and resumable.
 
     Args:
@@ -92,9 +92,6 @@ class MapStream(ShardedStream[Any, int]):
     def _settings(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "run": self.run, "drop_last": self.drop_last}
 
-    def _start(self) -> int:
-        return 0
-
     def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if {"world_size", "positions"} <= set(state) and "seed" not in state and "packing" not in state:
             return {"format": self.state_format, "run": 1, "drop_last": self.drop_last, "epoch": 0, **state}
@@ -126,7 +123,7 @@ class MapStream(ShardedStream[Any, int]):
         return self._count(0, 1)
 
     # -- iteration ------------------------------------------------------------------------
-    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+    def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
         shard = self._shard(worker, num_workers)
         count = self._count(worker, num_workers)
         pos = start
@@ -140,24 +137,8 @@ class MapStream(ShardedStream[Any, int]):
                 stop = min(count, (pos // self.run + 1) * self.run, pos + self.chunk)
                 lo = run_round_robin_index(pos, self.run, shard)
                 idx = list(range(lo, lo + stop - pos))
-            for item in get_many(idx) if get_many else [self.dataset[i] for i in idx]:
-                pos += 1
-                if self.transform is not None:
-                    item = self.transform(item)
-                    if item is None:
-                        yield pos, SKIP
-                        continue
-                yield pos, item
-
-    def iter_positions(self, start: int | None = None) -> Iterator[tuple[int, Any]]:
-        """``(position, item)`` of this process's shard from ``start`` (default: the
-        resume point), transformed; items the transform drops are skipped. The stream's
-        own progress does not move (see :meth:`youmu.torch.YoumuDataset.iter_positions`)."""
-        worker, num_workers, resume = self._begin()
-        begin = resume if start is None else int_arg("start", start, minimum=0)
-        for after, item in self._pass(worker, num_workers, begin):
-            if item is not SKIP:
-                yield after - 1, item
+            yield from (get_many(idx) if get_many else [self.dataset[i] for i in idx])
+            pos = stop
 
     def __repr__(self) -> str:
         name = type(self).__name__

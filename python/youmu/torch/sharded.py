@@ -32,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from torch.utils.data import IterableDataset, get_worker_info
@@ -41,7 +41,7 @@ from youmu._args import int_arg
 from youmu.errors import StateError
 from youmu.stateful import SharedEpoch, check_state, state_int, state_positions
 
-__all__ = ["ShardedStream", "SKIP", "current_worker", "in_worker_process"]
+__all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -183,3 +183,42 @@ class ShardedStream(IterableDataset, Generic[T, P]):
             if item is SKIP:
                 continue
             yield item
+
+
+class PositionalStream(ShardedStream[T, int]):
+    """A :class:`ShardedStream` whose position is a count of items: the shard's items
+    in order, each passed through ``transform`` (``None`` drops it; its position still
+    counts). Subclasses implement ``_items``; wrappers read them through
+    :meth:`iter_positions`.
+    """
+
+    transform: Callable[[Any], Any] | None = None
+
+    def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
+        """The shard's untransformed items from position ``start``."""
+        raise NotImplementedError
+
+    def _start(self) -> int:
+        return 0
+
+    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+        pos = start
+        for item in self._items(worker, num_workers, start):
+            pos += 1
+            if self.transform is not None:
+                item = self.transform(item)
+                if item is None:
+                    yield pos, SKIP
+                    continue
+            yield pos, item
+
+    def iter_positions(self, start: int | None = None) -> Iterator[tuple[int, Any]]:
+        """``(position, item)`` of this process's shard from ``start`` (default: the
+        resume point), transformed; items the transform drops are skipped (their
+        positions still count). The stream's own progress does not move: this is how
+        wrappers such as :func:`youmu.torch.pack` read a stream at positions they track."""
+        worker, num_workers, resume = self._begin()
+        begin = resume if start is None else int_arg("start", start, minimum=0)
+        for after, item in self._pass(worker, num_workers, begin):
+            if item is not SKIP:
+                yield after - 1, item
