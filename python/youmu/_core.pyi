@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Literal, Sequence, Union
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, Union
 
 import numpy as np
 import numpy.typing as npt

@@ -66,8 +66,9 @@ def _permutation(n: int, seed: int, epoch: int, purpose: str) -> Any:
     return Permutation(n, seed=seed, epoch=epoch, purpose=purpose)
 
 
-#: Windows alive at once while streaming: the one being consumed, the next one (read
-#: ahead by Rust threads) and, while that is assembled, its shuffled copy.
+#: Windows alive at once while streaming with one window read ahead (the default for
+#: local files): the one being consumed, the next one (read ahead by Rust threads)
+#: and, while that is assembled, its shuffled copy. Deeper read-ahead adds one each.
 WINDOWS_IN_FLIGHT = 3
 
 
@@ -78,6 +79,7 @@ def window_pages_for(
     *,
     page_bytes: np.ndarray | None = None,
     memory_budget: int | None = None,
+    in_flight: int = WINDOWS_IN_FLIGHT,
 ) -> int:
     """Pages per window so a window holds about ``buffer_size`` rows — but never so
     many that some rank would get no window: a small dataset must still give every DDP
@@ -86,7 +88,8 @@ def window_pages_for(
 
     With ``memory_budget`` (bytes) and ``page_bytes`` (estimated decoded bytes per page,
     :meth:`PageIndex.page_decoded_bytes`), windows are also small enough that
-    :data:`WINDOWS_IN_FLIGHT` windows of the largest pages fit the budget; a budget
+    ``in_flight`` windows of the largest pages fit the budget (:data:`WINDOWS_IN_FLIGHT`
+    with one window read ahead; a stream reading ``k`` ahead holds ``k + 2``); a budget
     that cannot hold that many single pages is an error, not a silent overrun.
 
     >>> window_pages_for(np.array([100] * 50), 1000)
@@ -104,12 +107,12 @@ def window_pages_for(
         if page_bytes is None or len(page_bytes) != len(page_rows):
             raise InvalidArgumentError("memory_budget needs the estimated decoded bytes of every page (page_bytes)")
         biggest = max(int(np.max(page_bytes)), 1)
-        fit = int(memory_budget) // (WINDOWS_IN_FLIGHT * biggest)
+        fit = int(memory_budget) // (in_flight * biggest)
         if fit < 1:
             raise InvalidArgumentError(
-                f"memory_budget={int(memory_budget):,} bytes cannot hold {WINDOWS_IN_FLIGHT} windows of one page: "
+                f"memory_budget={int(memory_budget):,} bytes cannot hold {in_flight} windows of one page: "
                 f"the largest page decodes to about {biggest:,} bytes, so at least "
-                f"{WINDOWS_IN_FLIGHT * biggest:,} are needed"
+                f"{in_flight * biggest:,} are needed"
             )
         wanted = min(wanted, fit)
     return max(1, min(wanted, len(page_rows) // max(world_size, 1)))

@@ -132,7 +132,7 @@ class Aligner:
         self.credits = credits
         self.metrics = metrics
         # to the trainer
-        self.out: "queue.Queue[Any]" = queue.Queue()
+        self.out: queue.Queue[Any] = queue.Queue()
         self.records: deque[RoundRecord] = deque()
         self.records_lock = threading.Lock()
         self.failure: BaseException | None = None

@@ -28,8 +28,9 @@ Example:
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence, TypeVar
+from typing import NamedTuple, TypeVar
 
 from youmu.errors import InvalidArgumentError, ProtocolError
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg
 from youmu.batching.info import StepInfo
@@ -134,7 +135,8 @@ class LoaderConfig:
         s["loss_scaling"] = choice_arg("loss_scaling", a["loss_scaling"], LOSS_SCALING_MODES)
         s["uneven"] = choice_arg("uneven", a["uneven"], UNEVEN_MODES)
         s["timeout"] = seconds_arg("timeout", a["timeout"])
-        s["data_timeout"] = s["timeout"] if a["data_timeout"] is None else seconds_arg("data_timeout", a["data_timeout"])
+        data_timeout = a["data_timeout"]
+        s["data_timeout"] = s["timeout"] if data_timeout is None else seconds_arg("data_timeout", data_timeout)
         s["shuffle"] = bool_arg("shuffle", a["shuffle"])
         s["shuffle_steps"] = bool_arg("shuffle_steps", a["shuffle_steps"])
         s["pad_sampler"] = bool_arg("pad_sampler", a["pad_sampler"])
@@ -173,17 +175,17 @@ class LoaderConfig:
         return s
 
     @classmethod
-    def build(cls, arguments: Mapping[str, Any], channel: GlooChannel) -> "LoaderConfig":
+    def build(cls, arguments: Mapping[str, Any], channel: GlooChannel) -> LoaderConfig:
         """The config of a loader with these keyword ``arguments`` exchanging on
         ``channel`` (see :meth:`check`)."""
         return cls.from_settings(cls.check(arguments), channel)
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any], channel: GlooChannel) -> "LoaderConfig":
+    def from_settings(cls, settings: dict[str, Any], channel: GlooChannel) -> LoaderConfig:
         """The config of settings :meth:`check` returned, exchanging on ``channel``."""
         return cls(**settings, channel=channel, fingerprint=_fingerprint(settings, channel.world_size))
 
-    def replace(self, **changes: Any) -> "LoaderConfig":
+    def replace(self, **changes: Any) -> LoaderConfig:
         """A config with some settings changed, validated like the loader's arguments
         (the kind, size and fingerprint follow the new settings)."""
         derived = ("channel", "kind", "size", "fingerprint")
@@ -193,7 +195,7 @@ class LoaderConfig:
         current = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in derived}
         return self.from_settings(self.check({**current, **changes}), self.channel)
 
-    def current(self) -> "LoaderConfig":
+    def current(self) -> LoaderConfig:
         """This config, or a rebuilt one when the map-style dataset changed its size
         since (a list grown in place): its sampler and fingerprint follow ``len()``."""
         if self.kind == "map" and len(self.dataset) != self.size:

@@ -127,7 +127,7 @@ class EpochIterator:
         return not self._aligner.thread.is_alive()
 
     # -- the trainer's side ---------------------------------------------------------------------
-    def __iter__(self) -> "EpochIterator":
+    def __iter__(self) -> EpochIterator:
         return self
 
     def __next__(self) -> tuple[Any, StepInfo]:
@@ -146,8 +146,8 @@ class EpochIterator:
                     self._raise_peer_closed()
                 if not a.thread.is_alive() and a.out.empty():
                     if a.failure is not None:
-                        raise a.failure
-                    raise LoaderError("the aligner thread ended without finishing the iteration")
+                        raise a.failure from None
+                    raise LoaderError("the aligner thread ended without finishing the iteration") from None
                 continue
             if x is IDLE:
                 self._credits.release(1)
@@ -280,7 +280,7 @@ class EpochHandle:
         self._loader = loader
         self._epoch = epoch
 
-    def __iter__(self) -> "EpochHandle":
+    def __iter__(self) -> EpochHandle:
         return self
 
     def __next__(self) -> tuple[Any, StepInfo]:

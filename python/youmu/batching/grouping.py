@@ -22,7 +22,8 @@ Example (ODB, App. D):
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from youmu.errors import InvalidArgumentError
 
@@ -49,7 +50,7 @@ def batch_size_for(length: int, token_budget: int) -> int:
 class GroupTrace(NamedTuple):
     """One step of the greedy walk (used to reproduce the table of ODB, App. D)."""
 
-    index: int  # position of the sample in the input sequence
+    index: int  # type: ignore[assignment]  # position of the sample (shadows tuple.index by design: a public field)
     length: int
     group_size: int  # size of the current group after adding the sample
     threshold: int  # threshold the group was compared with
@@ -84,7 +85,8 @@ def trace_groups(lengths: Sequence[int], token_budget: int) -> tuple[list[list[i
             groups_desc.append(current[::-1])  # ascending within the group
             threshold = batch_size_for(lengths[i], token_budget)
             current = []
-        walk.append(GroupTrace(i, lengths[i], len(current) if not closed else len(groups_desc[-1]), seen, closed, threshold))
+        size = len(current) if not closed else len(groups_desc[-1])
+        walk.append(GroupTrace(i, lengths[i], size, seen, closed, threshold))
     if current:
         # Trailing partial group (the shortest samples): smaller than its threshold,
         # so the padded-area bound still holds.

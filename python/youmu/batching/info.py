@@ -23,9 +23,9 @@ class _Idle:
     its credit back so the fetcher may draw one more sample.
     """
 
-    _instance: "_Idle | None" = None
+    _instance: _Idle | None = None
 
-    def __new__(cls) -> "_Idle":
+    def __new__(cls) -> _Idle:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance

@@ -30,7 +30,8 @@ A Hugging Face ``Trainer`` class made for ODB (here over a stand-in base class):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -88,7 +89,9 @@ class ODBTrainerMixin:
             raise InvalidArgumentError("set trainer.odb_loader (a DynamicBatchLoader) before train()")
         return _InfoInBatch(loader)
 
-    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
         info = inputs.pop(STEP_INFO_KEY, None)
         if info is None:  # evaluation batches come from the normal eval dataloader
             return super().compute_loss(model, inputs, return_outputs=return_outputs)  # type: ignore[misc]

@@ -36,7 +36,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, TypeVar, overload
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, overload
 
 from youmu._args import int_arg
 from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_loader_state
@@ -59,17 +60,17 @@ class _Setting(Generic[T]):
         self.name = name
 
     @overload
-    def __get__(self, obj: None, objtype: type) -> "_Setting[T]": ...
+    def __get__(self, obj: None, objtype: type) -> _Setting[T]: ...
 
     @overload
-    def __get__(self, obj: "DynamicBatchLoader", objtype: type) -> T: ...
+    def __get__(self, obj: DynamicBatchLoader, objtype: type) -> T: ...
 
-    def __get__(self, obj: "DynamicBatchLoader | None", objtype: type | None = None) -> "T | _Setting[T]":
+    def __get__(self, obj: DynamicBatchLoader | None, objtype: type | None = None) -> T | _Setting[T]:
         if obj is None:
             return self
-        return getattr(obj._config, self.name)  # type: ignore[no-any-return]
+        return getattr(obj._config, self.name)
 
-    def __set__(self, obj: "DynamicBatchLoader", value: T) -> None:
+    def __set__(self, obj: DynamicBatchLoader, value: T) -> None:
         obj._config = obj._config.replace(**{self.name: value})
 
 

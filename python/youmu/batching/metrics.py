@@ -231,7 +231,8 @@ class BatchingMetrics:
         d["compute_ms_per_round"] = 1000.0 * (s.group_s + s.align_s) / s.rounds if s.rounds else 0.0
         d["align_ms_per_round"] = 1000.0 * (s.group_s + s.exchange_s + s.align_s) / s.rounds if s.rounds else 0.0
         d["bytes_per_round"] = s.exchange_bytes / s.rounds if s.rounds else 0.0
-        d["samples_per_step_global"] = s.samples_global / (s.steps - s.padding_steps) if s.steps > s.padding_steps else 0.0
+        real_steps = s.steps - s.padding_steps
+        d["samples_per_step_global"] = s.samples_global / real_steps if real_steps > 0 else 0.0
         return d
 
     def format_summary(self) -> str:

@@ -26,7 +26,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from youmu.batching.alignment import (
     FINISHED,

@@ -72,7 +72,7 @@ class ExitParticipant(Protocol):
         ...
 
 
-_LIVE: "weakref.WeakSet[ExitParticipant]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[ExitParticipant] = weakref.WeakSet()
 
 
 def register(epoch: ExitParticipant) -> None:

@@ -16,8 +16,8 @@ Example:
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from youmu.batching.alignment import plan_round
 from youmu.batching.protocol import EmittedStep, Item, RankProtocol
@@ -146,7 +146,9 @@ def simulate_ranks(
     if W < 1:
         raise InvalidArgumentError("need at least one rank")
     res = _new_result(W, keep_trace)
-    protos = [_proto(r, W, token_budget, buffer_size, join, loss_scaling, seed, epoch, 0, shuffle_steps) for r in range(W)]
+    protos = [
+        _proto(r, W, token_budget, buffer_size, join, loss_scaling, seed, epoch, 0, shuffle_steps) for r in range(W)
+    ]
     queues = [
         [
             Item(
@@ -213,9 +215,10 @@ def simulate(
         queues = []
         for r in range(world_size):
             idx = sharder(n, world_size, r, iteration)
-            queues.append(
-                [Item(k, i, None, int(lengths[i]), int(tokens[i]) if tokens is not None else int(lengths[i])) for k, i in enumerate(idx)]
-            )
+            queues.append([
+                Item(k, i, None, int(lengths[i]), int(tokens[i]) if tokens is not None else int(lengths[i]))
+                for k, i in enumerate(idx)
+            ])
         limit = 10 * (n + world_size * buffer_size + 10)
         outcome = _run_iteration(protos, queues, res, join, target, keep_trace, limit)
         if outcome != "stop" or target is None or n == 0:

@@ -31,7 +31,8 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from youmu._args import index_of
 from youmu.batching.protocol import Item
@@ -42,7 +43,9 @@ from youmu.errors import ArgumentTypeError, DataStallError, InvalidArgumentError
 if TYPE_CHECKING:  # pragma: no cover
     from youmu.batching.config import LoaderConfig
 
-__all__ = ["measure", "MeasuredMap", "measured_iterable", "map_positions", "resume_keys", "Failure", "SampleFeed", "END"]
+__all__ = [
+    "measure", "MeasuredMap", "measured_iterable", "map_positions", "resume_keys", "Failure", "SampleFeed", "END",
+]
 
 
 def measure(fn: Callable[[Any], Any], sample: Any, what: str) -> int:
@@ -72,7 +75,8 @@ class MeasuredMap:
     def __getitem__(self, key: tuple[int, int]) -> tuple[int, int, Any, int, int]:
         pos, idx = key
         sample = self.dataset[idx]
-        return pos, idx, sample, measure(self.length_fn, sample, "length_fn"), measure(self.token_fn, sample, "token_count_fn")
+        length = measure(self.length_fn, sample, "length_fn")
+        return pos, idx, sample, length, measure(self.token_fn, sample, "token_count_fn")
 
 
 def measured_iterable(dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> Any:
@@ -81,12 +85,12 @@ def measured_iterable(dataset: Any, length_fn: Callable[[Any], Any], token_fn: C
     return _measured_iterable_class()(dataset, length_fn, token_fn)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _measured_iterable_class() -> type:
     # defined on first use: subclassing IterableDataset imports torch
     from torch.utils.data import IterableDataset
 
-    class MeasuredIterable(IterableDataset):  # type: ignore[type-arg]
+    class MeasuredIterable(IterableDataset):
         def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> None:
             super().__init__()
             self.dataset = dataset
@@ -95,7 +99,8 @@ def _measured_iterable_class() -> type:
 
         def __iter__(self) -> Iterator[tuple[Any, int, int]]:
             for sample in self.dataset:
-                yield sample, measure(self.length_fn, sample, "length_fn"), measure(self.token_fn, sample, "token_count_fn")
+                length = measure(self.length_fn, sample, "length_fn")
+                yield sample, length, measure(self.token_fn, sample, "token_count_fn")
 
         def __reduce__(self) -> Any:  # spawned workers rebuild it through the module-level factory
             return measured_iterable, (self.dataset, self.length_fn, self.token_fn)
@@ -113,7 +118,7 @@ def resume_keys(resume: dict[str, Any]) -> list[int]:
 
 
 def map_positions(
-    config: "LoaderConfig", epoch: int, iteration: int, resume: dict[str, Any] | None
+    config: LoaderConfig, epoch: int, iteration: int, resume: dict[str, Any] | None
 ) -> tuple[list[tuple[int, int]], int]:
     """``(position, dataset index)`` pairs a map-style source reads in this logical
     iteration, and how many of them are a resumed round's samples (read first)."""
@@ -130,7 +135,7 @@ def map_positions(
     return [(k, indices[k]) for k in pre] + [(k, indices[k]) for k in range(start, len(indices))], len(pre)
 
 
-def _dataloader(config: "LoaderConfig", dataset: Any, sampler: Sequence[Any] | None = None) -> Any:
+def _dataloader(config: LoaderConfig, dataset: Any, sampler: Sequence[Any] | None = None) -> Any:
     from torch.utils.data import DataLoader
 
     kw: dict[str, Any] = dict(
@@ -167,20 +172,23 @@ class SampleFeed:
     """
 
     def __init__(
-        self, config: "LoaderConfig", epoch: int, iteration: int, resume: dict[str, Any] | None, credits: Credits,
+        self, config: LoaderConfig, epoch: int, iteration: int, resume: dict[str, Any] | None, credits: Credits,
         source_state: Any = None,
     ) -> None:
         self.credits = credits
         self.preloaded: deque[Item] = deque()
         self.taken = 0  # samples taken in this logical iteration
         self.source_state = source_state
-        make = self._map_source(config, epoch, iteration, resume) if config.kind == "map" else self._iterable_source(config, resume)
+        if config.kind == "map":
+            make = self._map_source(config, epoch, iteration, resume)
+        else:
+            make = self._iterable_source(config, resume)
         self.producer: Producer[Item] | None = Producer(make, credits=credits, name=f"youmu-fetcher-r{config.rank}")
         self.producer.start()
 
     # -- the source ------------------------------------------------------------------------
     def _map_source(
-        self, config: "LoaderConfig", epoch: int, iteration: int, resume: dict[str, Any] | None
+        self, config: LoaderConfig, epoch: int, iteration: int, resume: dict[str, Any] | None
     ) -> Callable[[], Iterator[Item]]:
         pairs, self.n_pre = map_positions(config, epoch, iteration, resume)
         self.position = int(resume["position"]) if resume is not None else 0
@@ -195,7 +203,7 @@ class SampleFeed:
 
         return make
 
-    def _iterable_source(self, config: "LoaderConfig", resume: dict[str, Any] | None) -> Callable[[], Iterator[Item]]:
+    def _iterable_source(self, config: LoaderConfig, resume: dict[str, Any] | None) -> Callable[[], Iterator[Item]]:
         ds = config.dataset
         self.n_pre = 0
         start = 0

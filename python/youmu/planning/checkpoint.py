@@ -25,7 +25,7 @@ Example:
     ...             can_restore=False, resume_mode="auto", names=["default"])
     Traceback (most recent call last):
     ...
-    youmu.errors.StateError: invalid resume position: BalancedLoader state field 'microbatch' must be an int, got str '1'
+    youmu.errors.StateError: invalid resume position: BalancedLoader state field 'microbatch' must be an int, ...
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from youmu.dist import describe, fingerprint
 from youmu.errors import StateError

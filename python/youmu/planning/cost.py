@@ -32,8 +32,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,9 +76,12 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
                 docs = list(s)
             except TypeError:
                 if isinstance(s, (int, np.integer, float, np.floating)):
-                    raise ArgumentTypeError(f"sequence {k} is a bare number ({s!r}); a lone sample of length l is [[l]], "
+                    raise ArgumentTypeError(f"sequence {k} is a bare number ({s!r}); a lone sample of length l "
+                                            "is [[l]], "
                                     "so a list of lengths [l1, l2] must be written [[l1], [l2]]") from None
-                raise ArgumentTypeError(f"sequence {k} must be a list of document lengths, got {type(s).__name__}") from None
+                raise ArgumentTypeError(
+                    f"sequence {k} must be a list of document lengths, got {type(s).__name__}"
+                ) from None
             counts.append(len(docs))
             flat.extend(docs)
         lengths = int_array(flat, "document lengths")
@@ -137,7 +141,9 @@ class ModelConfig:
             int_arg(f"ModelConfig.{name}", getattr(self, name), minimum=1)
         kv = self.num_kv_heads
         if kv is not None and not 1 <= int_arg("ModelConfig.num_kv_heads", kv) <= self.num_heads:
-            raise InvalidArgumentError(f"ModelConfig.num_kv_heads must be in [1, num_heads={self.num_heads}], got {kv!r}")
+            raise InvalidArgumentError(
+                f"ModelConfig.num_kv_heads must be in [1, num_heads={self.num_heads}], got {kv!r}"
+            )
         if self.ffn_hidden is not None:
             int_arg("ModelConfig.ffn_hidden", self.ffn_hidden, minimum=1)
         int_arg("ModelConfig.vocab_size", self.vocab_size, minimum=0)
@@ -154,7 +160,7 @@ class ModelConfig:
         return 4 * self.hidden
 
     @classmethod
-    def preset(cls, name: str) -> "ModelConfig":
+    def preset(cls, name: str) -> ModelConfig:
         """A named architecture (see :data:`PRESETS`; MegaScale-Data Table 1 models).
 
         >>> ModelConfig.preset("llama-12b").hidden
@@ -215,7 +221,7 @@ class CostModel:
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
-    def from_config(cls, config: ModelConfig | str | None = None) -> "CostModel":
+    def from_config(cls, config: ModelConfig | str | None = None) -> CostModel:
         """The FLOPs of one training step of ``config`` on a packed sequence.
 
         Per layer, for a packed sequence of ``s = Σl`` tokens (``h`` hidden, ``f`` FFN,
@@ -245,7 +251,7 @@ class CostModel:
         return cls(a=a, b=b, c=0.0, source="flops", config=config)
 
     @classmethod
-    def fit(cls, seqs: Any, times: Sequence[float] | np.ndarray, *, intercept: bool = True) -> "CostModel":
+    def fit(cls, seqs: Any, times: Sequence[float] | np.ndarray, *, intercept: bool = True) -> CostModel:
         """Least-squares calibration of ``a, b, c`` on measured times (non-negative
         coefficients; the unconstrained fit is used when it is already non-negative).
 
@@ -266,12 +272,15 @@ class CostModel:
             raise InvalidArgumentError(f"got {n} sequences but {y.size} times")
         if not np.isfinite(y).all():
             raise InvalidArgumentError("times must be finite")
-        cols = [_segment_sums(lengths.astype(np.float64) ** 2, offsets), _segment_sums(lengths.astype(np.float64), offsets)]
+        lf = lengths.astype(np.float64)
+        cols = [_segment_sums(lf**2, offsets), _segment_sums(lf, offsets)]
         if intercept:
             cols.append(np.ones(n))
         x = np.stack(cols, axis=1)
         if n < x.shape[1]:
-            raise InvalidArgumentError(f"need at least {x.shape[1]} measurements to fit {x.shape[1]} coefficients, got {n}")
+            raise InvalidArgumentError(
+                f"need at least {x.shape[1]} measurements to fit {x.shape[1]} coefficients, got {n}"
+            )
         coef = _nnls_small(x, y)
         a, b = float(coef[0]), float(coef[1])
         c = float(coef[2]) if intercept else 0.0
@@ -305,7 +314,7 @@ class CostModel:
             raise InvalidArgumentError("lengths must be finite and >= 0")
         return self.a * lf * lf + self.b * lf + self.c
 
-    def scaled(self, factor: float) -> "CostModel":
+    def scaled(self, factor: float) -> CostModel:
         """The same model in other units (e.g. FLOPs → seconds at a given throughput)."""
         float_arg("factor", factor, positive=True)
         return replace(self, a=self.a * factor, b=self.b * factor, c=self.c * factor)

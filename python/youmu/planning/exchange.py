@@ -29,7 +29,8 @@ Example:
 from __future__ import annotations
 
 import pickle
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

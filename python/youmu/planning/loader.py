@@ -77,8 +77,9 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Iterable, Iterator, Mapping
+from typing import Any
 
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
 from youmu.dist import Producer, channel_for
@@ -414,7 +415,7 @@ class BalancedLoader:
         if self._producer is not None:
             self._producer.stop(timeout)
 
-    def __enter__(self) -> "BalancedLoader":
+    def __enter__(self) -> BalancedLoader:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -512,7 +513,7 @@ class BalancedLoader:
         >>> loader.load_state_dict({"format": "youmu.MapStream/1"})
         Traceback (most recent call last):
         ...
-        youmu.errors.StateError: not a BalancedLoader state: BalancedLoader.load_state_dict got a state saved by youmu.MapStream/1, not a youmu.planning.BalancedLoader/2 state
+        youmu.errors.StateError: not a BalancedLoader state: ... saved by youmu.MapStream/1, not a ...
         """
         if self._iterating:
             raise LoaderError("load_state_dict must be called before iterating")

@@ -36,8 +36,9 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -95,13 +96,15 @@ class SampleMeta:
         sources: Sequence[int] | np.ndarray | None = None,
         tokens: Sequence[int] | np.ndarray | None = None,
         origin: Sequence[int] | np.ndarray | int | None = None,
-    ) -> "SampleMeta":
+    ) -> SampleMeta:
         """From per-sample ``lengths`` (one document each) or ``docs`` (lists of
         document lengths). ``tokens`` defaults to the total length."""
         idv = _i64(ids, "ids")
         n = idv.size
         if (lengths is None) == (docs is None):
-            raise InvalidArgumentError("pass exactly one of lengths= (one document per sample) or docs= (document lists)")
+            raise InvalidArgumentError(
+                "pass exactly one of lengths= (one document per sample) or docs= (document lists)"
+            )
         if lengths is not None:
             dl = _i64(lengths, "lengths")
             if dl.size != n:
@@ -132,7 +135,7 @@ class SampleMeta:
         return cls(idv, src, dl, off, tok, org)
 
     @classmethod
-    def empty(cls) -> "SampleMeta":
+    def empty(cls) -> SampleMeta:
         z = np.zeros(0, dtype=np.int64)
         return cls(z, z, z, np.zeros(1, dtype=np.int64), z, z)
 
@@ -151,7 +154,7 @@ class SampleMeta:
         """The document lists, for cost functions that take ``list[list[int]]``."""
         return [self.docs(i) for i in range(len(self))]
 
-    def take(self, rows: Sequence[int] | np.ndarray) -> "SampleMeta":
+    def take(self, rows: Sequence[int] | np.ndarray) -> SampleMeta:
         """The metadata of ``rows``, in that order."""
         r = np.asarray(rows, dtype=np.int64).reshape(-1)
         starts, ends = self.doc_offsets[r], self.doc_offsets[r + 1]
@@ -167,7 +170,7 @@ class SampleMeta:
         return SampleMeta(self.ids[r], self.sources[r], dl, off, self.tokens[r], self.origin[r])
 
     @staticmethod
-    def concat(parts: Iterable["SampleMeta"]) -> "SampleMeta":
+    def concat(parts: Iterable[SampleMeta]) -> SampleMeta:
         parts = list(parts)
         if not parts:
             return SampleMeta.empty()
@@ -193,7 +196,7 @@ class SampleMeta:
                                self.doc_lengths]).astype(np.int64)
 
     @classmethod
-    def decode(cls, vec: Sequence[int] | np.ndarray, origin: int = -1) -> "SampleMeta":
+    def decode(cls, vec: Sequence[int] | np.ndarray, origin: int = -1) -> SampleMeta:
         v = np.asarray(vec, dtype=np.int64).reshape(-1)
         n, d = (int(v[0]), int(v[1])) if v.size >= 2 else (-1, -1)
         if n < 0 or d < 0 or v.size < 2 + 4 * n + d:
@@ -430,7 +433,7 @@ class Planner:
 
     # -- builder stages -------------------------------------------------------------------
     def mix(self, schedule: Any, global_batch_size: int | None = None, *, select: str = "fifo",
-            names: Sequence[str] | None = None) -> "Planner":
+            names: Sequence[str] | None = None) -> Planner:
         """Select the step's samples from the candidates by the schedule's per-source
         counts. ``schedule``: a :class:`MixingSchedule`, ``MixtureDataset``, weights,
         stages or ``fn(step)``. ``select``: ``"fifo"`` (buffer order) or ``"random"``
@@ -445,7 +448,7 @@ class Planner:
         return replace(self, schedule=sched, global_batch_size=int(global_batch_size), select=select)
 
     def distribute(self, num_buckets: int | None = None, num_microbatches: int = 1, *, axis: str | None = None,
-                   mesh: Mesh | None = None, capacity: int | None = None, group_size: int | None = None) -> "Planner":
+                   mesh: Mesh | None = None, capacity: int | None = None, group_size: int | None = None) -> Planner:
         """Set the grid: ``num_buckets`` ranks (or ``mesh.num_buckets(axis)``) ×
         ``num_microbatches``; ``capacity`` tokens per micro-batch; ``group_size``
         buckets per balancing subgroup."""
@@ -466,14 +469,14 @@ class Planner:
         return replace(self, num_buckets=int(num_buckets), num_bins=int(num_microbatches), capacity=capacity,
                        group_size=group_size)
 
-    def cost(self, fn: Any) -> "Planner":
+    def cost(self, fn: Any) -> Planner:
         """Per-sample cost from metadata (default: :class:`CostModel` of the default
         :class:`ModelConfig`)."""
         _cost_fn(fn)  # validate now, not at the first step
         return replace(self, cost_fn=fn)
 
     def balance(self, method: str = "greedy", *, reorder_only: bool = False, on_overflow: str = "defer",
-                placement: str | None = None) -> "Planner":
+                placement: str | None = None) -> Planner:
         """Balancing method (``"greedy"``, ``"kk"``; ``"interleave"`` with
         ``reorder_only``). ``reorder_only``: every candidate is a formed micro-batch,
         placed whole. ``on_overflow``: ``"defer"`` carries samples that fit in no bin

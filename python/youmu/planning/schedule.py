@@ -42,7 +42,8 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
 
 import numpy as np
 
@@ -51,7 +52,9 @@ from youmu.errors import ArgumentTypeError, InvalidArgumentError
 __all__ = ["MixingSchedule", "MixtureSchedule", "as_schedule", "ScheduleSpec"]
 
 Weights = Mapping[str, float]
-ScheduleSpec = Union[Weights, Sequence[tuple[int, Weights]], Callable[[int], Weights], "MixingSchedule", "MixtureSchedule"]
+ScheduleSpec = Union[  # noqa: UP007 - a runtime alias (3.10 cannot `|` a string forward reference)
+    Weights, Sequence[tuple[int, Weights]], Callable[[int], Weights], "MixingSchedule", "MixtureSchedule"
+]
 
 # the walk keeps its state every _CHECKPOINT_EVERY steps, and at most _MAX_CHECKPOINTS
 # of them: past that, every other one is dropped and the spacing doubles, so memory
@@ -303,7 +306,9 @@ class MixtureSchedule:
     def count_vector(self, step: int, batch_size: int | None = None) -> np.ndarray:
         step = _check_step(step)
         if batch_size is not None and int(batch_size) != self.batch_size:
-            raise InvalidArgumentError(f"this MixtureSchedule was built for batch_size={self.batch_size}, got {batch_size}")
+            raise InvalidArgumentError(
+                f"this MixtureSchedule was built for batch_size={self.batch_size}, got {batch_size}"
+            )
         lo = step * self.batch_size
         hi = min(lo + self.batch_size, len(self.mixture))
         if lo >= len(self.mixture):
@@ -338,7 +343,9 @@ class MixtureSchedule:
         return f"MixtureSchedule({self.mixture!r}, batch_size={self.batch_size})"
 
 
-def as_schedule(spec: Any, batch_size: int | None = None, names: Sequence[str] | None = None) -> MixingSchedule | MixtureSchedule:
+def as_schedule(
+    spec: Any, batch_size: int | None = None, names: Sequence[str] | None = None
+) -> MixingSchedule | MixtureSchedule:
     """Normalise a schedule argument: a schedule object, a ``MixtureDataset`` (needs
     ``batch_size``), a ``{name: weight}`` mapping, a stage list or a function.
 

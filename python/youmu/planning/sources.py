@@ -27,8 +27,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from youmu._args import index_of
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError

@@ -91,7 +91,9 @@ def _coyo_text(n: int, rng: np.random.Generator) -> np.ndarray:
     return np.where(short, s, tail)
 
 
-def _patches(n: int, rng: np.random.Generator, patch: int, median_side: float, sigma: float, max_side: int) -> np.ndarray:
+def _patches(
+    n: int, rng: np.random.Generator, patch: int, median_side: float, sigma: float, max_side: int
+) -> np.ndarray:
     h = np.clip(rng.lognormal(np.log(median_side), sigma, size=n), patch, max_side)
     w = np.clip(h * rng.lognormal(0.0, 0.35, size=n), patch, max_side)  # aspect ratios
     return (np.ceil(h / patch) * np.ceil(w / patch)).astype(np.int64)

@@ -24,7 +24,7 @@ from youmu.convert import rows as convert_rows
 from youmu.dist.world import rank_and_world
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError, YoumuWarning
 from youmu.shuffle import SHUFFLE_MODES, dropped_rows, row_chunk_rows, window_pages_for
-from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
+from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, default_read_ahead
 from youmu.torch.sharded import PositionalStream, in_worker_process
 
 __all__ = ["YoumuDataset"]
@@ -58,6 +58,10 @@ class YoumuDataset(PositionalStream[Any]):
             :meth:`youmu.PageIndex.page_decoded_bytes`). Default ``None``: windows of
             about ``buffer_size`` rows. Part of the shuffle, like ``buffer_size``: resume
             with the same value.
+        read_ahead: windows read ahead of the one being consumed (default
+            :func:`youmu.stream.default_read_ahead`: 1 for local files, 2–8 for object
+            stores, from the I/O runtime's ``max_inflight``). More hides storage
+            latency at the cost of memory (``memory_budget`` accounts for it).
 
     Every row is delivered exactly once per epoch across all ranks and workers
     (``drop_last=False``). The dataset follows youmu's stream contract
@@ -83,6 +87,7 @@ class YoumuDataset(PositionalStream[Any]):
         drop_last: bool = False,
         output: str = "torch",
         memory_budget: int | None = None,
+        read_ahead: int | None = None,
     ) -> None:
         super().__init__()
         from youmu._core import PageIndex
@@ -94,6 +99,7 @@ class YoumuDataset(PositionalStream[Any]):
         callable_arg("transform", transform, optional=True)
         drop_last = bool_arg("drop_last", drop_last)
         opt_int_arg("memory_budget", memory_budget, minimum=1)
+        opt_int_arg("read_ahead", read_ahead, minimum=1)
         if isinstance(columns, (str, bytes)):
             raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}")
         self.rank, self.world_size = rank_and_world(rank, world_size)
@@ -129,11 +135,13 @@ class YoumuDataset(PositionalStream[Any]):
         self._page_rows = self.index.page_num_rows()
         self.memory_budget = memory_budget
         # a pure function of the files, world size, buffer_size and budget: computed once
+        ahead = read_ahead if read_ahead is not None else default_read_ahead(self.index, 1)
         self._wp = window_pages_for(
             self._page_rows, self.buffer_size, self.world_size,
             page_bytes=self.index.page_decoded_bytes() if memory_budget is not None else None,
-            memory_budget=memory_budget,
+            memory_budget=memory_budget, in_flight=ahead + 2,
         )
+        self.read_ahead = read_ahead if read_ahead is not None else default_read_ahead(self.index, self._wp)
         self._check_rank_gets_rows()
 
     def _check_rank_gets_rows(self) -> None:
@@ -206,6 +214,7 @@ class YoumuDataset(PositionalStream[Any]):
             self.index, self.shuffle, self.buffer_size, self.seed, epoch,
             rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
             page_rows=self._page_rows, window_pages=self._wp, drop_last=self.drop_last,
+            read_ahead=self.read_ahead,
         )
 
     def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
