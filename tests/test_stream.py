@@ -463,3 +463,29 @@ def test_token_rows_are_views_of_the_arrow_values_buffer() -> None:
     # in DataLoader workers rows get their own buffers on purpose (see column_rows)
     compact = column_rows(arr, "torch", compact=True)
     assert compact[1].data_ptr() != base + 4 * int(offsets[1])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("ahead", [1, 3, 8])
+def test_read_ahead_depth_changes_nothing_but_timing(index, mode, ahead) -> None:
+    base = ids_of(RowStream(index, mode, 200, seed=3, rank=1, world_size=2))
+    assert ids_of(RowStream(index, mode, 200, seed=3, rank=1, world_size=2, read_ahead=ahead)) == base
+    assert ids_of(RowStream(index, mode, 200, seed=3, rank=1, world_size=2, read_ahead=ahead), start=77) == base[77:]
+
+
+def test_deeper_read_ahead_shrinks_windows_to_the_same_memory_budget(index) -> None:
+    budget = int(5 * index.page_decoded_bytes().max())
+    one = RowStream(index, "page", 10**6, memory_budget=budget, read_ahead=1)   # 3 windows in flight
+    three = RowStream(index, "page", 10**6, memory_budget=budget, read_ahead=3)  # 5 windows in flight
+    assert one.window_pages == 1 and three.window_pages == 1
+    with pytest.raises(youmu.InvalidArgumentError, match="cannot hold 6 windows"):
+        RowStream(index, "page", 10**6, memory_budget=budget, read_ahead=4)
+    with pytest.raises(youmu.InvalidArgumentError, match="read_ahead"):
+        RowStream(index, "page", read_ahead=0)
+
+
+def test_local_indexes_read_one_window_ahead_by_default(index) -> None:
+    from youmu.stream import default_read_ahead
+
+    assert default_read_ahead(index, 10) == 1
+    assert YoumuDataset(index, output="python").read_ahead == 1
