@@ -12,8 +12,10 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::file::FileEntry;
-use crate::paths;
+use crate::paths::{self, Found};
 use crate::runtime::runtime;
+use crate::storage::fetch::{RangeSet, coalesce, fetch_ranges, on_pool};
+use crate::storage::{Fetched, RemoteObject, Source, io_options};
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
@@ -35,6 +37,13 @@ pub struct PageIndex {
     pub(crate) uid: u64,
     pub(crate) columns: Option<Vec<String>>,
     pub(crate) files: Vec<Arc<FileEntry>>,
+    /// Whether any file is an object in a store (reads are then planned and fetched
+    /// concurrently before decoding; local files are read directly).
+    pub(crate) remote: bool,
+    /// How the stores were configured (kept to rebuild them in another process; never saved).
+    pub(crate) storage_options: Vec<(String, String)>,
+    /// Entries discovery skipped (not regular files), with the reason.
+    pub(crate) skipped: Vec<(String, String)>,
     /// Cumulative pages at each file start (len = files + 1).
     file_page_start: Vec<u64>,
     /// Cumulative rows at each file start (len = files + 1).
@@ -49,25 +58,81 @@ impl PageIndex {
     /// Build an index over `paths` (files, directories, globs), reading every footer
     /// (and OffsetIndex, or page headers where there is none) once, files in parallel.
     pub fn build(paths: &[String], columns: Option<Vec<String>>, progress: Option<Progress>) -> Result<PageIndex> {
-        let files = paths::expand(paths)?;
-        let total = files.len();
+        Self::build_with(paths, columns, &[], progress)
+    }
+
+    /// [`PageIndex::build`] over paths and object-store URLs; `storage_options`
+    /// configure the stores (over the environment). Local files are indexed on the
+    /// pool; objects with many requests in flight (a tail GET each, a second only when
+    /// the tail was too short, column chunks when there is no OffsetIndex).
+    pub fn build_with(
+        paths: &[String],
+        columns: Option<Vec<String>>,
+        storage_options: &[(String, String)],
+        progress: Option<Progress>,
+    ) -> Result<PageIndex> {
+        let found = paths::discover(paths, storage_options)?;
+        let total = found.found.len();
         let done = AtomicU64::new(0);
+        let tick = || {
+            let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(cb) = progress {
+                cb(d as usize, total);
+            }
+        };
         let cols = columns.as_deref();
-        let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
-            files
+        let local: Vec<(usize, &std::path::PathBuf)> = found
+            .found
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| if let Found::Local(p) = f { Some((i, p)) } else { None })
+            .collect();
+        let mut entries: Vec<Option<Result<FileEntry>>> = (0..total).map(|_| None).collect();
+        let built: Vec<(usize, Result<FileEntry>)> = runtime().pool().install(|| {
+            local
                 .par_iter()
-                .map(|p| {
+                .map(|&(i, p)| {
                     let r = FileEntry::build(p, cols);
-                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if let Some(cb) = progress {
-                        cb(d as usize, total);
-                    }
-                    r
+                    tick();
+                    (i, r)
                 })
                 .collect()
         });
-        let entries = entries.into_iter().map(|r| r.map(Arc::new)).collect::<Result<Vec<_>>>()?;
-        Self::from_entries(entries, columns)
+        for (i, r) in built {
+            entries[i] = Some(r);
+        }
+        let remote: Vec<(usize, Found)> = found
+            .found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !matches!(f, Found::Local(_)))
+            .map(|(i, f)| (i, f.clone()))
+            .collect();
+        if !remote.is_empty() {
+            use futures_util::StreamExt;
+            let width = io_options().max_inflight.max(1);
+            let built: Vec<(usize, Result<FileEntry>)> = crate::storage::aio::block_on(
+                futures_util::stream::iter(remote)
+                    .map(|(i, f)| {
+                        let cols = columns.clone();
+                        async move { (i, build_remote(f, cols).await) }
+                    })
+                    .buffer_unordered(width)
+                    .inspect(|_| tick())
+                    .collect::<Vec<_>>(),
+            )?;
+            for (i, r) in built {
+                entries[i] = Some(r);
+            }
+        }
+        let entries = entries
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Internal("a file was not indexed".into()))).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        let mut idx = Self::from_entries(entries, columns)?;
+        idx.storage_options = storage_options.to_vec();
+        idx.skipped = found.skipped;
+        Ok(idx)
     }
 
     /// One index over the pages of several: files in order of `parts`, then each
@@ -81,7 +146,16 @@ impl PageIndex {
             }
         }
         let columns = parts.first().and_then(|p| p.columns.clone());
-        Self::from_entries(files, columns)
+        let mut idx = Self::from_entries(files, columns)?;
+        for p in parts {
+            for (k, v) in &p.storage_options {
+                if !idx.storage_options.iter().any(|(k2, _)| k2 == k) {
+                    idx.storage_options.push((k.clone(), v.clone()));
+                }
+            }
+            idx.skipped.extend(p.skipped.iter().cloned());
+        }
+        Ok(idx)
     }
 
     pub(crate) fn from_entries(files: Vec<Arc<FileEntry>>, columns: Option<Vec<String>>) -> Result<PageIndex> {
@@ -109,6 +183,9 @@ impl PageIndex {
         Ok(PageIndex {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             columns,
+            remote: files.iter().any(|f| f.source.is_remote()),
+            storage_options: Vec::new(),
+            skipped: Vec::new(),
             files,
             file_page_start,
             file_row_start,
@@ -134,6 +211,21 @@ impl PageIndex {
 
     pub fn files(&self) -> Vec<PathBuf> {
         self.files.iter().map(|f| f.path.clone()).collect()
+    }
+
+    /// Whether any file is an object in a store.
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
+
+    /// The `storage_options` the index was built or loaded with.
+    pub fn storage_options(&self) -> &[(String, String)] {
+        &self.storage_options
+    }
+
+    /// Entries discovery skipped (path, reason): not regular files.
+    pub fn skipped(&self) -> &[(String, String)] {
+        &self.skipped
     }
 
     pub fn file(&self, i: usize) -> &FileEntry {
@@ -297,4 +389,50 @@ fn check_same_schema(a: &Path, fa: &[arrow_schema::FieldRef], b: &Path, fb: &[ar
         }
     }
     Ok(())
+}
+
+/// Index one object: its tail first (one GET, which also gives its size and ETag),
+/// then whatever the parse finds missing (the rest of a long footer, an OffsetIndex
+/// before the tail, column chunks to header-scan), each round fetched concurrently and
+/// the parse rerun on the pool. Parsing is cheap next to a round trip.
+async fn build_remote(f: Found, columns: Option<Vec<String>>) -> Result<FileEntry> {
+    let Found::Remote { spec, path, meta } = f else {
+        return Err(Error::Internal("a local file reached the remote build".into()));
+    };
+    if let Some(m) = &meta
+        && m.size < 12
+    {
+        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
+    }
+    let o = io_options();
+    let (obj, start, tail) = RemoteObject::get_tail(spec, path, o.tail_bytes).await?;
+    let obj = Arc::new(obj);
+    let mut have = RangeSet::new(start, tail);
+    for round in 0..8 {
+        let reader = Fetched::new(Source::Remote(obj.clone()), have.as_vec(), true);
+        let cols = columns.clone();
+        match on_pool(move || FileEntry::build_from(reader, cols.as_deref())).await {
+            Err(Error::NeedData(wanted)) => {
+                let mut missing: Vec<std::ops::Range<u64>> =
+                    wanted.iter().flat_map(|&(a, b)| have.missing(&(a..b.min(obj.size)))).collect();
+                if round == 0 {
+                    // The tail held less than the footer: writers put the OffsetIndex just
+                    // before it, so fetch as much again before the footer's start too
+                    // (usually enough, saving a third round trip).
+                    for r in missing.iter_mut().filter(|r| r.end == start) {
+                        r.start = r.start.saturating_sub((r.end - r.start).max(o.tail_bytes));
+                    }
+                }
+                missing = coalesce(&missing, o.coalesce_gap, o.coalesce_max);
+                if missing.is_empty() {
+                    return Err(Error::Internal(format!("{}: a needed range is held but was not found", obj.url)));
+                }
+                for (s, b) in fetch_ranges(&obj, &missing).await? {
+                    have.insert(s, b);
+                }
+            }
+            other => return other,
+        }
+    }
+    Err(Error::Internal(format!("{}: the index build asked for more data eight times", obj.url)))
 }

@@ -23,6 +23,7 @@ use parquet::basic::{Compression, Type as PhysicalType};
 
 use crate::file::FileEntry;
 use crate::levels::bit_width;
+use crate::storage::Fetched;
 use crate::thrift::{PageType, parse_page_header};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
@@ -55,7 +56,7 @@ enum Width {
 
 /// Rows `[first, first + n)` of row group `rg`, if they are whole pages of a token
 /// column this decoder handles; `None` otherwise.
-pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<RecordBatch> {
+pub fn try_read(f: &FileEntry, src: &Fetched, rg: usize, first: u64, n: u64) -> Option<RecordBatch> {
     if !enabled() || f.leaves.len() != 1 || f.fields.len() != 1 || n == 0 {
         return None;
     }
@@ -98,7 +99,7 @@ pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<RecordBa
             return None; // the index page ends inside this data page
         }
         let rows = page_end.checked_sub(page.first_row_index as u64)?;
-        let bytes = f.reader.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
+        let bytes = src.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
         decode_page(&bytes, codec, max_def, chunk_bytes, rows, &mut offsets, &mut values)?;
         k += 1;
         if page_end == end {

@@ -24,6 +24,8 @@ _LAZY: dict[str, str] = {
     "set_num_threads": "youmu._core",
     "num_threads": "youmu._core",
     "set_fast_decode": "youmu._core",
+    "set_io_options": "youmu._core",
+    "io_options": "youmu._core",
     "RowDataset": "youmu.rows",
     "FlatMixture": "youmu.mixture",
     "MixtureDataset": "youmu.mixture",
@@ -37,6 +39,12 @@ _LAZY: dict[str, str] = {
     "StaleIndexError": "youmu.errors",
     "InvalidArgumentError": "youmu.errors",
     "YoumuIOError": "youmu.errors",
+    "StorageError": "youmu.errors",
+    "ObjectNotFoundError": "youmu.errors",
+    "BucketNotFoundError": "youmu.errors",
+    "StorageAuthError": "youmu.errors",
+    "StorageTimeoutError": "youmu.errors",
+    "RetriesExhaustedError": "youmu.errors",
 }
 
 

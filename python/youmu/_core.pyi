@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Sequence, Union
+from typing import Callable, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -11,22 +11,38 @@ import pyarrow as pa
 
 _Path = Union[str, os.PathLike[str]]
 _Ids = Union[Sequence[int], npt.NDArray[np.integer], range]
+_StorageOptions = Mapping[str, Union[str, bool, int, float]]
 
 class PageIndex:
-    """Global page index over Parquet files (file → row group → page)."""
+    """Global page index over Parquet files (file → row group → page).
+
+    ``paths``: a local file, directory or glob, a ``file://`` URL, an object-store URL
+    or prefix (``s3://bucket/prefix/``, ``gs://``, ``az://``/``abfs://``,
+    ``http(s)://``), or a list of these. Discovery rules (regular files only; names
+    starting with ``.`` or ``_`` skipped; ``*.parquet``/``*.parq``/``*.pq`` in any case
+    when walking, listing or globbing; sorted) are in ``rust/paths.rs``.
+
+    ``storage_options``: object_store configuration keys (``endpoint``, ``region``,
+    ``access_key_id``, ``secret_access_key``, ``timeout``, ...), applied over the
+    ``AWS_*``/``GOOGLE_*``/``AZURE_*`` environment; an ``http://`` endpoint allows plain
+    HTTP. They are kept for pickling into workers, never written by ``save``. How reads
+    are made (requests in flight, coalescing, retries, timeouts, open files) is set
+    process-wide with :func:`set_io_options`.
+    """
 
     def __init__(
         self,
         paths: _Path | Iterable[_Path],
         columns: Sequence[str] | None = None,
         progress: Callable[[int, int], object] | None = None,
+        storage_options: _StorageOptions | None = None,
     ) -> None: ...
     @staticmethod
-    def load(path: _Path) -> PageIndex: ...
+    def load(path: _Path, storage_options: _StorageOptions | None = None) -> PageIndex: ...
     def save(self, path: _Path) -> None: ...
     def to_bytes(self) -> bytes: ...
     @staticmethod
-    def from_bytes(data: bytes) -> PageIndex: ...
+    def from_bytes(data: bytes, storage_options: _StorageOptions | None = None, verify: bool = True) -> PageIndex: ...
     @staticmethod
     def concat(parts: Sequence[PageIndex]) -> PageIndex: ...
     def __len__(self) -> int: ...
@@ -38,6 +54,10 @@ class PageIndex:
     def files(self) -> list[str]: ...
     @property
     def columns(self) -> list[str]: ...
+    @property
+    def is_remote(self) -> bool: ...
+    @property
+    def skipped(self) -> list[tuple[str, str]]: ...
     @property
     def schema(self) -> pa.Schema: ...
     @property
@@ -54,7 +74,7 @@ class PageIndex:
     def read_rows(self, rows: _Ids) -> pa.RecordBatch: ...
     def read_window(self, ids: _Ids, take: _Ids | None = None) -> pa.RecordBatch: ...
     def prefetch_window(self, ids: _Ids, take: _Ids | None = None) -> PendingPages: ...
-    def file_info(self, i: int) -> dict[str, int | str]: ...
+    def file_info(self, i: int) -> dict[str, int | str | None]: ...
 
 class PendingPages:
     """Pages being read in the background by youmu's thread pool."""
@@ -129,4 +149,34 @@ def _permutation_from_key(n: int, seed: int, epoch: int, key: int) -> Permutatio
 def io_stats() -> dict[str, int]: ...
 def set_num_threads(n: int) -> None: ...
 def set_fast_decode(on: bool) -> None: ...
+def set_io_options(
+    *,
+    max_inflight: int | None = None,
+    coalesce_gap: int | None = None,
+    max_open_files: int | None = None,
+    tail_bytes: int | None = None,
+    retries: int | None = None,
+    retry_timeout: float | None = None,
+    request_timeout: float | None = None,
+    connect_timeout: float | None = None,
+    io_threads: int | None = None,
+) -> None:
+    """Process-wide I/O settings (keywords left out keep their value; none changes what
+    is read, so saved indexes stay valid). Defaults, or ``YOUMU_MAX_INFLIGHT``,
+    ``YOUMU_COALESCE_GAP``, ``YOUMU_MAX_OPEN_FILES``, ``YOUMU_RETRIES`` at first use:
+
+    - ``max_inflight`` (64): object-store requests in flight, all indexes together.
+    - ``coalesce_gap`` (65536): ranges of one object at most this many bytes apart are
+      fetched with one GET (0: only touching ranges).
+    - ``max_open_files`` (a quarter of ``RLIMIT_NOFILE``, 16..16384): local file handles
+      kept open (least recently used closed first).
+    - ``tail_bytes`` (262144): bytes of an object's tail read by an index build's first GET.
+    - ``retries`` (10), ``retry_timeout`` (180 s): transient errors (5xx, throttling,
+      timeouts, dropped or truncated responses) are retried with exponential backoff.
+    - ``request_timeout`` (30 s), ``connect_timeout`` (5 s): per request; the
+      ``timeout``/``connect_timeout`` storage options override them per index.
+    - ``io_threads`` (cores, 2..8): threads of the I/O runtime (they only move bytes).
+    """
+
+def io_options() -> dict[str, int | float]: ...
 def num_threads() -> int: ...

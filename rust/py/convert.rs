@@ -5,7 +5,7 @@ use arrow_pyarrow::ToPyArrow;
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyDict, PyList, PyString};
 
 /// A sequence of ids (numpy integer array, list, range...) as u64, negatives rejected.
 pub fn ids_from(obj: &Bound<'_, PyAny>, len: u64, what: &str) -> PyResult<Vec<u64>> {
@@ -76,4 +76,26 @@ pub fn paths_from(obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
 pub fn batches_to_py(py: Python<'_>, batches: Vec<RecordBatch>) -> PyResult<Bound<'_, PyList>> {
     let items = batches.iter().map(|b| b.to_pyarrow(py)).collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
+}
+
+/// `storage_options`: a mapping of option names to values (str, bool, int, float; the
+/// store parses them), or None.
+pub fn storage_options_from(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(Vec::new()) };
+    let dict = obj.cast::<PyDict>().map_err(|_| PyTypeError::new_err("storage_options must be a dict"))?;
+    let mut out = Vec::with_capacity(dict.len());
+    for (k, v) in dict.iter() {
+        let key: String = k.extract().map_err(|_| PyTypeError::new_err("storage_options keys must be strings"))?;
+        let value = if let Ok(b) = v.extract::<bool>() {
+            b.to_string()
+        } else if v.is_instance_of::<PyString>() {
+            v.extract()?
+        } else if v.extract::<f64>().is_ok() {
+            v.str()?.to_string()
+        } else {
+            return Err(PyTypeError::new_err(format!("storage_options[{key:?}] must be a str, bool or number")));
+        };
+        out.push((key, value));
+    }
+    Ok(out)
 }

@@ -5,7 +5,7 @@
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::error::Error;
+use crate::error::{Error, StorageErrorKind};
 
 fn class_name(e: &Error) -> &'static str {
     match e {
@@ -17,7 +17,17 @@ fn class_name(e: &Error) -> &'static str {
         Error::OutOfRange { .. } => "PageOutOfRangeError",
         Error::Stale { .. } => "StaleIndexError",
         Error::InvalidArgument(_) => "InvalidArgumentError",
-        Error::Internal(_) => "YoumuError",
+        Error::Changed { .. } => "StaleIndexError",
+        Error::Storage { kind, .. } => match kind {
+            StorageErrorKind::NotFound => "ObjectNotFoundError",
+            StorageErrorKind::BucketNotFound => "BucketNotFoundError",
+            StorageErrorKind::Auth => "StorageAuthError",
+            StorageErrorKind::Timeout => "StorageTimeoutError",
+            StorageErrorKind::RetriesExhausted => "RetriesExhaustedError",
+            StorageErrorKind::Config => "InvalidArgumentError",
+            StorageErrorKind::Other => "StorageError",
+        },
+        Error::Internal(_) | Error::NeedData(_) => "YoumuError",
     }
 }
 
