@@ -318,3 +318,19 @@ def test_dataloader_fork_workers_over_s3_deliver_every_row_once(s3: S3, corpus: 
     )
     got = [r["id"] for r in loader]
     assert sorted(got) == list(range(700 * len(CORPUS)))
+
+
+def test_cli_inspects_and_indexes_objects(s3: S3, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from youmu.cli import main
+
+    opts = [f"-s{k}={v}" for k, v in s3.options().items()]
+    assert main(["index", s3.url("corpus/"), "-o", str(tmp_path / "c.youmu"), "--columns", "id", *opts]) == 0
+    out = capsys.readouterr().out
+    assert f"indexed {len(CORPUS)} files" in out and "GETs/object" in out
+    loaded = youmu.PageIndex.load(tmp_path / "c.youmu", storage_options=s3.options())
+    assert loaded.num_rows == 700 * len(CORPUS)
+    name = "pi=0-v1.0-dict=1-zstd.parquet"
+    assert main(["inspect", s3.url(f"corpus/{name}"), *opts]) == 0
+    report = capsys.readouterr().out
+    assert s3.url(f"corpus/{name}") in report and "input_ids: codec ZSTD" in report and "header-scanned" in report
+    assert "offset index no" in report and "etag" in report

@@ -303,6 +303,7 @@ impl PyPageIndex {
             d.set_item("version", o.version.clone())?;
         }
         d.set_item("num_rows", f.num_rows())?;
+        d.set_item("created_by", f.meta.metadata().file_metadata().created_by().map(str::to_string))?;
         d.set_item("num_row_groups", f.num_row_groups())?;
         d.set_item("num_pages", f.num_pages())?;
         let count = |s: PageSource| f.page_source.iter().filter(|&&x| x == s).count();
@@ -311,6 +312,38 @@ impl PyPageIndex {
         d.set_item("row_groups_merged_pages", count(PageSource::HeaderScanMerged))?;
         d.set_item("row_groups_page_granular", f.rg_has_locations.iter().filter(|&&b| b).count())?;
         Ok(d)
+    }
+
+    /// Every column chunk of file `i` (all columns, not only the selected ones), from the
+    /// footer youmu holds: `{"column", "path", "row_group", "codec", "encodings",
+    /// "offset_index", "compressed_bytes"}`. What `youmu inspect` reports for objects.
+    fn column_chunks<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyList>> {
+        if i >= self.inner.num_files() {
+            return Err(crate::error::Error::OutOfRange {
+                what: "file",
+                id: i as i128,
+                len: self.inner.num_files() as u64,
+            }
+            .into());
+        }
+        let md = self.inner.file(i).meta.metadata();
+        let out = PyList::empty(py);
+        for (rg, meta) in md.row_groups().iter().enumerate() {
+            for col in meta.columns() {
+                let d = PyDict::new(py);
+                let path = col.column_path();
+                d.set_item("column", path.parts().first().cloned().unwrap_or_default())?;
+                d.set_item("path", path.string())?;
+                d.set_item("row_group", rg)?;
+                d.set_item("codec", format!("{:?}", col.compression()).split('(').next().unwrap_or("").to_string())?;
+                let encodings: Vec<String> = col.encodings().map(|e| format!("{e:?}")).collect();
+                d.set_item("encodings", encodings)?;
+                d.set_item("offset_index", col.offset_index_offset().is_some())?;
+                d.set_item("compressed_bytes", col.compressed_size())?;
+                out.append(d)?;
+            }
+        }
+        Ok(out)
     }
 
     fn __repr__(&self) -> String {

@@ -201,14 +201,17 @@ impl Source {
         }
     }
 
-    /// After a decode failed: if the file changed since it was indexed, that is the
-    /// real error (a file rewritten in place decodes as garbage, not as an I/O error).
+    /// After a read or decode failed: if the file changed since it was indexed, that is
+    /// the real error (a file rewritten in place under an open handle decodes as
+    /// garbage or reads short, not as "changed").
     pub fn recheck(&self, err: Error) -> Error {
         match (self, &err) {
-            (Source::Local(f), Error::Corrupt { .. } | Error::Unsupported { .. }) => match f.check_unchanged() {
-                Err(changed) => changed,
-                Ok(()) => err,
-            },
+            (Source::Local(f), Error::Corrupt { .. } | Error::Unsupported { .. } | Error::Io { .. }) => {
+                match f.check_unchanged() {
+                    Err(changed) => changed,
+                    Ok(()) => err,
+                }
+            }
             _ => err,
         }
     }
