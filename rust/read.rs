@@ -187,17 +187,20 @@ impl PageIndex {
         for (file, rs) in per_file {
             requests.extend(coalesce(&rs, o.coalesce_gap, o.coalesce_max).into_iter().map(|r| (file, r)));
         }
-        // Which requests each unit waits for (requests of a file are sorted and disjoint).
+        // Which requests each unit waits for: requests are grouped by file, sorted and
+        // disjoint within it, so a range's request is found by binary search.
+        let (files, starts): (Vec<usize>, Vec<u64>) = requests.iter().map(|(f, q)| (*f, q.start)).unzip();
+        let request_of = |file: usize, r: &Range<u64>| -> Option<usize> {
+            let lo = files.partition_point(|&f| f < file);
+            let hi = files.partition_point(|&f| f <= file);
+            let q = lo + starts[lo..hi].partition_point(|&s| s <= r.start).checked_sub(1)?;
+            (r.end <= requests[q].1.end).then_some(q)
+        };
         let deps: Vec<Vec<usize>> = units
             .iter()
             .zip(&needs)
             .map(|(u, rs)| {
-                let mut d: Vec<usize> = rs
-                    .iter()
-                    .filter_map(|r| {
-                        requests.iter().position(|(f, q)| *f == u.file && q.start <= r.start && r.end <= q.end)
-                    })
-                    .collect();
+                let mut d: Vec<usize> = rs.iter().filter_map(|r| request_of(u.file, r)).collect();
                 d.sort_unstable();
                 d.dedup();
                 d
@@ -252,13 +255,9 @@ impl PageIndex {
                         if remaining[i] == 0 {
                             let mut ranges = Vec::with_capacity(needs[i].len());
                             for r in &needs[i] {
-                                let Some(&qi) = deps[i].iter().find(|&&qi| {
-                                    let (_, qr) = &requests[qi];
-                                    qr.start <= r.start && r.end <= qr.end
-                                }) else {
-                                    continue;
-                                };
-                                if let Some(b) = &got[qi] {
+                                if let Some(qi) = request_of(units[i].file, r)
+                                    && let Some(b) = &got[qi]
+                                {
                                     ranges.push((r.start, part(requests[qi].1.start, b, r)));
                                 }
                             }

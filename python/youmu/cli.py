@@ -35,12 +35,14 @@ def _is_url(path: str) -> bool:
     return path.lower().startswith(_URL_SCHEMES)
 
 
-def inspect_file(path: str, out=sys.stdout, storage_options: dict[str, str] | None = None) -> int:
+def inspect_file(path: str, out=None, storage_options: dict[str, str] | None = None) -> int:
     """Print rows, row groups, columns, page-index presence, and per column the page
     count, page size and rows-per-page distribution, codecs and encodings."""
     import pyarrow.parquet as pq
 
     import youmu
+
+    out = out or sys.stdout  # looked up per call: a captured stream may have been swapped
 
     if _is_url(path):
         return _inspect_object(path, out, storage_options)
@@ -156,10 +158,12 @@ def build_index(
     paths: Sequence[str],
     output: str,
     columns: Sequence[str] | None,
-    out=sys.stdout,
+    out=None,
     storage_options: dict[str, str] | None = None,
 ) -> int:
     import youmu
+
+    out = out or sys.stdout
 
     cb, close = _progress_bar("indexing")
     t0 = time.perf_counter()

@@ -105,7 +105,7 @@ impl LocalFile {
         if (size, mtime) != (self.size, self.mtime_ns) { Err(self.changed(size, mtime)) } else { Ok(()) }
     }
 
-    fn handle(&self) -> Result<Arc<File>> {
+    pub(crate) fn handle(&self) -> Result<Arc<File>> {
         if let Some(f) = handles().lock().ok().and_then(|mut c| c.get(&self.path, self.size, self.mtime_ns)) {
             return Ok(f);
         }
@@ -132,11 +132,16 @@ impl LocalFile {
     /// One `pread` into `buf` (short at the end of the file).
     pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> std::io::Result<usize> {
         let file = self.handle().map_err(std::io::Error::other)?;
-        let got = file.read_at(buf, pos)?;
-        BYTES_READ.fetch_add(got as u64, Ordering::Relaxed);
-        READS.fetch_add(1, Ordering::Relaxed);
-        Ok(got)
+        pread(&file, pos, buf)
     }
+}
+
+/// One counted `pread`.
+pub(crate) fn pread(file: &File, pos: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let got = file.read_at(buf, pos)?;
+    BYTES_READ.fetch_add(got as u64, Ordering::Relaxed);
+    READS.fetch_add(1, Ordering::Relaxed);
+    Ok(got)
 }
 
 struct Entry {

@@ -47,6 +47,18 @@ pub static REMOTE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// GET on a pool thread): zero unless a plan is wrong. Tests assert it stays zero.
 pub static UNPLANNED_READS: AtomicU64 = AtomicU64::new(0);
 
+/// Time to the response headers of recent GETs (an exponentially weighted mean, in
+/// microseconds; 0 before the first): what a stream needs to size its read-ahead.
+pub static FIRST_BYTE_US: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn record_first_byte(d: Duration) {
+    let us = d.as_micros().min(u64::MAX as u128) as u64;
+    // weight 1/16: a few dozen requests settle it, one slow request does not
+    let _ = FIRST_BYTE_US.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        Some(if old == 0 { us } else { old - old / 16 + us / 16 })
+    });
+}
+
 /// Process-wide I/O settings. None of them changes what is read, only how.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IoOptions {
@@ -290,10 +302,44 @@ impl Length for Fetched {
     }
 }
 
-/// Sequential reader over a [`Fetched`] (the parquet crate walks page headers with it).
+/// Sequential reader over a [`Fetched`] (the parquet crate walks page headers with it,
+/// a few bytes per `read`). Local reads keep their handle for the cursor's life and read
+/// small requests 8 KiB ahead, so a header costs one `pread`, not one per Thrift field.
 pub struct FetchedCursor {
     inner: Fetched,
     pos: u64,
+    file: Option<Arc<std::fs::File>>,
+    ahead: Vec<u8>,
+    ahead_start: u64,
+}
+
+const READ_AHEAD: usize = 8 << 10;
+
+impl FetchedCursor {
+    fn read_local(&mut self, f: &LocalFile, want: usize, buf: &mut [u8]) -> std::io::Result<usize> {
+        let ahead_end = self.ahead_start + self.ahead.len() as u64;
+        if self.pos >= self.ahead_start && self.pos < ahead_end {
+            let off = (self.pos - self.ahead_start) as usize;
+            let n = want.min(self.ahead.len() - off);
+            buf[..n].copy_from_slice(&self.ahead[off..off + n]);
+            return Ok(n);
+        }
+        if self.file.is_none() {
+            self.file = Some(f.handle().map_err(std::io::Error::other)?);
+        }
+        let file = self.file.as_ref().ok_or_else(|| std::io::Error::other("no handle"))?;
+        if want >= READ_AHEAD {
+            return local::pread(file, self.pos, &mut buf[..want]);
+        }
+        let n = (READ_AHEAD as u64).min(f.size.saturating_sub(self.pos)) as usize;
+        self.ahead.resize(n, 0);
+        let got = local::pread(file, self.pos, &mut self.ahead)?;
+        self.ahead.truncate(got);
+        self.ahead_start = self.pos;
+        let n = want.min(got);
+        buf[..n].copy_from_slice(&self.ahead[..n]);
+        Ok(n)
+    }
 }
 
 impl Read for FetchedCursor {
@@ -303,8 +349,7 @@ impl Read for FetchedCursor {
         if want == 0 {
             return Ok(0);
         }
-        // Serve what a fetched range holds; past it, read the source (a local pread of
-        // just what was asked, as the parquet crate's own `File` reader would).
+        // Serve what a fetched range holds; past it, read the source.
         let i = self.inner.ranges.partition_point(|r| r.0 <= self.pos);
         let got = match i.checked_sub(1).map(|i| &self.inner.ranges[i]) {
             Some((s, b)) if self.pos < s + b.len() as u64 => {
@@ -313,8 +358,8 @@ impl Read for FetchedCursor {
                 buf[..n].copy_from_slice(&b[off..off + n]);
                 n
             }
-            _ => match &self.inner.source {
-                Source::Local(f) => f.read_at(self.pos, &mut buf[..want])?,
+            _ => match self.inner.source.clone() {
+                Source::Local(f) => self.read_local(&f, want, buf)?,
                 Source::Remote(_) => {
                     let b = self.inner.read_range(self.pos, want).map_err(std::io::Error::other)?;
                     buf[..b.len()].copy_from_slice(&b);
@@ -331,7 +376,7 @@ impl ChunkReader for Fetched {
     type T = FetchedCursor;
 
     fn get_read(&self, start: u64) -> PqResult<FetchedCursor> {
-        Ok(FetchedCursor { inner: self.clone(), pos: start })
+        Ok(FetchedCursor { inner: self.clone(), pos: start, file: None, ahead: Vec::new(), ahead_start: 0 })
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> PqResult<Bytes> {
@@ -346,9 +391,30 @@ pub fn stats() -> Vec<(&'static str, u64)> {
         ("remote_requests", REMOTE_REQUESTS.load(Ordering::Relaxed)),
         ("remote_bytes", REMOTE_BYTES.load(Ordering::Relaxed)),
         ("unplanned_remote_reads", UNPLANNED_READS.load(Ordering::Relaxed)),
+        ("remote_first_byte_us", FIRST_BYTE_US.load(Ordering::Relaxed)),
         ("file_opens", opens),
         ("open_files", open_now),
     ]
+}
+
+/// Forks seen by this process image: a `pthread_atfork` child handler bumps it, so
+/// "are we still the process that made this?" is one atomic load on the read path, not
+/// a `getpid` system call per page.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn after_fork_in_child() {
+    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+fn fork_generation() -> u64 {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: registers a handler that only touches an atomic (async-signal-safe).
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        }
+    });
+    FORK_GENERATION.load(Ordering::Acquire)
 }
 
 /// A value per process: made on first use, and made again in a forked child (which
@@ -356,7 +422,7 @@ pub fn stats() -> Vec<(&'static str, u64)> {
 /// `runtime.rs` for the same pattern). The parent's value is leaked in the child after
 /// `retire` has had a chance to release what it safely can.
 pub(crate) struct PerProcess<T: 'static> {
-    cur: std::sync::atomic::AtomicPtr<(u32, T)>,
+    cur: std::sync::atomic::AtomicPtr<(u64, T)>,
 }
 
 impl<T: Send + Sync + 'static> PerProcess<T> {
@@ -365,15 +431,15 @@ impl<T: Send + Sync + 'static> PerProcess<T> {
     }
 
     pub fn get(&self, make: impl FnOnce() -> T, retire: impl FnOnce(&T)) -> &'static T {
-        let pid = std::process::id();
+        let generation = fork_generation();
         let mut cur = self.cur.load(Ordering::Acquire);
         // SAFETY: values are leaked (never freed), so any pointer ever stored stays valid.
-        if let Some((p, v)) = unsafe { cur.as_ref() }
-            && *p == pid
+        if let Some((g, v)) = unsafe { cur.as_ref() }
+            && *g == generation
         {
             return v;
         }
-        let fresh = Box::into_raw(Box::new((pid, make())));
+        let fresh = Box::into_raw(Box::new((generation, make())));
         loop {
             match self.cur.compare_exchange(cur, fresh, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(old) => {
@@ -386,8 +452,8 @@ impl<T: Send + Sync + 'static> PerProcess<T> {
                 }
                 Err(actual) => {
                     // SAFETY: leaked values stay valid.
-                    if let Some((p, v)) = unsafe { actual.as_ref() }
-                        && *p == pid
+                    if let Some((g, v)) = unsafe { actual.as_ref() }
+                        && *g == generation
                     {
                         // another thread of this process installed one first
                         // SAFETY: `fresh` was never shared.
@@ -402,9 +468,10 @@ impl<T: Send + Sync + 'static> PerProcess<T> {
 
     /// The value of this process if it was made already.
     pub fn peek(&self) -> Option<&'static T> {
+        let generation = fork_generation();
         let cur = self.cur.load(Ordering::Acquire);
         // SAFETY: as in `get`.
-        unsafe { cur.as_ref() }.filter(|(p, _)| *p == std::process::id()).map(|(_, v)| v)
+        unsafe { cur.as_ref() }.filter(|(g, _)| *g == generation).map(|(_, v)| v)
     }
 }
 

@@ -324,7 +324,9 @@ impl RemoteObject {
         let _permit = io_runtime().permits().acquire_owned().await;
         REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
         let tail = format!("last {n} bytes");
+        let sent = std::time::Instant::now();
         let res = store.get_opts(&path, opts).await.map_err(|e| classify(e, &url, &tail, false))?;
+        super::record_first_byte(sent.elapsed());
         let meta = res.meta.clone();
         let start = res.range.start;
         let bytes = res.bytes().await.map_err(|e| classify(e, &url, &tail, false))?;
@@ -355,7 +357,9 @@ impl RemoteObject {
         };
         let _permit = io_runtime().permits().acquire_owned().await;
         REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+        let sent = std::time::Instant::now();
         let res = store.get_opts(&self.path, opts).await.map_err(|e| classify(e, &self.url, &r, true))?;
+        super::record_first_byte(sent.elapsed());
         if res.meta.size != self.size {
             // a store without ETags: the size still tells a replaced object apart
             return Err(Error::Changed {
