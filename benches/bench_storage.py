@@ -218,7 +218,7 @@ def phase_amplification(srv: Server) -> list[dict]:
             need = 0
             for ids in batches:
                 idx.read_pages(ids)
-                need += int(sizes[ids].sum())
+                need += int(sizes[np.unique(ids)].sum())  # a page asked for twice is fetched once
             st = srv.stats()
             out.append({"coalesce_gap": gap, "pattern": name, "bytes_fetched_per_byte_needed": st["bytes"] / need,
                         "gets_per_page": st["get"] / sum(len(b) for b in batches)})

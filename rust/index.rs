@@ -405,7 +405,7 @@ async fn build_remote(f: Found, columns: Option<Vec<String>>) -> Result<FileEntr
         return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
     }
     let o = io_options();
-    let (obj, start, tail) = RemoteObject::get_tail(spec, path, o.tail_bytes).await?;
+    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, o.tail_bytes).await?;
     let obj = Arc::new(obj);
     let mut have = RangeSet::new(start, tail);
     for round in 0..8 {

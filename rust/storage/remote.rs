@@ -315,12 +315,30 @@ impl RemoteObject {
         }
     }
 
-    /// The last `n` bytes of an object not indexed yet (one GET, no HEAD first), and
-    /// the object as that response describes it (size, ETag, version).
-    pub async fn get_tail(spec: Arc<StoreSpec>, path: ObjectPath, n: u64) -> Result<(RemoteObject, u64, Bytes)> {
+    /// The last `n` bytes of an object not indexed yet, and the object as that response
+    /// describes it (size, ETag, version). One GET: a suffix range where the size is not
+    /// known yet (no HEAD first); a bounded one, conditional on the listed ETag, where a
+    /// listing gave the size (Azure has no suffix ranges: a lone object costs it a HEAD).
+    pub async fn get_tail(
+        spec: Arc<StoreSpec>,
+        path: ObjectPath,
+        listed: Option<ObjectMeta>,
+        n: u64,
+    ) -> Result<(RemoteObject, u64, Bytes)> {
         let url = spec.url_of(&path);
         let store = spec.store()?;
-        let opts = GetOptions { range: Some(GetRange::Suffix(n)), ..Default::default() };
+        let listed = match listed {
+            None if spec.scheme == ObjectStoreScheme::MicrosoftAzure => Some(spec.head(&path).await?),
+            other => other,
+        };
+        let opts = match &listed {
+            Some(m) => GetOptions {
+                range: Some(GetRange::Bounded(m.size.saturating_sub(n)..m.size)),
+                if_match: m.e_tag.clone(),
+                ..Default::default()
+            },
+            None => GetOptions { range: Some(GetRange::Suffix(n)), ..Default::default() },
+        };
         let _permit = io_runtime().permits().acquire_owned().await;
         REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
         let tail = format!("last {n} bytes");
