@@ -125,6 +125,10 @@ fn source_from(code: u8, path: &Path) -> Result<PageSource> {
 impl PageIndex {
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
+        let name = path.to_string_lossy();
+        if crate::storage::remote::is_url(&name) {
+            return crate::storage::remote::write_object(&name, &self.storage_options, bytes);
+        }
         // Write beside the target and rename, so a crash never leaves half an index.
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
@@ -137,9 +141,15 @@ impl PageIndex {
         Self::load_with(path, &[])
     }
 
-    /// Load a saved index; `storage_options` configure the stores of its objects.
+    /// Load a saved index (a path, or the URL of an object); `storage_options` configure
+    /// the stores of its objects (and of the index object itself).
     pub fn load_with(path: &Path, storage_options: &[(String, String)]) -> Result<PageIndex> {
-        let buf = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let name = path.to_string_lossy();
+        let buf = if crate::storage::remote::is_url(&name) {
+            crate::storage::remote::read_object(&name, storage_options)?
+        } else {
+            std::fs::read(path).map_err(|e| Error::io(path, e))?
+        };
         Self::from_bytes_with(&buf, path, storage_options, true)
     }
 

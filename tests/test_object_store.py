@@ -289,6 +289,9 @@ def test_save_load_and_pickle_round_trip(s3: S3, corpus: Path, tmp_path: Path) -
     loaded = youmu.PageIndex.load(tmp_path / "i.youmu", storage_options=s3.options())
     assert len(s3.proxy.gets()) == 0 and len(s3.proxy.lists()) == 1, "one listing checks every object of a prefix"
     assert rows_of(loaded.read_pages(range(len(loaded)))).equals(want)
+    idx.save(s3.url("indexes/i.youmu"))  # an index kept in the store itself
+    from_store = youmu.PageIndex.load(s3.url("indexes/i.youmu"), storage_options=s3.options())
+    assert rows_of(from_store.read_pages(range(len(from_store)))).equals(want)
     again = pickle.loads(pickle.dumps(idx))
     assert again.is_remote and rows_of(again.read_pages(range(len(again)))).equals(want)
     assert b"testing" not in (tmp_path / "i.youmu").read_bytes(), "credentials are never saved"

@@ -25,7 +25,8 @@ class PageIndex:
     ``storage_options``: object_store configuration keys (``endpoint``, ``region``,
     ``access_key_id``, ``secret_access_key``, ``timeout``, ...), applied over the
     ``AWS_*``/``GOOGLE_*``/``AZURE_*`` environment; an ``http://`` endpoint allows plain
-    HTTP. They are kept for pickling into workers, never written by ``save``. How reads
+    HTTP. They are kept for pickling into workers, never written by ``save`` (which, like
+    ``load``, also takes the URL of an object: an index kept in the store). How reads
     are made (requests in flight, coalescing, retries, timeouts, open files) is set
     process-wide with :func:`set_io_options`.
     """
@@ -176,7 +177,8 @@ def set_io_options(
       timeouts, dropped or truncated responses) are retried with exponential backoff.
     - ``request_timeout`` (30 s), ``connect_timeout`` (5 s): per request; the
       ``timeout``/``connect_timeout`` storage options override them per index.
-    - ``io_threads`` (cores, 2..8): threads of the I/O runtime (they only move bytes).
+    - ``io_threads`` (cores, 2..8): threads of the I/O runtime (they only move bytes;
+      read when a process first touches an object store).
     """
 
 def io_options() -> dict[str, int | float]: ...

@@ -272,6 +272,33 @@ impl StoreSpec {
     }
 }
 
+/// The whole object at `url` (a saved index kept in a store).
+pub fn read_object(url: &str, options: &[(String, String)]) -> Result<Vec<u8>> {
+    let (spec, key) = StoreSpec::parse(url, options)?;
+    let path = spec.object_path(&key)?;
+    super::aio::block_on(async move {
+        let store = spec.store()?;
+        let _permit = io_runtime().permits().acquire_owned().await;
+        REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+        let res = store.get(&path).await.map_err(|e| classify(e, url, "", false))?;
+        let bytes = res.bytes().await.map_err(|e| classify(e, url, "", false))?;
+        REMOTE_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes.to_vec())
+    })?
+}
+
+/// Write `data` as the object at `url` (one PUT: a reader sees the old object or the
+/// new one, never half of it).
+pub fn write_object(url: &str, options: &[(String, String)], data: Vec<u8>) -> Result<()> {
+    let (spec, key) = StoreSpec::parse(url, options)?;
+    let path = spec.object_path(&key)?;
+    super::aio::block_on(async move {
+        let store = spec.store()?;
+        let _permit = io_runtime().permits().acquire_owned().await;
+        store.put(&path, data.into()).await.map(|_| ()).map_err(|e| classify(e, url, "", false))
+    })?
+}
+
 /// One indexed object and what it looked like when indexed.
 #[derive(Debug)]
 pub struct RemoteObject {
