@@ -259,15 +259,18 @@ def phase_epoch(srv: Server, data: Path, latencies: list[int], rows: int) -> lis
             i += 1
         return got / (time.perf_counter() - t0)
 
-    base = stream_rows_per_s(local)
-    base_k = {k: ahead_rows_per_s(local, k) for k in (1, 2, 4)}
+    def best(f, *args) -> float:  # best of 3: the machine is shared, interference only slows
+        return max(f(*args) for _ in range(3))
+
+    base = best(stream_rows_per_s, local)
+    base_k = {k: best(ahead_rows_per_s, local, k) for k in (1, 2, 4)}
     for ms in latencies:
         srv.delay(ms)
         remote = youmu.PageIndex("s3://bench/tokens/", columns=[COL], storage_options=srv.options())
-        row = {"latency_ms": ms, "local_rows_per_s": base, "remote_rows_per_s": stream_rows_per_s(remote)}
+        row = {"latency_ms": ms, "local_rows_per_s": base, "remote_rows_per_s": best(stream_rows_per_s, remote)}
         row["ratio_stream"] = row["remote_rows_per_s"] / base
         for k in (1, 2, 4):
-            r = ahead_rows_per_s(remote, k)
+            r = best(ahead_rows_per_s, remote, k)
             row[f"ratio_{k}_ahead"] = r / base_k[k]
         out.append(row)
         print(json.dumps(row), flush=True)
@@ -284,6 +287,7 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=20, help="pages read one at a time per client and latency")
     ap.add_argument("--epoch-rows", type=int, default=60_000)
     ap.add_argument("--out", default=str(HERE / "storage.json"))
+    ap.add_argument("--only", default="index,inflight,vs_pyarrow,amplification,epoch", help="phases to run")
     a = ap.parse_args()
     from datagen import generate
 
@@ -293,14 +297,16 @@ def main() -> None:
     make_small(data / "small", a.small)
     lat = [int(x) for x in a.latencies.split(",")]
     srv = Server(root)
+    phases = {
+        "index_build": lambda: phase_index(srv, data, lat),
+        "inflight": lambda: phase_inflight(srv, 20, a.seconds),
+        "vs_pyarrow": lambda: phase_vs_pyarrow(srv, data, lat, a.pages, a.seconds),
+        "amplification": lambda: phase_amplification(srv),
+        "epoch": lambda: phase_epoch(srv, data, lat, a.epoch_rows),
+    }
+    only = {x.strip() for x in a.only.split(",")}
     try:
-        results = {
-            "index_build": phase_index(srv, data, lat),
-            "inflight": phase_inflight(srv, 20, a.seconds),
-            "vs_pyarrow": phase_vs_pyarrow(srv, data, lat, a.pages, a.seconds),
-            "amplification": phase_amplification(srv),
-            "epoch": phase_epoch(srv, data, lat, a.epoch_rows),
-        }
+        results = {k: f() for k, f in phases.items() if k in only or k.split("_")[0] in only}
     finally:
         srv.stop()
     Path(a.out).write_text(json.dumps(results, indent=1))
@@ -308,6 +314,7 @@ def main() -> None:
 
 
 def print_tables(r: dict) -> None:
+    r = {"index_build": [], "inflight": [], "vs_pyarrow": [], "amplification": [], "epoch": [], **r}
     print("\n### Index build (small objects)\n\n| latency | objects | objects/s remote | objects/s local | GETs/object | LISTs |")
     print("|---|---|---|---|---|---|")
     for x in r["index_build"]:
