@@ -34,6 +34,29 @@ fn benches(c: &mut Criterion) {
             black_box(idx.read_page(i).expect("read"))
         })
     });
+    // The local physical bound: the same random pages with a bare `pread` and zstd
+    // decompression, nothing else (no index lookup, no page cache, no Arrow decode);
+    // youmu's `random_page_zstd_list_int32` as a share of it is what youmu costs on top.
+    let locs: Vec<(u64, usize)> = (0..n)
+        .map(|id| {
+            let info = idx.page_info(id).expect("page");
+            let l = &idx.file(info.file).locations(info.row_group)[0][info.page];
+            (l.offset as u64, l.compressed_page_size as usize)
+        })
+        .collect();
+    let file = std::fs::File::open(&with_index).expect("open");
+    let mut j = 0u64;
+    g.bench_function("physical_bound_pread_zstd", |b| {
+        b.iter(|| {
+            use std::os::unix::fs::FileExt;
+            j = (j + 7919) % n;
+            let (off, len) = locs[j as usize];
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, off).expect("pread");
+            let (h, hl) = _core::thrift::parse_page_header(&buf).expect("header");
+            black_box(zstd::bulk::decompress(&buf[hl..], h.uncompressed_size as usize).expect("zstd"))
+        })
+    });
     let ids: Vec<u64> = (0..64).map(|k| (k * 104_729) % n).collect();
     g.throughput(Throughput::Bytes(page_bytes * ids.len() as u64));
     g.bench_function("64_random_pages_parallel", |b| b.iter(|| black_box(idx.read_pages(&ids).expect("read"))));

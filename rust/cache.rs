@@ -39,6 +39,11 @@ impl ByteLru {
         }
     }
 
+    /// Whether `key` is cached (without counting a hit or a miss).
+    pub fn contains(&self, key: &CacheKey) -> bool {
+        self.map.contains_key(key)
+    }
+
     pub fn insert(&mut self, key: CacheKey, value: Bytes) {
         if value.len() > self.capacity {
             return;

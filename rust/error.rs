@@ -68,6 +68,21 @@ pub enum Error {
     /// Work stopped on request (a progress callback asked to stop).
     #[error("{0}")]
     Cancelled(String),
+
+    /// An indexed file or object changed since it was indexed (rewritten in place,
+    /// replaced, deleted): its pages would be other data, so nothing is read.
+    #[error("{path} changed since it was indexed ({detail}): rebuild the index")]
+    Changed { path: String, detail: String },
+
+    /// A request to an object store failed: `url` and `range` say what was asked for,
+    /// `kind` why it failed (after retries, where retrying applies).
+    #[error("{url}{}: {kind}: {detail}", if range.is_empty() { String::new() } else { format!(" ({range})") })]
+    Storage { url: String, range: String, kind: StorageErrorKind, detail: String },
+
+    /// Not an error a caller sees: an index-build step asks for byte ranges it does not
+    /// have yet (see `storage::Fetched`); the build driver fetches them and retries.
+    #[error("internal: byte ranges {0:?} were needed before they were fetched")]
+    NeedData(Vec<(u64, u64)>),
 }
 
 /// `1.5 GiB`-style size for messages.
@@ -81,6 +96,44 @@ pub fn human_bytes(b: impl Into<u128>) -> String {
         u += 1;
     }
     if u == 0 { format!("{b} bytes") } else { format!("{v:.1} {}", units[u]) }
+}
+
+/// Why an object-store request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageErrorKind {
+    /// No such object (key).
+    NotFound,
+    /// No such bucket or container.
+    BucketNotFound,
+    /// Credentials missing, wrong or without permission.
+    Auth,
+    /// The request timed out (after retries).
+    Timeout,
+    /// Transient failures (5xx, throttling, dropped connections) outlasted the retries.
+    RetriesExhausted,
+    /// The store could not be configured from the URL, environment and options.
+    Config,
+    /// Anything else the store reported.
+    Other,
+}
+
+impl std::fmt::Display for StorageErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StorageErrorKind::NotFound => "object not found",
+            StorageErrorKind::BucketNotFound => "bucket not found",
+            StorageErrorKind::Auth => "access denied (check credentials)",
+            StorageErrorKind::Timeout => "timed out",
+            StorageErrorKind::RetriesExhausted => "failed after retries",
+            StorageErrorKind::Config => "cannot configure the store",
+            StorageErrorKind::Other => "request failed",
+        })
+    }
+}
+
+/// Describe a byte range for an error message.
+pub fn range_text(start: u64, end: u64) -> String {
+    format!("bytes {start}..{end}")
 }
 
 impl Error {
@@ -99,6 +152,15 @@ impl Error {
     /// Classify an error raised by the `parquet` crate while handling `path`.
     /// `context` says where (row group, page, offset) so the message can point at it.
     pub fn from_parquet(path: impl AsRef<Path>, context: &str, err: ParquetError) -> Self {
+        // youmu's own errors (storage, staleness) travel through the parquet crate as
+        // `External`: give them back with their kind.
+        let err = match err {
+            ParquetError::External(e) => match e.downcast::<Error>() {
+                Ok(ours) => return *ours,
+                Err(other) => ParquetError::External(other),
+            },
+            other => other,
+        };
         let path = path.as_ref().display().to_string();
         let text = err.to_string();
         let detail = if context.is_empty() { text.clone() } else { format!("{context}: {text}") };

@@ -10,7 +10,6 @@
 //! byte locations live in the (possibly synthesized) OffsetIndex of the footer, so a
 //! page costs ~28 bytes in all (24 for its location, 4 for its page-table entry).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -25,8 +24,8 @@ use parquet::file::metadata::{
 use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation};
 
 use crate::error::{Error, Result};
-use crate::io::PreadFile;
 use crate::scan::scan_chunk;
+use crate::storage::{Fetched, LocalFile, Source};
 
 /// How the pages of a row group were found (reported by `youmu inspect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,10 +39,12 @@ pub enum PageSource {
 }
 
 pub struct FileEntry {
+    /// The file's path, or the object's URL.
     pub path: PathBuf,
     pub size: u64,
     pub mtime_ns: i64,
-    pub reader: PreadFile,
+    /// Where the bytes come from (with what the file looked like when indexed).
+    pub source: Source,
     pub meta: ArrowReaderMetadata,
     pub mask: ProjectionMask,
     /// Leaf column indices of the projection (file order).
@@ -102,15 +103,6 @@ pub fn file_stamp(path: &Path) -> Result<(u64, i64)> {
     Ok((m.len(), mtime))
 }
 
-pub fn open_file(path: &Path) -> Result<(PreadFile, u64, i64)> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let (size, mtime) = file_stamp(path)?;
-    if size < 12 {
-        return Err(Error::corrupt(path, format!("file is {size} bytes, too small to be Parquet")));
-    }
-    Ok((PreadFile::new(f, size), size, mtime))
-}
-
 fn metadata_options() -> ParquetMetaDataOptions {
     // Statistics are the bulk of a footer and youmu never uses them.
     ParquetMetaDataOptions::new()
@@ -119,7 +111,7 @@ fn metadata_options() -> ParquetMetaDataOptions {
 }
 
 /// Parse the footer (and the OffsetIndex when present and sound).
-pub fn read_metadata(path: &Path, reader: &PreadFile) -> Result<ParquetMetaData> {
+pub fn read_metadata(path: &Path, reader: &Fetched) -> Result<ParquetMetaData> {
     let parse = |policy| {
         ParquetMetaDataReader::new()
             .with_offset_index_policy(policy)
@@ -136,7 +128,7 @@ pub fn read_metadata(path: &Path, reader: &PreadFile) -> Result<ParquetMetaData>
     }
     // A damaged OffsetIndex should not make a readable file unreadable: keep the footer
     // alone and scan page headers instead.
-    if !offset_indexes_well_formed(reader, &footer) {
+    if !offset_indexes_well_formed(reader, &footer)? {
         return Ok(footer);
     }
     Ok(parse(PageIndexPolicy::Optional).unwrap_or(footer))
@@ -173,8 +165,9 @@ fn has_offset_index(md: &ParquetMetaData) -> bool {
 }
 
 /// Whether every column chunk's OffsetIndex bytes lie in the file and hold one
-/// well-formed struct (read in one range: writers put them together).
-fn offset_indexes_well_formed(reader: &PreadFile, md: &ParquetMetaData) -> bool {
+/// well-formed struct (read in one range: writers put them together). Errors only when
+/// the bytes are not at hand (a remote build fetches them and asks again).
+fn offset_indexes_well_formed(reader: &Fetched, md: &ParquetMetaData) -> Result<bool> {
     use parquet::file::reader::Length;
     let ranges: Vec<(u64, u64)> = md
         .row_groups()
@@ -188,16 +181,20 @@ fn offset_indexes_well_formed(reader: &PreadFile, md: &ParquetMetaData) -> bool 
         ranges.iter().map(|r| r.0).min(),
         ranges.iter().map(|r| r.0.checked_add(r.1)).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().max()),
     ) else {
-        return false;
+        return Ok(false);
     };
     if hi > reader.len() || hi - lo > (1 << 30) {
-        return false;
+        return Ok(false);
     }
-    let Ok(bytes) = reader.read_range(lo, (hi - lo) as usize) else { return false };
-    ranges.iter().all(|&(off, n)| {
+    let bytes = match reader.read_range(lo, (hi - lo) as usize) {
+        Ok(b) => b,
+        Err(e @ Error::NeedData(_)) => return Err(e),
+        Err(_) => return Ok(false),
+    };
+    Ok(ranges.iter().all(|&(off, n)| {
         let start = (off - lo) as usize;
         bytes.get(start..start + n as usize).is_some_and(|b| crate::thrift::check_struct(b).is_ok())
-    })
+    }))
 }
 
 /// The selected columns of one file, resolved against its schema.
@@ -274,27 +271,40 @@ fn resolve_projection(path: &Path, meta: &ArrowReaderMetadata, columns: Option<&
 }
 
 impl FileEntry {
-    /// Open, parse and index one file; INT96 columns are read in `int96_unit` (`None`:
-    /// as the file's Arrow schema says, else nanoseconds).
+    /// Open, parse and index one local file; INT96 columns are read in `int96_unit`
+    /// (`None`: as the file's Arrow schema says, else nanoseconds).
     pub fn build(path: &Path, columns: Option<&[String]>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
-        let (reader, size, mtime_ns) = open_file(path)?;
-        let md = read_metadata(path, &reader)?;
-        Self::from_metadata(path, reader, size, mtime_ns, md, columns, int96_unit, None)
+        let file = LocalFile::open(path)?;
+        Self::build_from(Fetched::direct(Source::Local(Arc::new(file))), columns, int96_unit)
+    }
+
+    /// Parse and index one file or object read through `reader` (for a remote object,
+    /// a strict [`Fetched`]: a missing range is an `Error::NeedData` the caller fetches).
+    pub fn build_from(reader: Fetched, columns: Option<&[String]>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
+        let path = PathBuf::from(reader.source.name());
+        let size = reader.source.len();
+        if size < 12 {
+            return Err(Error::corrupt(&path, format!("file is {size} bytes, too small to be Parquet")));
+        }
+        let md = read_metadata(&path, &reader)?;
+        Self::from_metadata(&path, reader, md, columns, int96_unit, None)
     }
 
     /// Build from parsed metadata. `saved` carries page locations and page starts from a
-    /// persisted index, which skips the header scan.
-    #[allow(clippy::too_many_arguments)]
+    /// persisted index, which skips the header scan (and every read of `reader`).
     pub(crate) fn from_metadata(
         path: &Path,
-        reader: PreadFile,
-        size: u64,
-        mtime_ns: i64,
+        reader: Fetched,
         md: ParquetMetaData,
         columns: Option<&[String]>,
         int96_unit: Option<TimeUnit>,
         saved: Option<SavedTables>,
     ) -> Result<FileEntry> {
+        let size = reader.source.len();
+        let mtime_ns = match &reader.source {
+            Source::Local(f) => f.mtime_ns,
+            Source::Remote(o) => o.mtime_ns,
+        };
         let plain = arrow_metadata(path, Arc::new(md.clone()), ArrowReaderOptions::new())?;
         let plan = crate::int96::plan(md.file_metadata().schema_descr(), plain.schema(), int96_unit)
             .map_err(|why| Error::Unsupported { path: path.display().to_string(), detail: why })?;
@@ -427,7 +437,7 @@ impl FileEntry {
             path: path.to_path_buf(),
             size,
             mtime_ns,
-            reader,
+            source: reader.source,
             meta,
             mask,
             leaves,
@@ -519,7 +529,7 @@ pub(crate) struct SavedTables {
     pub sources: Vec<PageSource>,
 }
 
-type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<PageSource>);
+pub(crate) type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<PageSource>);
 
 /// Check a native OffsetIndex for one leaf chunk; None if it cannot be trusted.
 pub(crate) fn native_locations(
@@ -548,9 +558,32 @@ pub(crate) fn native_locations(
     Some(locs.clone())
 }
 
+/// The column chunks `build_tables` walks page by page for the projection `leaves`: every
+/// leaf's chunk in the row groups where some leaf has no usable OffsetIndex.
+pub(crate) fn scan_ranges(
+    md: &ParquetMetaData,
+    size: u64,
+    leaves: &[usize],
+    rg_row_start: &[u64],
+) -> Vec<std::ops::Range<u64>> {
+    let mut scans = Vec::new();
+    for rg in 0..md.num_row_groups() {
+        let rows = rg_row_start[rg + 1] - rg_row_start[rg];
+        if rows > 0 && leaves.iter().any(|&l| native_locations(md, rg, l, rows, size).is_none()) {
+            for &leaf in leaves {
+                let (start, len) = md.row_group(rg).column(leaf).byte_range();
+                if let Some(end) = start.checked_add(len).filter(|&e| e <= size) {
+                    scans.push(start..end);
+                }
+            }
+        }
+    }
+    scans
+}
+
 pub(crate) fn build_tables(
     path: &Path,
-    reader: &PreadFile,
+    reader: &Fetched,
     size: u64,
     md: &ParquetMetaData,
     leaves: &[usize],
@@ -559,6 +592,9 @@ pub(crate) fn build_tables(
 ) -> Result<Tables> {
     let descr = md.file_metadata().schema_descr();
     let n = md.num_row_groups();
+    // The column chunks a header scan will walk, asked for at once: a remote build
+    // fetches them in one round of concurrent GETs instead of one header at a time.
+    reader.require(&scan_ranges(md, size, leaves, rg_row_start))?;
     let (mut locations, mut page_starts, mut sources) =
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for rg in 0..n {

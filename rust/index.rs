@@ -5,15 +5,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arrow_schema::{Field, Schema, SchemaRef, TimeUnit};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::file::FileEntry;
-use crate::paths;
+use crate::paths::{self, Found};
 use crate::runtime::runtime;
+use crate::storage::fetch::with_fetched;
+use crate::storage::{Fetched, RemoteObject, io_options};
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
@@ -37,6 +39,13 @@ pub struct PageIndex {
     /// Unit INT96 timestamps are read in (`None`: as each file's Arrow schema says).
     pub(crate) int96_unit: Option<TimeUnit>,
     pub(crate) files: Vec<Arc<FileEntry>>,
+    /// Whether any file is an object in a store (reads are then planned and fetched
+    /// concurrently before decoding; local files are read directly).
+    pub(crate) remote: bool,
+    /// How the stores were configured (kept to rebuild them in another process; never saved).
+    pub(crate) storage_options: Vec<(String, String)>,
+    /// Entries discovery skipped (not regular files), with the reason.
+    pub(crate) skipped: Vec<(String, String)>,
     /// Cumulative pages at each file start (len = files + 1).
     file_page_start: Vec<u64>,
     /// Cumulative rows at each file start (len = files + 1).
@@ -59,34 +68,106 @@ impl PageIndex {
         int96_unit: Option<TimeUnit>,
         progress: Option<Progress>,
     ) -> Result<PageIndex> {
-        let files = paths::expand(paths)?;
-        let total = files.len();
+        Self::build_with(paths, columns, int96_unit, &[], progress)
+    }
+
+    /// [`PageIndex::build`] over paths and object-store URLs; `storage_options`
+    /// configure the stores (over the environment). Local files are indexed on the
+    /// pool; objects with many requests in flight (a tail GET each, a second only when
+    /// the tail was too short, column chunks when there is no OffsetIndex). A progress
+    /// callback that returns `false` stops the build (`Error::Cancelled`).
+    pub fn build_with(
+        paths: &[String],
+        columns: Option<Vec<String>>,
+        int96_unit: Option<TimeUnit>,
+        storage_options: &[(String, String)],
+        progress: Option<Progress>,
+    ) -> Result<PageIndex> {
+        let found = paths::discover(paths, storage_options)?;
+        let total = found.found.len();
         let done = AtomicU64::new(0);
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        let stop = AtomicBool::new(false);
+        // Once the callback asked to stop it is not called again (it may have raised:
+        // that first exception is the one reported).
+        let tick = || {
+            let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(cb) = progress
+                && !stop.load(Ordering::Relaxed)
+                && !cb(d as usize, total)
+            {
+                stop.store(true, Ordering::Relaxed);
+            }
+        };
+        let cancelled = || Error::Cancelled("index build stopped by its progress callback".into());
         let cols = columns.as_deref();
-        let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
-            files
+        let local: Vec<(usize, &std::path::PathBuf)> = found
+            .found
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| if let Found::Local(p) = f { Some((i, p)) } else { None })
+            .collect();
+        let mut entries: Vec<Option<Result<FileEntry>>> = (0..total).map(|_| None).collect();
+        let built: Vec<(usize, Result<FileEntry>)> = runtime().pool().install(|| {
+            local
                 .par_iter()
-                .map(|p| {
+                .map(|&(i, p)| {
                     if stop.load(Ordering::Relaxed) {
-                        return Err(Error::Cancelled("index build stopped by its progress callback".into()));
+                        return (i, Err(cancelled()));
                     }
                     let r = FileEntry::build(p, cols, int96_unit);
-                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if let Some(cb) = progress
-                        && !cb(d as usize, total)
-                    {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    r
+                    tick();
+                    (i, r)
                 })
                 .collect()
         });
         if stop.load(Ordering::Relaxed) {
-            return Err(Error::Cancelled("index build stopped by its progress callback".into()));
+            return Err(cancelled());
         }
-        let entries = entries.into_iter().map(|r| r.map(Arc::new)).collect::<Result<Vec<_>>>()?;
-        Self::from_entries(entries, columns, int96_unit)
+        for (i, r) in built {
+            entries[i] = Some(r);
+        }
+        let remote: Vec<(usize, Found)> = found
+            .found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !matches!(f, Found::Local(_)))
+            .map(|(i, f)| (i, f.clone()))
+            .collect();
+        if !remote.is_empty() {
+            use futures_util::StreamExt;
+            let width = io_options().max_inflight.max(1);
+            let built: Vec<(usize, Result<FileEntry>)> = crate::storage::aio::block_on(async {
+                let mut stream = futures_util::stream::iter(remote)
+                    .map(|(i, f)| {
+                        let cols = columns.clone();
+                        async move { (i, build_remote(f, cols, int96_unit).await) }
+                    })
+                    .buffer_unordered(width);
+                let mut built = Vec::with_capacity(total);
+                while let Some(r) = stream.next().await {
+                    built.push(r);
+                    tick();
+                    if stop.load(Ordering::Relaxed) {
+                        break; // dropping the stream cancels the builds in flight
+                    }
+                }
+                built
+            })?;
+            if stop.load(Ordering::Relaxed) {
+                return Err(cancelled());
+            }
+            for (i, r) in built {
+                entries[i] = Some(r);
+            }
+        }
+        let entries = entries
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Internal("a file was not indexed".into()))).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        let mut idx = Self::from_entries(entries, columns, int96_unit)?;
+        idx.storage_options = storage_options.to_vec();
+        idx.skipped = found.skipped;
+        Ok(idx)
     }
 
     /// One index over the pages of several: files in order of `parts`, then each
@@ -108,7 +189,16 @@ impl PageIndex {
                 other.int96_unit.map_or("the files' own", crate::int96::unit_name)
             )));
         }
-        Self::from_entries(files, columns, unit)
+        let mut idx = Self::from_entries(files, columns, unit)?;
+        for p in parts {
+            for (k, v) in &p.storage_options {
+                if !idx.storage_options.iter().any(|(k2, _)| k2 == k) {
+                    idx.storage_options.push((k.clone(), v.clone()));
+                }
+            }
+            idx.skipped.extend(p.skipped.iter().cloned());
+        }
+        Ok(idx)
     }
 
     pub(crate) fn from_entries(
@@ -141,6 +231,9 @@ impl PageIndex {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             columns,
             int96_unit,
+            remote: files.iter().any(|f| f.source.is_remote()),
+            storage_options: Vec::new(),
+            skipped: Vec::new(),
             files,
             file_page_start,
             file_row_start,
@@ -166,6 +259,21 @@ impl PageIndex {
 
     pub fn files(&self) -> Vec<PathBuf> {
         self.files.iter().map(|f| f.path.clone()).collect()
+    }
+
+    /// Whether any file is an object in a store.
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
+
+    /// The `storage_options` the index was built or loaded with.
+    pub fn storage_options(&self) -> &[(String, String)] {
+        &self.storage_options
+    }
+
+    /// Entries discovery skipped (path, reason): not regular files.
+    pub fn skipped(&self) -> &[(String, String)] {
+        &self.skipped
     }
 
     pub fn file(&self, i: usize) -> &FileEntry {
@@ -364,4 +472,22 @@ fn check_same_schema(a: &Path, fa: &[arrow_schema::FieldRef], b: &Path, fb: &[ar
         }
     }
     Ok(())
+}
+
+/// Index one object: its tail first (one GET, which also gives its size and ETag),
+/// then whatever the parse finds missing (the rest of a long footer, an OffsetIndex
+/// before the tail, column chunks to header-scan), each round fetched concurrently and
+/// the parse rerun on the pool. Parsing is cheap next to a round trip.
+async fn build_remote(f: Found, columns: Option<Vec<String>>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
+    let Found::Remote { spec, path, meta } = f else {
+        return Err(Error::Internal("a local file reached the remote build".into()));
+    };
+    if let Some(m) = &meta
+        && m.size < 12
+    {
+        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
+    }
+    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, io_options().tail_bytes).await?;
+    let work = move |reader: Fetched| FileEntry::build_from(reader, columns.as_deref(), int96_unit);
+    Ok(with_fetched(Arc::new(obj), start, tail, work).await?.0)
 }

@@ -5,15 +5,25 @@
 //! file's schema each time — quadratic in the number of columns (a 10,000-column file
 //! did not finish in a minute). Here the footer and schema are read once and every leaf
 //! chunk is looked at once, with the same rules an index uses (`file::build_tables`).
+//!
+//! Files and objects are found and read through the same storage layer as an index
+//! build: local files with `pread`, objects with a tail GET and then one round of
+//! concurrent GETs for every column chunk a header scan needs (none where the file has
+//! an OffsetIndex).
 
-use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::file::metadata::ParquetMetaData;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{PageSource, build_tables, open_file, read_metadata};
+use crate::file::{PageSource, Tables, build_tables, read_metadata, scan_ranges};
+use crate::paths::{self, Found};
 use crate::runtime::runtime;
+use crate::storage::fetch::with_fetched;
+use crate::storage::{Fetched, LocalFile, RemoteObject, Source, io_options};
 
 /// One column as the page column of an index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,21 +39,117 @@ pub struct ColumnPages {
     pub row_groups_page_granular: usize,
 }
 
-/// Every top-level column of `path` with its pages, or why youmu cannot read it. An
-/// error for the file as a whole (unreadable footer, malformed embedded Arrow schema)
-/// is the outer `Err`.
-pub fn column_pages(path: &Path) -> Result<Vec<(String, Result<ColumnPages>)>> {
-    let (reader, size, _) = open_file(path)?;
-    let md = read_metadata(path, &reader)?;
+/// One top-level column of a file: what its footer says, and its pages as youmu would
+/// index them (or why it cannot).
+#[derive(Debug)]
+pub struct ColumnReport {
+    pub name: String,
+    /// Codecs of its column chunks (distinct, sorted).
+    pub codecs: Vec<String>,
+    /// Encodings of its column chunks (distinct, sorted).
+    pub encodings: Vec<String>,
+    /// Column chunks (leaf chunks of all row groups) that have an OffsetIndex.
+    pub chunks_with_offset_index: usize,
+    pub pages: Result<ColumnPages>,
+}
+
+/// One file or object.
+#[derive(Debug)]
+pub struct FileReport {
+    /// The path, or the object's URL.
+    pub path: String,
+    pub size: u64,
+    /// An object's ETag and version (`None` for local files and stores without them).
+    pub etag: Option<String>,
+    pub version: Option<String>,
+    pub num_rows: u64,
+    pub num_row_groups: usize,
+    /// Leaf columns (what Parquet tools call the number of columns).
+    pub num_leaf_columns: usize,
+    pub created_by: Option<String>,
+    /// GETs sent for this object, its tail included (0 for a local file).
+    pub requests: u64,
+    pub columns: Vec<ColumnReport>,
+}
+
+/// What inspecting one path or URL found: per file or object its report or why it
+/// cannot be read, in discovery order, and the entries discovery skipped (rule 1 of
+/// `paths.rs`) with the reason.
+#[derive(Debug, Default)]
+pub struct Inspection {
+    pub files: Vec<(String, Result<FileReport>)>,
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Inspect `spec`: a file, directory, glob, object URL or prefix (found by the same rules
+/// as an index's paths). `storage_options` configure the object stores. An error for
+/// `spec` as a whole (nothing there, a bucket that does not exist) is the outer `Err`.
+pub fn inspect(spec: &str, storage_options: &[(String, String)]) -> Result<Inspection> {
+    let found = paths::discover(&[spec.to_string()], storage_options)?;
+    let mut files: Vec<Option<(String, Result<FileReport>)>> = (0..found.found.len()).map(|_| None).collect();
+    let mut remote = Vec::new();
+    for (i, f) in found.found.into_iter().enumerate() {
+        match f {
+            Found::Local(p) => {
+                let r = LocalFile::open(&p).and_then(|file| report(Fetched::direct(Source::Local(Arc::new(file)))));
+                files[i] = Some((p.display().to_string(), r));
+            }
+            other => remote.push((i, other)),
+        }
+    }
+    if !remote.is_empty() {
+        use futures_util::StreamExt;
+        let width = io_options().max_inflight.max(1);
+        let done: Vec<(usize, String, Result<FileReport>)> = crate::storage::aio::block_on(
+            futures_util::stream::iter(remote)
+                .map(|(i, f)| async move { (i, f.name(), report_remote(f).await) })
+                .buffer_unordered(width)
+                .collect::<Vec<_>>(),
+        )?;
+        for (i, name, r) in done {
+            files[i] = Some((name, r));
+        }
+    }
+    let files = files
+        .into_iter()
+        .map(|f| f.ok_or_else(|| Error::Internal("a file was not inspected".into())))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Inspection { files, skipped: found.skipped })
+}
+
+async fn report_remote(f: Found) -> Result<FileReport> {
+    let Found::Remote { spec, path, meta } = f else {
+        return Err(Error::Internal("a local file reached the remote inspection".into()));
+    };
+    if let Some(m) = &meta
+        && m.size < 12
+    {
+        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
+    }
+    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, io_options().tail_bytes).await?;
+    let (mut r, requests) = with_fetched(Arc::new(obj), start, tail, report).await?;
+    r.requests = requests + 1;
+    Ok(r)
+}
+
+/// The report of one file read through `reader` (a strict remote reader: every range
+/// it needs is one `Error::NeedData`, so a driver fetches them in one round).
+fn report(reader: Fetched) -> Result<FileReport> {
+    let path = PathBuf::from(reader.source.name());
+    let size = reader.source.len();
+    if size < 12 {
+        return Err(Error::corrupt(&path, format!("file is {size} bytes, too small to be Parquet")));
+    }
+    let md = read_metadata(&path, &reader)?;
     // the schema youmu reads with: a file it cannot derive one for is unreadable as a whole
-    crate::file::arrow_metadata(path, std::sync::Arc::new(md.clone()), ArrowReaderOptions::new())?;
+    crate::file::arrow_metadata(&path, Arc::new(md.clone()), ArrowReaderOptions::new())?;
     let descr = md.file_metadata().schema_descr();
     let mut rg_row_start = vec![0u64];
     for (i, rg) in md.row_groups().iter().enumerate() {
         let n = u64::try_from(rg.num_rows())
-            .map_err(|_| Error::corrupt(path, format!("row group {i} has {} rows", rg.num_rows())))?;
+            .map_err(|_| Error::corrupt(&path, format!("row group {i} has {} rows", rg.num_rows())))?;
         let last = rg_row_start.last().copied().unwrap_or(0);
-        rg_row_start.push(last.checked_add(n).ok_or_else(|| Error::corrupt(path, "row counts overflow"))?);
+        rg_row_start.push(last.checked_add(n).ok_or_else(|| Error::corrupt(&path, "row counts overflow"))?);
     }
     let roots = descr.root_schema().get_fields();
     let mut leaves_of: Vec<Vec<usize>> = vec![vec![]; roots.len()];
@@ -52,6 +158,11 @@ pub fn column_pages(path: &Path) -> Result<Vec<(String, Result<ColumnPages>)>> {
             v.push(leaf);
         }
     }
+    // Every chunk any column's header scan walks, asked for at once (one round of GETs
+    // for an object, not one per column).
+    let scans: Vec<std::ops::Range<u64>> =
+        leaves_of.iter().flat_map(|leaves| scan_ranges(&md, size, leaves, &rg_row_start)).collect();
+    reader.require(&scans)?;
     let one = |root: usize| -> Result<ColumnPages> {
         let leaves = &leaves_of[root];
         let Some(&page_leaf) = leaves.first() else {
@@ -60,45 +171,97 @@ pub fn column_pages(path: &Path) -> Result<Vec<(String, Result<ColumnPages>)>> {
                 detail: format!("column {:?} has no leaf columns", roots[root].name()),
             });
         };
-        let (locations, page_starts, sources) =
-            build_tables(path, &reader, size, &md, leaves, page_leaf, &rg_row_start)?;
-        let mut out = ColumnPages {
-            page_rows: vec![],
-            page_bytes: vec![],
-            row_groups_with_offset_index: 0,
-            row_groups_header_scanned: 0,
-            row_groups_merged_pages: 0,
-            row_groups_page_granular: 0,
-        };
-        for (rg, starts) in page_starts.iter().enumerate() {
-            let rows = rg_row_start[rg + 1] - rg_row_start[rg];
-            match sources.get(rg) {
-                Some(PageSource::OffsetIndex) => out.row_groups_with_offset_index += 1,
-                Some(PageSource::HeaderScan) => out.row_groups_header_scanned += 1,
-                Some(PageSource::HeaderScanMerged) => out.row_groups_merged_pages += 1,
-                None => {}
-            }
-            // the page leaf is the first of `leaves`
-            let locs = locations.get(rg).and_then(|l| l.as_ref()).and_then(|per_leaf| per_leaf.first());
-            out.row_groups_page_granular += usize::from(locs.is_some());
-            let chunk = md.row_group(rg).column(page_leaf).compressed_size().max(0) as u128;
-            for (k, &first) in starts.iter().enumerate() {
-                let end = starts.get(k + 1).copied().unwrap_or(rows);
-                let n = end.saturating_sub(first);
-                out.page_rows.push(n);
-                out.page_bytes.push(match locs {
-                    Some(l) => l
-                        .iter()
-                        .filter(|p| (p.first_row_index as u64) >= first && (p.first_row_index as u64) < end)
-                        .map(|p| p.compressed_page_size.max(0) as u64)
-                        .sum(),
-                    None => u64::try_from(chunk * n as u128 / rows.max(1) as u128).unwrap_or(u64::MAX),
-                });
-            }
-        }
-        Ok(out)
+        let tables = build_tables(&path, &reader, size, &md, leaves, page_leaf, &rg_row_start);
+        pages_of(&md, &rg_row_start, page_leaf, tables.map_err(|e| reader.source.recheck(e))?)
     };
-    let results: Vec<Result<ColumnPages>> =
+    let pages: Vec<Result<ColumnPages>> =
         runtime().pool().install(|| (0..roots.len()).into_par_iter().map(one).collect());
-    Ok(roots.iter().map(|f| f.name().to_string()).zip(results).collect())
+    // a range still missing is the driver's to fetch, not a column's error
+    let missing: Vec<(u64, u64)> = pages
+        .iter()
+        .filter_map(|p| if let Err(Error::NeedData(r)) = p { Some(r.iter().copied()) } else { None })
+        .flatten()
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::NeedData(missing));
+    }
+    let columns = roots
+        .iter()
+        .zip(&leaves_of)
+        .zip(pages)
+        .map(|((field, leaves), pages)| {
+            let (mut codecs, mut encodings, mut chunks_with_offset_index) = (Vec::new(), Vec::new(), 0);
+            for rg in md.row_groups() {
+                for &leaf in leaves {
+                    let col = rg.column(leaf);
+                    // `ZSTD(ZstdLevel(1))` -> `ZSTD`, as Parquet tools name codecs
+                    let codec = format!("{:?}", col.compression());
+                    codecs.push(codec.split('(').next().unwrap_or_default().to_string());
+                    encodings.extend(col.encodings().map(|e| format!("{e:?}")));
+                    chunks_with_offset_index += usize::from(col.offset_index_offset().is_some());
+                }
+            }
+            codecs.sort();
+            codecs.dedup();
+            encodings.sort();
+            encodings.dedup();
+            ColumnReport { name: field.name().to_string(), codecs, encodings, chunks_with_offset_index, pages }
+        })
+        .collect();
+    let (etag, version) = match &reader.source {
+        Source::Remote(o) => (o.etag.clone(), o.version.clone()),
+        Source::Local(_) => (None, None),
+    };
+    Ok(FileReport {
+        path: path.display().to_string(),
+        size,
+        etag,
+        version,
+        num_rows: rg_row_start.last().copied().unwrap_or(0),
+        num_row_groups: md.num_row_groups(),
+        num_leaf_columns: descr.num_columns(),
+        created_by: md.file_metadata().created_by().map(str::to_string),
+        requests: 0,
+        columns,
+    })
+}
+
+/// A column's pages from its tables (see `file::build_tables`).
+fn pages_of(md: &ParquetMetaData, rg_row_start: &[u64], page_leaf: usize, tables: Tables) -> Result<ColumnPages> {
+    let (locations, page_starts, sources) = tables;
+    let mut out = ColumnPages {
+        page_rows: vec![],
+        page_bytes: vec![],
+        row_groups_with_offset_index: 0,
+        row_groups_header_scanned: 0,
+        row_groups_merged_pages: 0,
+        row_groups_page_granular: 0,
+    };
+    for (rg, starts) in page_starts.iter().enumerate() {
+        let rows = rg_row_start[rg + 1] - rg_row_start[rg];
+        match sources.get(rg) {
+            Some(PageSource::OffsetIndex) => out.row_groups_with_offset_index += 1,
+            Some(PageSource::HeaderScan) => out.row_groups_header_scanned += 1,
+            Some(PageSource::HeaderScanMerged) => out.row_groups_merged_pages += 1,
+            None => {}
+        }
+        // the page leaf is the first of the column's leaves
+        let locs = locations.get(rg).and_then(|l| l.as_ref()).and_then(|per_leaf| per_leaf.first());
+        out.row_groups_page_granular += usize::from(locs.is_some());
+        let chunk = md.row_group(rg).column(page_leaf).compressed_size().max(0) as u128;
+        for (k, &first) in starts.iter().enumerate() {
+            let end = starts.get(k + 1).copied().unwrap_or(rows);
+            let n = end.saturating_sub(first);
+            out.page_rows.push(n);
+            out.page_bytes.push(match locs {
+                Some(l) => l
+                    .iter()
+                    .filter(|p| (p.first_row_index as u64) >= first && (p.first_row_index as u64) < end)
+                    .map(|p| p.compressed_page_size.max(0) as u64)
+                    .sum(),
+                None => u64::try_from(chunk * n as u128 / rows.max(1) as u128).unwrap_or(u64::MAX),
+            });
+        }
+    }
+    Ok(out)
 }

@@ -21,6 +21,7 @@ pub mod persist;
 pub mod read;
 pub mod runtime;
 pub mod scan;
+pub mod storage;
 pub mod thrift;
 pub mod tokens;
 pub mod validate;

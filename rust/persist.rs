@@ -1,11 +1,16 @@
 //! Saving and loading an index, so a later run skips every footer read and header scan.
 //!
-//! Layout (little endian): magic, version, selected columns, the INT96 timestamp unit,
-//! then per file its path, size and mtime (to detect a stale index), its footer
-//! re-serialized by the parquet crate (without statistics), and per row group its page
-//! table and the page locations youmu uses; last a checksum trailer (`checksum.rs`),
-//! verified before anything is parsed. Loading touches each data file only to `stat`
-//! and open it.
+//! Layout (format 3, little endian): magic, version, selected columns, the INT96
+//! timestamp unit, then per file its path (or an object's URL), size and mtime, an
+//! object's ETag and version (to detect a stale index), its footer re-serialized by the
+//! parquet crate (without statistics), and per row group its page table and the page
+//! locations youmu uses; last a checksum trailer (`checksum.rs`), verified before
+//! anything is parsed. Loading touches each local file only to `stat` it, and checks
+//! objects with one listing per prefix (or a HEAD each, for a few). Credentials and
+//! `storage_options` are never saved.
+//!
+//! Formats 1 and 2 (2 had two incompatible layouts: a checksummed one with the INT96
+//! unit, and one with object stamps) are refused with a "rebuild" message.
 
 use std::path::Path;
 
@@ -18,13 +23,16 @@ use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{FileEntry, PageSource, SavedTables, file_stamp, open_file};
+use crate::file::{FileEntry, PageSource, SavedTables, file_stamp};
 use crate::index::PageIndex;
 use crate::runtime::runtime;
+use crate::storage::remote::StoreSpec;
+use crate::storage::{Fetched, LocalFile, RemoteObject, Source};
 
 const MAGIC: &[u8; 8] = b"YOUMUIDX";
-/// 2: INT96 unit and checksum trailer.
-const VERSION: u32 = 2;
+/// 3: the INT96 unit, per file an object's ETag and version after its mtime, and the
+/// checksum trailer. 1 and 2 are older layouts (rebuild).
+const VERSION: u32 = 3;
 
 struct W(Vec<u8>);
 
@@ -120,14 +128,31 @@ fn source_from(code: u8, path: &Path) -> Result<PageSource> {
 }
 
 impl PageIndex {
+    /// Save to a local path (written atomically, see `atomic.rs`) or to an object URL
+    /// (one PUT, with the index's `storage_options`).
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
+        let name = path.to_string_lossy();
+        if crate::storage::remote::is_url(&name) {
+            return crate::storage::remote::write_object(&name, &self.storage_options, bytes);
+        }
         crate::atomic::write(path, &bytes, "save(path)")
     }
 
     pub fn load(path: &Path) -> Result<PageIndex> {
-        let buf = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        Self::from_bytes(&buf, path)
+        Self::load_with(path, &[])
+    }
+
+    /// Load a saved index (a path, or the URL of an object); `storage_options` configure
+    /// the stores of its objects (and of the index object itself).
+    pub fn load_with(path: &Path, storage_options: &[(String, String)]) -> Result<PageIndex> {
+        let name = path.to_string_lossy();
+        let buf = if crate::storage::remote::is_url(&name) {
+            crate::storage::remote::read_object(&name, storage_options)?
+        } else {
+            std::fs::read(path).map_err(|e| Error::io(path, e))?
+        };
+        Self::from_bytes_with(&buf, path, storage_options, true)
     }
 
     /// The serialized index (what `save` writes).
@@ -148,10 +173,16 @@ impl PageIndex {
         w.u8(unit_code(self.int96_unit));
         w.u32(self.files.len() as u32);
         for f in &self.files {
-            let abs = std::fs::canonicalize(&f.path).map_err(|e| Error::io(&f.path, e))?;
-            w.bytes(abs.to_string_lossy().as_bytes());
+            match &f.source {
+                Source::Local(_) => {
+                    let abs = std::fs::canonicalize(&f.path).map_err(|e| Error::io(&f.path, e))?;
+                    w.bytes(abs.to_string_lossy().as_bytes());
+                }
+                Source::Remote(o) => w.bytes(o.url.as_bytes()),
+            }
             w.u64(f.size);
             w.i64(f.mtime_ns);
+            write_object_stamp(&mut w, &f.source);
             let md = ParquetMetaDataBuilder::new_from_metadata(f.meta.metadata().as_ref().clone())
                 .set_offset_index(None)
                 .build();
@@ -190,6 +221,18 @@ impl PageIndex {
 
     /// Rebuild an index from `to_bytes` output; `path` names the source in errors.
     pub fn from_bytes(buf: &[u8], path: &Path) -> Result<PageIndex> {
+        Self::from_bytes_with(buf, path, &[], true)
+    }
+
+    /// [`PageIndex::from_bytes`] with `storage_options` for its objects. `verify`:
+    /// check that every object is unchanged now (a load); without it (an index pickled
+    /// into a worker, checked by its parent) reads still refuse a replaced object.
+    pub fn from_bytes_with(
+        buf: &[u8],
+        path: &Path,
+        storage_options: &[(String, String)],
+        verify: bool,
+    ) -> Result<PageIndex> {
         if buf.get(..8) != Some(MAGIC.as_slice()) {
             let what = if buf.starts_with(b"PAR1") {
                 "this is a Parquet file, not a saved index (build one with PageIndex(paths))"
@@ -228,6 +271,7 @@ impl PageIndex {
             file: String,
             size: u64,
             mtime: i64,
+            stamp: ObjectStamp,
             footer: Bytes,
             tables: SavedTables,
         }
@@ -237,6 +281,7 @@ impl PageIndex {
             let file = r.string()?;
             let size = r.u64()?;
             let mtime = r.i64()?;
+            let stamp = read_object_stamp(&mut r)?;
             let footer = Bytes::copy_from_slice(r.bytes()?);
             let nrg = r.count(2)?;
             let nleaves = r.count(0)?;
@@ -263,27 +308,62 @@ impl PageIndex {
                 let n = r.count(8)?;
                 tables.page_starts.push((0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?);
             }
-            raws.push(Raw { file, size, mtime, footer, tables });
+            raws.push(Raw { file, size, mtime, stamp, footer, tables });
+        }
+        let stale = |detail: String| Error::Stale { index: path.display().to_string(), detail };
+        // Objects: their stores (one per bucket), then one check of what they are now.
+        let mut specs: std::collections::HashMap<String, std::sync::Arc<StoreSpec>> = Default::default();
+        let mut sources: Vec<Option<Source>> = Vec::with_capacity(raws.len());
+        for raw in &raws {
+            let Some((etag, version)) = &raw.stamp else {
+                sources.push(None);
+                continue;
+            };
+            let (spec, key) = StoreSpec::parse(&raw.file, storage_options)?;
+            let spec = specs.entry(spec.root.clone()).or_insert(spec).clone();
+            let obj = RemoteObject {
+                path: spec.object_path(&key)?,
+                spec,
+                url: raw.file.clone(),
+                size: raw.size,
+                etag: etag.clone(),
+                version: version.clone(),
+                mtime_ns: raw.mtime,
+            };
+            sources.push(Some(Source::Remote(std::sync::Arc::new(obj))));
+        }
+        if verify {
+            let objs: Vec<std::sync::Arc<RemoteObject>> = sources
+                .iter()
+                .filter_map(|s| if let Some(Source::Remote(o)) = s { Some(o.clone()) } else { None })
+                .collect();
+            if !objs.is_empty()
+                && let Err((url, why)) = crate::storage::aio::block_on(crate::storage::remote::verify(&objs))??
+            {
+                return Err(stale(format!("{url} changed since it was indexed ({why}): rebuild the index")));
+            }
         }
         let cols = columns.as_deref();
         let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
             raws.into_par_iter()
-                .map(|raw| {
+                .zip(sources)
+                .map(|(raw, source)| {
                     let p = Path::new(&raw.file);
-                    let (size, mtime) = file_stamp(p).map_err(|e| Error::Stale {
-                        index: path.display().to_string(),
-                        detail: format!("indexed file is gone or unreadable: {e}"),
-                    })?;
-                    if size != raw.size || mtime != raw.mtime {
-                        return Err(Error::Stale {
-                            index: path.display().to_string(),
-                            detail: format!(
-                                "{} changed since it was indexed (size {} -> {size}, mtime {} -> {mtime}): rebuild the index",
-                                raw.file, raw.size, raw.mtime
-                            ),
-                        });
-                    }
-                    let (reader, size, mtime) = open_file(p)?;
+                    let source = match source {
+                        Some(s) => s,
+                        None => {
+                            let (size, mtime) = file_stamp(p)
+                                .map_err(|e| stale(format!("indexed file is gone or unreadable: {e}")))?;
+                            if size != raw.size || mtime != raw.mtime {
+                                return Err(stale(format!(
+                                    "{} changed since it was indexed (size {} -> {size}, mtime {} -> {mtime}): rebuild the index",
+                                    raw.file, raw.size, raw.mtime
+                                )));
+                            }
+                            // opened on first read, through the handle cache
+                            Source::Local(std::sync::Arc::new(LocalFile::known(p.to_path_buf(), size, mtime)))
+                        }
+                    };
                     // what follows checks bytes of the index, not of the data file
                     let of_index = |e: Error| match e {
                         Error::Corrupt { path: p, detail } => {
@@ -301,14 +381,57 @@ impl PageIndex {
                         ))
                         .parse_and_finish(&raw.footer)
                         .map_err(|e| Error::corrupt_index(path, format!("saved footer of {}: {e}", raw.file)))?;
-                    FileEntry::from_metadata(p, reader, size, mtime, md, cols, int96_unit, Some(raw.tables))
+                    FileEntry::from_metadata(p, Fetched::direct(source), md, cols, int96_unit, Some(raw.tables))
                         .map_err(of_index)
                 })
                 .collect()
         });
         let entries = entries.into_iter().map(|r| r.map(std::sync::Arc::new)).collect::<Result<Vec<_>>>()?;
-        PageIndex::from_entries(entries, columns, int96_unit)
+        let mut idx = PageIndex::from_entries(entries, columns, int96_unit)?;
+        idx.storage_options = storage_options.to_vec();
+        Ok(idx)
     }
+}
+
+/// An object's ETag and version (`None`: a local file).
+type ObjectStamp = Option<(Option<String>, Option<String>)>;
+
+fn write_object_stamp(w: &mut W, source: &Source) {
+    match source {
+        Source::Local(_) => w.u8(0),
+        Source::Remote(o) => {
+            w.u8(1);
+            for v in [&o.etag, &o.version] {
+                match v {
+                    Some(s) => {
+                        w.u8(1);
+                        w.bytes(s.as_bytes());
+                    }
+                    None => w.u8(0),
+                }
+            }
+        }
+    }
+}
+
+fn read_object_stamp(r: &mut R<'_>) -> Result<ObjectStamp> {
+    let tag = r.u8()?;
+    if tag == 0 {
+        return Ok(None);
+    }
+    if tag != 1 {
+        return Err(Error::corrupt_index(r.path, format!("unknown file kind {tag}")));
+    }
+    let mut opt = || -> Result<Option<String>> {
+        match r.u8()? {
+            0 => Ok(None),
+            1 => r.string().map(Some),
+            other => Err(Error::corrupt_index(r.path, format!("unknown stamp tag {other}"))),
+        }
+    };
+    let etag = opt()?;
+    let version = opt()?;
+    Ok(Some((etag, version)))
 }
 
 fn unit_code(u: Option<arrow_schema::TimeUnit>) -> u8 {

@@ -5,10 +5,17 @@
 //! the OffsetIndex youmu kept or synthesized) plus a row selection of exactly the
 //! page's rows. With page locations present, the reader skips every other page without
 //! I/O, so a page costs one `pread` per overlapping data page.
+//!
+//! Pages of objects in a store are read in two steps: the byte ranges a batch of pages
+//! needs are planned from the page locations (the same pages the reader would ask
+//! for), fetched concurrently on the I/O runtime, and each page is decoded on the pool
+//! as soon as its bytes are in. Latency is paid once per batch, not once per page.
 
-use std::sync::Arc;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow_array::RecordBatch;
+use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ParquetRecordBatchReaderBuilder, RowSelection, RowSelectionPolicy, RowSelector,
@@ -19,23 +26,49 @@ use crate::error::{Error, Result};
 use crate::index::PageIndex;
 use crate::io::CachingReader;
 use crate::runtime::runtime;
+use crate::storage::fetch::{coalesce, part};
+use crate::storage::{Fetched, Source, io_options};
+
+/// Rows `[first, first + n)` of row group `rg` of file `file`: what one decode reads.
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    file: usize,
+    rg: usize,
+    first: u64,
+    n: u64,
+}
 
 impl PageIndex {
     /// Rows `[first, first + n)` of row group `rg` of file `file`, selected columns.
     pub fn read_rows_in_row_group(&self, file: usize, rg: usize, first: u64, n: u64) -> Result<RecordBatch> {
+        let u = Unit { file, rg, first, n };
+        if self.files[file].source.is_remote() {
+            return self
+                .read_units(&[u], &|_| String::new())?
+                .pop()
+                .ok_or_else(|| Error::Internal("no batch decoded".into()));
+        }
+        self.decode(u, Fetched::direct(self.files[file].source.clone()))
+    }
+
+    /// Decode a unit from `src` (a local file, or the unit's fetched ranges).
+    fn decode(&self, u: Unit, src: Fetched) -> Result<RecordBatch> {
+        let Unit { file, rg, first, n } = u;
         let f = &self.files[file];
         let ctx = format!("row group {rg}, rows {first}..{}", first + n);
+        let failure = Arc::new(Mutex::new(None));
         let result = crate::error::catch_quietly(|| -> Result<RecordBatch> {
-            if let Some(batch) = crate::tokens::try_read(f, rg, first, n) {
+            if let Some(batch) = crate::tokens::try_read(f, &src, rg, first, n) {
                 return batch.map_err(|detail| Error::corrupt(&f.path, format!("{ctx}: {detail}")));
             }
             let decode = |meta: &ArrowReaderMetadata, mask: &ProjectionMask| -> Result<RecordBatch> {
                 let reader = CachingReader {
-                    inner: f.reader.clone(),
+                    inner: src.clone(),
                     index_uid: self.uid,
                     file_id: file as u32,
                     dict_ranges: Arc::new(f.dict_ranges(rg)),
                     max_page_bytes: f.max_chunk_bytes(rg),
+                    failure: failure.clone(),
                 };
                 let selection =
                     RowSelection::from(vec![RowSelector::skip(first as usize), RowSelector::select(n as usize)]);
@@ -94,10 +127,182 @@ impl PageIndex {
                 Some(order) => batch.project(order).map_err(|e| Error::corrupt(&f.path, format!("{ctx}: {e}"))),
             }
         });
-        match result {
+        let result = match result {
             Ok(r) => r,
             Err(panic) => Err(Error::corrupt(&f.path, format!("{ctx}: decoder failed: {panic}"))),
+        };
+        // A storage error the parquet crate flattened to text is reported as itself; a
+        // decode failure of a local file that changed since indexing is a stale index.
+        result.map_err(|e| f.source.recheck(failure.lock().ok().and_then(|mut s| s.take()).unwrap_or(e)))
+    }
+
+    /// The byte ranges decoding `u` reads: per projected leaf, the data pages
+    /// overlapping its rows and the chunk's dictionary page (unless cached), or the
+    /// whole column chunk where the row group has no page locations.
+    fn unit_ranges(&self, u: &Unit) -> Vec<Range<u64>> {
+        let f = &self.files[u.file];
+        let md = f.meta.metadata();
+        let end = u.first + u.n;
+        let mut out = Vec::new();
+        match md.offset_index() {
+            Some(oi) if oi.get(u.rg).is_some_and(|r| !r.is_empty()) => {
+                let rg_rows = f.rg_rows(u.rg);
+                for &leaf in &f.leaves {
+                    let locs = &oi[u.rg][leaf].page_locations;
+                    for (k, l) in locs.iter().enumerate() {
+                        let s = l.first_row_index as u64;
+                        let e = locs.get(k + 1).map_or(rg_rows, |x| x.first_row_index as u64);
+                        if s < end && e > u.first {
+                            out.push(l.offset as u64..l.offset as u64 + l.compressed_page_size as u64);
+                        }
+                    }
+                }
+                let cache = runtime().dict_cache.lock().ok();
+                for (s, len) in f.dict_ranges(u.rg) {
+                    if !cache.as_ref().is_some_and(|c| c.contains(&(self.uid, u.file as u32, s, len))) {
+                        out.push(s..s + len as u64);
+                    }
+                }
+            }
+            _ => {
+                for &leaf in &f.leaves {
+                    let (s, len) = md.row_group(u.rg).column(leaf).byte_range();
+                    out.push(s..s + len);
+                }
+            }
         }
+        out
+    }
+
+    /// Decode `units`, in order (`ctx(i)` names unit `i` in decode errors). Local
+    /// units are read directly on the pool; remote ones by the plan-fetch-decode pipeline.
+    fn read_units(&self, units: &[Unit], ctx: &(dyn Fn(usize) -> String + Sync)) -> Result<Vec<RecordBatch>> {
+        let with_ctx = |i: usize, r: Result<RecordBatch>| {
+            r.map_err(|e| {
+                let c = ctx(i);
+                if c.is_empty() { e } else { e.context(&c) }
+            })
+        };
+        if !self.remote {
+            let one = |(i, u): (usize, &Unit)| {
+                with_ctx(i, self.decode(*u, Fetched::direct(self.files[u.file].source.clone())))
+            };
+            return if units.len() <= 1 {
+                units.iter().enumerate().map(one).collect()
+            } else {
+                runtime().pool().install(|| units.par_iter().enumerate().map(one).collect())
+            };
+        }
+        // Plan: distinct ranges per file, coalesced into requests.
+        let o = io_options();
+        let needs: Vec<Vec<Range<u64>>> = units
+            .iter()
+            .map(|u| if self.files[u.file].source.is_remote() { self.unit_ranges(u) } else { Vec::new() })
+            .collect();
+        let mut per_file: std::collections::BTreeMap<usize, Vec<Range<u64>>> = Default::default();
+        for (u, rs) in units.iter().zip(&needs) {
+            per_file.entry(u.file).or_default().extend(rs.iter().cloned());
+        }
+        let mut requests: Vec<(usize, Range<u64>)> = Vec::new();
+        for (file, rs) in per_file {
+            requests.extend(coalesce(&rs, o.coalesce_gap, o.coalesce_max).into_iter().map(|r| (file, r)));
+        }
+        // Which requests each unit waits for: requests are grouped by file, sorted and
+        // disjoint within it, so a range's request is found by binary search.
+        let (files, starts): (Vec<usize>, Vec<u64>) = requests.iter().map(|(f, q)| (*f, q.start)).unzip();
+        let request_of = |file: usize, r: &Range<u64>| -> Option<usize> {
+            let lo = files.partition_point(|&f| f < file);
+            let hi = files.partition_point(|&f| f <= file);
+            let q = lo + starts[lo..hi].partition_point(|&s| s <= r.start).checked_sub(1)?;
+            (r.end <= requests[q].1.end).then_some(q)
+        };
+        let deps: Vec<Vec<usize>> = units
+            .iter()
+            .zip(&needs)
+            .map(|(u, rs)| {
+                let mut d: Vec<usize> = rs.iter().filter_map(|r| request_of(u.file, r)).collect();
+                d.sort_unstable();
+                d.dedup();
+                d
+            })
+            .collect();
+        let mut waiting: Vec<Vec<usize>> = vec![Vec::new(); requests.len()];
+        for (i, d) in deps.iter().enumerate() {
+            for &q in d {
+                waiting[q].push(i);
+            }
+        }
+        let mut remaining: Vec<usize> = deps.iter().map(|d| d.len()).collect();
+        // units not yet dispatched that hold on to each request's bytes
+        let mut holders: Vec<usize> = waiting.iter().map(|w| w.len()).collect();
+        let mut got: Vec<Option<Bytes>> = vec![None; requests.len()];
+        let slots: Vec<OnceLock<Result<RecordBatch>>> = (0..units.len()).map(|_| OnceLock::new()).collect();
+
+        let mut failed: Option<Error> = None;
+        runtime().pool().in_place_scope(|scope| -> Result<()> {
+            let spawn = |i: usize, ranges: Vec<(u64, Bytes)>| {
+                let (u, slot, with_ctx) = (units[i], &slots[i], &with_ctx);
+                scope.spawn(move |_| {
+                    let src = Fetched::new(self.files[u.file].source.clone(), ranges, false);
+                    let _ = slot.set(with_ctx(i, crate::error::catch_panics(|| self.decode(u, src))));
+                });
+            };
+            for i in (0..units.len()).filter(|&i| remaining[i] == 0) {
+                spawn(i, Vec::new());
+            }
+            crate::storage::aio::block_on(async {
+                use futures_util::StreamExt;
+                let mut stream = futures_util::stream::iter(requests.iter().cloned().enumerate())
+                    .map(|(q, (file, r))| async move {
+                        let res = match &self.files[file].source {
+                            Source::Remote(obj) => obj.get_range(r).await,
+                            Source::Local(_) => Err(Error::Internal("a local file in a remote plan".into())),
+                        };
+                        (q, res)
+                    })
+                    .buffer_unordered(o.max_inflight.max(1));
+                while let Some((q, res)) = stream.next().await {
+                    match res {
+                        Ok(b) => got[q] = Some(b),
+                        Err(e) => {
+                            // stop issuing requests; in-flight ones are dropped with the stream
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                    for &i in &waiting[q] {
+                        remaining[i] -= 1;
+                        if remaining[i] == 0 {
+                            let mut ranges = Vec::with_capacity(needs[i].len());
+                            for r in &needs[i] {
+                                if let Some(qi) = request_of(units[i].file, r)
+                                    && let Some(b) = &got[qi]
+                                {
+                                    ranges.push((r.start, part(requests[qi].1.start, b, r)));
+                                }
+                            }
+                            ranges.sort_by_key(|x| x.0);
+                            ranges.dedup_by_key(|x| x.0);
+                            spawn(i, ranges);
+                            // a request's buffer is freed once every unit has its parts
+                            for &qi in &deps[i] {
+                                holders[qi] -= 1;
+                                if holders[qi] == 0 {
+                                    got[qi] = None;
+                                }
+                            }
+                        }
+                    }
+                }
+            })
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        slots
+            .into_iter()
+            .map(|s| s.into_inner().unwrap_or_else(|| Err(Error::Internal("a page was not decoded".into()))))
+            .collect()
     }
 
     /// One page as a record batch.
@@ -136,6 +341,19 @@ impl PageIndex {
     /// rows instead of materialising them (random access without page-sized work).
     pub fn read_rows(&self, rows: &[u64]) -> Result<RecordBatch> {
         self.check_rows_fit(rows, "read_rows")?;
+        if self.remote {
+            let mut units = Vec::with_capacity(rows.len());
+            for &r in rows {
+                if r >= self.num_rows() {
+                    return Err(Error::OutOfRange { what: "row", id: r as i128, len: self.num_rows() });
+                }
+                let (page, off) = self.locate_row(r)?;
+                let info = self.page_info(page)?;
+                units.push(Unit { file: info.file, rg: info.row_group, first: info.first_row + off, n: 1 });
+            }
+            let batches = self.read_units(&units, &|i| format!("row {}", rows[i]))?;
+            return self.concat_rows(batches, "another file of this request");
+        }
         let one = |r: u64| -> Result<RecordBatch> {
             if r >= self.num_rows() {
                 return Err(Error::OutOfRange { what: "row", id: r as i128, len: self.num_rows() });
@@ -186,9 +404,27 @@ impl PageIndex {
             }
         }
         self.check_pages_fit(ids, "reading pages")?;
+        if self.remote {
+            let units = ids
+                .iter()
+                .map(|&id| {
+                    let info = self.page_info(id)?;
+                    Ok(Unit { file: info.file, rg: info.row_group, first: info.first_row, n: info.num_rows })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return self.read_units(&units, &|i| format!("page {}", ids[i]));
+        }
         if ids.len() <= 1 {
             return ids.iter().map(|&i| self.read_page(i)).collect();
         }
         runtime().pool().install(|| ids.par_iter().map(|&i| self.read_page(i)).collect())
+    }
+
+    fn concat_rows(&self, batches: Vec<RecordBatch>, what: &str) -> Result<RecordBatch> {
+        arrow_select::concat::concat_batches(&self.schema(), &batches).map_err(|e| Error::SchemaMismatch {
+            first: self.files[0].path.display().to_string(),
+            other: what.into(),
+            detail: format!("rows cannot be combined into one batch: {e}"),
+        })
     }
 }

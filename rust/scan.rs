@@ -11,8 +11,8 @@ use parquet::file::metadata::ColumnChunkMetaData;
 use parquet::file::serialized_reader::SerializedPageReader;
 
 use crate::error::{Error, Result};
-use crate::io::PreadFile;
 use crate::levels::{RowStarts, bit_width, scan_bit_packed, scan_rle_hybrid};
+use crate::storage::Fetched;
 use crate::thrift::{PageType, ThriftError, parse_page_header};
 
 /// One data page found by the scan.
@@ -38,7 +38,7 @@ const FIRST_HEADER_READ: usize = 256;
 /// Walk the page headers of one column chunk.
 pub fn scan_chunk(
     path: &Path,
-    file: &PreadFile,
+    file: &Fetched,
     file_len: u64,
     col: &ColumnChunkMetaData,
     max_rep_level: i16,
@@ -93,8 +93,7 @@ pub fn scan_chunk(
         // v2 repetition levels sit uncompressed right after the header: read just them.
         for (p, (h, hl)) in pages.iter_mut().zip(&headers) {
             let rep_len = h.rep_levels_byte_len.unwrap_or(0).max(0) as usize;
-            let levels =
-                file.read_range(p.offset + *hl as u64, rep_len).map_err(|e| Error::from_parquet(path, ctx, e))?;
+            let levels = file.read_range(p.offset + *hl as u64, rep_len).map_err(|e| e.context(ctx))?;
             let rs = scan_rle_hybrid(&levels, width, h.num_values as usize)
                 .map_err(|e| Error::corrupt(path, format!("{ctx}: page at offset {}: {e}", p.offset)))?;
             apply(p, rs);
@@ -156,7 +155,7 @@ fn apply(p: &mut ScannedPage, rs: RowStarts) {
 
 fn read_header(
     path: &Path,
-    file: &PreadFile,
+    file: &Fetched,
     pos: u64,
     remaining: u64,
     ctx: &str,
@@ -164,7 +163,7 @@ fn read_header(
     let mut want = FIRST_HEADER_READ;
     loop {
         let n = (want as u64).min(remaining) as usize;
-        let buf = file.read_range(pos, n).map_err(|e| Error::from_parquet(path, ctx, e))?;
+        let buf = file.read_range(pos, n).map_err(|e| e.context(ctx))?;
         match parse_page_header(&buf) {
             Ok(h) => return Ok(h),
             Err(ThriftError::NeedMore) if (n as u64) < remaining && want < (64 << 20) => want *= 8,

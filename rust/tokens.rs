@@ -28,6 +28,7 @@ use parquet::basic::{Compression, Type as PhysicalType};
 
 use crate::file::FileEntry;
 use crate::levels::bit_width;
+use crate::storage::Fetched;
 use crate::thrift::{PageType, parse_page_header};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
@@ -63,8 +64,8 @@ type Decoded = Result<Option<()>, String>;
 
 /// Rows `[first, first + n)` of row group `rg`, if they are whole pages of a token
 /// column this decoder handles; `None` otherwise, `Some(Err(why))` if such a page is
-/// corrupt.
-pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<Result<RecordBatch, String>> {
+/// corrupt. Bytes come from `src` (the local file, or a remote unit's fetched ranges).
+pub fn try_read(f: &FileEntry, src: &Fetched, rg: usize, first: u64, n: u64) -> Option<Result<RecordBatch, String>> {
     if !enabled() || f.leaves.len() != 1 || f.fields.len() != 1 || n == 0 {
         return None;
     }
@@ -107,7 +108,8 @@ pub fn try_read(f: &FileEntry, rg: usize, first: u64, n: u64) -> Option<Result<R
             return None; // the index page ends inside this data page
         }
         let rows = page_end.checked_sub(page.first_row_index as u64)?;
-        let bytes = f.reader.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
+        // a read that fails is left to the arrow-rs path, which reports it typed
+        let bytes = src.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
         match decode_page(&bytes, codec, max_def, chunk_bytes, rows, &mut offsets, &mut values) {
             Ok(Some(())) => {}
             Ok(None) => return None,

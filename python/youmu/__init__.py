@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from youmu.errors import (
     AmbiguousColumnError,
     ArgumentTypeError,
+    BucketNotFoundError,
     CapacityError,
     ChannelError,
     ColumnNotFoundError,
@@ -32,15 +33,20 @@ from youmu.errors import (
     DataStallError,
     InvalidArgumentError,
     LoaderError,
+    ObjectNotFoundError,
     PageOutOfRangeError,
     PeerClosedError,
     PlanError,
     ProtocolError,
     RankFailedError,
     RequestTooLargeError,
+    RetriesExhaustedError,
     SchemaMismatchError,
     StaleIndexError,
     StateError,
+    StorageAuthError,
+    StorageError,
+    StorageTimeoutError,
     UnknownNameError,
     UnsupportedError,
     ValueOverflowError,
@@ -50,7 +56,16 @@ from youmu.errors import (
 )
 
 if TYPE_CHECKING:
-    from youmu._core import PageIndex, Permutation, io_stats, num_threads, set_fast_decode, set_num_threads
+    from youmu._core import (
+        PageIndex,
+        Permutation,
+        io_options,
+        io_stats,
+        num_threads,
+        set_fast_decode,
+        set_io_options,
+        set_num_threads,
+    )
     from youmu.mixture import FlatMixture, MixtureDataset
     from youmu.rows import RowDataset
     from youmu.stream import RowStream
@@ -65,6 +80,8 @@ _LAZY: dict[str, str] = {
     "set_num_threads": "youmu._core",
     "num_threads": "youmu._core",
     "set_fast_decode": "youmu._core",
+    "set_io_options": "youmu._core",
+    "io_options": "youmu._core",
     "RowDataset": "youmu.rows",
     "FlatMixture": "youmu.mixture",
     "MixtureDataset": "youmu.mixture",
@@ -74,6 +91,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "AmbiguousColumnError",
     "ArgumentTypeError",
+    "BucketNotFoundError",
     "CapacityError",
     "ChannelError",
     "ColumnNotFoundError",
@@ -83,6 +101,7 @@ __all__ = [
     "InvalidArgumentError",
     "LoaderError",
     "MixtureDataset",
+    "ObjectNotFoundError",
     "PageIndex",
     "PageOutOfRangeError",
     "PeerClosedError",
@@ -91,11 +110,15 @@ __all__ = [
     "ProtocolError",
     "RankFailedError",
     "RequestTooLargeError",
+    "RetriesExhaustedError",
     "RowDataset",
     "RowStream",
     "SchemaMismatchError",
     "StaleIndexError",
     "StateError",
+    "StorageAuthError",
+    "StorageError",
+    "StorageTimeoutError",
     "UnknownNameError",
     "UnsupportedError",
     "ValueOverflowError",
@@ -103,9 +126,11 @@ __all__ = [
     "YoumuIOError",
     "YoumuWarning",
     "__version__",
+    "io_options",
     "io_stats",
     "num_threads",
     "set_fast_decode",
+    "set_io_options",
     "set_num_threads",
 ]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, Union
 
 import numpy as np
@@ -16,9 +16,34 @@ _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 # with ArgumentTypeError (a TypeError).
 _Ids = Union[Sequence[int], npt.NDArray[np.integer], range]
 _Int96Unit = Literal["s", "ms", "us", "ns"]
+_StorageOptions = Mapping[str, str | bool | int | float]
 
 class PageIndex:
-    """Global page index over Parquet files (file → row group → page)."""
+    """Global page index over Parquet files (file → row group → page).
+
+    ``paths``: a local file, directory or glob, a ``file://`` URL, an object-store URL
+    or prefix (``s3://bucket/prefix/``, ``gs://``, ``az://``/``abfs://``,
+    ``http(s)://``), or a list of these. Discovery rules (regular files only; names
+    starting with ``.`` or ``_`` skipped; ``*.parquet``/``*.parq``/``*.pq`` in any case
+    when walking, listing or globbing; sorted) are in ``rust/paths.rs``.
+
+    ``storage_options``: object_store configuration keys (``endpoint``, ``region``,
+    ``access_key_id``, ``secret_access_key``, ``timeout``, ...), applied over the
+    ``AWS_*``/``GOOGLE_*``/``AZURE_*`` environment; an ``http://`` endpoint allows plain
+    HTTP. They are kept for pickling into workers, never written by ``save`` (which, like
+    ``load``, also takes the URL of an object: an index kept in the store). How reads
+    are made (requests in flight, coalescing, retries, timeouts, open files) is set
+    process-wide with :func:`set_io_options`.
+
+    ``coerce_int96_timestamp_unit``: the unit INT96 timestamps are read in (as pyarrow's
+    option of that name; ``None``: as each file's Arrow schema says, else nanoseconds);
+    a value beyond the unit's range is a ``ValueOverflowError``, not a wrapped value.
+    ``progress(done, total)`` is called as files are indexed; an exception it raises
+    stops the build and is raised as it was.
+
+    ``save`` writes index format 3 (checksummed; an older format is a
+    ``StaleIndexError`` telling to rebuild), atomically for local paths.
+    """
 
     def __init__(
         self,
@@ -26,13 +51,16 @@ class PageIndex:
         columns: Sequence[str] | None = None,
         progress: Callable[[int, int], object] | None = None,
         coerce_int96_timestamp_unit: _Int96Unit | None = None,
+        storage_options: _StorageOptions | None = None,
     ) -> None: ...
     @staticmethod
-    def load(path: _Path) -> PageIndex: ...
+    def load(path: _Path, storage_options: _StorageOptions | None = None) -> PageIndex: ...
     def save(self, path: _Path) -> None: ...
     def to_bytes(self) -> bytes: ...
     @staticmethod
-    def from_bytes(data: bytes | bytearray) -> PageIndex: ...
+    def from_bytes(
+        data: bytes | bytearray, storage_options: _StorageOptions | None = None, verify: bool = True
+    ) -> PageIndex: ...
     @staticmethod
     def concat(parts: Sequence[PageIndex]) -> PageIndex: ...
     def __len__(self) -> int: ...
@@ -46,6 +74,10 @@ class PageIndex:
     def columns(self) -> list[str]: ...
     @property
     def coerce_int96_timestamp_unit(self) -> _Int96Unit | None: ...
+    @property
+    def is_remote(self) -> bool: ...
+    @property
+    def skipped(self) -> list[tuple[str, str]]: ...
     @property
     def schema(self) -> pa.Schema: ...
     @property
@@ -62,7 +94,8 @@ class PageIndex:
     def read_rows(self, rows: _Ids) -> pa.RecordBatch: ...
     def read_window(self, ids: _Ids, take: _Ids | None = None) -> pa.RecordBatch: ...
     def prefetch_window(self, ids: _Ids, take: _Ids | None = None) -> PendingPages: ...
-    def file_info(self, i: int) -> dict[str, int | str]: ...
+    def file_info(self, i: int) -> dict[str, int | str | None]: ...
+    def column_chunks(self, i: int) -> list[dict[str, int | str | bool | list[str]]]: ...
 
 class PendingPages:
     """Pages being read in the background by youmu's thread pool."""
@@ -136,6 +169,48 @@ class MixtureMap:
 def _permutation_from_key(n: int, seed: int, epoch: int, key: int) -> Permutation: ...
 def io_stats() -> dict[str, int]: ...
 def set_num_threads(n: int) -> None: ...
-def column_pages(path: _Path) -> list[dict[str, object]]: ...
+def column_pages(path: _Path, storage_options: _StorageOptions | None = None) -> list[dict[str, object]]:
+    """What ``youmu inspect`` reports, one pass per file: for a path, directory, glob,
+    object URL or prefix (found as ``PageIndex`` finds its paths), one dict per file or
+    object with ``path`` and either ``error``, ``skipped`` (why discovery passed it over),
+    or ``size``, ``etag``, ``version``, ``num_rows``, ``num_row_groups``, ``num_columns``
+    (leaf columns), ``created_by``, ``requests`` (GETs sent for it) and ``columns``: per
+    top-level column ``name``, ``codecs``, ``encodings``, ``chunks_with_offset_index``
+    and either its pages as the page column of an index (``num_pages``,
+    ``page_num_rows``, ``page_byte_sizes``, ``row_groups_with_offset_index``,
+    ``row_groups_header_scanned``, ``row_groups_merged_pages``,
+    ``row_groups_page_granular``) or ``error``."""
+
 def set_fast_decode(on: bool) -> None: ...
+def set_io_options(
+    *,
+    max_inflight: int | None = None,
+    coalesce_gap: int | None = None,
+    max_open_files: int | None = None,
+    tail_bytes: int | None = None,
+    retries: int | None = None,
+    retry_timeout: float | None = None,
+    request_timeout: float | None = None,
+    connect_timeout: float | None = None,
+    io_threads: int | None = None,
+) -> None:
+    """Process-wide I/O settings (keywords left out keep their value; none changes what
+    is read, so saved indexes stay valid). Defaults, or ``YOUMU_MAX_INFLIGHT``,
+    ``YOUMU_COALESCE_GAP``, ``YOUMU_MAX_OPEN_FILES``, ``YOUMU_RETRIES`` at first use:
+
+    - ``max_inflight`` (64): object-store requests in flight, all indexes together.
+    - ``coalesce_gap`` (65536): ranges of one object at most this many bytes apart are
+      fetched with one GET (0: only touching ranges).
+    - ``max_open_files`` (a quarter of ``RLIMIT_NOFILE``, 16..16384): local file handles
+      kept open (least recently used closed first).
+    - ``tail_bytes`` (262144): bytes of an object's tail read by an index build's first GET.
+    - ``retries`` (10), ``retry_timeout`` (180 s): transient errors (5xx, throttling,
+      timeouts, dropped or truncated responses) are retried with exponential backoff.
+    - ``request_timeout`` (30 s), ``connect_timeout`` (5 s): per request; the
+      ``timeout``/``connect_timeout`` storage options override them per index.
+    - ``io_threads`` (cores, 2..8): threads of the I/O runtime (they only move bytes;
+      read when a process first touches an object store).
+    """
+
+def io_options() -> dict[str, int | float]: ...
 def num_threads() -> int: ...

@@ -49,6 +49,12 @@ __all__ = [
     "DataStallError",
     "ProtocolError",
     "YoumuIOError",
+    "StorageError",
+    "ObjectNotFoundError",
+    "BucketNotFoundError",
+    "StorageAuthError",
+    "StorageTimeoutError",
+    "RetriesExhaustedError",
     "YoumuWarning",
 ]
 
@@ -89,7 +95,8 @@ class PageOutOfRangeError(YoumuError, IndexError):
 
 
 class StaleIndexError(YoumuError):
-    """A saved index no longer matches the files it was built from."""
+    """A file or object changed since it was indexed (a saved index that no longer
+    matches, or a file rewritten or replaced while an index over it is in use)."""
 
 
 class RequestTooLargeError(YoumuError, MemoryError):
@@ -104,6 +111,30 @@ class ValueOverflowError(YoumuError, OverflowError):
 
 class YoumuIOError(YoumuError, OSError):
     """The operating system (or an object store) refused an operation on a file."""
+
+
+class StorageError(YoumuIOError):
+    """A request to an object store failed; the message names the URL and byte range."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """No object at a URL (or an object listed a moment ago is gone)."""
+
+
+class BucketNotFoundError(StorageError, FileNotFoundError):
+    """The bucket (or container) of a URL does not exist."""
+
+
+class StorageAuthError(StorageError, PermissionError):
+    """The store refused the credentials (missing, wrong, or without permission)."""
+
+
+class StorageTimeoutError(StorageError, TimeoutError):
+    """A request timed out, retries included."""
+
+
+class RetriesExhaustedError(StorageError):
+    """Transient failures (5xx, throttling, dropped connections) outlasted the retries."""
 
 
 # -- arguments and states ----------------------------------------------------------------

@@ -14,7 +14,7 @@ use arrow_array::RecordBatch;
 use arrow_pyarrow::ToPyArrow;
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyRange, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyRange, PyString, PyTuple};
 
 use crate::error::Error;
 
@@ -254,4 +254,28 @@ pub fn paths_from(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Vec<String>> {
 pub fn batches_to_py(py: Python<'_>, batches: Vec<RecordBatch>) -> PyResult<Bound<'_, PyList>> {
     let items = batches.iter().map(|b| b.to_pyarrow(py)).collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
+}
+
+/// `storage_options`: a mapping of option names to values (str, bool, int, float; the
+/// store parses them), or None.
+pub fn storage_options_from(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(Vec::new()) };
+    let dict = obj
+        .cast::<PyDict>()
+        .map_err(|_| type_error(format!("storage_options must be a dict, got {}", type_name(obj))))?;
+    let mut out = Vec::with_capacity(dict.len());
+    for (k, v) in dict.iter() {
+        let key: String = k.extract().map_err(|_| type_error("storage_options keys must be strings".into()))?;
+        let value = if let Ok(b) = v.extract::<bool>() {
+            b.to_string()
+        } else if v.is_instance_of::<PyString>() {
+            v.extract()?
+        } else if v.extract::<f64>().is_ok() {
+            v.str()?.to_string()
+        } else {
+            return Err(type_error(format!("storage_options[{key:?}] must be a str, bool or number")));
+        };
+        out.push((key, value));
+    }
+    Ok(out)
 }

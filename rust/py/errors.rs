@@ -6,7 +6,7 @@
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::error::Error;
+use crate::error::{Error, StorageErrorKind};
 
 fn class_name(e: &Error) -> &'static str {
     match e {
@@ -23,7 +23,17 @@ fn class_name(e: &Error) -> &'static str {
         Error::Overflow { .. } => "ValueOverflowError",
         Error::AmbiguousColumn { .. } => "AmbiguousColumnError",
         Error::CorruptIndex { .. } => "CorruptFileError",
-        Error::Cancelled(_) | Error::Internal(_) => "YoumuError",
+        Error::Changed { .. } => "StaleIndexError",
+        Error::Storage { kind, .. } => match kind {
+            StorageErrorKind::NotFound => "ObjectNotFoundError",
+            StorageErrorKind::BucketNotFound => "BucketNotFoundError",
+            StorageErrorKind::Auth => "StorageAuthError",
+            StorageErrorKind::Timeout => "StorageTimeoutError",
+            StorageErrorKind::RetriesExhausted => "RetriesExhaustedError",
+            StorageErrorKind::Config => "InvalidArgumentError",
+            StorageErrorKind::Other => "StorageError",
+        },
+        Error::Cancelled(_) | Error::Internal(_) | Error::NeedData(_) => "YoumuError",
     }
 }
 

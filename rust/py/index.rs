@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use super::convert::{batches_to_py, columns_from, ids_from, index_from, paths_from};
+use super::convert::{batches_to_py, columns_from, ids_from, index_from, paths_from, storage_options_from};
 use crate::error::Result;
 use crate::file::PageSource;
 use crate::index::PageIndex;
@@ -29,19 +29,22 @@ pub struct PyPageIndex {
 
 #[pymethods]
 impl PyPageIndex {
-    /// Index the Parquet files under `paths` (file, directory, glob, or a list of these).
+    /// Index the Parquet files under `paths` (file, directory, glob, object-store URL or
+    /// prefix, or a list of these); `storage_options` configure the object stores.
     #[new]
-    #[pyo3(signature = (paths, columns=None, progress=None, coerce_int96_timestamp_unit=None))]
+    #[pyo3(signature = (paths, columns=None, progress=None, coerce_int96_timestamp_unit=None, storage_options=None))]
     fn new(
         py: Python<'_>,
         paths: &Bound<'_, PyAny>,
         columns: Option<&Bound<'_, PyAny>>,
         progress: Option<Py<PyAny>>,
         coerce_int96_timestamp_unit: Option<&str>,
+        storage_options: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let specs = paths_from(paths, "PageIndex() argument 'paths'")?;
         let columns = columns_from(columns, "PageIndex() argument 'columns'")?;
         let unit = coerce_int96_timestamp_unit.map(crate::int96::parse_unit).transpose()?;
+        let options = storage_options_from(storage_options)?;
         let progress = progress.filter(|p| !p.is_none(py));
         if let Some(p) = &progress
             && !p.bind(py).is_callable()
@@ -52,7 +55,8 @@ impl PyPageIndex {
             ))
             .into());
         }
-        // The callback runs on youmu's threads; the first exception it raises (a
+        // The callback runs on youmu's threads (or, for objects, on the thread waiting
+        // on the I/O runtime); the first exception it raises (a
         // KeyboardInterrupt included) stops the build and is raised here as it was.
         let raised: Mutex<Option<PyErr>> = Mutex::new(None);
         let built = super::detach(py, || {
@@ -68,18 +72,22 @@ impl PyPageIndex {
                     }
                 })
             };
-            PageIndex::build(&specs, columns, unit, Some(&cb))
+            PageIndex::build_with(&specs, columns, unit, &options, Some(&cb))
         });
         if let Some(e) = raised.into_inner().ok().flatten() {
             return Err(e);
         }
-        Ok(PyPageIndex { inner: Arc::new(built?) })
+        let idx = built?;
+        warn_skipped(py, &idx)?;
+        Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
     /// Load an index written by `save`; raises `StaleIndexError` if a file changed.
     #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let idx = super::detach(py, || PageIndex::load(&path))?;
+    #[pyo3(signature = (path, storage_options=None))]
+    fn load(py: Python<'_>, path: PathBuf, storage_options: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let options = storage_options_from(storage_options)?;
+        let idx = super::detach(py, || PageIndex::load_with(&path, &options))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
@@ -107,16 +115,36 @@ impl PyPageIndex {
         Ok(PyBytes::new(py, &b))
     }
 
+    /// Rebuild from `to_bytes`. `verify=False` skips checking the objects of a remote
+    /// index now (pickles: the sender checked them; reads still refuse a replaced object).
     #[staticmethod]
-    fn from_bytes(py: Python<'_>, data: PyBackedBytes) -> PyResult<Self> {
-        let idx = super::detach(py, move || PageIndex::from_bytes(&data, std::path::Path::new("<pickled index>")))?;
+    #[pyo3(signature = (data, storage_options=None, verify=true))]
+    fn from_bytes(
+        py: Python<'_>,
+        data: PyBackedBytes,
+        storage_options: Option<&Bound<'_, PyAny>>,
+        verify: bool,
+    ) -> PyResult<Self> {
+        let options = storage_options_from(storage_options)?;
+        let idx = super::detach(py, move || {
+            PageIndex::from_bytes_with(&data, std::path::Path::new("<pickled index>"), &options, verify)
+        })?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+    /// Pickles carry the storage options (a spawned worker has no other way to get
+    /// credentials passed as arguments), never a saved index file.
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>, Bound<'py, PyDict>, bool))> {
         let py = slf.py();
         let ctor = py.get_type::<PyPageIndex>().getattr("from_bytes")?;
-        Ok((ctor, (slf.get().to_bytes(py)?,)))
+        let opts = PyDict::new(py);
+        for (k, v) in slf.get().inner.storage_options() {
+            opts.set_item(k, v)?;
+        }
+        Ok((ctor, (slf.get().to_bytes(py)?, opts, false)))
     }
 
     fn __len__(&self) -> usize {
@@ -148,6 +176,19 @@ impl PyPageIndex {
     #[getter]
     fn coerce_int96_timestamp_unit(&self) -> Option<&'static str> {
         self.inner.int96_unit().map(crate::int96::unit_name)
+    }
+
+    /// Whether any file is an object in a store (reads then go over the network).
+    #[getter]
+    fn is_remote(&self) -> bool {
+        self.inner.is_remote()
+    }
+
+    /// Entries discovery skipped, as `(path, reason)`: named like Parquet files but not
+    /// regular files (a FIFO, a socket, a broken link).
+    #[getter]
+    fn skipped(&self) -> Vec<(String, String)> {
+        self.inner.skipped().to_vec()
     }
 
     /// The projected schema (a `pyarrow.Schema`).
@@ -240,11 +281,7 @@ impl PyPageIndex {
         let ids = ids_from(ids, self.inner.len(), "page", "prefetch() argument 'ids'", 8)?;
         self.inner.check_pages_fit(&ids, "prefetch")?;
         let inner = self.inner.clone();
-        let (tx, rx) = sync_channel(1);
-        runtime().pool().spawn(move || {
-            let _ = tx.send(super::guard(|| inner.read_pages(&ids)));
-        });
-        Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
+        background(self.inner.is_remote(), move || inner.read_pages(&ids))
     }
 
     /// Rows by global row id (in the given order) as one RecordBatch; each row is read
@@ -285,11 +322,7 @@ impl PyPageIndex {
             .transpose()?;
         self.inner.check_window_fits(&ids, take.as_deref())?;
         let inner = self.inner.clone();
-        let (tx, rx) = sync_channel(1);
-        runtime().pool().spawn(move || {
-            let _ = tx.send(super::guard(|| inner.read_window(&ids, take.as_deref()).map(|b| vec![b])));
-        });
-        Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
+        background(self.inner.is_remote(), move || inner.read_window(&ids, take.as_deref()).map(|b| vec![b]))
     }
 
     /// Per-file details for `youmu inspect`.
@@ -299,7 +332,12 @@ impl PyPageIndex {
         let d = PyDict::new(py);
         d.set_item("path", f.path.display().to_string())?;
         d.set_item("size", f.size)?;
+        if let crate::storage::Source::Remote(o) = &f.source {
+            d.set_item("etag", o.etag.clone())?;
+            d.set_item("version", o.version.clone())?;
+        }
         d.set_item("num_rows", f.num_rows())?;
+        d.set_item("created_by", f.meta.metadata().file_metadata().created_by().map(str::to_string))?;
         d.set_item("num_row_groups", f.num_row_groups())?;
         d.set_item("num_pages", f.num_pages())?;
         let count = |s: PageSource| f.page_source.iter().filter(|&&x| x == s).count();
@@ -308,6 +346,31 @@ impl PyPageIndex {
         d.set_item("row_groups_merged_pages", count(PageSource::HeaderScanMerged))?;
         d.set_item("row_groups_page_granular", f.rg_has_locations.iter().filter(|&&b| b).count())?;
         Ok(d)
+    }
+
+    /// Every column chunk of file `i` (all columns, not only the selected ones), from the
+    /// footer youmu holds: `{"column", "path", "row_group", "codec", "encodings",
+    /// "offset_index", "compressed_bytes"}`. What `youmu inspect` reports for objects.
+    fn column_chunks<'py>(&self, py: Python<'py>, i: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let i = index_from(i, self.inner.num_files() as u64, "file", "column_chunks() argument 'i'")?;
+        let md = self.inner.file(i as usize).meta.metadata();
+        let out = PyList::empty(py);
+        for (rg, meta) in md.row_groups().iter().enumerate() {
+            for col in meta.columns() {
+                let d = PyDict::new(py);
+                let path = col.column_path();
+                d.set_item("column", path.parts().first().cloned().unwrap_or_default())?;
+                d.set_item("path", path.string())?;
+                d.set_item("row_group", rg)?;
+                d.set_item("codec", format!("{:?}", col.compression()).split('(').next().unwrap_or("").to_string())?;
+                let encodings: Vec<String> = col.encodings().map(|e| format!("{e:?}")).collect();
+                d.set_item("encodings", encodings)?;
+                d.set_item("offset_index", col.offset_index_offset().is_some())?;
+                d.set_item("compressed_bytes", col.compressed_size())?;
+                out.append(d)?;
+            }
+        }
+        Ok(out)
     }
 
     fn __repr__(&self) -> String {
@@ -319,6 +382,48 @@ impl PyPageIndex {
             self.inner.columns()
         )
     }
+}
+
+/// Run `work` in the background. Local pages are read by a pool task. Remote pages
+/// get a thread of their own that waits on the network (the pool's threads stay free to
+/// decode), so several windows prefetched at once all have their requests in flight.
+fn background(
+    remote: bool,
+    work: impl FnOnce() -> Result<Vec<RecordBatch>> + Send + 'static,
+) -> PyResult<PendingPages> {
+    let (tx, rx) = sync_channel(1);
+    let job = move || {
+        let _ = tx.send(super::guard(work));
+    };
+    if remote {
+        std::thread::Builder::new()
+            .name("youmu-prefetch".into())
+            .spawn(job)
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot start a prefetch thread: {e}")))?;
+    } else {
+        runtime().pool().spawn(job);
+    }
+    Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
+}
+
+/// `UserWarning` naming what discovery skipped (also in `PageIndex.skipped`).
+fn warn_skipped(py: Python<'_>, idx: &PageIndex) -> PyResult<()> {
+    if idx.skipped().is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = idx.skipped().iter().take(5).map(|(p, why)| format!("{p} ({why})")).collect();
+    let more = idx.skipped().len().saturating_sub(5);
+    let msg = format!(
+        "youmu skipped {} entr{} that {} not regular files: {}{}",
+        idx.skipped().len(),
+        if idx.skipped().len() == 1 { "y" } else { "ies" },
+        if idx.skipped().len() == 1 { "is" } else { "are" },
+        list.join(", "),
+        if more > 0 { format!(" and {more} more (see PageIndex.skipped)") } else { String::new() }
+    );
+    let cat = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    let cmsg = std::ffi::CString::new(msg).unwrap_or_default();
+    PyErr::warn(py, &cat, &cmsg, 1)
 }
 
 enum State {

@@ -36,6 +36,84 @@ fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         d.set_item("dict_cache_misses", c.misses)?;
         d.set_item("dict_cache_bytes", c.used())?;
     }
+    for (k, v) in crate::storage::stats() {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// Set youmu's process-wide I/O settings; keywords left out keep their value. None of
+/// them changes what is read (saved indexes stay valid), only how:
+/// `max_inflight` (object-store requests in flight), `coalesce_gap` (bytes: ranges of an
+/// object this close are fetched with one GET), `max_open_files` (local handles kept),
+/// `tail_bytes` (first GET of an index build), `retries`, `retry_timeout`,
+/// `request_timeout`, `connect_timeout` (seconds), `io_threads`.
+#[pyfunction]
+#[pyo3(signature = (*, max_inflight=None, coalesce_gap=None, max_open_files=None, tail_bytes=None, retries=None,
+    retry_timeout=None, request_timeout=None, connect_timeout=None, io_threads=None))]
+#[allow(clippy::too_many_arguments)]
+fn set_io_options(
+    max_inflight: Option<usize>,
+    coalesce_gap: Option<u64>,
+    max_open_files: Option<usize>,
+    tail_bytes: Option<u64>,
+    retries: Option<usize>,
+    retry_timeout: Option<f64>,
+    request_timeout: Option<f64>,
+    connect_timeout: Option<f64>,
+    io_threads: Option<usize>,
+) -> PyResult<()> {
+    use std::time::Duration;
+    let secs = |name: &str, v: f64| -> PyResult<Duration> {
+        Duration::try_from_secs_f64(v).ok().filter(|d| !d.is_zero()).ok_or_else(|| {
+            crate::error::Error::InvalidArgument(format!("{name} must be a positive number of seconds")).into()
+        })
+    };
+    let mut o = crate::storage::io_options();
+    if let Some(v) = max_inflight {
+        o.max_inflight = v;
+    }
+    if let Some(v) = coalesce_gap {
+        o.coalesce_gap = v;
+    }
+    if let Some(v) = max_open_files {
+        o.max_open_files = v;
+    }
+    if let Some(v) = tail_bytes {
+        o.tail_bytes = v;
+    }
+    if let Some(v) = retries {
+        o.retries = v;
+    }
+    if let Some(v) = retry_timeout {
+        o.retry_timeout = secs("retry_timeout", v)?;
+    }
+    if let Some(v) = request_timeout {
+        o.request_timeout = secs("request_timeout", v)?;
+    }
+    if let Some(v) = connect_timeout {
+        o.connect_timeout = secs("connect_timeout", v)?;
+    }
+    if let Some(v) = io_threads {
+        o.io_threads = v;
+    }
+    Ok(crate::storage::set_io_options(o)?)
+}
+
+/// The current I/O settings (see `set_io_options`).
+#[pyfunction]
+fn io_options(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let o = crate::storage::io_options();
+    let d = PyDict::new(py);
+    d.set_item("max_inflight", o.max_inflight)?;
+    d.set_item("coalesce_gap", o.coalesce_gap)?;
+    d.set_item("max_open_files", o.max_open_files)?;
+    d.set_item("tail_bytes", o.tail_bytes)?;
+    d.set_item("retries", o.retries)?;
+    d.set_item("retry_timeout", o.retry_timeout.as_secs_f64())?;
+    d.set_item("request_timeout", o.request_timeout.as_secs_f64())?;
+    d.set_item("connect_timeout", o.connect_timeout.as_secs_f64())?;
+    d.set_item("io_threads", o.io_threads)?;
     Ok(d)
 }
 
@@ -58,30 +136,79 @@ fn set_num_threads(n: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(guard(|| set_threads(n))?)
 }
 
-/// Every top-level column of a Parquet file as the page column of an index (for
-/// `youmu inspect`): a list of dicts, one per column, with its name and either its
-/// pages (`page_num_rows`, `page_byte_sizes`, row-group counts by how pages were found)
-/// or `error`, the message of the error reading it would raise.
+/// `youmu inspect` in one pass per file: for a path, directory, glob, object URL or prefix
+/// (found by the rules of `PageIndex` paths; `storage_options` configure the stores), a
+/// list of dicts, one per file or object: `path` and either `error` (the message of the
+/// error reading it would raise), `skipped` (why discovery passed it over), or its
+/// footer facts (`size`, `etag`, `version`, `num_rows`, `num_row_groups`,
+/// `num_columns` (leaf columns), `created_by`, `requests`: GETs sent for it) and
+/// `columns`: per top-level column its `name`, `codecs`, `encodings`,
+/// `chunks_with_offset_index` and either its pages as the page column of an index
+/// (`num_pages`, `page_num_rows`, `page_byte_sizes`, row-group counts by how pages were
+/// found) or `error`.
 #[pyfunction]
-fn column_pages<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Bound<'py, PyList>> {
-    let columns = detach(py, move || crate::inspect::column_pages(&path))?;
+#[pyo3(signature = (path, storage_options=None))]
+fn column_pages<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+    storage_options: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let spec = convert::paths_from(path, "column_pages() argument 'path'")?;
+    let [spec] = <[String; 1]>::try_from(spec).map_err(|v| {
+        crate::error::Error::InvalidArgument(format!(
+            "column_pages() argument 'path' must be one path or URL, got {}",
+            v.len()
+        ))
+    })?;
+    let options = convert::storage_options_from(storage_options)?;
+    let found = detach(py, move || crate::inspect::inspect(&spec, &options))?;
     let out = PyList::empty(py);
-    for (name, result) in columns {
+    for (name, result) in found.files {
         let d = PyDict::new(py);
-        d.set_item("name", name)?;
+        d.set_item("path", name)?;
         match result {
-            Ok(c) => {
-                let as_i64 = |v: Vec<u64>| v.into_iter().map(|x| x.min(i64::MAX as u64) as i64).collect::<Vec<_>>();
-                d.set_item("num_pages", c.page_rows.len())?;
-                d.set_item("page_num_rows", PyArray1::from_vec(py, as_i64(c.page_rows)))?;
-                d.set_item("page_byte_sizes", PyArray1::from_vec(py, as_i64(c.page_bytes)))?;
-                d.set_item("row_groups_with_offset_index", c.row_groups_with_offset_index)?;
-                d.set_item("row_groups_header_scanned", c.row_groups_header_scanned)?;
-                d.set_item("row_groups_merged_pages", c.row_groups_merged_pages)?;
-                d.set_item("row_groups_page_granular", c.row_groups_page_granular)?;
-            }
             Err(e) => d.set_item("error", e.to_string())?,
+            Ok(r) => {
+                d.set_item("size", r.size)?;
+                d.set_item("etag", r.etag)?;
+                d.set_item("version", r.version)?;
+                d.set_item("num_rows", r.num_rows)?;
+                d.set_item("num_row_groups", r.num_row_groups)?;
+                d.set_item("num_columns", r.num_leaf_columns)?;
+                d.set_item("created_by", r.created_by)?;
+                d.set_item("requests", r.requests)?;
+                let columns = PyList::empty(py);
+                for c in r.columns {
+                    let cd = PyDict::new(py);
+                    cd.set_item("name", c.name)?;
+                    cd.set_item("codecs", c.codecs)?;
+                    cd.set_item("encodings", c.encodings)?;
+                    cd.set_item("chunks_with_offset_index", c.chunks_with_offset_index)?;
+                    match c.pages {
+                        Ok(p) => {
+                            let as_i64 =
+                                |v: Vec<u64>| v.into_iter().map(|x| x.min(i64::MAX as u64) as i64).collect::<Vec<_>>();
+                            cd.set_item("num_pages", p.page_rows.len())?;
+                            cd.set_item("page_num_rows", PyArray1::from_vec(py, as_i64(p.page_rows)))?;
+                            cd.set_item("page_byte_sizes", PyArray1::from_vec(py, as_i64(p.page_bytes)))?;
+                            cd.set_item("row_groups_with_offset_index", p.row_groups_with_offset_index)?;
+                            cd.set_item("row_groups_header_scanned", p.row_groups_header_scanned)?;
+                            cd.set_item("row_groups_merged_pages", p.row_groups_merged_pages)?;
+                            cd.set_item("row_groups_page_granular", p.row_groups_page_granular)?;
+                        }
+                        Err(e) => cd.set_item("error", e.to_string())?,
+                    }
+                    columns.append(cd)?;
+                }
+                d.set_item("columns", columns)?;
+            }
         }
+        out.append(d)?;
+    }
+    for (name, why) in found.skipped {
+        let d = PyDict::new(py);
+        d.set_item("path", name)?;
+        d.set_item("skipped", why)?;
         out.append(d)?;
     }
     Ok(out)
@@ -116,5 +243,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(set_fast_decode, m)?)?;
     m.add_function(wrap_pyfunction!(column_pages, m)?)?;
+    m.add_function(wrap_pyfunction!(set_io_options, m)?)?;
+    m.add_function(wrap_pyfunction!(io_options, m)?)?;
     Ok(())
 }
