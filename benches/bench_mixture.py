@@ -118,6 +118,7 @@ def phase_stream(data: str, seconds: float, how: str) -> None:
 
 def phase_memory(data: str, how: str) -> None:
     import pyarrow  # noqa: F401  - imports first, so the delta is what the sources cost
+
     import youmu.mixture  # noqa: F401
     import youmu.rows  # noqa: F401
 

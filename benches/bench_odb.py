@@ -109,8 +109,8 @@ def _rank_main(rank: int, world: int, port: int, q: Any, cfg: dict[str, Any]) ->
                 "rounds": s["rounds"],
             }
         # raw all_gather latency of one round's message, all ranks ready (no waiting for fills)
-        from youmu.dist import GlooChannel
         from youmu.batching.alignment import message_length
+        from youmu.dist import GlooChannel
 
         ch = GlooChannel.from_default_group(timeout=300)
         row = [0] * message_length(cfg["buffer"])

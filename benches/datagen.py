@@ -8,7 +8,6 @@ layout youmu recommends. Files are written in document order (clustered).
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 

@@ -478,9 +478,9 @@ def setting_name(cfg: dict) -> str:
 def train_run(cfg: dict, cdir: str, out_path: str) -> dict:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
+    from model import GPTConfig, TinyGPT, lm_loss
 
     import youmu
-    from model import GPTConfig, TinyGPT, lm_loss
     from youmu import diversity as div
 
     torch.set_num_threads(1)

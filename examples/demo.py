@@ -62,8 +62,9 @@ def stage_weights(manifest: dict) -> list:
 
 def make_mixture(corpus: Path, manifest: dict, args: argparse.Namespace, progress: bool = True):
     """A MixtureDataset over one map-style Parquet source per package (nothing copied)."""
-    import youmu
     from tqdm import tqdm
+
+    import youmu
 
     names = sorted(manifest["sources"])
     children = {}

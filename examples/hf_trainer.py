@@ -33,8 +33,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 import youmu  # noqa: E402
-from youmu.batching import DynamicBatchLoader, label_token_count, pad_collate  # noqa: E402
-from youmu.batching import make_odb_trainer  # noqa: E402
+from youmu.batching import (  # noqa: E402
+    DynamicBatchLoader,
+    label_token_count,
+    make_odb_trainer,  # noqa: E402
+    pad_collate,
+)
 
 VOCAB = 512
 

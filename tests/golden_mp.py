@@ -38,8 +38,9 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

@@ -11,7 +11,8 @@ import os
 import socket
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -175,8 +176,8 @@ def scenario_dbl(rank: int, world: int, store: Any) -> list[dict[str, Any]]:
     The DynamicBatchLoader reads an iterable shard: over a map-style dataset it shards
     like DistributedSampler(drop_last=False), which repeats a sample when the length
     does not divide by the world size (seen with 203 samples on 2 ranks)."""
-    from youmu.dist import GlooChannel
     from youmu.batching.loader import DynamicBatchLoader
+    from youmu.dist import GlooChannel
     from youmu.planning import BalancedLoader
 
     data = _shard_iterable(dataset()[rank::world])

@@ -17,9 +17,9 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -77,7 +77,7 @@ class FaultProxy:
     faults: list[Fault] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -15,9 +15,9 @@ import textwrap
 import tracemalloc
 
 import pytest
+from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
 
 import youmu.batching
-from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
 from youmu.batching import DynamicBatchLoader, simulate
 from youmu.batching.synthetic import synthetic_lengths
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, StateError

@@ -17,8 +17,8 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
-
 from batching_mp import matrix_scenario, run_world, token_counts, uneven_layout
+
 from youmu.batching.sampling import sampler_quota
 from youmu.batching.simulation import simulate
 from youmu.batching.synthetic import AUDIT_DISTRIBUTIONS, synthetic_lengths

@@ -8,8 +8,8 @@ plus the explicit TCPStore rendezvous of :class:`GlooChannel`.
 from __future__ import annotations
 
 import pytest
-
 from batching_mp import TIMEOUT, channel_scenario, early_exit_scenario, failure_scenario, free_port, run_world
+
 from youmu.batching.sampling import rank_indices
 
 N = 1000

@@ -10,7 +10,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from batching_mp import LMDataset, lm_collate, lm_len, lm_lengths, TinyLM  # noqa: E402
+from batching_mp import LMDataset, TinyLM, lm_collate, lm_len, lm_lengths  # noqa: E402
+
 from youmu.batching import DynamicBatchLoader, StepInfo, label_token_count, make_odb_trainer  # noqa: E402
 from youmu.batching.integrations import STEP_INFO_KEY  # noqa: E402
 

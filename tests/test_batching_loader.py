@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 import torch
-
 from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
+
 from youmu.batching import (
     IDLE,
     BatchingError,

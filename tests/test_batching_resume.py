@@ -4,7 +4,6 @@ uninterrupted epoch, step for step, on every rank (W=3)."""
 from __future__ import annotations
 
 import pytest
-
 from batching_mp import resume_scenario, run_world
 
 CASES = [

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from batching_mp import EXIT_CASES, free_port
 
 TESTS = Path(__file__).resolve().parent

@@ -11,7 +11,6 @@ from collections import defaultdict
 
 import pytest
 import torch
-
 from batching_mp import LMDataset, ddp_scenario, lm_lengths, reference_grad, run_world
 
 

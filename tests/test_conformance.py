@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import PARQUET_TESTING, parquet_testing_files
 
 import youmu
-from conftest import PARQUET_TESTING, parquet_testing_files
 
 FILES = parquet_testing_files()
 RESULTS: dict[str, list[str]] = {"matched": [], "raised": [], "pyarrow_cannot_read": []}

@@ -5,7 +5,6 @@ a small clustered corpus."""
 from __future__ import annotations
 
 import doctest
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa

@@ -41,14 +41,15 @@ import functools
 import json
 import os
 import pickle
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
+import golden_mp as g
 import pyarrow.parquet as pq
 import pytest
 from torch.utils.data import DataLoader
 
-import golden_mp as g
 import youmu
 from youmu.torch import MapStream, MixtureStream, YoumuDataset, pack
 
@@ -220,7 +221,7 @@ def youmu_ds(index: Any, mode: str, world: int, rank: int, **kw: Any) -> YoumuDa
     return YoumuDataset(index, shuffle=mode, seed=SEED, rank=rank, world_size=world, **kw)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _epoch_rows(index: Any, mode: str, world: int, rank: int, workers: int, epoch: int = 0,
                 drop_last: bool = False) -> tuple[dict[str, Any], ...]:
     ds = youmu_ds(index, mode, world, rank, drop_last=drop_last)

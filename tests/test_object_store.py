@@ -315,6 +315,7 @@ def test_dataloader_fork_workers_over_s3_deliver_every_row_once(s3: S3, corpus: 
     import multiprocessing as mp
 
     import torch
+
     from youmu.torch import YoumuDataset
 
     idx = youmu.PageIndex(s3.url("corpus/"), columns=["id"], storage_options=s3.options())

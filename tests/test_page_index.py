@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -7,7 +7,8 @@ from __future__ import annotations
 import doctest
 import importlib
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -151,7 +151,7 @@ def test_gather_metadata_local_channel() -> None:
 
 
 # -- exact gradients ------------------------------------------------------------------------------
-def _ddp_gradient(model, samples, assignment, n: int, m: int, scales) -> "np.ndarray":
+def _ddp_gradient(model, samples, assignment, n: int, m: int, scales) -> np.ndarray:
     """What DDP with gradient accumulation computes: each rank sums the gradients of
     its micro-batches' scaled mean losses; the all-reduce averages over ranks."""
     import torch

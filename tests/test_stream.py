@@ -11,11 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import youmu
-from youmu.shuffle import ShardPlan, positions_to_rows
+from youmu.shuffle import positions_to_rows
 from youmu.stream import RowStream
 from youmu.torch import YoumuDataset, collate_packed, pack
 

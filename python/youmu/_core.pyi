@@ -4,20 +4,39 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, Union
+from typing import Literal, final
+
+from typing_extensions import Self
+
+__all__ = [
+    "PageIndex",
+    "PendingPages",
+    "Permutation",
+    "FlatMap",
+    "MixtureMap",
+    "_permutation_from_key",
+    "io_stats",
+    "set_num_threads",
+    "num_threads",
+    "set_fast_decode",
+    "column_pages",
+    "set_io_options",
+    "io_options",
+]
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-_Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
+_Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 # Ids: ints (not bools), as a list, tuple or range, or a 1-D numpy array of any integer
 # dtype (strided and reversed views included). Floats, bools, bytes and str are refused
 # with ArgumentTypeError (a TypeError).
-_Ids = Union[Sequence[int], npt.NDArray[np.integer], range]
+_Ids = Sequence[int] | npt.NDArray[np.integer] | range
 _Int96Unit = Literal["s", "ms", "us", "ns"]
 _StorageOptions = Mapping[str, str | bool | int | float]
 
+@final
 class PageIndex:
     """Global page index over Parquet files (file → row group → page).
 
@@ -45,14 +64,14 @@ class PageIndex:
     ``StaleIndexError`` telling to rebuild), atomically for local paths.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         paths: _Path | Iterable[_Path],
         columns: Sequence[str] | None = None,
         progress: Callable[[int, int], object] | None = None,
         coerce_int96_timestamp_unit: _Int96Unit | None = None,
         storage_options: _StorageOptions | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     @staticmethod
     def load(path: _Path, storage_options: _StorageOptions | None = None) -> PageIndex: ...
     def save(self, path: _Path) -> None: ...
@@ -97,26 +116,29 @@ class PageIndex:
     def file_info(self, i: int) -> dict[str, int | str | None]: ...
     def column_chunks(self, i: int) -> list[dict[str, int | str | bool | list[str]]]: ...
 
+@final
 class PendingPages:
     """Pages being read in the background by youmu's thread pool."""
 
     def result(self) -> list[pa.RecordBatch]: ...
     def done(self) -> bool: ...
 
+@final
 class Permutation:
     """Keyed pseudo-random permutation of ``range(n)`` in O(1) memory."""
 
     seed: int
     epoch: int
     key: int
-    def __init__(self, n: int, seed: int = 0, epoch: int = 0, purpose: str | int | None = None) -> None: ...
+    def __new__(cls, n: int, seed: int = 0, epoch: int = 0, purpose: str | int | None = None) -> Self: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, i: int) -> int: ...
+    def __getitem__(self, i: int, /) -> int: ...
     def inverse(self, x: int) -> int: ...
     def take(self, idx: _Ids) -> npt.NDArray[np.int64]: ...
     def inverse_take(self, idx: _Ids) -> npt.NDArray[np.int64]: ...
     def range(self, start: int = 0, stop: int | None = None) -> npt.NDArray[np.int64]: ...
 
+@final
 class FlatMap:
     """Keyed permutation of the concatenation of children of the given lengths (the
     index math of ``youmu.FlatMixture``)."""
@@ -125,12 +147,13 @@ class FlatMap:
     shuffle: bool
     lengths: list[int]
     offsets: npt.NDArray[np.int64]
-    def __init__(self, lengths: Sequence[int], seed: int = 0, shuffle: bool = True) -> None: ...
+    def __new__(cls, lengths: Sequence[int], seed: int = 0, shuffle: bool = True) -> Self: ...
     def __len__(self) -> int: ...
     def locate(self, i: int) -> tuple[int, int]: ...
     def locate_many(self, idx: _Ids) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
     def position(self, child: int, local: int) -> int: ...
 
+@final
 class MixtureMap:
     """Weighted block mixture with an exact allocation (the index math of
     ``youmu.MixtureDataset``): index -> (child, index in child, pass)."""
@@ -142,8 +165,8 @@ class MixtureMap:
     policy: str
     chunks: list[int] | None
     stage_bounds: list[tuple[int, int | None]]
-    def __init__(
-        self,
+    def __new__(
+        cls,
         names: Sequence[str],
         lengths: Sequence[int],
         stages: Sequence[tuple[int, Sequence[float]]],
@@ -152,7 +175,7 @@ class MixtureMap:
         policy: str = "restart",
         length: int | None = None,
         chunks: Sequence[int] | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def __len__(self) -> int: ...
     def locate(self, i: int) -> tuple[int, int, int]: ...
     def locate_many(

@@ -39,7 +39,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 import numpy as np
@@ -118,22 +118,26 @@ def _report(f: dict[str, Any], out: TextIO) -> int:
     return status
 
 
-def _progress_bar(total_hint: str):
+def _progress_bar(total_hint: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A progress callback for index builds and a function that ends the display
+    (tqdm's bar when installed, else a line on stderr)."""
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is optional
-        def cb(done: int, total: int) -> None:
+
+        def plain(done: int, total: int) -> None:
             print(f"\r{total_hint}: {done}/{total} files", end="", file=sys.stderr, flush=True)
-        return cb, lambda: print(file=sys.stderr)
+
+        return plain, lambda: print(file=sys.stderr)
     bar = tqdm(total=0, unit="file", desc=total_hint)
 
-    def cb(done: int, total: int) -> None:
+    def update(done: int, total: int) -> None:
         if bar.total != total:
             bar.total = total
         bar.n = done
         bar.refresh()
 
-    return cb, bar.close
+    return update, bar.close
 
 
 def build_index(
