@@ -490,3 +490,64 @@ def test_local_indexes_read_one_window_ahead_by_default(index) -> None:
 
     assert default_read_ahead(index, 10) == 1
     assert YoumuDataset(index, output="python").read_ahead == 1
+
+
+# -- page slices --------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_page_slices_deliver_every_row_exactly_once(index, k, world_size, num_workers) -> None:
+    seen: list[int] = []
+    for r in range(world_size):
+        per_rank = []
+        for w in range(num_workers):
+            s = RowStream(index, "page", 200, seed=4, rank=r, world_size=world_size, worker=w,
+                          num_workers=num_workers, page_slices=k)
+            per_rank += ids_of(s)
+        alone = ids_of(RowStream(index, "page", 200, seed=4, rank=r, world_size=world_size, page_slices=k))
+        assert sorted(per_rank) == sorted(alone)  # a rank's rows do not depend on its workers
+        seen += per_rank
+    assert sorted(seen) == list(range(N_ROWS))
+
+
+def test_page_slices_draw_each_window_from_k_times_more_pages(index) -> None:
+    whole = RowStream(index, "page", 400, seed=2)
+    sliced = RowStream(index, "page", 400, seed=2, page_slices=4)
+    assert whole.window_pages == sliced.window_pages  # a window holds about the same rows
+    n = min(len(whole.plan.window_ids), len(sliced.plan.window_ids)) - 1
+    pages_whole = np.mean([len(whole.plan.pages_of(i)) for i in range(n)])
+    pages_sliced = np.mean([len(sliced.plan.pages_of(i)) for i in range(n)])
+    assert pages_sliced > 2.5 * pages_whole
+    assert abs(len(sliced) - len(whole)) == 0 and sliced.plan.window_rows.sum() == N_ROWS
+
+
+def test_page_slices_of_one_are_the_page_shuffle_and_other_modes_refuse_them(index) -> None:
+    assert ids_of(RowStream(index, "page", 200, seed=1, page_slices=1)) == ids_of(RowStream(index, "page", 200, seed=1))
+    assert ids_of(RowStream(index, "page", 200, seed=1, page_slices=2)) != ids_of(RowStream(index, "page", 200, seed=1))
+    with pytest.raises(youmu.InvalidArgumentError, match="page_slices"):
+        YoumuDataset(index, shuffle="local", page_slices=2)
+    with pytest.raises(youmu.InvalidArgumentError, match="page_slices"):
+        YoumuDataset(index, page_slices=0)
+
+
+def test_page_slices_resume_and_are_part_of_the_state(index) -> None:
+    make = lambda k: YoumuDataset(index, buffer_size=300, seed=6, page_slices=k, output="python")  # noqa: E731
+    whole = [r["id"] for r in make(3)]
+    ds = make(3)
+    it = iter(ds)
+    head = [next(it)["id"] for _ in range(700)]
+    state = ds.state_dict()
+    assert state["page_slices"] == 3
+    again = make(3)
+    again.load_state_dict(state)
+    assert head + [r["id"] for r in again] == whole
+    with pytest.raises(youmu.StateError, match="page_slices"):
+        make(2).load_state_dict(state)
+
+
+def test_positions_map_to_rows_under_page_slices(index) -> None:
+    from youmu.diversity import plan_rows
+
+    s = RowStream(index, "page", 250, seed=9, rank=1, world_size=2, page_slices=3)
+    rows = plan_rows(s.plan, index.page_num_rows())
+    assert rows.tolist() == ids_of(s)  # ids are the global row numbers in this corpus

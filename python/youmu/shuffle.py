@@ -10,7 +10,12 @@ Shuffle modes:
 
 * ``"page"`` — pages in keyed-permuted order, cut into *windows* of ``window_pages``
   consecutive permuted pages; the rows of a window are shuffled together by a second
-  keyed permutation (Youmu's aggressive buffer shuffle, made stateless).
+  keyed permutation (Youmu's aggressive buffer shuffle, made stateless). With
+  ``page_slices = k > 1`` the permuted units are *page slices* (every page cut into
+  ``k`` row ranges): a window of about the same rows then draws from ``k`` times as
+  many pages, each contributing a ``1/k`` slice, at ``k`` times the page reads (every
+  page is read once per slice). What a model sees early in an epoch depends mostly on
+  the distinct pages per window (``benches/shuffle_quality.py``).
 * ``"local"`` — pages in file order, windows shuffled internally: the streaming
   shuffle-buffer baseline other loaders use.
 * ``"none"`` — file order.
@@ -52,6 +57,8 @@ __all__ = [
     "window_pages_for",
     "row_chunk_rows",
     "all_window_rows",
+    "slice_rows",
+    "MAX_PAGE_SLICES",
     "dropped_rows",
     "positions_to_rows",
 ]
@@ -65,6 +72,12 @@ def _permutation(n: int, seed: int, epoch: int, purpose: str) -> Any:
 
     return Permutation(n, seed=seed, epoch=epoch, purpose=purpose)
 
+
+#: The most slices a page may be cut into (``page_slices``).
+MAX_PAGE_SLICES = 64
+# Permutation key of page slices (whole pages keep "pages", so page_slices=1 is the
+# stream it always was).
+_SLICES_PURPOSE = "page-slices"
 
 #: Windows alive at once while streaming with one window read ahead (the default for
 #: local files): the one being consumed, the next one (read ahead by Rust threads)
@@ -162,6 +175,10 @@ class ShardPlan:
     balanced: bool = False
     #: rows of each whole window (what its row order permutes), page modes
     window_full_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: page mode: row-range slices per page (1: whole pages)
+    page_slices: int = 1
+    #: rows of every page (kept when page slices need them to cut pages)
+    page_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @staticmethod
     def build(
@@ -178,10 +195,14 @@ class ShardPlan:
         window_rows: int | None = None,
         cap: int | None = None,
         balanced: bool = False,
+        page_slices: int = 1,
     ) -> ShardPlan:
         choice_arg("shuffle", mode, SHUFFLE_MODES)
         shard = Shard(rank, world_size, worker, num_workers)
         int_arg("window_pages", window_pages, minimum=1)
+        k = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
+        if k > 1 and mode != "page":
+            raise InvalidArgumentError(f"page_slices={k} needs shuffle='page' (got shuffle={mode!r})")
         page_rows = np.asarray(page_rows, dtype=np.int64)
         n_pages = len(page_rows)
         n_rows = int(page_rows.sum())
@@ -197,7 +218,7 @@ class ShardPlan:
             ids = np.arange(len(starts), dtype=np.int64)  # chunk number within the block
         else:
             size = 0
-            rows_all = all_window_rows(page_rows, mode, window_pages, seed, epoch)
+            rows_all = all_window_rows(page_rows, mode, window_pages, seed, epoch, page_slices=k)
             if balanced:
                 ids, skip, rows = _balanced_windows(rows_all, shard)
             else:
@@ -215,7 +236,7 @@ class ShardPlan:
             total = min(total, int(cap))
         return ShardPlan(
             mode, n_pages, n_rows, window_pages, size, seed, epoch, rank, world_size, worker, num_workers, ids,
-            rows, total, cum, skip, bool(balanced), full,
+            rows, total, cum, skip, bool(balanced), full, k, page_rows if k > 1 else np.zeros(0, dtype=np.int64),
         )
 
     # -- positions ------------------------------------------------------------------
@@ -226,9 +247,21 @@ class ShardPlan:
         i = int(np.searchsorted(self.cum_rows, position, side="right") - 1)
         return i, position - int(self.cum_rows[i])
 
+    def _slice_units(self, i: int) -> np.ndarray:
+        """Page slices: the units (``page · k + slice``) of the i-th window, in order."""
+        w, k = int(self.window_ids[i]), self.page_slices
+        n_units = self.num_pages * k
+        stop = min((w + 1) * self.window_pages * k, n_units)
+        return _permutation(n_units, self.seed, self.epoch, _SLICES_PURPOSE).range(w * self.window_pages * k, stop)
+
     def pages_of(self, i: int) -> np.ndarray:
-        """Global page ids of the i-th window of this shard, in window order."""
+        """Global page ids of the i-th window of this shard, in window order (with page
+        slices: each page once, in the order its first slice appears)."""
         w = int(self.window_ids[i])
+        if self.mode == "page" and self.page_slices > 1:
+            pages = self._slice_units(i) // self.page_slices
+            _, first = np.unique(pages, return_index=True)
+            return pages[np.sort(first)]
         if self.mode == "page":
             perm = _permutation(self.num_pages, self.seed, self.epoch, "pages")
             stop = min((w + 1) * self.window_pages, self.num_pages)
@@ -244,8 +277,27 @@ class ShardPlan:
         n = int(self.window_full_rows[i])
         if self.mode in ("page", "local"):
             w = int(self.window_ids[i])
-            return _permutation(n, self.seed, self.epoch, f"window-{self.mode}-{w}").range(0, n)
+            order = _permutation(n, self.seed, self.epoch, f"window-{self.mode}-{w}").range(0, n)
+            if self.mode == "page" and self.page_slices > 1:
+                # the window's slices as indices into its pages' concatenated rows, shuffled
+                return self._slice_rows(i)[order]
+            return order
         return None
+
+    def _slice_rows(self, i: int) -> np.ndarray:
+        """Page slices: the rows of the i-th window's slices, in unit order, as indices
+        into the concatenated rows of :meth:`pages_of`."""
+        k = self.page_slices
+        units = self._slice_units(i)
+        pages = self.pages_of(i)
+        offset = dict(zip(pages.tolist(), np.concatenate([[0], np.cumsum(self.page_rows[pages])[:-1]]).tolist()))
+        parts = []
+        for u in units.tolist():
+            p, s = divmod(u, k)
+            r = int(self.page_rows[p])
+            lo, hi = r * s // k, r * (s + 1) // k
+            parts.append(np.arange(offset[p] + lo, offset[p] + hi, dtype=np.int64))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def rows_of(self, i: int) -> np.ndarray:
         """Row mode: global row ids of the i-th chunk of this shard, in stream order."""
@@ -290,12 +342,30 @@ def _balanced_windows(rows_all: np.ndarray, shard: Shard) -> tuple[np.ndarray, n
     return ids[mine], (starts - cum[ids])[mine], (stops - starts)[mine]
 
 
-def all_window_rows(page_rows: np.ndarray, mode: str, window_pages: int, seed: int, epoch: int) -> np.ndarray:
+def slice_rows(page_rows: np.ndarray, k: int) -> np.ndarray:
+    """Rows of every page slice (unit ``page · k + s`` holds rows
+    ``[R·s // k, R·(s+1) // k)`` of its page of ``R`` rows).
+
+    >>> slice_rows(np.array([5, 2]), 2).tolist()
+    [2, 3, 1, 1]
+    """
+    page_rows = np.asarray(page_rows, dtype=np.int64)
+    s = np.arange(k, dtype=np.int64)
+    return ((page_rows[:, None] * (s + 1)) // k - (page_rows[:, None] * s) // k).reshape(-1)
+
+
+def all_window_rows(
+    page_rows: np.ndarray, mode: str, window_pages: int, seed: int, epoch: int, *, page_slices: int = 1
+) -> np.ndarray:
     """Rows of every window of an epoch (page modes). One pass over the permutation;
     the permuted page order itself is not kept."""
     n = len(page_rows)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    if mode == "page" and page_slices > 1:
+        units = slice_rows(page_rows, page_slices)
+        order = _permutation(len(units), seed, epoch, _SLICES_PURPOSE).range(0, len(units))
+        return np.add.reduceat(units[order], np.arange(0, len(units), window_pages * page_slices)).astype(np.int64)
     if mode == "page":
         order = _permutation(n, seed, epoch, "pages").range(0, n)
         in_order = page_rows[order]

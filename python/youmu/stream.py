@@ -74,6 +74,9 @@ class RowStream:
             windows of ``buffer_size`` rows, whatever their size.
         read_ahead: windows read ahead of the one being consumed (default
             :func:`default_read_ahead`: 1 for local files, more for object stores).
+        page_slices: page mode: cut every page into this many row slices and shuffle
+            those, so a window draws from that many times more pages (at that many
+            times the page reads; see :mod:`youmu.shuffle`). Default 1.
 
     Row mode keeps an LRU of decoded pages (about one window's worth): rows that land
     on a page read for an earlier chunk cost no I/O.
@@ -96,6 +99,7 @@ class RowStream:
         window_pages: int | None = None,
         drop_last: bool = False,
         read_ahead: int | None = None,
+        page_slices: int = 1,
     ) -> None:
         self.index = index
         self.page_rows = index.page_num_rows() if page_rows is None else page_rows
@@ -104,7 +108,7 @@ class RowStream:
             ahead = read_ahead if read_ahead is not None else default_read_ahead(index, 1)
             window_pages = window_pages_for(
                 self.page_rows, buffer_size, world_size, page_bytes=page_bytes, memory_budget=memory_budget,
-                in_flight=int_arg("read_ahead", ahead, minimum=1) + 2,
+                in_flight=int_arg("read_ahead", ahead, minimum=1) + 1 + int_arg("page_slices", page_slices, minimum=1),
             )
         self.window_pages = window_pages
         self.read_ahead = (default_read_ahead(index, window_pages) if read_ahead is None
@@ -123,6 +127,7 @@ class RowStream:
             num_workers=num_workers,
             cap=cap,
             balanced=drop_last,
+            page_slices=page_slices,
         )
         self.schema: pa.Schema = index.schema
         # row mode: decoded pages by page id, least recently used first

@@ -23,7 +23,7 @@ from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
 from youmu.dist.world import rank_and_world
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError, YoumuWarning
-from youmu.shuffle import SHUFFLE_MODES, dropped_rows, row_chunk_rows, window_pages_for
+from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, dropped_rows, row_chunk_rows, window_pages_for
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, default_read_ahead
 from youmu.torch.sharded import PositionalStream, in_worker_process
 
@@ -58,6 +58,11 @@ class YoumuDataset(PositionalStream[Any]):
             :meth:`youmu.PageIndex.page_decoded_bytes`). Default ``None``: windows of
             about ``buffer_size`` rows. Part of the shuffle, like ``buffer_size``: resume
             with the same value.
+        page_slices: page mode only: shuffle pages cut into this many row slices, so a
+            window of ``buffer_size`` rows draws from that many times more pages — more
+            diverse early batches, at that many times the page reads (each page is read
+            once per slice). Part of the shuffle (saved in the state). Default 1; see
+            the README's shuffle guidance.
         read_ahead: windows read ahead of the one being consumed (default
             :func:`youmu.stream.default_read_ahead`: 1 for local files, 2–8 for object
             stores, from the I/O runtime's ``max_inflight``). More hides storage
@@ -88,6 +93,7 @@ class YoumuDataset(PositionalStream[Any]):
         output: str = "torch",
         memory_budget: int | None = None,
         read_ahead: int | None = None,
+        page_slices: int = 1,
     ) -> None:
         super().__init__()
         from youmu._core import PageIndex
@@ -100,6 +106,9 @@ class YoumuDataset(PositionalStream[Any]):
         drop_last = bool_arg("drop_last", drop_last)
         opt_int_arg("memory_budget", memory_budget, minimum=1)
         opt_int_arg("read_ahead", read_ahead, minimum=1)
+        page_slices = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
+        if page_slices > 1 and shuffle != "page":
+            raise InvalidArgumentError(f"page_slices={page_slices} needs shuffle='page' (got shuffle={shuffle!r})")
         if isinstance(columns, (str, bytes)):
             raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}")
         self.rank, self.world_size = rank_and_world(rank, world_size)
@@ -128,6 +137,7 @@ class YoumuDataset(PositionalStream[Any]):
             )
         self.shuffle = shuffle
         self.buffer_size = buffer_size
+        self.page_slices = page_slices
         self.seed = seed
         self.transform = transform
         self.drop_last = drop_last
@@ -139,7 +149,7 @@ class YoumuDataset(PositionalStream[Any]):
         self._wp = window_pages_for(
             self._page_rows, self.buffer_size, self.world_size,
             page_bytes=self.index.page_decoded_bytes() if memory_budget is not None else None,
-            memory_budget=memory_budget, in_flight=ahead + 2,
+            memory_budget=memory_budget, in_flight=ahead + 1 + page_slices,
         )
         self.read_ahead = read_ahead if read_ahead is not None else default_read_ahead(self.index, self._wp)
         self._check_rank_gets_rows()
@@ -163,14 +173,14 @@ class YoumuDataset(PositionalStream[Any]):
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
         return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size,
-                "window_pages": self._wp, "drop_last": self.drop_last}
+                "window_pages": self._wp, "drop_last": self.drop_last, "page_slices": self.page_slices}
 
     def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
         # states saved before they had a format tag: the same fields, fewer settings
         if {"seed", "epoch", "shuffle", "world_size", "positions"} <= set(state) and "run" not in state:
             mine = self._settings()
             return {"format": self.state_format, "window_pages": mine["window_pages"],
-                    "drop_last": mine["drop_last"], **state}
+                    "drop_last": mine["drop_last"], "page_slices": 1, **state}
         return None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -181,6 +191,8 @@ class YoumuDataset(PositionalStream[Any]):
                 "(buffer_size or memory_budget differ): the shuffle would differ, so the rest of the epoch "
                 "would not be the uninterrupted one"
             )
+        if isinstance(state, Mapping) and "format" in state and "page_slices" not in state:
+            state = {**state, "page_slices": 1}  # states saved before page slices existed
         super().load_state_dict(state)
 
     def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
@@ -214,7 +226,7 @@ class YoumuDataset(PositionalStream[Any]):
             self.index, self.shuffle, self.buffer_size, self.seed, epoch,
             rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
             page_rows=self._page_rows, window_pages=self._wp, drop_last=self.drop_last,
-            read_ahead=self.read_ahead,
+            read_ahead=self.read_ahead, page_slices=self.page_slices,
         )
 
     def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
