@@ -85,6 +85,49 @@ def phase_youmu(data: str, mode: str, workers: int, seconds: float) -> None:
     emit(result)
 
 
+def phase_overhead(data: str, seconds: float, rounds: int = 5) -> None:
+    """The stream's own cost: tokens/s of a page-shuffled epoch through ``RowStream``
+    (windows read ahead, reordered, handed over as tables) vs ``read_pages`` on the
+    same pages in the same order, batched a window at a time with one batch read ahead
+    (the raw page throughput the stream is built on). Both on youmu's 2 threads,
+    alternated ``rounds`` times so machine noise hits both alike; medians reported."""
+    import youmu
+    from youmu.stream import RowStream
+
+    youmu.set_num_threads(2)
+    idx = youmu.PageIndex(data, columns=[COL])
+    plan = RowStream(idx, "page", BUFFER, seed=0).plan
+    order = np.concatenate([plan.pages_of(i) for i in range(len(plan.window_ids))])
+    wp = plan.window_pages
+
+    def raw() -> float:
+        t0, n, k = time.perf_counter(), 0, 0
+        pend = idx.prefetch(order[0:wp])
+        while time.perf_counter() - t0 < seconds and k < len(order):
+            got = pend.result()
+            k += wp
+            pend = idx.prefetch(order[k : k + wp])
+            n += sum(b.column(0).values.nbytes for b in got)
+        pend.result()
+        return n / (time.perf_counter() - t0)
+
+    def stream() -> float:
+        t0, n = time.perf_counter(), 0
+        for t in RowStream(idx, "page", BUFFER, seed=0).iter_tables():
+            n += sum(c.values.nbytes for c in t.column(0).chunks)
+            if time.perf_counter() - t0 > seconds:
+                break
+        return n / (time.perf_counter() - t0)
+
+    r, s = [], []
+    for _ in range(rounds):
+        r.append(raw())
+        s.append(stream())
+    ratios = [b / a for a, b in zip(r, s)]
+    emit({"raw_mb_per_s": float(np.median(r)) / 1e6, "stream_mb_per_s": float(np.median(s)) / 1e6,
+          "ratio_median": float(np.median(ratios)), "ratios": ratios})
+
+
 def phase_latency(data: str, step_ms: float, batches: int, prefetch: bool = False) -> None:
     """Time a training loop waits for its next batch of 64 packed sequences × 2048
     tokens when each step takes ``step_ms`` (the loader prefetches while the step runs).
@@ -181,6 +224,8 @@ def main() -> None:
         if a.phase == "youmu":
             mode, workers = a.arg.split(",")
             phase_youmu(a.data, mode, int(workers), a.seconds)
+        elif a.phase == "overhead":
+            phase_overhead(a.data, a.seconds)
         elif a.phase == "latency":
             step, prefetch = (a.arg.split(",") + ["0"])[:2]
             phase_latency(a.data, float(step), 300, prefetch=prefetch == "1")
@@ -207,6 +252,7 @@ def main() -> None:
         for k in range(4):
             for f in sorted(Path(a.data).glob("*.parquet")):
                 os.link(f, big / f"r{k}-{f.name}")
+    overhead = run_phase(me, "overhead", "--data", a.data, "--seconds", "3")
     latency = run_phase(me, "latency", *common, "--arg", "100,0")
     latency_pf = run_phase(me, "latency", *common, "--arg", "100,1")
     # whole epochs: memory must not grow with what has been streamed either
@@ -241,6 +287,9 @@ def main() -> None:
           f"p99 {latency['p99_ms']:.2f} ms, max {latency['max_ms']:.2f} ms; "
           f"with youmu.torch.Prefetcher receiving batches during the step: p50 {latency_pf['p50_ms']:.2f} ms, "
           f"p99 {latency_pf['p99_ms']:.2f} ms, max {latency_pf['max_ms']:.2f} ms")
+    print(f"\nStream overhead (page shuffle, 2 threads, medians of 5 alternated rounds): RowStream "
+          f"{overhead['stream_mb_per_s']:.0f} MB/s of tokens vs read_pages on the same pages {overhead['raw_mb_per_s']:.0f} "
+          f"MB/s: {overhead['ratio_median']:.2f}x (per round {', '.join(f'{x:.2f}' for x in overhead['ratios'])})")
     print(f"\nPeak RSS streaming a whole page-mode epoch: {rss1['gb']:.2f} GB dataset ({rss1['rows']:,} rows) "
           f"{rss1['peak_rss_mb']:.0f} MB; {rss4['gb']:.2f} GB dataset ({rss4['rows']:,} rows) {rss4['peak_rss_mb']:.0f} MB")
     if hf_map:

@@ -29,6 +29,10 @@ use crate::runtime::runtime;
 use crate::storage::fetch::{coalesce, part};
 use crate::storage::{Fetched, Source, io_options};
 
+/// A window's reordered rows are gathered in parts of at least this many rows (smaller
+/// parts cost more in per-batch overhead than a thread saves).
+const WINDOW_PART_MIN_ROWS: usize = 1024;
+
 /// Rows `[first, first + n)` of row group `rg` of file `file`: what one decode reads.
 #[derive(Debug, Clone, Copy)]
 struct Unit {
@@ -317,23 +321,61 @@ impl PageIndex {
     /// here keeps the copy in Rust (one concat, one take, freed straight back to the
     /// OS) and lets a prefetch thread do it off the consumer's path.
     pub fn read_window(&self, ids: &[u64], take: Option<&[u64]>) -> Result<RecordBatch> {
+        let parts = self.read_window_parts(ids, take)?;
+        self.concat_window(&parts)
+    }
+
+    /// The window of [`read_window`](Self::read_window) as consecutive batches, without
+    /// the copy that joining them would cost: the pages themselves when there is no
+    /// `take`; otherwise the reordered rows gathered straight from the decoded pages
+    /// (one copy of the values, not a concatenation and then a take), in a few parts
+    /// gathered in parallel on the pool — the copy is memory-bound, and a window's
+    /// assembly would otherwise leave all but one thread idle between windows.
+    pub fn read_window_parts(&self, ids: &[u64], take: Option<&[u64]>) -> Result<Vec<RecordBatch>> {
         self.check_window_fits(ids, take)?;
         let batches = self.read_pages(ids)?;
+        let Some(take) = take else { return Ok(batches) };
+        let mut starts = Vec::with_capacity(batches.len() + 1);
+        starts.push(0u64);
+        for b in &batches {
+            starts.push(starts[starts.len() - 1] + b.num_rows() as u64);
+        }
+        let n = starts[starts.len() - 1];
+        let mut at = Vec::with_capacity(take.len());
+        for &t in take {
+            if t >= n {
+                return Err(Error::OutOfRange { what: "window row", id: t as i128, len: n });
+            }
+            let b = starts.partition_point(|&s| s <= t) - 1;
+            at.push((b, (t - starts[b]) as usize));
+        }
+        let refs: Vec<&RecordBatch> = batches.iter().collect();
+        let gather = |part: &[(usize, usize)]| -> Result<RecordBatch> {
+            arrow_select::interleave::interleave_record_batch(&refs, part).map_err(|e| Error::SchemaMismatch {
+                first: self.files[0].path.display().to_string(),
+                other: "another file of this window".into(),
+                detail: format!("pages cannot be combined into one window: {e}"),
+            })
+        };
+        let threads = runtime().num_threads().max(1);
+        let per_part = at.len().div_ceil(threads).max(WINDOW_PART_MIN_ROWS);
+        if at.len() <= per_part {
+            return Ok(vec![gather(&at)?]);
+        }
+        runtime().pool().install(|| at.par_chunks(per_part).map(gather).collect())
+    }
+
+    /// One batch of a window's parts (the single-batch API's join).
+    fn concat_window(&self, parts: &[RecordBatch]) -> Result<RecordBatch> {
+        if parts.len() == 1 {
+            return Ok(parts[0].clone());
+        }
         let schema = self.schema();
-        let batch = arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| Error::SchemaMismatch {
+        arrow_select::concat::concat_batches(&schema, parts).map_err(|e| Error::SchemaMismatch {
             first: self.files[0].path.display().to_string(),
             other: "another file of this window".into(),
             detail: format!("pages cannot be combined into one batch: {e}"),
-        })?;
-        drop(batches);
-        let Some(take) = take else { return Ok(batch) };
-        let n = batch.num_rows() as u64;
-        if let Some(&bad) = take.iter().find(|&&t| t >= n) {
-            return Err(Error::OutOfRange { what: "window row", id: bad as i128, len: n });
-        }
-        let idx = arrow_array::UInt64Array::from(take.to_vec());
-        arrow_select::take::take_record_batch(&batch, &idx)
-            .map_err(|e| Error::InvalidArgument(format!("cannot reorder window: {e}")))
+        })
     }
 
     /// Single rows by global row id, in `rows` order, as one batch. Each row is read

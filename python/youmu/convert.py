@@ -78,7 +78,8 @@ def rows(table: pa.Table | pa.RecordBatch, output: str, compact: bool = False) -
         raise InvalidArgumentError(f"output must be one of {OUTPUTS}, got {output!r}")
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
-    batches = table.combine_chunks().to_batches(max_chunksize=CONVERT_CHUNK)
+    # chunk by chunk: combining a multi-chunk table first would copy all of it
+    batches = table.to_batches(max_chunksize=CONVERT_CHUNK)
     for batch in batches:
         if output == "arrow":
             for i in range(batch.num_rows):

@@ -312,7 +312,9 @@ impl PyPageIndex {
         b.to_pyarrow(py)
     }
 
-    /// `read_window` in the background; `.result()` returns `[batch]`.
+    /// `read_window` in the background; `.result()` returns the window as a list of
+    /// consecutive batches (the pages, or the reordered rows in a few parts: joining
+    /// them would cost a copy that a table of several chunks does not need).
     #[pyo3(signature = (ids, take=None))]
     fn prefetch_window(&self, ids: &Bound<'_, PyAny>, take: Option<&Bound<'_, PyAny>>) -> PyResult<PendingPages> {
         let ids = ids_from(ids, self.inner.len(), "page", "prefetch_window() argument 'ids'", 8)?;
@@ -322,7 +324,7 @@ impl PyPageIndex {
             .transpose()?;
         self.inner.check_window_fits(&ids, take.as_deref())?;
         let inner = self.inner.clone();
-        background(self.inner.is_remote(), move || inner.read_window(&ids, take.as_deref()).map(|b| vec![b]))
+        background(self.inner.is_remote(), move || inner.read_window_parts(&ids, take.as_deref()))
     }
 
     /// Per-file details for `youmu inspect`.
