@@ -551,3 +551,16 @@ def test_positions_map_to_rows_under_page_slices(index) -> None:
     s = RowStream(index, "page", 250, seed=9, rank=1, world_size=2, page_slices=3)
     rows = plan_rows(s.plan, index.page_num_rows())
     assert rows.tolist() == ids_of(s)  # ids are the global row numbers in this corpus
+
+
+def test_default_windows_hold_at_least_32_pages_where_the_data_has_them() -> None:
+    """benches/shuffle_quality.py: windows of 32+ distinct pages trained as well as a full
+    row shuffle, fewer kept part of the no-shuffle degradation."""
+    from youmu.shuffle import window_pages_for
+
+    big_pages = np.full(1000, 330)  # ~1 MiB token pages: 8,192 rows would be 25 pages
+    assert window_pages_for(big_pages, None) == 32
+    small_pages = np.full(1000, 8)  # 8,192 rows are 1,024 pages
+    assert window_pages_for(small_pages, None) == 1024
+    assert window_pages_for(big_pages, 8192) == 25  # an explicit buffer_size is what it says
+    assert window_pages_for(np.full(40, 330), None, world_size=2) == 20  # every rank keeps a window

@@ -52,6 +52,8 @@ from youmu.sharding import Shard, block, round_robin
 __all__ = [
     "ShuffleMode",
     "SHUFFLE_MODES",
+    "DEFAULT_WINDOW_ROWS",
+    "DEFAULT_WINDOW_PAGES",
     "WINDOWS_IN_FLIGHT",
     "ShardPlan",
     "window_pages_for",
@@ -85,17 +87,26 @@ _SLICES_PURPOSE = "page-slices"
 WINDOWS_IN_FLIGHT = 3
 
 
+#: Rows per window when ``buffer_size`` is left to youmu...
+DEFAULT_WINDOW_ROWS = 8192
+#: ... and the fewest pages a default window holds: windows of 32 pages or more trained
+#: as well as a full row shuffle in ``benches/shuffle_quality.py`` (fewer pages per
+#: window keep part of the no-shuffle degradation: 34% with 8).
+DEFAULT_WINDOW_PAGES = 32
+
+
 def window_pages_for(
     page_rows: np.ndarray,
-    buffer_size: int,
+    buffer_size: int | None,
     world_size: int = 1,
     *,
     page_bytes: np.ndarray | None = None,
     memory_budget: int | None = None,
     in_flight: int = WINDOWS_IN_FLIGHT,
 ) -> int:
-    """Pages per window so a window holds about ``buffer_size`` rows — but never so
-    many that some rank would get no window: a small dataset must still give every DDP
+    """Pages per window so a window holds about ``buffer_size`` rows (``None``: about
+    :data:`DEFAULT_WINDOW_ROWS` rows and at least :data:`DEFAULT_WINDOW_PAGES` pages) —
+    but never so many that some rank would get no window: a small dataset must still give every DDP
     rank data (a rank with none would leave the others waiting in their collectives).
     Depends on the world size only, so a rank's rows never depend on its worker count.
 
@@ -110,11 +121,15 @@ def window_pages_for(
     >>> window_pages_for(np.array([100] * 50), 1000, page_bytes=np.array([1 << 20] * 50), memory_budget=12 << 20)
     4
     """
-    int_arg("buffer_size", buffer_size, minimum=1)
+    if buffer_size is not None:
+        int_arg("buffer_size", buffer_size, minimum=1)
     if len(page_rows) == 0:
         return 1
     mean = max(float(page_rows.mean()), 1.0)
-    wanted = max(1, int(round(buffer_size / mean)))
+    if buffer_size is None:
+        wanted = max(int(round(DEFAULT_WINDOW_ROWS / mean)), DEFAULT_WINDOW_PAGES)
+    else:
+        wanted = max(1, int(round(buffer_size / mean)))
     if memory_budget is not None:
         int_arg("memory_budget", memory_budget, minimum=1)
         if page_bytes is None or len(page_bytes) != len(page_rows):

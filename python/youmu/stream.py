@@ -24,7 +24,9 @@ from youmu.shuffle import ShardPlan, row_chunk_rows, window_pages_for
 
 __all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "default_read_ahead"]
 
-DEFAULT_BUFFER_SIZE = 8192
+#: ``buffer_size`` left to youmu: windows of about 8,192 rows and at least 32 pages
+#: (see :data:`youmu.shuffle.DEFAULT_WINDOW_PAGES`).
+DEFAULT_BUFFER_SIZE: int | None = None
 #: Most windows read ahead by default (remote stores, where first bytes take tens of ms).
 MAX_DEFAULT_READ_AHEAD = 8
 
@@ -61,7 +63,8 @@ class RowStream:
     Args:
         index: a :class:`youmu.PageIndex` (or any object with the same methods).
         shuffle: ``"page"`` (default), ``"row"``, ``"local"`` or ``"none"``.
-        buffer_size: rows shuffled together (page/local) or read per chunk (row).
+        buffer_size: rows shuffled together (page/local) or read per chunk (row);
+            default: about 8,192 rows and at least 32 pages per window.
         seed, epoch: the shuffle key.
         rank, world_size, worker, num_workers: which slice of the epoch this stream
             delivers (see :mod:`youmu.shuffle`).
@@ -86,7 +89,7 @@ class RowStream:
         self,
         index,
         shuffle: str = "page",
-        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        buffer_size: int | None = DEFAULT_BUFFER_SIZE,
         seed: int = 0,
         epoch: int = 0,
         rank: int = 0,

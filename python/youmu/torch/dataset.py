@@ -43,7 +43,10 @@ class YoumuDataset(PositionalStream[Any]):
             ``youmu.FlatMixture`` of Parquet sources (its children's pages form one space).
         columns: top-level columns (the first one's pages are the shuffle unit).
         shuffle: ``"page"`` (default), ``"row"``, ``"local"`` or ``"none"``.
-        buffer_size: rows shuffled together (about this many rows per window).
+        buffer_size: rows shuffled together (about this many rows per window). Default:
+            about 8,192 rows and at least 32 pages per window — shuffle quality depends
+            on the distinct pages per window (:attr:`window_pages`; see the README's
+            shuffle guidance).
         seed: shuffle seed; ``set_epoch`` reshuffles.
         rank, world_size: default from ``torch.distributed`` when initialised.
         transform: called on each row in the worker; returning ``None`` drops the row.
@@ -84,7 +87,7 @@ class YoumuDataset(PositionalStream[Any]):
         paths: Any,
         columns: Sequence[str] | None = None,
         shuffle: str = "page",
-        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        buffer_size: int | None = DEFAULT_BUFFER_SIZE,
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
@@ -100,7 +103,7 @@ class YoumuDataset(PositionalStream[Any]):
 
         choice_arg("shuffle", shuffle, SHUFFLE_MODES)
         choice_arg("output", output, OUTPUTS)
-        buffer_size = int_arg("buffer_size", buffer_size, minimum=1)
+        buffer_size = opt_int_arg("buffer_size", buffer_size, minimum=1)
         seed = int_arg("seed", seed, minimum=0)
         callable_arg("transform", transform, optional=True)
         drop_last = bool_arg("drop_last", drop_last)
@@ -205,6 +208,14 @@ class YoumuDataset(PositionalStream[Any]):
                 )
 
     # -- sizes ----------------------------------------------------------------------------
+    @property
+    def window_pages(self) -> int:
+        """Pages per shuffle window (page and local modes): what shuffle quality depends
+        on — windows of 32 pages or more trained as well as a full row shuffle in
+        ``benches/shuffle_quality.py``; with ``page_slices=k`` a window draws from about
+        ``k`` times as many pages."""
+        return self._wp
+
     def _window_pages(self) -> int:
         return self._wp
 
