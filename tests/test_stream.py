@@ -560,7 +560,7 @@ def test_default_windows_hold_at_least_32_pages_where_the_data_has_them() -> Non
 
     big_pages = np.full(1000, 330)  # ~1 MiB token pages: 8,192 rows would be 25 pages
     assert window_pages_for(big_pages, None) == 32
-    small_pages = np.full(1000, 8)  # 8,192 rows are 1,024 pages
+    small_pages = np.full(5000, 8)  # 8,192 rows are 1,024 pages
     assert window_pages_for(small_pages, None) == 1024
     assert window_pages_for(big_pages, 8192) == 25  # an explicit buffer_size is what it says
     assert window_pages_for(np.full(40, 330), None, world_size=2) == 20  # every rank keeps a window
