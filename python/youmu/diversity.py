@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from youmu.errors import PageOutOfRangeError
+from youmu.errors import InvalidArgumentError, PageOutOfRangeError
 from youmu.shuffle import ShardPlan
 
 __all__ = [
@@ -112,7 +112,7 @@ def block_distinct(labels: np.ndarray, block: int) -> np.ndarray:
     """Distinct values in each consecutive block of ``block`` labels (the last block may
     be short): e.g. sources per batch of rows."""
     if block < 1:
-        raise ValueError("block must be >= 1")
+        raise InvalidArgumentError("block must be >= 1")
     labels = np.asarray(labels)
     return np.array([len(np.unique(labels[s : s + block])) for s in range(0, len(labels), block)], dtype=np.int64)
 
@@ -150,7 +150,7 @@ def batch_bounds(row_tokens: np.ndarray, rows: np.ndarray, tokens_per_batch: int
     [[0, 2], [1, 3]]
     """
     if tokens_per_batch < 1:
-        raise ValueError("tokens_per_batch must be >= 1")
+        raise InvalidArgumentError("tokens_per_batch must be >= 1")
     cum = np.cumsum(np.asarray(row_tokens, dtype=np.int64)[np.asarray(rows, dtype=np.int64)])
     n = min(int(n_batches), int(cum[-1] // tokens_per_batch) if len(cum) else 0)
     edges = np.arange(n + 1, dtype=np.int64) * tokens_per_batch

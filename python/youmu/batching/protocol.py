@@ -41,7 +41,7 @@ from youmu.batching.alignment import (
 from youmu.batching.grouping import form_groups
 from youmu.batching.info import StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES, loss_scale
-from youmu.errors import InvalidArgumentError
+from youmu.errors import InvalidArgumentError, ProtocolError
 
 __all__ = ["Item", "RankProtocol", "EmittedStep", "plan_round"]
 
@@ -177,7 +177,7 @@ class RankProtocol:
             return []
         kept, overflow = align_groups(self.groups(), plan.target)
         if len(kept) != plan.target:  # cannot happen when T_grp <= S_min+
-            raise AssertionError(f"rank {self.rank}: aligned to {len(kept)} groups, target {plan.target}")
+            raise ProtocolError(f"rank {self.rank}: aligned to {len(kept)} groups, target {plan.target}")
         own = plan.reports[self.rank].n_groups
         if own < plan.target:
             self.splits += plan.target - own
