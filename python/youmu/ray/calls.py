@@ -69,10 +69,9 @@ def reraise_remote(e: BaseException, actor: str) -> BaseException:
     if isinstance(e, rex.RayTaskError):
         cause = getattr(e, "cause", None)
         if isinstance(cause, BaseException) and not isinstance(cause, rex.RayTaskError):
-            try:
-                cause.add_note(f"(raised in {actor}; remote traceback:\n{e.traceback_str})")
-            except Exception:  # noqa: BLE001 - a note is a courtesy
-                pass
+            add_note = getattr(cause, "add_note", None)  # Python >= 3.11
+            if add_note is not None:
+                add_note(f"(raised in {actor}; remote traceback:\n{e.traceback_str})")
             return cause
         return LoaderError(f"{actor} raised: {e}")
     return e

@@ -300,7 +300,7 @@ class _Fetch:
         for call, reqs in self.calls:
             for (src, origin, ps), samples in zip(reqs, call.result()):
                 got.update({(src, origin, p): x for p, x in zip(ps, samples)})
-        out = []
+        out: list[tuple[Any, MicroBatchInfo]] = []
         for refs, info in self.microbatches:
             if refs is None:
                 out.append((None, info))  # a padding slot with no earlier batch to repeat

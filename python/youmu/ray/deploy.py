@@ -156,9 +156,9 @@ class RayLoaders:
         def make(k: int, suffix: str = "") -> Any:
             group = {n: self.sources[n] for n in groups[k]}
             args = (group, settings.world_size)
-            kwargs = {"measure": fns, "cache_rows": cache_rows}
+            kwargs: dict[str, Any] = {"measure": fns, "cache_rows": cache_rows}
             if local:
-                return SourceLoader(*args, **kwargs)
+                return SourceLoader(group, settings.world_size, measure=fns, cache_rows=cache_rows)
             opts = {**_ACTOR_DEFAULTS, **dict(loader_options or {}), "name": self.loader_names[k] + suffix,
                     "namespace": namespace, "get_if_exists": True}
             if detached:

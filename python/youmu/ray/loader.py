@@ -39,6 +39,7 @@ Example (a loader in this process; :class:`youmu.ray.RayLoaders` makes it an act
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -348,7 +349,7 @@ class SourceLoader:
 
     def ping(self) -> dict[str, Any]:
         """Who answers: the process, its sources and their sizes (readiness checks)."""
-        return {"pid": os.getpid(), "sources": sorted(self.sources),
+        return {"pid": os.getpid(), "node": _node_id(), "sources": sorted(self.sources),
                 "rows": {n: (None if i is None else int(i.num_rows)) for n, i in self.indexes.items()}}
 
     def stats(self) -> dict[str, Any]:
@@ -358,3 +359,11 @@ class SourceLoader:
 
 
 _MISSING: Any = object()
+
+
+def _node_id() -> str | None:
+    """The Ray node this runs on (``None`` in process)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().get_node_id())

@@ -421,7 +421,9 @@ class StepPlanner:
     def ping(self) -> dict[str, Any]:
         import os
 
-        return {"pid": os.getpid(), "seeded": self.seeded,
+        from youmu.ray.loader import _node_id
+
+        return {"pid": os.getpid(), "node": _node_id(), "seeded": self.seeded,
                 "cursor": None if self._cursor is None else (self._cursor.epoch, self._cursor.step),
                 "busy_s": self.busy_s}
 
@@ -508,7 +510,8 @@ class StepPlanner:
                                             global_batch_size=cfg.global_batch_size, token_budget=cfg.token_budget,
                                             schedule=cfg.schedule))
             asm = Assembler(rank=r, world_size=self.world_size, names=cfg.names)
-            asm.last_batch = None if st.last[r] is None else list(st.last[r])
+            last = st.last[r]
+            asm.last_batch = None if last is None else list(last)
             self._assemblers.append(asm)
         self._carry = [[Held(i, s, list(d), t, p) for i, s, d, t, p in st.carry[r]] for r in range(self.world_size)]
         self._used = [[0] * len(cfg.names) for _ in range(self.world_size)]
@@ -530,6 +533,7 @@ class StepPlanner:
         """Ask the loaders for the records this step will need (all at once)."""
         cfg = self.settings
         if cfg.schedule is not None:
+            assert cfg.global_batch_size is not None  # a schedule mixes a sample count
             counts = cfg.schedule.count_vector(step, cfg.global_batch_size).tolist()
         elif cfg.global_batch_size is not None:
             counts = [cfg.global_batch_size]
