@@ -218,6 +218,8 @@ class SourceLoader:
         self.open_passes = int_arg("open_passes", open_passes, minimum=1)
         self.sources = {str(n): Source.of(s, f"sources[{n!r}]") for n, s in sources.items()}
         self.indexes = {n: s.open() for n, s in self.sources.items()}
+        if any(s.stream is None for s in self.sources.values()):
+            import youmu.torch  # noqa: F401 - now, not in the first call: a restart pays it before it serves
         fns = measure or MeasureFns()
         self.id_fn = fns.id_fn
         self._measure = Measure(rank=0, world_size=1, length_fn=fns.length_fn, docs_fn=fns.docs_fn,
