@@ -70,3 +70,8 @@ def stall_when_flagged(flag: str, row: Any) -> Any:
     while os.path.exists(flag):
         time.sleep(0.05)
     return row
+
+
+def drop_every_seventh(row: Any) -> Any:
+    """A transform that drops some rows (their positions still count)."""
+    return None if int(row["id"]) % 7 == 0 else row

@@ -125,6 +125,31 @@ def test_reference_exercises_what_matters(reference: list[list[Any]]) -> None:
     assert {i.step for i in infos if i.source_counts.get("code")} < {i.step for i in infos}, "no stage switch"
 
 
+@pytest.mark.parametrize("shuffle", ["page", "row", "local", "none"])
+@pytest.mark.parametrize("world,drop_last,budget", [(1, False, None), (2, True, None), (3, False, 60_000)])
+def test_loaders_read_the_rows_youmu_dataset_yields(paths: dict[str, str], shuffle: str, world: int,
+                                                    drop_last: bool, budget: int | None) -> None:
+    """A loader's torch-free ParquetRows is YoumuDataset.iter_positions, position for position."""
+    import youmu
+    from youmu.ray.loader import ParquetRows
+    from youmu.torch import YoumuDataset
+
+    index = youmu.PageIndex(paths["web"], columns=["id", "input_ids"])
+    drop = rs.drop_every_seventh
+    kw = dict(shuffle=shuffle, buffer_size=40, seed=7, drop_last=drop_last, output="numpy", memory_budget=budget,
+              transform=drop)
+    for rank in range(world):
+        ds = YoumuDataset(index, rank=rank, world_size=world, **kw)
+        mine = ParquetRows(index, Source(index, **kw), rank, world)
+        for epoch in (0, 2):
+            ds.set_epoch(epoch)
+            mine.set_epoch(epoch)
+            for start in (0, 13):
+                want = [(p, int(r["id"])) for p, r in ds.iter_positions(start)]
+                assert [(p, int(r["id"])) for p, r in mine.iter_positions(start)] == want
+                assert want or world == 3
+
+
 @pytest.mark.timeout(60)
 def test_in_process_deployment_equals_balanced_loader(paths: dict[str, str], reference: list[list[Any]]) -> None:
     """``local=True`` runs the loaders' and planner's code in one process: the same plans."""

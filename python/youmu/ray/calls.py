@@ -71,7 +71,7 @@ def reraise_remote(e: BaseException, actor: str) -> BaseException:
         if isinstance(cause, BaseException) and not isinstance(cause, rex.RayTaskError):
             add_note = getattr(cause, "add_note", None)  # Python >= 3.11
             if add_note is not None:
-                add_note(f"(raised in {actor}; remote traceback:\n{e.traceback_str})")
+                add_note(f"(raised in {actor}; remote traceback:\n{getattr(e, 'traceback_str', '')})")
             return cause
         return LoaderError(f"{actor} raised: {e}")
     return e

@@ -3,10 +3,11 @@ instead of once per source × DataLoader worker × rank inside the training proc
 (MegaScale-Data, §3: "dedicated actors for specific data sources" that "decouple
 file access states from worker processes").
 
-* :class:`Source` — how a loader builds one source's stream for each origin rank: a
-  :class:`~youmu.torch.YoumuDataset` over the source's Parquet files (its arguments,
-  less the rank and world size), or any position-addressable stream a function
-  builds (a :class:`~youmu.torch.MapStream` over a ``RowDataset``/``MixtureDataset``).
+* :class:`Source` — how a loader builds one source's stream for each origin rank: the
+  rows a :class:`~youmu.torch.YoumuDataset` over the source's Parquet files would
+  yield (its arguments, less the rank and world size; read by :class:`ParquetRows`,
+  without importing torch), or any position-addressable stream a function builds (a
+  :class:`~youmu.torch.MapStream` over a ``RowDataset``/``MixtureDataset``).
 * :class:`SourceLoader` — holds the :class:`~youmu.PageIndex` of each of its sources
   and builds rank ``r``'s stream on demand. Its two methods are **pure functions of
   their arguments**: :meth:`SourceLoader.records` measures positions
@@ -51,7 +52,7 @@ from youmu.dist import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.sources import Measure
 
-__all__ = ["Source", "SourceLoader", "Record", "MeasureFns"]
+__all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "MeasureFns"]
 
 #: a row position further than this past the last one read is re-read by a new pass
 #: (seeking) rather than by reading through the rows in between
@@ -171,12 +172,7 @@ class Source:
                 raise ArgumentTypeError(f"the stream function returned a {type(stream).__name__}, which has no "
                                         "iter_positions(start): return a youmu stream (MapStream, YoumuDataset, ...)")
             return stream
-        from youmu.torch import YoumuDataset
-
-        return YoumuDataset(index, columns=list(self.columns) if self.columns else None, shuffle=self.shuffle,
-                            buffer_size=self.buffer_size, seed=self.seed, rank=rank, world_size=world_size,
-                            transform=self.transform, drop_last=self.drop_last, output=self.output,
-                            memory_budget=self.memory_budget, read_ahead=self.read_ahead)
+        return ParquetRows(index, self, rank, world_size)
 
     def describe(self) -> dict[str, Any]:
         """The settings that shape the stream, by value (for fingerprints)."""
@@ -191,6 +187,58 @@ class Source:
         out.update(paths=where, columns=list(self.columns) if self.columns else None,
                    transform=None if self.transform is None else describe(self.transform))
         return out
+
+
+class ParquetRows:
+    """Rank ``rank``'s rows of a Parquet source by position: what
+    ``YoumuDataset(index, rank=rank, world_size=W, ...).iter_positions(start)`` yields,
+    read with the same pieces — :func:`youmu.stream.window_layout`,
+    :class:`youmu.stream.RowStream`, :func:`youmu.convert.rows` — but without torch: a
+    loader actor that imported it would carry hundreds of MB more (the CUDA build of
+    torch costs ~520 MB of private memory per process), and holding sources in few
+    processes is the point of disaggregation (MegaScale-Data, §2.4).
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, youmu
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)    # 5 pages
+    >>> src = Source(path, shuffle="none", buffer_size=2, output="python")
+    >>> [(p, r["x"]) for p, r in ParquetRows(youmu.PageIndex(path), src, rank=1, world_size=2).iter_positions(2)]
+    [(2, 6), (3, 7)]
+    """
+
+    def __init__(self, index: Any, source: Source, rank: int, world_size: int) -> None:
+        from youmu.stream import window_layout
+
+        if source.columns is not None and list(source.columns) != index.columns:
+            raise InvalidArgumentError(f"columns={list(source.columns)} but the given index reads {index.columns}")
+        self.index, self.source = index, source
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+        self._page_rows = index.page_num_rows()
+        self._wp, self._read_ahead = window_layout(index, source.buffer_size, world_size,
+                                                   memory_budget=source.memory_budget, read_ahead=source.read_ahead)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int_arg("epoch", epoch, minimum=0)
+
+    def iter_positions(self, start: int = 0) -> Iterator[tuple[int, Any]]:
+        """``(position, row)`` from ``start``, transformed; rows the transform drops are
+        skipped (their positions still count), as ``PositionalStream.iter_positions``."""
+        from youmu.convert import rows
+        from youmu.stream import RowStream
+
+        s = self.source
+        stream = RowStream(self.index, s.shuffle, s.buffer_size, s.seed, self.epoch, rank=self.rank,
+                           world_size=self.world_size, worker=0, num_workers=1, page_rows=self._page_rows,
+                           window_pages=self._wp, drop_last=s.drop_last, read_ahead=self._read_ahead)
+        pos = int_arg("start", start, minimum=0)
+        for table in stream.iter_tables(pos):
+            for row in rows(table, s.output, compact=False):  # compact: only inside DataLoader workers
+                if s.transform is not None:
+                    row = s.transform(row)
+                pos += 1
+                if row is not None or s.transform is None:
+                    yield pos - 1, row
 
 
 def _is_index(x: Any) -> bool:
@@ -218,8 +266,9 @@ class SourceLoader:
         self.open_passes = int_arg("open_passes", open_passes, minimum=1)
         self.sources = {str(n): Source.of(s, f"sources[{n!r}]") for n, s in sources.items()}
         self.indexes = {n: s.open() for n, s in self.sources.items()}
-        if any(s.stream is None for s in self.sources.values()):
-            import youmu.torch  # noqa: F401 - now, not in the first call: a restart pays it before it serves
+        # the read path, imported now rather than in the first call: a restart pays it before it serves
+        import youmu.convert  # noqa: F401
+        import youmu.stream  # noqa: F401
         fns = measure or MeasureFns()
         self.id_fn = fns.id_fn
         self._measure = Measure(rank=0, world_size=1, length_fn=fns.length_fn, docs_fn=fns.docs_fn,
