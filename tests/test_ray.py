@@ -129,7 +129,8 @@ def test_reference_exercises_what_matters(reference: list[list[Any]]) -> None:
 @pytest.mark.parametrize("world,drop_last,budget", [(1, False, None), (2, True, None), (3, False, 60_000)])
 def test_loaders_read_the_rows_youmu_dataset_yields(paths: dict[str, str], shuffle: str, world: int,
                                                     drop_last: bool, budget: int | None) -> None:
-    """A loader's torch-free ParquetRows is YoumuDataset.iter_positions, position for position."""
+    """A loader's torch-free ParquetRows is YoumuDataset.iter_positions, position for
+    position, and reads the same rows back one by one."""
     import youmu
     from youmu.ray.loader import ParquetRows
     from youmu.torch import YoumuDataset
@@ -148,6 +149,9 @@ def test_loaders_read_the_rows_youmu_dataset_yields(paths: dict[str, str], shuff
                 want = [(p, int(r["id"])) for p, r in ds.iter_positions(start)]
                 assert [(p, int(r["id"])) for p, r in mine.iter_positions(start)] == want
                 assert want or world == 3
+                # and row by row, through the row map (how a loader re-reads an evicted row)
+                some = want[::5][::-1]
+                assert [int(r["id"]) for r in mine.rows_at([p for p, _ in some])] == [i for _, i in some]
 
 
 @pytest.mark.timeout(60)

@@ -20,19 +20,23 @@ file access states from worker processes").
   state; youmu's positions are pure functions of (seed, epoch, position), so a loader
   has no buffer worth saving).
 
-Memory is bounded whatever the number of sources: rows measured but not yet delivered
-wait in one LRU cache per loader (``cache_rows``; a row leaves it when its payload is
-fetched, and a miss re-reads the row by position), and at most ``open_passes`` passes
-over streams (with their read-ahead windows) stay open to continue where the last
-metadata read stopped.
+Memory does not grow with the number of sources or ranks: a loader keeps no stream
+open between calls. The metadata pass reads whole windows (a window is decoded whole
+anyway: its rows are permuted across its pages) and returns their records, compact;
+the decoded rows wait for their payload pass in one LRU cache per loader
+(``cache_rows``), and a row evicted from it (or asked of a standby, or of a restarted
+loader) is read again by position — youmu's row map from stream position to page
+row (:func:`youmu.shuffle.positions_to_rows`) and a random row read
+(:meth:`youmu.PageIndex.read_rows`).
 
 Example (a loader in this process; :class:`youmu.ray.RayLoaders` makes it an actor):
     >>> from youmu.torch import MapStream
     >>> rows = [{"input_ids": list(range(n))} for n in (3, 9, 4, 7, 5, 2)]
     >>> src = Source(stream=lambda rank, world_size: MapStream(rows, rank=rank, world_size=world_size))
     >>> loader = SourceLoader({"web": src}, world_size=2)
-    >>> [(r.position, r.docs) for r in loader.records(0, [("web", 1, 0, 2)])[0][0]]   # rank 1: rows 1, 3
-    [(0, [9]), (1, [7])]
+    >>> recs = loader.records(0, [("web", 1, 0, 2)])[0]            # rank 1's first two: rows 1, 3
+    >>> [(r.position, r.docs) for r in recs], recs.next, recs.ended
+    ([(0, [9]), (1, [7])], 2, False)
     >>> [len(s["input_ids"]) for s in loader.payloads(0, [("web", 1, [1, 0])])[0]]
     [7, 9]
 """
@@ -47,12 +51,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from youmu._args import bool_arg, callable_arg, choice_arg, index_of, int_arg, opt_int_arg
 from youmu.dist import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.sources import Measure
 
-__all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "MeasureFns"]
+__all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "Records", "MeasureFns"]
 
 #: a row position further than this past the last one read is re-read by a new pass
 #: (seeking) rather than by reading through the rows in between
@@ -67,6 +73,49 @@ class Record(NamedTuple):
     docs: list[int]
     tokens: int
     uid: int | None
+
+
+@dataclass(frozen=True)
+class Records:
+    """Records of consecutive samples of one (source, rank) stream, in columns (a few
+    integers per sample: cheap to send and to keep ahead of use); ``next``: the
+    position after them; ``ended``: the stream has no more.
+
+    >>> r = Records.of([Record(0, [3, 4], 7, None), Record(2, [5], 5, None)], next=3, ended=True)
+    >>> len(r), r[1], r.next
+    (2, Record(position=2, docs=[5], tokens=5, uid=None), 3)
+    """
+
+    positions: np.ndarray
+    tokens: np.ndarray
+    doc_offsets: np.ndarray
+    doc_lengths: np.ndarray
+    uids: np.ndarray | None
+    next: int
+    ended: bool
+
+    @classmethod
+    def of(cls, records: Sequence[Record], *, next: int, ended: bool) -> Records:
+        counts = np.fromiter((len(r.docs) for r in records), dtype=np.int64, count=len(records))
+        offsets = np.zeros(len(records) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        lengths = np.fromiter((d for r in records for d in r.docs), dtype=np.int64, count=int(offsets[-1]))
+        has_uid = bool(records) and records[0].uid is not None
+        return cls(np.fromiter((r.position for r in records), dtype=np.int64, count=len(records)),
+                   np.fromiter((r.tokens for r in records), dtype=np.int64, count=len(records)), offsets, lengths,
+                   np.fromiter((r.uid for r in records), dtype=np.int64, count=len(records)) if has_uid else None,
+                   int(next), bool(ended))
+
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    def __getitem__(self, i: int) -> Record:
+        a, b = int(self.doc_offsets[i]), int(self.doc_offsets[i + 1])
+        return Record(int(self.positions[i]), self.doc_lengths[a:b].tolist(), int(self.tokens[i]),
+                      None if self.uids is None else int(self.uids[i]))
+
+    def __iter__(self) -> Iterator[Record]:
+        return (self[i] for i in range(len(self)))
 
 
 @dataclass(frozen=True)
@@ -215,30 +264,80 @@ class ParquetRows:
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
         self._page_rows = index.page_num_rows()
+        self._page_starts = np.concatenate([[0], np.cumsum(self._page_rows)])
+        self._plan_epoch: int | None = None
+        self._rowstream: Any = None
         self._wp, self._read_ahead = window_layout(index, source.buffer_size, world_size,
                                                    memory_budget=source.memory_budget, read_ahead=source.read_ahead)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int_arg("epoch", epoch, minimum=0)
 
-    def iter_positions(self, start: int = 0) -> Iterator[tuple[int, Any]]:
-        """``(position, row)`` from ``start``, transformed; rows the transform drops are
-        skipped (their positions still count), as ``PositionalStream.iter_positions``."""
-        from youmu.convert import rows
+    def _stream(self) -> Any:
         from youmu.stream import RowStream
 
+        if self._plan_epoch != self.epoch:
+            s = self.source
+            self._rowstream = RowStream(
+                self.index, s.shuffle, s.buffer_size, s.seed, self.epoch, rank=self.rank, world_size=self.world_size,
+                worker=0, num_workers=1, page_rows=self._page_rows, window_pages=self._wp, drop_last=s.drop_last,
+                read_ahead=self._read_ahead)
+            self._plan_epoch = self.epoch
+        return self._rowstream
+
+    def iter_windows(self, start: int = 0) -> Iterator[tuple[int, list[tuple[int, Any]]]]:
+        """The rest of each window from ``start``: ``(position after the window, [(position,
+        row), ...])``, transformed (rows the transform drops are left out)."""
+        from youmu.convert import rows
+
         s = self.source
-        stream = RowStream(self.index, s.shuffle, s.buffer_size, s.seed, self.epoch, rank=self.rank,
-                           world_size=self.world_size, worker=0, num_workers=1, page_rows=self._page_rows,
-                           window_pages=self._wp, drop_last=s.drop_last, read_ahead=self._read_ahead)
         pos = int_arg("start", start, minimum=0)
-        for table in stream.iter_tables(pos):
+        for table in self._stream().iter_tables(pos):
+            out = []
             for row in rows(table, s.output, compact=False):  # compact: only inside DataLoader workers
                 if s.transform is not None:
                     row = s.transform(row)
                 pos += 1
                 if row is not None or s.transform is None:
-                    yield pos - 1, row
+                    out.append((pos - 1, row))
+            yield pos, out
+
+    def iter_positions(self, start: int = 0) -> Iterator[tuple[int, Any]]:
+        """``(position, row)`` from ``start``, transformed; rows the transform drops are
+        skipped (their positions still count), as ``PositionalStream.iter_positions``."""
+        for _, window in self.iter_windows(start):
+            yield from window
+
+    def rows_at(self, positions: Sequence[int]) -> list[Any]:
+        """The rows at ``positions``, read one by one through the row map (a page read
+        per row, no window): what :meth:`iter_positions` yields at them."""
+        from youmu.convert import rows
+        from youmu.shuffle import positions_to_rows
+
+        if not len(positions):
+            return []
+        plan = self._stream().plan
+        if plan.mode == "row":
+            ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
+        else:
+            starts = self._page_starts
+            ids = [int(starts[p]) + r for p, r in positions_to_rows(plan, self._page_rows, positions)]
+        batch = self.index.read_rows(ids)
+        schema = self.index.schema
+        if not batch.schema.equals(schema):  # files may differ in nullability, as RowStream conforms them
+            import pyarrow as pa
+
+            batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+        out = []
+        s = self.source
+        for pos, row in zip(positions, rows(batch, s.output, compact=False)):
+            if s.transform is not None:
+                row = s.transform(row)
+                if row is None:
+                    raise LoaderError(f"the transform dropped position {pos}, which the planner measured (a "
+                                      "transform must be a pure function of the row)")
+            out.append(row)
+        return out
 
 
 def _is_index(x: Any) -> bool:
@@ -318,37 +417,50 @@ class SourceLoader:
             self._rows.popitem(last=False)
 
     # -- the two pure methods --------------------------------------------------------------
-    def records(self, epoch: int, requests: Sequence[tuple[str, int, int, int]]
-                ) -> list[tuple[list[Record], int, bool]]:
-        """For each ``(source, rank, start, count)``: the :class:`Record` of up to
+    def records(self, epoch: int, requests: Sequence[tuple[str, int, int, int]]) -> list[Records]:
+        """For each ``(source, rank, start, count)``: the :class:`Records` of at least
         ``count`` samples of rank ``rank``'s stream from position ``start`` (positions a
-        transform drops are skipped), the position after the last one, and whether the
-        stream ended before ``count``."""
+        transform drops are skipped; a Parquet source's records run to the end of the
+        last window read), unless the stream ends first."""
         epoch = int_arg("epoch", epoch, minimum=0)
         with self._lock:
             return [self._records(name, int(rank), epoch, start, count) for name, rank, start, count in requests]
 
-    def _records(self, name: str, rank: int, epoch: int, start: int, count: int) -> tuple[list[Record], int, bool]:
+    def _measure_row(self, name: str, rank: int, epoch: int, pos: int, item: Any) -> Record:
+        docs, tokens = self._measure.measured(item)
+        uid = None if self.id_fn is None else index_of(self.id_fn(item), "id_fn's result")
+        self._cache((name, rank, epoch, pos), item)
+        return Record(pos, docs, tokens, uid)
+
+    def _records(self, name: str, rank: int, epoch: int, start: int, count: int) -> Records:
         int_arg("start", start, minimum=0)
         int_arg("count", count, minimum=0)
-        it = self._pass_at(name, rank, epoch, start)
+        stream = self._stream(name, rank, epoch)
         recs: list[Record] = []
-        nxt, ended = start, False
-        while len(recs) < count:
-            try:
-                pos, item = next(it)
-            except StopIteration:
-                ended = True
-                break
-            docs, tokens = self._measure.measured(item)
-            uid = None if self.id_fn is None else index_of(self.id_fn(item), "id_fn's result")
-            recs.append(Record(pos, docs, tokens, uid))
-            self._cache((name, rank, epoch, pos), item)
-            nxt = pos + 1
+        nxt, ended = start, True
+        if hasattr(stream, "iter_windows"):
+            # whole windows: nothing of the pass is kept, the next call starts at a window
+            for after, window in stream.iter_windows(start):
+                nxt = after
+                recs += [self._measure_row(name, rank, epoch, pos, item) for pos, item in window]
+                if len(recs) >= count:
+                    ended = False
+                    break
+        else:
+            it = self._pass_at(name, rank, epoch, start)
+            ended = False
+            while len(recs) < count:
+                try:
+                    pos, item = next(it)
+                except StopIteration:
+                    ended = True
+                    break
+                recs.append(self._measure_row(name, rank, epoch, pos, item))
+                nxt = pos + 1
+            if not ended:
+                self._keep_pass((name, rank, epoch), nxt, it)
         self.rows_read["records"] += len(recs)
-        if not ended:
-            self._keep_pass((name, rank, epoch), nxt, it)
-        return recs, nxt, ended
+        return Records.of(recs, next=nxt, ended=ended)
 
     def payloads(self, epoch: int, requests: Sequence[tuple[str, int, Sequence[int]]]) -> list[list[Any]]:
         """For each ``(source, rank, positions)``: the (transformed) samples at those
@@ -362,21 +474,24 @@ class SourceLoader:
         missing = []
         for p in map(int, positions):
             # a delivered row leaves the cache: each is fetched once (a padding slot or a
-            # repeated call re-reads it)
+            # repeated call reads it again)
             item = self._rows.pop((name, rank, epoch, p), _MISSING)
             if item is not _MISSING:
                 got[p] = item
             elif p not in got:
                 missing.append(p)
         if missing:
-            got.update(self._reread(name, rank, epoch, sorted(set(missing))))
+            missing = sorted(set(missing))
+            self.rows_read["payload_misses"] += len(missing)
+            stream = self._stream(name, rank, epoch)
+            if hasattr(stream, "rows_at"):
+                got.update(zip(missing, stream.rows_at(missing)))
+            else:
+                got.update(self._reread(stream, name, rank, epoch, missing))
         return [got[int(p)] for p in positions]
 
-    def _reread(self, name: str, rank: int, epoch: int, wanted: list[int]) -> dict[int, Any]:
-        """Rows no longer cached (evicted, or asked of a standby or a restarted
-        loader), read again by position."""
-        self.rows_read["payload_misses"] += len(wanted)
-        stream = self._stream(name, rank, epoch)
+    def _reread(self, stream: Any, name: str, rank: int, epoch: int, wanted: list[int]) -> dict[int, Any]:
+        """Items of a stream without a row map, no longer cached, read again by position."""
         found: dict[int, Any] = {}
         i = 0
         while i < len(wanted):

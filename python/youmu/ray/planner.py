@@ -81,7 +81,7 @@ from youmu.planning.sources import (
     step_meta,
 )
 from youmu.ray.calls import Actor, Call
-from youmu.ray.loader import Record
+from youmu.ray.loader import Record, Records
 
 __all__ = ["NEED_STATE", "PlanSettings", "PlannerState", "RankStep", "RecordMeasure", "StepPlanner", "Ref"]
 
@@ -316,12 +316,21 @@ class _View:
         self.position = position
         self.fetch_at = position
         self.ended = False
-        self.buffer: deque[Record] = deque()
+        self.chunks: deque[Records] = deque()
+        self.at = 0  # next record of chunks[0]
+        self.buffered = 0
         self.pending: _Batch | None = None
+
+    def add(self, recs: Records) -> None:
+        if len(recs):
+            self.chunks.append(recs)
+            self.buffered += len(recs)
+        self.fetch_at = recs.next
+        self.ended = recs.ended
 
     def __iter__(self) -> Iterator[Record]:
         while True:
-            if not self.buffer:
+            if not self.buffered:
                 if self.pending is not None:
                     self.fetcher.wait(self.pending)
                 elif self.ended:
@@ -329,7 +338,13 @@ class _View:
                 else:
                     self.fetcher.fetch([(self, _MIN_CHUNK)])
                 continue
-            rec = self.buffer.popleft()
+            chunk = self.chunks[0]
+            rec = chunk[self.at]
+            self.at += 1
+            self.buffered -= 1
+            if self.at == len(chunk):
+                self.chunks.popleft()
+                self.at = 0
             self.position = rec.position + 1
             yield rec
 
@@ -365,10 +380,8 @@ class _Fetcher:
         finally:
             for v in batch.views:
                 v.pending = None
-        for v, (recs, nxt, ended) in zip(batch.views, results):
-            v.buffer.extend(Record(*r) for r in recs)
-            v.fetch_at = int(nxt)
-            v.ended = bool(ended)
+        for v, recs in zip(batch.views, results):
+            v.add(recs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -544,7 +557,7 @@ class StepPlanner:
             for c, v in enumerate(views):
                 need = (max(self._used[r][c], 1) if counts is None
                         else math.ceil(int(counts[c]) / self.world_size))
-                if need and len(v.buffer) < need and v.pending is None and not v.ended:
+                if need and v.buffered < need and v.pending is None and not v.ended:
                     wants.append((v, max(_MIN_CHUNK, _LOOKAHEAD_STEPS * need)))
         self._fetcher.fetch(wants)
 
