@@ -16,6 +16,24 @@ def test_core_streams_and_pure_layers_do_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_nothing_but_youmu_ray_imports_ray() -> None:
+    """Ray is the optional extra ``youmu[ray]``: every other module imports without it."""
+    code = (
+        "import importlib, pkgutil, sys, warnings, youmu\n"
+        "warnings.simplefilter('ignore')\n"
+        "todo = [youmu]\n"
+        "while todo:\n"  # walk_packages would import youmu.ray to list it
+        "    pkg = todo.pop()\n"
+        "    for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        if m.name != 'youmu.ray':\n"
+        "            mod = importlib.import_module(m.name)\n"
+        "            todo += [mod] if m.ispkg else []\n"
+        "youmu.PageIndex; youmu.LoaderUnavailableError\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_console_script_is_installed() -> None:
     out = subprocess.run([sys.executable, "-m", "youmu.cli", "--help"], capture_output=True, text=True, check=True)
     assert "inspect" in out.stdout and "index" in out.stdout

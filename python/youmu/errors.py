@@ -48,6 +48,7 @@ __all__ = [
     "PeerClosedError",
     "DataStallError",
     "ProtocolError",
+    "LoaderUnavailableError",
     "YoumuIOError",
     "StorageError",
     "ObjectNotFoundError",
@@ -223,3 +224,22 @@ class DataStallError(LoaderError):
 
 class ProtocolError(LoaderError):
     """A gathered message that no correct rank could have sent (version skew, a bug)."""
+
+
+class LoaderUnavailableError(LoaderError):
+    """A disaggregated loader process (a :mod:`youmu.ray` source loader or step
+    planner) did not answer within the timeout: it died and cannot restart, or hangs,
+    or its restart is not scheduled. ``actor`` names it. Every rank raises it, since
+    every rank's plan depends on the planner and on every source.
+
+    >>> e = LoaderUnavailableError("source loader 'job.loader0' did not answer in 30 s", actor="job.loader0")
+    >>> e.actor, isinstance(e, RuntimeError)
+    ('job.loader0', True)
+    """
+
+    def __init__(self, message: str, actor: str = "") -> None:
+        super().__init__(message, actor)
+        self.actor = actor
+
+    def __str__(self) -> str:  # the message alone (args also carry the actor, for pickling)
+        return str(self.args[0]) if self.args else ""

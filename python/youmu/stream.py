@@ -22,7 +22,7 @@ import pyarrow as pa
 from youmu._args import int_arg
 from youmu.shuffle import ShardPlan, row_chunk_rows, window_pages_for
 
-__all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "default_read_ahead"]
+__all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "default_read_ahead", "window_layout"]
 
 #: ``buffer_size`` left to youmu: windows of about 8,192 rows and at least 32 pages
 #: (see :data:`youmu.shuffle.DEFAULT_WINDOW_PAGES`).
@@ -55,6 +55,30 @@ def default_read_ahead(index: object, window_pages: int) -> int:
     except (ImportError, AttributeError):  # a build without object-store support
         inflight = 64
     return max(2, min(MAX_DEFAULT_READ_AHEAD, math.ceil(inflight / max(window_pages, 1))))
+
+
+def window_layout(index: object, buffer_size: int | None, world_size: int, *, memory_budget: int | None = None,
+                  read_ahead: int | None = None, page_slices: int = 1) -> tuple[int, int]:
+    """``(window pages, windows read ahead)`` of a sharded stream over ``index``: a pure
+    function of the files, ``buffer_size``, the world size, ``memory_budget`` (windows
+    shrink so the one consumed, those in flight and ``page_slices - 1`` more while a
+    window is assembled fit) and ``read_ahead`` (default :func:`default_read_ahead`). What :class:`~youmu.torch.YoumuDataset` and
+    :mod:`youmu.ray`'s source loaders read with, so both read the same windows.
+
+    >>> import numpy as np
+    >>> class Index:
+    ...     def page_num_rows(self): return np.full(100, 50)
+    >>> window_layout(Index(), buffer_size=500, world_size=2)
+    (10, 1)
+    """
+    page_rows = index.page_num_rows()  # type: ignore[attr-defined]
+    ahead = read_ahead if read_ahead is not None else default_read_ahead(index, 1)
+    wp = window_pages_for(
+        page_rows, buffer_size, world_size,
+        page_bytes=index.page_decoded_bytes() if memory_budget is not None else None,  # type: ignore[attr-defined]
+        memory_budget=memory_budget, in_flight=ahead + 1 + page_slices,
+    )
+    return wp, (read_ahead if read_ahead is not None else default_read_ahead(index, wp))
 
 
 class RowStream:

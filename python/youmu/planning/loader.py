@@ -98,9 +98,18 @@ from youmu.planning.checkpoint import (
 )
 from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
 from youmu.planning.info import Assembler, MicroBatchInfo, default_docs
-from youmu.planning.planner import Planner, SampleMeta
+from youmu.planning.planner import Planner
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
-from youmu.planning.sources import Held, Measure, RankReader, SourceStream, resolve_sources
+from youmu.planning.sources import (
+    Held,
+    Measure,
+    RankReader,
+    SourceStream,
+    carry_after,
+    rank_meta,
+    resolve_sources,
+    step_meta,
+)
 
 __all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]
 
@@ -307,25 +316,18 @@ class BalancedLoader:
                 return
             try:
                 held, leftover, short = reader.take(step, carry)
-                local = SampleMeta.build(
-                    ids=[h.id for h in held], docs=[h.docs for h in held], sources=[h.source for h in held],
-                    tokens=[h.tokens for h in held], origin=self.rank,
-                )
-                vec = local.encode()
+                vec = rank_meta(held, self.rank).encode()
             except BaseException:
                 ex.announce(FAILED)
                 raise
             gathered = ex.gather(EXHAUSTED if short else OK, vec)
             if self.drop_last and any(status == EXHAUSTED for status, _ in gathered):
                 return
-            meta = SampleMeta.concat(SampleMeta.decode(v, origin=k) for k, (_, v) in enumerate(gathered))
+            meta = step_meta(v for _, v in gathered)
             if len(meta) == 0:
                 return  # every rank is out of data: the same decision everywhere
-            if len(set(meta.ids.tolist())) != len(meta):
-                raise InvalidArgumentError("sample ids are not unique across ranks (check id_fn)")
             plan = self.planner.plan(step, meta)
-            deferred = set(plan.meta.ids[plan.deferred].tolist())
-            carry = [h for h in held if h.id in deferred] + leftover
+            carry = carry_after(plan, held, leftover)
             self._record(step + 1, reader, carry)
             if self._resume is not None and step < self._resume[0]:
                 # replaying up to the resume point: the plan is a pure function of the

@@ -14,7 +14,12 @@ for a step.
 * :class:`RankReader` — this rank's share of a step: ``global_batch_size`` samples
   or ``token_budget`` tokens split over the ranks by :func:`youmu.sharding.share`
   (the remainder rotating with the step), a mixing schedule's exact per-source
-  counts, or ``num_microbatches`` formed micro-batches (``reorder_only``).
+  counts, or ``num_microbatches`` formed micro-batches (``reorder_only``);
+* :func:`rank_meta`, :func:`step_meta`, :func:`carry_after` — what a rank
+  contributes to a step's plan, the step's candidates in rank order, and what a rank
+  holds over to the next step: the same three pieces whether each rank plans for
+  itself after an all-gather (:class:`~youmu.planning.loader.BalancedLoader`) or one
+  process plans for every rank (:mod:`youmu.ray`).
 
 Example:
     >>> measure = Measure(rank=0, world_size=1)
@@ -31,13 +36,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from youmu._args import index_of
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 from youmu.planning.info import default_docs
+from youmu.planning.planner import SampleMeta, StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 from youmu.sharding import share
 
-__all__ = ["SourceStream", "Held", "Measure", "RankReader", "formed_microbatch", "resolve_sources"]
+__all__ = ["SourceStream", "Held", "Measure", "RankReader", "formed_microbatch", "resolve_sources", "rank_meta",
+           "step_meta", "carry_after"]
 
 
 def resolve_sources(
@@ -222,26 +231,48 @@ class Measure:
         self.next_index = 0
 
     def measure(self, sample: Any, source: int) -> Held:
-        if self.reorder_only:
-            docs: list[int] = []
-            tokens = 0
-            for s in sample:
-                d, t = self._measure_one(s)
-                docs.extend(d)
-                tokens += t
-        else:
-            docs, tokens = self._measure_one(sample)
-            if self.capacity is not None and sum(docs) > self.capacity:
-                # it would be deferred forever: no micro-batch can ever hold it
-                raise CapacityError(f"a sample of {sum(docs)} tokens exceeds capacity={self.capacity}; "
-                                    "truncate or split it before the loader")
+        """Measure ``sample`` of stream ``source`` and hold it (:meth:`measured`, then
+        :meth:`hold`; ``id_fn`` last)."""
+        docs, tokens = self.measured(sample)
+        held = self.hold(docs, tokens, source, sample)
+        if self.id_fn is not None and not self.reorder_only:
+            held.id = index_of(self.id_fn(sample), "id_fn's result")
+        return held
+
+    def measured(self, sample: Any) -> tuple[list[int], int]:
+        """Documents and loss tokens of ``sample`` (the part that needs the sample
+        itself: a disaggregated loader measures where the data is, see
+        :mod:`youmu.ray`).
+
+        >>> Measure(rank=0, world_size=1).measured({"input_ids": [0] * 7})
+        ([7], 7)
+        """
+        if not self.reorder_only:
+            return self._measure_one(sample)
+        docs: list[int] = []
+        tokens = 0
+        for s in sample:
+            d, t = self._measure_one(s)
+            docs.extend(d)
+            tokens += t
+        return docs, tokens
+
+    def hold(self, docs: list[int], tokens: int, source: int, payload: Any, uid: int | None = None) -> Held:
+        """A measured sample as this rank holds it: checked against ``capacity``, given
+        the next arrival id (or ``uid``, an ``id_fn`` result computed elsewhere).
+
+        >>> m = Measure(rank=1, world_size=2, capacity=8)
+        >>> m.hold([5], 5, source=0, payload="x"), m.hold([3], 3, source=1, payload="y", uid=42).id
+        (Held(id=1, source=0, docs=[5], tokens=5, payload='x'), 42)
+        """
+        if not self.reorder_only and self.capacity is not None and sum(docs) > self.capacity:
+            # it would be deferred forever: no micro-batch can ever hold it
+            raise CapacityError(f"a sample of {sum(docs)} tokens exceeds capacity={self.capacity}; "
+                                "truncate or split it before the loader")
         k = self.next_index
         self.next_index += 1
-        if self.id_fn is not None and not self.reorder_only:
-            sid = index_of(self.id_fn(sample), "id_fn's result")
-        else:
-            sid = k * self.world_size + self.rank
-        return Held(sid, source, docs, tokens, sample)
+        sid = k * self.world_size + self.rank if uid is None else uid
+        return Held(sid, source, docs, tokens, payload)
 
     def _measure_one(self, sample: Any) -> tuple[list[int], int]:
         if self.length_fn is not None:
@@ -340,3 +371,37 @@ class RankReader:
                     break
                 held.append(measure.measure(item, c))
         return held, [], short
+
+
+def rank_meta(held: list[Held], rank: int) -> SampleMeta:
+    """The candidates ``rank`` contributes to a step's plan (it all-gathers
+    ``rank_meta(...).encode()``).
+
+    >>> rank_meta([Held(3, 0, [30, 70], 100, None)], rank=1).origin.tolist()
+    [1]
+    """
+    return SampleMeta.build(ids=[h.id for h in held], docs=[h.docs for h in held], sources=[h.source for h in held],
+                            tokens=[h.tokens for h in held], origin=rank)
+
+
+def step_meta(vectors: Iterable[np.ndarray]) -> SampleMeta:
+    """A step's candidates: every rank's encoded :func:`rank_meta`, in rank order,
+    decoded with ``origin`` set to the rank (what the planner plans over); ids must be
+    unique across ranks.
+
+    >>> a, b = rank_meta([Held(0, 0, [5], 5, None)], 0), rank_meta([Held(1, 0, [7], 7, None)], 1)
+    >>> m = step_meta([a.encode(), b.encode()]); m.ids.tolist(), m.origin.tolist()
+    ([0, 1], [0, 1])
+    """
+    meta = SampleMeta.concat(SampleMeta.decode(v, origin=k) for k, v in enumerate(vectors))
+    if len(set(meta.ids.tolist())) != len(meta):
+        raise InvalidArgumentError("sample ids are not unique across ranks (check id_fn)")
+    return meta
+
+
+def carry_after(plan: StepPlan, held: list[Held], leftover: list[Held]) -> list[Held]:
+    """What a rank holds over to the next step: its candidates the plan deferred (they
+    fit in no micro-batch), then the samples :meth:`RankReader.take` read beyond its
+    share (a token budget's overshoot)."""
+    deferred = set(plan.meta.ids[plan.deferred].tolist())
+    return [h for h in held if h.id in deferred] + leftover

@@ -23,8 +23,8 @@ from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
 from youmu.dist.world import rank_and_world
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError, YoumuWarning
-from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, dropped_rows, row_chunk_rows, window_pages_for
-from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, default_read_ahead
+from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, dropped_rows, row_chunk_rows
+from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 from youmu.torch.sharded import PositionalStream, in_worker_process
 
 __all__ = ["YoumuDataset"]
@@ -148,13 +148,9 @@ class YoumuDataset(PositionalStream[Any]):
         self._page_rows = self.index.page_num_rows()
         self.memory_budget = memory_budget
         # a pure function of the files, world size, buffer_size and budget: computed once
-        ahead = read_ahead if read_ahead is not None else default_read_ahead(self.index, 1)
-        self._wp = window_pages_for(
-            self._page_rows, self.buffer_size, self.world_size,
-            page_bytes=self.index.page_decoded_bytes() if memory_budget is not None else None,
-            memory_budget=memory_budget, in_flight=ahead + 1 + page_slices,
-        )
-        self.read_ahead = read_ahead if read_ahead is not None else default_read_ahead(self.index, self._wp)
+        self._wp, self.read_ahead = window_layout(self.index, self.buffer_size, self.world_size,
+                                                  memory_budget=memory_budget, read_ahead=read_ahead,
+                                                  page_slices=page_slices)
         self._check_rank_gets_rows()
 
     def _check_rank_gets_rows(self) -> None:

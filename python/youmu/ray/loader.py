@@ -1,0 +1,542 @@
+"""Source loaders: each data source's stream is opened **once**, in a loader actor,
+instead of once per source × DataLoader worker × rank inside the training processes
+(MegaScale-Data, §3: "dedicated actors for specific data sources" that "decouple
+file access states from worker processes").
+
+* :class:`Source` — how a loader builds one source's stream for each origin rank: the
+  rows a :class:`~youmu.torch.YoumuDataset` over the source's Parquet files would
+  yield (its arguments, less the rank and world size; read by :class:`ParquetRows`,
+  without importing torch), or any position-addressable stream a function builds (a
+  :class:`~youmu.torch.MapStream` over a ``RowDataset``/``MixtureDataset``).
+* :class:`SourceLoader` — holds the :class:`~youmu.PageIndex` of each of its sources
+  and builds rank ``r``'s stream on demand. Its two methods are **pure functions of
+  their arguments**: :meth:`SourceLoader.records` measures positions
+  ``[start, start + count)`` of rank ``r``'s stream (documents, loss tokens and an
+  ``id_fn`` id — the measuring functions run here, where the data is) and
+  :meth:`SourceLoader.payloads` returns the samples at given positions. A loader that
+  Ray restarts rebuilds its indexes in ``__init__`` and needs nothing else: Ray
+  resubmits the interrupted call, which returns what the first attempt would have
+  (MegaScale-Data, §6.1, checkpoints loader buffers differentially and replays planner
+  state; youmu's positions are pure functions of (seed, epoch, position), so a loader
+  has no buffer worth saving).
+
+Memory does not grow with the number of sources or ranks: a loader keeps no stream
+open between calls. The metadata pass reads whole windows (a window is decoded whole
+anyway: its rows are permuted across its pages) and returns their records, compact;
+the decoded rows wait for their payload pass in one LRU cache per loader
+(``cache_rows``), and a row evicted from it (or asked of a standby, or of a restarted
+loader) is read again by position — youmu's row map from stream position to page
+row (:func:`youmu.shuffle.positions_to_rows`) and a random row read
+(:meth:`youmu.PageIndex.read_rows`).
+
+Example (a loader in this process; :class:`youmu.ray.RayLoaders` makes it an actor):
+    >>> from youmu.torch import MapStream
+    >>> rows = [{"input_ids": list(range(n))} for n in (3, 9, 4, 7, 5, 2)]
+    >>> src = Source(stream=lambda rank, world_size: MapStream(rows, rank=rank, world_size=world_size))
+    >>> loader = SourceLoader({"web": src}, world_size=2)
+    >>> recs = loader.records(0, [("web", 1, 0, 2)])[0]            # rank 1's first two: rows 1, 3
+    >>> [(r.position, r.docs) for r in recs], recs.next, recs.ended
+    ([(0, [9]), (1, [7])], 2, False)
+    >>> [len(s["input_ids"]) for s in loader.payloads(0, [("web", 1, [1, 0])])[0]]
+    [7, 9]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from youmu._args import bool_arg, callable_arg, choice_arg, index_of, int_arg, opt_int_arg
+from youmu.dist import describe
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
+from youmu.planning.sources import Measure
+from youmu.shuffle import MAX_PAGE_SLICES
+
+__all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "Records", "MeasureFns"]
+
+#: a row position further than this past the last one read is re-read by a new pass
+#: (seeking) rather than by reading through the rows in between
+_SEEK_GAP = 1024
+
+
+class Record(NamedTuple):
+    """What the planner learns about one sample: its position in its (source, rank)
+    stream, its documents, its loss tokens and its ``id_fn`` id (``None`` without one)."""
+
+    position: int
+    docs: list[int]
+    tokens: int
+    uid: int | None
+
+
+@dataclass(frozen=True)
+class Records:
+    """Records of consecutive samples of one (source, rank) stream, in columns (a few
+    integers per sample: cheap to send and to keep ahead of use); ``next``: the
+    position after them; ``ended``: the stream has no more.
+
+    >>> r = Records.of([Record(0, [3, 4], 7, None), Record(2, [5], 5, None)], next=3, ended=True)
+    >>> len(r), r[1], r.next
+    (2, Record(position=2, docs=[5], tokens=5, uid=None), 3)
+    """
+
+    positions: np.ndarray
+    tokens: np.ndarray
+    doc_offsets: np.ndarray
+    doc_lengths: np.ndarray
+    uids: np.ndarray | None
+    next: int
+    ended: bool
+
+    @classmethod
+    def of(cls, records: Sequence[Record], *, next: int, ended: bool) -> Records:
+        counts = np.fromiter((len(r.docs) for r in records), dtype=np.int64, count=len(records))
+        offsets = np.zeros(len(records) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        lengths = np.fromiter((d for r in records for d in r.docs), dtype=np.int64, count=int(offsets[-1]))
+        has_uid = bool(records) and records[0].uid is not None
+        return cls(np.fromiter((r.position for r in records), dtype=np.int64, count=len(records)),
+                   np.fromiter((r.tokens for r in records), dtype=np.int64, count=len(records)), offsets, lengths,
+                   np.fromiter((r.uid for r in records), dtype=np.int64, count=len(records)) if has_uid else None,
+                   int(next), bool(ended))
+
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    def __getitem__(self, i: int) -> Record:
+        a, b = int(self.doc_offsets[i]), int(self.doc_offsets[i + 1])
+        return Record(int(self.positions[i]), self.doc_lengths[a:b].tolist(), int(self.tokens[i]),
+                      None if self.uids is None else int(self.uids[i]))
+
+    def __iter__(self) -> Iterator[Record]:
+        return (self[i] for i in range(len(self)))
+
+
+@dataclass(frozen=True)
+class MeasureFns:
+    """The user's measuring functions (they run in the source loaders)."""
+
+    length_fn: Callable[[Any], int] | None = None
+    docs_fn: Callable[[Any], Any] | None = None
+    token_count_fn: Callable[[Any], int] | None = None
+    id_fn: Callable[[Any], int] | None = None
+
+    def describe(self) -> dict[str, str | None]:
+        return {k: None if v is None else describe(v) for k, v in self.__dict__.items()}
+
+
+_OUTPUTS = ("torch", "numpy", "arrow", "python")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One data source, as a loader opens it for every origin rank.
+
+    Either ``paths`` — a file, directory, glob or URL (or a list of them) or a ready
+    :class:`~youmu.PageIndex` — read as ``YoumuDataset(index, rank=r,
+    world_size=W, **the other arguments)`` (they mean what they mean there); or
+    ``stream`` — a function ``(rank, world_size) -> stream`` returning a youmu stream
+    with ``iter_positions(start)`` and ``set_epoch`` (e.g. a ``MapStream``).
+
+    The same source, seed and arguments give the same stream as the in-process
+    ``YoumuDataset``: a loader only moves where it is read. ``output="numpy"`` (or
+    ``"arrow"``) reaches the trainer zero-copy through Ray's object store; ``"torch"``
+    tensors are pickled.
+
+    >>> Source("data/web/", shuffle="row", buffer_size=512).shuffle
+    'row'
+    >>> Source.of(["a.parquet", "b.parquet"]).paths
+    ['a.parquet', 'b.parquet']
+    """
+
+    paths: Any = None
+    columns: Sequence[str] | None = None
+    shuffle: str = "page"
+    buffer_size: int | None = None
+    seed: int = 0
+    transform: Callable[[Any], Any] | None = None
+    drop_last: bool = False
+    output: str = "torch"
+    memory_budget: int | None = None
+    read_ahead: int | None = None
+    page_slices: int = 1
+    stream: Callable[[int, int], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.paths is None) == (self.stream is None):
+            raise InvalidArgumentError("a Source needs exactly one of paths= (Parquet files or a PageIndex) or "
+                                       "stream= (a function (rank, world_size) -> stream)")
+        callable_arg("stream", self.stream, optional=True)
+        callable_arg("transform", self.transform, optional=True)
+        opt_int_arg("buffer_size", self.buffer_size, minimum=1)
+        int_arg("seed", self.seed, minimum=0)
+        bool_arg("drop_last", self.drop_last)
+        choice_arg("output", self.output, _OUTPUTS)
+        opt_int_arg("memory_budget", self.memory_budget, minimum=1)
+        opt_int_arg("read_ahead", self.read_ahead, minimum=1)
+        int_arg("page_slices", self.page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
+        if self.page_slices > 1 and self.shuffle != "page":
+            raise InvalidArgumentError(f"page_slices={self.page_slices} needs shuffle='page' (got "
+                                       f"shuffle={self.shuffle!r})")
+        if isinstance(self.columns, (str, bytes)):
+            raise ArgumentTypeError(f"columns must be a list of column names, got {type(self.columns).__name__}")
+        if self.paths is not None and not _is_index(self.paths):
+            ok = isinstance(self.paths, (str, os.PathLike)) or (
+                isinstance(self.paths, (list, tuple)) and self.paths
+                and all(isinstance(p, (str, os.PathLike)) for p in self.paths))
+            if not ok:
+                raise ArgumentTypeError("Source paths must be a path, URL or glob, a non-empty list of them, or a "
+                                        f"PageIndex; got {type(self.paths).__name__}")
+
+    @classmethod
+    def of(cls, spec: Any, what: str = "source") -> Source:
+        """A :class:`Source` from a ``Source``, paths, a ``PageIndex`` or a stream function."""
+        if isinstance(spec, Source):
+            return spec
+        if isinstance(spec, (str, os.PathLike, list, tuple)) or _is_index(spec):
+            return cls(paths=list(spec) if isinstance(spec, tuple) else spec)
+        if callable(spec):
+            return cls(stream=spec)
+        raise ArgumentTypeError(f"{what} must be a youmu.ray.Source, Parquet paths, a PageIndex or a function "
+                                f"(rank, world_size) -> stream; got {type(spec).__name__}")
+
+    def open(self) -> Any:
+        """The source's page index (``None`` for a ``stream`` source): built once per
+        loader from the files' footers, or the given one."""
+        if self.paths is None:
+            return None
+        if _is_index(self.paths):
+            return self.paths
+        from youmu._core import PageIndex
+
+        paths = [str(p) for p in self.paths] if isinstance(self.paths, (list, tuple)) else str(self.paths)
+        return PageIndex(paths, columns=list(self.columns) if self.columns else None)
+
+    def build(self, index: Any, rank: int, world_size: int) -> Any:
+        """Rank ``rank``'s stream of this source."""
+        if self.stream is not None:
+            stream = self.stream(rank, world_size)
+            if not hasattr(stream, "iter_positions"):
+                raise ArgumentTypeError(f"the stream function returned a {type(stream).__name__}, which has no "
+                                        "iter_positions(start): return a youmu stream (MapStream, YoumuDataset, ...)")
+            return stream
+        return ParquetRows(index, self, rank, world_size)
+
+    def describe(self) -> dict[str, Any]:
+        """The settings that shape the stream, by value (for fingerprints)."""
+        if self.paths is None:
+            where: Any = ["stream", describe(self.stream)]
+        elif _is_index(self.paths):
+            where = ["index", self.paths.files, self.paths.columns, self.paths.num_rows]
+        else:
+            where = [str(p) for p in self.paths] if isinstance(self.paths, (list, tuple)) else str(self.paths)
+        out = {k: getattr(self, k) for k in ("shuffle", "buffer_size", "seed", "drop_last", "output",
+                                               "memory_budget", "page_slices")}
+        out.update(paths=where, columns=list(self.columns) if self.columns else None,
+                   transform=None if self.transform is None else describe(self.transform))
+        return out
+
+
+class ParquetRows:
+    """Rank ``rank``'s rows of a Parquet source by position: what
+    ``YoumuDataset(index, rank=rank, world_size=W, ...).iter_positions(start)`` yields,
+    read with the same pieces — :func:`youmu.stream.window_layout`,
+    :class:`youmu.stream.RowStream`, :func:`youmu.convert.rows` — but without torch: a
+    loader actor that imported it would carry hundreds of MB more (the CUDA build of
+    torch costs ~520 MB of private memory per process), and holding sources in few
+    processes is the point of disaggregation (MegaScale-Data, §2.4).
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, youmu
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)    # 5 pages
+    >>> src = Source(path, shuffle="none", buffer_size=2, output="python")
+    >>> [(p, r["x"]) for p, r in ParquetRows(youmu.PageIndex(path), src, rank=1, world_size=2).iter_positions(2)]
+    [(2, 6), (3, 7)]
+    """
+
+    def __init__(self, index: Any, source: Source, rank: int, world_size: int) -> None:
+        from youmu.stream import window_layout
+
+        if source.columns is not None and list(source.columns) != index.columns:
+            raise InvalidArgumentError(f"columns={list(source.columns)} but the given index reads {index.columns}")
+        self.index, self.source = index, source
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+        self._page_rows = index.page_num_rows()
+        self._page_starts = np.concatenate([[0], np.cumsum(self._page_rows)])
+        self._plan_epoch: int | None = None
+        self._rowstream: Any = None
+        self._wp, self._read_ahead = window_layout(index, source.buffer_size, world_size,
+                                                   memory_budget=source.memory_budget, read_ahead=source.read_ahead,
+                                                   page_slices=source.page_slices)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int_arg("epoch", epoch, minimum=0)
+
+    def _stream(self) -> Any:
+        from youmu.stream import RowStream
+
+        if self._plan_epoch != self.epoch:
+            s = self.source
+            self._rowstream = RowStream(
+                self.index, s.shuffle, s.buffer_size, s.seed, self.epoch, rank=self.rank, world_size=self.world_size,
+                worker=0, num_workers=1, page_rows=self._page_rows, window_pages=self._wp, drop_last=s.drop_last,
+                read_ahead=self._read_ahead, page_slices=s.page_slices)
+            self._plan_epoch = self.epoch
+        return self._rowstream
+
+    def iter_windows(self, start: int = 0) -> Iterator[tuple[int, list[tuple[int, Any]]]]:
+        """The rest of each window from ``start``: ``(position after the window, [(position,
+        row), ...])``, transformed (rows the transform drops are left out)."""
+        from youmu.convert import rows
+
+        s = self.source
+        pos = int_arg("start", start, minimum=0)
+        for table in self._stream().iter_tables(pos):
+            out = []
+            for row in rows(table, s.output, compact=False):  # compact: only inside DataLoader workers
+                if s.transform is not None:
+                    row = s.transform(row)
+                pos += 1
+                if row is not None or s.transform is None:
+                    out.append((pos - 1, row))
+            yield pos, out
+
+    def iter_positions(self, start: int = 0) -> Iterator[tuple[int, Any]]:
+        """``(position, row)`` from ``start``, transformed; rows the transform drops are
+        skipped (their positions still count), as ``PositionalStream.iter_positions``."""
+        for _, window in self.iter_windows(start):
+            yield from window
+
+    def rows_at(self, positions: Sequence[int]) -> list[Any]:
+        """The rows at ``positions``, read one by one through the row map (a page read
+        per row, no window): what :meth:`iter_positions` yields at them."""
+        from youmu.convert import rows
+        from youmu.shuffle import positions_to_rows
+
+        if not len(positions):
+            return []
+        plan = self._stream().plan
+        if plan.mode == "row":
+            ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
+        else:
+            starts = self._page_starts
+            ids = [int(starts[p]) + r for p, r in positions_to_rows(plan, self._page_rows, positions)]
+        batch = self.index.read_rows(ids)
+        schema = self.index.schema
+        if not batch.schema.equals(schema):  # files may differ in nullability, as RowStream conforms them
+            import pyarrow as pa
+
+            batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+        out = []
+        s = self.source
+        for pos, row in zip(positions, rows(batch, s.output, compact=False)):
+            if s.transform is not None:
+                row = s.transform(row)
+                if row is None:
+                    raise LoaderError(f"the transform dropped position {pos}, which the planner measured (a "
+                                      "transform must be a pure function of the row)")
+            out.append(row)
+        return out
+
+
+def _is_index(x: Any) -> bool:
+    return type(x).__name__ == "PageIndex" and hasattr(x, "page_num_rows")
+
+
+class SourceLoader:
+    """Holds some sources and serves their per-rank streams by position (see the module
+    doc). Runs as a Ray actor (``max_restarts=-1``) or, for tests, in process.
+
+    Args:
+        sources: ``{name: Source}`` this loader serves.
+        world_size: training ranks ``W`` (each source is sharded over them exactly as
+            in process).
+        measure: the user's measuring functions.
+        cache_rows: rows measured and not yet delivered, kept for the payload pass
+            (beyond it a payload is re-read by position).
+        open_passes: passes over streams kept open between metadata reads.
+    """
+
+    def __init__(self, sources: Mapping[str, Source], world_size: int, *, measure: MeasureFns | None = None,
+                 cache_rows: int = 8192, open_passes: int = 64) -> None:
+        self.world_size = int_arg("world_size", world_size, minimum=1)
+        self.cache_rows = int_arg("cache_rows", cache_rows, minimum=1)
+        self.open_passes = int_arg("open_passes", open_passes, minimum=1)
+        self.sources = {str(n): Source.of(s, f"sources[{n!r}]") for n, s in sources.items()}
+        self.indexes = {n: s.open() for n, s in self.sources.items()}
+        # the read path, imported now rather than in the first call: a restart pays it before it serves
+        import youmu.convert  # noqa: F401
+        import youmu.stream  # noqa: F401
+        fns = measure or MeasureFns()
+        self.id_fn = fns.id_fn
+        self._measure = Measure(rank=0, world_size=1, length_fn=fns.length_fn, docs_fn=fns.docs_fn,
+                                token_count_fn=fns.token_count_fn)
+        self._streams: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
+        self._passes: OrderedDict[tuple[str, int, int], tuple[int, Iterator[tuple[int, Any]]]] = OrderedDict()
+        self._rows: OrderedDict[tuple[str, int, int, int], Any] = OrderedDict()
+        #: rows read by each pass (metadata, payload misses): how much work failover costs
+        self.rows_read = {"records": 0, "payload_misses": 0}
+        self._lock = threading.Lock()  # in process, the planner and clients call from their own threads
+
+    # -- streams ---------------------------------------------------------------------------
+    def _stream(self, name: str, rank: int, epoch: int) -> Any:
+        key = (name, rank, epoch)
+        s = self._streams.get(key)
+        if s is None:
+            if name not in self.sources:
+                raise InvalidArgumentError(f"this loader serves {sorted(self.sources)}, not {name!r}")
+            if not 0 <= rank < self.world_size:
+                raise InvalidArgumentError(f"rank {rank} outside range({self.world_size})")
+            s = self.sources[name].build(self.indexes[name], rank, self.world_size)
+            if hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
+            self._streams[key] = s
+            while len(self._streams) > 2 * len(self.sources) * self.world_size:
+                self._streams.popitem(last=False)
+        else:
+            self._streams.move_to_end(key)
+        return s
+
+    def _pass_at(self, name: str, rank: int, epoch: int, start: int) -> Iterator[tuple[int, Any]]:
+        """A pass over the stream from ``start``: the open one if it stopped there."""
+        key = (name, rank, epoch)
+        kept = self._passes.pop(key, None)
+        if kept is not None and kept[0] == start:
+            return kept[1]
+        return self._stream(name, rank, epoch).iter_positions(start)
+
+    def _keep_pass(self, key: tuple[str, int, int], next_start: int, it: Iterator[tuple[int, Any]]) -> None:
+        self._passes[key] = (next_start, it)
+        while len(self._passes) > self.open_passes:
+            self._passes.popitem(last=False)
+
+    def _cache(self, key: tuple[str, int, int, int], item: Any) -> None:
+        self._rows[key] = item
+        while len(self._rows) > self.cache_rows:
+            self._rows.popitem(last=False)
+
+    # -- the two pure methods --------------------------------------------------------------
+    def records(self, epoch: int, requests: Sequence[tuple[str, int, int, int]]) -> list[Records]:
+        """For each ``(source, rank, start, count)``: the :class:`Records` of at least
+        ``count`` samples of rank ``rank``'s stream from position ``start`` (positions a
+        transform drops are skipped; a Parquet source's records run to the end of the
+        last window read), unless the stream ends first."""
+        epoch = int_arg("epoch", epoch, minimum=0)
+        with self._lock:
+            return [self._records(name, int(rank), epoch, start, count) for name, rank, start, count in requests]
+
+    def _measure_row(self, name: str, rank: int, epoch: int, pos: int, item: Any) -> Record:
+        docs, tokens = self._measure.measured(item)
+        uid = None if self.id_fn is None else index_of(self.id_fn(item), "id_fn's result")
+        self._cache((name, rank, epoch, pos), item)
+        return Record(pos, docs, tokens, uid)
+
+    def _records(self, name: str, rank: int, epoch: int, start: int, count: int) -> Records:
+        int_arg("start", start, minimum=0)
+        int_arg("count", count, minimum=0)
+        stream = self._stream(name, rank, epoch)
+        recs: list[Record] = []
+        nxt, ended = start, True
+        if hasattr(stream, "iter_windows"):
+            # whole windows: nothing of the pass is kept, the next call starts at a window
+            for after, window in stream.iter_windows(start):
+                nxt = after
+                recs += [self._measure_row(name, rank, epoch, pos, item) for pos, item in window]
+                if len(recs) >= count:
+                    ended = False
+                    break
+        else:
+            it = self._pass_at(name, rank, epoch, start)
+            ended = False
+            while len(recs) < count:
+                try:
+                    pos, item = next(it)
+                except StopIteration:
+                    ended = True
+                    break
+                recs.append(self._measure_row(name, rank, epoch, pos, item))
+                nxt = pos + 1
+            if not ended:
+                self._keep_pass((name, rank, epoch), nxt, it)
+        self.rows_read["records"] += len(recs)
+        return Records.of(recs, next=nxt, ended=ended)
+
+    def payloads(self, epoch: int, requests: Sequence[tuple[str, int, Sequence[int]]]) -> list[list[Any]]:
+        """For each ``(source, rank, positions)``: the (transformed) samples at those
+        positions of rank ``rank``'s stream, in that order."""
+        epoch = int_arg("epoch", epoch, minimum=0)
+        with self._lock:
+            return [self._payloads(name, int(rank), epoch, positions) for name, rank, positions in requests]
+
+    def _payloads(self, name: str, rank: int, epoch: int, positions: Sequence[int]) -> list[Any]:
+        got: dict[int, Any] = {}
+        missing = []
+        for p in map(int, positions):
+            # a delivered row leaves the cache: each is fetched once (a padding slot or a
+            # repeated call reads it again)
+            item = self._rows.pop((name, rank, epoch, p), _MISSING)
+            if item is not _MISSING:
+                got[p] = item
+            elif p not in got:
+                missing.append(p)
+        if missing:
+            missing = sorted(set(missing))
+            self.rows_read["payload_misses"] += len(missing)
+            stream = self._stream(name, rank, epoch)
+            if hasattr(stream, "rows_at"):
+                got.update(zip(missing, stream.rows_at(missing)))
+            else:
+                got.update(self._reread(stream, name, rank, epoch, missing))
+        return [got[int(p)] for p in positions]
+
+    def _reread(self, stream: Any, name: str, rank: int, epoch: int, wanted: list[int]) -> dict[int, Any]:
+        """Items of a stream without a row map, no longer cached, read again by position."""
+        found: dict[int, Any] = {}
+        i = 0
+        while i < len(wanted):
+            for pos, item in stream.iter_positions(wanted[i]):
+                if pos < wanted[i]:
+                    continue  # reading through to the next wanted row
+                if pos > wanted[i]:
+                    raise self._lost(name, rank, epoch, wanted[i])
+                found[pos] = item
+                i += 1
+                if i == len(wanted) or wanted[i] - pos > _SEEK_GAP:
+                    break  # done, or seek with a new pass rather than read the gap
+            else:
+                raise self._lost(name, rank, epoch, wanted[i])
+        return found
+
+    def _lost(self, name: str, rank: int, epoch: int, position: int) -> LoaderError:
+        return LoaderError(f"source {name!r}, rank {rank}, epoch {epoch}: position {position} yields no sample (the "
+                           "stream differs from the one the planner measured: the same Source settings and files on "
+                           "every loader?)")
+
+    def ping(self) -> dict[str, Any]:
+        """Who answers: the process, its sources and their sizes (readiness checks)."""
+        return {"pid": os.getpid(), "node": _node_id(), "sources": sorted(self.sources),
+                "rows": {n: (None if i is None else int(i.num_rows)) for n, i in self.indexes.items()}}
+
+    def stats(self) -> dict[str, Any]:
+        """Rows read and held (for benchmarks and failover checks)."""
+        return {"pid": os.getpid(), "rows_read": dict(self.rows_read), "cached_rows": len(self._rows),
+                "open_passes": len(self._passes), "streams": len(self._streams)}
+
+
+_MISSING: Any = object()
+
+
+def _node_id() -> str | None:
+    """The Ray node this runs on (``None`` in process)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().get_node_id())

@@ -1,0 +1,624 @@
+"""The step planner: one actor that turns (seed, step) into every rank's micro-batches
+— MegaScale-Data's central Planner (§3, §4: ``mix → distribute → cost → balance``),
+computed by youmu.planning's own pieces so the plans are those of the in-process
+:class:`~youmu.planning.BalancedLoader`.
+
+**Why one actor, not a pure function on every rank.** Every rank *could* compute the
+plan (youmu.planning does, after an all-gather), but over Ray each rank would first
+have to fetch every source's metadata for every rank: ``W × S`` actor calls per step
+per rank. One planner makes at most ``S`` calls per step (fewer: one per loader
+actor, and only for the sources whose look-ahead runs low), serves each client a
+small plan, and owns the state a mixing controller would keep.
+
+**How a step is planned.** For each rank ``r`` the planner runs planning's
+:class:`~youmu.planning.sources.RankReader` over *remote stream views*: rank ``r``'s
+stream of each source is a sequence of :class:`~youmu.ray.loader.Record`\\ s fetched
+from that source's loader in chunks (a couple of steps ahead, all loaders at once),
+and a :class:`RecordMeasure` holds each record as the rank's loader would hold the
+sample (arrival ids ``k·W + r``, capacity checks). The ranks' candidates are
+concatenated in rank order (:func:`~youmu.planning.sources.step_meta`, what the
+all-gather gives), planned by :meth:`Planner.plan <youmu.planning.Planner.plan>`, and
+each rank's micro-batches are put together by planning's
+:class:`~youmu.planning.info.Assembler` with *references* ``(source, origin rank,
+position)`` in place of samples: every :class:`~youmu.planning.MicroBatchInfo` field
+(loss scale, padding slots, fingerprint) is the in-process one.
+
+**State.** After step ``s`` the planner's state (:class:`PlannerState`) is the step,
+every (rank, source) stream position, every rank's arrival counter, the carried
+records and each rank's last micro-batch (a padding slot repeats it) — a few
+integers and references, no samples. Every plan it hands out carries the state as of
+that step's start; clients keep the latest. A restarted planner (a new process, no
+state) answers :data:`NEED_STATE` until a client sends one, and since planning is
+deterministic every client then gets the plans it would have got. Mixing schedules
+are pure functions of the step, so they hold no state of their own.
+
+Example (in process, with a local loader; :class:`youmu.ray.RayLoaders` deploys both
+as actors):
+    >>> from youmu.torch import MapStream
+    >>> from youmu.ray.calls import Actor
+    >>> from youmu.ray.loader import Source, SourceLoader
+    >>> rows = {n: [{"input_ids": [0] * (k % 7 + 1)} for k in range(40)] for n in ("web", "code")}
+    >>> loader = SourceLoader({n: Source(stream=lambda r, w, n=n: MapStream(rows[n], rank=r, world_size=w))
+    ...                        for n in rows}, world_size=2)
+    >>> settings = PlanSettings.make(world_size=2, num_microbatches=2, global_batch_size=8,
+    ...                              schedule={"web": 3, "code": 1}, names=["web", "code"])
+    >>> planner = StepPlanner(settings, [Actor.local("demo.loader0", loader, kind="source loader")], [0, 0])
+    >>> planner.plans(0, 0, 0, 1)                            # a fresh planner needs a state first
+    'youmu.ray/need-state'
+    >>> step = planner.plans(0, 0, 0, 1, PlannerState.initial(0, 2, 2).to_dict())[0]
+    >>> [(info.microbatch, info.num_samples) for refs, info in step.microbatches]
+    [(0, 1), (1, 3)]
+    >>> step.microbatches[0][0]                              # (source, origin rank, position)
+    ((0, 1, 2),)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
+from youmu.dist import fingerprint
+from youmu.errors import InvalidArgumentError, StateError
+from youmu.planning.balance import METHODS, check_grid
+from youmu.planning.checkpoint import config_fingerprint
+from youmu.planning.info import Assembler, MicroBatchInfo
+from youmu.planning.planner import Planner
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.sources import (
+    Held,
+    Measure,
+    RankReader,
+    SourceStream,
+    carry_after,
+    rank_meta,
+    resolve_sources,
+    step_meta,
+)
+from youmu.ray.calls import Actor, Call
+from youmu.ray.loader import Record, Records
+
+__all__ = ["NEED_STATE", "PlanSettings", "PlannerState", "RankStep", "RecordMeasure", "StepPlanner", "Ref"]
+
+#: a planner's answer when it cannot serve a step without a client's state
+NEED_STATE = "youmu.ray/need-state"
+
+#: a sample in a plan: (source number, origin rank, position in that rank's stream)
+Ref = tuple[int, int, int]
+
+# the largest number of steps one request may ask for, and how far past its position a
+# planner computes forward rather than asking for a state
+MAX_STEPS_PER_CALL = 64
+_MAX_FORWARD = 256
+# steps of plans kept behind the planner's position for ranks that lag
+_RETAIN = 128
+# records fetched per (rank, source) beyond a step's share: about this many steps ahead
+_LOOKAHEAD_STEPS = 2
+_MIN_CHUNK = 4
+
+_OWNER = "youmu.ray planner"
+
+
+# ------------------------------------------------------------------------------------------
+# settings
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanSettings:
+    """Everything that decides the plans, as :class:`~youmu.planning.BalancedLoader`
+    takes it (checked the same way); build it with :meth:`make`.
+
+    >>> s = PlanSettings.make(world_size=2, num_microbatches=1, global_batch_size=4, names=["default"])
+    >>> s.names, s.planner().num_buckets
+    (('default',), 2)
+    """
+
+    names: tuple[str, ...]
+    world_size: int
+    num_microbatches: int
+    global_batch_size: int | None = None
+    token_budget: int | None = None
+    capacity: int | None = None
+    cost: Any = None
+    method: str = "greedy"
+    placement: str | None = None
+    schedule: MixingSchedule | MixtureSchedule | None = None
+    group_size: int | None = None
+    seed: int = 0
+    drop_last: bool = False
+
+    @classmethod
+    def make(cls, *, world_size: int, num_microbatches: int, names: Sequence[str],
+             global_batch_size: int | None = None, token_budget: int | None = None, capacity: int | None = None,
+             cost: Any = None, method: str = "greedy", placement: str | None = None, schedule: Any = None,
+             group_size: int | None = None, seed: int = 0, drop_last: bool = False) -> PlanSettings:
+        """Check the arguments and resolve the schedule exactly as ``BalancedLoader``
+        does for ``{name: stream}`` (or, with ``names=["default"]`` and no schedule, for
+        one stream)."""
+        from youmu.planning.loader import MAX_MICROBATCHES
+
+        int_arg("world_size", world_size, minimum=1)
+        int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
+        check_grid(world_size, num_microbatches, ("world_size", "num_microbatches"))
+        int_arg("seed", seed, minimum=0)
+        bool_arg("drop_last", drop_last)
+        choice_arg("method", method, METHODS)
+        if placement is not None:
+            choice_arg("placement", placement, METHODS)
+        for name, v in (("global_batch_size", global_batch_size), ("token_budget", token_budget),
+                        ("capacity", capacity), ("group_size", group_size)):
+            opt_int_arg(name, v, minimum=1)
+        names = [str(n) for n in names]
+        single = names == ["default"] and schedule is None
+        placeholder: Any = [] if single else {n: [] for n in names}
+        resolved, _, sched = resolve_sources(placeholder, schedule=schedule, global_batch_size=global_batch_size,
+                                             token_budget=token_budget, reorder_only=False)
+        s = cls(tuple(resolved), world_size, num_microbatches, global_batch_size, token_budget, capacity, cost,
+                method, placement, sched, group_size, seed, drop_last)
+        s.planner()  # the cost model and balancing settings are checked here, not at the first step
+        return s
+
+    def planner(self) -> Planner:
+        """The planner ``BalancedLoader`` builds from the same settings."""
+        return (Planner(seed=self.seed)
+                .distribute(self.world_size, self.num_microbatches, capacity=self.capacity, group_size=self.group_size)
+                .cost(self.cost)
+                .balance(self.method, reorder_only=False, on_overflow="defer", placement=self.placement))
+
+    def plan_fingerprint(self) -> int:
+        """``BalancedLoader.config_fingerprint`` of the same settings."""
+        return config_fingerprint(self.planner(), global_batch_size=self.global_batch_size,
+                                  token_budget=self.token_budget, schedule=self.schedule, sources=list(self.names),
+                                  reorder_only=False, drop_last=self.drop_last, world_size=self.world_size)
+
+
+# ------------------------------------------------------------------------------------------
+# state
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlannerState:
+    """Where planning stands at the start of ``step`` (see the module doc). Plain
+    integers and references: ``to_dict`` is what checkpoints hold.
+
+    >>> st = PlannerState.initial(epoch=0, world_size=2, num_sources=3)
+    >>> st.positions, st.next_index
+    (((0, 0, 0), (0, 0, 0)), (0, 0))
+    >>> PlannerState.from_dict(st.to_dict(), world_size=2, num_sources=3) == st
+    True
+    """
+
+    epoch: int
+    step: int
+    positions: tuple[tuple[int, ...], ...]
+    done: tuple[tuple[bool, ...], ...]
+    next_index: tuple[int, ...]
+    carry: tuple[tuple[tuple[int, int, tuple[int, ...], int, int], ...], ...]
+    last: tuple[tuple[Ref, ...] | None, ...]
+
+    @classmethod
+    def initial(cls, epoch: int, world_size: int, num_sources: int) -> PlannerState:
+        """The start of ``epoch``: nothing read."""
+        return cls(epoch, 0, ((0,) * num_sources,) * world_size, ((False,) * num_sources,) * world_size,
+                   (0,) * world_size, ((),) * world_size, (None,) * world_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "step": self.step,
+                "positions": [list(p) for p in self.positions], "done": [list(d) for d in self.done],
+                "next_index": list(self.next_index),
+                "carry": [[[i, s, list(d), t, p] for i, s, d, t, p in c] for c in self.carry],
+                "last": [None if b is None else [list(x) for x in b] for b in self.last]}
+
+    @classmethod
+    def from_dict(cls, d: Any, *, world_size: int, num_sources: int) -> PlannerState:
+        """Parse and check a state (a :class:`~youmu.errors.StateError` names the field)."""
+        if not isinstance(d, Mapping):
+            raise StateError(f"{_OWNER} state must be a dict, got {type(d).__name__}")
+
+        def ints(v: Any, what: str, n: int | None = None) -> tuple[int, ...]:
+            if not isinstance(v, (list, tuple)) or (n is not None and len(v) != n) or not all(
+                    isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+                size = f"{n} " if n is not None else ""
+                raise StateError(f"{_OWNER} state field {what} must be a list of {size}ints >= 0, got {v!r:.80}")
+            return tuple(int(x) for x in v)
+
+        def per_rank(key: str) -> list[Any]:
+            v = d.get(key)
+            if not isinstance(v, (list, tuple)) or len(v) != world_size:
+                raise StateError(f"{_OWNER} state field {key!r} must have one entry per rank ({world_size}), "
+                                 f"got {v!r:.80}")
+            return list(v)
+
+        epoch, step = (ints([d.get(k)], repr(k))[0] for k in ("epoch", "step"))
+        positions = tuple(ints(p, f"'positions'[{r}]", num_sources) for r, p in enumerate(per_rank("positions")))
+        done = []
+        for r, v in enumerate(per_rank("done")):
+            if not isinstance(v, (list, tuple)) or len(v) != num_sources or not all(isinstance(x, bool) for x in v):
+                raise StateError(f"{_OWNER} state field 'done'[{r}] must be {num_sources} bools")
+            done.append(tuple(v))
+        next_index = ints(d.get("next_index"), "'next_index'", world_size)
+        carry = []
+        for r, entries in enumerate(per_rank("carry")):
+            rows = []
+            if not isinstance(entries, (list, tuple)):
+                raise StateError(f"{_OWNER} state field 'carry'[{r}] must be a list")
+            for e in entries:
+                if not isinstance(e, (list, tuple)) or len(e) != 5:
+                    raise StateError(f"{_OWNER} state field 'carry'[{r}] entries are (id, source, documents, tokens, "
+                                     f"position), got {e!r:.80}")
+                sid, src, tok, pos = ints([e[0], e[1], e[3], e[4]], f"'carry'[{r}]")
+                if src >= num_sources:
+                    raise StateError(f"{_OWNER} state field 'carry'[{r}] names source {src} of {num_sources}")
+                rows.append((sid, src, ints(e[2], f"'carry'[{r}] documents"), tok, pos))
+            carry.append(tuple(rows))
+        last: list[tuple[Ref, ...] | None] = []
+        for r, b in enumerate(per_rank("last")):
+            if b is None:
+                last.append(None)
+                continue
+            if not isinstance(b, (list, tuple)):
+                raise StateError(f"{_OWNER} state field 'last'[{r}] must be a list of (source, rank, position)")
+            refs = [ints(x, f"'last'[{r}]", 3) for x in b]
+            last.append(tuple((a, o, p) for a, o, p in refs))
+        return cls(epoch, step, positions, tuple(done), next_index, tuple(carry), tuple(last))
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """One step of one rank's plan: its micro-batches as ``(refs, info)`` (``refs``
+    ``None`` for a padding slot with nothing to repeat), the planner state as of the
+    step's start, or ``end`` (the stream ended before this step)."""
+
+    step: int
+    state: dict[str, Any] | None
+    microbatches: tuple[tuple[tuple[Ref, ...] | None, MicroBatchInfo], ...] = ()
+    end: bool = False
+
+
+@dataclass
+class _StepResult:
+    step: int
+    state: dict[str, Any] | None
+    per_rank: list[tuple[tuple[tuple[Ref, ...] | None, MicroBatchInfo], ...]] = field(default_factory=list)
+    end: bool = False
+
+    def for_rank(self, rank: int) -> RankStep:
+        return RankStep(self.step, self.state, () if self.end else self.per_rank[rank], self.end)
+
+
+# ------------------------------------------------------------------------------------------
+# remote stream views
+# ------------------------------------------------------------------------------------------
+class RecordMeasure(Measure):
+    """A rank's :class:`~youmu.planning.sources.Measure` over records: the loader
+    measured the sample; this holds it (capacity check, arrival id ``k·W + r`` or the
+    ``id_fn`` id) with its position as the payload.
+
+    >>> m = RecordMeasure(rank=1, world_size=2)
+    >>> m.measure(Record(7, [30, 70], 100, None), source=2)
+    Held(id=1, source=2, docs=[30, 70], tokens=100, payload=7)
+    """
+
+    def measure(self, sample: Any, source: int) -> Held:
+        rec: Record = sample
+        return self.hold(list(rec.docs), int(rec.tokens), source, int(rec.position), uid=rec.uid)
+
+
+class _View:
+    """Rank ``rank``'s stream of one source as the planner reads it: records fetched
+    from the source's loader ahead of use. ``position``: the next record not consumed."""
+
+    def __init__(self, fetcher: _Fetcher, name: str, number: int, rank: int, position: int) -> None:
+        self.fetcher, self.name, self.number, self.rank = fetcher, name, number, rank
+        self.position = position
+        self.fetch_at = position
+        self.ended = False
+        self.chunks: deque[Records] = deque()
+        self.at = 0  # next record of chunks[0]
+        self.buffered = 0
+        self.pending: _Batch | None = None
+
+    def add(self, recs: Records) -> None:
+        if len(recs):
+            self.chunks.append(recs)
+            self.buffered += len(recs)
+        self.fetch_at = recs.next
+        self.ended = recs.ended
+
+    def __iter__(self) -> Iterator[Record]:
+        while True:
+            if not self.buffered:
+                if self.pending is not None:
+                    self.fetcher.wait(self.pending)
+                elif self.ended:
+                    return
+                else:
+                    self.fetcher.fetch([(self, _MIN_CHUNK)])
+                continue
+            chunk = self.chunks[0]
+            rec = chunk[self.at]
+            self.at += 1
+            self.buffered -= 1
+            if self.at == len(chunk):
+                self.chunks.popleft()
+                self.at = 0
+            self.position = rec.position + 1
+            yield rec
+
+
+class _Batch:
+    __slots__ = ("call", "views")
+
+    def __init__(self, call: Call, views: list[_View]) -> None:
+        self.call, self.views = call, views
+
+
+class _Fetcher:
+    """Metadata requests of the planner's views, one ``records`` call per loader actor."""
+
+    def __init__(self, loaders: Sequence[Actor], group_of: Sequence[int], epoch: int, timeout: float) -> None:
+        self.loaders, self.group_of, self.epoch, self.timeout = loaders, group_of, epoch, timeout
+
+    def fetch(self, wants: Sequence[tuple[_View, int]]) -> None:
+        by_group: dict[int, list[tuple[_View, int]]] = {}
+        for v, n in wants:
+            if v.pending is None and not v.ended:
+                by_group.setdefault(self.group_of[v.number], []).append((v, n))
+        for g, items in by_group.items():
+            call = self.loaders[g].submit("records", self.epoch, [(v.name, v.rank, v.fetch_at, n) for v, n in items],
+                                          timeout=self.timeout)
+            batch = _Batch(call, [v for v, _ in items])
+            for v in batch.views:
+                v.pending = batch
+
+    def wait(self, batch: _Batch) -> None:
+        try:
+            results = batch.call.result()
+        finally:
+            for v in batch.views:
+                v.pending = None
+        for v, recs in zip(batch.views, results):
+            v.add(recs)
+
+
+# ------------------------------------------------------------------------------------------
+# the planner
+# ------------------------------------------------------------------------------------------
+class StepPlanner:
+    """Plans every rank's steps (see the module doc). Runs as a Ray actor
+    (``max_restarts=-1``) or, for tests, in process.
+
+    Args:
+        settings: the plan's settings (:meth:`PlanSettings.make`).
+        loaders: the source loader actors.
+        group_of: for each source (schedule order), the loader serving it.
+        timeout: seconds a loader may take to answer (a restart included).
+        config: the deployment's fingerprint (default: the plan settings').
+        deployment: what :meth:`deployment` hands to clients that connect by name.
+    """
+
+    def __init__(self, settings: PlanSettings, loaders: Sequence[Actor], group_of: Sequence[int], *,
+                 timeout: float = 60.0, config: int | None = None, deployment: Any = None) -> None:
+        self.settings = settings
+        self.loaders = list(loaders)
+        self.group_of = [int(g) for g in group_of]
+        if len(self.group_of) != len(settings.names) or any(not 0 <= g < len(self.loaders) for g in self.group_of):
+            raise InvalidArgumentError(f"group_of must give a loader in range({len(self.loaders)}) for each of the "
+                                       f"{len(settings.names)} sources")
+        self.timeout = seconds_arg("timeout", timeout)
+        self._deployment = deployment
+        self._planner = settings.planner()
+        self._fingerprint = settings.plan_fingerprint() if config is None else int(config)
+        self.world_size = settings.world_size
+        # the cursor: where planning stands (None: not seeded, or broken by a failure)
+        self._cursor: PlannerState | None = None
+        self._results: dict[tuple[int, int], _StepResult] = {}
+        self._end: tuple[int, int] | None = None  # (epoch, step) at which the stream ended
+        self._low: dict[int, int] = {}
+        self.seeded = 0  # how many times a client's state (re)started planning
+        self.busy_s = 0.0
+        self._lock = threading.Lock()  # in process, clients call from their own threads
+
+    # -- what clients ask --------------------------------------------------------------------
+    def fingerprint(self) -> int:
+        """The deployment's fingerprint (clients and resumed states must match it)."""
+        return self._fingerprint
+
+    def deployment(self) -> Any:
+        """What clients need to connect (:meth:`youmu.ray.RayLoaders.connect`)."""
+        return self._deployment
+
+    def ping(self) -> dict[str, Any]:
+        import os
+
+        from youmu.ray.loader import _node_id
+
+        return {"pid": os.getpid(), "node": _node_id(), "seeded": self.seeded,
+                "cursor": None if self._cursor is None else (self._cursor.epoch, self._cursor.step),
+                "busy_s": self.busy_s}
+
+    def plans(self, rank: int, epoch: int, step: int, count: int, state: Mapping[str, Any] | None = None
+              ) -> list[RankStep] | str:
+        """Rank ``rank``'s plans of steps ``step, …, step + count - 1`` of ``epoch`` (fewer
+        when the stream ends: the last one then has ``end``), or :data:`NEED_STATE`
+        when this planner cannot reach ``step`` without ``state`` — a
+        :meth:`PlannerState.to_dict` as of a step ``<= step`` of the same epoch."""
+        with self._lock:
+            t0 = time.perf_counter()
+            try:
+                return self._plans(rank, epoch, step, count, state)
+            finally:
+                self.busy_s += time.perf_counter() - t0
+
+    def _plans(self, rank: int, epoch: int, step: int, count: int, state: Mapping[str, Any] | None
+               ) -> list[RankStep] | str:
+        int_arg("rank", rank, minimum=0, maximum=self.world_size - 1)
+        int_arg("epoch", epoch, minimum=0)
+        int_arg("step", step, minimum=0)
+        int_arg("count", count, minimum=1, maximum=MAX_STEPS_PER_CALL)
+        self._low[rank] = step
+        if not self._reachable(epoch, step, count):
+            if state is None:
+                return NEED_STATE
+            st = PlannerState.from_dict(state, world_size=self.world_size, num_sources=len(self.settings.names))
+            if st.epoch != epoch or st.step > step:
+                raise StateError(f"a state of epoch {st.epoch} step {st.step} cannot start epoch {epoch} step {step}")
+            self._seed(st)
+        out: list[RankStep] = []
+        for s in range(step, step + count):
+            res = self._result(epoch, s)
+            out.append(res.for_rank(rank))
+            if res.end:
+                break
+        self._forget()
+        return out
+
+    # -- planning ---------------------------------------------------------------------------
+    def _reachable(self, epoch: int, step: int, count: int) -> bool:
+        if self._end is not None and self._end[0] == epoch and step >= self._end[1]:
+            return True
+        for s in range(step, step + count):
+            if (epoch, s) in self._results:
+                continue
+            if self._end is not None and self._end[0] == epoch and s >= self._end[1]:
+                return True
+            c = self._cursor
+            return c is not None and c.epoch == epoch and c.step <= s <= c.step + _MAX_FORWARD
+        return True
+
+    def _result(self, epoch: int, step: int) -> _StepResult:
+        got = self._results.get((epoch, step))
+        if got is not None:
+            return got
+        if self._end is not None and self._end[0] == epoch and step >= self._end[1]:
+            return _StepResult(step, None, end=True)
+        assert self._cursor is not None and self._cursor.epoch == epoch and self._cursor.step <= step
+        while True:
+            res = self._step()
+            if res.step == step or res.end:
+                return res if res.step == step else _StepResult(step, None, end=True)
+
+    def _seed(self, st: PlannerState) -> None:
+        """Start planning at ``st`` (a new process, a failure, or a client far away)."""
+        cfg = self.settings
+        self.seeded += 1
+        self._results.clear()
+        self._end = None
+        self._fetcher = _Fetcher(self.loaders, self.group_of, st.epoch, self.timeout)
+        self._views: list[list[_View]] = []
+        self._readers: list[RankReader] = []
+        self._assemblers: list[Assembler] = []
+        for r in range(self.world_size):
+            views = [_View(self._fetcher, n, c, r, st.positions[r][c]) for c, n in enumerate(cfg.names)]
+            streams = [SourceStream(n, c, v, flatten_steps=True) for c, (n, v) in enumerate(zip(cfg.names, views))]
+            for s, done in zip(streams, st.done[r]):
+                s.restore([], done)
+            measure = RecordMeasure(rank=r, world_size=self.world_size, capacity=cfg.capacity)
+            measure.next_index = st.next_index[r]
+            self._views.append(views)
+            self._readers.append(RankReader(streams, measure, num_microbatches=cfg.num_microbatches,
+                                            global_batch_size=cfg.global_batch_size, token_budget=cfg.token_budget,
+                                            schedule=cfg.schedule))
+            asm = Assembler(rank=r, world_size=self.world_size, names=cfg.names)
+            last = st.last[r]
+            asm.last_batch = None if last is None else list(last)
+            self._assemblers.append(asm)
+        self._carry = [[Held(i, s, list(d), t, p) for i, s, d, t, p in st.carry[r]] for r in range(self.world_size)]
+        self._used = [[0] * len(cfg.names) for _ in range(self.world_size)]
+        self._cursor = st
+
+    def _snapshot(self, step: int) -> PlannerState:
+        assert self._cursor is not None
+        return PlannerState(
+            self._cursor.epoch, step,
+            tuple(tuple(v.position for v in views) for views in self._views),
+            tuple(tuple(s.done for s in reader.streams) for reader in self._readers),
+            tuple(reader.measure.next_index for reader in self._readers),
+            tuple(tuple((h.id, h.source, tuple(h.docs), h.tokens, int(h.payload)) for h in carry)
+                  for carry in self._carry),
+            tuple(None if a.last_batch is None else tuple(tuple(x) for x in a.last_batch) for a in self._assemblers),
+        )
+
+    def _read_ahead(self, step: int) -> None:
+        """Ask the loaders for the records this step will need (all at once)."""
+        cfg = self.settings
+        if cfg.schedule is not None:
+            assert cfg.global_batch_size is not None  # a schedule mixes a sample count
+            counts = cfg.schedule.count_vector(step, cfg.global_batch_size).tolist()
+        elif cfg.global_batch_size is not None:
+            counts = [cfg.global_batch_size]
+        else:
+            counts = None  # a token budget: as many as the last step used
+        wants = []
+        for r, views in enumerate(self._views):
+            for c, v in enumerate(views):
+                need = (max(self._used[r][c], 1) if counts is None
+                        else math.ceil(int(counts[c]) / self.world_size))
+                if need and v.buffered < need and v.pending is None and not v.ended:
+                    wants.append((v, max(_MIN_CHUNK, _LOOKAHEAD_STEPS * need)))
+        self._fetcher.fetch(wants)
+
+    def _step(self) -> _StepResult:
+        """Plan the step at the cursor, exactly as every rank's ``BalancedLoader`` would."""
+        assert self._cursor is not None
+        start = self._cursor
+        s = start.step
+        try:
+            res = self._plan_step(s, start)
+        except BaseException:
+            self._cursor = None  # part-way through a step: plan again from a client's state
+            raise
+        self._results[(start.epoch, s)] = res
+        if res.end:
+            self._end = (start.epoch, s)
+            self._cursor = None
+        else:
+            self._cursor = self._snapshot(s + 1)
+        return res
+
+    def _plan_step(self, s: int, start: PlannerState) -> _StepResult:
+        cfg = self.settings
+        self._read_ahead(s)
+        before = [[v.position for v in views] for views in self._views]
+        helds, leftovers, shorts = [], [], []
+        for r, reader in enumerate(self._readers):
+            held, leftover, short = reader.take(s, self._carry[r])
+            helds.append(held)
+            leftovers.append(leftover)
+            shorts.append(short)
+        self._used = [[v.position - b for v, b in zip(views, bs)] for views, bs in zip(self._views, before)]
+        if cfg.drop_last and any(shorts):
+            return _StepResult(s, start.to_dict(), end=True)
+        meta = step_meta(rank_meta(held, r).encode() for r, held in enumerate(helds))
+        if len(meta) == 0:
+            return _StepResult(s, start.to_dict(), end=True)
+        plan = self._planner.plan(s, meta)
+        self._carry = [carry_after(plan, helds[r], leftovers[r]) for r in range(self.world_size)]
+        refs = {h.id: (h.source, r, int(h.payload)) for r, held in enumerate(helds) for h in held}
+        per_rank = []
+        for asm in self._assemblers:
+            items = asm.assemble(plan, refs)
+            per_rank.append(tuple((None if b is None else tuple(b), info) for b, info in items))
+        return _StepResult(s, start.to_dict(), per_rank)
+
+    def _forget(self) -> None:
+        """Drop plans no rank can still ask for (and, past a bound, plans of ranks that
+        lag: they re-send their state)."""
+        if not self._results:
+            return
+        newest = max(s for _, s in self._results)
+        floor = newest - _RETAIN
+        if len(self._low) == self.world_size:
+            floor = max(floor, min(self._low.values()))
+        for key in [k for k in self._results if k[1] < floor]:
+            del self._results[key]
+
+
+def fingerprint_of(settings: PlanSettings, sources: Mapping[str, Any], measure: Any) -> int:
+    """The fingerprint of a whole deployment: the plan's settings, every source's
+    stream settings and the measuring functions."""
+    return fingerprint({"plan": settings.plan_fingerprint(), "sources": sources, "measure": measure})
+
