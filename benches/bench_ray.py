@@ -76,7 +76,8 @@ def generate_rows(out: Path, n: int, rows: int, mean_tokens: int, seed: int = 0)
 
 #: both paths' stream settings (``--buffer-size`` sets the shuffle window: youmu's default is 8192 rows)
 STREAM: dict[str, Any] = dict(columns=["input_ids"], shuffle="page", buffer_size=8192, seed=0, output="numpy")
-WORLD, WORKERS = 2, 2
+# training ranks (--ranks; spawned phases read it back from the environment) and DataLoader workers per rank
+WORLD, WORKERS = int(os.environ.get("YOUMU_BENCH_RANKS", "2")), 2
 NAMESPACE = "youmu-bench"
 
 
@@ -489,6 +490,7 @@ def main() -> None:
     ap.add_argument("--what", nargs="+", default=["memory", "latency", "failover"],
                     choices=["memory", "latency", "failover"])
     ap.add_argument("--sources", type=int, nargs="+", default=[5, 50, 300])
+    ap.add_argument("--ranks", type=int, default=WORLD, help="training ranks (memory: how the ratio grows with them)")
     ap.add_argument("--per-loader", type=int, default=50, help="sources per loader actor (memory)")
     ap.add_argument("--buffer-size", type=int, default=STREAM["buffer_size"], help="rows per shuffle window")
     ap.add_argument("--colocated-max", type=int, default=10**9,
@@ -505,6 +507,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--cfg", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    globals()["WORLD"] = args.ranks
+    os.environ["YOUMU_BENCH_RANKS"] = str(args.ranks)
 
     many = max(args.sources + [args.timing_sources])
     if args.row_tokens:

@@ -16,9 +16,9 @@ Prints (and writes to ``benches/storage.json``):
 * the same random pages read one at a time by youmu and by pyarrow (its best random
   access: the row group with only that column): requests, bytes and seconds per page;
 * read amplification (bytes fetched per byte of page needed) with and without coalescing;
-* page-shuffled epoch rows/s over the store vs local files, with the streams' current
-  read-ahead (one window) and with k windows prefetched through the core (what a
-  deeper stream read-ahead would get).
+* page-shuffled epoch rows/s over the store vs local files through ``RowStream`` with
+  its default read-ahead (``default_read_ahead``: 1 window locally, 2–8 over a store),
+  and with exactly k windows prefetched through the core for comparison.
 
 The local physical bound (bare ``pread`` + zstd vs youmu's local page read) is the
 criterion bench ``cargo bench --bench page_read`` (``physical_bound_pread_zstd``).
@@ -267,7 +267,8 @@ def phase_epoch(srv: Server, data: Path, latencies: list[int], rows: int) -> lis
     for ms in latencies:
         srv.delay(ms)
         remote = youmu.PageIndex("s3://bench/tokens/", columns=[COL], storage_options=srv.options())
-        row = {"latency_ms": ms, "local_rows_per_s": base, "remote_rows_per_s": best(stream_rows_per_s, remote)}
+        row = {"latency_ms": ms, "local_rows_per_s": base, "remote_rows_per_s": best(stream_rows_per_s, remote),
+               "default_read_ahead": RowStream(remote, shuffle="page", seed=5).read_ahead}
         row["ratio_stream"] = row["remote_rows_per_s"] / base
         for k in (1, 2, 4):
             r = best(ahead_rows_per_s, remote, k)
@@ -338,7 +339,7 @@ def print_tables(r: dict) -> None:
     for x in r["amplification"]:
         print(f"| {x['coalesce_gap']} | {x['pattern']} | {x['bytes_fetched_per_byte_needed']:.3f} | {x['gets_per_page']:.2f} |")
     print("\n### Page-shuffled epoch, remote / local rows/s\n")
-    print("| latency | local rows/s | remote rows/s | stream (1 window ahead) | 1 ahead (core) | 2 ahead | 4 ahead |")
+    print("| latency | local rows/s | remote rows/s | stream (default read-ahead) | 1 ahead (core) | 2 ahead | 4 ahead |")
     print("|---|---|---|---|---|---|---|")
     for x in r["epoch"]:
         print(f"| {x['latency_ms']} ms | {x['local_rows_per_s']:.0f} | {x['remote_rows_per_s']:.0f} | {x['ratio_stream']:.2f} "

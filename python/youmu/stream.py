@@ -29,6 +29,9 @@ __all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "default_read_ahead", "window_lay
 DEFAULT_BUFFER_SIZE: int | None = None
 #: Most windows read ahead by default (remote stores, where first bytes take tens of ms).
 MAX_DEFAULT_READ_AHEAD = 8
+#: Object stores: at least this many windows ahead (measured: 0.63× of local rows/s at
+#: 20 ms first-byte latency with 2 windows of 32 pages ahead, 0.74× with 4).
+MIN_REMOTE_READ_AHEAD = 4
 
 
 def default_read_ahead(index: object, window_pages: int) -> int:
@@ -37,14 +40,15 @@ def default_read_ahead(index: object, window_pages: int) -> int:
     Local files: 1 — the next window is read (in parallel, on youmu's pool) while the
     current one is consumed, which keeps the disk and the decoder busy. Object stores:
     enough windows that their page requests fill the I/O runtime's ``max_inflight``
-    slots (``⌈max_inflight / window_pages⌉``, between 2 and 8): with 20–50 ms to a
-    first byte a single window ahead leaves the store idle between windows (measured:
-    0.3× of local throughput at 20 ms with 1 window ahead, 0.5–0.7× with 4).
+    slots (``⌈max_inflight / window_pages⌉``, between 4 and 8): with 20–50 ms to a
+    first byte a single window ahead leaves the store idle between windows (measured
+    at 20 ms: 0.46× of local throughput with 1 window ahead, 0.64× with 2, 0.74× with
+    4; see ``benches/RESULTS.md``).
 
     >>> class Remote:
     ...     is_remote = True
-    >>> default_read_ahead(Remote(), window_pages=15) >= 2
-    True
+    >>> default_read_ahead(Remote(), window_pages=32)
+    4
     """
     if not getattr(index, "is_remote", False):
         return 1
@@ -54,7 +58,7 @@ def default_read_ahead(index: object, window_pages: int) -> int:
         inflight = int(io_options().get("max_inflight", 64))
     except (ImportError, AttributeError):  # a build without object-store support
         inflight = 64
-    return max(2, min(MAX_DEFAULT_READ_AHEAD, math.ceil(inflight / max(window_pages, 1))))
+    return max(MIN_REMOTE_READ_AHEAD, min(MAX_DEFAULT_READ_AHEAD, math.ceil(inflight / max(window_pages, 1))))
 
 
 def window_layout(index: object, buffer_size: int | None, world_size: int, *, memory_budget: int | None = None,

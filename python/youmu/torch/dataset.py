@@ -67,7 +67,7 @@ class YoumuDataset(PositionalStream[Any]):
             once per slice). Part of the shuffle (saved in the state). Default 1; see
             the README's shuffle guidance.
         read_ahead: windows read ahead of the one being consumed (default
-            :func:`youmu.stream.default_read_ahead`: 1 for local files, 2–8 for object
+            :func:`youmu.stream.default_read_ahead`: 1 for local files, 4–8 for object
             stores, from the I/O runtime's ``max_inflight``). More hides storage
             latency at the cost of memory (``memory_budget`` accounts for it).
 
