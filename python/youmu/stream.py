@@ -66,8 +66,9 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     """``(window pages, windows read ahead)`` of a sharded stream over ``index``: a pure
     function of the files, ``buffer_size``, the world size, ``memory_budget`` (windows
     shrink so the one consumed, those in flight and ``page_slices - 1`` more while a
-    window is assembled fit) and ``read_ahead`` (default :func:`default_read_ahead`). What :class:`~youmu.torch.YoumuDataset` and
-    :mod:`youmu.ray`'s source loaders read with, so both read the same windows.
+    window is assembled fit) and ``read_ahead`` (default :func:`default_read_ahead`).
+    What :class:`~youmu.torch.YoumuDataset` and :mod:`youmu.ray`'s source loaders read
+    with, so both read the same windows.
 
     >>> import numpy as np
     >>> class Index:
