@@ -170,7 +170,7 @@ def phase_weighted(data: str, seconds: float, how: str) -> None:
     if how == "stream2":
         from torch.utils.data import DataLoader
 
-        from youmu.torch.mixture import MixtureStream
+        from youmu.torch import MixtureStream
 
         # batches of 256 rows per message: per-row IPC would measure the queue, not the reads
         loader = DataLoader(MixtureStream(mix, rank=0, world_size=1), batch_size=256, num_workers=2,

@@ -110,7 +110,7 @@ def _rank_main(rank: int, world: int, port: int, q: Any, cfg: dict[str, Any]) ->
             }
         # raw all_gather latency of one round's message, all ranks ready (no waiting for fills)
         from youmu.batching.alignment import message_length
-        from youmu.dist import GlooChannel
+        from youmu.distributed import GlooChannel
 
         ch = GlooChannel.from_default_group(timeout=300)
         row = [0] * message_length(cfg["buffer"])

@@ -292,7 +292,7 @@ def make_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any = None)
 
 def matrix_scenario(rank: int, world: int, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run several loader configurations in sequence on one channel; log everything."""
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
 
     channel = GlooChannel.from_default_group(timeout=TIMEOUT)
     results = []
@@ -528,7 +528,7 @@ def busy_exit_main(argv: list[str]) -> None:
 
 def channel_scenario(rank: int, world: int, port: int) -> dict[str, Any]:
     """A GlooChannel with its own TCPStore rendezvous (no use of the default group)."""
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
 
     ch = GlooChannel.from_tcp_store("127.0.0.1", port, rank, world, host_store=(rank == 0), timeout=TIMEOUT)
     rows = ch.all_gather_rows([rank, 10 * rank, -rank])
@@ -548,7 +548,7 @@ def resume_scenario(rank: int, world: int, cfg: dict[str, Any], stop_after: int)
     """Uninterrupted epoch vs (``stop_after`` steps, state_dict, new loader, rest)."""
     import pickle
 
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
 
     channel = GlooChannel.from_default_group(timeout=TIMEOUT)
     full, it = drain(make_loader(rank, world, cfg, channel))
@@ -654,7 +654,7 @@ def ddp_scenario(rank: int, world: int, cfgs: list[dict[str, Any]]) -> list[list
     """Train steps (no optimizer update) with DDP; record the averaged gradient per step."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
 
     channel = GlooChannel.from_default_group(timeout=TIMEOUT)
     model = DDP(TinyLM())

@@ -102,7 +102,7 @@ def _record(batch: Any, info: Any) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------
 def scenario_modes(rank: int, world: int, store: Any) -> dict[str, Any]:
     """Run the loader in each mode on a shard of the data; return every micro-batch."""
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader, Planner, SampleMeta
 
     data = dataset()
@@ -177,7 +177,7 @@ def scenario_dbl(rank: int, world: int, store: Any) -> list[dict[str, Any]]:
     like DistributedSampler(drop_last=False), which repeats a sample when the length
     does not divide by the world size (seen with 203 samples on 2 ranks)."""
     from youmu.batching.loader import DynamicBatchLoader
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
 
     data = _shard_iterable(dataset()[rank::world])
@@ -206,7 +206,7 @@ def _failing(shard: list[Any], after: int):
 def scenario_failure(rank: int, world: int, store: Any) -> str:
     """Rank 1's source raises: rank 1 sees its own error, the others RankFailedError
     at once (well before the 30 s collective timeout)."""
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
 
     shard = dataset()[rank::world]
@@ -224,7 +224,7 @@ def scenario_failure(rank: int, world: int, store: Any) -> str:
 
 def scenario_stop(rank: int, world: int, store: Any, stop_at: list[int | None]) -> str:
     """Ranks leave their loops at ``stop_at[rank]`` steps (None: iterate to the end)."""
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
 
     shard = dataset()[rank::world]
@@ -302,7 +302,7 @@ def _train(loader: Any, m: int) -> list[dict[str, Any]]:
 def scenario_gradients(rank: int, world: int, store: Any) -> dict[str, Any]:
     """Per-step, per-rank accumulated gradients under reorder-only placement (formed
     micro-batches kept) and under sample-level balancing (a token budget)."""
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
 
     shard = dataset()[rank::world]
@@ -323,7 +323,7 @@ def _resume_run(rank: int, world: int, store: Any, mode: str, stop_after: int, t
                 demote: int | None = None) -> dict[str, Any]:
     import pickle
 
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
     from youmu.torch import MapStream
 
@@ -366,7 +366,7 @@ def _resume_run(rank: int, world: int, store: Any, mode: str, stop_after: int, t
 def scenario_resume(rank: int, world: int, store: Any) -> dict[str, Any]:
     """Interrupted + resumed runs against the uninterrupted one, in both resume modes,
     and a resume that only some ranks load (must fail on every rank, not hang)."""
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
 
     out: dict[str, Any] = {"runs": []}

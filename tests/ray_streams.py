@@ -54,7 +54,7 @@ def key(item: tuple[Any, Any]) -> tuple[Any, Any]:
 def in_process(rank: int, world: int, store: Any, paths: dict[str, str]) -> list[Any]:
     """Rank ``rank``'s ``BalancedLoader`` over its ``YoumuDataset`` of every source."""
     import youmu
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
     from youmu.torch import YoumuDataset
 

@@ -59,32 +59,13 @@ def test_all_is_sorted_and_every_name_resolves() -> None:
 
 
 def test_moved_names_stay_importable() -> None:
-    import youmu.dist
+    import youmu.distributed
     import youmu.errors
     import youmu.torch.collate
 
-    assert youmu.batching.GlooChannel is youmu.dist.GlooChannel
+    assert youmu.batching.GlooChannel is youmu.distributed.GlooChannel
     assert youmu.batching.pad_collate is youmu.torch.collate.pad_collate
     assert youmu.batching.PadCollate is youmu.torch.collate.PadCollate
-    assert youmu.batching.BatchingError is youmu.errors.LoaderError
-
-
-def test_deprecated_simulate_module_warns_and_keeps_the_function() -> None:
-    _run(
-        """
-        import warnings
-        import youmu.batching
-        from youmu.batching.simulation import simulate
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            import youmu.batching.simulate as old
-            from youmu.batching.simulate import simulate_ranks, fixed_batch_padding
-        assert any(issubclass(x.category, DeprecationWarning) and "simulation" in str(x.message) for x in w), w
-        # importing the old module must not replace the function simulate on the package
-        assert youmu.batching.simulate is simulate and old is simulate
-        assert simulate_ranks([[1, 2]], 10, 2).samples == 2
-        """
-    )
 
 
 # -- arguments -----------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_early_close_is_seen_by_peers(outcomes) -> None:
 @pytest.mark.timeout(300)
 def test_settings_mismatch_is_refused(outcomes) -> None:
     for r in outcomes["mismatch"]:
-        # BatchingError is youmu.errors.LoaderError (one hierarchy), so that is the class's name
+        # the one hierarchy: a loader failure is a youmu.errors.LoaderError
         assert r["error"] == "LoaderError" and "settings" in r["message"] and r["steps"] == 0
 
 

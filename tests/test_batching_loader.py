@@ -13,7 +13,6 @@ from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample
 
 from youmu.batching import (
     IDLE,
-    BatchingError,
     DynamicBatchLoader,
     GlooChannel,
     StepInfo,
@@ -22,7 +21,7 @@ from youmu.batching import (
     simulate,
 )
 from youmu.batching.synthetic import synthetic_lengths
-from youmu.errors import ArgumentTypeError
+from youmu.errors import ArgumentTypeError, LoaderError
 
 LENGTHS = synthetic_lengths("uniform-wide", 300, seed=3)
 
@@ -191,7 +190,7 @@ def test_state_dict_rules() -> None:
     it_loader = _loader(ds=StatefulRankIterable([LENGTHS], 0), num_workers=1)
     it = iter(it_loader)
     next(it)
-    with pytest.raises(BatchingError, match="num_workers=0"):
+    with pytest.raises(LoaderError, match="num_workers=0"):
         it_loader.state_dict()
     it_loader.close()
 

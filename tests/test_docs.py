@@ -9,7 +9,6 @@ import doctest
 import importlib
 import pkgutil
 import re
-import warnings
 from pathlib import Path
 
 import pytest
@@ -18,16 +17,6 @@ import youmu
 
 PACKAGE = Path(youmu.__file__).parent
 
-# Kept for one release so old imports keep working; they warn on import.
-DEPRECATED = {
-    "youmu.plan",
-    "youmu.batching.channel",
-    "youmu.batching.simulate",
-    "youmu.torch.mixture",
-    "youmu.planning.plan",
-    "youmu.planning.collate",
-    "youmu.planning.simulate",
-}
 # Modules that need an optional dependency to import.
 OPTIONAL = {"youmu.ray": "ray"}
 
@@ -48,9 +37,7 @@ def _import(name: str):
     for prefix, dep in OPTIONAL.items():
         if name == prefix or name.startswith(prefix + "."):
             pytest.importorskip(dep)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return importlib.import_module(name)
+    return importlib.import_module(name)
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -63,22 +50,13 @@ def test_every_module_declares_what_it_exports(name: str) -> None:
     assert len(set(exported)) == len(exported), f"{name}.__all__ repeats names"
 
 
-@pytest.mark.parametrize("name", [m for m in MODULES if m not in DEPRECATED])
+@pytest.mark.parametrize("name", MODULES)
 def test_every_module_has_an_example_that_runs(name: str) -> None:
     mod = _import(name)
     assert mod.__doc__, f"{name} has no module docstring"
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0, f"{name}: {result.failed} doctest(s) failed"
     assert result.attempted > 0, f"{name} shows no example"
-
-
-@pytest.mark.parametrize("name", sorted(DEPRECATED))
-def test_deprecated_module_paths_still_import_and_warn(name: str) -> None:
-    import sys
-
-    sys.modules.pop(name, None)
-    with pytest.warns(DeprecationWarning):
-        importlib.import_module(name)
 
 
 _HISTORY = re.compile(r"\b[Ii]ssue #?\d+|\bthe paper\b|notes/\w+\.md")

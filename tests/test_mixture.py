@@ -475,8 +475,7 @@ def test_mixture_stream_over_workers_resumes_and_packs() -> None:
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader
 
-    from youmu.torch import pack
-    from youmu.torch.mixture import MixtureStream
+    from youmu.torch import MixtureStream, pack
 
     mix = MixtureDataset({"a": tagged("a", 300), "b": tagged("b", 40)}, {"a": 0.8, "b": 0.2}, block_size=16, length=1000)
     assert MixtureStream(mix, rank=0, world_size=1).run == 16  # the mixture's blocks by default

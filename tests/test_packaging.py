@@ -9,7 +9,7 @@ import sys
 def test_core_streams_and_pure_layers_do_not_import_torch() -> None:
     code = (
         "import sys, youmu, youmu.stream, youmu.shuffle, youmu.sharding, youmu.stateful, youmu.rows, youmu.cli\n"
-        "import youmu.mixture, youmu.dist, youmu.batching, youmu.planning\n"
+        "import youmu.mixture, youmu.distributed, youmu.batching, youmu.planning\n"
         "youmu.PageIndex; youmu.Permutation(10)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

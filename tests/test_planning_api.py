@@ -197,23 +197,6 @@ def test_numpy_integers_are_accepted() -> None:
     assert SampleMeta.build(ids=np.arange(2), lengths=np.array([3.0, 4.0])).sizes.tolist() == [3, 4]
 
 
-DEPRECATED_MODULES = {"plan": "planner", "collate": "packing", "simulate": "workloads"}
-
-
-@pytest.mark.parametrize("old", sorted(DEPRECATED_MODULES))
-def test_old_module_names_import_with_a_deprecation_warning(old: str) -> None:
-    """The renamed modules keep their old paths for one release, re-exporting the same objects."""
-    import sys
-
-    new = importlib.import_module(f"youmu.planning.{DEPRECATED_MODULES[old]}")
-    sys.modules.pop(f"youmu.planning.{old}", None)
-    with pytest.warns(DeprecationWarning, match=f"youmu.planning.{old} was renamed youmu.planning.{new.__name__[15:]}"):
-        mod = importlib.import_module(f"youmu.planning.{old}")
-    assert mod.__all__
-    for name in mod.__all__:
-        assert getattr(mod, name) is getattr(new, name), name
-
-
 def test_all_is_sorted_and_complete() -> None:
     """``__all__`` is the public surface: sorted (as torchdata asserts its own), and
     every public name the package binds is in it."""

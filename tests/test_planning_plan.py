@@ -143,7 +143,7 @@ def _fingerprints() -> list[str]:
 
 def test_gather_metadata_local_channel() -> None:
     pytest.importorskip("torch")
-    from youmu.dist import GlooChannel
+    from youmu.distributed import GlooChannel
 
     meta = _meta(10)
     got = gather_metadata(GlooChannel.local(), meta)

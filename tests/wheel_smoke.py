@@ -38,7 +38,7 @@ with tempfile.TemporaryDirectory() as d:
     assert out.returncode == 0, out.stderr
 
 import youmu.batching  # noqa: E402,F401 - pure layers import without torch
-import youmu.dist  # noqa: E402,F401
+import youmu.distributed  # noqa: E402,F401
 import youmu.planning  # noqa: E402,F401
 
 assert "torch" not in sys.modules, "a torch-free layer imported torch"

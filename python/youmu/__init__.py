@@ -8,7 +8,7 @@ Layers (see ``docs/architecture.md``): the Rust core (:class:`PageIndex`,
 :class:`Permutation`), pure maps (:mod:`youmu.sharding`, :mod:`youmu.shuffle`,
 :mod:`youmu.mixture`), row streams (:class:`RowStream`), the stream contract
 (:mod:`youmu.stateful`), torch adapters (:mod:`youmu.torch`), the distributed toolkit
-(:mod:`youmu.dist`), online dynamic batching (:mod:`youmu.batching`) and multisource
+(:mod:`youmu.distributed`), online dynamic batching (:mod:`youmu.batching`) and multisource
 planning (:mod:`youmu.planning`). Every error is a :class:`YoumuError`.
 
 Example:

@@ -194,7 +194,7 @@ class CapacityError(YoumuError, ValueError):
 
 # -- loaders while they run ----------------------------------------------------------------
 class LoaderError(YoumuError, RuntimeError):
-    """A data loader failed while running (also ``youmu.batching.BatchingError``)."""
+    """A data loader failed while running."""
 
 
 class ChannelError(LoaderError):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.sharedctypes
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from youmu.errors import StateError
@@ -87,7 +87,6 @@ def check_state(
     owner: str,
     expect: Mapping[str, Any] | None = None,
     required: Sequence[str] = (),
-    legacy: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """Validate a state given to ``owner.load_state_dict``; return it as a new dict.
 
@@ -97,8 +96,6 @@ def check_state(
         owner: the class name used in messages.
         expect: settings that shape the stream; each must equal the saved value.
         required: keys the state must have.
-        legacy: converts a state without a format tag (saved before tags existed) into
-            a tagged one, or returns ``None`` when it is not one of the owner's.
 
     Raises :class:`~youmu.errors.StateError` naming the first field that does not fit.
     """
@@ -107,10 +104,6 @@ def check_state(
         raise StateError(
             f"{owner}.load_state_dict expects the dict that {owner}.state_dict() returned, got {_describe(state)}"
         )
-    if "format" not in state and legacy is not None:
-        converted = legacy(state)
-        if converted is not None:
-            state = converted
     got = state.get("format")
     if got not in accepted:
         raise StateError(

@@ -23,8 +23,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from youmu.batching.alignment import (
@@ -43,7 +41,6 @@ from youmu.batching.alignment import (
     split_groups,
     target_group_count,
 )
-from youmu.batching.errors import BatchingError
 from youmu.batching.grouping import batch_size_for, form_groups, padded_tokens
 from youmu.batching.info import IDLE, StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES, label_token_count, loss_scale, scaled_token_loss
@@ -55,13 +52,13 @@ from youmu.errors import ChannelError, DataStallError, PeerClosedError, RankFail
 if TYPE_CHECKING:  # the names below load on first use (they import torch)
     from youmu.batching.integrations import ODBTrainerMixin, join_uneven, make_odb_trainer
     from youmu.batching.loader import DynamicBatchLoader
-    from youmu.dist.channel import GlooChannel
+    from youmu.distributed.channel import GlooChannel
     from youmu.torch.collate import PadCollate, pad_collate
 
 # torch-backed names, imported on first use (PEP 562)
 _LAZY: dict[str, str] = {
     "DynamicBatchLoader": "youmu.batching.loader",
-    "GlooChannel": "youmu.dist.channel",
+    "GlooChannel": "youmu.distributed.channel",
     "pad_collate": "youmu.torch.collate",
     "PadCollate": "youmu.torch.collate",
     "join_uneven": "youmu.batching.integrations",
@@ -71,7 +68,6 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "AlignedSizes",
-    "BatchingError",
     "BatchingMetrics",
     "CLOSED",
     "ChannelError",
@@ -126,18 +122,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
-
-
-class _Package(types.ModuleType):
-    """``youmu.batching`` itself. Importing a submodule binds it as an attribute of its
-    package, so a first ``import youmu.batching.simulate`` (the deprecated module)
-    would replace the function :func:`simulate` with that module; it keeps the
-    function instead."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "simulate" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -25,7 +25,7 @@ through :attr:`Aligner.steps_consumed`, :attr:`Aligner.local_end` and
 :attr:`Aligner.closing`. The aligner holds the loader's config, never the loader.
 
 Example (one rank; ``DynamicBatchLoader`` does this, and consumes ``out`` for you):
-    >>> from youmu.dist import GlooChannel
+    >>> from youmu.distributed import GlooChannel
     >>> cfg = LoaderConfig.build(dict(dataset=[3, 5, 4, 9], token_budget=16, length_fn=lambda s: s,
     ...                               buffer_size=4, num_workers=0, shuffle=False), GlooChannel.local())
     >>> a = Aligner(cfg, 0, cfg.fresh_state(0), None, credits=Credits(cfg.max_outstanding), metrics=BatchingMetrics())
@@ -63,7 +63,7 @@ from youmu.batching.info import IDLE, StepInfo
 from youmu.batching.metrics import BatchingMetrics
 from youmu.batching.protocol import EmittedStep, Item, RankProtocol
 from youmu.batching.sources import END, Failure, SampleFeed
-from youmu.dist.producer import Credits
+from youmu.distributed.producer import Credits
 from youmu.errors import DataStallError, LoaderError, ProtocolError, RankFailedError
 
 __all__ = ["Aligner", "RoundRecord", "Filler", "PEER_CLOSED", "END", "Failure"]

@@ -12,7 +12,7 @@ every rank must share (checked in the handshake, saved in states) and the state 
 epoch's start.
 
 Example:
-    >>> from youmu.dist import GlooChannel
+    >>> from youmu.distributed import GlooChannel
     >>> cfg = LoaderConfig.build(dict(dataset=[{"n": 3}] * 10, token_budget=64, length_fn=len),
     ...                          GlooChannel.local())
     >>> cfg.kind, cfg.size, cfg.buffer_size, cfg.max_outstanding
@@ -37,8 +37,8 @@ from typing import Any
 from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg
 from youmu.batching.info import StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES
-from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel
-from youmu.dist.fingerprint import fingerprint
+from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
+from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.stateful import check_state, state_int
 

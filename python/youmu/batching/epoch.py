@@ -31,7 +31,7 @@ from youmu.batching.config import LoaderConfig
 from youmu.batching.info import IDLE, StepInfo
 from youmu.batching.metrics import BatchingMetrics
 from youmu.batching.shutdown import register
-from youmu.dist.producer import Credits
+from youmu.distributed.producer import Credits
 from youmu.errors import LoaderError, PeerClosedError
 
 __all__ = ["EpochIterator", "EpochHandle"]

@@ -7,9 +7,9 @@ Per rank, three kinds of execution context cooperate:
   (``length_fn``, ``token_count_fn``) — :mod:`youmu.batching.sources`;
 * the **fetcher thread** draws samples in order, one output *credit* each, so at
   most ``max_outstanding`` samples are fetched but not yet consumed by the trainer
-  (a :class:`~youmu.dist.Producer`) — :mod:`youmu.batching.sources`;
+  (a :class:`~youmu.distributed.Producer`) — :mod:`youmu.batching.sources`;
 * the **aligner thread** fills the grouping buffer, runs one Gloo all_gather per
-  round on the loader's own :class:`~youmu.dist.GlooChannel`, aligns,
+  round on the loader's own :class:`~youmu.distributed.GlooChannel`, aligns,
   collates, and answers each emitted sample's output slot: one slot carries the
   batch, the others carry :data:`~youmu.batching.info.IDLE` — :mod:`youmu.batching.aligner`;
 * the **trainer's thread** iterates ``(batch, info)``; skipping an IDLE slot or
@@ -44,7 +44,7 @@ from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_loader_state
 from youmu.batching.epoch import EpochHandle, EpochIterator
 from youmu.batching.info import StepInfo
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
-from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
+from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
 
 __all__ = ["DynamicBatchLoader", "STATE_FORMAT"]
 

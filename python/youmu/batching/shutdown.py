@@ -12,7 +12,7 @@ the process aborts with "terminate called without an active exception". Such win
 are short, but a thread that the operating system does not schedule for a few seconds
 (a loaded machine) can sit in one for as long as it is not scheduled. So the hook does
 not return while a thread is merely *running*: each aligner must have ended or be
-parked inside a collective (:func:`~youmu.dist.abandon_collectives`), where it waits
+parked inside a collective (:func:`~youmu.distributed.abandon_collectives`), where it waits
 in Python for good; each fetcher thread must have ended. Only a thread that does not
 get there within :data:`SETTLE_LIMIT_S` (user code that hangs) is left behind, with a
 warning.
@@ -30,7 +30,7 @@ import time
 import weakref
 from typing import Protocol
 
-from youmu.dist.channel import abandon_collectives
+from youmu.distributed.channel import abandon_collectives
 
 __all__ = ["ExitParticipant", "register", "drain_at_exit", "SETTLE_LIMIT_S"]
 

@@ -12,7 +12,7 @@ measured :class:`~youmu.batching.protocol.Item` the aligner groups.
   first, then continues; an iterable one takes them from the state's payloads and
   restores the dataset's own state;
 * **credits** — a :class:`SampleFeed` draws the stream on a
-  :class:`~youmu.dist.Producer` thread, one credit per sample, so at most
+  :class:`~youmu.distributed.Producer` thread, one credit per sample, so at most
   ``max_outstanding`` samples per rank sit between the source and the trainer (a
   sample keeps its credit until the trainer consumes the batch it went into, or skips
   the IDLE slot it answered).
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from youmu._args import index_of
 from youmu.batching.protocol import Item
 from youmu.batching.sampling import rank_indices
-from youmu.dist.producer import END, Credits, Producer
+from youmu.distributed.producer import END, Credits, Producer
 from youmu.errors import ArgumentTypeError, DataStallError, InvalidArgumentError, LoaderError, StateError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -244,7 +244,7 @@ class SampleFeed:
 
     # -- the aligner's side ------------------------------------------------------------------
     def take(self, timeout: float) -> Item | Failure | Any:
-        """The next sample, :data:`~youmu.dist.END`, a :class:`Failure` of the source,
+        """The next sample, :data:`~youmu.distributed.END`, a :class:`Failure` of the source,
         or ``None`` when nothing came within ``timeout`` seconds."""
         if self.preloaded:
             return self._taken(self.preloaded.popleft())

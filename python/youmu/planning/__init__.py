@@ -26,10 +26,6 @@ loader's channel and :func:`pack_microbatch` import it when used). Bad arguments
 the argument; a step's grid is at most
 :data:`~youmu.planning.balance.MAX_SLOTS` (rank, micro-batch) slots.
 
-``youmu.planning.plan``, ``.collate`` and ``.simulate`` are the old names of
-``planner``, ``packing`` and ``workloads``; they still import, with a
-``DeprecationWarning``, until the next release.
-
 Example:
     >>> from youmu.planning import attention_cost, balance
     >>> costs = attention_cost([[8000], [500], [700], [7000], [300], [200]], "llama-12b")

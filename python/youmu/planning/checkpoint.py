@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu.dist import describe, fingerprint
+from youmu.distributed import describe, fingerprint
 from youmu.errors import StateError
 from youmu.planning.schedule import MixingSchedule
 from youmu.planning.sources import Held, RankReader
@@ -163,7 +163,7 @@ def config_fingerprint(
     drop_last: bool,
     world_size: int,
 ) -> int:
-    """63-bit hash of the settings that decide the plans (:func:`youmu.dist.fingerprint`).
+    """63-bit hash of the settings that decide the plans (:func:`youmu.distributed.fingerprint`).
 
     >>> from youmu.planning import Planner
     >>> a = config_fingerprint(Planner().distribute(2), global_batch_size=8, token_budget=None, schedule=None,

@@ -1,8 +1,8 @@
 """What the ranks of a :class:`~youmu.planning.loader.BalancedLoader` say to each other
-every step, over the loader's :class:`~youmu.dist.GlooChannel`.
+every step, over the loader's :class:`~youmu.distributed.GlooChannel`.
 
 1. **Status and metadata** (:meth:`StepExchange.gather`): one variable-length
-   all-gather (:func:`youmu.dist.all_gather_varlen`) of ``[status, metadata...]``
+   all-gather (:func:`youmu.distributed.all_gather_varlen`) of ``[status, metadata...]``
    per rank — the status is ``OK``, ``EXHAUSTED`` (a stream ran short), ``FAILED``
    (reading its data raised) or ``CLOSED`` (its trainer stopped iterating); the
    metadata is the rank's candidates (:meth:`~youmu.planning.planner.SampleMeta.encode`).
@@ -11,7 +11,7 @@ every step, over the loader's :class:`~youmu.dist.GlooChannel`.
    :class:`~youmu.errors.RankFailedError` or :class:`~youmu.errors.PeerClosedError`
    at once instead of waiting for the collective timeout.
 2. **Samples** (:meth:`StepExchange.move_samples`): the payloads the plan moves to
-   another rank, one :func:`youmu.dist.all_gather_bytes` per step (only when the
+   another rank, one :func:`youmu.distributed.all_gather_bytes` per step (only when the
    plan moves anything — a decision every rank makes alike). Each rank sends one
    pickle per destination behind a small index, and receivers unpickle only the
    segments addressed to them.
@@ -20,7 +20,7 @@ Every rank makes the same collectives in the same order; the plan is a pure func
 of what was gathered, so the ranks never need to agree on anything else.
 
 Example:
-    >>> from youmu.dist import GlooChannel
+    >>> from youmu.distributed import GlooChannel
     >>> ex = StepExchange(GlooChannel.local())
     >>> [(status, vec.tolist()) for status, vec in ex.gather(OK, [2, 0, 5, 6])]
     [(0, [2, 0, 5, 6])]
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from youmu.dist import all_gather_bytes, all_gather_varlen
+from youmu.distributed import all_gather_bytes, all_gather_varlen
 from youmu.errors import PeerClosedError, ProtocolError, RankFailedError
 
 __all__ = ["OK", "EXHAUSTED", "FAILED", "CLOSED", "StepExchange"]

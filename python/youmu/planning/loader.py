@@ -9,7 +9,7 @@ Every step, on every rank:
    (:mod:`youmu.planning.sources`);
 2. measure each sample (document lengths, loss tokens) and **all-gather the
    metadata** with the step's status on the loader's Gloo channel
-   (:class:`~youmu.dist.GlooChannel`, :mod:`youmu.planning.exchange`);
+   (:class:`~youmu.distributed.GlooChannel`, :mod:`youmu.planning.exchange`);
 3. compute the **plan** — a pure function of the gathered metadata and the step, so
    every rank computes the same one (:class:`~youmu.planning.planner.Planner`);
 4. **exchange the samples** that the plan moves to another rank (pickled, one
@@ -21,7 +21,7 @@ Every step, on every rank:
    per-token mean over the whole global batch, ``Σ loss / T``, however the plan split
    the tokens.
 
-A background thread (:class:`youmu.dist.Producer`) runs steps 1–4 ``prefetch`` steps
+A background thread (:class:`youmu.distributed.Producer`) runs steps 1–4 ``prefetch`` steps
 ahead of the trainer. Every rank runs the same number of steps and gets the same
 number of micro-batches per step; a slot left empty (tiny final steps) repeats a
 batch with ``loss_scale = 0`` and ``is_padding = True``, so DDP's collectives stay
@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
-from youmu.dist import Producer, channel_for
+from youmu.distributed import Producer, channel_for
 from youmu.errors import InvalidArgumentError, LoaderError
 from youmu.planning.balance import check_grid
 from youmu.planning.checkpoint import (
@@ -157,9 +157,9 @@ class BalancedLoader:
         token_count_fn: sample → loss tokens (default: its total length).
         id_fn: sample → unique int id (default: arrival id ``k·W + rank``).
         collate_fn: list of samples → batch (default: the list itself).
-        channel: a :class:`~youmu.dist.GlooChannel` or a Gloo process group; default:
+        channel: a :class:`~youmu.distributed.GlooChannel` or a Gloo process group; default:
             a new Gloo group over the initialised default group (collective), or
-            single-process (:func:`youmu.dist.channel_for`).
+            single-process (:func:`youmu.distributed.channel_for`).
         group_size: hierarchical balancing over groups of ranks.
         seed: planner seed.
         drop_last: end at the first step some rank cannot fill (instead of running

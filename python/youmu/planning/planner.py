@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
-from youmu.dist.gather import all_gather_varlen
+from youmu.distributed.gather import all_gather_varlen
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
 from youmu.planning.cost import CostModel, ModelConfig, as_csr
@@ -190,7 +190,7 @@ class SampleMeta:
 
     # wire format: [n, d, ids(n), sources(n), tokens(n), counts(n), doc_lengths(d)]
     def encode(self) -> np.ndarray:
-        """Flat int64 encoding for :class:`~youmu.dist.GlooChannel`."""
+        """Flat int64 encoding for :class:`~youmu.distributed.GlooChannel`."""
         n, d = len(self), int(self.doc_lengths.size)
         return np.concatenate([[n, d], self.ids, self.sources, self.tokens, np.diff(self.doc_offsets),
                                self.doc_lengths]).astype(np.int64)
@@ -221,10 +221,10 @@ def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def gather_metadata(channel: Any, local: SampleMeta) -> SampleMeta:
     """All-gather every rank's candidate metadata (rank order; ``origin`` set).
 
-    One :func:`youmu.dist.all_gather_varlen` on a :class:`~youmu.dist.GlooChannel`
+    One :func:`youmu.distributed.all_gather_varlen` on a :class:`~youmu.distributed.GlooChannel`
     (the vector lengths, then the vectors). Every rank calls it.
 
-    >>> from youmu.dist import GlooChannel
+    >>> from youmu.distributed import GlooChannel
     >>> meta = gather_metadata(GlooChannel.local(), SampleMeta.build(ids=[7, 8], lengths=[30, 70]))
     >>> meta.ids.tolist(), meta.origin.tolist()       # one process: rank 0 holds both
     ([7, 8], [0, 0])

@@ -4,7 +4,7 @@ sequence, fed by the step planner and the source loaders (MegaScale-Data, §3: t
 "trainer-side client" of a pull model, each rank receiving only its own
 micro-batches).
 
-Each step, on a background thread (:class:`youmu.dist.Producer`, ``prefetch`` steps
+Each step, on a background thread (:class:`youmu.distributed.Producer`, ``prefetch`` steps
 ahead of the trainer):
 
 1. ask the planner for this rank's plans of the next steps (several per call); a
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import int_arg
-from youmu.dist import Producer
+from youmu.distributed import Producer
 from youmu.errors import LoaderError, ProtocolError, StateError
 from youmu.planning.info import MicroBatchInfo
 from youmu.ray.calls import Actor, Call

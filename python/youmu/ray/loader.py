@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from youmu._args import bool_arg, callable_arg, choice_arg, index_of, int_arg, opt_int_arg
-from youmu.dist import describe
+from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.sources import Measure
 from youmu.shuffle import MAX_PAGE_SLICES

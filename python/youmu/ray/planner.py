@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
-from youmu.dist import fingerprint
+from youmu.distributed import fingerprint
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.planning.balance import METHODS, check_grid
 from youmu.planning.checkpoint import config_fingerprint

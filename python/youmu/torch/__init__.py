@@ -1,5 +1,5 @@
 """PyTorch adapters: youmu's streams as ``IterableDataset``s, collate functions,
-packing and a prefetcher. ``import torch`` happens here (and in :mod:`youmu.dist` when
+packing and a prefetcher. ``import torch`` happens here (and in :mod:`youmu.distributed` when
 a channel needs it), never in youmu's torch-free layers.
 
 Example:

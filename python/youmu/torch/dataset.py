@@ -21,7 +21,7 @@ from typing import Any
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg
 from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
-from youmu.dist.world import rank_and_world
+from youmu.distributed.world import rank_and_world
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError, YoumuWarning
 from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, dropped_rows, row_chunk_rows
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
@@ -174,13 +174,6 @@ class YoumuDataset(PositionalStream[Any]):
         return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size,
                 "window_pages": self._wp, "drop_last": self.drop_last, "page_slices": self.page_slices}
 
-    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        # states saved before they had a format tag: the same fields, fewer settings
-        if {"seed", "epoch", "shuffle", "world_size", "positions"} <= set(state) and "run" not in state:
-            mine = self._settings()
-            return {"format": self.state_format, "window_pages": mine["window_pages"],
-                    "drop_last": mine["drop_last"], "page_slices": 1, **state}
-        return None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         saved = state.get("window_pages", self._wp) if isinstance(state, Mapping) else self._wp
@@ -190,8 +183,6 @@ class YoumuDataset(PositionalStream[Any]):
                 "(buffer_size or memory_budget differ): the shuffle would differ, so the rest of the epoch "
                 "would not be the uninterrupted one"
             )
-        if isinstance(state, Mapping) and "format" in state and "page_slices" not in state:
-            state = {**state, "page_slices": 1}  # states saved before page slices existed
         super().load_state_dict(state)
 
     def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:

@@ -33,11 +33,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from youmu._args import bool_arg, callable_arg, int_arg
-from youmu.dist.world import rank_and_world
+from youmu.distributed.world import rank_and_world
 from youmu.errors import StateError
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.torch.sharded import PositionalStream
@@ -92,10 +92,6 @@ class MapStream(PositionalStream[Any]):
     def _settings(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "run": self.run, "drop_last": self.drop_last}
 
-    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        if {"world_size", "positions"} <= set(state) and "seed" not in state and "packing" not in state:
-            return {"format": self.state_format, "run": 1, "drop_last": self.drop_last, "epoch": 0, **state}
-        return None
 
     def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
         for worker, pos in positions.items():

@@ -86,12 +86,6 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "dataset": {**self.dataset.state_dict(), "positions": {}}}
 
-    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        if set(state) == {"dataset", "packing"} and isinstance(state["dataset"], Mapping):
-            inner = state["dataset"]
-            return {"format": self.state_format, **self._settings(), "epoch": inner.get("epoch", 0),
-                    "num_workers": inner.get("num_workers"), "positions": state["packing"], "dataset": inner}
-        return None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

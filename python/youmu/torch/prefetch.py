@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from youmu._args import bool_arg, int_arg
-from youmu.dist.producer import Producer
+from youmu.distributed.producer import Producer
 from youmu.errors import ArgumentTypeError
 
 __all__ = ["Prefetcher"]

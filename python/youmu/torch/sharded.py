@@ -96,9 +96,6 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         """``(position after the item, item or SKIP)`` for this shard from ``start``."""
         raise NotImplementedError
 
-    def _legacy_state(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """A state saved before states had a format tag, converted (or None)."""
-        return None
 
     # -- epochs ---------------------------------------------------------------------------
     @property
@@ -141,7 +138,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         the epoch over)."""
         owner = type(self).__name__
         st = check_state(state, self.state_format, owner=owner, expect=self._settings(),
-                         required=("epoch", "positions"), legacy=self._legacy_state)
+                         required=("epoch", "positions"))
         epoch = state_int(st, "epoch", owner=owner)
         positions = state_positions(st, "positions", owner=owner, width=self.position_width)
         nw = st.get("num_workers")

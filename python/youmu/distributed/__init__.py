@@ -15,18 +15,18 @@ the multi-node work built on them).
 torch is imported only when a channel needs it.
 
 Example:
-    >>> from youmu.dist import GlooChannel, all_gather_varlen
+    >>> from youmu.distributed import GlooChannel, all_gather_varlen
     >>> [v.tolist() for v in all_gather_varlen(GlooChannel.local(), [1, 2])]
     [[1, 2]]
 """
 
 from __future__ import annotations
 
-from youmu.dist.channel import DEFAULT_TIMEOUT, GlooChannel, abandon_collectives, channel_for
-from youmu.dist.fingerprint import describe, fingerprint
-from youmu.dist.gather import all_gather_bytes, all_gather_varlen
-from youmu.dist.producer import END, Credits, Producer
-from youmu.dist.world import rank_and_world
+from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, abandon_collectives, channel_for
+from youmu.distributed.fingerprint import describe, fingerprint
+from youmu.distributed.gather import all_gather_bytes, all_gather_varlen
+from youmu.distributed.producer import END, Credits, Producer
+from youmu.distributed.world import rank_and_world
 from youmu.errors import ChannelError, PeerClosedError, RankFailedError
 
 __all__ = [

@@ -1,11 +1,11 @@
-"""Variable-length all-gathers over a :class:`~youmu.dist.channel.GlooChannel`.
+"""Variable-length all-gathers over a :class:`~youmu.distributed.channel.GlooChannel`.
 
 Gloo's all_gather needs the same length on every rank; these helpers gather the
 lengths first, then the vectors padded to the longest (two collectives), and hand
 back each rank's vector at its own length.
 
 Example:
-    >>> from youmu.dist.channel import GlooChannel
+    >>> from youmu.distributed.channel import GlooChannel
     >>> [v.tolist() for v in all_gather_varlen(GlooChannel.local(), [3, 1, 4])]
     [[3, 1, 4]]
     >>> all_gather_bytes(GlooChannel.local(), b"hello")
