@@ -235,7 +235,7 @@ def test_info_counts_are_consistent_with_tokens() -> None:
 @pytest.mark.parametrize(
     "module",
     ["grouping", "alignment", "protocol", "simulation", "sampling", "synthetic", "loss", "info", "metrics",
-     "errors", "loader", "config", "sources", "aligner", "epoch", "shutdown", "__init__"],
+     "loader", "config", "sources", "aligner", "epoch", "shutdown", "__init__"],
 )
 def test_docstring_examples(module: str) -> None:
     import doctest

@@ -104,5 +104,5 @@ class ODBTrainerMixin:
 def make_odb_trainer(trainer_cls: Any = None) -> Any:
     """A ``Trainer`` subclass with :class:`ODBTrainerMixin` (default: ``transformers.Trainer``)."""
     if trainer_cls is None:
-        from transformers import Trainer as trainer_cls  # type: ignore[no-redef]
+        from transformers import Trainer as trainer_cls
     return type(f"ODB{trainer_cls.__name__}", (ODBTrainerMixin, trainer_cls), {})
