@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
+from youmu.distributed.status import CLOSED, FAILED, stopped_peers
 from youmu.errors import InvalidArgumentError, ProtocolError
 
 __all__ = [
@@ -66,8 +67,6 @@ T = TypeVar("T")
 #: ``n_groups`` status codes (ODB's 0 and -1, plus two extensions).
 NOT_READY = 0
 FINISHED = -1
-FAILED = -2
-CLOSED = -3
 _STATUS = (NOT_READY, FINISHED, FAILED, CLOSED)
 
 
@@ -264,10 +263,9 @@ def plan_round(reports: Sequence[RankReport], join: bool) -> RoundPlan:
         raise InvalidArgumentError("plan_round needs at least one report")
     for r, rep in enumerate(reports):
         _check_report(r, rep)
-    failed = tuple(r for r, rep in enumerate(reports) if rep.n_groups == FAILED)
+    failed, closed = stopped_peers([rep.n_groups for rep in reports])
     if failed:
         return RoundPlan("fail", ranks=failed, reports=reports)
-    closed = tuple(r for r, rep in enumerate(reports) if rep.n_groups == CLOSED)
     if closed:
         return RoundPlan("close", ranks=closed, reports=reports)
     finished = [rep.n_groups == FINISHED for rep in reports]

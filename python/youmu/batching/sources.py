@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from youmu._args import index_of
 from youmu.batching.protocol import Item
 from youmu.batching.sampling import rank_indices
-from youmu.distributed.producer import END, Credits, Producer
+from youmu.distributed.producer import END, Credits, Failure, Producer
 from youmu.errors import ArgumentTypeError, DataStallError, InvalidArgumentError, LoaderError, StateError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -150,15 +150,6 @@ def _dataloader(config: LoaderConfig, dataset: Any, sampler: Sequence[Any] | Non
     if sampler is not None:
         kw["sampler"] = sampler
     return DataLoader(dataset, **kw)
-
-
-class Failure:
-    """An exception handed from one thread to another, raised where it is received."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 class SampleFeed:

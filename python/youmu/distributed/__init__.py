@@ -6,7 +6,10 @@ the multi-node work built on them).
   a ``TCPStore`` rendezvous; :func:`abandon_collectives` for interpreter exit;
 * :func:`all_gather_varlen` / :func:`all_gather_bytes` — variable-length all-gathers;
 * :func:`fingerprint` / :func:`describe` — hashes of the settings ranks must share;
-* :class:`Producer` / :class:`Credits` — one bounded background producer thread;
+* :class:`Producer` / :class:`Credits` / :class:`Failure` — one bounded background
+  producer thread, and the exception it hands to its consumer;
+* :data:`FAILED` / :data:`CLOSED` and :func:`raise_for_stopped_peers` — the one set of
+  codes by which a rank tells its peers it failed or closed, and their one reaction;
 * :func:`rank_and_world` — rank and world size from the caller or ``torch.distributed``;
 * the collective errors (:class:`~youmu.errors.ChannelError`,
   :class:`~youmu.errors.RankFailedError`, :class:`~youmu.errors.PeerClosedError`),
@@ -25,15 +28,19 @@ from __future__ import annotations
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, abandon_collectives, channel_for
 from youmu.distributed.fingerprint import describe, fingerprint
 from youmu.distributed.gather import all_gather_bytes, all_gather_varlen
-from youmu.distributed.producer import END, Credits, Producer
+from youmu.distributed.producer import END, Credits, Failure, Producer
+from youmu.distributed.status import CLOSED, FAILED, raise_for_stopped_peers, stopped_peers
 from youmu.distributed.world import rank_and_world
 from youmu.errors import ChannelError, PeerClosedError, RankFailedError
 
 __all__ = [
+    "CLOSED",
     "DEFAULT_TIMEOUT",
     "END",
+    "FAILED",
     "ChannelError",
     "Credits",
+    "Failure",
     "GlooChannel",
     "PeerClosedError",
     "Producer",
@@ -44,5 +51,7 @@ __all__ = [
     "channel_for",
     "describe",
     "fingerprint",
+    "raise_for_stopped_peers",
     "rank_and_world",
+    "stopped_peers",
 ]

@@ -35,7 +35,7 @@ from typing import Any, Generic, TypeVar
 
 from youmu.errors import InvalidArgumentError
 
-__all__ = ["Producer", "Credits", "END"]
+__all__ = ["Producer", "Credits", "END", "Failure"]
 
 T = TypeVar("T")
 
@@ -49,7 +49,9 @@ class _End:
 END: Any = _End()
 
 
-class _Failed:
+class Failure:
+    """An exception handed from one thread to another, raised where it is received."""
+
     __slots__ = ("exc",)
 
     def __init__(self, exc: BaseException) -> None:
@@ -175,7 +177,7 @@ class Producer(Generic[T]):
             if self._on_stop is not None:
                 self._on_stop()
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised at its item
-            self._put(_Failed(e))
+            self._put(Failure(e))
         finally:
             self._source_wait_since = None
             it = None  # drops the source's iterator here (shuts DataLoader workers down)
@@ -188,7 +190,7 @@ class Producer(Generic[T]):
             x = self.queue.get(timeout=timeout) if timeout is None or timeout > 0 else self.queue.get_nowait()
         except queue.Empty:
             return None
-        if isinstance(x, _Failed):
+        if isinstance(x, Failure):
             raise x.exc
         return x
 
@@ -224,7 +226,7 @@ class Producer(Generic[T]):
                 x = self.queue.get_nowait()
             except queue.Empty:
                 return n
-            if x is not END and not isinstance(x, _Failed):
+            if x is not END and not isinstance(x, Failure):
                 n += 1
 
     def stalled_for(self) -> float:

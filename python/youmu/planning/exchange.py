@@ -35,13 +35,16 @@ from typing import Any
 import numpy as np
 
 from youmu.distributed import all_gather_bytes, all_gather_varlen
-from youmu.errors import PeerClosedError, ProtocolError, RankFailedError
+from youmu.distributed.status import CLOSED, FAILED, raise_for_stopped_peers
+from youmu.errors import ProtocolError
 
 __all__ = ["OK", "EXHAUSTED", "FAILED", "CLOSED", "StepExchange"]
 
 # the first word of every rank's per-step message
-OK, EXHAUSTED, FAILED, CLOSED = 0, 1, 2, 3
+# FAILED and CLOSED are the codes every youmu loader protocol shares (youmu.distributed.status)
+OK, EXHAUSTED = 0, -1
 _STATUSES = (OK, EXHAUSTED, FAILED, CLOSED)
+_NO_STATUS = -(2**62)
 
 
 class StepExchange:
@@ -67,7 +70,8 @@ class StepExchange:
         vec[0] = status
         vec[1:] = body
         rows = all_gather_varlen(self.channel, vec)
-        out = [(int(r[0]) if r.size else -1, r[1:]) for r in rows]
+        # an empty message carries no status at all: never one of ours
+        out = [(int(r[0]) if r.size else _NO_STATUS, r[1:]) for r in rows]
         bad = [k for k, (s, _) in enumerate(out) if s not in _STATUSES]
         if bad:
             raise ProtocolError(f"rank(s) {bad} sent a step status that is not one of {_STATUSES}: "
@@ -76,13 +80,7 @@ class StepExchange:
         return out
 
     def check_peers(self, statuses: Sequence[int]) -> None:
-        failed = tuple(k for k, s in enumerate(statuses) if s == FAILED)
-        if failed:
-            raise RankFailedError(f"rank(s) {list(failed)} failed while reading their data", failed)
-        closed = tuple(k for k, s in enumerate(statuses) if s == CLOSED)
-        if closed:
-            raise PeerClosedError(f"rank(s) {list(closed)} closed their BalancedLoader while this rank iterates",
-                                  closed)
+        raise_for_stopped_peers(statuses, loader="BalancedLoader")
 
     def announce(self, status: int) -> None:
         """This rank's last word (``FAILED`` or ``CLOSED``), in the place of its next
