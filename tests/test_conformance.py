@@ -1,6 +1,8 @@
 """Conformance: every readable column of every parquet-testing file, read page by page
 through youmu, equals what pyarrow reads, value for value (types and nulls included).
-A column youmu cannot read must raise a typed ``YoumuError`` — never wrong data.
+A column youmu cannot read must raise a typed ``YoumuError`` — never wrong data — and
+each column's outcome is pinned (``conformance_outcomes.json``), so a column that
+matched today and raises tomorrow fails the suite.
 """
 
 from __future__ import annotations
@@ -53,38 +55,61 @@ def _values_equal(a: object, b: object) -> bool:
     return a == b
 
 
-@pytest.mark.skipif(not FILES, reason=f"conformance corpus not found under {PARQUET_TESTING}")
-@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
-def test_every_column_matches_pyarrow_or_raises_typed_error(path: Path) -> None:
+def _outcome(path: Path, col: str) -> str:
+    """``equal``, ``error:<YoumuError class>`` or ``pyarrow_cannot_read`` for one column
+    (any other outcome — an untyped exception, different values — fails the test)."""
+    try:
+        expected = pq.read_table(path, columns=[col]).column(0)
+    except Exception:
+        return "pyarrow_cannot_read"
+    try:
+        idx = youmu.PageIndex(path, columns=[col])
+        batches = idx.read_pages(range(len(idx)))
+    except youmu.YoumuError as e:
+        return f"error:{type(e).__name__}"
+    key = f"{path.name}:{col}"
+    assert sum(b.num_rows for b in batches) == idx.num_rows == len(expected), key
+    got = pa.chunked_array([b.column(0) for b in batches]) if batches else pa.chunked_array([], type=expected.type)
+    assert _same(expected, got), f"{key}: youmu's pages differ from pyarrow's values"
+    return "equal"
+
+
+def _file_outcomes(path: Path) -> dict[str, str]:
     columns = _columns(path)
     if columns is None:
         # pyarrow cannot read the file at all: youmu must fail cleanly too (or read it).
-        RESULTS["pyarrow_cannot_read"].append(path.name)
         try:
             youmu.PageIndex(path)
-        except youmu.YoumuError:
-            pass
-        return
-    for col in columns:
+            return {"*": "pyarrow_cannot_read;youmu_opens"}
+        except youmu.YoumuError as e:
+            return {"*": f"pyarrow_cannot_read;error:{type(e).__name__}"}
+    return {col: _outcome(path, col) for col in columns}
+
+
+def _file_key(path: Path) -> str:
+    return str(path.relative_to(PARQUET_TESTING / "data"))
+
+
+# The pinned outcome of every column of the corpus: a change from "equal" to a typed error
+# (or between error classes) is a change of behaviour and must be made on purpose, by
+# regenerating this file (`python tests/test_conformance.py --pin`) in the same commit.
+PINNED_PATH = Path(__file__).with_name("conformance_outcomes.json")
+PINNED: dict[str, dict[str, str]] = json.loads(PINNED_PATH.read_text()) if PINNED_PATH.exists() else {}
+
+
+@pytest.mark.skipif(not FILES, reason=f"conformance corpus not found under {PARQUET_TESTING}")
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_every_column_matches_pyarrow_or_raises_its_pinned_typed_error(path: Path) -> None:
+    outcomes = _file_outcomes(path)
+    for col, outcome in outcomes.items():
         key = f"{path.name}:{col}"
-        try:
-            expected = pq.read_table(path, columns=[col]).column(0)
-        except Exception:
-            RESULTS["pyarrow_cannot_read"].append(key)
-            continue
-        try:
-            idx = youmu.PageIndex(path, columns=[col])
-            batches = idx.read_pages(range(len(idx)))
-        except youmu.YoumuError:
-            RESULTS["raised"].append(key)
-            continue
-        assert sum(b.num_rows for b in batches) == idx.num_rows == len(expected), key
-        if batches:
-            got = pa.chunked_array([b.column(0) for b in batches])
-        else:
-            got = pa.chunked_array([], type=expected.type)
-        assert _same(expected, got), f"{key}: youmu's pages differ from pyarrow's values"
-        RESULTS["matched"].append(key)
+        kind = "matched" if outcome == "equal" else "raised" if outcome.startswith("error:") else "pyarrow_cannot_read"
+        RESULTS[kind].append(key)
+    pinned = PINNED.get(_file_key(path))
+    assert pinned is not None, f"{_file_key(path)} has no pinned outcome: run `python tests/test_conformance.py --pin`"
+    changed = {c: (pinned.get(c), o) for c, o in outcomes.items() if pinned.get(c) != o}
+    changed.update({c: (o, None) for c, o in pinned.items() if c not in outcomes})
+    assert not changed, f"{_file_key(path)}: outcome changed (pinned, now): {changed}"
 
 
 def _int96_columns(path: Path) -> list[str]:
@@ -141,3 +166,13 @@ def test_zz_report_conformance_counts(capsys: pytest.CaptureFixture[str]) -> Non
         print("\n" + line)
         print("raised: " + json.dumps(RESULTS["raised"]))
     assert total > 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--pin"]:
+        sys.exit("usage: python tests/test_conformance.py --pin   (rewrites tests/conformance_outcomes.json)")
+    pins = {_file_key(p): _file_outcomes(p) for p in FILES}
+    PINNED_PATH.write_text(json.dumps(pins, indent=1, sort_keys=True) + "\n")
+    print(f"pinned {sum(len(v) for v in pins.values())} outcomes of {len(pins)} files")
