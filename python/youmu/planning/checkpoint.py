@@ -131,9 +131,10 @@ def describe_schedule(schedule: Any) -> Any:
     if schedule is None:
         return None
     if isinstance(schedule, MixingSchedule):
-        if schedule._fn is not None:
-            return ["fn", describe(schedule._fn), schedule.names]
-        return ["stages", schedule.names, [[start, w.tolist()] for start, w in schedule._stages]]
+        content = schedule.content()
+        if content[0] == "fn":
+            return ["fn", describe(content[1]), content[2]]
+        return content
     mix = schedule.mixture
     return ["mixture", schedule.names, schedule.batch_size, len(mix),
             [[st.start, list(map(int, st.children)), list(map(float, st.weights))] for st in mix.stages]]

@@ -41,7 +41,7 @@ import numpy as np
 from youmu._args import bool_arg, float_arg, float_array, int_arg, int_array
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["ModelConfig", "CostModel", "attention_cost", "as_csr", "PRESETS"]
+__all__ = ["ModelConfig", "CostModel", "attention_cost", "as_csr", "segment_sums", "PRESETS"]
 
 # A packed sequence: its document lengths. A batch of them: a list of those.
 Seqs = Sequence[Sequence[int]]
@@ -94,9 +94,15 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
     return lengths, offsets
 
 
-def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per-sequence sums of a CSR array (empty sequences sum to 0)."""
-    csum = np.zeros(values.size + 1, dtype=np.float64)
+def segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per-sequence sums of a CSR array (empty sequences sum to 0): int64 for integer
+    values, float64 otherwise.
+
+    >>> segment_sums(np.array([1, 2, 3]), np.array([0, 2, 2, 3])).tolist()
+    [3, 0, 3]
+    """
+    dtype = np.int64 if np.issubdtype(values.dtype, np.integer) else np.float64
+    csum = np.zeros(values.size + 1, dtype=dtype)
     np.cumsum(values, out=csum[1:])
     return csum[offsets[1:]] - csum[offsets[:-1]]
 
@@ -273,7 +279,7 @@ class CostModel:
         if not np.isfinite(y).all():
             raise InvalidArgumentError("times must be finite")
         lf = lengths.astype(np.float64)
-        cols = [_segment_sums(lf**2, offsets), _segment_sums(lf, offsets)]
+        cols = [segment_sums(lf**2, offsets), segment_sums(lf, offsets)]
         if intercept:
             cols.append(np.ones(n))
         x = np.stack(cols, axis=1)
@@ -297,8 +303,8 @@ class CostModel:
         """``(a·Σl², b·Σl, c)`` per sequence, as three float arrays."""
         lengths, offsets = as_csr(seqs)
         lf = lengths.astype(np.float64)
-        quad = self.a * _segment_sums(lf * lf, offsets)
-        lin = self.b * _segment_sums(lf, offsets)
+        quad = self.a * segment_sums(lf * lf, offsets)
+        lin = self.b * segment_sums(lf, offsets)
         const = np.full(offsets.size - 1, float(self.c))
         return quad, lin, const
 

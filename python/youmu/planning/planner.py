@@ -46,7 +46,7 @@ from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
 from youmu.distributed.gather import all_gather_varlen
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
-from youmu.planning.cost import CostModel, ModelConfig, as_csr
+from youmu.planning.cost import CostModel, ModelConfig, as_csr, segment_sums
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
 __all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES"]
@@ -116,7 +116,7 @@ class SampleMeta:
                 raise InvalidArgumentError(f"{off.size - 1} document lists for {n} ids")
         if dl.size and dl.min() < 0:
             raise InvalidArgumentError("lengths must be >= 0")
-        sizes = _sums(dl, off)
+        sizes = segment_sums(dl, off)
         src = np.zeros(n, dtype=np.int64) if sources is None else _i64(sources, "sources")
         tok = sizes.copy() if tokens is None else _i64(tokens, "tokens")
         if origin is None:
@@ -145,7 +145,7 @@ class SampleMeta:
     @property
     def sizes(self) -> np.ndarray:
         """Total tokens of each sample (sum of its documents)."""
-        return _sums(self.doc_lengths, self.doc_offsets)
+        return segment_sums(self.doc_lengths, self.doc_offsets)
 
     def docs(self, i: int) -> list[int]:
         return self.doc_lengths[self.doc_offsets[i]:self.doc_offsets[i + 1]].tolist()
@@ -210,12 +210,6 @@ class SampleMeta:
             raise InvalidArgumentError(f"malformed metadata vector: its document counts sum to {int(off[-1])}, "
                                        f"not {d}")
         return cls(ids.copy(), src.copy(), dl.copy(), off, tok.copy(), np.full(n, origin, dtype=np.int64))
-
-
-def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    csum = np.zeros(values.size + 1, dtype=np.int64)
-    np.cumsum(values, out=csum[1:])
-    return csum[offsets[1:]] - csum[offsets[:-1]]
 
 
 def gather_metadata(channel: Any, local: SampleMeta) -> SampleMeta:

@@ -188,6 +188,17 @@ class MixingSchedule:
         walk = self._memo[batch_size]
         return {n: int(c) for n, c in zip(self.names, walk.realised_before(step, self.weight_vector))}
 
+    def content(self) -> list[Any]:
+        """What decides the weights, for fingerprints: ``["fn", fn, names]`` or
+        ``["stages", names, [[start, weights], ...]]``.
+
+        >>> MixingSchedule({"a": 1, "b": 3}).content()
+        ['stages', ['a', 'b'], [[0, [0.25, 0.75]]]]
+        """
+        if self._fn is not None:
+            return ["fn", self._fn, self.names]
+        return ["stages", self.names, [[start, w.tolist()] for start, w in self._stages]]
+
     def __repr__(self) -> str:
         kind = "function" if self._fn is not None else f"{len(self._stages)} stage(s)"
         return f"MixingSchedule({kind}, sources={self.names})"
