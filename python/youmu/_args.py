@@ -173,6 +173,8 @@ def int_array(values: Any, name: str) -> np.ndarray:
         out = np.asarray([index_of(x, name) for x in arr.tolist()], dtype=np.int64)
     except ArgumentTypeError:
         raise ArgumentTypeError(f"{name} must be integers, got {arr.dtype} values") from None
+    except OverflowError:  # Python ints beyond int64 (numpy keeps them as objects)
+        raise InvalidArgumentError(f"{name} must be integers in the int64 range") from None
     return out
 
 

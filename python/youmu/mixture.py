@@ -92,6 +92,10 @@ def _length(name: str, ds: Any) -> int:
     return n
 
 
+#: indices, lengths and block sizes are int64 in the Rust maps
+_MAX_INDEX = (1 << 63) - 1
+
+
 def _seed(seed: int) -> int:
     return int_arg("seed", seed, minimum=0, maximum=(1 << 64) - 1)
 
@@ -161,7 +165,7 @@ class _MapMixture:
 
     def _child_draw(self, name: str, value: Any) -> int:
         """A position in a child (a draw or item number): an int in ``[0, 2**63)``."""
-        return int_arg(name, value, minimum=0, maximum=(1 << 63) - 1)
+        return int_arg(name, value, minimum=0, maximum=_MAX_INDEX)
 
     def _state_fingerprint(self) -> dict[str, Any]:
         """What identifies this mixture for stream states (:func:`youmu.stateful.data_fingerprint`):
@@ -333,8 +337,8 @@ class MixtureDataset(_MapMixture):
         self.children = _children(children, "MixtureDataset")
         self.names = list(self.children)
         choice_arg("policy", policy, POLICIES)
-        int_arg("block_size", block_size, minimum=1)
-        opt_int_arg("length", length, minimum=0)
+        int_arg("block_size", block_size, minimum=1, maximum=_MAX_INDEX)
+        opt_int_arg("length", length, minimum=0, maximum=_MAX_INDEX)
         self.seed, self.block_size, self.policy = _seed(seed), int(block_size), policy
         raw = self._stage_list(weights)
         self._chunk_list = self._chunks(child_chunk)
@@ -370,7 +374,7 @@ class MixtureDataset(_MapMixture):
         if not stages:
             raise InvalidArgumentError("weights must not be empty")
         for k, (start, w) in enumerate(stages):
-            if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or start < 0:
+            if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or not 0 <= start <= _MAX_INDEX:
                 raise InvalidArgumentError(f"stage {k}: start must be a non-negative int, got {start!r}")
             if not isinstance(w, Mapping):
                 raise ArgumentTypeError(f"stage {k}: weights must be a mapping {{name: weight}}")
@@ -396,7 +400,7 @@ class MixtureDataset(_MapMixture):
         else:
             values = [spec] * len(self.names)
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= _MAX_INDEX:
                 raise InvalidArgumentError(f"child_chunk values must be ints >= 1, got {v!r}")
         return [int(v) for v in values]
 
@@ -454,7 +458,7 @@ class MixtureDataset(_MapMixture):
 
     def stage_of(self, i: int) -> int:
         """Weight stage in force at index ``i``."""
-        return int(self._map.stage_of(int_arg("i", i, minimum=0, maximum=(1 << 63) - 1)))
+        return int(self._map.stage_of(int_arg("i", i, minimum=0, maximum=_MAX_INDEX)))
 
     def block_start(self, b: int, stage: int = 0) -> int:
         """Global index where block ``b`` of ``stage`` begins."""
@@ -463,7 +467,7 @@ class MixtureDataset(_MapMixture):
     def block_counts(self, b: int, stage: int = 0) -> dict[str, int]:
         """Samples of each child in block ``b`` of ``stage`` (they sum to the block size)."""
         stage = self._stage_number(stage)
-        return dict(zip(self.names, self._map.block_counts(stage, int_arg("b", b, minimum=0, maximum=(1 << 63) - 1))))
+        return dict(zip(self.names, self._map.block_counts(stage, int_arg("b", b, minimum=0, maximum=_MAX_INDEX))))
 
     def _stage_number(self, stage: Any) -> int:
         stage = int_arg("stage", stage, minimum=0)

@@ -53,7 +53,7 @@ from typing import Any
 
 from youmu._args import int_arg
 from youmu.distributed import Producer
-from youmu.errors import LoaderError, ProtocolError, StateError
+from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
 from youmu.planning.info import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
 from youmu.ray.planner import MAX_STEPS_PER_CALL, NEED_STATE, PlannerState, RankStep, Ref
@@ -102,6 +102,9 @@ class RayBalancedLoader:
     """
 
     def __init__(self, deployment: Deployment, rank: int, *, prefetch: int = 2, steps_per_call: int = 2) -> None:
+        if not isinstance(deployment, Deployment):
+            raise ArgumentTypeError(f"deployment must be a youmu.ray Deployment (RayLoaders(...).deployment or "
+                                    f"RayLoaders.connect()), got {type(deployment).__name__}")
         if deployment.planner is None:
             raise LoaderError("this Deployment has no planner handle: get it from RayLoaders.connect()")
         self.deployment = deployment

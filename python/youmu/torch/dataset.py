@@ -109,7 +109,7 @@ class YoumuDataset(PositionalStream[Any]):
         choice_arg("shuffle", shuffle, SHUFFLE_MODES)
         choice_arg("output", output, OUTPUTS)
         buffer_size = opt_int_arg("buffer_size", buffer_size, minimum=1)
-        seed = int_arg("seed", seed, minimum=0)
+        seed = int_arg("seed", seed, minimum=0, maximum=(1 << 64) - 1)
         callable_arg("transform", transform, optional=True)
         drop_last = bool_arg("drop_last", drop_last)
         opt_int_arg("memory_budget", memory_budget, minimum=1)

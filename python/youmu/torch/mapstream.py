@@ -39,7 +39,7 @@ from typing import Any
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
-from youmu.stateful import data_fingerprint
+from youmu.stateful import MAX_STATE_INT, data_fingerprint
 from youmu.torch.sharded import PositionalStream
 
 __all__ = ["MapStream", "MixtureStream"]
@@ -77,8 +77,8 @@ class MapStream(PositionalStream[Any]):
         run: int = 1,
     ) -> None:
         super().__init__()
-        self.run = int_arg("run", run, minimum=1)
-        self.chunk = int_arg("chunk", chunk, minimum=1)
+        self.run = int_arg("run", run, minimum=1, maximum=MAX_STATE_INT)
+        self.chunk = int_arg("chunk", chunk, minimum=1, maximum=MAX_STATE_INT)
         self.drop_last = bool_arg("drop_last", drop_last)
         self.transform = callable_arg("transform", transform, optional=True)
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):

@@ -69,7 +69,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         pad_id: int | None = None,
     ) -> None:
         super().__init__()
-        self.seq_len = int_arg("seq_len", seq_len, minimum=1)
+        self.seq_len = int_arg("seq_len", seq_len, minimum=1, maximum=_INT64_MAX)
         # ids are emitted as int64 whatever the column's type, so that is their range
         self.eos_id = opt_int_arg("eos_id", eos_id, minimum=_INT64_MIN, maximum=_INT64_MAX)
         self.pad_id = opt_int_arg("pad_id", pad_id, minimum=_INT64_MIN, maximum=_INT64_MAX)
