@@ -16,8 +16,13 @@ already know:
   after a pass ended resumes to the (empty) rest of that epoch.
 * ``load_state_dict(state)`` checks the state before using it: the format tag names
   the kind of object that saved it, and every setting that shapes the stream (seed,
-  shuffle, world size, window size, ...) must match. A mismatch is a
+  shuffle, world size, window size, ...) must match, as must the shard (``rank``, a
+  field of its own next to ``world_size``) and the data (``data``: a fingerprint from
+  :func:`data_fingerprint`, kept apart from the shard). A mismatch is a
   :class:`~youmu.errors.StateError` naming the field.
+* ``state_dict()`` in the main process of a stream that DataLoader workers iterate is
+  a :class:`~youmu.errors.StateError`: the progress is in the workers' copies, and
+  the loader (torchdata's ``StatefulDataLoader``) is what to checkpoint.
 * ``set_epoch(epoch)`` reshuffles for ``epoch`` and clears any resume point. It
   reaches DataLoader workers that already run (``persistent_workers=True``): the
   epoch lives in shared memory (:class:`SharedEpoch`).
