@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import youmu
+import youmu.torch
 from youmu.errors import (
     ArgumentTypeError,
     InvalidArgumentError,
@@ -404,6 +405,10 @@ def test_public_functions_raise_only_youmu_errors_on_hostile_arguments(files) ->
         ("MixtureDataset(stage start 2**70)", lambda: MixtureDataset({"a": [1]}, [(0, {"a": 1}), (2**70, {"a": 1})])),
         ("MixtureDataset(child_chunk=2**70)", lambda: MixtureDataset({"a": [1]}, {"a": 1}, child_chunk=2**70)),
         ("RowStream(None)", lambda: youmu.RowStream(None, "page", 1, 0, 0)),
+        ("collate_packed([])", lambda: collate_packed([])),
+        ("collate_packed([1])", lambda: collate_packed([1])),
+        ("collate_pad([1])", lambda: youmu.torch.collate_pad([1])),
+        ("Prefetcher(None)", lambda: youmu.torch.Prefetcher(None)),
     ]
     for name, call in bad:
         try:

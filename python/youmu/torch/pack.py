@@ -211,6 +211,12 @@ def collate_packed(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tens
     """Stack packed sequences; ``cu_seqlens`` become one flat boundary list over the
     concatenated batch (the form flash-attention's varlen kernels take), with
     ``max_seqlen`` the longest document piece."""
+    if not items:
+        raise InvalidArgumentError("collate_packed got an empty batch")
+    for x in items:
+        if not isinstance(x, Mapping) or not all(k in x for k in ("input_ids", "position_ids", "cu_seqlens")):
+            raise ArgumentTypeError("collate_packed collates PackedDataset items (dicts of input_ids, position_ids "
+                                    f"and cu_seqlens), got {type(x).__name__}")
     ids = torch.stack([x["input_ids"] for x in items])
     pos = torch.stack([x["position_ids"] for x in items])
     seq_len = ids.shape[1]
