@@ -441,6 +441,12 @@ def test_ray_arguments_are_checked_before_anything_starts(paths: dict[str, str])
                    hedge_after=-1, **rs.PLAN)
     with pytest.raises(ArgumentTypeError, match="deployment"):
         RayBalancedLoader(None, 0)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="columns"):
+        Source(p, columns=[1])
+    local = RayLoaders({n: Source(q, **rs.STREAM) for n, q in paths.items()}, world_size=rs.WORLD, local=True,
+                       **rs.PLAN)
+    with pytest.raises(InvalidArgumentError, match="epoch"):
+        local.client(0).set_epoch(2**70)
 
 
 def test_connect_without_ray_init_says_so_and_starts_no_cluster() -> None:

@@ -57,7 +57,7 @@ from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateErr
 from youmu.planning.info import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
 from youmu.ray.planner import MAX_STEPS_PER_CALL, NEED_STATE, PlannerState, RankStep, Ref
-from youmu.stateful import check_state, state_int
+from youmu.stateful import MAX_STATE_INT, check_state, state_int
 
 __all__ = ["RayBalancedLoader", "Deployment", "STATE_FORMAT"]
 
@@ -228,7 +228,7 @@ class RayBalancedLoader:
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` at the next pass (every source stream reshuffles for it; a
         loaded resume point is cleared)."""
-        self.epoch = int_arg("epoch", epoch, minimum=0)
+        self.epoch = int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
         self._start = PlannerState.initial(self.epoch, self.world_size, len(self.deployment.names))
         self._resume = (0, 0)
         self._delivered, self._delivered_state = (0, 0), self._start.to_dict()

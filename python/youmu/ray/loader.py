@@ -193,8 +193,9 @@ class Source:
         if self.page_slices > 1 and self.shuffle != "page":
             raise InvalidArgumentError(f"page_slices={self.page_slices} needs shuffle='page' (got "
                                        f"shuffle={self.shuffle!r})")
-        if isinstance(self.columns, (str, bytes)):
-            raise ArgumentTypeError(f"columns must be a list of column names, got {type(self.columns).__name__}")
+        if self.columns is not None and (isinstance(self.columns, (str, bytes)) or not isinstance(
+                self.columns, (list, tuple)) or not all(isinstance(c, str) for c in self.columns)):
+            raise ArgumentTypeError(f"columns must be a list of column names, got {self.columns!r}")
         if self.paths is not None and not _is_index(self.paths):
             ok = isinstance(self.paths, (str, os.PathLike)) or (
                 isinstance(self.paths, (list, tuple)) and self.paths
