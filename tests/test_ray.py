@@ -386,3 +386,81 @@ def test_clients_refuse_to_run_in_dataloader_workers(paths: dict[str, str], monk
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())
     with pytest.raises(LoaderError, match="DataLoader worker"):
         next(iter(loaders.client(0)))
+
+
+# ----------------------------------------------------------------------------------------
+# sources that cannot open, arguments, connecting
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("broken", "error"), [
+    ({"paths": "/nonexistent/youmu-ray/missing.parquet"}, "YoumuIOError"),
+    ({"columns": ["id", "not_a_column"]}, "ColumnNotFoundError"),
+])
+def test_a_source_that_cannot_open_raises_its_own_error_and_frees_the_name(cluster: Any, paths: dict[str, str],
+                                                                           broken: dict[str, Any],
+                                                                           error: str) -> None:
+    import youmu.errors
+
+    first = sorted(paths)[0]
+
+    def sources(bad: bool) -> dict[str, Source]:
+        out = {}
+        for n, p in paths.items():
+            kw = dict(rs.STREAM)
+            if bad and n == first:
+                kw.update({k: v for k, v in broken.items() if k != "paths"})
+                p = broken.get("paths", p)
+            out[n] = Source(p, **kw)
+        return out
+
+    opts = dict(world_size=rs.WORLD, name="broken", namespace="youmu-tests", timeout=TIMEOUT,
+                loader_options={"resources": {"loader": 1}}, planner_options={"resources": {"head": 1}}, **rs.PLAN)
+    with pytest.raises(getattr(youmu.errors, error)) as caught:
+        RayLoaders(sources(True), **opts)
+    assert not isinstance(caught.value, ray.exceptions.RayError)
+    # nothing of the failed deployment runs, and its names are free
+    for suffix in ("planner", "loader0", "loader1", "loader2"):
+        with pytest.raises(ValueError):
+            ray.get_actor(f"broken.{suffix}", namespace="youmu-tests")
+    fixed = RayLoaders(sources(False), **opts)  # the same name, the source corrected: starts
+    try:
+        assert len(list(fixed.client(0, prefetch=0).iter_steps())) > 0
+    finally:
+        fixed.shutdown()
+
+
+def test_ray_arguments_are_checked_before_anything_starts(paths: dict[str, str]) -> None:
+    from youmu.errors import ArgumentTypeError
+
+    p = next(iter(paths.values()))
+    with pytest.raises(InvalidArgumentError, match="shuffle"):
+        Source(p, shuffle="bogus")
+    with pytest.raises(ArgumentTypeError, match="storage_options"):
+        Source(p, storage_options=["endpoint"])
+    with pytest.raises(InvalidArgumentError, match="hedge_after"):
+        RayLoaders({n: Source(q, **rs.STREAM) for n, q in paths.items()}, world_size=rs.WORLD, local=True,
+                   hedge_after=-1, **rs.PLAN)
+    with pytest.raises(ArgumentTypeError, match="deployment"):
+        RayBalancedLoader(None, 0)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="columns"):
+        Source(p, columns=[1])
+    local = RayLoaders({n: Source(q, **rs.STREAM) for n, q in paths.items()}, world_size=rs.WORLD, local=True,
+                       **rs.PLAN)
+    with pytest.raises(InvalidArgumentError, match="epoch"):
+        local.client(0).set_epoch(2**70)
+
+
+def test_connect_without_ray_init_says_so_and_starts_no_cluster() -> None:
+    import subprocess
+
+    code = ("import ray\n"
+            "from youmu.errors import LoaderError\n"
+            "from youmu.ray import RayLoaders\n"
+            "try:\n"
+            "    RayLoaders.connect('nothing-here')\n"
+            "except LoaderError as e:\n"
+            "    print('refused:', e)\n"
+            "print('initialised:', ray.is_initialized())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "refused: Ray is not initialised" in out.stdout, out.stdout + out.stderr
+    assert "initialised: False" in out.stdout

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -39,6 +39,7 @@ __all__ = [
     "index_of",
     "int_array",
     "float_array",
+    "storage_options_arg",
 ]
 
 T = TypeVar("T")
@@ -119,6 +120,24 @@ def callable_arg(name: str, value: T | None, *, optional: bool = False) -> T | N
     return value
 
 
+def storage_options_arg(value: Any, name: str = "storage_options") -> dict[str, Any] | None:
+    """Object-store settings as :class:`youmu.PageIndex` takes them: ``None`` or a
+    mapping of str keys to str, bool or number values (checked here, at the call that
+    passed them, rather than where a loader process first builds its index).
+
+    >>> storage_options_arg({"endpoint": "http://127.0.0.1:9000", "timeout": "5s"})
+    {'endpoint': 'http://127.0.0.1:9000', 'timeout': '5s'}
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ArgumentTypeError(f"{name} must be a dict of str -> str, got {type(value).__name__}")
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, (str, bool, int, float)):
+            raise ArgumentTypeError(f"{name} must map str keys to str values, got {k!r}: {type(v).__name__}")
+    return dict(value)
+
+
 def index_of(value: Any, what: str) -> int:
     """An integer a user function returned (``int``, numpy or 0-d tensor integer)."""
     try:
@@ -154,6 +173,8 @@ def int_array(values: Any, name: str) -> np.ndarray:
         out = np.asarray([index_of(x, name) for x in arr.tolist()], dtype=np.int64)
     except ArgumentTypeError:
         raise ArgumentTypeError(f"{name} must be integers, got {arr.dtype} values") from None
+    except OverflowError:  # Python ints beyond int64 (numpy keeps them as objects)
+        raise InvalidArgumentError(f"{name} must be integers in the int64 range") from None
     return out
 
 

@@ -47,9 +47,10 @@ from typing import Any, Union
 
 import numpy as np
 
-from youmu._args import choice_arg, int_arg, int_array, opt_int_arg
+from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
 from youmu._core import FlatMap, MixtureMap
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, UnknownNameError
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, PageOutOfRangeError, UnknownNameError
+from youmu.stateful import describe_data
 
 POLICIES = ("restart", "stop")
 
@@ -91,6 +92,10 @@ def _length(name: str, ds: Any) -> int:
     return n
 
 
+#: indices, lengths and block sizes are int64 in the Rust maps
+_MAX_INDEX = (1 << 63) - 1
+
+
 def _seed(seed: int) -> int:
     return int_arg("seed", seed, minimum=0, maximum=(1 << 64) - 1)
 
@@ -125,14 +130,14 @@ class _MapMixture:
     def locate(self, i: int) -> tuple[str, int]:
         """``(child_name, index_in_child)`` of global index ``i`` (negative counts from
         the end): a pure function of ``i``."""
-        c, local = self._map.locate(int(i))[:2]  # type: ignore[attr-defined]
+        c, local = self._map.locate(int_arg("i", i))[:2]  # type: ignore[attr-defined]
         return self.names[c], int(local)
 
     def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def __getitem__(self, i: int) -> Any:
-        if not isinstance(i, (int, np.integer)):
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
             raise ArgumentTypeError(f"{type(self).__name__} indices must be integers, got {type(i).__name__}")
         name, local = self.locate(i)
         return self.children[name][local]
@@ -148,6 +153,28 @@ class _MapMixture:
             for p, item in zip(pos.tolist(), items):
                 out[p] = item
         return out
+
+    def _in_range(self, name: str, i: Any, *, upto: bool) -> int:
+        """``i`` as an index in ``[0, len]`` (``upto``: a count of indices) or ``[0, len)``."""
+        i = int_arg(name, i, minimum=0)
+        n = len(self)
+        if i > n or (i == n and not upto):
+            span = f"[0, {n}]" if upto else f"[0, {n})"
+            raise PageOutOfRangeError(f"{name}={i} is outside {span}: the mixture has {n} indices")
+        return i
+
+    def _child_draw(self, name: str, value: Any) -> int:
+        """A position in a child (a draw or item number): an int in ``[0, 2**63)``."""
+        return int_arg(name, value, minimum=0, maximum=_MAX_INDEX)
+
+    def _state_fingerprint(self) -> dict[str, Any]:
+        """What identifies this mixture for stream states (:func:`youmu.stateful.data_fingerprint`):
+        its settings and every child's own description."""
+        return {"type": type(self).__name__, "len": len(self), **self._settings_description(),
+                "children": {n: describe_data(c) for n, c in self.children.items()}}
+
+    def _settings_description(self) -> dict[str, Any]:
+        raise NotImplementedError
 
     def __iter__(self) -> Iterator[Any]:
         n, step = len(self), 1024
@@ -185,7 +212,7 @@ class FlatMixture(_MapMixture):
         self.children = _children(children, "FlatMixture")
         self.names = list(self.children)
         self.seed = _seed(seed)
-        self.shuffle = bool(shuffle)
+        self.shuffle = bool_arg("shuffle", shuffle)
         self._map = FlatMap([_length(n, c) for n, c in self.children.items()], seed=self.seed, shuffle=self.shuffle)
 
     @property
@@ -200,13 +227,16 @@ class FlatMixture(_MapMixture):
     def position(self, name: str, local: int) -> int:
         """Global index where item ``local`` of child ``name`` appears (inverse of
         :meth:`locate`)."""
-        return int(self._map.position(self._child_number(name), int(local)))
+        return int(self._map.position(self._child_number(name), self._child_draw("local", local)))
 
     def _child_number(self, name: str) -> int:
         try:
             return self.names.index(name)
         except ValueError:
             raise UnknownNameError(f"no child named {name!r}") from None
+
+    def _settings_description(self) -> dict[str, Any]:
+        return {"seed": self.seed, "shuffle": self.shuffle}
 
     def page_index(self) -> Any:
         """One ``youmu.PageIndex`` over all children, when every child is a youmu
@@ -307,10 +337,11 @@ class MixtureDataset(_MapMixture):
         self.children = _children(children, "MixtureDataset")
         self.names = list(self.children)
         choice_arg("policy", policy, POLICIES)
-        int_arg("block_size", block_size, minimum=1)
-        opt_int_arg("length", length, minimum=0)
+        int_arg("block_size", block_size, minimum=1, maximum=_MAX_INDEX)
+        opt_int_arg("length", length, minimum=0, maximum=_MAX_INDEX)
         self.seed, self.block_size, self.policy = _seed(seed), int(block_size), policy
         raw = self._stage_list(weights)
+        self._chunk_list = self._chunks(child_chunk)
         self._map = MixtureMap(
             self.names,
             [_length(n, c) for n, c in self.children.items()],
@@ -319,9 +350,15 @@ class MixtureDataset(_MapMixture):
             seed=self.seed,
             policy=policy,
             length=None if length is None else int(length),
-            chunks=self._chunks(child_chunk),
+            chunks=self._chunk_list,
         )
         self.stages = self._describe(raw)
+
+    def _settings_description(self) -> dict[str, Any]:
+        stages = [[st.start, st.end, [int(k) for k in st.children], [float(w) for w in st.weights]]
+                  for st in self.stages]
+        return {"seed": self.seed, "block_size": self.block_size, "policy": self.policy, "stages": stages,
+                "child_chunk": self._chunk_list}
 
     # -- construction helpers -----------------------------------------------------------
     def _stage_list(self, weights: Weights) -> list[tuple[int, Mapping[str, float]]]:
@@ -337,7 +374,7 @@ class MixtureDataset(_MapMixture):
         if not stages:
             raise InvalidArgumentError("weights must not be empty")
         for k, (start, w) in enumerate(stages):
-            if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or start < 0:
+            if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or not 0 <= start <= _MAX_INDEX:
                 raise InvalidArgumentError(f"stage {k}: start must be a non-negative int, got {start!r}")
             if not isinstance(w, Mapping):
                 raise ArgumentTypeError(f"stage {k}: weights must be a mapping {{name: weight}}")
@@ -363,7 +400,7 @@ class MixtureDataset(_MapMixture):
         else:
             values = [spec] * len(self.names)
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= _MAX_INDEX:
                 raise InvalidArgumentError(f"child_chunk values must be ints >= 1, got {v!r}")
         return [int(v) for v in values]
 
@@ -406,13 +443,13 @@ class MixtureDataset(_MapMixture):
     def position(self, name: str, draw: int) -> int | None:
         """Global index of draw number ``draw`` of child ``name`` (inverse of
         :meth:`child_samples`), or ``None`` if the mixture never makes that draw."""
-        p = self._map.position(self._child_number(name), int(draw))
+        p = self._map.position(self._child_number(name), self._child_draw("draw", draw))
         return None if p is None else int(p)
 
     # -- counters -------------------------------------------------------------------------
     def counts(self, i: int) -> dict[str, int]:
         """Samples each child contributes among the first ``i`` indices (0 <= i <= len)."""
-        return dict(zip(self.names, self._map.counts(int(i))))
+        return dict(zip(self.names, self._map.counts(self._in_range("i", i, upto=True))))
 
     def passes(self, i: int) -> dict[str, int]:
         """Passes over each child started among the first ``i`` indices (1 = the first
@@ -421,15 +458,22 @@ class MixtureDataset(_MapMixture):
 
     def stage_of(self, i: int) -> int:
         """Weight stage in force at index ``i``."""
-        return int(self._map.stage_of(int(i)))
+        return int(self._map.stage_of(int_arg("i", i, minimum=0, maximum=_MAX_INDEX)))
 
     def block_start(self, b: int, stage: int = 0) -> int:
         """Global index where block ``b`` of ``stage`` begins."""
-        return self.stages[stage].start + int(b) * self.block_size
+        return self.stages[self._stage_number(stage)].start + int_arg("b", b, minimum=0) * self.block_size
 
     def block_counts(self, b: int, stage: int = 0) -> dict[str, int]:
         """Samples of each child in block ``b`` of ``stage`` (they sum to the block size)."""
-        return dict(zip(self.names, self._map.block_counts(int(stage), int(b))))
+        stage = self._stage_number(stage)
+        return dict(zip(self.names, self._map.block_counts(stage, int_arg("b", b, minimum=0, maximum=_MAX_INDEX))))
+
+    def _stage_number(self, stage: Any) -> int:
+        stage = int_arg("stage", stage, minimum=0)
+        if stage >= len(self.stages):
+            raise PageOutOfRangeError(f"stage={stage}: this mixture has {len(self.stages)} stage(s)")
+        return stage
 
     def window_bounds(self) -> list[dict[str, float]]:
         """Per stage, each positive-weight child's bound on

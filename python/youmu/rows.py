@@ -15,16 +15,16 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from youmu._args import choice_arg, int_arg, int_array
+from youmu._args import choice_arg, int_arg, int_array, storage_options_arg
 from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
-from youmu.errors import ArgumentTypeError, PageOutOfRangeError
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, PageOutOfRangeError
 
 __all__ = ["RowDataset"]
 
@@ -38,17 +38,23 @@ class RowDataset:
         output: ``"python"`` (default), ``"numpy"``, ``"torch"`` or ``"arrow"``.
         cache_pages: 0 (default) reads single rows; > 0 keeps that many decoded pages
             per process (LRU) and serves rows from them.
+        storage_options: object-store settings (``endpoint``, ``region``, keys, ...)
+            for URLs, as :class:`youmu.PageIndex` takes them.
     """
 
-    def __init__(self, paths: Any, columns: Sequence[str] | None = None, output: str = "python", cache_pages: int = 0):
+    def __init__(self, paths: Any, columns: Sequence[str] | None = None, output: str = "python", cache_pages: int = 0,
+                 storage_options: Mapping[str, str] | None = None):
         from youmu._core import PageIndex
 
         if isinstance(columns, (str, bytes)):
             raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}")
+        storage_options = storage_options_arg(storage_options)
         if isinstance(paths, PageIndex):
+            if storage_options is not None:
+                raise InvalidArgumentError("storage_options apply to paths: pass them to the PageIndex instead")
             self.index = paths
         else:
-            self.index = PageIndex(paths, columns=list(columns) if columns else None)
+            self.index = PageIndex(paths, columns=list(columns) if columns else None, storage_options=storage_options)
         self.output = choice_arg("output", output, OUTPUTS)
         self.cache_pages = int_arg("cache_pages", cache_pages, minimum=0)
         self._cache: OrderedDict[int, pa.RecordBatch] = OrderedDict()
@@ -78,6 +84,8 @@ class RowDataset:
             bad = int(idx[(idx < -n) | (idx >= n)][0])
             raise PageOutOfRangeError(f"row {bad} is out of range (length {n})")
         idx = np.where(idx < 0, idx + n, idx)
+        if idx.size == 0:
+            return self.index.schema.empty_table()
         if self.cache_pages == 0:
             return pa.Table.from_batches([self.index.read_rows(idx)])
         pages, offs = self.index.locate_rows(idx)
@@ -96,6 +104,13 @@ class RowDataset:
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Batch access (used by torch's DataLoader with a batch sampler)."""
         return list(convert_rows(self.take(indices), self.output))
+
+    def _state_fingerprint(self) -> Any:
+        """What identifies these rows for stream states: the files' (see
+        :func:`youmu.stateful.data_fingerprint`)."""
+        from youmu.stateful import describe_data
+
+        return describe_data(self.index)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -16,8 +16,13 @@ already know:
   after a pass ended resumes to the (empty) rest of that epoch.
 * ``load_state_dict(state)`` checks the state before using it: the format tag names
   the kind of object that saved it, and every setting that shapes the stream (seed,
-  shuffle, world size, window size, ...) must match. A mismatch is a
+  shuffle, world size, window size, ...) must match, as must the shard (``rank``, a
+  field of its own next to ``world_size``) and the data (``data``: a fingerprint from
+  :func:`data_fingerprint`, kept apart from the shard). A mismatch is a
   :class:`~youmu.errors.StateError` naming the field.
+* ``state_dict()`` in the main process of a stream that DataLoader workers iterate is
+  a :class:`~youmu.errors.StateError`: the progress is in the workers' copies, and
+  the loader (torchdata's ``StatefulDataLoader``) is what to checkpoint.
 * ``set_epoch(epoch)`` reshuffles for ``epoch`` and clears any resume point. It
   reaches DataLoader workers that already run (``persistent_workers=True``): the
   epoch lives in shared memory (:class:`SharedEpoch`).
@@ -37,6 +42,8 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.sharedctypes
@@ -49,10 +56,28 @@ __all__ = [
     "Stateful",
     "Stream",
     "SharedEpoch",
+    "SharedInt",
     "check_state",
+    "data_fingerprint",
+    "describe_data",
     "state_int",
     "state_positions",
+    "MAX_STATE_INT",
 ]
+
+#: The largest integer a state field may hold: epochs and positions live in int64
+#: (shared memory, numpy, Rust), so a larger one is a corrupted or edited state.
+MAX_STATE_INT = (1 << 63) - 1
+
+#: Why a field differs, said with the mismatch (the field name alone is not enough).
+_HINTS = {
+    "data": "the state was saved over other data (the fingerprint covers file names, sizes, row and page "
+            "counts; a mixture's children and settings)",
+    "rank": "a rank's state resumes that rank only: load each rank's own state",
+    "world_size": "positions are per rank of that many ranks",
+    "window_pages": "the state was saved with windows of another size (buffer_size or memory_budget differ): "
+                    "the shuffle would differ, so the rest of the epoch would not be the uninterrupted one",
+}
 
 
 @runtime_checkable
@@ -114,18 +139,33 @@ def check_state(
             raise StateError(f"{owner} state ({got}) has no {key!r} field")
     for key, mine in (expect or {}).items():
         saved = state.get(key)
-        if saved != mine:
-            raise StateError(f"state was saved with {key}={saved!r} but this {owner} has {key}={mine!r}")
+        # type-strict: "3" is not 3 and True is not 1 (an edited or foreign state)
+        if saved != mine or type(saved) is not type(mine):
+            if key not in state:
+                raise StateError(f"{owner} state ({got}) has no {key!r} field (this {owner} has {key}={mine!r})")
+            hint = f": {_HINTS[key]}" if key in _HINTS else ""
+            raise StateError(f"state was saved with {key}={saved!r} but this {owner} has {key}={mine!r}{hint}")
     return dict(state)
 
 
-def state_int(state: Mapping[str, Any], key: str, *, owner: str, minimum: int | None = 0) -> int:
-    """An integer field of a state (never a bool or a float)."""
+def state_int(
+    state: Mapping[str, Any], key: str, *, owner: str, minimum: int | None = 0, maximum: int = MAX_STATE_INT
+) -> int:
+    """An integer field of a state (never a bool or a float), at most ``maximum``.
+
+    >>> state_int({"epoch": 2**70}, "epoch", owner="MapStream")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: MapStream state field 'epoch' must be at most 9,223,372,036,854,775,807, got a 71-bit int
+    """
     value = state.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise StateError(f"{owner} state field {key!r} must be an int, got {type(value).__name__} {value!r}")
     if minimum is not None and value < minimum:
         raise StateError(f"{owner} state field {key!r} must be >= {minimum}, got {value}")
+    if value > maximum:
+        shown = f"a {value.bit_length()}-bit int" if value.bit_length() > 64 else f"{value:,}"
+        raise StateError(f"{owner} state field {key!r} must be at most {maximum:,}, got {shown}")
     return value
 
 
@@ -150,21 +190,57 @@ def state_positions(
         if width > 1 and (not isinstance(v, (list, tuple)) or len(v) != width):
             raise StateError(f"{owner} state field {key!r}[{k!r}] must be {width} ints, got {v!r}")
         for p in parts:
-            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-                raise StateError(f"{owner} state field {key!r}[{k!r}] must hold ints >= 0, got {v!r}")
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= MAX_STATE_INT:
+                raise StateError(f"{owner} state field {key!r}[{k!r}] must hold ints >= 0 and < 2**63, got {v!r}")
         out[worker] = int(v) if width == 1 else tuple(int(p) for p in v)
     return out
 
 
-class SharedEpoch:
-    """An epoch number in shared memory, so ``set_epoch`` in the main process reaches
-    DataLoader workers that already run (``persistent_workers=True``), as samplers'
-    epochs do.
+def describe_data(data: Any) -> Any:
+    """What identifies the data a stream reads, cheaply: from a page index, per file its
+    name (not its directory: a copy moved elsewhere, or to an object store, is the same
+    data), size and rows, plus the columns and every page's row count; from a youmu
+    mixture or ``RowDataset``, its own description; from anything else, its type and
+    length."""
+    own = getattr(data, "_state_fingerprint", None)
+    if callable(own):
+        return own()
+    if callable(getattr(data, "page_num_rows", None)) and callable(getattr(data, "file_info", None)):
+        files = []
+        for i in range(data.num_files):
+            info = data.file_info(i)
+            files.append([str(info["path"]).rstrip("/").rsplit("/", 1)[-1], info["size"], info["num_rows"]])
+        pages = hashlib.sha256(data.page_num_rows().astype("<i8").tobytes()).hexdigest()
+        return {"files": files, "columns": list(data.columns), "pages": pages}
+    try:
+        n: Any = len(data)
+    except TypeError:
+        n = None
+    return {"type": f"{type(data).__module__}.{type(data).__qualname__}", "len": n}
+
+
+def data_fingerprint(data: Any) -> str:
+    """A short digest of the data a stream reads (see :func:`describe_data`): a state
+    saved over other files, or another mixture, is refused on load instead of resuming
+    positions that mean other rows.
+
+    >>> data_fingerprint(list(range(10))) == data_fingerprint(list(range(10)))
+    True
+    >>> data_fingerprint(list(range(10))) == data_fingerprint(list(range(11)))
+    False
+    """
+    text = json.dumps(describe_data(data), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class SharedInt:
+    """An integer in shared memory, so a change in the main process reaches DataLoader
+    workers that already run (``persistent_workers=True``), and the reverse.
 
     Workers inherit the memory when they are started (fork, or pickling while a
     process is being spawned); any other copy or pickle carries the value only.
 
-    >>> e = SharedEpoch(3)
+    >>> e = SharedInt(3)
     >>> e.value = 4
     >>> e.value
     4
@@ -204,4 +280,12 @@ class SharedEpoch:
                 self._shared = None
 
     def __repr__(self) -> str:
-        return f"SharedEpoch({self.value})"
+        return f"{type(self).__name__}({self.value})"
+
+
+class SharedEpoch(SharedInt):
+    """An epoch number in shared memory, so ``set_epoch`` in the main process reaches
+    DataLoader workers that already run (``persistent_workers=True``), as samplers'
+    epochs do."""
+
+    __slots__ = ()

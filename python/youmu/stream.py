@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from youmu._args import int_arg
+from youmu.errors import ArgumentTypeError
 from youmu.shuffle import ShardPlan, row_chunk_rows, window_pages_for
 
 __all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "default_read_ahead", "window_layout"]
@@ -133,6 +134,8 @@ class RowStream:
         read_ahead: int | None = None,
         page_slices: int = 1,
     ) -> None:
+        if not callable(getattr(index, "page_num_rows", None)):
+            raise ArgumentTypeError(f"index must be a youmu.PageIndex, got {type(index).__name__}")
         self.index = index
         self.page_rows = index.page_num_rows() if page_rows is None else page_rows
         if window_pages is None:

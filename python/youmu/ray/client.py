@@ -53,11 +53,11 @@ from typing import Any
 
 from youmu._args import int_arg
 from youmu.distributed import Producer
-from youmu.errors import LoaderError, ProtocolError, StateError
+from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
 from youmu.planning.info import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
 from youmu.ray.planner import MAX_STEPS_PER_CALL, NEED_STATE, PlannerState, RankStep, Ref
-from youmu.stateful import check_state, state_int
+from youmu.stateful import MAX_STATE_INT, check_state, state_int
 
 __all__ = ["RayBalancedLoader", "Deployment", "STATE_FORMAT"]
 
@@ -102,6 +102,9 @@ class RayBalancedLoader:
     """
 
     def __init__(self, deployment: Deployment, rank: int, *, prefetch: int = 2, steps_per_call: int = 2) -> None:
+        if not isinstance(deployment, Deployment):
+            raise ArgumentTypeError(f"deployment must be a youmu.ray Deployment (RayLoaders(...).deployment or "
+                                    f"RayLoaders.connect()), got {type(deployment).__name__}")
         if deployment.planner is None:
             raise LoaderError("this Deployment has no planner handle: get it from RayLoaders.connect()")
         self.deployment = deployment
@@ -225,7 +228,7 @@ class RayBalancedLoader:
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` at the next pass (every source stream reshuffles for it; a
         loaded resume point is cleared)."""
-        self.epoch = int_arg("epoch", epoch, minimum=0)
+        self.epoch = int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
         self._start = PlannerState.initial(self.epoch, self.world_size, len(self.deployment.names))
         self._resume = (0, 0)
         self._delivered, self._delivered_state = (0, 0), self._start.to_dict()

@@ -38,8 +38,8 @@ from typing import Any
 
 import ray
 
-from youmu._args import bool_arg, callable_arg, int_arg, seconds_arg
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, LoaderUnavailableError
+from youmu._args import bool_arg, callable_arg, float_arg, int_arg, seconds_arg
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, LoaderUnavailableError, YoumuError
 from youmu.ray.calls import Actor
 from youmu.ray.client import Deployment, RayBalancedLoader
 from youmu.ray.loader import MeasureFns, Source, SourceLoader
@@ -126,6 +126,7 @@ class RayLoaders:
         detached = bool_arg("detached", detached)
         local = bool_arg("local", local)
         timeout = seconds_arg("timeout", timeout)
+        hedge_after = float_arg("hedge_after", hedge_after, positive=True)
         int_arg("cache_rows", cache_rows, minimum=1)
         if isinstance(sources, Mapping):
             if not sources:
@@ -156,7 +157,7 @@ class RayLoaders:
         def make(k: int, suffix: str = "") -> Any:
             group = {n: self.sources[n] for n in groups[k]}
             args = (group, settings.world_size)
-            kwargs: dict[str, Any] = {"measure": fns, "cache_rows": cache_rows}
+            kwargs: dict[str, Any] = {"measure": fns, "cache_rows": cache_rows, "defer_errors": True}
             if local:
                 return SourceLoader(group, settings.world_size, measure=fns, cache_rows=cache_rows)
             opts = {**_ACTOR_DEFAULTS, **dict(loader_options or {}), "name": self.loader_names[k] + suffix,
@@ -189,7 +190,13 @@ class RayLoaders:
                                                                  config=self.config, deployment=self.deployment)
         self.deployment.planner = Actor(self.planner_name, [self.planner_name], kind="step planner",
                                         namespace=namespace).attach([handle])
-        self._wait_ready(timeout)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            # what was started goes, and its names with it: a deployment created again
+            # (the path corrected) must not find these actors by name
+            self.shutdown(wait=True)
+            raise
         theirs = self.deployment.planner.call("fingerprint", timeout=2 * timeout)
         if theirs != self.config:
             raise InvalidArgumentError(
@@ -212,6 +219,10 @@ class RayLoaders:
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayTaskError as e:
+                    if isinstance(e.cause, YoumuError):
+                        raise e.cause from None  # the source's own error: YoumuIOError, ColumnNotFoundError, ...
+                    raise LoaderError(f"{pending[ref]} failed to start: {e}") from None
+                except ray.exceptions.RayActorError as e:
                     raise LoaderError(f"{pending[ref]} failed to start: {e}") from None
             if left and time.monotonic() >= deadline:
                 names = sorted(pending[r] for r in left)
@@ -229,6 +240,10 @@ class RayLoaders:
         """The :class:`~youmu.ray.client.Deployment` of a running deployment, found by
         name (after ``ray.init(address=...)``); ``RayBalancedLoader(deployment, rank)``
         is then rank ``rank``'s client."""
+        if not ray.is_initialized():
+            # ray.get_actor would start a local cluster, where no deployment can be
+            raise LoaderError("Ray is not initialised: call ray.init(address=...) to join the cluster that runs "
+                              f"the deployment {name!r}")
         try:
             handle = ray.get_actor(f"{name}.planner", namespace=namespace)
         except ValueError:
@@ -257,12 +272,22 @@ class RayLoaders:
             out[name] = ray.get((h.ping if name == self.planner_name else h.stats).remote(), timeout=60)
         return out
 
-    def shutdown(self) -> None:
-        """Stop every actor of the deployment (for good: no restart)."""
+    def shutdown(self, wait: bool = False) -> None:
+        """Stop every actor of the deployment (for good: no restart); with ``wait``,
+        until their names are free (at most 30 s)."""
         if self.local:
             return
-        for h in self.actors().values():
+        actors = self.actors()
+        for h in actors.values():
             try:
                 ray.kill(h, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        deadline = time.monotonic() + 30.0
+        for n in actors if wait else ():
+            while time.monotonic() < deadline:
+                try:
+                    ray.get_actor(n, namespace=self.namespace)
+                except ValueError:
+                    break
+                time.sleep(0.05)

@@ -53,11 +53,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from youmu._args import bool_arg, callable_arg, choice_arg, index_of, int_arg, opt_int_arg
+from youmu._args import bool_arg, callable_arg, choice_arg, index_of, int_arg, opt_int_arg, storage_options_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.sources import Measure
-from youmu.shuffle import MAX_PAGE_SLICES
+from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES
 
 __all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "Records", "MeasureFns"]
 
@@ -148,7 +148,9 @@ class Source:
     The same source, seed and arguments give the same stream as the in-process
     ``YoumuDataset``: a loader only moves where it is read. ``output="numpy"`` (or
     ``"arrow"``) reaches the trainer zero-copy through Ray's object store; ``"torch"``
-    tensors are pickled.
+    tensors are pickled. ``storage_options`` (object-store settings for URL
+    ``paths``, as :class:`youmu.PageIndex` takes them) travel to the loaders; the
+    deployment's fingerprint keeps the endpoint and region, not the credentials.
 
     >>> Source("data/web/", shuffle="row", buffer_size=512).shuffle
     'row'
@@ -168,15 +170,21 @@ class Source:
     read_ahead: int | None = None
     page_slices: int = 1
     stream: Callable[[int, int], Any] | None = None
+    storage_options: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if (self.paths is None) == (self.stream is None):
             raise InvalidArgumentError("a Source needs exactly one of paths= (Parquet files or a PageIndex) or "
                                        "stream= (a function (rank, world_size) -> stream)")
         callable_arg("stream", self.stream, optional=True)
+        choice_arg("shuffle", self.shuffle, SHUFFLE_MODES)
+        storage_options_arg(self.storage_options)
+        if self.storage_options is not None and (self.paths is None or _is_index(self.paths)):
+            raise InvalidArgumentError("Source storage_options apply to paths and URLs (a PageIndex or a stream "
+                                       "function brings its own)")
         callable_arg("transform", self.transform, optional=True)
         opt_int_arg("buffer_size", self.buffer_size, minimum=1)
-        int_arg("seed", self.seed, minimum=0)
+        int_arg("seed", self.seed, minimum=0, maximum=(1 << 64) - 1)
         bool_arg("drop_last", self.drop_last)
         choice_arg("output", self.output, _OUTPUTS)
         opt_int_arg("memory_budget", self.memory_budget, minimum=1)
@@ -185,8 +193,9 @@ class Source:
         if self.page_slices > 1 and self.shuffle != "page":
             raise InvalidArgumentError(f"page_slices={self.page_slices} needs shuffle='page' (got "
                                        f"shuffle={self.shuffle!r})")
-        if isinstance(self.columns, (str, bytes)):
-            raise ArgumentTypeError(f"columns must be a list of column names, got {type(self.columns).__name__}")
+        if self.columns is not None and (isinstance(self.columns, (str, bytes)) or not isinstance(
+                self.columns, (list, tuple)) or not all(isinstance(c, str) for c in self.columns)):
+            raise ArgumentTypeError(f"columns must be a list of column names, got {self.columns!r}")
         if self.paths is not None and not _is_index(self.paths):
             ok = isinstance(self.paths, (str, os.PathLike)) or (
                 isinstance(self.paths, (list, tuple)) and self.paths
@@ -217,7 +226,8 @@ class Source:
         from youmu._core import PageIndex
 
         paths = [str(p) for p in self.paths] if isinstance(self.paths, (list, tuple)) else str(self.paths)
-        return PageIndex(paths, columns=list(self.columns) if self.columns else None)
+        return PageIndex(paths, columns=list(self.columns) if self.columns else None,
+                         storage_options=storage_options_arg(self.storage_options))
 
     def build(self, index: Any, rank: int, world_size: int) -> Any:
         """Rank ``rank``'s stream of this source."""
@@ -239,7 +249,10 @@ class Source:
             where = [str(p) for p in self.paths] if isinstance(self.paths, (list, tuple)) else str(self.paths)
         out = {k: getattr(self, k) for k in ("shuffle", "buffer_size", "seed", "drop_last", "output",
                                                "memory_budget", "page_slices")}
-        out.update(paths=where, columns=list(self.columns) if self.columns else None,
+        # where the data is (the endpoint, region), not the credentials: a rotated key is the same source
+        where_opts = {k: str(v) for k, v in sorted((self.storage_options or {}).items())
+                      if not any(s in k.lower() for s in ("key", "secret", "token", "password", "credential"))}
+        out.update(paths=where, columns=list(self.columns) if self.columns else None, storage=where_opts,
                    transform=None if self.transform is None else describe(self.transform))
         return out
 
@@ -360,18 +373,30 @@ class SourceLoader:
         world_size: training ranks ``W`` (each source is sharded over them exactly as
             in process).
         measure: the user's measuring functions.
+        defer_errors: keep an error opening the sources and raise it from
+            :meth:`ping` (as a Ray actor: see there) instead of from the constructor.
         cache_rows: rows measured and not yet delivered, kept for the payload pass
             (beyond it a payload is re-read by position).
         open_passes: passes over streams kept open between metadata reads.
     """
 
     def __init__(self, sources: Mapping[str, Source], world_size: int, *, measure: MeasureFns | None = None,
-                 cache_rows: int = 8192, open_passes: int = 64) -> None:
+                 cache_rows: int = 8192, open_passes: int = 64, defer_errors: bool = False) -> None:
         self.world_size = int_arg("world_size", world_size, minimum=1)
         self.cache_rows = int_arg("cache_rows", cache_rows, minimum=1)
         self.open_passes = int_arg("open_passes", open_passes, minimum=1)
         self.sources = {str(n): Source.of(s, f"sources[{n!r}]") for n, s in sources.items()}
-        self.indexes = {n: s.open() for n, s in self.sources.items()}
+        self._init_error: BaseException | None = None
+        try:
+            self.indexes = {n: s.open() for n, s in self.sources.items()}
+        except Exception as e:
+            if not defer_errors:
+                raise
+            # An actor whose constructor raises dies with an ActorDiedError that keeps
+            # the error as text only; kept here, ping() raises it as itself, and
+            # RayLoaders re-raises it (a YoumuIOError, a ColumnNotFoundError, ...)
+            self._init_error = e
+            self.indexes = {}
         # the read path, imported now rather than in the first call: a restart pays it before it serves
         import youmu.convert  # noqa: F401
         import youmu.stream  # noqa: F401
@@ -521,7 +546,10 @@ class SourceLoader:
                            "every loader?)")
 
     def ping(self) -> dict[str, Any]:
-        """Who answers: the process, its sources and their sizes (readiness checks)."""
+        """Who answers: the process, its sources and their sizes (readiness checks);
+        raises the error that kept this loader from opening its sources."""
+        if self._init_error is not None:
+            raise self._init_error
         return {"pid": os.getpid(), "node": _node_id(), "sources": sorted(self.sources),
                 "rows": {n: (None if i is None else int(i.num_rows)) for n, i in self.indexes.items()}}
 

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from youmu.errors import ArgumentTypeError
+
 __all__ = ["PadCollate", "collate_pad", "pad_collate", "LM_PAD_VALUES"]
 
 #: Pad values of language-model batches (``labels`` -100: ignored by the loss).
@@ -82,6 +84,10 @@ class PadCollate:
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not rows:
             return {}
+        for r in rows:
+            if not isinstance(r, Mapping):
+                raise ArgumentTypeError(f"{type(self).__name__} collates rows that are dicts of fields, got a "
+                                        f"{type(r).__name__}")
         out: dict[str, Any] = {}
         for key in rows[0]:
             values = [r[key] for r in rows]

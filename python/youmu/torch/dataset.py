@@ -18,12 +18,13 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg
+from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, storage_options_arg
 from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
 from youmu.distributed.world import rank_and_world
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError, YoumuWarning
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, YoumuWarning
 from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, dropped_rows, row_chunk_rows
+from youmu.stateful import data_fingerprint
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 from youmu.torch.sharded import PositionalStream, in_worker_process
 
@@ -70,6 +71,9 @@ class YoumuDataset(PositionalStream[Any]):
             :func:`youmu.stream.default_read_ahead`: 1 for local files, 4–8 for object
             stores, from the I/O runtime's ``max_inflight``). More hides storage
             latency at the cost of memory (``memory_budget`` accounts for it).
+        storage_options: object-store settings for URLs (``endpoint``, ``region``,
+            ``access_key_id``, ...), as :class:`youmu.PageIndex` takes them (and
+            ``youmu.RowDataset``, the Ray ``Source``, the CLI's ``--storage-option``).
 
     Every row is delivered exactly once per epoch across all ranks and workers
     (``drop_last=False``). The dataset follows youmu's stream contract
@@ -97,6 +101,7 @@ class YoumuDataset(PositionalStream[Any]):
         memory_budget: int | None = None,
         read_ahead: int | None = None,
         page_slices: int = 1,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         from youmu._core import PageIndex
@@ -104,7 +109,7 @@ class YoumuDataset(PositionalStream[Any]):
         choice_arg("shuffle", shuffle, SHUFFLE_MODES)
         choice_arg("output", output, OUTPUTS)
         buffer_size = opt_int_arg("buffer_size", buffer_size, minimum=1)
-        seed = int_arg("seed", seed, minimum=0)
+        seed = int_arg("seed", seed, minimum=0, maximum=(1 << 64) - 1)
         callable_arg("transform", transform, optional=True)
         drop_last = bool_arg("drop_last", drop_last)
         opt_int_arg("memory_budget", memory_budget, minimum=1)
@@ -115,6 +120,11 @@ class YoumuDataset(PositionalStream[Any]):
         if isinstance(columns, (str, bytes)):
             raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}")
         self.rank, self.world_size = rank_and_world(rank, world_size)
+        storage_options = storage_options_arg(storage_options)
+        if storage_options is not None and not isinstance(paths, (str, bytes, list, tuple)) and \
+                not hasattr(paths, "__fspath__"):
+            raise InvalidArgumentError(f"storage_options apply to paths and URLs; a {type(paths).__name__} was "
+                                       "built with its own (pass them where it was built)")
         if isinstance(paths, PageIndex):
             self.index = paths
         elif hasattr(paths, "page_index") and callable(paths.page_index):
@@ -132,7 +142,8 @@ class YoumuDataset(PositionalStream[Any]):
                 "(runs of indices, page-friendly) or youmu.torch.MapStream (index by index)"
             )
         else:
-            self.index = PageIndex(paths, columns=list(columns) if columns else None)
+            self.index = PageIndex(paths, columns=list(columns) if columns else None,
+                                   storage_options=storage_options)
         if columns is not None and list(columns) != self.index.columns:
             raise InvalidArgumentError(
                 f"columns={list(columns)} but the given index reads {self.index.columns}; "
@@ -146,6 +157,7 @@ class YoumuDataset(PositionalStream[Any]):
         self.drop_last = drop_last
         self.output = output
         self._page_rows = self.index.page_num_rows()
+        self._fingerprint: str | None = None
         self.memory_budget = memory_budget
         # a pure function of the files, world size, buffer_size and budget: computed once
         self._wp, self.read_ahead = window_layout(self.index, self.buffer_size, self.world_size,
@@ -171,28 +183,19 @@ class YoumuDataset(PositionalStream[Any]):
 
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
-        return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size,
-                "window_pages": self._wp, "drop_last": self.drop_last, "page_slices": self.page_slices}
+        return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size, "rank": self.rank,
+                "window_pages": self._wp, "drop_last": self.drop_last, "page_slices": self.page_slices,
+                "data": self._data_fingerprint()}
+
+    def _data_fingerprint(self) -> str:
+        # computed once (state_dict may be called per row): a pure function of the index
+        if self._fingerprint is None:
+            self._fingerprint = data_fingerprint(self.index)
+        return self._fingerprint
 
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        saved = state.get("window_pages", self._wp) if isinstance(state, Mapping) else self._wp
-        if saved != self._wp:
-            raise StateError(
-                f"state was saved with windows of {saved} pages but this dataset uses {self._wp} "
-                "(buffer_size or memory_budget differ): the shuffle would differ, so the rest of the epoch "
-                "would not be the uninterrupted one"
-            )
-        super().load_state_dict(state)
-
-    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
-        for worker, pos in positions.items():
-            total = len(self._stream(worker, num_workers, epoch))
-            if pos > total:
-                raise StateError(
-                    f"YoumuDataset state position {pos} of worker {worker} is past the end of its shard "
-                    f"({total} rows in epoch {epoch}): a state of another dataset?"
-                )
+    def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
+        return len(self._stream(worker, num_workers, epoch))
 
     # -- sizes ----------------------------------------------------------------------------
     @property

@@ -38,8 +38,8 @@ from typing import Any
 
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
-from youmu.errors import StateError
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
+from youmu.stateful import MAX_STATE_INT, data_fingerprint
 from youmu.torch.sharded import PositionalStream
 
 __all__ = ["MapStream", "MixtureStream"]
@@ -77,8 +77,8 @@ class MapStream(PositionalStream[Any]):
         run: int = 1,
     ) -> None:
         super().__init__()
-        self.run = int_arg("run", run, minimum=1)
-        self.chunk = int_arg("chunk", chunk, minimum=1)
+        self.run = int_arg("run", run, minimum=1, maximum=MAX_STATE_INT)
+        self.chunk = int_arg("chunk", chunk, minimum=1, maximum=MAX_STATE_INT)
         self.drop_last = bool_arg("drop_last", drop_last)
         self.transform = callable_arg("transform", transform, optional=True)
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
@@ -87,20 +87,20 @@ class MapStream(PositionalStream[Any]):
             raise ArgumentTypeError(f"dataset must be map-style (len and [i]), got {type(dataset).__name__}")
         self.dataset = dataset
         self.rank, self.world_size = rank_and_world(rank, world_size)
+        self._fingerprint: str | None = None
 
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "run": self.run, "drop_last": self.drop_last}
+        return {"world_size": self.world_size, "rank": self.rank, "run": self.run, "drop_last": self.drop_last,
+                "data": self._data_fingerprint()}
 
+    def _data_fingerprint(self) -> str:
+        # once per stream: state_dict may be called per item; a youmu mixture describes
+        # its own settings and children, any other dataset its type and length
+        if self._fingerprint is None:
+            self._fingerprint = data_fingerprint(self.dataset)
+        return self._fingerprint
 
-    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
-        for worker, pos in positions.items():
-            total = self._count(worker, num_workers)
-            if pos > total:
-                raise StateError(
-                    f"{type(self).__name__} state position {pos} of worker {worker} is past the end of its shard "
-                    f"({total} items): a state of another dataset?"
-                )
 
     # -- shards ------------------------------------------------------------------------------
     def _n(self) -> int:
@@ -114,6 +114,9 @@ class MapStream(PositionalStream[Any]):
     def _count(self, worker: int, num_workers: int) -> int:
         """Items of a (rank, worker) shard."""
         return run_round_robin_length(self._n(), self.run, self._shard(worker, num_workers))
+
+    def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
+        return self._count(worker, num_workers)
 
     def __len__(self) -> int:
         return self._count(0, 1)

@@ -18,10 +18,25 @@ import numpy as np
 import torch
 
 from youmu._args import int_arg, opt_int_arg
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, StateError, ValueOverflowError
 from youmu.torch.sharded import SKIP, ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _token_column_type(name: str, typ: Any) -> None:
+    """Refuse, at construction, a column that cannot hold token rows: packed sequences
+    are int64 token ids, so a float list would be truncated and a scalar has no tokens."""
+    import pyarrow as pa
+
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        value = typ.value_type
+        if pa.types.is_integer(value):
+            return
+        raise ArgumentTypeError(f"pack() column {name!r} holds lists of {value}, not integer token ids")
+    raise ArgumentTypeError(f"pack() column {name!r} is {typ}, not a list of integer token ids per row")
 
 
 class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
@@ -54,9 +69,10 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         pad_id: int | None = None,
     ) -> None:
         super().__init__()
-        self.seq_len = int_arg("seq_len", seq_len, minimum=1)
-        self.eos_id = opt_int_arg("eos_id", eos_id)
-        self.pad_id = opt_int_arg("pad_id", pad_id)
+        self.seq_len = int_arg("seq_len", seq_len, minimum=1, maximum=_INT64_MAX)
+        # ids are emitted as int64 whatever the column's type, so that is their range
+        self.eos_id = opt_int_arg("eos_id", eos_id, minimum=_INT64_MIN, maximum=_INT64_MAX)
+        self.pad_id = opt_int_arg("pad_id", pad_id, minimum=_INT64_MIN, maximum=_INT64_MAX)
         if not isinstance(column, str):
             raise ArgumentTypeError(f"column must be a str, got {type(column).__name__} {column!r}")
         for needed in ("iter_positions", "state_dict", "load_state_dict", "set_epoch"):
@@ -67,8 +83,10 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                 )
         index = getattr(dataset, "index", None)
         # with a transform the column may be made on the fly (e.g. tokenized text)
-        if index is not None and getattr(dataset, "transform", None) is None and column not in index.columns:
-            raise InvalidArgumentError(f"column {column!r} is not one of {index.columns}")
+        if index is not None and getattr(dataset, "transform", None) is None:
+            if column not in index.columns:
+                raise InvalidArgumentError(f"pack() column {column!r} is not one of {index.columns}")
+            _token_column_type(column, index.schema.field(column).type)
         self.dataset = dataset
         self.column = column
 
@@ -88,18 +106,51 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
 
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        inner = state.get("dataset")
-        if not isinstance(inner, Mapping):
+        inner = state.get("dataset") if isinstance(state, Mapping) else None
+        if isinstance(state, Mapping) and state.get("format") == self.state_format and not isinstance(inner, Mapping):
             raise StateError(f"PackedDataset state has no 'dataset' state (got {type(inner).__name__})")
-        self.dataset.load_state_dict(inner)
+        if isinstance(inner, Mapping):
+            # the wrapped stream first: its data and shard must be this one's before
+            # the packing positions (rows of it) can mean anything
+            self.dataset.load_state_dict(inner)
+        super().load_state_dict(state)
+
+    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
+        length = getattr(self.dataset, "shard_length", None)
+        if not callable(length):
+            return
+        for worker, (row, skip) in positions.items():
+            total = length(worker, num_workers, epoch)
+            if row > total or (skip and row >= total):
+                raise StateError(
+                    f"PackedDataset state field 'positions'[{worker}]=({row}, {skip}) is past the end of worker "
+                    f"{worker}'s shard ({total} rows in epoch {epoch})"
+                )
 
     # -- packing ------------------------------------------------------------------------------
     def _tokens(self, row: Any) -> np.ndarray:
-        t = row[self.column] if isinstance(row, dict) else row
+        """The row's token ids as int64 (plus ``eos_id``); anything that is not a 1-d
+        run of integers is refused, naming the column, rather than cast."""
+        if isinstance(row, dict):
+            if self.column not in row:
+                raise ColumnNotFoundError(f"pack() column {self.column!r} is not in the row (it has {sorted(row)})")
+            t = row[self.column]
+        else:
+            t = row
         arr = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        if arr.ndim != 1:
+            raise ArgumentTypeError(f"pack() column {self.column!r} must hold a 1-d list of token ids per row, got "
+                                    f"{'a scalar' if arr.ndim == 0 else f'shape {arr.shape}'}")
+        if arr.dtype.kind not in "iu":
+            if arr.size or arr.dtype.kind not in "fO":
+                raise ArgumentTypeError(f"pack() column {self.column!r} must hold integer token ids, got {arr.dtype}")
+            arr = arr.astype(np.int64)  # an empty row of unknown type (a python [])
+        if arr.dtype == np.uint64 and arr.size and int(arr.max()) > _INT64_MAX:
+            raise ValueOverflowError(f"pack() column {self.column!r} holds token id {int(arr.max())}, beyond the "
+                                     "int64 range of packed input_ids")
+        arr = arr.astype(np.int64, copy=False)
         if self.eos_id is not None:
-            arr = np.concatenate([arr, np.array([self.eos_id], dtype=arr.dtype)])
+            arr = np.concatenate([arr, np.array([self.eos_id], dtype=np.int64)])
         return arr
 
     def _emit(self, pieces: list[np.ndarray]) -> dict[str, torch.Tensor]:
@@ -118,9 +169,17 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         pieces: list[np.ndarray] = []
         have = 0
         end = row_pos
+        first = True
         for pos, row in self.dataset.iter_positions(row_pos):
             end = pos + 1
             toks = self._tokens(row)
+            if first and skip and (pos != row_pos or skip >= len(toks)):
+                # "tokens into row r" only means something for a row r with more tokens
+                raise StateError(
+                    f"PackedDataset state field 'positions'[{worker}]=({row_pos}, {skip}) is past the end of row "
+                    f"{row_pos}" + (f" ({len(toks)} tokens)" if pos == row_pos else " (that row yields nothing)")
+                )
+            first = False
             off = skip if pos == row_pos else 0
             while off < len(toks):
                 take = min(self.seq_len - have, len(toks) - off)
@@ -130,8 +189,11 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                 if have == self.seq_len:
                     yield ((pos, off) if off < len(toks) else (pos + 1, 0)), self._emit(pieces)
                     pieces, have = [], 0
+        if first and skip:
+            raise StateError(f"PackedDataset state field 'positions'[{worker}]=({row_pos}, {skip}) is past the end "
+                             "of the shard")
         if have and self.pad_id is not None:
-            pieces.append(np.full(self.seq_len - have, self.pad_id, dtype=pieces[0].dtype))
+            pieces.append(np.full(self.seq_len - have, self.pad_id, dtype=np.int64))
             yield (end, 0), self._emit(pieces)
         # The end position: a state saved now resumes to the empty rest of the epoch; a
         # partial last sequence without pad_id is dropped, as documented.
@@ -149,6 +211,12 @@ def collate_packed(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tens
     """Stack packed sequences; ``cu_seqlens`` become one flat boundary list over the
     concatenated batch (the form flash-attention's varlen kernels take), with
     ``max_seqlen`` the longest document piece."""
+    if not items:
+        raise InvalidArgumentError("collate_packed got an empty batch")
+    for x in items:
+        if not isinstance(x, Mapping) or not all(k in x for k in ("input_ids", "position_ids", "cu_seqlens")):
+            raise ArgumentTypeError("collate_packed collates PackedDataset items (dicts of input_ids, position_ids "
+                                    f"and cu_seqlens), got {type(x).__name__}")
     ids = torch.stack([x["input_ids"] for x in items])
     pos = torch.stack([x["position_ids"] for x in items])
     seq_len = ids.shape[1]

@@ -48,6 +48,8 @@ class Prefetcher:
     """
 
     def __init__(self, loader: Iterable[Any], depth: int = 2, track_state: bool | None = None) -> None:
+        if not hasattr(loader, "__iter__"):
+            raise ArgumentTypeError(f"Prefetcher needs an iterable loader, got {type(loader).__name__}")
         self.loader = loader
         self.depth = int_arg("depth", depth, minimum=1)
         has_state = hasattr(loader, "state_dict")

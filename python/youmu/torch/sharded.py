@@ -39,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from youmu._args import int_arg
 from youmu.errors import StateError
-from youmu.stateful import SharedEpoch, check_state, state_int, state_positions
+from youmu.stateful import MAX_STATE_INT, SharedEpoch, SharedInt, check_state, state_int, state_positions
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 
@@ -82,6 +82,10 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         self._resume: dict[int, P] = {}  # loaded positions: where each pass starts
         self._progress: dict[int, P] = {}  # the most recent pass's position, per worker
         self._num_workers_seen: int | None = None
+        # 1 while the latest passes ran in DataLoader worker processes: their progress is
+        # in the workers' copies, and a state taken from this (the main process's) copy
+        # would replay everything they delivered
+        self._in_workers = SharedInt(0)
 
     # -- subclass hooks -----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -105,10 +109,11 @@ class ShardedStream(IterableDataset, Generic[T, P]):
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch`` and start it from the beginning (clears the resume
         point). Reaches DataLoader workers that already run."""
-        epoch = int_arg("epoch", epoch, minimum=0)
+        epoch = int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
         self._shared_epoch.value = epoch
         self._epoch_seen = epoch
         self._resume, self._progress = {}, {}
+        self._in_workers.value = 0
 
     def _sync_epoch(self) -> None:
         # set_epoch ran in the main process while this copy (a persistent worker's)
@@ -123,7 +128,22 @@ class ShardedStream(IterableDataset, Generic[T, P]):
 
     def state_dict(self) -> dict[str, Any]:
         """The stream's progress (see :mod:`youmu.stateful`): format, settings, epoch,
-        DataLoader workers and each worker's position."""
+        DataLoader workers and each worker's position.
+
+        Called in the main process of a stream that DataLoader workers iterate, it
+        raises :class:`~youmu.errors.StateError`: the rows went through the workers'
+        copies, and this copy's state would resume the epoch from where it started.
+        Checkpoint the loader instead (torchdata's ``StatefulDataLoader``, or youmu's
+        ``DynamicBatchLoader`` / ``BalancedLoader``), which takes each worker's state
+        where the rows were read."""
+        if self._in_workers.value and not in_worker_process():
+            name = type(self).__name__
+            raise StateError(
+                f"{name}.state_dict() in the main process, but DataLoader worker processes iterate this {name}: "
+                "what they delivered is in their copies, so this state would resume the epoch from its start. "
+                "Checkpoint the loader instead: torchdata's StatefulDataLoader (loader.state_dict() / "
+                "loader.load_state_dict()) saves each worker's state (or use num_workers=0)"
+            )
         positions = {**self._resume, **self._progress}
         return {
             "format": self.state_format,
@@ -152,6 +172,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         self._resume = dict(positions)  # type: ignore[arg-type]
         self._progress = {}
         self._num_workers_seen = nw
+        self._in_workers.value = 0
 
     def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
         """Refuse positions no pass of ``epoch`` could have reached (subclasses know
@@ -169,6 +190,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
                 f"(this DataLoader has {num_workers})"
             )
         self._num_workers_seen = num_workers
+        self._in_workers.value = 1 if in_worker_process() else 0
         # the resume point applies to the next pass only; later passes start the epoch over
         return worker, num_workers, self._resume.pop(worker, self._start())
 
@@ -197,6 +219,21 @@ class PositionalStream(ShardedStream[T, int]):
 
     def _start(self) -> int:
         return 0
+
+    def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
+        """Items (before ``transform``) of this rank's ``worker``-th of ``num_workers``
+        shards in ``epoch`` (default: the current one): the end position of a pass."""
+        raise NotImplementedError
+
+    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
+        for worker, pos in positions.items():
+            total = self.shard_length(worker, num_workers, epoch)
+            if pos > total:
+                name = type(self).__name__
+                raise StateError(
+                    f"{name} state field 'positions'[{worker}]={pos} is past the end of worker {worker}'s shard "
+                    f"({total} items in epoch {epoch})"
+                )
 
     def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
         pos = start
