@@ -25,6 +25,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -204,9 +205,17 @@ def phase_pages(srv: Server, root: Path, src: Path, chunk_mbs: list[float], late
                 t = pfs[pb][x["file_index"]].read_row_group(x["row_group"], columns=[COL], use_threads=True)
                 assert t.slice(x["first_row"], x["num_rows"]).num_rows == x["num_rows"]
 
+        # a ParquetFile is not safe to read from several threads at once (a shared one
+        # crashed here): each pool thread gets its own, footers read before timing
+        local = threading.local()
+
+        def thread_files() -> None:
+            local.pfs = {pb: [pq.ParquetFile(fs.open_input_file(k), pre_buffer=pb) for k in keys] for pb in (False, True)}
+
         def pa_batch(ids: np.ndarray, pb: bool, pool: ThreadPoolExecutor) -> None:
             need = sorted({(info[int(i)]["file_index"], info[int(i)]["row_group"]) for i in ids})
-            list(pool.map(lambda fr: pfs[pb][fr[0]].read_row_group(fr[1], columns=[COL], use_threads=False), need))
+            list(pool.map(lambda fr: local.pfs[pb][fr[0]].read_row_group(fr[1], columns=[COL], use_threads=False),
+                          need))
 
         def pa_batch_files(ids: np.ndarray, pb: bool) -> None:
             by: dict[int, set[int]] = {}
@@ -215,10 +224,12 @@ def phase_pages(srv: Server, root: Path, src: Path, chunk_mbs: list[float], late
             for f, rgs in by.items():
                 pfs[pb][f].read_row_groups(sorted(rgs), columns=[COL], use_threads=True)
 
-        pool = ThreadPoolExecutor(threads)
+        pool = ThreadPoolExecutor(threads, initializer=thread_files)
+        list(pool.map(lambda _: time.sleep(0.2), range(threads)))  # start every thread (and read its footers)
         for ms in latencies:
             srv.delay(ms)
             res: dict[str, list[float]] = {}
+            cpu_ms: dict[str, list[float]] = {}  # client CPU ms per page, all threads
             reqs: dict[str, tuple[float, float]] = {}
             one_ids = [rng.permutation(len(idx))[:pages] for _ in range(rounds)]
             bat_ids = [[rng.permutation(len(idx))[:batch] for _ in range(2)] for _ in range(rounds)]
@@ -235,11 +246,12 @@ def phase_pages(srv: Server, root: Path, src: Path, chunk_mbs: list[float], late
                 for v, f in variants.items():
                     n = pages if " one" in v else batch * 2
                     srv.reset()
-                    t0 = time.perf_counter()
+                    c0, t0 = self_cpu_s(), time.perf_counter()
                     f(r)
-                    dt = time.perf_counter() - t0
+                    dt, cpu = time.perf_counter() - t0, self_cpu_s() - c0
                     st = srv.stats()
                     res.setdefault(v, []).append(n / dt)
+                    cpu_ms.setdefault(v, []).append(1e3 * cpu / n)
                     reqs[v] = ((st["get"] + st["head"]) / n, st["bytes"] / n)
             med = {v: statistics.median(x) for v, x in res.items()}
             best_one = max(v for k, v in med.items() if k.startswith("pyarrow one"))
@@ -248,6 +260,7 @@ def phase_pages(srv: Server, root: Path, src: Path, chunk_mbs: list[float], late
                    "page_mb_mean": float(idx.page_byte_sizes().mean()) / 1e6, "pages": len(idx),
                    "row_groups": len(chunk), "latency_ms": ms, "pages_per_s": med,
                    "requests_and_bytes_per_page": reqs, "runs": res,
+                   "client_cpu_ms_per_page": {v: statistics.median(x) for v, x in cpu_ms.items()},
                    "one_at_a_time_vs_best_pyarrow": med["youmu one"] / best_one,
                    "batched_vs_best_pyarrow": med["youmu batch"] / best_batch}
             out.append(row)
@@ -267,7 +280,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2, help="epochs per timed run")
     ap.add_argument("--read-ahead", default="default", help="comma list of stream read_ahead values ('default')")
     ap.add_argument("--chunk-mb", default="0.5,2,8,32")
-    ap.add_argument("--pages", type=int, default=12, help="pages read one at a time per round")
+    ap.add_argument("--pages", type=int, default=40, help="pages read one at a time per round")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--files", type=int, default=8)
