@@ -44,7 +44,8 @@ fn pct_decode(s: &str, plus_space: bool) -> String {
     while i < b.len() {
         match b[i] {
             b'%' if i + 2 < b.len() => {
-                match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or(()) {
+                match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or(())
+                {
                     Ok(v) => {
                         out.push(v);
                         i += 3;
@@ -116,7 +117,8 @@ struct Resp {
 }
 
 fn error(status: u16, code: &str, msg: &str) -> Resp {
-    let body = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{msg}</Message></Error>");
+    let body =
+        format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{msg}</Message></Error>");
     Resp { status, headers: vec![("Content-Type", "application/xml".into())], body: body.into_bytes(), file: None }
 }
 
@@ -309,7 +311,8 @@ fn serve(root: PathBuf, sock: TcpStream) -> std::io::Result<()> {
             .collect();
         let resp = match path.as_str() {
             "/__stats" => {
-                let body = format!(
+                let body =
+                    format!(
                     "{{\"get\": {}, \"head\": {}, \"list\": {}, \"other\": {}, \"bytes\": {}, \"connections\": {}}}",
                     GET.load(Relaxed), HEAD.load(Relaxed), LIST.load(Relaxed), OTHER.load(Relaxed), BYTES.load(Relaxed),
                     CONNS.load(Relaxed)
@@ -332,7 +335,8 @@ fn serve(root: PathBuf, sock: TcpStream) -> std::io::Result<()> {
                 if d > 0 {
                     std::thread::sleep(Duration::from_micros(d));
                 }
-                let (bucket, key) = path.trim_start_matches('/').split_once('/').unwrap_or((path.trim_start_matches('/'), ""));
+                let (bucket, key) =
+                    path.trim_start_matches('/').split_once('/').unwrap_or((path.trim_start_matches('/'), ""));
                 if key.is_empty() && method == "GET" && q.iter().any(|(k, _)| k == "list-type") {
                     LIST.fetch_add(1, Relaxed);
                     list(&root, bucket, &q)
@@ -363,11 +367,14 @@ fn serve(root: PathBuf, sock: TcpStream) -> std::io::Result<()> {
                 head.push_str(&format!("{k}: {v}\r\n"));
             }
         }
-        head.push_str(&format!("Content-Length: {}\r\n\r\n", if method == "HEAD" && resp.file.is_none() {
-            resp.headers.iter().find(|(k, _)| *k == "Content-Length").map_or(len.to_string(), |(_, v)| v.clone())
-        } else {
-            len.to_string()
-        }));
+        head.push_str(&format!(
+            "Content-Length: {}\r\n\r\n",
+            if method == "HEAD" && resp.file.is_none() {
+                resp.headers.iter().find(|(k, _)| *k == "Content-Length").map_or(len.to_string(), |(_, v)| v.clone())
+            } else {
+                len.to_string()
+            }
+        ));
         if method == "HEAD" {
             w.write_all(head.as_bytes())?;
         } else if let Some((f, start, count)) = &resp.file {
