@@ -4,6 +4,7 @@
 
     python benches/bench_remote.py --what epoch [--rounds 5] [--latencies 0,20]
     python benches/bench_remote.py --what pages [--chunk-mb 0.5,2,8,32] [--rounds 3]
+    python benches/bench_remote.py --report OUT.json [OUT.json ...]   # the RESULTS tables
 
 The server is ``benches/s3fast/server.rs`` (``--server fast``, built with ``rustc`` on
 first use into ``bench-data/tools/``): native, keep-alive, ``sendfile`` bodies, a
@@ -256,7 +257,7 @@ def phase_pages(srv: Server, root: Path, src: Path, chunk_mbs: list[float], late
             med = {v: statistics.median(x) for v, x in res.items()}
             best_one = max(v for k, v in med.items() if k.startswith("pyarrow one"))
             best_batch = max(v for k, v in med.items() if k.startswith("pyarrow batch"))
-            row = {"chunk_mb_target": mb, "chunk_mb_mean": float(np.mean(chunk)) / 1e6,
+            row = {"batch": batch, "chunk_mb_target": mb, "chunk_mb_mean": float(np.mean(chunk)) / 1e6,
                    "page_mb_mean": float(idx.page_byte_sizes().mean()) / 1e6, "pages": len(idx),
                    "row_groups": len(chunk), "latency_ms": ms, "pages_per_s": med,
                    "requests_and_bytes_per_page": reqs, "runs": res,
@@ -269,8 +270,55 @@ def phase_pages(srv: Server, root: Path, src: Path, chunk_mbs: list[float], late
     return out
 
 
+def report(files: list[str]) -> None:
+    """Print the tables of ``benches/RESULTS.md`` from ``--out`` files: epoch runs one by
+    one; page runs pooled by (chunk size, latency, batch), each round's youmu figure over
+    the best pyarrow variant of the same round."""
+    pooled: dict[tuple[float, int, int], dict[str, Any]] = {}
+    for f in files:
+        doc = json.loads(Path(f).read_text())
+        res = doc["result"]
+        if doc["what"] == "epoch":
+            print(f"\n{f} ({doc['server']}, load {[round(x) for x in doc['load_avg']]}, {res['rounds']} rounds)\n")
+            print("| configuration | remote / local (median of rounds) | range | client CPU s/GB | server CPU s/GB | GETs |")
+            print("|---|---|---|---|---|---|")
+            for name, m in res["median"].items():
+                r = sorted(m["ratio_per_round"])
+                print(f"| {name} | {statistics.median(r):.2f} | {r[0]:.2f}–{r[-1]:.2f} | {m['client_cpu_s_per_gb']:.2f} "
+                      f"| {m['server_cpu_s_per_gb']:.2f} | {m['gets']:.0f} |")
+            continue
+        for r in res:
+            e = pooled.setdefault((round(r["chunk_mb_mean"], 2), r["latency_ms"], r.get("batch", 64)),
+                                  {"one": [], "batch": [], "cpu": [], "meta": r})
+            runs = r["runs"]
+            for i in range(len(runs["youmu one"])):
+                e["one"].append(runs["youmu one"][i] / max(runs[k][i] for k in runs if k.startswith("pyarrow one")))
+                e["batch"].append(runs["youmu batch"][i] / max(runs[k][i] for k in runs if k.startswith("pyarrow batch")))
+            c = r["client_cpu_ms_per_page"]
+            e["cpu"].append((c["youmu one"], min(v for k, v in c.items() if k.startswith("pyarrow one")),
+                             c["youmu batch"], min(v for k, v in c.items() if k.startswith("pyarrow batch"))))
+    if not pooled:
+        return
+    print("\n| column chunk | row groups | page MB | batch (pages) | latency | youmu / pyarrow pages/s, one at a time: "
+          "median (range) | same, batched | CPU ms/page one at a time, youmu / pyarrow | CPU ms/page batched, youmu / "
+          "pyarrow | MB fetched per page: youmu / pyarrow one / pyarrow batched | rounds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (mb, ms, batch), e in sorted(pooled.items()):
+        m, q = e["meta"], e["meta"]["requests_and_bytes_per_page"]
+        pab = min(v[1] for k, v in q.items() if k.startswith("pyarrow batch"))
+        cpu = [statistics.median(x) for x in zip(*e["cpu"])]
+
+        def fmt(xs: list[float]) -> str:
+            return f"{statistics.median(xs):.1f}× ({min(xs):.1f}–{max(xs):.1f})"
+
+        print(f"| {mb:.1f} MB | {m['row_groups']} | {m['page_mb_mean']:.2f} | {batch} | {ms} ms | {fmt(e['one'])} "
+              f"| {fmt(e['batch'])} | {cpu[0]:.1f} / {cpu[1]:.1f} | {cpu[2]:.1f} / {cpu[3]:.1f} "
+              f"| {q['youmu one'][1] / 1e6:.2f} / {q['pyarrow one'][1] / 1e6:.2f} / {pab / 1e6:.2f} | {len(e['one'])} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--report", nargs="+", help="print the RESULTS tables from these --out files and exit")
     ap.add_argument("--what", default="epoch", choices=["epoch", "pages"])
     ap.add_argument("--server", default="fast", choices=["fast", "py", "s3s"])
     ap.add_argument("--root", default="bench-data/storage")
@@ -286,6 +334,9 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    if a.report:
+        report(a.report)
+        return
     from datagen import generate
 
     root = Path(a.root).resolve()
