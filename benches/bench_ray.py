@@ -144,6 +144,20 @@ def measure_tree(root: int, ranks: set[int]) -> dict[str, Any]:
             "processes": count}
 
 
+def check_ranks(got: list[Any], gos: list[Any], procs: list[Any]) -> None:
+    """Raise a rank's error, after releasing the ranks that did not fail (they wait for
+    the driver's go, and interpreter exit would wait for them forever)."""
+    errors = [err for _, pid, err in got if pid is None]
+    if errors:
+        for g in gos:
+            g.put(None)
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+        raise RuntimeError(f"a rank failed: {errors}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -221,8 +235,7 @@ def phase_memory_colocated(paths: dict[str, str]) -> dict[str, Any]:
     for p in procs:
         p.start()
     got = [q.get(timeout=1800) for _ in procs]
-    if any(pid is None for _, pid, _ in got):
-        raise RuntimeError(f"a rank failed: {[err for _, pid, err in got if pid is None]}")
+    check_ranks(got, gos, procs)
     ready_s = time.time() - t0
     time.sleep(1.0)
     m = measure_tree(os.getpid(), {pid for _, pid, _ in got})
@@ -281,7 +294,8 @@ def _ray_rank(rank: int, address: str, name: str, steps: int, q: Any, go: Any) -
 
     torch.set_num_threads(1)
     ray.init(address=address, log_to_driver=False)
-    client = RayBalancedLoader(RayLoaders.connect(name, NAMESPACE), rank, prefetch=2)
+    # a loaded machine (8 ranks, other jobs) can keep the planner busy past connect's default 60 s
+    client = RayBalancedLoader(RayLoaders.connect(name, NAMESPACE, timeout=600), rank, prefetch=2)
     n = 0
     for k, step in enumerate(client.iter_steps()):
         n += sum(info.num_samples for _, info in step)
@@ -320,8 +334,7 @@ def phase_memory_ray(paths: dict[str, str], per_loader: int) -> dict[str, Any]:
     for p in procs:
         p.start()
     got = [q.get(timeout=1800) for _ in procs]
-    if any(pid is None for _, pid, _ in got):
-        raise RuntimeError(f"a rank failed: {[err for _, pid, err in got if pid is None]}")
+    check_ranks(got, gos, procs)
     ready_s = time.time() - t0
     time.sleep(1.0)
     m = measure_tree(os.getpid(), {pid for _, pid, _ in got})

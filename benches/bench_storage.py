@@ -43,10 +43,10 @@ HERE = Path(__file__).resolve().parent
 
 
 class Server:
-    def __init__(self, root: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "s3_local.py"), "--root", str(root)], stdout=subprocess.PIPE, text=True
-        )
+    def __init__(self, root: Path, cmd: list[str] | None = None) -> None:
+        # default: the asyncio server; ``bench_remote.py`` passes the native one's command
+        cmd = cmd or [sys.executable, str(HERE / "s3_local.py"), "--root", str(root)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         self.port = int(line.split()[1])
         self.endpoint = f"http://127.0.0.1:{self.port}"
