@@ -213,10 +213,15 @@ def balance_hybrid(
         mine = np.nonzero(slot == j)[0]
         if mine.size == 0:
             continue
-        # interleaved balancing: this slot's images over every encoder rank
+        # interleaved balancing: this slot's images over every encoder rank ...
         res = balance_detailed(v[mine], e, 1, method)
-        rank[mine] = res.buckets
-        grid[:, j] = res.stats.bin_costs[:, 0]
+        load = res.stats.bin_costs[:, 0]
+        # ... and the slot's heaviest part to the rank with the least encoder work so
+        # far, so the ranks' step totals stay even too (the slot's maximum is unchanged)
+        to_rank = np.empty(e, dtype=np.int64)
+        to_rank[np.lexsort((np.arange(e), -load))] = np.lexsort((np.arange(e), grid.sum(axis=1)))
+        rank[mine] = to_rank[res.buckets]
+        grid[to_rank, j] = load
     enc = _grid_stats(grid)
     return HybridResult(
         backbone=bb, image_sample=owner, image_rank=rank, image_slot=np.where(rank >= 0, slot, -1),

@@ -1,0 +1,203 @@
+"""Vision-language batching and balancing.
+
+* ODB over image-text samples: a backbone token budget (padded area, ODB Eq. 1) plus a
+  second budget on encoder patches (real units); on 2 and 3 Gloo ranks whose
+  visual-token counts differ by two orders of magnitude: every sample once, equal
+  step counts, and gradients equal to a single-process per-token mean (exact
+  token-level loss scaling, ODB Eq. 2).
+* MegaScale-Data's hybrid balance (encoder + backbone) against single-cost balancing
+  on a skewed workload, and the colocated two-cost balancer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batching_mp import run_world
+from vlm_mp import odb_scenario, reference_grad, sample_shapes
+from youmu.batching import form_groups
+from youmu.batching.simulation import simulate_ranks
+from youmu.errors import InvalidArgumentError
+from youmu.planning import CostModel, balance_detailed
+from youmu.planning.hybrid import balance_colocated, balance_hybrid, module_imbalance
+from youmu.planning.workloads import navit_like
+
+
+# ------------------------------------------------------------------------------------------
+# grouping with a second budget (pure)
+# ------------------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 900)), max_size=60),
+       st.integers(1, 1000), st.integers(1, 1500))
+def test_groups_respect_both_budgets(samples, budget, extra_budget) -> None:
+    lengths = [n for n, _ in samples]
+    extra = [e for _, e in samples]
+    groups = form_groups(lengths, budget, extra, extra_budget)
+    assert sorted(i for g in groups for i in g) == list(range(len(samples)))
+    for g in groups:
+        if len(g) > 1:
+            assert len(g) * max(lengths[i] for i in g) <= budget
+            assert sum(extra[i] for i in g) <= extra_budget
+        assert [lengths[i] for i in g] == sorted(lengths[i] for i in g)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=60), st.integers(1, 1000))
+def test_unbounded_second_budget_changes_nothing(lengths, budget) -> None:
+    assert form_groups(lengths, budget, [1] * len(lengths), 10**9) == form_groups(lengths, budget)
+
+
+def test_second_budget_closes_groups_early() -> None:
+    # equal lengths: one group of 4 on the backbone budget alone; 2 + 2 by patches
+    assert form_groups([10] * 5, 40) == [[0, 1, 2, 3], [4]]
+    assert form_groups([10] * 5, 40, [500] * 5, 1000) == [[0, 1], [2, 3], [4]]
+    with pytest.raises(InvalidArgumentError, match="extra"):
+        form_groups([10], 40, [1], None)
+    with pytest.raises(InvalidArgumentError, match="extra_budget"):
+        form_groups([10], 40, [1], 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 4), st.integers(0, 2**31 - 1), st.sampled_from([4, 16, 64]))
+def test_simulated_ranks_with_wildly_different_visual_counts(world, seed, buffer) -> None:
+    rng = np.random.default_rng(seed)
+    # rank r's images are ~8^r times larger; the ranks hold different sample counts
+    patches = [list(rng.integers(4, 12, size=int(rng.integers(0, 40))) * 8**r) for r in range(world)]
+    lengths = [[int(p) // 4 + int(rng.integers(3, 30)) for p in ps] for ps in patches]
+    res = simulate_ranks(lengths, token_budget=600, buffer_size=buffer, rank_extra=patches, extra_budget=2048,
+                         keep_trace=True)
+    for r in range(world):
+        assert sorted(res.emitted_keys[r]) == list(range(len(lengths[r])))
+        for step in res.trace[r]:
+            if len(step.items) > 1:
+                assert sum(it.extra for it in step.items) <= 2048
+                assert step.info.padded_tokens <= 600
+
+
+# ------------------------------------------------------------------------------------------
+# ODB on real multimodal samples over Gloo
+# ------------------------------------------------------------------------------------------
+CFG = {"n": 120, "token_budget": 800, "encoder_budget": 3072, "buffer": 32}
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def odb_world(request):
+    world = request.param
+    return world, run_world(odb_scenario, world, CFG, timeout=150)
+
+
+def test_odb_multimodal_every_sample_once_equal_steps(odb_world) -> None:
+    world, per_rank = odb_world
+    shapes = sample_shapes(CFG["n"], world)
+    assert len({len(rows) for rows in per_rank}) == 1  # uneven="pad": the same step count everywhere
+    seen = [i for rows in per_rank for row in rows for i in row["ids"]]
+    assert sorted(seen) == list(range(CFG["n"]))
+    # the visual-token counts really differ across ranks
+    med = [np.median([shapes[i][1] for i in range(CFG["n"]) if shapes[i][0] == r]) for r in range(world)]
+    assert max(med) / min(med) > 8 ** (world - 1) / 2
+
+
+def test_odb_multimodal_budgets(odb_world) -> None:
+    _, per_rank = odb_world
+    multi = 0
+    for rows in per_rank:
+        for row in rows:
+            if len(row["ids"]) > 1:
+                multi += 1
+                assert len(row["lengths"]) * max(row["lengths"]) <= CFG["token_budget"]
+                assert sum(row["patches"]) <= CFG["encoder_budget"]
+    assert multi >= 5  # the budgets were exercised by real groups
+
+
+def test_odb_multimodal_exact_loss_scale(odb_world) -> None:
+    world, per_rank = odb_world
+    shapes = sample_shapes(CFG["n"], world)
+    for k in range(len(per_rank[0])):
+        rows = [rows[k] for rows in per_rank]
+        assert len({r["step"] for r in rows}) == 1
+        grads = {tuple(np.round(r["grad"], 12)) for r in rows}
+        assert len(grads) == 1  # the all-reduced gradient is the same on every rank
+        ids = [i for r in rows for i in r["ids"]]
+        if not ids:
+            continue
+        ref = reference_grad(shapes, ids)
+        assert torch.allclose(torch.tensor(rows[0]["grad"], dtype=torch.float64), ref, rtol=1e-9, atol=1e-12), k
+
+
+# ------------------------------------------------------------------------------------------
+# encoder + backbone balancing (MegaScale-Data hybrid balance)
+# ------------------------------------------------------------------------------------------
+VIT = CostModel.from_config("vit-2b")
+LLM = CostModel.from_config("llama-12b")
+
+
+def _workload(n: int, seed: int):
+    w = navit_like(n, seed=seed, patch_merge=4, text_median=60.0)
+    return w, LLM.of_lengths(w.backbone), VIT.of_lengths(w.patches)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hybrid_balances_both_modules_better_than_single_cost(seed) -> None:
+    n_ranks, m = 8, 4
+    w, bb, enc = _workload(256, seed)
+    # single-cost balancers: each leaves the other module to chance
+    by_bb = balance_detailed(bb, n_ranks, m).assignment
+    by_enc = balance_detailed(enc, n_ranks, m).assignment
+    bb_only = module_imbalance(bb, enc, by_bb, n_ranks, m)
+    enc_only = module_imbalance(bb, enc, by_enc, n_ranks, m)
+
+    hyb = balance_hybrid(bb, [[p] for p in enc], n_ranks, m)
+    assert hyb.backbone.stats.bucket_max_over_mean <= bb_only[0].bucket_max_over_mean + 1e-12
+    assert hyb.backbone.stats.bucket_max_over_mean < enc_only[0].bucket_max_over_mean
+    assert hyb.encoder.bucket_max_over_mean < bb_only[1].bucket_max_over_mean
+    assert hyb.encoder.step_time < bb_only[1].step_time
+    # MegaScale-Data §7.3 compares hybrid balance with backbone balance (Fig. 13)
+    assert hyb.step_time < bb_only[0].step_time + bb_only[1].step_time
+
+    col = balance_colocated(bb, enc, n_ranks, m)
+    assert col.backbone.bucket_max_over_mean < enc_only[0].bucket_max_over_mean
+    assert col.encoder.bucket_max_over_mean < bb_only[1].bucket_max_over_mean
+    assert col.step_time < min(bb_only[0].step_time + bb_only[1].step_time,
+                               enc_only[0].step_time + enc_only[1].step_time)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.lists(st.integers(1, 5000), max_size=3)), max_size=80),
+       st.integers(1, 6), st.integers(1, 4), st.sampled_from(["greedy", "kk"]))
+def test_hybrid_places_every_image_once_and_is_deterministic(samples, n, m, method) -> None:
+    bb = LLM.of_lengths([t for t, _ in samples])
+    images = [VIT.of_lengths(ps).tolist() for _, ps in samples]
+    a = balance_hybrid(bb, images, n, m, method=method)
+    b = balance_hybrid(bb, images, n, m, method=method)
+    assert np.array_equal(a.image_rank, b.image_rank) and a.routes() == b.routes()
+    n_images = sum(len(ps) for _, ps in samples)
+    routes = a.routes()
+    assert sorted(r[0] for r in routes) == list(range(n_images))
+    for img, e, r, j in routes:
+        s = int(a.image_sample[img])
+        assert (a.backbone.buckets[s], a.backbone.bins[s]) == (r, j) and 0 <= e < n
+    total = sum(sum(x) for x in images)
+    assert a.encoder.bin_costs.sum() == pytest.approx(total)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 400), st.integers(0, 5000)), max_size=80),
+       st.integers(1, 5), st.integers(1, 4))
+def test_colocated_capacity_and_determinism(samples, n, m) -> None:
+    sizes = [t for t, _ in samples]
+    bb, enc = LLM.of_lengths(sizes), VIT.of_lengths([p for _, p in samples])
+    a = balance_colocated(bb, enc, n, m, capacity=512, sizes=sizes, on_overflow="defer")
+    b = balance_colocated(bb, enc, n, m, capacity=512, sizes=sizes, on_overflow="defer")
+    assert a.assignment == b.assignment
+    load = np.zeros((n, m))
+    for i, (s, slot) in enumerate(zip(sizes, a.assignment)):
+        assert (slot is None) == (i in a.deferred.tolist())
+        if slot is not None:
+            load[slot] += s
+    assert load.max(initial=0) <= 512
+    if sum(sizes) <= 512:
+        assert a.deferred.size == 0
