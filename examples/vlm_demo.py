@@ -142,7 +142,7 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
         labels[k, :m] = torch.from_numpy(np.asarray(s["labels"]))
         lengths[k] = m
         for px, (_, gh, gw) in zip(s["pixel_values"], s["image_grid_thw"]):
-            t = torch.from_numpy(np.ascontiguousarray(px)).float().div_(255.0)
+            t = torch.tensor(np.asarray(px), dtype=torch.float32).div_(255.0)
             images.append(t.reshape(gh, PATCH, gw, PATCH, 3).permute(0, 2, 1, 3, 4).reshape(gh, gw, -1))
     return {"ids": [s["id"] for s in samples], "input_ids": ids, "labels": labels, "lengths": lengths,
             "images": images, "patches": sum(encoder_patches(s) for s in samples)}
@@ -243,7 +243,7 @@ def train(rank: int, world: int, port: int, mode: str, path: str, args: argparse
         n = len(batch["ids"])
         rows.append({"samples": 0 if padding else n, "real": 0 if padding else int(batch["lengths"].sum()),
                      "padded": 0 if padding else n * int(batch["input_ids"].shape[1]),
-                     "patches": 0 if padding else int(batch["patches"]), "loss": float(mean), "t": t,
+                     "patches": 0 if padding else int(batch["patches"]), "loss": mean.item(), "t": t,
                      "ids": [] if padding else batch["ids"]})
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -201,3 +201,72 @@ def test_colocated_capacity_and_determinism(samples, n, m) -> None:
     assert load.max(initial=0) <= 512
     if sum(sizes) <= 512:
         assert a.deferred.size == 0
+
+
+# ------------------------------------------------------------------------------------------
+# the planner and BalancedLoader with an encoder cost model
+# ------------------------------------------------------------------------------------------
+def test_sample_meta_carries_images_over_the_wire() -> None:
+    from youmu.planning import SampleMeta
+
+    a = SampleMeta.build(ids=[0, 1], lengths=[5, 6], images=[[16, 64], []], origin=0)
+    b = SampleMeta.build(ids=[2], lengths=[7], origin=1)  # a text-only rank
+    both = SampleMeta.concat([SampleMeta.decode(a.encode(), 0), SampleMeta.decode(b.encode(), 1)])
+    assert both.image_lists() == [[16, 64], [], []]
+    assert both.take([2, 0]).image_lists() == [[], [16, 64]]
+    assert SampleMeta.decode(b.encode()).image_patches is None  # text-only wire format unchanged
+    with pytest.raises(InvalidArgumentError, match="image"):
+        SampleMeta.decode(np.concatenate([a.encode(), [5]]))
+
+
+def test_planner_encoder_balances_both_modules() -> None:
+    from youmu.planning import Planner, SampleMeta
+
+    w, bb, enc = _workload(128, 3)
+    meta = SampleMeta.build(ids=range(len(w)), lengths=w.backbone, images=[[int(p)] for p in w.patches])
+    base = Planner().distribute(4, num_microbatches=2).cost("llama-12b")
+    plain = base.plan(0, meta)
+    both = base.encoder("vit-2b").plan(0, meta)
+    assert both.method == "colocated" and both.encoder_stats is not None
+    assert np.allclose(both.encoder_costs, enc)
+    plain_enc = module_imbalance(bb, enc, list(zip(plain.buckets, plain.bins)), 4, 2)[1]
+    assert both.encoder_stats.bucket_max_over_mean < plain_enc.bucket_max_over_mean
+    assert both.stats.bucket_max_over_mean < 1.25
+
+
+def test_balanced_loader_with_encoder_cost() -> None:
+    from youmu.planning import BalancedLoader
+
+    w, _, enc = _workload(96, 4)
+    data = [{"id": i, "input_ids": [0] * int(n), "encoder_patches": int(p)}
+            for i, (n, p) in enumerate(zip(w.backbone, w.patches))]
+
+    def run(**kw):
+        loader = BalancedLoader(data, num_microbatches=4, global_batch_size=48, cost="llama-12b", prefetch=0,
+                                id_fn=lambda s: s["id"], **kw)
+        out = list(loader)
+        return out, loader
+
+    plain, _ = run()
+    both, loader = run(encoder_cost="vit-2b", images_fn=lambda s: s["encoder_patches"])
+    assert sorted(s["id"] for b, _ in both for s in b) == list(range(96))  # every sample once
+    for items in (plain, both):
+        # exact loss scales: the per-token weights sum to one per step
+        for step in {i.step for _, i in items}:
+            assert sum(i.loss_scale for _, i in items if i.step == step) == pytest.approx(1.0)
+
+    def spread(items):  # encoder cost per micro-batch, max/mean over a step
+        out = []
+        for step in sorted({i.step for _, i in items}):
+            c = [sum(enc[s["id"]] for s in b) for b, i in items if i.step == step]
+            out.append(max(c) / np.mean(c))
+        return max(out)
+
+    assert spread(both) < spread(plain)
+    assert all(i.encoder_cost > 0 for _, i in both) and all(i.encoder_cost == 0 for _, i in plain)
+    # a saved state carries the images of held samples and resumes
+    st = loader.state_dict()
+    assert st["config"] != BalancedLoader(data, num_microbatches=4, global_batch_size=48,
+                                          cost="llama-12b").config_fingerprint()
+    with pytest.raises(InvalidArgumentError, match="together"):
+        BalancedLoader(data, num_microbatches=4, global_batch_size=48, encoder_cost="vit-1b")
