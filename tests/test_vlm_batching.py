@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from batching_mp import run_world
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from batching_mp import run_world
 from vlm_mp import odb_scenario, reference_grad, sample_shapes
+
 from youmu.batching import form_groups
 from youmu.batching.simulation import simulate_ranks
 from youmu.errors import InvalidArgumentError

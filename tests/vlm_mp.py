@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from batching_mp import TIMEOUT
 
 VOCAB = 19

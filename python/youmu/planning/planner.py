@@ -230,10 +230,11 @@ class SampleMeta:
     def encode(self) -> np.ndarray:
         """Flat int64 encoding for :class:`~youmu.distributed.GlooChannel`."""
         n, d = len(self), int(self.doc_lengths.size)
-        parts = [[n, d], self.ids, self.sources, self.tokens, np.diff(self.doc_offsets), self.doc_lengths]
+        parts: list[np.ndarray] = [np.array([n, d]), self.ids, self.sources, self.tokens, np.diff(self.doc_offsets),
+                                   self.doc_lengths]
         if self.has_images:
             p, o = self.image_csr()
-            parts += [[p.size], np.diff(o), p]
+            parts += [np.array([p.size]), np.diff(o), p]
         return np.concatenate(parts).astype(np.int64)
 
     @classmethod
