@@ -270,3 +270,27 @@ def test_balanced_loader_with_encoder_cost() -> None:
                                           cost="llama-12b").config_fingerprint()
     with pytest.raises(InvalidArgumentError, match="together"):
         BalancedLoader(data, num_microbatches=4, global_batch_size=48, encoder_cost="vit-1b")
+
+
+def test_bad_arguments_get_typed_errors_naming_them() -> None:
+    from youmu.errors import ArgumentTypeError, CapacityError
+    from youmu.planning import BalancedLoader
+
+    cases = [
+        (lambda: balance_hybrid([1], "abc", 1), ArgumentTypeError, "image_costs"),
+        (lambda: balance_hybrid([1], [[None]], 1), ArgumentTypeError, "image_costs"),
+        (lambda: balance_hybrid([1], [[-1.0]], 1), InvalidArgumentError, "image_costs"),
+        (lambda: balance_hybrid([1], [[1], [2]], 1), InvalidArgumentError, "image_costs"),
+        (lambda: balance_hybrid([1], [[1]], 1, num_encoder_ranks=0), InvalidArgumentError, "num_encoder_ranks"),
+        (lambda: balance_colocated([1, 2], [1], 1), InvalidArgumentError, "encoder_costs"),
+        (lambda: balance_colocated([1], [1], 1, capacity=4), InvalidArgumentError, "sizes"),
+        (lambda: balance_colocated([1], [1], 1, capacity=4, sizes=[9]), CapacityError, "capacity"),
+        (lambda: balance_colocated([float("nan")], [1], 1), InvalidArgumentError, "backbone_costs"),
+    ]
+    for fn, exc, name in cases:
+        with pytest.raises(exc, match=name):
+            fn()
+    loader = BalancedLoader([{"input_ids": [1, 2]}], num_microbatches=1, global_batch_size=1, prefetch=0,
+                            encoder_cost="vit-1b", images_fn=lambda s: "many")
+    with pytest.raises(ArgumentTypeError, match="images_fn"):
+        list(loader)

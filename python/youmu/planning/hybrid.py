@@ -87,7 +87,9 @@ def image_lists(images: Any, name: str = "images") -> tuple[np.ndarray, np.ndarr
             if isinstance(s, (str, bytes)) or not hasattr(s, "__iter__"):
                 raise ArgumentTypeError(f"{name}[{i}] must be a number or a list of numbers, got {type(s).__name__}")
             for x in s:
-                vals.append(x)
+                if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+                    raise ArgumentTypeError(f"{name}[{i}] must hold numbers, got {type(x).__name__}")
+                vals.append(float(x))
                 own.append(i)
         v = float_array(np.asarray(vals, dtype=np.float64), name)
         owner = np.asarray(own, dtype=np.int64)
@@ -137,6 +139,10 @@ class HybridResult:
         step_time: ``Σ_j max_r encoder(r, j) + Σ_j max_r backbone(r, j)``: the
             virtual-clock step when every micro-batch's encoder phase, its
             all-to-all and its backbone phase synchronise the ranks.
+
+    >>> r = balance_hybrid([3, 1], [[], [4, 4]], num_buckets=2)
+    >>> r.image_sample.tolist(), r.image_rank.tolist(), r.encode_on(0, 0).tolist()
+    ([1, 1], [0, 1], [0])
     """
 
     backbone: BalanceResult
@@ -244,6 +250,10 @@ class ColocatedResult:
         deferred: samples that fit in no micro-batch (``capacity``).
         backbone, encoder: each module's :class:`~youmu.planning.balance.Imbalance`.
         step_time: ``Σ_j max_r encoder(r, j) + Σ_j max_r backbone(r, j)``.
+
+    >>> r = balance_colocated([1, 1, 1], [9, 0, 0], num_buckets=2, on_overflow="defer")
+    >>> r.assignment, r.deferred.tolist()
+    ([(0, 0), (1, 0), (1, 0)], [])
     """
 
     buckets: np.ndarray
