@@ -17,7 +17,7 @@ import torch
 from batching_mp import run_world
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from vlm_mp import odb_scenario, reference_grad, sample_shapes
+from vlm_mp import mismatch_scenario, odb_scenario, reference_grad, sample_shapes
 
 from youmu.batching import form_groups
 from youmu.batching.simulation import simulate_ranks
@@ -126,6 +126,11 @@ def test_odb_multimodal_exact_loss_scale(odb_world) -> None:
             continue
         ref = reference_grad(shapes, ids)
         assert torch.allclose(torch.tensor(rows[0]["grad"], dtype=torch.float64), ref, rtol=1e-9, atol=1e-12), k
+
+
+def test_encoder_budget_on_one_rank_only_is_refused_not_a_hang() -> None:
+    for r in run_world(mismatch_scenario, 2, timeout=120):
+        assert r["error"] == "LoaderError" and "settings" in r["message"] and r["steps"] == 0, r
 
 
 # ------------------------------------------------------------------------------------------

@@ -154,3 +154,22 @@ def odb_scenario(rank: int, world: int, cfg: dict[str, Any]) -> list[dict[str, A
         })
     assert loader.wait_finished(TIMEOUT)
     return rows
+
+
+def mismatch_scenario(rank: int, world: int) -> dict[str, Any]:
+    """Only rank 1 sets the encoder budget: every rank must refuse, not hang."""
+    from youmu.batching import DynamicBatchLoader
+    from youmu.distributed import GlooChannel
+
+    shapes = sample_shapes(20, world)
+    kw: dict[str, Any] = dict(encoder_budget=512, encoder_fn=encoder_patches) if rank == 1 else {}
+    steps = 0
+    try:
+        loader = DynamicBatchLoader(RankVLM(shapes, rank), token_budget=400, length_fn=backbone_len,
+                                    collate_fn=keep, num_workers=0, buffer_size=8, timeout=30, heartbeat=0.2,
+                                    group=GlooChannel.from_default_group(timeout=30), **kw)
+        for _ in loader:
+            steps += 1
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {"error": type(e).__name__, "message": str(e), "steps": steps}
+    return {"error": None, "steps": steps}
