@@ -17,7 +17,7 @@ import torch
 from batching_mp import run_world
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from vlm_mp import mismatch_scenario, odb_scenario, reference_grad, sample_shapes
+from vlm_mp import balanced_scenario, mismatch_scenario, odb_scenario, reference_grad, sample_shapes
 
 from youmu.batching import form_groups
 from youmu.batching.simulation import simulate_ranks
@@ -299,3 +299,29 @@ def test_bad_arguments_get_typed_errors_naming_them() -> None:
                             encoder_cost="vit-1b", images_fn=lambda s: "many")
     with pytest.raises(ArgumentTypeError, match="images_fn"):
         list(loader)
+
+
+def test_balanced_loader_with_encoder_cost_over_gloo() -> None:
+    import planning_mp
+
+    world = 2
+    res = planning_mp.run_world(balanced_scenario, world, timeout=150)
+    assert all(status == "ok" for status, _ in res), res
+    per_rank = [r for _, r in res]
+    vit = CostModel.from_config("vit-2b")
+    spreads = {}
+    for name in ("plain", "encoder"):
+        ids = sorted(i for r in per_rank for row in r[name] for i in row["ids"])
+        assert ids == list(range(96))  # every sample once, wherever it was read
+        steps = sorted({row["step"] for row in per_rank[0][name]})
+        worst = 1.0
+        for step in steps:
+            rows = [row for r in per_rank for row in r[name] if row["step"] == step]
+            assert sum(row["scale"] for row in rows) == pytest.approx(world)  # W·t/T over every micro-batch
+            rank_enc = [sum(float(vit.of_lengths(row["patches"]).sum()) for row in r[name] if row["step"] == step)
+                        for r in per_rank]
+            worst = max(worst, max(rank_enc) / np.mean(rank_enc))
+        spreads[name] = worst
+    # the plain plan leaves rank 1 with the large images; the encoder-aware one evens them
+    assert spreads["encoder"] < spreads["plain"]
+    assert spreads["encoder"] < 1.5

@@ -173,3 +173,24 @@ def mismatch_scenario(rank: int, world: int) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - reported to the test
         return {"error": type(e).__name__, "message": str(e), "steps": steps}
     return {"error": None, "steps": steps}
+
+
+def balanced_scenario(rank: int, world: int, store: Any) -> dict[str, Any]:
+    """BalancedLoader with an encoder cost model over Gloo (tests/planning_mp.py's
+    ``run_world``): rank 0 holds only small images, the last rank only large ones, so the
+    images' patches must travel in the gathered metadata for the plan to balance them."""
+    from youmu.distributed import GlooChannel
+    from youmu.planning import BalancedLoader
+
+    shapes = sample_shapes(96, world)
+    mine = [{"id": i, "input_ids": [0] * (p // MERGE + t), "encoder_patches": p}
+            for i, (r, p, t) in enumerate(shapes) if r == rank]
+    out: dict[str, Any] = {}
+    for name, kw in (("plain", {}), ("encoder", {"encoder_cost": "vit-2b", "images_fn": encoder_patches})):
+        chan = GlooChannel.from_store(store, rank, world, prefix=f"youmu/test/vlm/{name}", timeout=60)
+        loader = BalancedLoader(iter(mine), num_microbatches=2, global_batch_size=12 * world, cost="llama-12b",
+                                id_fn=lambda s: s["id"], channel=chan, prefetch=1, **kw)
+        out[name] = [{"step": i.step, "mb": i.microbatch, "ids": [s["id"] for s in b] if not i.is_padding else [],
+                      "patches": [s["encoder_patches"] for s in b] if not i.is_padding else [],
+                      "scale": i.loss_scale, "enc": i.encoder_cost} for b, i in loader]
+    return out
