@@ -111,8 +111,9 @@ def trace_groups(
     threshold = 1
     walk: list[GroupTrace] = []
     used = 0  # the current group's real second-budget count
+    limit = extra_budget if extra_budget is not None else 0
     for i in reversed(order):
-        if extra is not None and current and used + extra[i] > extra_budget:  # type: ignore[operator]
+        if extra is not None and current and used + extra[i] > limit:
             # close before the sample that would break the second budget; the
             # threshold is already B of the group's shortest sample (set below when
             # a group closes on size, or kept from before)
