@@ -25,7 +25,7 @@ plan from the same gathered metadata):
   sequence length parameter only constrains the token count for the LLM backbone; it
   does not regulate the number of visual tokens produced by the encoder").
 * :func:`balance_colocated` — for trainers without that all-to-all, where each image
-  is encoded on its sample's rank (youmu's addition; the paper does not describe
+  is encoded on its sample's rank (youmu's addition; MegaScale-Data does not describe
   it): samples are packed by a two-dimensional greedy (LPT on the larger of the two
   normalised costs, each sample to the bin whose larger normalised load grows
   least), so neither module's bins drift apart.
@@ -196,7 +196,7 @@ def balance_hybrid(
             :func:`~youmu.planning.balance.balance`); a deferred sample's images
             are not placed.
         num_encoder_ranks: the encoder's data-parallel ranks (default
-            ``num_buckets``; the paper's ``distribute('WORLD')`` uses every GPU).
+            ``num_buckets``; MegaScale-Data's ``distribute('WORLD')`` uses every GPU).
 
     >>> r = balance_hybrid([4, 4, 4, 4], [[8, 8], [], [], [8, 8]], num_buckets=2)
     >>> r.encoder.bucket_costs.tolist(), r.backbone.stats.bucket_costs.tolist()
