@@ -111,10 +111,10 @@ def image_token_id(tokenizer: Any) -> int:
 
 def _turns(text: Any) -> list[tuple[str, str]]:
     """(role, content) turns of a row's text in any of the stored forms."""
-    if isinstance(text, str):
-        return [("user", IMAGE_PLACEHOLDER), ("assistant", text)]
+    if isinstance(text, str):  # a caption: the images (placed below), then the caption as the answer
+        return [("user", ""), ("assistant", text)]
     if text is None:
-        return [("user", IMAGE_PLACEHOLDER)]
+        return [("user", "")]
     turns = []
     for t in text:
         if not isinstance(t, dict):

@@ -81,6 +81,9 @@ class VisionTransform:
     it, filled in by the dataset).
     """
 
+    #: YoumuDataset locates this transform's ImageErrors and reports the rows it skips
+    reports_rows = True
+
     def __init__(self, tokenizer: Any, *, image_column: str = "image", text_column: str = "conversations",
                  min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS,
                  max_image_pixels: int = MAX_IMAGE_PIXELS, draft: bool = True, pixels: bool = True,
