@@ -13,6 +13,7 @@ Parquet by youmu.
 5. writes ``demo-out/summary.json`` and ``demo-out/training.png``.
 
     python examples/demo.py [--steps 200] [--batching odb|packing] [--out demo-out] [--corpus-mb 24]
+    python examples/demo.py --vlm [--out vlm-out]    # the vision-language demo (examples/vlm_demo.py)
 """
 
 from __future__ import annotations
@@ -313,6 +314,12 @@ def format_summary(s: dict) -> str:
 
 
 def main() -> None:
+    if "--vlm" in sys.argv[1:]:
+        # the vision-language demo (examples/vlm_demo.py): the other arguments are its own
+        from vlm_demo import main as vlm_main
+
+        vlm_main([a for a in sys.argv[1:] if a != "--vlm"])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="demo-out")
     ap.add_argument("--steps", type=int, default=200)

@@ -30,7 +30,7 @@ from youmu.planning import (
 )
 
 MODULES = ["__init__", "cost", "balance", "planner", "schedule", "loader", "packing", "workloads", "info", "sources",
-           "exchange", "checkpoint"]
+           "exchange", "checkpoint", "hybrid"]
 
 
 @pytest.mark.parametrize("module", MODULES)

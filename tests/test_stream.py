@@ -363,9 +363,14 @@ def test_memory_budget_shrinks_windows_and_keeps_every_row(index) -> None:
     assert ds._window_pages() == 2 and sorted(r["id"] for r in ds) == list(range(N_ROWS))
 
 
-def test_a_budget_too_small_for_one_page_is_an_error(index) -> None:
-    with pytest.raises(ValueError, match="memory_budget=.*largest page"):
-        RowStream(index, "page", memory_budget=10)
+def test_a_page_over_the_budget_is_read_alone_without_read_ahead(index) -> None:
+    # a budget below one page used to refuse the data; now each page is read alone
+    alone = RowStream(index, "page", memory_budget=10, seed=3)
+    assert (alone.window_pages, alone.read_ahead) == (1, 0)
+    assert ids_of(alone) == ids_of(RowStream(index, "page", seed=3, window_pages=1))
+    assert sorted(ids_of(alone)) == list(range(N_ROWS))
+    ds = YoumuDataset(index, memory_budget=10, output="python")
+    assert (ds.window_pages, ds.read_ahead) == (1, 0) and sorted(r["id"] for r in ds) == list(range(N_ROWS))
     with pytest.raises(ValueError, match="memory_budget"):
         YoumuDataset(index, memory_budget=0)
 
@@ -467,7 +472,7 @@ def test_token_rows_are_views_of_the_arrow_values_buffer() -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("ahead", [1, 3, 8])
+@pytest.mark.parametrize("ahead", [0, 1, 3, 8])
 def test_read_ahead_depth_changes_nothing_but_timing(index, mode, ahead) -> None:
     base = ids_of(RowStream(index, mode, 200, seed=3, rank=1, world_size=2))
     assert ids_of(RowStream(index, mode, 200, seed=3, rank=1, world_size=2, read_ahead=ahead)) == base
@@ -479,10 +484,12 @@ def test_deeper_read_ahead_shrinks_windows_to_the_same_memory_budget(index) -> N
     one = RowStream(index, "page", 10**6, memory_budget=budget, read_ahead=1)   # 3 windows in flight
     three = RowStream(index, "page", 10**6, memory_budget=budget, read_ahead=3)  # 5 windows in flight
     assert one.window_pages == 1 and three.window_pages == 1
-    with pytest.raises(youmu.InvalidArgumentError, match="cannot hold 6 windows"):
-        RowStream(index, "page", 10**6, memory_budget=budget, read_ahead=4)
+    # 6 windows of one page do not fit: the budget lowers the read-ahead to what does
+    four = RowStream(index, "page", 10**6, memory_budget=budget, read_ahead=4)
+    assert (four.window_pages, four.read_ahead) == (1, 3)
+    assert RowStream(index, "page", read_ahead=0).read_ahead == 0
     with pytest.raises(youmu.InvalidArgumentError, match="read_ahead"):
-        RowStream(index, "page", read_ahead=0)
+        RowStream(index, "page", read_ahead=-1)
 
 
 def test_local_indexes_read_one_window_ahead_by_default(index) -> None:

@@ -68,8 +68,10 @@ def column_rows(arr: pa.Array, output: str, compact: bool = False) -> list[Any] 
 
 
 # Rows are converted this many at a time, so a consumer never waits for a whole
-# shuffle window to be converted at once (that showed up as p99 latency spikes).
+# shuffle window to be converted at once (that showed up as p99 latency spikes)...
 CONVERT_CHUNK = 256
+# ... and fewer where rows are large (images): a chunk's Python copies stay about this size.
+CONVERT_CHUNK_BYTES = 16 << 20
 
 
 def rows(table: pa.Table | pa.RecordBatch, output: str, compact: bool = False) -> Iterator[Any]:
@@ -79,7 +81,8 @@ def rows(table: pa.Table | pa.RecordBatch, output: str, compact: bool = False) -
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     # chunk by chunk: combining a multi-chunk table first would copy all of it
-    batches = table.to_batches(max_chunksize=CONVERT_CHUNK)
+    per_row = table.nbytes // max(table.num_rows, 1)
+    batches = table.to_batches(max_chunksize=max(1, min(CONVERT_CHUNK, CONVERT_CHUNK_BYTES // max(per_row, 1))))
     for batch in batches:
         if output == "arrow":
             for i in range(batch.num_rows):

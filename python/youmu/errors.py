@@ -28,6 +28,7 @@ from collections.abc import Sequence
 __all__ = [
     "YoumuError",
     "CorruptFileError",
+    "ImageError",
     "UnsupportedError",
     "SchemaMismatchError",
     "ColumnNotFoundError",
@@ -77,6 +78,59 @@ class CorruptFileError(YoumuError):
 
 class UnsupportedError(YoumuError):
     """A valid file uses a feature this build cannot read (encryption, LZO, ...)."""
+
+
+class ImageError(YoumuError, ValueError):
+    """An image in a row cannot be used: bytes no decoder reads, a truncated file, more
+    pixels than the decode limit (a decompression bomb), an absurd aspect ratio.
+    ``reason`` says which; ``column``, ``image`` (index in a list of images) and
+    ``path`` (the image's own name, where the row stores one) say where in the row;
+    ``file``, ``row`` (row within that Parquet file) and ``position`` (in the
+    shard's stream) are filled in by the dataset that read the row
+    (:meth:`located`). ``skip`` marks an error a transform's ``on_error="skip"``
+    policy wants skipped rather than raised.
+
+    >>> e = ImageError("cannot identify image file", column="image", path="a.jpg")
+    >>> str(e.located(file="part-0.parquet", row=7, position=3))
+    "cannot identify image file (column 'image', image 'a.jpg', file part-0.parquet, row 7, stream position 3)"
+    """
+
+    def __init__(self, reason: str, *, column: str | None = None, image: int | None = None,
+                 path: str | None = None, file: str | None = None, row: int | None = None,
+                 position: int | None = None, skip: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.column, self.image, self.path = reason, column, image, path
+        self.file, self.row, self.position, self.skip = file, row, position, skip
+
+    def _fields(self) -> dict:
+        return {k: getattr(self, k) for k in ("column", "image", "path", "file", "row", "position", "skip")}
+
+    def __reduce__(self):  # keyword fields survive pickling (DataLoader workers send errors)
+        return (_rebuild_image_error, (self.reason, self._fields()))
+
+    def located(self, **where) -> ImageError:
+        """A copy with ``file``/``row``/``position`` (or any other field) filled in."""
+        return ImageError(self.reason, **{**self._fields(), **where})
+
+    def __str__(self) -> str:
+        parts = []
+        if self.column is not None:
+            parts.append(f"column {self.column!r}")
+        if self.path:
+            parts.append(f"image {self.path!r}")
+        elif self.image is not None:
+            parts.append(f"image #{self.image}")
+        if self.file is not None:
+            parts.append(f"file {self.file}")
+        if self.row is not None:
+            parts.append(f"row {self.row}")
+        if self.position is not None:
+            parts.append(f"stream position {self.position}")
+        return self.reason + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _rebuild_image_error(reason: str, fields: dict) -> ImageError:
+    return ImageError(reason, **fields)
 
 
 class SchemaMismatchError(YoumuError, ValueError):

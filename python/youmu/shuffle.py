@@ -111,15 +111,20 @@ def window_pages_for(
     Depends on the world size only, so a rank's rows never depend on its worker count.
 
     With ``memory_budget`` (bytes) and ``page_bytes`` (estimated decoded bytes per page,
-    :meth:`PageIndex.page_decoded_bytes`), windows are also small enough that
-    ``in_flight`` windows of the largest pages fit the budget (:data:`WINDOWS_IN_FLIGHT`
-    with one window read ahead; a stream reading ``k`` ahead holds ``k + 2``); a budget
-    that cannot hold that many single pages is an error, not a silent overrun.
+    :meth:`PageIndex.page_decoded_bytes`), windows are sized in bytes, not rows: small
+    enough that ``in_flight`` windows of the largest pages fit the budget
+    (:data:`WINDOWS_IN_FLIGHT` with one window read ahead; a stream reading ``k`` ahead
+    holds ``k + 2``), so 64 rows of 8 MB images make a smaller window than 64 text
+    rows. A budget that cannot hold ``in_flight`` single pages gives windows of one
+    page: the stream then reads them one at a time, without read-ahead
+    (:func:`youmu.stream.window_layout`), rather than refusing the data.
 
     >>> window_pages_for(np.array([100] * 50), 1000)
     10
     >>> window_pages_for(np.array([100] * 50), 1000, page_bytes=np.array([1 << 20] * 50), memory_budget=12 << 20)
     4
+    >>> window_pages_for(np.array([25] * 50), 1000, page_bytes=np.array([25 << 20] * 50), memory_budget=64 << 20)
+    1
     """
     if buffer_size is not None:
         int_arg("buffer_size", buffer_size, minimum=1)
@@ -135,14 +140,7 @@ def window_pages_for(
         if page_bytes is None or len(page_bytes) != len(page_rows):
             raise InvalidArgumentError("memory_budget needs the estimated decoded bytes of every page (page_bytes)")
         biggest = max(int(np.max(page_bytes)), 1)
-        fit = int(memory_budget) // (in_flight * biggest)
-        if fit < 1:
-            raise InvalidArgumentError(
-                f"memory_budget={int(memory_budget):,} bytes cannot hold {in_flight} windows of one page: "
-                f"the largest page decodes to about {biggest:,} bytes, so at least "
-                f"{in_flight * biggest:,} are needed"
-            )
-        wanted = min(wanted, fit)
+        wanted = min(wanted, max(1, int(memory_budget) // (in_flight * biggest)))
     return max(1, min(wanted, len(page_rows) // max(world_size, 1)))
 
 

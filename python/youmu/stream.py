@@ -71,20 +71,36 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     What :class:`~youmu.torch.YoumuDataset` and :mod:`youmu.ray`'s source loaders read
     with, so both read the same windows.
 
+    The budget is in bytes (the pages' decoded sizes from the footers,
+    :meth:`PageIndex.page_decoded_bytes`), so image rows make windows of fewer pages
+    than text rows. Where even windows of one page do not fit with the read-ahead
+    asked for, fewer windows are read ahead; where the largest page alone is over
+    what the budget allows (a writer that put a row group of 25 images of 1 MB into
+    one page), windows are single pages read one at a time with nothing ahead
+    (``read_ahead`` 0): the peak is then about that one page, not a multiple, and
+    the shuffle draws from one page per window (see the README on ``page_slices``).
+
     >>> import numpy as np
     >>> class Index:
     ...     def page_num_rows(self): return np.full(100, 50)
+    ...     def page_decoded_bytes(self): return np.full(100, 25 << 20)
     >>> window_layout(Index(), buffer_size=500, world_size=2)
     (10, 1)
+    >>> window_layout(Index(), buffer_size=500, world_size=2, memory_budget=64 << 20)
+    (1, 0)
     """
     page_rows = index.page_num_rows()  # type: ignore[attr-defined]
     ahead = read_ahead if read_ahead is not None else default_read_ahead(index, 1)
-    wp = window_pages_for(
-        page_rows, buffer_size, world_size,
-        page_bytes=index.page_decoded_bytes() if memory_budget is not None else None,  # type: ignore[attr-defined]
-        memory_budget=memory_budget, in_flight=ahead + 1 + page_slices,
-    )
-    return wp, (read_ahead if read_ahead is not None else default_read_ahead(index, wp))
+    page_bytes = index.page_decoded_bytes() if memory_budget is not None else None  # type: ignore[attr-defined]
+    wp = window_pages_for(page_rows, buffer_size, world_size, page_bytes=page_bytes, memory_budget=memory_budget,
+                          in_flight=ahead + 1 + page_slices)
+    ahead = read_ahead if read_ahead is not None else default_read_ahead(index, wp)
+    if memory_budget is not None and page_bytes is not None and len(page_bytes):
+        # windows of `wp` of the largest pages: how many fit besides the one consumed
+        # and the `page_slices` being assembled
+        window = wp * max(int(np.max(page_bytes)), 1)
+        ahead = min(ahead, max(0, int(memory_budget) // window - 1 - page_slices))
+    return wp, ahead
 
 
 class RowStream:
@@ -106,7 +122,10 @@ class RowStream:
             :func:`youmu.shuffle.window_pages_for`). Default: about ``read_ahead + 2``
             windows of ``buffer_size`` rows, whatever their size.
         read_ahead: windows read ahead of the one being consumed (default
-            :func:`default_read_ahead`: 1 for local files, more for object stores).
+            :func:`default_read_ahead`: 1 for local files, more for object stores;
+            fewer where ``memory_budget`` binds). 0: each window is read when it is
+            consumed, and its shuffled rows are taken a slice at a time, so the peak
+            is about one window (the mode a page over the budget is read in).
         page_slices: page mode: cut every page into this many row slices and shuffle
             those, so a window draws from that many times more pages (at that many
             times the page reads; see :mod:`youmu.shuffle`). Default 1.
@@ -138,16 +157,15 @@ class RowStream:
             raise ArgumentTypeError(f"index must be a youmu.PageIndex, got {type(index).__name__}")
         self.index = index
         self.page_rows = index.page_num_rows() if page_rows is None else page_rows
+        if read_ahead is not None:
+            int_arg("read_ahead", read_ahead, minimum=0)
         if window_pages is None:
-            page_bytes = index.page_decoded_bytes() if memory_budget is not None else None
-            ahead = read_ahead if read_ahead is not None else default_read_ahead(index, 1)
-            window_pages = window_pages_for(
-                self.page_rows, buffer_size, world_size, page_bytes=page_bytes, memory_budget=memory_budget,
-                in_flight=int_arg("read_ahead", ahead, minimum=1) + 1 + int_arg("page_slices", page_slices, minimum=1),
+            window_pages, read_ahead = window_layout(
+                index, buffer_size, world_size, memory_budget=memory_budget, read_ahead=read_ahead,
+                page_slices=int_arg("page_slices", page_slices, minimum=1),
             )
         self.window_pages = window_pages
-        self.read_ahead = (default_read_ahead(index, window_pages) if read_ahead is None
-                           else int_arg("read_ahead", read_ahead, minimum=1))
+        self.read_ahead = default_read_ahead(index, window_pages) if read_ahead is None else int(read_ahead)
         self.plan = ShardPlan.build(
             self.page_rows,
             shuffle,
@@ -194,10 +212,14 @@ class RowStream:
         int_arg("start", start, minimum=0)
         if start >= plan.total_rows:
             return
+        if self.read_ahead == 0 and plan.mode != "row":
+            yield from self._iter_alone(start)
+            return
         i, offset = plan.window_at(start)
         remaining = plan.total_rows - start
         n = len(plan.window_ids)
-        pending = deque(self._prefetch(j) for j in range(i, min(i + self.read_ahead, n)))
+        # row mode reads its chunks ahead even at read_ahead 0 (a chunk is its memory unit)
+        pending = deque(self._prefetch(j) for j in range(i, min(i + max(self.read_ahead, 1), n)))
         submitted = i + len(pending)
         while remaining > 0 and i < n:
             batches = pending.popleft().result()
@@ -214,6 +236,33 @@ class RowStream:
             offset = 0
             remaining -= table.num_rows
             yield table
+            del table, batches  # not held while the next window is awaited
+            i += 1
+
+    #: read_ahead 0: a window's shuffled rows are taken about this fraction at a time
+    ALONE_SLICES = 8
+
+    def _iter_alone(self, start: int) -> Iterator[pa.Table]:
+        """``read_ahead`` 0: each window read when it is consumed, in file order, and its
+        rows taken in the shuffled order a slice at a time — the same rows in the same
+        order as the read-ahead path, with about one window (plus a slice) held."""
+        plan = self.plan
+        i, offset = plan.window_at(start)
+        remaining = plan.total_rows - start
+        while remaining > 0 and i < len(plan.window_ids):
+            batches = self.index.prefetch_window(plan.pages_of(i), None).result()
+            table = pa.Table.from_batches([self._conform(b) for b in batches], schema=self.schema)
+            del batches
+            begin = int(plan.window_skip[i]) + offset
+            take = min(remaining, int(plan.window_rows[i]) - offset)
+            order = plan.row_order(i)
+            rows = order[begin:begin + take] if order is not None else np.arange(begin, begin + take)
+            step = max(1, -(-len(rows) // self.ALONE_SLICES))
+            for lo in range(0, len(rows), step):
+                yield table.take(pa.array(rows[lo:lo + step]))
+            offset = 0
+            remaining -= len(rows)
+            del table
             i += 1
 
     def iter_batches(self, batch_size: int, start: int = 0) -> Iterator[pa.RecordBatch]:

@@ -280,6 +280,7 @@ class Aligner:
             rank=c.rank, world_size=c.world_size, token_budget=c.token_budget, buffer_size=c.buffer_size,
             join=c.join, loss_scaling=c.loss_scaling, seed=c.seed, epoch=self.epoch, iteration=iteration,
             shuffle_steps=c.shuffle_steps, round_id=int(start["round"]), step=int(start["step"]),
+            extra_budget=c.encoder_budget,
         )
 
     # -- logical iterations ---------------------------------------------------------------------

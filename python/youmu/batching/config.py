@@ -72,6 +72,8 @@ DEFAULTS: dict[str, Any] = dict(
     multiprocessing_context=None,
     heartbeat=1.0,
     pad_sampler=False,
+    encoder_budget=None,
+    encoder_fn=None,
 )
 
 
@@ -106,6 +108,8 @@ class LoaderConfig:
     multiprocessing_context: Any
     heartbeat: float
     pad_sampler: bool
+    encoder_budget: int | None
+    encoder_fn: Callable[[Any], int] | None
     channel: GlooChannel
     kind: str
     size: int | None
@@ -153,6 +157,12 @@ class LoaderConfig:
             )
         for name in ("pad_batch", "callback", "worker_init_fn"):
             s[name] = callable_arg(name, a[name], optional=True)
+        s["encoder_budget"] = opt_int_arg("encoder_budget", a["encoder_budget"], minimum=1)
+        s["encoder_fn"] = callable_arg("encoder_fn", a["encoder_fn"], optional=True)
+        if (s["encoder_budget"] is None) != (s["encoder_fn"] is None):
+            raise InvalidArgumentError(
+                "pass encoder_budget= (patches or images per batch) and encoder_fn= (that count per sample) together"
+            )
         s["multiprocessing_context"] = a["multiprocessing_context"]
         s["dataset"] = dataset = a["dataset"]
         s["kind"] = kind = _kind_of(dataset)
@@ -251,9 +261,12 @@ def _kind_of(dataset: Any) -> str:
 
 def _fingerprint(s: Mapping[str, Any], world_size: int) -> int:
     """The settings every rank must share. Saved states carry this value, so its keys
-    and values must stay as they are: any change refuses every state saved before."""
+    and values must stay as they are: any change refuses every state saved before
+    (so the second budget enters only when it is set)."""
+    second = {} if s["encoder_budget"] is None else {"encoder_budget": s["encoder_budget"]}
     return fingerprint(
         {
+            **second,
             "token_budget": s["token_budget"],
             "buffer_size": s["buffer_size"],
             "join": s["join"],
@@ -322,7 +335,7 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
             raise StateError(f"{owner} state field 'payloads' must be a dict, got {type(payloads).__name__}")
         for k in keys:
             p = payloads.get(k)
-            if not isinstance(p, (list, tuple)) or len(p) != 3:
+            if not isinstance(p, (list, tuple)) or len(p) not in (3, 4):
                 raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
         if st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
             raise StateError("the state holds a dataset state but the dataset has no load_state_dict")

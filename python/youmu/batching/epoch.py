@@ -263,7 +263,10 @@ class EpochIterator:
         )
         if c.kind == "iterable":
             payload_items = [it for items, _ in replay for it in items] + list(rec.overflow)
-            st["payloads"] = {it.key: (it.sample, it.length, it.tokens) for it in payload_items}
+            if self.config.encoder_budget is None:
+                st["payloads"] = {it.key: (it.sample, it.length, it.tokens) for it in payload_items}
+            else:
+                st["payloads"] = {it.key: (it.sample, it.length, it.tokens, it.extra) for it in payload_items}
         return st
 
 

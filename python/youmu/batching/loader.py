@@ -115,7 +115,7 @@ class DynamicBatchLoader:
         timeout: seconds any collective may wait before every rank raises (also the
             longest the interpreter-exit hook waits for peers in join mode's tail).
         data_timeout: the longest the data source may produce nothing before every
-            rank raises :class:`~youmu.batching.errors.DataStallError` (default
+            rank raises :class:`~youmu.errors.DataStallError` (default
             ``timeout``). A stalled rank keeps exchanging heartbeat rounds meanwhile,
             so this may be shorter or longer than ``timeout``.
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
@@ -133,6 +133,15 @@ class DynamicBatchLoader:
         worker_init_fn, multiprocessing_context: passed to the DataLoader.
         heartbeat: seconds a rank waits for data before telling its peers it is not
             ready yet (a skip round).
+        encoder_budget: a second budget per batch (multimodal samples): the most
+            vision-encoder patches (or images) one batch of two or more samples may
+            hold, counted in real units; ``token_budget`` then bounds the backbone's
+            padded tokens (``length_fn``: merged image tokens plus text). A batch is
+            closed when either budget would be exceeded (see
+            :func:`~youmu.batching.grouping.form_groups`). Needs ``encoder_fn``.
+        encoder_fn: a sample's count for ``encoder_budget`` (e.g.
+            ``lambda s: s["encoder_patches"]``, or its number of images). Runs in
+            the workers.
         pad_sampler: map-style datasets only. ``False`` (default): the shuffled
             indices strided over ranks without padding, so every sample is emitted
             exactly once per epoch; ranks then hold ``floor(N/W)`` or ``ceil(N/W)``
@@ -152,7 +161,7 @@ class DynamicBatchLoader:
     In join mode a rank whose data ended keeps serving its peers' last rounds; call
     :meth:`wait_finished` before ``destroy_process_group()``. At exit the loader waits
     for that at most ``timeout`` seconds, then closes (the peers raise
-    :class:`~youmu.batching.errors.PeerClosedError`).
+    :class:`~youmu.errors.PeerClosedError`).
 
     Example:
         >>> data = [{"id": i, "input_ids": list(range(n))} for i, n in enumerate((5, 9, 3, 7, 2, 8))]
@@ -189,6 +198,8 @@ class DynamicBatchLoader:
     multiprocessing_context = _Setting[Any]()
     heartbeat = _Setting[float]()
     pad_sampler = _Setting[bool]()
+    encoder_budget = _Setting["int | None"]()
+    encoder_fn = _Setting["Callable[[Any], int] | None"]()
 
     def __init__(
         self,
@@ -218,6 +229,8 @@ class DynamicBatchLoader:
         multiprocessing_context: Any = None,
         heartbeat: float = 1.0,
         pad_sampler: bool = False,
+        encoder_budget: int | None = None,
+        encoder_fn: Callable[[Any], int] | None = None,
     ) -> None:
         arguments = dict(
             dataset=dataset, token_budget=token_budget, length_fn=length_fn, collate_fn=collate_fn,
@@ -226,6 +239,7 @@ class DynamicBatchLoader:
             shuffle=shuffle, seed=seed, quota=quota, max_outstanding=max_outstanding, shuffle_steps=shuffle_steps,
             uneven=uneven, pad_batch=pad_batch, callback=callback, worker_init_fn=worker_init_fn,
             multiprocessing_context=multiprocessing_context, heartbeat=heartbeat, pad_sampler=pad_sampler,
+            encoder_budget=encoder_budget, encoder_fn=encoder_fn,
         )
         settings = LoaderConfig.check(arguments)  # every argument, before the collective below
         channel = channel_for(group, timeout=settings["timeout"], name="group")

@@ -48,17 +48,20 @@ __all__ = ["Item", "RankProtocol", "EmittedStep", "plan_round"]
 
 class Item:
     """A buffered sample: its key (sampler position or arrival number), dataset index,
-    payload, realised length (grouping) and loss-token count (loss scaling)."""
+    payload, realised length (grouping), loss-token count (loss scaling) and its count
+    of the second budget (``extra``: encoder patches or images; 0 without one)."""
 
-    __slots__ = ("key", "index", "sample", "length", "tokens", "state")
+    __slots__ = ("key", "index", "sample", "length", "tokens", "state", "extra")
 
-    def __init__(self, key: int, index: int | None, sample: Any, length: int, tokens: int, state: Any = None) -> None:
+    def __init__(self, key: int, index: int | None, sample: Any, length: int, tokens: int, state: Any = None,
+                 extra: int = 0) -> None:
         self.key = key
         self.index = index
         self.sample = sample
         self.length = length
         self.tokens = tokens
         self.state = state  # the source's resume state just after this item (stateful iterables)
+        self.extra = extra
 
     def __repr__(self) -> str:
         return f"Item(key={self.key}, length={self.length})"
@@ -84,6 +87,8 @@ class RankProtocol:
         seed, epoch, iteration: seed the per-round step order.
         shuffle_steps: shuffle the order of a round's steps (the same on every rank).
         round_id, step: counters to start from (resume).
+        extra_budget: the second budget (encoder patches or images per group; see
+            :func:`~youmu.batching.grouping.form_groups`), ``None`` for none.
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class RankProtocol:
         shuffle_steps: bool = True,
         round_id: int = 0,
         step: int = 0,
+        extra_budget: int | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise InvalidArgumentError(f"rank {rank} is not in range(world_size={world_size})")
@@ -114,6 +120,7 @@ class RankProtocol:
         self.world_size = world_size
         self.token_budget = token_budget
         self.buffer_size = buffer_size
+        self.extra_budget = extra_budget
         self.join = join
         self.loss_scaling = loss_scaling
         self.seed = seed
@@ -151,7 +158,8 @@ class RankProtocol:
     def groups(self) -> list[list[Item]]:
         """Candidate groups of the current buffer (cached until the buffer changes)."""
         if self._groups is None:
-            idx = form_groups([it.length for it in self.buffer], self.token_budget)
+            extra = None if self.extra_budget is None else [it.extra for it in self.buffer]
+            idx = form_groups([it.length for it in self.buffer], self.token_budget, extra, self.extra_budget)
             self._groups = [[self.buffer[i] for i in g] for g in idx]
         return self._groups
 

@@ -133,6 +133,8 @@ def simulate_ranks(
     shuffle_steps: bool = True,
     keep_trace: bool = False,
     max_rounds: int | None = None,
+    rank_extra: Sequence[Sequence[int]] | None = None,
+    extra_budget: int | None = None,
 ) -> SimulationResult:
     """One logical iteration over given per-rank arrival orders of sample lengths.
 
@@ -141,14 +143,20 @@ def simulate_ranks(
         rank_tokens: loss tokens per sample (default: the lengths).
         rank_indices: dataset index per sample (default: none recorded).
         keep_trace: keep every emitted step (items and info) per rank.
+        rank_extra, extra_budget: the second budget (``encoder_budget`` of the
+            loader): each sample's count (encoder patches or images) and the budget.
     """
     W = len(rank_lengths)
+    if (rank_extra is None) != (extra_budget is None):
+        raise InvalidArgumentError("pass rank_extra= and extra_budget= together")
     if W < 1:
         raise InvalidArgumentError("need at least one rank")
     res = _new_result(W, keep_trace)
     protos = [
         _proto(r, W, token_budget, buffer_size, join, loss_scaling, seed, epoch, 0, shuffle_steps) for r in range(W)
     ]
+    for p in protos:
+        p.extra_budget = extra_budget
     queues = [
         [
             Item(
@@ -157,6 +165,7 @@ def simulate_ranks(
                 None,
                 int(n),
                 int(rank_tokens[r][k]) if rank_tokens is not None else int(n),
+                extra=int(rank_extra[r][k]) if rank_extra is not None else 0,
             )
             for k, n in enumerate(rank_lengths[r])
         ]

@@ -24,6 +24,8 @@ Example:
     3
     >>> measure(len, [1, 2, 3], "length_fn") == MeasuredMap([[1, 2, 3]], len, len)[(0, 0)][3]
     True
+    >>> MeasuredMap([[1, 2, 3]], len, len, extra_fn=sum)[(0, 0)][5]     # a second budget's count
+    6
 """
 
 from __future__ import annotations
@@ -60,29 +62,39 @@ def measure(fn: Callable[[Any], Any], sample: Any, what: str) -> int:
     return n
 
 
-class MeasuredMap:
-    """``dataset[index]`` with its length and loss tokens, read by ``(position, index)``
-    (the position travels with the sample so the aligner knows its sampler key)."""
+def measure_extra(fn: Callable[[Any], Any] | None, sample: Any) -> int:
+    """The sample's count of the second budget (``encoder_fn``; 0 without one)."""
+    return 0 if fn is None else measure(fn, sample, "encoder_fn")
 
-    def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> None:
+
+class MeasuredMap:
+    """``dataset[index]`` with its length, loss tokens and second-budget count, read by
+    ``(position, index)`` (the position travels with the sample so the aligner knows
+    its sampler key)."""
+
+    def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any],
+                 extra_fn: Callable[[Any], Any] | None = None) -> None:
         self.dataset = dataset
         self.length_fn = length_fn
         self.token_fn = token_fn
+        self.extra_fn = extra_fn
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key: tuple[int, int]) -> tuple[int, int, Any, int, int]:
+    def __getitem__(self, key: tuple[int, int]) -> tuple[int, int, Any, int, int, int]:
         pos, idx = key
         sample = self.dataset[idx]
         length = measure(self.length_fn, sample, "length_fn")
-        return pos, idx, sample, length, measure(self.token_fn, sample, "token_count_fn")
+        tokens = measure(self.token_fn, sample, "token_count_fn")
+        return pos, idx, sample, length, tokens, measure_extra(self.extra_fn, sample)
 
 
-def measured_iterable(dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> Any:
-    """An ``IterableDataset`` of ``(sample, length, tokens)`` over ``dataset`` (measured
-    in the DataLoader workers)."""
-    return _measured_iterable_class()(dataset, length_fn, token_fn)
+def measured_iterable(dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any],
+                      extra_fn: Callable[[Any], Any] | None = None) -> Any:
+    """An ``IterableDataset`` of ``(sample, length, tokens, extra)`` over ``dataset``
+    (measured in the DataLoader workers)."""
+    return _measured_iterable_class()(dataset, length_fn, token_fn, extra_fn)
 
 
 @functools.cache
@@ -91,19 +103,22 @@ def _measured_iterable_class() -> type:
     from torch.utils.data import IterableDataset
 
     class MeasuredIterable(IterableDataset):
-        def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any]) -> None:
+        def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any],
+                     extra_fn: Callable[[Any], Any] | None = None) -> None:
             super().__init__()
             self.dataset = dataset
             self.length_fn = length_fn
             self.token_fn = token_fn
+            self.extra_fn = extra_fn
 
-        def __iter__(self) -> Iterator[tuple[Any, int, int]]:
+        def __iter__(self) -> Iterator[tuple[Any, int, int, int]]:
             for sample in self.dataset:
                 length = measure(self.length_fn, sample, "length_fn")
-                yield sample, length, measure(self.token_fn, sample, "token_count_fn")
+                tokens = measure(self.token_fn, sample, "token_count_fn")
+                yield sample, length, tokens, measure_extra(self.extra_fn, sample)
 
         def __reduce__(self) -> Any:  # spawned workers rebuild it through the module-level factory
-            return measured_iterable, (self.dataset, self.length_fn, self.token_fn)
+            return measured_iterable, (self.dataset, self.length_fn, self.token_fn, self.extra_fn)
 
     return MeasuredIterable
 
@@ -183,14 +198,15 @@ class SampleFeed:
     ) -> Callable[[], Iterator[Item]]:
         pairs, self.n_pre = map_positions(config, epoch, iteration, resume)
         self.position = int(resume["position"]) if resume is not None else 0
-        measured = MeasuredMap(config.dataset, config.length_fn, config.token_count_fn)
+        measured = MeasuredMap(config.dataset, config.length_fn, config.token_count_fn, config.encoder_fn)
 
         def make() -> Iterator[Item]:
             if config.num_workers == 0:
                 rows: Iterator[Any] = (measured[p] for p in pairs)
             else:
                 rows = iter(_dataloader(config, measured, sampler=pairs))
-            return (Item(pos, idx, sample, length, tokens) for pos, idx, sample, length, tokens in rows)
+            return (Item(pos, idx, sample, length, tokens, extra=extra)
+                    for pos, idx, sample, length, tokens, extra in rows)
 
         return make
 
@@ -202,8 +218,8 @@ class SampleFeed:
             payloads = resume.get("payloads") or {}
             keys = resume_keys(resume)
             for k in keys:
-                sample, length, tokens = payloads[k]
-                self.preloaded.append(Item(k, None, sample, length, tokens))
+                sample, length, tokens, *extra = payloads[k]
+                self.preloaded.append(Item(k, None, sample, length, tokens, extra=int(extra[0]) if extra else 0))
             self.n_pre = len(keys)
             start = int(resume["position"])
             if resume.get("source_state") is not None:
@@ -224,12 +240,14 @@ class SampleFeed:
                             measure(config.length_fn, sample, "length_fn"),
                             measure(config.token_count_fn, sample, "token_count_fn"),
                             state,
+                            extra=measure_extra(config.encoder_fn, sample),
                         )
                         k += 1
 
                 return read()
-            rows = iter(_dataloader(config, measured_iterable(ds, config.length_fn, config.token_count_fn)))
-            return (Item(k, None, s, n, t) for k, (s, n, t) in enumerate(rows, start=start))
+            rows = iter(_dataloader(config, measured_iterable(ds, config.length_fn, config.token_count_fn,
+                                                              config.encoder_fn)))
+            return (Item(k, None, s, n, t, extra=e) for k, (s, n, t, e) in enumerate(rows, start=start))
 
         return make
 

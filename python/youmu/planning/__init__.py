@@ -13,7 +13,11 @@ balancing, declarative per-step plans and a balanced loader.
   :class:`MixingSchedule`/:class:`MixtureSchedule` (``schedule``);
 * the loader — :class:`BalancedLoader` (balanced global batches per step, exact loss
   scales in :class:`MicroBatchInfo`, mid-epoch ``state_dict``/``load_state_dict``)
-  (``loader``, built from ``sources``, ``exchange``, ``checkpoint`` and ``info``)
+  (``loader``, built from ``sources``, ``exchange``, ``checkpoint`` and ``info``);
+  vision-language models — an image encoder balanced with the backbone:
+  :func:`balance_hybrid` (MegaScale-Data's hybrid balance, features routed between
+  ranks) and :func:`balance_colocated` (both costs, images on their sample's rank),
+  :func:`module_imbalance` (``hybrid``)
   and :func:`pack_microbatch` (``packing``); synthetic workloads for the benchmarks
   in ``workloads``.
 
@@ -38,6 +42,13 @@ from __future__ import annotations
 from youmu.errors import CapacityError, PlanError
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance, balance_detailed, compare, imbalance
 from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
+from youmu.planning.hybrid import (
+    ColocatedResult,
+    HybridResult,
+    balance_colocated,
+    balance_hybrid,
+    module_imbalance,
+)
 from youmu.planning.info import MicroBatchInfo, default_docs
 from youmu.planning.loader import BalancedLoader
 from youmu.planning.packing import pack_microbatch
@@ -48,7 +59,9 @@ __all__ = [
     "BalanceResult",
     "BalancedLoader",
     "CapacityError",
+    "ColocatedResult",
     "CostModel",
+    "HybridResult",
     "Imbalance",
     "METHODS",
     "Mesh",
@@ -64,11 +77,14 @@ __all__ = [
     "as_schedule",
     "attention_cost",
     "balance",
+    "balance_colocated",
     "balance_detailed",
+    "balance_hybrid",
     "compare",
     "default_docs",
     "gather_metadata",
     "imbalance",
+    "module_imbalance",
     "pack_microbatch",
 ]
 

@@ -153,6 +153,9 @@ def _json_leaves(value: Any) -> Any:
     return str(value)
 
 
+_LATER_SETTINGS = ("encoder_cost_fn",)
+
+
 def config_fingerprint(
     planner: Any,
     *,
@@ -174,7 +177,9 @@ def config_fingerprint(
     False
     """
     cfg = {
-        "planner": {f.name: describe(getattr(planner, f.name)) for f in dataclasses.fields(planner)},
+        # a setting added later enters only when set, so states saved before it stay valid
+        "planner": {f.name: describe(getattr(planner, f.name)) for f in dataclasses.fields(planner)
+                    if not (f.name in _LATER_SETTINGS and getattr(planner, f.name) is None)},
         "global_batch_size": global_batch_size,
         "token_budget": token_budget,
         "schedule": describe_schedule(schedule),
@@ -270,17 +275,21 @@ def _parse_restored(state: Mapping[str, Any], names: list[str]) -> dict[str, Any
         raise StateError(f"BalancedLoader state field 'carry' must be a list, got {type(carry).__name__}")
     held = []
     for k, entry in enumerate(carry):
-        if not isinstance(entry, (list, tuple)) or len(entry) != 5:
+        if not isinstance(entry, (list, tuple)) or len(entry) not in (5, 6):
             raise StateError(f"BalancedLoader state field 'carry'[{k}] must be (id, source, documents, tokens, "
-                             f"sample), got {type(entry).__name__}")
-        sid, src, docs, tokens, payload = entry
+                             f"sample[, image patches]), got {type(entry).__name__}")
+        sid, src, docs, tokens, payload, *images = entry
+        if images and not (isinstance(images[0], (list, tuple))
+                           and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in images[0])):
+            raise StateError(f"BalancedLoader state field 'carry'[{k}]: image patches must be a list of ints >= 0")
         ints_ok = all(isinstance(x, int) and not isinstance(x, bool) for x in (sid, src, tokens))
         docs_ok = isinstance(docs, (list, tuple)) and all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in docs)
         if not (ints_ok and docs_ok and 0 <= src < len(names) and tokens >= 0):
             raise StateError(f"BalancedLoader state field 'carry'[{k}] is malformed: id must be an int, source an int "
                              f"in range({len(names)}), tokens an int >= 0 and documents a list of ints >= 0")
-        held.append(Held(int(sid), int(src), [int(d) for d in docs], int(tokens), payload))
+        held.append(Held(int(sid), int(src), [int(d) for d in docs], int(tokens), payload,
+                         [int(x) for x in images[0]] if images else None))
     next_index = state_int(state, "next_index", owner=_OWNER)
     return {"streams": streams, "carry": held, "next_index": next_index}
 

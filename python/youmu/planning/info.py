@@ -52,6 +52,9 @@ class MicroBatchInfo:
         deferred: samples of this step carried to the next (capacity).
         method: balancing method used; fingerprint: hash of the step's plan.
         source_counts: samples per source in the step (mixing).
+        encoder_cost, slot_max_encoder_cost: with an encoder cost model, the image
+            encoder's modelled cost of this micro-batch and the largest over ranks of
+            slot ``j`` (0.0 otherwise).
 
     >>> from youmu.planning import BalancedLoader
     >>> loader = BalancedLoader([{"input_ids": [0] * n} for n in (30, 70, 50, 50)], num_microbatches=2,
@@ -81,6 +84,8 @@ class MicroBatchInfo:
     method: str = ""
     fingerprint: str = ""
     source_counts: dict[str, int] = field(default_factory=dict)
+    encoder_cost: float = 0.0
+    slot_max_encoder_cost: float = 0.0
 
     @property
     def is_last(self) -> bool:
@@ -147,6 +152,7 @@ class Assembler:
         np.add.at(sizes, (plan.buckets[ok], plan.bins[ok]), meta.sizes[ok])
         n_selected = int(ok.sum())
         src_counts = {self.names[s]: c for s, c in plan.source_counts.items() if s < len(self.names)}
+        enc_grid = plan.encoder_stats.bin_costs if plan.encoder_stats is not None else np.zeros_like(grid)
         out: list[tuple[Any, MicroBatchInfo]] = []
         pending_pad: list[int] = []
         for j, rows in enumerate(plan.microbatches(r)):
@@ -164,7 +170,8 @@ class Assembler:
                 cost=float(grid[r, j]), slot_max_cost=float(grid[:, j].max()), step_time=plan.stats.step_time,
                 imbalance=plan.stats.bucket_max_over_mean, sample_ids=self._sample_ids(samples, meta.ids[rows]),
                 deferred=int(plan.deferred.size), method=plan.method, fingerprint=plan.fingerprint,
-                source_counts=src_counts,
+                source_counts=src_counts, encoder_cost=float(enc_grid[r, j]),
+                slot_max_encoder_cost=float(enc_grid[:, j].max()),
             )
             if rows.size == 0:
                 pending_pad.append(len(out))

@@ -166,6 +166,17 @@ class BalancedLoader:
             the tail with fewer samples).
         prefetch: steps prepared ahead by a background thread (0: in the caller).
         timeout: seconds a collective may wait (when the channel is created here).
+        encoder_cost: vision-language models: the image encoder's cost model over
+            each sample's image patches (a ``CostModel``, ``ModelConfig``, preset
+            such as ``"vit-1b"``, or ``fn(image_patch_lists) -> costs``); ``cost``
+            is then the backbone's (over ``length_fn``: merged image tokens plus
+            text), and both modules are balanced together, each image encoded on its
+            sample's rank (:func:`~youmu.planning.hybrid.balance_colocated`).
+            MegaScale-Data's hybrid balance, which moves image features between
+            ranks, is :func:`~youmu.planning.hybrid.balance_hybrid`. Needs
+            ``images_fn``.
+        images_fn: sample → its images' encoder patches (a count, or a list with
+            one count per image), e.g. ``lambda s: s["encoder_patches"]``.
         resume_mode: how :meth:`load_state_dict` resumes: ``"state"`` (sources'
             own states, nothing read twice; every source must be stateful),
             ``"replay"`` (re-read fresh streams up to the resume point) or ``"auto"``
@@ -208,6 +219,8 @@ class BalancedLoader:
         prefetch: int = 1,
         timeout: float = 300.0,
         resume_mode: str = "auto",
+        encoder_cost: Any = None,
+        images_fn: Callable[[Any], Any] | None = None,
     ) -> None:
         int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
         reorder_only = bool_arg("reorder_only", reorder_only)
@@ -222,8 +235,13 @@ class BalancedLoader:
         if length_fn is not None and docs_fn is not None:
             raise InvalidArgumentError("pass length_fn= or docs_fn=, not both")
         for name, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
-                         ("id_fn", id_fn), ("collate_fn", collate_fn)):
+                         ("id_fn", id_fn), ("collate_fn", collate_fn), ("images_fn", images_fn)):
             callable_arg(name, fn, optional=True)
+        if (encoder_cost is None) != (images_fn is None):
+            raise InvalidArgumentError("pass encoder_cost= (the image encoder's cost model) and images_fn= "
+                                       "(a sample's image patches) together")
+        if encoder_cost is not None and (reorder_only or group_size is not None):
+            raise InvalidArgumentError("encoder_cost balances samples: not with reorder_only or group_size")
         names, sources, sched = resolve_sources(source, schedule=schedule, global_batch_size=global_batch_size,
                                                 token_budget=token_budget, reorder_only=reorder_only)
 
@@ -241,6 +259,7 @@ class BalancedLoader:
         self.length_fn, self.docs_fn = length_fn, docs_fn
         self.token_count_fn = token_count_fn
         self.id_fn = id_fn
+        self.images_fn = images_fn
         self.collate_fn = collate_fn
         self.drop_last = drop_last
         self.prefetch = prefetch
@@ -251,6 +270,8 @@ class BalancedLoader:
                         .distribute(self.world_size, num_microbatches, capacity=capacity, group_size=group_size)
                         .cost(cost)
                         .balance(method, reorder_only=reorder_only, on_overflow="defer", placement=placement))
+        if encoder_cost is not None:
+            self.planner = self.planner.encoder(encoder_cost)
         stateless = [n for n, src in self._sources.items()
                      if not (hasattr(src, "state_dict") and hasattr(src, "load_state_dict"))]
         if resume_mode == "state" and stateless:
@@ -287,7 +308,7 @@ class BalancedLoader:
                    for c, n in enumerate(self._names)]
         measure = Measure(rank=self.rank, world_size=self.world_size, reorder_only=self.reorder_only,
                           capacity=self.capacity, length_fn=self.length_fn, docs_fn=self.docs_fn,
-                          token_count_fn=self.token_count_fn, id_fn=self.id_fn)
+                          token_count_fn=self.token_count_fn, id_fn=self.id_fn, images_fn=self.images_fn)
         reader = RankReader(streams, measure, num_microbatches=self.num_microbatches,
                             global_batch_size=self.global_batch_size, token_budget=self.token_budget,
                             schedule=self.schedule)

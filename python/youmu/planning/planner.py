@@ -16,6 +16,10 @@ all ranks agree on the plan without a central planner process.
   (:class:`~youmu.planning.cost.CostModel`, a :class:`~youmu.planning.cost.ModelConfig`
   or preset name, or any ``fn(seqs) -> costs``).
 * ``balance(method, reorder_only=)`` — :func:`~youmu.planning.balance.balance`.
+* ``encoder(fn)`` — vision-language samples: an image-encoder cost model over each
+  sample's image patches (``SampleMeta.image_patches``), and both modules balanced
+  together with :func:`~youmu.planning.hybrid.balance_colocated` (each image encoded
+  on its sample's rank; the cost model above is then the backbone's).
 * ``plan(step, meta)`` → :class:`StepPlan`, a pure function of (seed, step, meta).
 
 Each builder call returns a new :class:`Planner` (the object is immutable, so a
@@ -47,6 +51,7 @@ from youmu.distributed.gather import all_gather_varlen
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
 from youmu.planning.cost import CostModel, ModelConfig, as_csr, segment_sums
+from youmu.planning.hybrid import balance_colocated
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
 __all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES"]
@@ -73,10 +78,16 @@ class SampleMeta:
             several): sample ``i`` is ``doc_lengths[doc_offsets[i]:doc_offsets[i+1]]``.
         tokens: loss tokens per sample (for loss scaling).
         origin: the rank holding each sample (``-1`` if unknown/local).
+        image_patches, image_offsets: the encoder patches of each sample's images in
+            CSR form (vision-language samples; ``None`` when no sample has images):
+            sample ``i``'s images are ``image_patches[image_offsets[i]:image_offsets[i+1]]``.
 
     >>> m = SampleMeta.build(ids=[10, 11], docs=[[30, 70], [50, 50]])
     >>> m.sizes.tolist(), len(m)
     ([100, 100], 2)
+    >>> v = SampleMeta.build(ids=[1, 2], lengths=[90, 40], images=[[256, 64], []])
+    >>> SampleMeta.decode(v.encode()).image_lists()
+    [[256, 64], []]
     """
 
     ids: np.ndarray
@@ -85,6 +96,8 @@ class SampleMeta:
     doc_offsets: np.ndarray
     tokens: np.ndarray
     origin: np.ndarray
+    image_patches: np.ndarray | None = field(default=None, repr=False, compare=False)
+    image_offsets: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -96,9 +109,11 @@ class SampleMeta:
         sources: Sequence[int] | np.ndarray | None = None,
         tokens: Sequence[int] | np.ndarray | None = None,
         origin: Sequence[int] | np.ndarray | int | None = None,
+        images: Sequence[Sequence[int]] | None = None,
     ) -> SampleMeta:
         """From per-sample ``lengths`` (one document each) or ``docs`` (lists of
-        document lengths). ``tokens`` defaults to the total length."""
+        document lengths). ``tokens`` defaults to the total length; ``images``: the
+        encoder patches of each sample's images (one list per sample)."""
         idv = _i64(ids, "ids")
         n = idv.size
         if (lengths is None) == (docs is None):
@@ -132,7 +147,13 @@ class SampleMeta:
             raise InvalidArgumentError("sources and tokens must be >= 0")
         if np.unique(idv).size != n:
             raise InvalidArgumentError("sample ids must be unique")
-        return cls(idv, src, dl, off, tok, org)
+        ip: np.ndarray | None = None
+        io: np.ndarray | None = None
+        if images is not None:
+            ip, io = as_csr(images)
+            if io.size - 1 != n:
+                raise InvalidArgumentError(f"{io.size - 1} image lists for {n} ids")
+        return cls(idv, src, dl, off, tok, org, ip, io)
 
     @classmethod
     def empty(cls) -> SampleMeta:
@@ -147,6 +168,21 @@ class SampleMeta:
         """Total tokens of each sample (sum of its documents)."""
         return segment_sums(self.doc_lengths, self.doc_offsets)
 
+    @property
+    def has_images(self) -> bool:
+        return self.image_patches is not None
+
+    def image_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(image_patches, image_offsets)``; no images per sample when there are none."""
+        if self.image_patches is None or self.image_offsets is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(len(self) + 1, dtype=np.int64)
+        return self.image_patches, self.image_offsets
+
+    def image_lists(self) -> list[list[int]]:
+        """Each sample's image patch counts."""
+        p, o = self.image_csr()
+        return [p[o[i]:o[i + 1]].tolist() for i in range(len(self))]
+
     def docs(self, i: int) -> list[int]:
         return self.doc_lengths[self.doc_offsets[i]:self.doc_offsets[i + 1]].tolist()
 
@@ -157,17 +193,11 @@ class SampleMeta:
     def take(self, rows: Sequence[int] | np.ndarray) -> SampleMeta:
         """The metadata of ``rows``, in that order."""
         r = np.asarray(rows, dtype=np.int64).reshape(-1)
-        starts, ends = self.doc_offsets[r], self.doc_offsets[r + 1]
-        counts = ends - starts
-        off = np.zeros(r.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=off[1:])
-        if counts.sum():
-            # gather each row's documents (vectorised ragged take)
-            idx = np.repeat(starts - off[:-1], counts) + np.arange(int(off[-1]))
-            dl = self.doc_lengths[idx]
-        else:
-            dl = np.zeros(0, dtype=np.int64)
-        return SampleMeta(self.ids[r], self.sources[r], dl, off, self.tokens[r], self.origin[r])
+        dl, off = _ragged_take(self.doc_lengths, self.doc_offsets, r)
+        ip = io = None
+        if self.image_patches is not None and self.image_offsets is not None:
+            ip, io = _ragged_take(self.image_patches, self.image_offsets, r)
+        return SampleMeta(self.ids[r], self.sources[r], dl, off, self.tokens[r], self.origin[r], ip, io)
 
     @staticmethod
     def concat(parts: Iterable[SampleMeta]) -> SampleMeta:
@@ -179,6 +209,12 @@ class SampleMeta:
         for p in parts[1:]:
             offs.append(p.doc_offsets[1:] + base)
             base += int(p.doc_offsets[-1])
+        ip = io = None
+        if any(p.has_images for p in parts):
+            csr = [p.image_csr() for p in parts]
+            ip = np.concatenate([c[0] for c in csr])
+            io = np.concatenate([[0]] + [c[1][1:] + int(sum(int(q[0].size) for q in csr[:k]))
+                                         for k, c in enumerate(csr)]).astype(np.int64)
         return SampleMeta(
             np.concatenate([p.ids for p in parts]),
             np.concatenate([p.sources for p in parts]),
@@ -186,14 +222,20 @@ class SampleMeta:
             np.concatenate(offs),
             np.concatenate([p.tokens for p in parts]),
             np.concatenate([p.origin for p in parts]),
+            ip, io,
         )
 
     # wire format: [n, d, ids(n), sources(n), tokens(n), counts(n), doc_lengths(d)]
+    # and, with images, [ni, image counts(n), image_patches(ni)] after it
     def encode(self) -> np.ndarray:
         """Flat int64 encoding for :class:`~youmu.distributed.GlooChannel`."""
         n, d = len(self), int(self.doc_lengths.size)
-        return np.concatenate([[n, d], self.ids, self.sources, self.tokens, np.diff(self.doc_offsets),
-                               self.doc_lengths]).astype(np.int64)
+        parts: list[np.ndarray] = [np.array([n, d]), self.ids, self.sources, self.tokens, np.diff(self.doc_offsets),
+                                   self.doc_lengths]
+        if self.has_images:
+            p, o = self.image_csr()
+            parts += [np.array([p.size]), np.diff(o), p]
+        return np.concatenate(parts).astype(np.int64)
 
     @classmethod
     def decode(cls, vec: Sequence[int] | np.ndarray, origin: int = -1) -> SampleMeta:
@@ -209,7 +251,30 @@ class SampleMeta:
         if off[-1] != d or (cnt < 0).any():
             raise InvalidArgumentError(f"malformed metadata vector: its document counts sum to {int(off[-1])}, "
                                        f"not {d}")
-        return cls(ids.copy(), src.copy(), dl.copy(), off, tok.copy(), np.full(n, origin, dtype=np.int64))
+        ip = io = None
+        rest = v[2 + 4 * n + d:]
+        if rest.size:
+            ni = int(rest[0])
+            if ni < 0 or rest.size != 1 + n + ni:
+                raise InvalidArgumentError(f"malformed metadata vector: {rest.size} image entries for {n} samples")
+            io = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(rest[1:1 + n], out=io[1:])
+            ip = rest[1 + n:].copy()
+            if io[-1] != ni or (rest[1:1 + n] < 0).any() or (ip < 0).any():
+                raise InvalidArgumentError("malformed metadata vector: bad image counts")
+        return cls(ids.copy(), src.copy(), dl.copy(), off, tok.copy(), np.full(n, origin, dtype=np.int64), ip, io)
+
+
+def _ragged_take(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR entries of ``rows``, in that order (vectorised ragged take)."""
+    starts, ends = offsets[rows], offsets[rows + 1]
+    counts = ends - starts
+    off = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=off[1:])
+    if counts.sum():
+        idx = np.repeat(starts - off[:-1], counts) + np.arange(int(off[-1]))
+        return values[idx], off
+    return np.zeros(0, dtype=np.int64), off
 
 
 def gather_metadata(channel: Any, local: SampleMeta) -> SampleMeta:
@@ -305,6 +370,9 @@ class StepPlan:
         stats: :class:`~youmu.planning.balance.Imbalance` of the placement.
         num_buckets, num_bins: the grid.
         source_counts: samples per source in the step (``{source number: count}``).
+        encoder_costs, encoder_stats: with an encoder cost model, the encoder cost
+            per row of ``meta`` and the encoder's :class:`~youmu.planning.balance.Imbalance`
+            (``None`` otherwise).
 
     >>> meta = SampleMeta.build(ids=range(6), lengths=[900, 100, 120, 880, 500, 510])
     >>> plan = Planner().distribute(2).cost("llama-12b").balance("greedy").plan(0, meta)
@@ -327,6 +395,8 @@ class StepPlan:
     num_buckets: int
     num_bins: int
     source_counts: dict[int, int] = field(default_factory=dict)
+    encoder_costs: np.ndarray | None = None
+    encoder_stats: Imbalance | None = None
 
     def microbatches(self, bucket: int) -> list[np.ndarray]:
         """Rows of ``meta`` in each of ``bucket``'s micro-batches, slot order; within a
@@ -371,6 +441,24 @@ class StepPlan:
         for a in (self.meta.ids, self.buckets, self.bins):
             h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
         return h.hexdigest()
+
+
+def _encoder_cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
+    """Encoder cost per sample from its images' patches (each image its own
+    attention block, as a variable-resolution ViT runs them)."""
+    if isinstance(fn, (ModelConfig, str)):
+        fn = CostModel.from_config(fn)
+    if isinstance(fn, CostModel):
+        model = fn
+        return lambda meta: model(meta.image_csr())
+    if not callable(fn):
+        raise ArgumentTypeError("encoder cost must be a CostModel, a ModelConfig, a preset name (e.g. 'vit-1b') "
+                                "or a callable image_patch_lists -> costs")
+
+    def call(meta: SampleMeta) -> np.ndarray:
+        return np.asarray(fn(meta.image_lists()), dtype=np.float64).reshape(-1)
+
+    return call
 
 
 def _cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
@@ -419,6 +507,7 @@ class Planner:
     reorder_only: bool = False
     on_overflow: str = "defer"
     placement: str | None = None
+    encoder_cost_fn: Any = None
 
     def __post_init__(self) -> None:
         # the builder stages check their own arguments; the seed is only read when a
@@ -485,6 +574,21 @@ class Planner:
             raise InvalidArgumentError("'interleave' places formed micro-batches: use it with reorder_only=True")
         return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
 
+    def encoder(self, fn: Any) -> Planner:
+        """Balance an image encoder too: ``fn`` is its cost model over each sample's
+        image patches (a :class:`CostModel`, ``ModelConfig``, preset name such as
+        ``"vit-1b"``, or ``fn(image_patch_lists) -> costs``); :meth:`cost` stays the
+        backbone's. Plans then come from :func:`~youmu.planning.hybrid.balance_colocated`
+        (not with ``reorder_only`` or ``group_size``).
+
+        >>> meta = SampleMeta.build(ids=range(4), lengths=[40, 40, 10, 10], images=[[], [], [900], [900]])
+        >>> p = Planner().distribute(2).cost("llama-12b").encoder("vit-1b").plan(0, meta)
+        >>> p.ids(0), p.ids(1), p.method
+        ([[0, 2]], [[1, 3]], 'colocated')
+        """
+        _encoder_cost_fn(fn)
+        return replace(self, encoder_cost_fn=fn)
+
     # -- planning -------------------------------------------------------------------------
     def _select(self, step: int, meta: SampleMeta) -> tuple[np.ndarray, dict[int, int]]:
         if self.schedule is None:
@@ -520,22 +624,43 @@ class Planner:
         costs = _cost_fn(self.cost_fn)(sub)
         if costs.shape != (len(sub),):
             raise InvalidArgumentError(f"the cost function returned shape {costs.shape} for {len(sub)} samples")
-        res: BalanceResult = balance_detailed(
-            costs, self.num_buckets, self.num_bins, self.method, self.capacity,
-            sizes=sub.sizes, reorder_only=self.reorder_only, group_size=self.group_size,
-            on_overflow="error" if self.reorder_only else self.on_overflow, placement=self.placement,
-        )
+        enc: np.ndarray | None = None
+        enc_stats: Imbalance | None = None
+        if self.encoder_cost_fn is not None:
+            if self.reorder_only or self.group_size is not None:
+                raise InvalidArgumentError("encoder balancing places samples: not with reorder_only or group_size")
+            enc = _encoder_cost_fn(self.encoder_cost_fn)(sub)
+            if enc.shape != (len(sub),):
+                raise InvalidArgumentError(f"the encoder cost function returned shape {enc.shape} for {len(sub)} "
+                                           "samples")
+            col = balance_colocated(costs, enc, self.num_buckets, self.num_bins, capacity=self.capacity,
+                                    sizes=sub.sizes, on_overflow=self.on_overflow)
+            res = BalanceResult(buckets=col.buckets, bins=col.bins, num_buckets=self.num_buckets,
+                                num_bins=self.num_bins, method="colocated", deferred=col.deferred,
+                                stats=col.backbone)
+            enc_stats = col.encoder
+        else:
+            res = balance_detailed(
+                costs, self.num_buckets, self.num_bins, self.method, self.capacity,
+                sizes=sub.sizes, reorder_only=self.reorder_only, group_size=self.group_size,
+                on_overflow="error" if self.reorder_only else self.on_overflow, placement=self.placement,
+            )
         n = len(meta)
         buckets = np.full(n, -1, dtype=np.int64)
         bins = np.full(n, -1, dtype=np.int64)
         buckets[rows], bins[rows] = res.buckets, res.bins
         full_costs = np.zeros(n)
         full_costs[rows] = costs
+        full_enc = None
+        if enc is not None:
+            full_enc = np.zeros(n)
+            full_enc[rows] = enc
         unselected = np.setdiff1d(np.arange(n), rows)
         return StepPlan(
             step=int(step), meta=meta, selected=rows, buckets=buckets, bins=bins, deferred=rows[res.deferred],
             unselected=unselected, costs=full_costs, method=res.method, stats=res.stats,
             num_buckets=self.num_buckets, num_bins=self.num_bins, source_counts=counts,
+            encoder_costs=full_enc, encoder_stats=enc_stats,
         )
 
     def plan_distributed(self, step: int, local: SampleMeta, channel: Any) -> StepPlan:

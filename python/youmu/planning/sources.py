@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -182,17 +182,37 @@ class SourceStream:
 
 @dataclass
 class Held:
-    """A sample this rank holds: its id, source, documents, loss tokens, payload."""
+    """A sample this rank holds: its id, source, documents, loss tokens, payload, and
+    (vision-language samples, with ``images_fn``) its images' encoder patches."""
 
     id: int
     source: int
     docs: list[int]
     tokens: int
     payload: Any
+    images: list[int] | None = field(default=None, repr=False)
 
-    def as_tuple(self) -> tuple[int, int, list[int], int, Any]:
+    def as_tuple(self) -> tuple[Any, ...]:
         """The form a saved state carries (``carry`` entries)."""
-        return (self.id, self.source, list(self.docs), self.tokens, self.payload)
+        base = (self.id, self.source, list(self.docs), self.tokens, self.payload)
+        return base if self.images is None else (*base, list(self.images))
+
+
+def measure_images(fn: Callable[[Any], Any], sample: Any) -> list[int]:
+    """A sample's images' encoder patches from ``images_fn``: a count (one image, or
+    all of them together) or a list of counts (one per image).
+
+    >>> measure_images(lambda s: s["encoder_patches"], {"encoder_patches": 1564}), measure_images(len, [])
+    ([1564], [0])
+    """
+    value = fn(sample)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        out = [index_of(x, "each image's patches from images_fn") for x in value]
+    else:
+        out = [index_of(value, "images_fn's result")]
+    if any(x < 0 for x in out):
+        raise InvalidArgumentError(f"images_fn returned a negative patch count ({out})")
+    return out
 
 
 class Measure:
@@ -220,8 +240,10 @@ class Measure:
         docs_fn: Callable[[Any], Iterable[int]] | None = None,
         token_count_fn: Callable[[Any], int] | None = None,
         id_fn: Callable[[Any], int] | None = None,
+        images_fn: Callable[[Any], Any] | None = None,
     ) -> None:
         self.rank, self.world_size = rank, world_size
+        self.images_fn = images_fn
         self.reorder_only = reorder_only
         self.capacity = capacity
         self.length_fn, self.docs_fn = length_fn, docs_fn
@@ -235,6 +257,8 @@ class Measure:
         :meth:`hold`; ``id_fn`` last)."""
         docs, tokens = self.measured(sample)
         held = self.hold(docs, tokens, source, sample)
+        if self.images_fn is not None:
+            held.images = measure_images(self.images_fn, sample)
         if self.id_fn is not None and not self.reorder_only:
             held.id = index_of(self.id_fn(sample), "id_fn's result")
         return held
@@ -380,8 +404,11 @@ def rank_meta(held: list[Held], rank: int) -> SampleMeta:
     >>> rank_meta([Held(3, 0, [30, 70], 100, None)], rank=1).origin.tolist()
     [1]
     """
+    images = None
+    if any(h.images is not None for h in held):
+        images = [h.images or [] for h in held]
     return SampleMeta.build(ids=[h.id for h in held], docs=[h.docs for h in held], sources=[h.source for h in held],
-                            tokens=[h.tokens for h in held], origin=rank)
+                            tokens=[h.tokens for h in held], origin=rank, images=images)
 
 
 def step_meta(vectors: Iterable[np.ndarray]) -> SampleMeta:

@@ -27,6 +27,7 @@ from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, dropped_rows, row_chun
 from youmu.stateful import data_fingerprint
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 from youmu.torch.sharded import PositionalStream, in_worker_process
+from youmu.torch.skips import SkipLog, locate, reporting_pass
 
 __all__ = ["YoumuDataset"]
 
@@ -59,9 +60,12 @@ class YoumuDataset(PositionalStream[Any]):
         memory_budget: bytes of decoded data each process (main or DataLoader worker)
             may hold for reading: windows shrink so the one being consumed and the one
             read ahead fit (estimated from the files' metadata,
-            :meth:`youmu.PageIndex.page_decoded_bytes`). Default ``None``: windows of
-            about ``buffer_size`` rows. Part of the shuffle, like ``buffer_size``: resume
-            with the same value.
+            :meth:`youmu.PageIndex.page_decoded_bytes`) — sized in bytes, so image rows
+            make windows of fewer pages than text rows. A page over what the budget
+            allows is read alone, without read-ahead (peak about that page). Default
+            ``None``: windows of about ``buffer_size`` rows, whatever their bytes: set
+            it for image data. Part of the shuffle, like ``buffer_size``: resume with
+            the same value.
         page_slices: page mode only: shuffle pages cut into this many row slices, so a
             window of ``buffer_size`` rows draws from that many times more pages — more
             diverse early batches, at that many times the page reads (each page is read
@@ -70,7 +74,8 @@ class YoumuDataset(PositionalStream[Any]):
         read_ahead: windows read ahead of the one being consumed (default
             :func:`youmu.stream.default_read_ahead`: 1 for local files, 4–8 for object
             stores, from the I/O runtime's ``max_inflight``). More hides storage
-            latency at the cost of memory (``memory_budget`` accounts for it).
+            latency at the cost of memory (``memory_budget`` accounts for it, and
+            lowers it where it binds). 0: each window is read when consumed.
         storage_options: object-store settings for URLs (``endpoint``, ``region``,
             ``access_key_id``, ...), as :class:`youmu.PageIndex` takes them (and
             ``youmu.RowDataset``, the Ray ``Source``, the CLI's ``--storage-option``).
@@ -113,7 +118,7 @@ class YoumuDataset(PositionalStream[Any]):
         callable_arg("transform", transform, optional=True)
         drop_last = bool_arg("drop_last", drop_last)
         opt_int_arg("memory_budget", memory_budget, minimum=1)
-        opt_int_arg("read_ahead", read_ahead, minimum=1)
+        opt_int_arg("read_ahead", read_ahead, minimum=0)
         page_slices = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
         if page_slices > 1 and shuffle != "page":
             raise InvalidArgumentError(f"page_slices={page_slices} needs shuffle='page' (got shuffle={shuffle!r})")
@@ -163,6 +168,8 @@ class YoumuDataset(PositionalStream[Any]):
         self._wp, self.read_ahead = window_layout(self.index, self.buffer_size, self.world_size,
                                                   memory_budget=memory_budget, read_ahead=read_ahead,
                                                   page_slices=page_slices)
+        #: rows the transform skipped in this process (``on_error="skip"``; see youmu.torch.skips)
+        self.skip_log = SkipLog()
         self._check_rank_gets_rows()
 
     def _check_rank_gets_rows(self) -> None:
@@ -234,3 +241,16 @@ class YoumuDataset(PositionalStream[Any]):
         compact = in_worker_process()
         for table in self._stream(worker, num_workers).iter_tables(start):
             yield from convert_rows(table, self.output, compact=compact)
+            del table  # not held while the next window is read (image windows are large)
+
+    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+        if not getattr(self.transform, "reports_rows", False):
+            yield from super()._pass(worker, num_workers, start)
+            return
+        # a transform that may find rows bad (youmu.vision.VisionTransform): errors name
+        # the file and row; rows it skips are counted and reported (youmu.torch.skips)
+        stream = self._stream(worker, num_workers)
+        yield from reporting_pass(
+            self._items(worker, num_workers, start), self.transform, start,  # type: ignore[arg-type]
+            lambda pos: locate(self.index, stream.plan, self._page_rows, pos), self.skip_log,
+        )

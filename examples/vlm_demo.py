@@ -1,0 +1,381 @@
+"""youmu VLM demo: train a tiny vision-language model with 2 DDP ranks on CPU (Gloo),
+fed from an image-text Parquet file, with online dynamic batching vs fixed batches.
+
+1. draws an image-text dataset with Pillow from a seed (no download): shapes in
+   colours on a background, at varied sizes and aspect ratios (visual-token counts
+   vary ~10x and more), each captioned with what it shows; stored as Parquet with a
+   ``struct<bytes, path>`` image column, as Hugging Face ``Image()`` columns are;
+2. reads rows with :class:`youmu.RowDataset` and preprocesses them with
+   :class:`youmu.vision.VisionTransform` (decode, Qwen2-VL smart resize, chat
+   template with visual-token expansion), which gives each sample its
+   ``encoder_patches`` (ViT) and ``backbone_tokens`` (LLM);
+3. trains a tiny ViT + 2x2 patch merger + tiny GPT (plain torch) over two ranks,
+   once with ``youmu.batching.DynamicBatchLoader`` (a backbone token budget, a
+   second budget on encoder patches, exact per-token loss scaling) and once with
+   fixed-size batches (``DistributedSampler``), one epoch each;
+4. writes ``summary.json`` (samples/s, padding, batch sizes, loss, memory) and
+   ``vlm.png`` into ``--out``.
+
+    python examples/vlm_demo.py --out vlm-out [--rows 3000] [--epochs 1]
+    python examples/demo.py --vlm --out vlm-out          # the same, from the main demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+PATCH, MERGE = 14, 2
+COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (235, 200, 30),
+           "purple": (140, 60, 170), "orange": (240, 130, 20), "black": (20, 20, 20), "white": (250, 250, 250)}
+SHAPES = ("circle", "square", "triangle")
+# Qwen2-VL's resize rule with a small pixel range: sides multiples of 28, and
+# 56x56 .. 448x448 pixels -> 16 .. 1024 encoder patches, 4 .. 256 backbone tokens
+MIN_PIXELS, MAX_PIXELS = 56 * 56, 448 * 448
+
+
+# ------------------------------------------------------------------------------------------
+# 1. the dataset
+# ------------------------------------------------------------------------------------------
+def draw_row(i: int, rng: np.random.Generator) -> dict[str, Any]:
+    """One image (PNG bytes) and its caption."""
+    from PIL import Image, ImageDraw
+
+    side = float(np.exp(rng.uniform(np.log(64), np.log(560))))
+    aspect = float(np.exp(rng.uniform(-0.9, 0.9)))
+    w, h = max(int(side * aspect**0.5), 32), max(int(side / aspect**0.5), 32)
+    bg = str(rng.choice(["white", "black", "yellow"]))
+    img = Image.new("RGB", (w, h), COLOURS[bg])
+    d = ImageDraw.Draw(img)
+    names = []
+    for _ in range(int(rng.integers(1, 4))):
+        colour = str(rng.choice([c for c in COLOURS if c != bg]))
+        shape = str(rng.choice(SHAPES))
+        s = int(rng.uniform(0.2, 0.5) * min(w, h))
+        x, y = int(rng.integers(0, max(w - s, 1))), int(rng.integers(0, max(h - s, 1)))
+        if shape == "circle":
+            d.ellipse([x, y, x + s, y + s], fill=COLOURS[colour])
+        elif shape == "square":
+            d.rectangle([x, y, x + s, y + s], fill=COLOURS[colour])
+        else:
+            d.polygon([(x + s // 2, y), (x, y + s), (x + s, y + s)], fill=COLOURS[colour])
+        names.append(f"a {colour} {shape}")
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    wide = "wide" if w > 1.3 * h else "tall" if h > 1.3 * w else "square"
+    caption = f"{', '.join(names)} on a {bg} background, in a {wide} picture."
+    return {"id": i, "image": {"bytes": buf.getvalue(), "path": f"img{i:06d}.png"}, "caption": caption}
+
+
+def make_dataset(path: Path, rows: int, seed: int) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    data = [draw_row(i, rng) for i in range(rows)]
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"id": pa.array([r["id"] for r in data], pa.int64()),
+                      "image": pa.array([r["image"] for r in data], image_type),
+                      "caption": pa.array([r["caption"] for r in data], pa.string())})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=256)
+    return path
+
+
+class VLMRows(torch.utils.data.Dataset):
+    """Map-style: a Parquet row, preprocessed (``youmu.vision``) into a sample."""
+
+    def __init__(self, path: str) -> None:
+        from youmu import RowDataset
+        from youmu.vision import ByteTokenizer, VisionTransform
+
+        self.rows = RowDataset(path, columns=["id", "image", "caption"], output="python")
+        self.tokenizer = ByteTokenizer()
+        self.transform = VisionTransform(self.tokenizer, text_column="caption", min_pixels=MIN_PIXELS,
+                                         max_pixels=MAX_PIXELS, system=None)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        row = self.rows[i]
+        s = self.transform(row)
+        s["id"] = int(row["id"])
+        return s
+
+
+def backbone_len(s: dict[str, Any]) -> int:
+    return int(s["num_tokens"])  # merged image tokens + text: the backbone's sequence
+
+
+def encoder_patches(s: dict[str, Any]) -> int:
+    return int(s["encoder_patches"])
+
+
+def loss_tokens(s: dict[str, Any]) -> int:
+    return int((np.asarray(s["labels"])[1:] != -100).sum())
+
+
+def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Images as lists of patch grids (the encoder packs them: no padding), text padded
+    to the longest sequence (the backbone's padded area)."""
+    n = max(backbone_len(s) for s in samples)
+    ids = torch.zeros(len(samples), n, dtype=torch.long)
+    labels = torch.full((len(samples), n), -100, dtype=torch.long)
+    lengths = torch.zeros(len(samples), dtype=torch.long)
+    images = []
+    for k, s in enumerate(samples):
+        m = backbone_len(s)
+        ids[k, :m] = torch.from_numpy(np.asarray(s["input_ids"]))
+        labels[k, :m] = torch.from_numpy(np.asarray(s["labels"]))
+        lengths[k] = m
+        for px, (_, gh, gw) in zip(s["pixel_values"], s["image_grid_thw"]):
+            t = torch.tensor(np.asarray(px), dtype=torch.float32).div_(255.0)
+            images.append(t.reshape(gh, PATCH, gw, PATCH, 3).permute(0, 2, 1, 3, 4).reshape(gh, gw, -1))
+    return {"ids": [s["id"] for s in samples], "input_ids": ids, "labels": labels, "lengths": lengths,
+            "images": images, "patches": sum(encoder_patches(s) for s in samples)}
+
+
+# ------------------------------------------------------------------------------------------
+# 2. the model: tiny ViT + patch merger + tiny GPT
+# ------------------------------------------------------------------------------------------
+class TinyVLM(torch.nn.Module):
+    def __init__(self, vocab: int, image_token: int, d_vit: int = 32, d: int = 64, layers: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.image_token = image_token
+        self.patch = torch.nn.Linear(PATCH * PATCH * 3, d_vit)
+        self.vit = torch.nn.TransformerEncoderLayer(d_vit, 2, 2 * d_vit, dropout=0.0, batch_first=True)
+        self.merger = torch.nn.Sequential(torch.nn.Linear(MERGE * MERGE * d_vit, d), torch.nn.GELU(),
+                                          torch.nn.Linear(d, d))
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(2048, d)
+        layer = torch.nn.TransformerEncoderLayer(d, 2, 4 * d, dropout=0.0, batch_first=True)
+        self.gpt = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def encode(self, grid: torch.Tensor) -> torch.Tensor:
+        """One image's patch grid ``(gh, gw, 588)`` -> its merged tokens ``(gh·gw/4, d)``
+        (attention within the image only, as a variable-resolution ViT)."""
+        gh, gw, _ = grid.shape
+        x = self.vit(self.patch(grid.reshape(1, gh * gw, -1))).reshape(gh // 2, 2, gw // 2, 2, -1)
+        return self.merger(x.permute(0, 2, 1, 3, 4).reshape(gh * gw // 4, -1))
+
+    def forward(self, batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        """Summed loss over the batch's label tokens, and their count."""
+        ids = batch["input_ids"]
+        h = self.emb(ids)
+        if batch["images"]:
+            feats = torch.cat([self.encode(g) for g in batch["images"]])
+            mask = ids == self.image_token
+            h = h.masked_scatter(mask.unsqueeze(-1), feats)
+        n = ids.shape[1]
+        h = h + self.pos(torch.arange(n))
+        causal = torch.ones(n, n, dtype=torch.bool).triu(1)
+        pad = torch.arange(n)[None, :] >= batch["lengths"][:, None]
+        out = self.head(self.gpt(h, mask=causal, src_key_padding_mask=pad, is_causal=True))
+        labels = batch["labels"][:, 1:]
+        loss = torch.nn.functional.cross_entropy(out[:, :-1].reshape(-1, out.shape[-1]), labels.reshape(-1),
+                                                 ignore_index=-100, reduction="sum")
+        return loss, int((labels != -100).sum())
+
+
+# ------------------------------------------------------------------------------------------
+# 3. training on each rank
+# ------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def batches(mode: str, ds: VLMRows, rank: int, world: int, args: argparse.Namespace):
+    """``(batch, loss_scale)`` per step: ODB with exact token scaling, or fixed batches
+    whose per-rank mean loss DDP averages."""
+    if mode == "odb":
+        from youmu.batching import DynamicBatchLoader
+
+        loader = DynamicBatchLoader(
+            ds, token_budget=args.token_budget, length_fn=backbone_len, collate_fn=collate,
+            token_count_fn=loss_tokens, encoder_budget=args.patch_budget, encoder_fn=encoder_patches,
+            buffer_size=args.buffer, num_workers=0, seed=args.seed, uneven="pad", timeout=300,
+        )
+        for batch, info in loader:
+            yield batch, info.loss_scale, info.is_padding
+        loader.wait_finished(60)
+        return
+    sampler = torch.utils.data.DistributedSampler(ds, world, rank, shuffle=True, seed=args.seed)
+    dl = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, sampler=sampler, collate_fn=collate)
+    for batch in dl:
+        yield batch, 1.0, False
+
+
+def train(rank: int, world: int, port: int, mode: str, path: str, args: argparse.Namespace, results: Any) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    ds = VLMRows(path)
+    tok = ds.tokenizer
+    model = DDP(TinyVLM(tok.vocab_size, tok.image_token_id))
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for batch, scale, padding in batches(mode, ds, rank, world, args):
+        loss_sum, t = model(batch)  # DDP's forward: its gradient hooks armed
+        mean = loss_sum / max(t, 1)
+        (mean * scale).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        n = len(batch["ids"])
+        rows.append({"samples": 0 if padding else n, "real": 0 if padding else int(batch["lengths"].sum()),
+                     "padded": 0 if padding else n * int(batch["input_ids"].shape[1]),
+                     "patches": 0 if padding else int(batch["patches"]), "loss": mean.item(), "t": t,
+                     "ids": [] if padding else batch["ids"]})
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    results.put((rank, {"rows": rows, "wall": wall, "rss_mb": rss}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_mode(mode: str, path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=train, args=(r, args.world_size, port, mode, str(path), args, q))
+             for r in range(args.world_size)]
+    for p in procs:
+        p.start()
+    out = {}
+    for _ in procs:
+        r, res = q.get(timeout=args.timeout)
+        out[r] = res
+    for p in procs:
+        p.join(60)
+        if p.exitcode != 0:
+            raise SystemExit(f"{mode} rank exited with {p.exitcode}")
+    return [out[r] for r in range(args.world_size)]
+
+
+# ------------------------------------------------------------------------------------------
+# 4. summary and plot
+# ------------------------------------------------------------------------------------------
+def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [r for res in per_rank for r in res["rows"]]
+    wall = max(res["wall"] for res in per_rank)
+    samples = sum(r["samples"] for r in rows)
+    real, padded = sum(r["real"] for r in rows), sum(r["padded"] for r in rows)
+    steps = len(per_rank[0]["rows"])
+    ids = [i for r in rows for i in r["ids"]]
+    batch_sizes = [r["samples"] for r in rows if r["samples"]]
+    # the loss curve: every step's per-token mean over both ranks, against samples seen
+    curve, seen = [], 0
+    for k in range(steps):
+        step = [res["rows"][k] for res in per_rank if k < len(res["rows"])]
+        seen += sum(r["samples"] for r in step)
+        t = sum(r["t"] for r in step)
+        if t:
+            curve.append((seen, sum(r["loss"] * r["t"] for r in step) / t))
+    return {
+        "steps": steps, "samples": samples, "unique_samples": len(set(ids)), "wall_s": round(wall, 2),
+        "samples_per_s": round(samples / wall, 2), "backbone_tokens_per_s": round(real / wall, 1),
+        "padding_ratio": round(1 - real / padded, 4) if padded else 0.0,
+        "batch_size_mean": round(float(np.mean(batch_sizes)), 2), "batch_size_max": int(max(batch_sizes)),
+        "max_padded_tokens_per_batch": max(r["padded"] for r in rows),
+        "max_patches_per_batch": max(r["patches"] for r in rows),
+        "peak_rss_mb": round(max(res["rss_mb"] for res in per_rank), 1),
+        "final_loss": round(float(np.mean([c[1] for c in curve[-5:]])), 4), "loss_curve": curve,
+    }
+
+
+def plot(out: Path, summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = summary["modes"]
+    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
+    for name, m in modes.items():
+        xs, ys = zip(*m["loss_curve"])
+        ax[0].plot(xs, ys, label=name)
+    ax[0].set_xlabel("samples seen")
+    ax[0].set_ylabel("per-token loss")
+    ax[0].set_title("loss")
+    ax[0].legend()
+    names = list(modes)
+    ax[1].bar(names, [modes[n]["samples_per_s"] for n in names], color=["tab:blue", "tab:orange"])
+    ax[1].set_title("emitted samples/s (2 ranks, CPU)")
+    ax[2].bar(names, [100 * modes[n]["padding_ratio"] for n in names], color=["tab:blue", "tab:orange"])
+    ax[2].set_title("backbone padding (%)")
+    d = summary["dataset"]
+    fig.suptitle(f"{d['rows']} image-text rows; encoder patches {d['patches_min']}..{d['patches_max']} "
+                 f"(median {d['patches_median']})")
+    fig.tight_layout()
+    fig.savefig(out / "vlm.png", dpi=110)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="vlm-out")
+    ap.add_argument("--rows", type=int, default=3000, help="image-text rows to draw")
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--token-budget", type=int, default=2048, help="ODB: padded backbone tokens per batch")
+    ap.add_argument("--patch-budget", type=int, default=4096, help="ODB: real encoder patches per batch")
+    ap.add_argument("--batch-size", type=int, default=8, help="fixed batches: samples per rank")
+    ap.add_argument("--buffer", type=int, default=128, help="ODB: samples grouped per round")
+    ap.add_argument("--modes", default="odb,fixed")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=1800)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    path = make_dataset(out / "data" / "shapes.parquet", args.rows, args.seed)
+    made = time.perf_counter() - t0
+    ds = VLMRows(str(path))
+    from youmu.vision import image_cost
+
+    patches = np.array([image_cost(r["image"]["bytes"], min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+                        .encoder_patches for r in (ds.rows[i] for i in range(len(ds)))])
+    summary: dict[str, Any] = {
+        "dataset": {"rows": args.rows, "parquet_mb": round(path.stat().st_size / 2**20, 2),
+                    "make_s": round(made, 2), "patches_min": int(patches.min()),
+                    "patches_median": int(np.median(patches)), "patches_max": int(patches.max()),
+                    "patches_max_over_min": round(float(patches.max() / patches.min()), 1)},
+        "settings": {k: getattr(args, k) for k in ("world_size", "token_budget", "patch_budget", "batch_size",
+                                                   "buffer", "lr", "seed")},
+        "modes": {},
+    }
+    for mode in args.modes.split(","):
+        res = summarize_mode(run_mode(mode, path, args))
+        summary["modes"][mode] = res
+        print(f"{mode:>5}: {res['samples_per_s']:.1f} samples/s, padding {100 * res['padding_ratio']:.1f}%, "
+              f"{res['steps']} steps, mean batch {res['batch_size_mean']}, loss {res['final_loss']}, "
+              f"peak RSS {res['peak_rss_mb']:.0f} MB", flush=True)
+    m = summary["modes"]
+    if "odb" in m and "fixed" in m:
+        summary["odb_speedup"] = round(m["odb"]["samples_per_s"] / m["fixed"]["samples_per_s"], 2)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    plot(out, summary)
+    print(f"wrote {out / 'summary.json'} and {out / 'vlm.png'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Chat-template and tokenize an image-text row, with each image expanded to its
+visual tokens.
+
+Rows come as LLaVA dumps store them (``conversations``: a list of
+``{"from": "human"|"gpt"|"system", "value": ...}`` with ``<image>`` placeholders), as
+chat datasets do (``messages``: ``{"role", "content"}``) or as a plain caption string
+(the image, then the caption as the answer). The template is Qwen2-VL's ChatML: every
+image becomes ``<|vision_start|>`` + ``backbone_tokens × <|image_pad|>`` +
+``<|vision_end|>``, so the token count is the sample's true backbone length.
+
+The tokenizer is passed in: anything with ``encode(text) -> list[int]`` (a Hugging
+Face tokenizer with the Qwen2-VL special tokens, or :class:`ByteTokenizer`, a
+byte-level tokenizer for tests and offline demos).
+
+Example:
+    >>> from youmu.vision import ByteTokenizer, tokenize_chat
+    >>> tok = ByteTokenizer()
+    >>> out = tokenize_chat([{"from": "human", "value": "<image>\\nWhat?"}, {"from": "gpt", "value": "A cat."}],
+    ...                     [4], tok, system=None)
+    >>> out["input_ids"].count(tok.image_token_id), sum(x != -100 for x in out["labels"])
+    (4, 7)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from youmu.errors import ArgumentTypeError, ImageError
+
+__all__ = ["IMAGE_PLACEHOLDER", "SPECIAL_TOKENS", "DEFAULT_SYSTEM", "ByteTokenizer", "tokenize_chat"]
+
+#: What LLaVA-style text marks an image's place with.
+IMAGE_PLACEHOLDER = "<image>"
+#: Qwen2-VL's special tokens the template uses.
+SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                  "<|endoftext|>")
+DEFAULT_SYSTEM = "You are a helpful assistant."
+#: labels of tokens the loss ignores (prompt, template, images)
+IGNORE = -100
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0–255, Qwen2-VL's special tokens as 256 onwards.
+
+    >>> t = ByteTokenizer()
+    >>> t.encode("<|im_start|>hi")
+    [256, 104, 105]
+    >>> t.decode(t.encode("<|im_start|>hi"))
+    '<|im_start|>hi'
+    """
+
+    def __init__(self, specials: Sequence[str] = SPECIAL_TOKENS) -> None:
+        self.specials = {s: 256 + i for i, s in enumerate(specials)}
+        self._names = {i: s for s, i in self.specials.items()}
+        self._split = re.compile("(" + "|".join(re.escape(s) for s in specials) + ")")
+        self.vocab_size = 256 + len(self.specials)
+
+    @property
+    def image_token_id(self) -> int:
+        return self.specials["<|image_pad|>"]
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.specials[token]
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for part in self._split.split(text):
+            if part in self.specials:
+                out.append(self.specials[part])
+            elif part:
+                out.extend(part.encode("utf-8"))
+        return out
+
+    def decode(self, ids: Sequence[int]) -> str:
+        out, raw = [], bytearray()
+        for i in ids:
+            if i in self._names:
+                out.append(raw.decode("utf-8", "replace") + self._names[i])
+                raw = bytearray()
+            else:
+                raw.append(i)
+        return "".join(out) + raw.decode("utf-8", "replace")
+
+
+def _encoder(tokenizer: Any):
+    enc = getattr(tokenizer, "encode", None)
+    if enc is None and callable(tokenizer):
+        enc = tokenizer
+    if enc is None:
+        raise ArgumentTypeError(f"tokenizer must have encode(text) -> list[int], got {type(tokenizer).__name__}")
+    try:  # Hugging Face tokenizers add BOS/EOS unless told not to; the template has its own
+        enc("", add_special_tokens=False)
+        return lambda text: list(enc(text, add_special_tokens=False))
+    except TypeError:
+        return lambda text: list(enc(text))
+
+
+def image_token_id(tokenizer: Any) -> int:
+    """The id of ``<|image_pad|>`` in ``tokenizer``."""
+    tid = getattr(tokenizer, "image_token_id", None)
+    if isinstance(tid, int):
+        return tid
+    ids = _encoder(tokenizer)("<|image_pad|>")
+    if len(ids) != 1:
+        raise ArgumentTypeError("the tokenizer does not know the special token <|image_pad|>")
+    return int(ids[0])
+
+
+def _turns(text: Any) -> list[tuple[str, str]]:
+    """(role, content) turns of a row's text in any of the stored forms."""
+    if isinstance(text, str):  # a caption: the images (placed below), then the caption as the answer
+        return [("user", ""), ("assistant", text)]
+    if text is None:
+        return [("user", "")]
+    turns = []
+    for t in text:
+        if not isinstance(t, dict):
+            raise ImageError(f"a conversation turn must be a mapping, got {type(t).__name__}")
+        role = t.get("from", t.get("role"))
+        content = t.get("value", t.get("content"))
+        if isinstance(content, list):  # [{"type": "image"} | {"type": "text", "text": ...}]
+            content = "".join(IMAGE_PLACEHOLDER if c.get("type") == "image" else (c.get("text") or "")
+                              for c in content)
+        if role not in _ROLES or not isinstance(content, str):
+            raise ImageError(f"conversation turn with role {role!r} and content of type {type(content).__name__}")
+        turns.append((_ROLES[role], content))
+    return turns
+
+
+def tokenize_chat(text: Any, image_tokens: Sequence[int], tokenizer: Any, *,
+                  system: str | None = DEFAULT_SYSTEM) -> dict[str, list[int]]:
+    """``{"input_ids", "labels"}`` of a row: its turns in Qwen2-VL's template, the i-th
+    ``<image>`` expanded to ``image_tokens[i]`` pad tokens, labels ``-100`` except on
+    the assistant's answers (and their ``<|im_end|>``). Images without a placeholder
+    go before the first user turn's text; more placeholders than images is an
+    :class:`~youmu.errors.ImageError`.
+    """
+    enc = _encoder(tokenizer)
+    pad = image_token_id(tokenizer)
+    turns = _turns(text)
+    placed = sum(c.count(IMAGE_PLACEHOLDER) for _, c in turns)
+    if placed > len(image_tokens):
+        raise ImageError(f"the text has {placed} {IMAGE_PLACEHOLDER} placeholders for {len(image_tokens)} images")
+    if placed < len(image_tokens):
+        first = next((i for i, (r, _) in enumerate(turns) if r == "user"), None)
+        missing = IMAGE_PLACEHOLDER * (len(image_tokens) - placed)
+        if first is None:
+            turns.insert(0, ("user", missing))
+        else:
+            turns[first] = ("user", missing + turns[first][1])
+    if system is not None and not any(r == "system" for r, _ in turns):
+        turns.insert(0, ("system", system))
+    ids: list[int] = []
+    labels: list[int] = []
+    images = iter(image_tokens)
+
+    def add(piece: list[int], learn: bool) -> None:
+        ids.extend(piece)
+        labels.extend(piece if learn else [IGNORE] * len(piece))
+
+    for role, content in turns:
+        add(enc(f"<|im_start|>{role}\n"), False)
+        learn = role == "assistant"
+        for k, part in enumerate(content.split(IMAGE_PLACEHOLDER)):
+            if k:
+                add(enc("<|vision_start|>") + [pad] * int(next(images)) + enc("<|vision_end|>"), False)
+            if part:
+                add(enc(part), learn)
+        add(enc("<|im_end|>"), learn)
+        add(enc("\n"), False)
+    return {"input_ids": ids, "labels": labels}
