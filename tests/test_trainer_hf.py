@@ -67,13 +67,12 @@ def hf_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     torchrun_env(rank, world)
     torch.manual_seed(0)
     res: dict[str, Any] = {}
-    # (a) one epoch from the sized stream: num_train_epochs works, no max_steps needed
-    trainer, model = _train(f"{tmp}/a", _stream_loader(), num_train_epochs=1, logging_strategy="steps",
-                            logging_steps=2)
-    res["a_ids"], res["a_steps"] = model.seen, trainer.state.global_step
+    # (a) + (b) two epochs from the sized stream (num_train_epochs works, no max_steps), then the
+    # same stopped at step 9 (mid epoch 2) and resumed from the checkpoint
+    trainer, full = _train(f"{tmp}/full", _stream_loader(), num_train_epochs=2, logging_strategy="steps",
+                           logging_steps=2)
+    res["a_ids"], res["a_steps"] = full.seen[: N // 2], trainer.state.global_step
     res["a_logs"] = [h for h in trainer.state.log_history if "youmu/tokens_per_s" in h]
-    # (b) two epochs uninterrupted, then stopped at step 9 (mid epoch 2) and resumed
-    _, full = _train(f"{tmp}/full", _stream_loader(), num_train_epochs=2)
     _train(f"{tmp}/cut", _stream_loader(), num_train_epochs=2, stop=9, save_strategy="steps", save_steps=9)
     ckpt = f"{tmp}/cut/checkpoint-9"
     res["b_state_file"] = os.path.exists(loader_state_path(ckpt, rank))
@@ -106,7 +105,7 @@ def results(tmp_path_factory) -> list[dict[str, Any]]:
 def test_every_sample_once_per_epoch(results) -> None:
     ids = [i for r in results for i in r["a_ids"]]
     assert sorted(ids) == list(range(N))
-    assert [r["a_steps"] for r in results] == [N // 8, N // 8]
+    assert [r["a_steps"] for r in results] == [2 * N // 8] * 2
 
 
 def test_metrics_reach_the_trainer_log(results) -> None:
