@@ -15,7 +15,20 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 from batching_mp import run_world
-from trainers_mp import VOCAB, N, TinyLM, collate, dataset, gather, grads_match, length, params, reference_grad, sample, torchrun_env
+from trainers_mp import (
+    VOCAB,
+    N,
+    TinyLM,
+    collate,
+    dataset,
+    gather,
+    grads_match,
+    length,
+    params,
+    reference_grad,
+    sample,
+    torchrun_env,
+)
 
 from youmu.batching import DynamicBatchLoader
 from youmu.errors import ArgumentTypeError

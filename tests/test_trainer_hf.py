@@ -152,3 +152,13 @@ def test_refuses_accumulation_with_dynamic_batches_and_foreign_checkpoints(tmp_p
     trainer = Trainer(model=TinyLM(), args=_args(str(tmp_path), max_steps=2), train_loader=_stream_loader())
     with pytest.raises(StateError, match="no youmu loader state"):
         trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+
+
+def test_import_youmu_imports_no_trainer() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, youmu, youmu.integrations, youmu.batching; youmu.integrations.TrainerLoader; "
+            "print(sorted(m for m in ('transformers', 'accelerate', 'lightning') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"

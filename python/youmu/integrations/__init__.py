@@ -33,7 +33,7 @@ _LAZY: dict[str, str] = {
     "split_info": "youmu.integrations.loader",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = ["INFO_KEY", "TrainerLoader", "odb_steps_per_epoch", "scale_loss", "split_info"]
 
 
 def __getattr__(name: str) -> Any:

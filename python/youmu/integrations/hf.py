@@ -158,7 +158,7 @@ class YoumuTrainerMixin:
 def make_trainer(trainer_cls: Any = None) -> Any:
     """A ``Trainer`` subclass with :class:`YoumuTrainerMixin` (default: ``transformers.Trainer``)."""
     if trainer_cls is None:
-        from transformers import Trainer as trainer_cls  # type: ignore[no-redef]
+        from transformers import Trainer as trainer_cls
     return type(f"Youmu{trainer_cls.__name__}", (YoumuTrainerMixin, trainer_cls), {})
 
 

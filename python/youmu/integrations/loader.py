@@ -157,7 +157,8 @@ class TrainerLoader:
         if self.pairs:
             if batch_size is not None or collate_fn is not None:
                 raise InvalidArgumentError(
-                    f"{type(source).__name__} forms its own batches: pass collate_fn to it, not batch_size/collate_fn here"
+                    f"{type(source).__name__} forms its own batches: pass collate_fn to it, not "
+                    "batch_size/collate_fn here"
                 )
             self.channel = source.channel
             self._loader = source
@@ -193,7 +194,11 @@ class TrainerLoader:
     def __len__(self) -> int:
         """Steps per epoch on every rank (known for sized streams or ``steps_per_epoch``)."""
         if self._steps is None:
-            raise TypeError(f"{type(self.source).__name__} has no known number of steps per epoch; pass steps_per_epoch")
+            # TypeError is len()'s protocol for "no length": trainers (HF's has_length,
+            # Lightning's has_len) catch it and fall back to max_steps
+            raise TypeError(
+                f"{type(self.source).__name__} has no known number of steps per epoch; pass steps_per_epoch"
+            )
         return self._steps
 
     def has_length(self) -> bool:
