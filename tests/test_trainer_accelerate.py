@@ -148,3 +148,23 @@ def test_dynamic_batches_same_steps_and_exact_scale(results) -> None:
 def test_prepare_refuses_a_raw_stream() -> None:
     with pytest.raises(ArgumentTypeError, match="TrainerLoader"):
         prepare(Accelerator(cpu=True), [sample(0)])  # type: ignore[arg-type]
+
+
+def test_balanced_loader_micro_batches_resume_exactly() -> None:
+    from youmu.planning import BalancedLoader
+
+    def loader() -> TrainerLoader:
+        return TrainerLoader(BalancedLoader(dataset(16), num_microbatches=2, global_batch_size=4, collate_fn=collate,
+                                            prefetch=0))
+
+    full = [b["id"].tolist() for b in loader()]
+    first = loader()
+    it = iter(first)
+    head = [next(it)["id"].tolist() for _ in range(3)]
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    batches = list(resumed)
+    assert head + [b["id"].tolist() for b in batches] == full
+    assert all(split_info(b)[1].num_microbatches == 2 for b in batches)
+    assert sorted(i for ids in full for i in ids) == list(range(16))

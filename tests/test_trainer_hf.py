@@ -148,6 +148,15 @@ def test_refuses_accumulation_with_dynamic_batches_and_foreign_checkpoints(tmp_p
     with pytest.raises(InvalidArgumentError, match="gradient_accumulation_steps"):
         Trainer(model=TinyLM(), args=_args(str(tmp_path), gradient_accumulation_steps=2, max_steps=2),
                 train_loader=TrainerLoader(dbl))
+    from youmu.planning import BalancedLoader
+
+    balanced = TrainerLoader(BalancedLoader(dataset(8), num_microbatches=2, global_batch_size=4, collate_fn=collate,
+                                            prefetch=0))
+    with pytest.raises(InvalidArgumentError, match="gradient_accumulation_steps=2"):
+        Trainer(model=TinyLM(), args=_args(str(tmp_path), max_steps=2), train_loader=balanced)
+    trainer = Trainer(model=TinyLM(), args=_args(str(tmp_path), max_steps=2, gradient_accumulation_steps=2),
+                      train_loader=balanced)
+    assert trainer.loss_is_scaled_for_ga  # youmu's scale covers the step: no division by the accumulation
     (tmp_path / "checkpoint-1").mkdir()
     trainer = Trainer(model=TinyLM(), args=_args(str(tmp_path), max_steps=2), train_loader=_stream_loader())
     with pytest.raises(StateError, match="no youmu loader state"):

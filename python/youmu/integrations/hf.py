@@ -17,7 +17,9 @@ batches from a :class:`~youmu.integrations.loader.TrainerLoader`:
 * with a ``DynamicBatchLoader`` source, ``compute_loss`` multiplies the model's mean
   per-token loss by ``info.loss_scale`` (ODB, Eq. 2); gradient accumulation must be 1
   (each dynamic step is one optimizer step) and the loader should use ``uneven="pad"``
-  (the Trainer has no DDP ``Join``), so every rank takes the same steps;
+  (the Trainer has no DDP ``Join``), so every rank takes the same steps. A
+  ``BalancedLoader``'s micro-batches work the same way with
+  ``gradient_accumulation_steps=num_microbatches``;
 * every log line carries the loader's metrics (``youmu/tokens_per_s``,
   ``youmu/padding_ratio``, ``youmu/data_wait_p99_ms``, ``youmu/mixture/<source>``).
 
@@ -88,19 +90,24 @@ class YoumuTrainerMixin:
                 f"train_loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}"
             )
         args = self.args  # type: ignore[attr-defined]
-        if loader.pairs and args.gradient_accumulation_steps != 1:
+        # a DynamicBatchLoader's steps are optimizer steps; a BalancedLoader yields
+        # num_microbatches micro-batches per step, whose scaled losses are summed
+        per_step = int(getattr(loader.source, "num_microbatches", 1)) if loader.pairs else None
+        if per_step is not None and args.gradient_accumulation_steps != per_step:
             raise InvalidArgumentError(
-                "a DynamicBatchLoader's steps are optimizer steps (their loss_scale is per step): use "
-                f"gradient_accumulation_steps=1, got {args.gradient_accumulation_steps}"
+                f"{type(loader.source).__name__} yields {per_step} batch(es) per optimizer step (their loss_scale is "
+                f"per step): use gradient_accumulation_steps={per_step}, got {args.gradient_accumulation_steps}"
             )
         self.youmu_loader = loader
         # youmu resumes from its own state: the Trainer's batch-by-batch fast-forward would
         # skip the already-resumed stream a second time
         args.ignore_data_skip = True
         if loader.pairs:
-            # the loss is scaled per step by youmu; the Trainer's own token counting (an extra
-            # gather per step) would not apply
+            # youmu scales each batch's loss for the whole step (ODB, Eq. 2): the Trainer must
+            # neither count tokens itself (an extra gather per step) nor divide by the
+            # accumulation steps
             self.model_accepts_loss_kwargs = False
+            self.loss_is_scaled_for_ga = True
         if not any(type(cb).__name__ == "YoumuStateCallback" for cb in self.callback_handler.callbacks):  # type: ignore[attr-defined]
             self.add_callback(_callback_class()(self))  # type: ignore[attr-defined]
 

@@ -120,9 +120,10 @@ class TrainerLoader:
         collate_fn: turns a list of samples into a batch (streams only; default
             :func:`youmu.torch.collate_pad`).
         num_workers: ``StatefulDataLoader`` workers (streams only).
-        steps_per_epoch: the number of steps an epoch has on every rank, when the trainer
-            needs it and youmu cannot know it without reading the data (a dynamic-batch
-            epoch: :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it).
+        steps_per_epoch: the number of batches an epoch has on every rank (micro-batches
+            for a ``BalancedLoader``), when the trainer needs it and youmu cannot know it
+            without reading the data (a dynamic-batch epoch:
+            :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it).
         even: unsized streams: agree each step (one all-reduce) so every rank stops at
             the same step. Turn off only when the ranks are known to have equal counts.
         source_key: batch field naming each sample's source (a mixture's child), for the
@@ -318,7 +319,10 @@ class TrainerLoader:
         if info is not None and hasattr(info, "real_tokens"):
             self._n_samples += int(info.num_samples)
             self._n_real += int(info.real_tokens)
-            self._n_padded += int(info.padded_tokens)
+            # a BalancedLoader's micro-batches are packed or listed: no padding of their own
+            self._n_padded += int(getattr(info, "padded_tokens", info.real_tokens))
+            if self.source_key is None and getattr(info, "microbatch", 0) == 0:
+                self._sources.update(getattr(info, "source_counts", None) or {})  # once per step
         elif isinstance(batch, dict) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
             ids = batch["input_ids"]
             self._n_samples += int(ids.shape[0]) if ids.dim() > 1 else 1
