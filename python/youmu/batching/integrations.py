@@ -20,6 +20,10 @@ Example::
             (model(**batch).loss * info.loss_scale).backward()
             opt.step(); opt.zero_grad()
 
+>>> import inspect
+>>> inspect.signature(join_uneven).parameters["throw_on_early_termination"].default
+False
+
 The trainers' own integrations (Hugging Face ``Trainer``, Accelerate, Lightning,
 ``DeviceMesh`` jobs) live in :mod:`youmu.integrations`.
 """

@@ -12,7 +12,7 @@ package until its module is used (the trainers are optional extras:
 
 Example:
     >>> import youmu.integrations as yi
-    >>> sorted(n for n in dir(yi) if not n.startswith("_"))[:3]
+    >>> yi.__all__[:3]
     ['INFO_KEY', 'TrainerLoader', 'odb_steps_per_epoch']
 """
 

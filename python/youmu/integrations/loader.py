@@ -34,7 +34,8 @@ Example:
     >>> loader = TrainerLoader(MapStream(rows, drop_last=True), batch_size=4)
     >>> len(loader), [b["id"].tolist() for b in loader]
     (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
-    >>> loader.epoch, [b["id"].tolist() for b in loader][0]          # the next pass: epoch 1
+    >>> second = [b["id"].tolist() for b in loader]                  # the next pass: epoch 1
+    >>> loader.epoch, second[0]
     (1, [0, 1, 2, 3])
 """
 
@@ -195,9 +196,9 @@ class TrainerLoader:
     def __len__(self) -> int:
         """Steps per epoch on every rank (known for sized streams or ``steps_per_epoch``)."""
         if self._steps is None:
-            # TypeError is len()'s protocol for "no length": trainers (HF's has_length,
-            # Lightning's has_len) catch it and fall back to max_steps
-            raise TypeError(
+            # a TypeError (ArgumentTypeError is one) is len()'s protocol for "no length":
+            # trainers (HF's has_length, Lightning's has_len) catch it and use max_steps
+            raise ArgumentTypeError(
                 f"{type(self.source).__name__} has no known number of steps per epoch; pass steps_per_epoch"
             )
         return self._steps
