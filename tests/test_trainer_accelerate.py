@@ -168,3 +168,21 @@ def test_balanced_loader_micro_batches_resume_exactly() -> None:
     assert head + [b["id"].tolist() for b in batches] == full
     assert all(split_info(b)[1].num_microbatches == 2 for b in batches)
     assert sorted(i for ids in full for i in ids) == list(range(16))
+
+
+@pytest.mark.timeout(120)
+def test_dataloader_workers_batch_their_own_shares() -> None:
+    from youmu.torch import MapStream
+
+    def loader() -> TrainerLoader:
+        return TrainerLoader(MapStream(dataset(), drop_last=True), batch_size=7, collate_fn=collate, num_workers=2)
+
+    full = [b["id"].tolist() for b in loader()]
+    assert len(loader()) == len(full) == 8  # 2 workers x ceil(24 / 7), not ceil(48 / 7)
+    assert sorted(i for ids in full for i in ids) == list(range(N))
+    first = loader()
+    it = iter(first)
+    head = [next(it)["id"].tolist() for _ in range(3)]
+    resumed = loader()
+    resumed.load_state_dict(first.state_dict())
+    assert head + [b["id"].tolist() for b in resumed] == full

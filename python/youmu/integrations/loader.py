@@ -109,6 +109,25 @@ def gather_objects(channel: Any, obj: Any) -> list[Any]:
     return [pickle.loads(r.numpy().view(np.uint8)[:n].tobytes()) for r, n in zip(rows, sizes)]
 
 
+def _batches_per_epoch(source: Any, batch_size: int, num_workers: int) -> int | None:
+    """Batches a ``StatefulDataLoader`` forms from ``source`` in one epoch on this rank, or
+    ``None`` when only reading would tell. Each DataLoader worker batches its own share, so
+    with workers the count is the sum of every worker's batches, not ``len / batch_size``."""
+    if not hasattr(source, "__len__"):
+        return None
+    if num_workers == 0:
+        return math.ceil(len(source) / batch_size)
+    count = getattr(source, "_count", None)  # MapStream, MixtureStream
+    stream = getattr(source, "_stream", None)  # YoumuDataset
+    if count is not None:
+        sizes = [count(w, num_workers) for w in range(num_workers)]
+    elif stream is not None:
+        sizes = [len(stream(w, num_workers)) for w in range(num_workers)]
+    else:
+        return None
+    return sum(math.ceil(n / batch_size) for n in sizes)
+
+
 class TrainerLoader:
     """Batches from a youmu source for a trainer (see the module doc).
 
@@ -182,10 +201,11 @@ class TrainerLoader:
         self.batch_size = batch_size
         self.rank, self.world_size = self.channel.rank, self.channel.world_size
         self._sized = self._steps is not None
-        if not self.pairs and self._steps is None and hasattr(source, "__len__"):
-            mine = math.ceil(len(source) / batch_size)  # type: ignore[operator]
-            self._steps = min(int(t[0]) for t in self.channel.all_gather_int64([mine]))
-            self._sized = True
+        if not self.pairs and self._steps is None:
+            mine = _batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
+            if mine is not None:
+                self._steps = min(int(t[0]) for t in self.channel.all_gather_int64([mine]))
+                self._sized = True
         self.epoch = 0
         self._taken = 0  # steps delivered in the current epoch
         self._finished = False  # the current epoch's pass ran out
