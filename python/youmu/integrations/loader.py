@@ -143,7 +143,8 @@ class TrainerLoader:
         steps_per_epoch: the number of batches an epoch has on every rank (micro-batches
             for a ``BalancedLoader``), when the trainer needs it and youmu cannot know it
             without reading the data (a dynamic-batch epoch:
-            :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it).
+            :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it). An epoch
+            ends after this many batches at the latest.
         even: unsized streams: agree each step (one all-reduce) so every rank stops at
             the same step. Turn off only when the ranks are known to have equal counts.
         source_key: batch field naming each sample's source (a mixture's child), for the
@@ -200,12 +201,10 @@ class TrainerLoader:
             )
         self.batch_size = batch_size
         self.rank, self.world_size = self.channel.rank, self.channel.world_size
-        self._sized = self._steps is not None
         if not self.pairs and self._steps is None:
             mine = _batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
             if mine is not None:
                 self._steps = min(int(t[0]) for t in self.channel.all_gather_int64([mine]))
-                self._sized = True
         self.epoch = 0
         self._taken = 0  # steps delivered in the current epoch
         self._finished = False  # the current epoch's pass ran out
@@ -224,6 +223,7 @@ class TrainerLoader:
         return self._steps
 
     def has_length(self) -> bool:
+        """Whether ``len()`` is known (sized streams, or ``steps_per_epoch`` given)."""
         return self._steps is not None
 
     def set_epoch(self, epoch: int) -> None:

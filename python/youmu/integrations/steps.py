@@ -33,7 +33,10 @@ def odb_steps_per_epoch(loader: Any, epoch: int | None = None) -> int:
     finish).
 
     Costs one ``length_fn`` (and ``token_count_fn``) per sample of the dataset: it reads
-    the data, so cache the answer for long runs.
+    the data, so cache the answer for long runs. The count belongs to one epoch: another
+    epoch's shuffle groups the samples differently and may take a step more or less, so
+    for several dynamic-batch epochs give the trainer ``max_steps`` (or the sum of each
+    epoch's count) rather than ``epochs × steps_per_epoch``.
     """
     from youmu.batching.sampling import rank_indices
     from youmu.batching.simulation import simulate_ranks
