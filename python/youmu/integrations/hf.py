@@ -40,7 +40,7 @@ from typing import Any
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.loader import TrainerLoader, scale_loss, split_info
 
-__all__ = ["YoumuTrainerMixin", "make_trainer", "make_odb_trainer", "loader_state_path", "STATE_FILE"]
+__all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "STATE_FILE"]
 
 #: Per-rank loader state inside a Trainer checkpoint folder.
 STATE_FILE = "youmu_loader_rank{rank}.pkl"
@@ -167,7 +167,3 @@ def make_trainer(trainer_cls: Any = None) -> Any:
     if trainer_cls is None:
         from transformers import Trainer as trainer_cls
     return type(f"Youmu{trainer_cls.__name__}", (YoumuTrainerMixin, trainer_cls), {})
-
-
-#: The name earlier releases used (``youmu.batching.make_odb_trainer``).
-make_odb_trainer = make_trainer
