@@ -145,6 +145,9 @@ def test_refuses_accumulation_with_dynamic_batches_and_foreign_checkpoints(tmp_p
     dbl = DynamicBatchLoader(dataset(8), token_budget=40, length_fn=length, collate_fn=collate, buffer_size=4,
                              num_workers=0)
     Trainer = make_trainer()
+    with pytest.raises(InvalidArgumentError, match="uneven='pad'"):  # ranks could stop at different steps
+        Trainer(model=TinyLM(), args=_args(str(tmp_path), max_steps=2), train_loader=TrainerLoader(dbl))
+    dbl.uneven = "pad"
     with pytest.raises(InvalidArgumentError, match="gradient_accumulation_steps"):
         Trainer(model=TinyLM(), args=_args(str(tmp_path), gradient_accumulation_steps=2, max_steps=2),
                 train_loader=TrainerLoader(dbl))

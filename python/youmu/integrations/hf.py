@@ -89,6 +89,7 @@ class YoumuTrainerMixin:
             raise InvalidArgumentError(
                 f"train_loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}"
             )
+        loader.check_equal_steps("the Hugging Face Trainer")
         args = self.args  # type: ignore[attr-defined]
         # a DynamicBatchLoader's steps are optimizer steps; a BalancedLoader yields
         # num_microbatches micro-batches per step, whose scaled losses are summed

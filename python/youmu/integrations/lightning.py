@@ -80,6 +80,7 @@ class YoumuDataModule(pl.LightningDataModule):
             loader = self.make_loader()
             if not isinstance(loader, TrainerLoader):
                 raise ArgumentTypeError(f"make_loader() must return a TrainerLoader, got {type(loader).__name__}")
+            loader.check_equal_steps("Lightning")
             self.loader = loader
             if self._pending is not None:
                 loader.load_state_dict(self._pending)
