@@ -50,7 +50,7 @@ from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ra
 from youmu.errors import ChannelError, DataStallError, PeerClosedError, RankFailedError
 
 if TYPE_CHECKING:  # the names below load on first use (they import torch)
-    from youmu.batching.integrations import ODBTrainerMixin, join_uneven, make_odb_trainer
+    from youmu.batching.integrations import join_uneven
     from youmu.batching.loader import DynamicBatchLoader
     from youmu.distributed.channel import GlooChannel
     from youmu.torch.collate import PadCollate, pad_collate
@@ -62,8 +62,6 @@ _LAZY: dict[str, str] = {
     "pad_collate": "youmu.torch.collate",
     "PadCollate": "youmu.torch.collate",
     "join_uneven": "youmu.batching.integrations",
-    "ODBTrainerMixin": "youmu.batching.integrations",
-    "make_odb_trainer": "youmu.batching.integrations",
 }
 
 __all__ = [
@@ -80,7 +78,6 @@ __all__ = [
     "LOSS_SCALING_MODES",
     "MetricsSnapshot",
     "NOT_READY",
-    "ODBTrainerMixin",
     "PadCollate",
     "PeerClosedError",
     "RankFailedError",
@@ -96,7 +93,6 @@ __all__ = [
     "keep_largest_groups",
     "label_token_count",
     "loss_scale",
-    "make_odb_trainer",
     "message_bytes",
     "pad_collate",
     "padded_tokens",

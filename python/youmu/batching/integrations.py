@@ -1,4 +1,4 @@
-"""Trainer integrations: DDP ``Join`` for join mode's uneven tail, and Hugging Face ``Trainer``.
+"""DDP ``Join`` for join mode's uneven tail.
 
 Join mode drains every rank's data, so ranks finish at different steps. Two ways to
 keep DDP's collectives matched:
@@ -20,25 +20,20 @@ Example::
             (model(**batch).loss * info.loss_scale).backward()
             opt.step(); opt.zero_grad()
 
-A Hugging Face ``Trainer`` class made for ODB (here over a stand-in base class):
+>>> import inspect
+>>> inspect.signature(join_uneven).parameters["throw_on_early_termination"].default
+False
 
->>> class Base:
-...     pass
->>> make_odb_trainer(Base).__name__, issubclass(make_odb_trainer(Base), ODBTrainerMixin)
-('ODBBase', True)
+The trainers' own integrations (Hugging Face ``Trainer``, Accelerate, Lightning,
+``DeviceMesh`` jobs) live in :mod:`youmu.integrations`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from youmu.errors import ArgumentTypeError, InvalidArgumentError
-
-__all__ = ["join_uneven", "ODBTrainerMixin", "make_odb_trainer", "STEP_INFO_KEY"]
-
-#: Key under which the HF integration passes the StepInfo through the batch dict.
-STEP_INFO_KEY = "odb_step_info"
+__all__ = ["join_uneven"]
 
 
 def join_uneven(modules: Iterable[Any], *, enable: bool = True, throw_on_early_termination: bool = False) -> Any:
@@ -51,58 +46,3 @@ def join_uneven(modules: Iterable[Any], *, enable: bool = True, throw_on_early_t
         divide_by_initial_world_size=True,
     )
 
-
-class _InfoInBatch:
-    """Iterates a DynamicBatchLoader, moving ``info`` into the batch dict (HF passes only
-    the batch to ``compute_loss``)."""
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for batch, info in self.loader:
-            if not isinstance(batch, dict):
-                raise ArgumentTypeError("the HF integration needs collate_fn to return a dict of model inputs")
-            yield {**batch, STEP_INFO_KEY: info}
-
-    def set_epoch(self, epoch: int) -> None:
-        self.loader.set_epoch(epoch)
-
-
-class ODBTrainerMixin:
-    """Mix into ``transformers.Trainer``: training batches come from ``self.odb_loader``
-    and each micro-step's loss is scaled by ``info.loss_scale`` (ODB, Eq. 2).
-
-    Requirements: ``args.max_steps > 0`` (the number of dynamic batches is not known in
-    advance), no gradient accumulation, ``uneven="pad"`` on the loader in join mode
-    (the Trainer has no DDP ``Join``), and a model returning ``.loss`` as the mean over
-    its own label tokens (count them with :class:`~youmu.batching.loss.label_token_count`).
-    Training progress is counted in optimizer steps as usual; ``info`` carries the
-    global sample and token counts for logging.
-    """
-
-    odb_loader: Any
-
-    def get_train_dataloader(self) -> Any:  # noqa: D401 - HF hook
-        loader = getattr(self, "odb_loader", None)
-        if loader is None:
-            raise InvalidArgumentError("set trainer.odb_loader (a DynamicBatchLoader) before train()")
-        return _InfoInBatch(loader)
-
-    def compute_loss(
-        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
-    ) -> Any:
-        info = inputs.pop(STEP_INFO_KEY, None)
-        if info is None:  # evaluation batches come from the normal eval dataloader
-            return super().compute_loss(model, inputs, return_outputs=return_outputs)  # type: ignore[misc]
-        outputs = model(**inputs)
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs[0]
-        loss = loss * info.loss_scale
-        return (loss, outputs) if return_outputs else loss
-
-
-def make_odb_trainer(trainer_cls: Any = None) -> Any:
-    """A ``Trainer`` subclass with :class:`ODBTrainerMixin` (default: ``transformers.Trainer``)."""
-    if trainer_cls is None:
-        from transformers import Trainer as trainer_cls
-    return type(f"ODB{trainer_cls.__name__}", (ODBTrainerMixin, trainer_cls), {})

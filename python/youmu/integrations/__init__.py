@@ -1,0 +1,49 @@
+"""youmu inside the trainers people use: Hugging Face ``Trainer``
+(:mod:`~youmu.integrations.hf`), Accelerate (:mod:`~youmu.integrations.accelerate`),
+Lightning (:mod:`~youmu.integrations.lightning`) and ``DeviceMesh`` jobs
+(:mod:`~youmu.integrations.mesh`).
+
+All of them hand the trainer one :class:`~youmu.integrations.loader.TrainerLoader`: youmu
+shards (the trainer neither re-shards nor re-samples), every rank takes the same number
+of steps, the loader's per-rank state rides in the trainer's own checkpoint, and
+resuming continues the stream exactly in constant time. Nothing here imports a trainer
+package until its module is used (the trainers are optional extras:
+``pip install youmu[hf]``, ``youmu[accelerate]``, ``youmu[lightning]``).
+
+Example:
+    >>> import youmu.integrations as yi
+    >>> yi.__all__[:3]
+    ['INFO_KEY', 'TrainerLoader', 'odb_steps_per_epoch']
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from youmu.integrations.loader import INFO_KEY, TrainerLoader, scale_loss, split_info
+    from youmu.integrations.steps import odb_steps_per_epoch
+
+_LAZY: dict[str, str] = {
+    "INFO_KEY": "youmu.integrations.loader",
+    "TrainerLoader": "youmu.integrations.loader",
+    "odb_steps_per_epoch": "youmu.integrations.steps",
+    "scale_loss": "youmu.integrations.loader",
+    "split_info": "youmu.integrations.loader",
+}
+
+__all__ = ["INFO_KEY", "TrainerLoader", "odb_steps_per_epoch", "scale_loss", "split_info"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'youmu.integrations' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

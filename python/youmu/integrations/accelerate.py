@@ -1,0 +1,79 @@
+"""Accelerate (a plain ``Accelerator`` loop) fed by youmu.
+
+:func:`prepare` registers a :class:`~youmu.integrations.loader.TrainerLoader` with the
+accelerator and hands it back — without wrapping it:
+
+* no ``DataLoaderShard`` re-sharding and no ``DataLoaderDispatcher``: with
+  ``dispatch_batches`` Accelerate reads every batch on rank 0 and broadcasts slices,
+  which fails as soon as ranks' batches differ in shape (dynamic batching's whole point)
+  and makes rank 0 read everything; ``split_batches`` does not apply either. youmu
+  already gave each rank its own shard;
+* ``accelerator.save_state(dir)`` saves every rank's loader state (gathered into the
+  checkpoint's ``custom_checkpoint_<i>.pkl``) and ``accelerator.load_state(dir)`` gives
+  each rank its own back: the stream continues exactly, in constant time, instead of
+  ``skip_first_batches`` reading and dropping the consumed batches;
+* batches land on ``accelerator.device``.
+
+The loop (``split_info``/``scale_loss`` apply a dynamic batch's token-level loss scale;
+they do nothing for fixed-size batches)::
+
+    loader = prepare(accelerator, TrainerLoader(DynamicBatchLoader(..., uneven="pad")))
+    model, opt = accelerator.prepare(model, opt)
+    for epoch in range(epochs):
+        for batch in loader:
+            inputs, info = split_info(batch)
+            accelerator.backward(scale_loss(model(**inputs)["loss"], info))
+            opt.step(); opt.zero_grad()
+        log_metrics(accelerator, loader)
+
+Example:
+    >>> from youmu.integrations.loader import GATHERED_FORMAT
+    >>> GATHERED_FORMAT
+    'youmu.TrainerLoader.ranks/1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from youmu.errors import ArgumentTypeError
+from youmu.integrations.loader import TrainerLoader
+
+__all__ = ["prepare", "log_metrics", "CheckpointedLoader"]
+
+
+class CheckpointedLoader:
+    """What the accelerator saves for a loader: every rank's state in one object
+    (``state_dict`` is collective; Accelerate calls it on every rank in ``save_state``)."""
+
+    def __init__(self, loader: TrainerLoader) -> None:
+        self.loader = loader
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.gathered_state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+
+def prepare(accelerator: Any, loader: TrainerLoader) -> TrainerLoader:
+    """Register ``loader`` for ``save_state``/``load_state`` and move its batches to the
+    accelerator's device; returns the loader itself (iterate it as a DataLoader)."""
+    if not isinstance(loader, TrainerLoader):
+        raise ArgumentTypeError(
+            f"loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}; do not pass a youmu "
+            "stream to accelerator.prepare (it would re-shard it)"
+        )
+    if loader.device is None and str(accelerator.device) != "cpu":
+        loader.device = accelerator.device
+    accelerator.register_for_checkpointing(CheckpointedLoader(loader))
+    return loader
+
+
+def log_metrics(accelerator: Any, loader: TrainerLoader, step: int | None = None) -> dict[str, float]:
+    """Send the loader's metrics (tokens/s, padding ratio, data wait, mixture shares) to
+    the accelerator's trackers; returns them."""
+    values = loader.metrics()
+    accelerator.log(values, step=step)
+    return values

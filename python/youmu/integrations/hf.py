@@ -1,0 +1,170 @@
+"""Hugging Face ``Trainer`` fed by youmu.
+
+``make_trainer()`` returns a ``transformers.Trainer`` subclass that takes its training
+batches from a :class:`~youmu.integrations.loader.TrainerLoader`:
+
+* the loader goes to the training loop as is — never through ``accelerator.prepare``, so
+  Accelerate neither re-shards it nor dispatches rank 0's batches (``dispatch_batches``
+  breaks on the differing batch shapes of dynamic batching), and ``split_batches`` does
+  not apply;
+* ``len(loader)`` is the steps per epoch on every rank, so ``num_train_epochs`` works
+  without ``max_steps`` for sized streams (a dynamic-batch epoch: pass
+  ``steps_per_epoch=odb_steps_per_epoch(dbl)`` to the loader, or set ``max_steps``);
+* each checkpoint (``checkpoint-N/``) gets ``youmu_loader_rank{r}.pkl``, every rank's
+  own loader state, and ``train(resume_from_checkpoint=...)`` loads it: the stream
+  continues exactly where it stopped. ``ignore_data_skip`` is forced on, so the Trainer
+  does not fast-forward the loader batch by batch (hours on a large epoch);
+* with a ``DynamicBatchLoader`` source, ``compute_loss`` multiplies the model's mean
+  per-token loss by ``info.loss_scale`` (ODB, Eq. 2); gradient accumulation must be 1
+  (each dynamic step is one optimizer step) and the loader should use ``uneven="pad"``
+  (the Trainer has no DDP ``Join``), so every rank takes the same steps. A
+  ``BalancedLoader``'s micro-batches work the same way with
+  ``gradient_accumulation_steps=num_microbatches``;
+* every log line carries the loader's metrics (``youmu/tokens_per_s``,
+  ``youmu/padding_ratio``, ``youmu/data_wait_p99_ms``, ``youmu/mixture/<source>``).
+
+Example (with a stand-in base class; a real one is ``transformers.Trainer``):
+
+>>> class Base:
+...     pass
+>>> make_trainer(Base).__name__, issubclass(make_trainer(Base), YoumuTrainerMixin)
+('YoumuBase', True)
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+from youmu.errors import InvalidArgumentError, StateError
+from youmu.integrations.loader import TrainerLoader, scale_loss, split_info
+
+__all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "STATE_FILE"]
+
+#: Per-rank loader state inside a Trainer checkpoint folder.
+STATE_FILE = "youmu_loader_rank{rank}.pkl"
+
+
+def loader_state_path(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
+    """Where rank ``rank``'s loader state lives in a Trainer checkpoint folder."""
+    return os.path.join(os.fspath(checkpoint_dir), STATE_FILE.format(rank=rank))
+
+
+def _callback_class() -> Any:
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    class YoumuStateCallback(TrainerCallback):
+        """Writes this rank's loader state into the checkpoint the Trainer just saved."""
+
+        def __init__(self, trainer: Any) -> None:
+            self.trainer = trainer
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            folder = os.path.join(self.trainer._get_output_dir(None), f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            loader = self.trainer.youmu_loader
+            os.makedirs(folder, exist_ok=True)
+            path = loader_state_path(folder, loader.rank)
+            tmp = f"{path}.tmp"
+            with open(tmp, "wb") as f:
+                pickle.dump(loader.state_dict(), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+
+    return YoumuStateCallback
+
+
+class YoumuTrainerMixin:
+    """Mix into ``transformers.Trainer`` (see the module doc); pass ``train_loader=``."""
+
+    youmu_loader: TrainerLoader
+
+    def __init__(self, *args: Any, train_loader: TrainerLoader | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if train_loader is not None:
+            self.set_train_loader(train_loader)
+
+    def set_train_loader(self, loader: TrainerLoader) -> None:
+        if not isinstance(loader, TrainerLoader):
+            raise InvalidArgumentError(
+                f"train_loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}"
+            )
+        loader.check_equal_steps("the Hugging Face Trainer")
+        args = self.args  # type: ignore[attr-defined]
+        # a DynamicBatchLoader's steps are optimizer steps; a BalancedLoader yields
+        # num_microbatches micro-batches per step, whose scaled losses are summed
+        per_step = int(getattr(loader.source, "num_microbatches", 1)) if loader.pairs else None
+        if per_step is not None and args.gradient_accumulation_steps != per_step:
+            raise InvalidArgumentError(
+                f"{type(loader.source).__name__} yields {per_step} batch(es) per optimizer step (their loss_scale is "
+                f"per step): use gradient_accumulation_steps={per_step}, got {args.gradient_accumulation_steps}"
+            )
+        self.youmu_loader = loader
+        # youmu resumes from its own state: the Trainer's batch-by-batch fast-forward would
+        # skip the already-resumed stream a second time
+        args.ignore_data_skip = True
+        if loader.pairs:
+            # youmu scales each batch's loss for the whole step (ODB, Eq. 2): the Trainer must
+            # neither count tokens itself (an extra gather per step) nor divide by the
+            # accumulation steps
+            self.model_accepts_loss_kwargs = False
+            self.loss_is_scaled_for_ga = True
+        if not any(type(cb).__name__ == "YoumuStateCallback" for cb in self.callback_handler.callbacks):  # type: ignore[attr-defined]
+            self.add_callback(_callback_class()(self))  # type: ignore[attr-defined]
+
+    def get_train_dataloader(self) -> Any:  # noqa: D401 - HF hook
+        loader = getattr(self, "youmu_loader", None)
+        if loader is None:
+            return super().get_train_dataloader()  # type: ignore[misc]
+        return loader
+
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        inputs, info = split_info(inputs)
+        if info is None:
+            return super().compute_loss(  # type: ignore[misc]
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        outputs = model(**inputs)
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs[0]
+        loss = scale_loss(loss, info)
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        loader = getattr(self, "youmu_loader", None)
+        if loader is not None and "loss" in logs:  # training logs, not eval/summary ones
+            logs = {**logs, **loader.metrics()}
+        super().log(logs, *args, **kwargs)  # type: ignore[misc]
+
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        loader = getattr(self, "youmu_loader", None)
+        if loader is not None and resume_from_checkpoint:
+            if resume_from_checkpoint is True:
+                from transformers.trainer_utils import get_last_checkpoint
+
+                resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
+                if resume_from_checkpoint is None:
+                    raise InvalidArgumentError(
+                        f"no checkpoint found in {self.args.output_dir}"  # type: ignore[attr-defined]
+                    )
+            path = loader_state_path(resume_from_checkpoint, loader.rank)
+            if not os.path.exists(path):
+                raise StateError(
+                    f"checkpoint {resume_from_checkpoint} has no youmu loader state for rank {loader.rank} ({path}): "
+                    "saved by a Trainer without the youmu integration?"
+                )
+            with open(path, "rb") as f:
+                loader.load_state_dict(pickle.load(f))
+        try:
+            return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            if loader is not None:
+                loader.close()  # the Trainer abandons the iterator at max_steps
+
+
+def make_trainer(trainer_cls: Any = None) -> Any:
+    """A ``Trainer`` subclass with :class:`YoumuTrainerMixin` (default: ``transformers.Trainer``)."""
+    if trainer_cls is None:
+        from transformers import Trainer as trainer_cls
+    return type(f"Youmu{trainer_cls.__name__}", (YoumuTrainerMixin, trainer_cls), {})

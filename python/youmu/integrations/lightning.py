@@ -1,0 +1,128 @@
+"""Lightning (``lightning.pytorch.Trainer``, DDP on CPU/Gloo or GPUs) fed by youmu.
+
+:class:`YoumuDataModule` builds a :class:`~youmu.integrations.loader.TrainerLoader` in
+``setup`` (after the strategy started the process group, so youmu finds its rank) and
+returns it from ``train_dataloader``:
+
+* Lightning cannot inject a ``DistributedSampler`` — it only rewrites
+  ``torch.utils.data.DataLoader`` instances, and youmu's loader is not one (youmu
+  already sharded the data, exactly once); ``use_distributed_sampler`` may stay on;
+* ``len()`` is the steps per epoch on every rank, so ``max_epochs``, schedulers and
+  progress bars work without counting;
+* the checkpoint (``ModelCheckpoint`` or ``trainer.save_checkpoint``) carries every
+  rank's loader state under the data module's key (``state_dict`` is gathered from all
+  ranks, as Lightning calls it on every rank), and ``trainer.fit(ckpt_path=...)`` gives
+  each rank its own back: the epoch continues exactly where it stopped, in constant time.
+  (Lightning's own loader-state saving keeps rank 0's state only and would give it to
+  every rank; the data module hands Lightning a view without state methods so that
+  cannot happen.)
+* :class:`LoaderMetrics` logs tokens/s, padding ratio, data wait and mixture shares
+  through ``LightningModule.log_dict``.
+
+In ``training_step``, ``split_info``/``scale_loss`` apply a dynamic batch's token-level
+loss scale (ODB, Eq. 2; nothing for fixed-size batches)::
+
+    def training_step(self, batch, batch_idx):
+        inputs, info = split_info(batch)
+        return scale_loss(self.model(**inputs)["loss"], info)
+
+    dm = YoumuDataModule(lambda: TrainerLoader(MapStream(mixture, drop_last=True), batch_size=8))
+    trainer = L.Trainer(strategy="ddp", max_epochs=2, callbacks=[LoaderMetrics()])
+    trainer.fit(module, datamodule=dm, ckpt_path="last")
+
+Example:
+    >>> dm = YoumuDataModule(lambda: None)
+    >>> dm.loader is None
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+
+from youmu.errors import ArgumentTypeError, StateError
+from youmu.integrations.loader import INFO_KEY, TrainerLoader, split_info
+
+__all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
+
+
+class LoaderView:
+    """What Lightning iterates: the loader's batches and length, and nothing else (no
+    ``state_dict``: the data module saves every rank's state, see the module doc)."""
+
+    def __init__(self, loader: TrainerLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+class YoumuDataModule(pl.LightningDataModule):
+    """A data module over a youmu :class:`TrainerLoader` built by ``make_loader()``
+    (called once, on every rank, in ``setup``)."""
+
+    def __init__(self, make_loader: Callable[[], TrainerLoader | None]) -> None:
+        super().__init__()
+        if not callable(make_loader):
+            raise ArgumentTypeError(f"make_loader must be a callable returning a TrainerLoader, got {make_loader!r}")
+        self.make_loader = make_loader
+        self.loader: TrainerLoader | None = None
+        self._pending: Mapping[str, Any] | None = None
+
+    def setup(self, stage: str) -> None:
+        if self.loader is None and stage == "fit":
+            loader = self.make_loader()
+            if not isinstance(loader, TrainerLoader):
+                raise ArgumentTypeError(f"make_loader() must return a TrainerLoader, got {type(loader).__name__}")
+            loader.check_equal_steps("Lightning")
+            self.loader = loader
+            if self._pending is not None:
+                loader.load_state_dict(self._pending)
+                self._pending = None
+
+    def train_dataloader(self) -> LoaderView:
+        if self.loader is None:
+            self.setup("fit")
+        assert self.loader is not None
+        return LoaderView(self.loader)
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        # the step info is a frozen dataclass, which Lightning's collection mapping refuses
+        inputs, info = split_info(batch)
+        moved = super().transfer_batch_to_device(inputs, device, dataloader_idx)
+        return moved if info is None else {**moved, INFO_KEY: info}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every rank's loader state (collective: Lightning calls it on every rank)."""
+        return {} if self.loader is None else self.loader.gathered_state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not state_dict:
+            raise StateError("the checkpoint holds no youmu loader state (saved before the loader was built?)")
+        if self.loader is None:
+            self._pending = state_dict
+        else:
+            self.loader.load_state_dict(state_dict)
+
+    def teardown(self, stage: str) -> None:
+        if self.loader is not None:
+            self.loader.close()
+
+
+class LoaderMetrics(pl.Callback):
+    """Log the loader's metrics every ``every_n_steps`` training steps."""
+
+    def __init__(self, every_n_steps: int = 50) -> None:
+        self.every_n_steps = every_n_steps
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        dm = trainer.datamodule
+        loader = getattr(dm, "loader", None)
+        if isinstance(loader, TrainerLoader) and (trainer.global_step % self.every_n_steps == 0):
+            pl_module.log_dict(loader.metrics(), on_step=True, on_epoch=False, rank_zero_only=True)

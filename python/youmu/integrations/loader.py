@@ -1,0 +1,401 @@
+"""``TrainerLoader``: youmu's batches in the shape trainers expect — one object that every
+integration (:mod:`~youmu.integrations.hf`, :mod:`~youmu.integrations.accelerate`,
+:mod:`~youmu.integrations.lightning`, :mod:`~youmu.integrations.mesh`) hands to its trainer.
+
+What it guarantees, whatever the source:
+
+* **youmu shards, the trainer does not.** It is not a ``torch.utils.data.DataLoader``, so
+  Lightning injects no ``DistributedSampler`` and Accelerate neither re-shards nor
+  dispatches from rank 0 (``dispatch_batches`` broadcasts rank 0's batch and fails when
+  ranks' batch shapes differ, which dynamic batching produces by design).
+* **Every rank takes the same number of steps.** A sized stream (``YoumuDataset``,
+  ``MapStream``) gives ``len()`` = the smallest rank's batch count (one all-reduce at
+  construction); an unsized one (``pack``) agrees each step with one tiny all-reduce and
+  stops when any rank is out; ``DynamicBatchLoader`` aligns itself (DGAP) — use
+  ``uneven="pad"`` so that holds in join mode's tail too.
+* **Epochs are the loader's own**: each new ``iter()`` after a finished pass starts the
+  next epoch (``set_epoch`` on the source), so a resumed run continues the loader's epoch
+  whatever epoch number the trainer believes in; the trainer's ``set_epoch`` is ignored.
+* **Exact resume, per rank, in constant time**: ``state_dict()`` is this rank's
+  position (the source's own state, or torchdata ``StatefulDataLoader``'s over a stream);
+  :meth:`gathered_state_dict` collects every rank's in one dict for trainers that save
+  one checkpoint file from rank 0 (Accelerate, Lightning). Nothing is skipped or replayed.
+* **Metrics**: :meth:`metrics` gives tokens/s, samples/s, padding ratio, the wait for
+  data (p50/p99) and mixture shares, ready for a trainer's logger.
+
+Batches: a stream's items collated by ``collate_fn``; a ``DynamicBatchLoader``'s or
+``BalancedLoader``'s ``(batch, info)`` become the batch dict with ``info`` under
+:data:`INFO_KEY` (take it out with :func:`split_info`; :func:`scale_loss` applies
+``info.loss_scale``, ODB's token-level scaling).
+
+Example:
+    >>> from youmu.torch import MapStream
+    >>> rows = [{"id": i, "input_ids": [i] * (1 + i % 3)} for i in range(10)]
+    >>> loader = TrainerLoader(MapStream(rows, drop_last=True), batch_size=4)
+    >>> len(loader), [b["id"].tolist() for b in loader]
+    (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
+    >>> second = [b["id"].tolist() for b in loader]                  # the next pass: epoch 1
+    >>> loader.epoch, second[0]
+    (1, [0, 1, 2, 3])
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
+from youmu.stateful import check_state, state_int
+
+__all__ = ["TrainerLoader", "INFO_KEY", "STATE_FORMAT", "GATHERED_FORMAT", "split_info", "scale_loss"]
+
+#: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
+INFO_KEY = "youmu_info"
+STATE_FORMAT = "youmu.TrainerLoader/1"
+GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
+
+
+def split_info(batch: Any) -> tuple[Any, Any]:
+    """``(model inputs, info or None)``: the batch without :data:`INFO_KEY`."""
+    if isinstance(batch, Mapping) and INFO_KEY in batch:
+        inputs = {k: v for k, v in batch.items() if k != INFO_KEY}
+        return inputs, batch[INFO_KEY]
+    return batch, None
+
+
+def scale_loss(loss: Any, info: Any) -> Any:
+    """``loss * info.loss_scale`` (ODB, Eq. 2: the rank's mean per-token loss times
+    ``W · t_r / T_tok``, so DDP's gradient average is the per-token mean over every rank's
+    tokens); ``loss`` unchanged when ``info`` is ``None`` (a fixed-size batch)."""
+    return loss if info is None else loss * info.loss_scale
+
+
+def _is_pair_source(source: Any) -> bool:
+    """A youmu loader that yields ``(batch, info)`` and saves its own state."""
+    from youmu.batching.loader import DynamicBatchLoader
+    from youmu.planning.loader import BalancedLoader
+
+    return isinstance(source, (DynamicBatchLoader, BalancedLoader))
+
+
+def _default_channel() -> Any:
+    """A Gloo channel over the default group when torch.distributed runs (collective)."""
+    import torch.distributed as dist
+
+    from youmu.distributed.channel import GlooChannel
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return GlooChannel.from_default_group()
+    return GlooChannel.local()
+
+
+def gather_objects(channel: Any, obj: Any) -> list[Any]:
+    """Every rank's picklable ``obj``, in rank order (two all-gathers on ``channel``)."""
+    import numpy as np
+
+    if channel.world_size == 1:
+        return [obj]
+    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sizes = [int(t[0]) for t in channel.all_gather_int64([len(blob)])]
+    width = -(-max(sizes) // 8)
+    buf = np.zeros(width * 8, dtype=np.uint8)
+    buf[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+    rows = channel.all_gather_int64(buf.view(np.int64))
+    return [pickle.loads(r.numpy().view(np.uint8)[:n].tobytes()) for r, n in zip(rows, sizes)]
+
+
+def _batches_per_epoch(source: Any, batch_size: int, num_workers: int) -> int | None:
+    """Batches a ``StatefulDataLoader`` forms from ``source`` in one epoch on this rank, or
+    ``None`` when only reading would tell. Each DataLoader worker batches its own share, so
+    with workers the count is the sum of every worker's batches, not ``len / batch_size``."""
+    if not hasattr(source, "__len__"):
+        return None
+    if num_workers == 0:
+        return math.ceil(len(source) / batch_size)
+    count = getattr(source, "_count", None)  # MapStream, MixtureStream
+    stream = getattr(source, "_stream", None)  # YoumuDataset
+    if count is not None:
+        sizes = [count(w, num_workers) for w in range(num_workers)]
+    elif stream is not None:
+        sizes = [len(stream(w, num_workers)) for w in range(num_workers)]
+    else:
+        return None
+    return sum(math.ceil(n / batch_size) for n in sizes)
+
+
+class TrainerLoader:
+    """Batches from a youmu source for a trainer (see the module doc).
+
+    Args:
+        source: a youmu stream — ``YoumuDataset``, ``MapStream``/``MixtureStream`` (over a
+            ``MixtureDataset``), ``pack(...)``, any ``IterableDataset`` with
+            ``state_dict`` — batched here by torchdata's ``StatefulDataLoader``; or a
+            ``DynamicBatchLoader`` / ``BalancedLoader`` (already batched, with step info).
+        batch_size: samples per batch (streams only).
+        collate_fn: turns a list of samples into a batch (streams only; default
+            :func:`youmu.torch.collate_pad`).
+        num_workers: ``StatefulDataLoader`` workers (streams only).
+        steps_per_epoch: the number of batches an epoch has on every rank (micro-batches
+            for a ``BalancedLoader``), when the trainer needs it and youmu cannot know it
+            without reading the data (a dynamic-batch epoch:
+            :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it). An epoch
+            ends after this many batches at the latest.
+        even: unsized streams: agree each step (one all-reduce) so every rank stops at
+            the same step. Turn off only when the ranks are known to have equal counts.
+        source_key: batch field naming each sample's source (a mixture's child), for the
+            ``mixture/<name>`` shares in :meth:`metrics`.
+        device: move tensors of each batch there (default: leave them on the CPU).
+        channel: a :class:`~youmu.distributed.GlooChannel` over the data-parallel ranks
+            (default: a new Gloo group over the default group, created here — build the
+            loader at the same point on every rank).
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        *,
+        num_workers: int = 0,
+        steps_per_epoch: int | None = None,
+        even: bool = True,
+        source_key: str | None = None,
+        device: Any = None,
+        channel: Any = None,
+    ) -> None:
+        callable_arg("collate_fn", collate_fn, optional=True)
+        num_workers = int_arg("num_workers", num_workers, minimum=0)
+        self._steps = opt_int_arg("steps_per_epoch", steps_per_epoch, minimum=1)
+        self.even = bool_arg("even", even)
+        self.source_key = source_key
+        self.device = device
+        self.source = source
+        self.pairs = _is_pair_source(source)
+        if self.pairs:
+            if batch_size is not None or collate_fn is not None:
+                raise InvalidArgumentError(
+                    f"{type(source).__name__} forms its own batches: pass collate_fn to it, not "
+                    "batch_size/collate_fn here"
+                )
+            self.channel = source.channel
+            self._loader = source
+        else:
+            if not (hasattr(source, "__iter__") and hasattr(source, "state_dict")):
+                raise ArgumentTypeError(
+                    f"source must be a youmu stream (YoumuDataset, MapStream, pack(...)) or a DynamicBatchLoader/"
+                    f"BalancedLoader, got {type(source).__name__}"
+                )
+            batch_size = int_arg("batch_size", 1 if batch_size is None else batch_size, minimum=1)
+            from torchdata.stateful_dataloader import StatefulDataLoader
+
+            from youmu.torch.collate import collate_pad
+
+            self.channel = channel if channel is not None else _default_channel()
+            self._loader = StatefulDataLoader(
+                source, batch_size=batch_size, collate_fn=collate_fn or collate_pad, num_workers=num_workers,
+            )
+        self.batch_size = batch_size
+        self.rank, self.world_size = self.channel.rank, self.channel.world_size
+        if not self.pairs and self._steps is None:
+            mine = _batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
+            if mine is not None:
+                self._steps = min(int(t[0]) for t in self.channel.all_gather_int64([mine]))
+        self.epoch = 0
+        self._taken = 0  # steps delivered in the current epoch
+        self._finished = False  # the current epoch's pass ran out
+        self._pending: dict[str, Any] | None = None  # a loaded source state for the next pass
+        self._reset_metrics()
+
+    # -- sizes and epochs -----------------------------------------------------------------
+    def __len__(self) -> int:
+        """Steps per epoch on every rank (known for sized streams or ``steps_per_epoch``)."""
+        if self._steps is None:
+            # a TypeError (ArgumentTypeError is one) is len()'s protocol for "no length":
+            # trainers (HF's has_length, Lightning's has_len) catch it and use max_steps
+            raise ArgumentTypeError(
+                f"{type(self.source).__name__} has no known number of steps per epoch; pass steps_per_epoch"
+            )
+        return self._steps
+
+    def check_equal_steps(self, trainer: str) -> None:
+        """Refuse a ``DynamicBatchLoader`` whose ranks may stop at different steps (join
+        mode with ``uneven="stop"``) for a trainer that cannot ``Join`` them: its DDP
+        all-reduces would wait forever for the rank that stopped."""
+        cfg = getattr(self.source, "config", None)
+        if self.pairs and cfg is not None and getattr(cfg, "join", False) and getattr(cfg, "uneven", "") == "stop":
+            raise InvalidArgumentError(
+                f"{trainer} has no DDP Join: build the DynamicBatchLoader with uneven='pad' so every rank takes the "
+                "same number of steps (a rank out of data takes zero-weight filler steps)"
+            )
+
+    def has_length(self) -> bool:
+        """Whether ``len()`` is known (sized streams, or ``steps_per_epoch`` given)."""
+        return self._steps is not None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Ignored: the loader counts its epochs itself (see the module doc), so that a
+        trainer restarting its epoch count after a resume cannot reset the data."""
+
+    def _source_set_epoch(self, epoch: int) -> None:
+        if hasattr(self.source, "set_epoch"):
+            self.source.set_epoch(epoch)
+
+    # -- iteration --------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        if self._finished:  # the previous pass (maybe one before a resume) ended: next epoch
+            self.epoch += 1
+            self._taken = 0
+            self._finished = False
+            self._pending = None
+            self._source_set_epoch(self.epoch)
+        elif self._pending is None and self._taken == 0:
+            self._source_set_epoch(self.epoch)
+        if self._pending is not None:
+            self._loader.load_state_dict(self._pending)
+            self._pending = None
+        return self._batches()
+
+    def _agree(self, have: bool) -> bool:
+        """Whether every rank has a batch (unsized streams; one all-reduce)."""
+        if not self.even or self.world_size == 1:
+            return have
+        return min(int(t[0]) for t in self.channel.all_gather_int64([int(have)])) == 1
+
+    def _batches(self) -> Iterator[Any]:
+        it = iter(self._loader)
+        while True:
+            if self._steps is not None and self._taken >= self._steps:
+                break
+            t0 = time.perf_counter()
+            try:
+                item = next(it)
+                have = True
+            except StopIteration:
+                item, have = None, False
+            if not self.pairs and self._steps is None:
+                have = self._agree(have)
+            if not have:
+                break
+            wait = time.perf_counter() - t0
+            batch = self._wrap(item)
+            self._taken += 1
+            self._record(batch, wait)
+            if self._steps is not None and self._taken >= self._steps:
+                # trainers stop asking after len() batches: the epoch is over now, not at a
+                # next() that never comes
+                self._finished = True
+            yield batch
+        self._finished = True
+
+    def _wrap(self, item: Any) -> Any:
+        if self.pairs:
+            batch, info = item
+            if not isinstance(batch, dict):
+                raise ArgumentTypeError(
+                    "the trainer integrations need the loader's collate_fn to return a dict of model inputs, got "
+                    f"{type(batch).__name__}"
+                )
+            item = {**batch, INFO_KEY: info}
+        if self.device is not None:
+            item = {k: (v.to(self.device) if hasattr(v, "to") else v) for k, v in item.items()}
+        return item
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's resume point: the epoch, steps taken and the source's state."""
+        source = self._pending if self._pending is not None else self._loader.state_dict()
+        return {"format": STATE_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
+                "steps": self._taken, "finished": self._finished, "source": source}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (this rank's) or :meth:`gathered_state_dict`
+        (every rank's) at the next ``iter()``."""
+        if isinstance(state, Mapping) and state.get("format") == GATHERED_FORMAT:
+            ranks = state.get("ranks")
+            if not isinstance(ranks, list) or len(ranks) != self.world_size:
+                n = len(ranks) if isinstance(ranks, list) else "no"
+                raise StateError(f"the gathered TrainerLoader state holds {n} ranks' states; this job has "
+                                 f"world_size={self.world_size}")
+            state = ranks[self.rank]
+        st = check_state(state, STATE_FORMAT, owner="TrainerLoader",
+                         expect={"rank": self.rank, "world_size": self.world_size},
+                         required=("epoch", "steps", "finished", "source"))
+        self.epoch = state_int(st, "epoch", owner="TrainerLoader")
+        self._taken = state_int(st, "steps", owner="TrainerLoader")
+        self._finished = bool(st["finished"])
+        self._pending = st["source"]
+
+    def gathered_state_dict(self) -> dict[str, Any]:
+        """Every rank's :meth:`state_dict` in one dict (collective: call it on every rank,
+        as trainers do when they save a checkpoint); :meth:`load_state_dict` picks this
+        rank's part."""
+        return {"format": GATHERED_FORMAT, "ranks": gather_objects(self.channel, self.state_dict())}
+
+    # -- metrics ----------------------------------------------------------------------------
+    def _reset_metrics(self) -> None:
+        self._t0 = time.perf_counter()
+        self._waits: list[float] = []
+        self._n_samples = self._n_real = self._n_padded = 0
+        self._sources: Counter[str] = Counter()
+
+    def _record(self, batch: dict[str, Any], wait: float) -> None:
+        self._waits.append(wait)
+        if len(self._waits) > 4096:  # a sliding window keeps the percentiles cheap
+            del self._waits[:2048]
+        info = batch.get(INFO_KEY) if isinstance(batch, dict) else None
+        if info is not None and hasattr(info, "real_tokens"):
+            self._n_samples += int(info.num_samples)
+            self._n_real += int(info.real_tokens)
+            # a BalancedLoader's micro-batches are packed or listed: no padding of their own
+            self._n_padded += int(getattr(info, "padded_tokens", info.real_tokens))
+            if self.source_key is None and getattr(info, "microbatch", 0) == 0:
+                self._sources.update(getattr(info, "source_counts", None) or {})  # once per step
+        elif isinstance(batch, dict) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
+            ids = batch["input_ids"]
+            self._n_samples += int(ids.shape[0]) if ids.dim() > 1 else 1
+            self._n_padded += int(ids.numel())
+            mask = batch.get("attention_mask")
+            self._n_real += int(mask.sum()) if mask is not None else int(ids.numel())
+        if self.source_key is not None and isinstance(batch, dict) and self.source_key in batch:
+            names = batch[self.source_key]
+            self._sources.update(str(n) for n in (names.tolist() if hasattr(names, "tolist") else names))
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        """This rank's figures since the last reset: ``youmu/tokens_per_s``,
+        ``youmu/samples_per_s``, ``youmu/padding_ratio``, ``youmu/data_wait_p50_ms`` and
+        ``..._p99_ms``, ``youmu/epoch``, and ``youmu/mixture/<source>`` shares."""
+        elapsed = max(time.perf_counter() - self._t0, 1e-9)
+        waits = sorted(self._waits)
+
+        def pct(q: float) -> float:
+            return 1000.0 * waits[min(len(waits) - 1, int(q * len(waits)))] if waits else 0.0
+
+        out = {
+            "youmu/epoch": float(self.epoch),
+            "youmu/tokens_per_s": self._n_real / elapsed,
+            "youmu/samples_per_s": self._n_samples / elapsed,
+            "youmu/padding_ratio": 1.0 - self._n_real / self._n_padded if self._n_padded else 0.0,
+            "youmu/data_wait_p50_ms": pct(0.50),
+            "youmu/data_wait_p99_ms": pct(0.99),
+        }
+        total = sum(self._sources.values())
+        for name, n in sorted(self._sources.items()):
+            out[f"youmu/mixture/{name}"] = n / total
+        if reset:
+            self._reset_metrics()
+        return out
+
+    def close(self) -> None:
+        """Stop a dynamic-batch iteration the trainer abandoned (at ``max_steps``)."""
+        if self.pairs and hasattr(self.source, "close"):
+            self.source.close()
+            if hasattr(self.source, "wait_finished"):
+                self.source.wait_finished()
+
+    def __repr__(self) -> str:
+        return f"TrainerLoader({type(self.source).__name__}, rank={self.rank}, world_size={self.world_size})"

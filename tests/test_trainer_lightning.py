@@ -1,0 +1,129 @@
+"""Lightning (``Trainer`` with the DDP strategy on CPU/Gloo) fed by youmu
+(youmu.integrations.lightning), in the real package on 2 ranks: a mixture streamed by
+``MapStream`` trained exactly once per epoch with Lightning's ``use_distributed_sampler``
+left on, a resume from a ``ModelCheckpoint`` file continuing the stream exactly (same
+samples, same final parameters), dynamic batches with equal steps on every rank and the
+exact token-level gradient, and the loader's metrics in Lightning's logged metrics."""
+
+from __future__ import annotations
+
+import glob
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from batching_mp import run_world
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy
+from trainers_mp import N, TinyLM, collate, dataset, gather, grads_match, length, params, reference_grad, torchrun_env
+
+from youmu.batching import DynamicBatchLoader
+from youmu.errors import ArgumentTypeError
+from youmu.integrations import TrainerLoader, odb_steps_per_epoch, scale_loss, split_info
+from youmu.integrations.lightning import LoaderMetrics, YoumuDataModule
+from youmu.mixture import MixtureDataset
+from youmu.torch import MapStream
+
+
+class Module(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = TinyLM()
+        self.first_grads: list[torch.Tensor] | None = None
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        inputs, info = split_info(batch)
+        return scale_loss(self.model(**inputs)["loss"], info)
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        if self.first_grads is None:
+            self.first_grads = [p.grad.detach().clone() for p in self.model.parameters()]
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _mixture_loader() -> TrainerLoader:
+    data = dataset()
+    children = {"web": [{**s, "src": "web"} for s in data[:36]], "code": [{**s, "src": "code"} for s in data[36:]]}
+    mix = MixtureDataset(children, {"web": 0.75, "code": 0.25}, block_size=8, length=N)
+    return TrainerLoader(MapStream(mix, drop_last=True), batch_size=4, collate_fn=collate, source_key="src")
+
+
+def _fit(tmp: str, make_loader: Any, *, ckpt: str | None = None, callbacks: tuple = (), **kw: Any) -> tuple[Any, Module]:
+    module = Module()
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=2, num_nodes=1, strategy=DDPStrategy(process_group_backend="gloo"),
+        logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), callbacks=list(callbacks), **kw,
+    )
+    trainer.fit(module, datamodule=YoumuDataModule(make_loader), ckpt_path=ckpt)
+    return trainer, module
+
+
+def lightning_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
+    torchrun_env(rank, world)
+    res: dict[str, Any] = {}
+    # (a) + (b) two epochs of a mixture uninterrupted (metrics through the module's log_dict), then
+    # stopped at step 8 (mid epoch 2) and resumed from the checkpoint file
+    trainer, full = _fit(f"{tmp}/full", _mixture_loader, max_epochs=2, callbacks=(LoaderMetrics(every_n_steps=1),))
+    res["a_ids"], res["a_steps"] = full.model.seen[: N // 2], trainer.global_step
+    res["a_metrics"] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("youmu/")}
+    saver = ModelCheckpoint(dirpath=f"{tmp}/ckpt", every_n_train_steps=8, save_top_k=-1)
+    _fit(f"{tmp}/cut", _mixture_loader, max_epochs=2, max_steps=8, callbacks=(saver,))
+    path = sorted(glob.glob(f"{tmp}/ckpt/*step=8*.ckpt"))[0]
+    trainer, resumed = _fit(f"{tmp}/cut", _mixture_loader, max_epochs=2, ckpt=path)
+    res["b_full"], res["b_resumed"], res["b_steps"] = full.model.seen, resumed.model.seen, trainer.global_step
+    res["b_params"] = all(torch.equal(a, b) for a, b in zip(params(full.model), params(resumed.model)))
+    # (c) dynamic batches
+    box: dict[str, int] = {}
+
+    def odb() -> TrainerLoader:
+        dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, buffer_size=8,
+                                 num_workers=0, uneven="pad", seed=7)
+        box["steps"] = odb_steps_per_epoch(dbl)
+        return TrainerLoader(dbl, steps_per_epoch=box["steps"])
+
+    trainer, module = _fit(f"{tmp}/odb", odb, max_epochs=1)
+    res["c_steps"], res["c_predicted"], res["c_ids"] = trainer.global_step, box["steps"], module.model.seen
+    res["c_grad_exact"] = grads_match(module.first_grads, reference_grad(gather(module.model.batches[0])))
+    return res
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> list[dict[str, Any]]:
+    return run_world(lightning_world, 2, str(tmp_path_factory.mktemp("pl")), timeout=300)
+
+
+def test_every_sample_once_per_epoch_without_a_sampler(results) -> None:
+    assert sorted(i for r in results for i in r["a_ids"]) == list(range(N))
+    assert results[0]["a_steps"] == results[1]["a_steps"] == 2 * N // 8
+
+
+def test_metrics_in_lightning_logs(results) -> None:
+    m = results[0]["a_metrics"]
+    assert m["youmu/tokens_per_s"] > 0 and 0 < m["youmu/padding_ratio"] < 1
+    # rank 0's share of each source, close to the weights (exact over both ranks' blocks)
+    assert m["youmu/mixture/web"] + m["youmu/mixture/code"] == pytest.approx(1.0)
+    assert 0.6 <= m["youmu/mixture/web"] <= 0.9
+
+
+def test_resume_from_checkpoint_continues_exactly(results) -> None:
+    for r in results:
+        assert len(r["b_full"]) == N
+        assert r["b_resumed"] == r["b_full"][8 * 4:]
+        assert r["b_params"]
+        assert r["b_steps"] == 2 * N // 8
+
+
+def test_dynamic_batches_same_steps_and_exact_scale(results) -> None:
+    assert results[0]["c_steps"] == results[1]["c_steps"] == results[0]["c_predicted"]
+    assert sorted(i for r in results for i in r["c_ids"]) == list(range(N))
+    assert results[0]["c_grad_exact"] and results[1]["c_grad_exact"]
+
+
+def test_data_module_refuses_other_loaders() -> None:
+    dm = YoumuDataModule(lambda: [1, 2, 3])
+    with pytest.raises(ArgumentTypeError, match="TrainerLoader"):
+        dm.setup("fit")
