@@ -4,7 +4,8 @@ pyarrow row-group baseline, the same decode/resize/tokenize function on both sid
     PYTHONPATH=python .venv/bin/python benches/bench_vision.py [--small] [--gb 2.0] \\
         [--data bench-data/vision] [--workers 2] [--budget-mb 1024] [--out benches/vision.json]
 
-Data: Parquet as Hugging Face ``datasets`` writes image datasets — an ``image`` column
+Data: Parquet as Hugging Face ``datasets`` writes image datasets (files of up to 512 MB
+in the full run) — an ``image`` column
 ``struct<bytes: binary, path: string>`` of JPEG bytes beside a LLaVA ``conversations``
 column, 100 rows per row group (``datasets``' row-group size for image data) and
 pyarrow's default page size, so a row group is one page of 100 images. Image files
@@ -77,7 +78,9 @@ def generate(out: Path, total_bytes: int, lo: int, hi: int, seed: int = 0) -> li
     import pyarrow.parquet as pq
 
     out.mkdir(parents=True, exist_ok=True)
-    stamp = out / f"done-{total_bytes}-{lo}-{hi}-{seed}"
+    # files of up to 512 MB, as `datasets` shards a dataset it uploads
+    per_file = 512 << 20 if total_bytes > (1 << 30) else 64 << 20
+    stamp = out / f"done-{total_bytes}-{lo}-{hi}-{seed}-{per_file}"
     files = sorted(out.glob("part-*.parquet"))
     if stamp.exists() and files:
         return files
@@ -89,7 +92,6 @@ def generate(out: Path, total_bytes: int, lo: int, hi: int, seed: int = 0) -> li
     image_t = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     turn_t = pa.struct([("from", pa.string()), ("value", pa.string())])
     written, row, part = 0, 0, 0
-    per_file = 2 << 30 if total_bytes > (1 << 30) else 64 << 20
     while written < total_bytes:
         images, convs, ids, fbytes = [], [], [], 0
         while fbytes < per_file and written + fbytes < total_bytes:
