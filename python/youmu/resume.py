@@ -42,12 +42,12 @@ import numpy as np
 
 from youmu.errors import StateError
 from youmu.sharding import Shard, round_robin
-from youmu.shuffle import _balanced_windows, _row_range
+from youmu.shuffle import ShardPlan, _balanced_windows, _row_range, row_chunk_rows
 from youmu.stateful import MAX_STATE_INT
 
 __all__ = [
     "Units", "Origin", "Level", "resolve", "remaining", "remaining_after", "deal", "encode_levels", "decode_levels",
-    "MERGED_FORMAT",
+    "MERGED_FORMAT", "shard_plan",
 ]
 
 #: The format tag of a merged state (:func:`youmu.merge_states`).
@@ -268,3 +268,25 @@ def decode_levels(raw: Any, owner: str) -> list[Level]:
         levels.append(Level(w, ks, _grid(lv, "positions", f, ks, owner),
                             _grid(lv, "tokens", f, ks, owner) if "tokens" in lv else None))
     return levels
+
+
+def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: str, page_rows: np.ndarray, window_pages: int,
+               seed: int, epoch: int, shard: Shard, drop_last: bool, page_slices: int) -> ShardPlan:
+    """The :class:`~youmu.shuffle.ShardPlan` that reads ``units`` (of a resumed epoch):
+    each unit is a window (``window_rows``: rows of every window) sliced at ``[lo, hi)``,
+    or in row mode a chunk of permuted positions."""
+    rows = units.rows
+    cum = np.concatenate([[0], np.cumsum(rows, dtype=_I64)])
+    page_rows = np.asarray(page_rows, dtype=_I64)
+    row_mode = mode == "row"
+    return ShardPlan(
+        mode=mode, num_pages=len(page_rows), num_rows=int(page_rows.sum()), window_pages=window_pages,
+        window_rows_size=row_chunk_rows(window_pages) if row_mode else 0, seed=seed, epoch=epoch, rank=shard.rank,
+        world_size=shard.world_size, worker=shard.worker, num_workers=shard.num_workers,
+        window_ids=np.arange(len(units), dtype=_I64) if row_mode else units.base, window_rows=rows,
+        total_rows=int(cum[-1]), cum_rows=cum,
+        window_skip=np.zeros(len(units), dtype=_I64) if row_mode else units.lo, balanced=drop_last,
+        window_full_rows=rows if window_rows is None else np.asarray(window_rows, dtype=_I64)[units.base],
+        page_slices=page_slices, page_rows=page_rows if page_slices > 1 else np.zeros(0, dtype=_I64),
+        row_starts=units.lo if row_mode else None,
+    )
