@@ -86,6 +86,9 @@ class YoumuDataset(PositionalStream[Any]):
     new dataset with the same arguments continues exactly where the old one stopped
     after ``load_state_dict``. With DataLoader workers use torchdata's
     ``StatefulDataLoader``, which calls these methods inside each worker.
+    A job that comes back with another world size or worker count resumes from
+    :func:`youmu.merge_states` of all its ranks' states (README: "Resume on another
+    topology").
     """
 
     state_format = "youmu.YoumuDataset/1"

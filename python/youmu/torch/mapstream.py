@@ -63,8 +63,10 @@ class MapStream(PositionalStream[Any]):
 
     State (``state_dict``, see :mod:`youmu.stateful`): items consumed per worker,
     ``world_size``, ``run``, ``drop_last`` and the number of workers; resume with the
-    same settings. ``set_epoch`` starts the index space over (a mixture's order is its
-    own: a new epoch of the stream is the same order unless the dataset changes it).
+    same settings (on another world size or worker count: load
+    :func:`youmu.merge_states` of all ranks' states). ``set_epoch`` starts the index
+    space over (a mixture's order is its own: a new epoch of the stream is the same
+    order unless the dataset changes it).
     """
 
     state_format = "youmu.MapStream/1"
