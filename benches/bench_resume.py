@@ -73,7 +73,7 @@ def main() -> None:
 
                 levels = decode_levels(merged["resumed"], "bench")
                 if mode == "row":
-                    origin = Origin(np.array([int(page_rows.sum())]), "block", row_chunk_rows(WINDOW_PAGES))
+                    origin = Origin(np.array([int(page_rows.sum())]), "block")
                     wrows = None
                 else:
                     wrows = all_window_rows(page_rows, mode, WINDOW_PAGES, 0, 0)

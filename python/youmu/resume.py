@@ -99,13 +99,17 @@ class Origin:
     ``rows``: rows of every base unit in order. ``dealing``: ``"rr"`` (units
     round-robin: page windows, ``MapStream`` runs), ``"balanced"`` (page modes with
     ``drop_last``: equal contiguous row ranges per rank), ``"block"`` / ``"block-balanced"``
-    (row mode: a contiguous block of positions per rank then per worker, read in
-    chunks of ``chunk``; ``rows`` is then ``[N]``).
+    (row mode: ``rows`` is ``[N]``, and a shard's one unit is its contiguous block of
+    permuted positions; resumed jobs deal blocks too, see :func:`deal`).
     """
 
     rows: np.ndarray
     dealing: str = "rr"
-    chunk: int = 1
+
+    @property
+    def block(self) -> bool:
+        """Row mode: shards take contiguous blocks of positions, not whole units."""
+        return self.dealing.startswith("block")
 
     def units(self, shard: Shard) -> Units:
         rows = np.asarray(self.rows, dtype=_I64)
@@ -116,11 +120,8 @@ class Origin:
         if self.dealing == "balanced":
             ids, skip, take = _balanced_windows(rows, shard)
             return Units.make(ids, skip, skip + take)
-        n = int(rows.sum())
-        lo, hi = _row_range(n, shard, self.dealing == "block-balanced")
-        starts = np.arange(lo, hi, max(self.chunk, 1), dtype=_I64)
-        stops = np.minimum(starts + max(self.chunk, 1), hi)
-        return Units.make(np.zeros(len(starts), dtype=_I64), starts, stops, key=np.zeros(len(starts), dtype=_I64))
+        lo, hi = _row_range(int(rows.sum()), shard, self.dealing == "block-balanced")
+        return Units.make([0], [lo], [hi], key=[0]).take(slice(0, 1 if hi > lo else 0))
 
 
 @dataclass(frozen=True)
@@ -135,33 +136,43 @@ class Level:
     tokens: tuple[tuple[int, ...], ...] | None = None
 
 
-def deal(units: Units, shard: Shard, drop_last: bool) -> Units:
+def _cut(units: Units, cum: np.ndarray, lo: int, hi: int) -> Units:
+    """Rows ``[lo, hi)`` of the concatenated ``units`` (``cum``: their prefix sums)."""
+    if hi <= lo:
+        return units.take(slice(0, 0))
+    first = int(np.searchsorted(cum, lo, side="right")) - 1
+    last = int(np.searchsorted(cum, hi, side="left")) - 1
+    ids = np.arange(first, last + 1, dtype=_I64)
+    mine = units.take(ids)
+    start = np.maximum(cum[ids], lo) - cum[ids]
+    stop = np.minimum(cum[ids + 1], hi) - cum[ids]
+    head = np.where(start == 0, mine.head, 0)  # a unit cut at its front starts at a fresh row
+    mine = Units(mine.base, mine.lo + start, mine.lo + stop, head, mine.key)
+    return mine.take(mine.rows > 0)
+
+
+def deal(units: Units, shard: Shard, drop_last: bool, block: bool = False) -> Units:
     """The units a shard of a resumed job takes from the remaining ``units``: every
     ``world_size``-th to its rank (``drop_last``: rows ``[r·T, (r+1)·T)`` of them,
-    ``T = ⌊rows / world_size⌋``), then every ``num_workers``-th of the rank's to the worker.
+    ``T = ⌊rows / world_size⌋``), then every ``num_workers``-th of the rank's to the
+    worker. With ``block`` (row mode, where positions are already random): a
+    contiguous block of the rows per rank, then per worker, as
+    :func:`youmu.sharding.block` splits an epoch.
 
     >>> u = Units.make([0, 1, 2, 3], [0, 0, 0, 0], [3, 3, 3, 1])
     >>> deal(u, Shard(1, 2), drop_last=False).base.tolist(), deal(u, Shard(1, 2), drop_last=True).lo.tolist()
     ([1, 3], [2, 0, 0])
     """
-    if not drop_last:
-        mine = units.take(slice(shard.rank, None, shard.world_size))
-    else:
-        cum = np.concatenate([[0], np.cumsum(units.rows, dtype=_I64)])
-        per = int(cum[-1]) // shard.world_size
-        if per == 0:
-            return units.take(slice(0, 0))
-        lo, hi = shard.rank * per, (shard.rank + 1) * per
-        first = int(np.searchsorted(cum, lo, side="right")) - 1
-        last = int(np.searchsorted(cum, hi, side="left")) - 1
-        ids = np.arange(first, last + 1, dtype=_I64)
-        mine = units.take(ids)
-        start = np.maximum(cum[ids], lo) - cum[ids]
-        stop = np.minimum(cum[ids + 1], hi) - cum[ids]
-        head = np.where(start == 0, mine.head, 0)  # a unit cut at its front starts at a fresh row
-        mine = Units(mine.base, mine.lo + start, mine.lo + stop, head, mine.key)
-        mine = mine.take(mine.rows > 0)
-    return mine.take(slice(shard.worker, None, shard.num_workers))
+    if not drop_last and not block:
+        return units.take(slice(shard.rank + shard.world_size * shard.worker, None, shard.count))
+    cum = np.concatenate([[0], np.cumsum(units.rows, dtype=_I64)])
+    total, w, r = int(cum[-1]), shard.world_size, shard.rank
+    lo, hi = (r * (total // w), (r + 1) * (total // w)) if drop_last else (total * r // w, total * (r + 1) // w)
+    if not block:
+        mine = _cut(units, cum, lo, hi)
+        return mine.take(slice(shard.worker, None, shard.num_workers))
+    m, k, nw = hi - lo, shard.worker, shard.num_workers
+    return _cut(units, cum, lo + m * k // nw, lo + m * (k + 1) // nw)
 
 
 def remaining(units: Units, position: int, tokens: int = 0, *, where: str = "") -> Units:
@@ -205,7 +216,7 @@ def remaining_after(origin: Origin, levels: Sequence[Level], drop_last: bool) ->
         for r in range(level.world_size):
             for k in range(level.num_workers[r]):
                 shard = Shard(r, level.world_size, k, level.num_workers[r])
-                units = origin.units(shard) if seq is None else deal(seq, shard, drop_last)
+                units = origin.units(shard) if seq is None else deal(seq, shard, drop_last, origin.block)
                 tok = level.tokens[r][k] if level.tokens is not None else 0
                 parts.append(remaining(units, level.positions[r][k], tok,
                                        where=f" of level {depth}, rank {r}, worker {k}"))
@@ -218,7 +229,8 @@ def remaining_after(origin: Origin, levels: Sequence[Level], drop_last: bool) ->
 def resolve(origin: Origin, levels: Sequence[Level], *, rank: int, world_size: int, worker: int, num_workers: int,
             drop_last: bool) -> Units:
     """The units of one shard of a job that resumes after ``levels``."""
-    return deal(remaining_after(origin, levels, drop_last), Shard(rank, world_size, worker, num_workers), drop_last)
+    shard = Shard(rank, world_size, worker, num_workers)
+    return deal(remaining_after(origin, levels, drop_last), shard, drop_last, origin.block)
 
 
 # -- levels in states ---------------------------------------------------------------------------
@@ -274,7 +286,14 @@ def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: str, page_
                seed: int, epoch: int, shard: Shard, drop_last: bool, page_slices: int) -> ShardPlan:
     """The :class:`~youmu.shuffle.ShardPlan` that reads ``units`` (of a resumed epoch):
     each unit is a window (``window_rows``: rows of every window) sliced at ``[lo, hi)``,
-    or in row mode a chunk of permuted positions."""
+    or in row mode a range of permuted positions, read in chunks of
+    :func:`~youmu.shuffle.row_chunk_rows` positions."""
+    if mode == "row":
+        size = row_chunk_rows(window_pages)
+        starts = [np.arange(lo, hi, size, dtype=_I64) for lo, hi in zip(units.lo.tolist(), units.hi.tolist())]
+        stops = [np.minimum(st + size, hi) for st, hi in zip(starts, units.hi.tolist())]
+        units = Units.make(np.zeros(sum(map(len, starts)), dtype=_I64), np.concatenate([np.zeros(0, _I64), *starts]),
+                           np.concatenate([np.zeros(0, _I64), *stops]))
     rows = units.rows
     cum = np.concatenate([[0], np.cumsum(rows, dtype=_I64)])
     page_rows = np.asarray(page_rows, dtype=_I64)

@@ -243,7 +243,7 @@ class YoumuDataset(PositionalStream[Any]):
     def _origin(self, levels: Any) -> Origin:
         if self.shuffle == "row":
             return Origin(np.array([self.index.num_rows], dtype=np.int64),
-                          "block-balanced" if self.drop_last else "block", row_chunk_rows(self._window_pages()))
+                          "block-balanced" if self.drop_last else "block")
         return Origin(self._window_rows(), "balanced" if self.drop_last else "rr")
 
     def _row_chunk(self) -> int | None:

@@ -96,6 +96,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         # this one, and what they left (computed once)
         self._levels: list[Level] | None = None
         self._left: Units | None = None
+        self._origin_block = False  # row mode: resumed jobs deal blocks of positions
 
     # -- subclass hooks -----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -240,7 +241,9 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         if self._left is None:
             assert self._levels
             drop_last = bool(getattr(self, "drop_last", False))
-            self._left = remaining_after(self._origin(self._levels), self._levels, drop_last)
+            origin = self._origin(self._levels)
+            self._origin_block = origin.block
+            self._left = remaining_after(origin, self._levels, drop_last)
         return self._left
 
     def _resumed_units(self, worker: int, num_workers: int, epoch: int | None = None) -> Units | None:
@@ -248,7 +251,8 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         if not self._levels or (epoch is not None and epoch != self.epoch):
             return None
         rank, world = getattr(self, "rank", 0), getattr(self, "world_size", 1)
-        return deal(self._remaining(), Shard(rank, world, worker, num_workers), bool(getattr(self, "drop_last", False)))
+        drop_last = bool(getattr(self, "drop_last", False))
+        return deal(self._remaining(), Shard(rank, world, worker, num_workers), drop_last, self._origin_block)
 
     def resume_heads(self, worker: int, num_workers: int) -> dict[int, int]:
         """Positions of this shard whose row was partly packed before a resume, and the
