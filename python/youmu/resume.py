@@ -1,8 +1,9 @@
 """Resume on another topology: the pure math (numpy, no torch, no I/O).
 
 An epoch of a youmu stream is a sequence of *units*: windows of the permuted page order
-(``"page"``, ``"local"``, ``"none"``), chunks of permuted row positions (``"row"``) or
-runs of indices (``MapStream``). A job of ``W`` ranks × ``K_r`` DataLoader workers deals
+(``"page"``, ``"local"``, ``"none"``), runs of indices (``MapStream``), or in
+``"row"`` mode each shard's block of permuted positions (row-mode jobs deal
+contiguous blocks of the positions left, :func:`deal`). A job of ``W`` ranks × ``K_r`` DataLoader workers deals
 them to its shards (:mod:`youmu.sharding`), and a shard at position ``p`` has delivered
 a prefix of its units: whole units, then part of one (the row order inside a unit is a
 pure function too). So what a job left undelivered is described by its layout and one
