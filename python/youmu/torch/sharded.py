@@ -204,7 +204,8 @@ class ShardedStream(IterableDataset, Generic[T, P]):
                  check: Callable[[], None]) -> None:
         """Take ``epoch`` and the resumed chain (checked against the data: positions a
         job could not have reached are refused), starting every worker afresh."""
-        saved = (self._shared_epoch.value, self._epoch_seen, self._levels, self._left, self._adopted_state())
+        saved = (self._shared_epoch.value, self._epoch_seen, self._levels, self._left, self._origin_block,
+                 self._adopted_state())
         try:
             self._shared_epoch.value = epoch
             self._epoch_seen = epoch
@@ -214,7 +215,8 @@ class ShardedStream(IterableDataset, Generic[T, P]):
                 self._remaining()
             check()
         except BaseException:
-            self._shared_epoch.value, self._epoch_seen, self._levels, self._left, adopted = saved
+            (self._shared_epoch.value, self._epoch_seen, self._levels, self._left, self._origin_block,
+             adopted) = saved
             self._restore_adopted(adopted)
             raise
         self._resume, self._progress = {}, {}
