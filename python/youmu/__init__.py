@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         set_io_options,
         set_num_threads,
     )
+    from youmu.merge import merge_states
     from youmu.mixture import FlatMixture, MixtureDataset
     from youmu.rows import RowDataset
     from youmu.stream import RowStream
@@ -88,6 +89,7 @@ _LAZY: dict[str, str] = {
     "FlatMixture": "youmu.mixture",
     "MixtureDataset": "youmu.mixture",
     "RowStream": "youmu.stream",
+    "merge_states": "youmu.merge",
 }
 
 __all__ = [
@@ -131,6 +133,7 @@ __all__ = [
     "YoumuWarning",
     "__version__",
     "io_options",
+    "merge_states",
     "io_stats",
     "num_threads",
     "set_fast_decode",

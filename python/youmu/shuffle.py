@@ -192,6 +192,9 @@ class ShardPlan:
     page_slices: int = 1
     #: rows of every page (kept when page slices need them to cut pages)
     page_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: row mode, resumed on another topology (:mod:`youmu.resume`): each chunk's first
+    #: permuted position (``None``: chunks are consecutive from the shard's block)
+    row_starts: np.ndarray | None = field(repr=False, default=None)
 
     @staticmethod
     def build(
@@ -317,8 +320,11 @@ class ShardPlan:
         if self.mode != "row":
             raise InvalidArgumentError("rows_of() is for row mode")
         shard = Shard(self.rank, self.world_size, self.worker, self.num_workers)
-        lo, _ = _row_range(self.num_rows, shard, self.balanced)
-        start = lo + int(self.cum_rows[i])
+        if self.row_starts is not None:
+            start = int(self.row_starts[i])
+        else:
+            lo, _ = _row_range(self.num_rows, shard, self.balanced)
+            start = lo + int(self.cum_rows[i])
         stop = start + int(self.window_rows[i])
         return _permutation(self.num_rows, self.seed, self.epoch, "rows").range(start, stop)
 

@@ -29,6 +29,10 @@ already know:
 
 Wrappers (``pack``, loaders over youmu streams) use only these methods.
 
+A state resumes the job that saved it, rank by rank. For a job of another shape,
+:func:`youmu.merge_states` turns all ranks' states into one ``"youmu.MergedState/1"``
+state that any rank of any topology loads (:mod:`youmu.resume`).
+
 Example:
     >>> state = {"format": "youmu.MapStream/1", "world_size": 2, "run": 1, "epoch": 0,
     ...          "num_workers": None, "positions": {0: 5}}

@@ -129,6 +129,8 @@ class RowStream:
         page_slices: page mode: cut every page into this many row slices and shuffle
             those, so a window draws from that many times more pages (at that many
             times the page reads; see :mod:`youmu.shuffle`). Default 1.
+        plan: the shard's ready :class:`~youmu.shuffle.ShardPlan` (a resumed epoch,
+            :mod:`youmu.resume`) instead of the one the arguments above describe.
 
     Row mode keeps an LRU of decoded pages (about one window's worth): rows that land
     on a page read for an earlier chunk cost no I/O.
@@ -152,6 +154,7 @@ class RowStream:
         drop_last: bool = False,
         read_ahead: int | None = None,
         page_slices: int = 1,
+        plan: ShardPlan | None = None,
     ) -> None:
         if not callable(getattr(index, "page_num_rows", None)):
             raise ArgumentTypeError(f"index must be a youmu.PageIndex, got {type(index).__name__}")
@@ -166,7 +169,8 @@ class RowStream:
             )
         self.window_pages = window_pages
         self.read_ahead = default_read_ahead(index, window_pages) if read_ahead is None else int(read_ahead)
-        self.plan = ShardPlan.build(
+        # a ready plan: an epoch resumed on another topology (youmu.resume)
+        self.plan = plan if plan is not None else ShardPlan.build(
             self.page_rows,
             shuffle,
             window_pages=self.window_pages,

@@ -18,13 +18,17 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, storage_options_arg
 from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
 from youmu.distributed.world import rank_and_world
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, YoumuWarning
-from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, dropped_rows, row_chunk_rows
-from youmu.stateful import data_fingerprint
+from youmu.resume import Origin, shard_plan
+from youmu.sharding import Shard
+from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, all_window_rows, dropped_rows, row_chunk_rows
+from youmu.stateful import data_fingerprint, state_int
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 from youmu.torch.sharded import PositionalStream, in_worker_process
 from youmu.torch.skips import SkipLog, locate, reporting_pass
@@ -87,9 +91,13 @@ class YoumuDataset(PositionalStream[Any]):
     new dataset with the same arguments continues exactly where the old one stopped
     after ``load_state_dict``. With DataLoader workers use torchdata's
     ``StatefulDataLoader``, which calls these methods inside each worker.
+    A job that comes back with another world size or worker count resumes from
+    :func:`youmu.merge_states` of all its ranks' states (README: "Resume on another
+    topology").
     """
 
     state_format = "youmu.YoumuDataset/1"
+    resume_adopts = ("window_pages",)
 
     def __init__(
         self,
@@ -163,6 +171,9 @@ class YoumuDataset(PositionalStream[Any]):
         self.output = output
         self._page_rows = self.index.page_num_rows()
         self._fingerprint: str | None = None
+        # a resumed epoch reads the windows of the job that started it (youmu.resume)
+        self._resumed_wp: int | None = None
+        self._resumed_rows: tuple[int, int, Any] | None = None
         self.memory_budget = memory_budget
         # a pure function of the files, world size, buffer_size and budget: computed once
         self._wp, self.read_ahead = window_layout(self.index, self.buffer_size, self.world_size,
@@ -191,7 +202,7 @@ class YoumuDataset(PositionalStream[Any]):
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
         return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size, "rank": self.rank,
-                "window_pages": self._wp, "drop_last": self.drop_last, "page_slices": self.page_slices,
+                "window_pages": self._window_pages(), "drop_last": self.drop_last, "page_slices": self.page_slices,
                 "data": self._data_fingerprint()}
 
     def _data_fingerprint(self) -> str:
@@ -210,11 +221,37 @@ class YoumuDataset(PositionalStream[Any]):
         """Pages per shuffle window (page and local modes): what shuffle quality depends
         on — windows of 32 pages or more trained as well as a full row shuffle in
         ``benches/shuffle_quality.py``; with ``page_slices=k`` a window draws from about
-        ``k`` times as many pages."""
-        return self._wp
+        ``k`` times as many pages. An epoch resumed from a merged state keeps the
+        windows of the job that started it."""
+        return self._window_pages()
 
     def _window_pages(self) -> int:
-        return self._wp
+        return self._resumed_wp if self._levels and self._resumed_wp else self._wp
+
+    # -- resumed epochs (youmu.merge_states) ------------------------------------------------
+    def _adopt(self, state: Mapping[str, Any]) -> None:
+        self._resumed_wp = state_int(state, "window_pages", owner=type(self).__name__, minimum=1)
+
+    def _adopted_state(self) -> Any:
+        return self._resumed_wp
+
+    def _restore_adopted(self, saved: Any) -> None:
+        self._resumed_wp = saved
+
+    def _window_rows(self) -> Any:
+        """Rows of every window of the resumed epoch (page modes; computed once)."""
+        key = (self.epoch, self._window_pages())
+        if self._resumed_rows is None or self._resumed_rows[:2] != key:
+            rows = all_window_rows(self._page_rows, self.shuffle, key[1], self.seed, key[0],
+                                   page_slices=self.page_slices)
+            self._resumed_rows = (*key, rows)
+        return self._resumed_rows[2]
+
+    def _origin(self, levels: Any) -> Origin:
+        if self.shuffle == "row":
+            return Origin(np.array([self.index.num_rows], dtype=np.int64),
+                          "block-balanced" if self.drop_last else "block")
+        return Origin(self._window_rows(), "balanced" if self.drop_last else "rr")
 
     def _row_chunk(self) -> int | None:
         return row_chunk_rows(self._window_pages()) if self.shuffle == "row" else None
@@ -230,11 +267,17 @@ class YoumuDataset(PositionalStream[Any]):
     # -- iteration ------------------------------------------------------------------------
     def _stream(self, worker: int, num_workers: int, epoch: int | None = None) -> RowStream:
         epoch = self.epoch if epoch is None else epoch
+        units = self._resumed_units(worker, num_workers, epoch)
+        plan = None if units is None else shard_plan(
+            units, None if self.shuffle == "row" else self._window_rows(), mode=self.shuffle,
+            page_rows=self._page_rows, window_pages=self._window_pages(), seed=self.seed, epoch=epoch,
+            shard=Shard(self.rank, self.world_size, worker, num_workers), drop_last=self.drop_last,
+            page_slices=self.page_slices)
         return RowStream(
             self.index, self.shuffle, self.buffer_size, self.seed, epoch,
             rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
-            page_rows=self._page_rows, window_pages=self._wp, drop_last=self.drop_last,
-            read_ahead=self.read_ahead, page_slices=self.page_slices,
+            page_rows=self._page_rows, window_pages=self._window_pages(), drop_last=self.drop_last,
+            read_ahead=self.read_ahead, page_slices=self.page_slices, plan=plan,
         )
 
     def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:

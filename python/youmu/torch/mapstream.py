@@ -36,8 +36,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
+from youmu.resume import Level, Origin
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.stateful import MAX_STATE_INT, data_fingerprint
 from youmu.torch.sharded import PositionalStream
@@ -60,8 +63,10 @@ class MapStream(PositionalStream[Any]):
 
     State (``state_dict``, see :mod:`youmu.stateful`): items consumed per worker,
     ``world_size``, ``run``, ``drop_last`` and the number of workers; resume with the
-    same settings. ``set_epoch`` starts the index space over (a mixture's order is its
-    own: a new epoch of the stream is the same order unless the dataset changes it).
+    same settings (on another world size or worker count: load
+    :func:`youmu.merge_states` of all ranks' states). ``set_epoch`` starts the index
+    space over (a mixture's order is its own: a new epoch of the stream is the same
+    order unless the dataset changes it).
     """
 
     state_format = "youmu.MapStream/1"
@@ -103,16 +108,28 @@ class MapStream(PositionalStream[Any]):
 
 
     # -- shards ------------------------------------------------------------------------------
-    def _n(self) -> int:
+    def _n(self, world_size: int | None = None) -> int:
         n = len(self.dataset)
-        span = self.world_size * self.run
+        span = (world_size or self.world_size) * self.run
         return n - n % span if self.drop_last else n
+
+    def _origin(self, levels: list[Level]) -> Origin:
+        # the first job of the epoch dealt runs of the index space it cut for its world size
+        n = self._n(levels[0].world_size)
+        runs = -(-n // self.run)
+        rows = np.full(runs, self.run, dtype=np.int64)
+        if runs:
+            rows[-1] = n - (runs - 1) * self.run
+        return Origin(rows, "rr")
 
     def _shard(self, worker: int, num_workers: int) -> Shard:
         return Shard(self.rank, self.world_size, worker, num_workers)
 
     def _count(self, worker: int, num_workers: int) -> int:
         """Items of a (rank, worker) shard."""
+        units = self._resumed_units(worker, num_workers)
+        if units is not None:
+            return int(units.rows.sum())
         return run_round_robin_length(self._n(), self.run, self._shard(worker, num_workers))
 
     def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
@@ -123,6 +140,9 @@ class MapStream(PositionalStream[Any]):
 
     # -- iteration ------------------------------------------------------------------------
     def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
+        if self._levels:
+            yield from self._resumed_items(worker, num_workers, start)
+            return
         shard = self._shard(worker, num_workers)
         count = self._count(worker, num_workers)
         pos = start
@@ -138,6 +158,23 @@ class MapStream(PositionalStream[Any]):
                 idx = list(range(lo, lo + stop - pos))
             yield from (get_many(idx) if get_many else [self.dataset[i] for i in idx])
             pos = stop
+
+    def _resumed_items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
+        """A resumed epoch: the shard's units (index ranges of runs), from ``start``."""
+        units = self._resumed_units(worker, num_workers)
+        assert units is not None
+        get_many = getattr(self.dataset, "__getitems__", None)
+        pos = 0
+        for base, lo, hi in zip(units.base.tolist(), units.lo.tolist(), units.hi.tolist()):
+            if pos + hi - lo <= start:
+                pos += hi - lo
+                continue
+            first = base * self.run + lo + max(start - pos, 0)
+            stop = base * self.run + hi
+            pos += hi - lo
+            for a in range(first, stop, self.chunk):
+                idx = list(range(a, min(a + self.chunk, stop)))
+                yield from (get_many(idx) if get_many else [self.dataset[i] for i in idx])
 
     def __repr__(self) -> str:
         name = type(self).__name__

@@ -19,6 +19,8 @@ import torch
 
 from youmu._args import int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, StateError, ValueOverflowError
+from youmu.resume import MERGED_FORMAT
+from youmu.stateful import check_state, state_int
 from youmu.torch.sharded import SKIP, ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
@@ -106,6 +108,19 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
 
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
+            # youmu.merge_states: the wrapped stream holds the resumed chain (with the
+            # tokens of partly packed rows); every worker of this job packs afresh
+            st = check_state(state, MERGED_FORMAT, owner="PackedDataset", expect=self._settings(),
+                             required=("stream", "epoch", "dataset"))
+            if st["stream"] != self.state_format:
+                raise StateError(f"PackedDataset.load_state_dict got a merged state of {st['stream']!r} streams")
+            epoch = state_int(st, "epoch", owner="PackedDataset")
+            if not isinstance(st["dataset"], Mapping):
+                raise StateError("PackedDataset merged state has no 'dataset' state")
+            self.dataset.load_state_dict(st["dataset"])
+            self._install(st, epoch, None, lambda: None)
+            return
         inner = state.get("dataset") if isinstance(state, Mapping) else None
         if isinstance(state, Mapping) and state.get("format") == self.state_format and not isinstance(inner, Mapping):
             raise StateError(f"PackedDataset state has no 'dataset' state (got {type(inner).__name__})")
@@ -166,6 +181,9 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
 
     def _pass(self, worker: int, num_workers: int, start: tuple[int, int]) -> Iterator[tuple[tuple[int, int], Any]]:
         row_pos, skip = start
+        # rows partly packed by the job before a resume on another topology: their
+        # delivered tokens are skipped (youmu.resume)
+        heads = self.dataset.resume_heads(worker, num_workers) if hasattr(self.dataset, "resume_heads") else {}
         pieces: list[np.ndarray] = []
         have = 0
         end = row_pos
@@ -180,7 +198,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                     f"{row_pos}" + (f" ({len(toks)} tokens)" if pos == row_pos else " (that row yields nothing)")
                 )
             first = False
-            off = skip if pos == row_pos else 0
+            off = skip if pos == row_pos and skip else heads.get(pos, 0)
             while off < len(toks):
                 take = min(self.seq_len - have, len(toks) - off)
                 pieces.append(toks[off : off + take])

@@ -35,10 +35,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
+import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from youmu._args import int_arg
 from youmu.errors import StateError
+from youmu.resume import MERGED_FORMAT, Level, Origin, Units, deal, decode_levels, encode_levels, remaining_after
+from youmu.sharding import Shard
 from youmu.stateful import MAX_STATE_INT, SharedEpoch, SharedInt, check_state, state_int, state_positions
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
@@ -74,6 +77,9 @@ class ShardedStream(IterableDataset, Generic[T, P]):
     state_format: ClassVar[str]
     #: Ints per position (1: an int; >1: a tuple of that many ints).
     position_width: ClassVar[int] = 1
+    #: Settings a resumed epoch takes from its state instead of checking them (the
+    #: window layout, which the first job of the epoch derived from its world size).
+    resume_adopts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -86,6 +92,11 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         # in the workers' copies, and a state taken from this (the main process's) copy
         # would replay everything they delivered
         self._in_workers = SharedInt(0)
+        # an epoch resumed on another topology (youmu.merge_states): the jobs before
+        # this one, and what they left (computed once)
+        self._levels: list[Level] | None = None
+        self._left: Units | None = None
+        self._origin_block = False  # row mode: resumed jobs deal blocks of positions
 
     # -- subclass hooks -----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -113,6 +124,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         self._shared_epoch.value = epoch
         self._epoch_seen = epoch
         self._resume, self._progress = {}, {}
+        self._levels, self._left = None, None
         self._in_workers.value = 0
 
     def _sync_epoch(self) -> None:
@@ -121,6 +133,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         if self._shared_epoch.value != self._epoch_seen:
             self._epoch_seen = self._shared_epoch.value
             self._resume, self._progress = {}, {}
+            self._levels, self._left = None, None
 
     # -- state ------------------------------------------------------------------------------
     def _encode(self, p: P) -> Any:
@@ -151,14 +164,19 @@ class ShardedStream(IterableDataset, Generic[T, P]):
             "epoch": self.epoch,
             "num_workers": self._num_workers_seen,
             "positions": {w: self._encode(p) for w, p in positions.items()},
+            **({"resumed": encode_levels(self._levels)} if self._levels else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state`` on the next ``iter()`` (the pass after that starts
         the epoch over)."""
         owner = type(self).__name__
-        st = check_state(state, self.state_format, owner=owner, expect=self._settings(),
-                         required=("epoch", "positions"))
+        if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
+            self._load_merged(state)
+            return
+        resumed = isinstance(state, Mapping) and "resumed" in state
+        expect = {k: v for k, v in self._settings().items() if not (resumed and k in self.resume_adopts)}
+        st = check_state(state, self.state_format, owner=owner, expect=expect, required=("epoch", "positions"))
         epoch = state_int(st, "epoch", owner=owner)
         positions = state_positions(st, "positions", owner=owner, width=self.position_width)
         nw = st.get("num_workers")
@@ -166,13 +184,86 @@ class ShardedStream(IterableDataset, Generic[T, P]):
             nw = state_int(st, "num_workers", owner=owner, minimum=1)
             if any(w >= nw for w in positions):
                 raise StateError(f"{owner} state has positions for workers {sorted(positions)} but num_workers={nw}")
-        self._check_positions(positions, epoch, nw or 1)
-        self._shared_epoch.value = epoch
-        self._epoch_seen = epoch
+        levels = decode_levels(st["resumed"], owner) if resumed else None
+        self._install(st, epoch, levels, lambda: self._check_positions(positions, epoch, nw or 1))
         self._resume = dict(positions)  # type: ignore[arg-type]
-        self._progress = {}
         self._num_workers_seen = nw
+
+    def _load_merged(self, state: Mapping[str, Any]) -> None:
+        """A state of ``youmu.merge_states``: the rest of the epoch, on this topology."""
+        owner = type(self).__name__
+        expect = {k: v for k, v in self._settings().items() if k not in ("rank", "world_size", *self.resume_adopts)}
+        st = check_state(state, MERGED_FORMAT, owner=owner, expect=expect, required=("stream", "epoch", "resumed"))
+        if st["stream"] != self.state_format:
+            raise StateError(f"{owner}.load_state_dict got a merged state of {st['stream']!r} streams, not of "
+                             f"{self.state_format!r}")
+        epoch = state_int(st, "epoch", owner=owner)
+        self._install(st, epoch, decode_levels(st["resumed"], owner), lambda: None)
+
+    def _install(self, st: Mapping[str, Any], epoch: int, levels: list[Level] | None,
+                 check: Callable[[], None]) -> None:
+        """Take ``epoch`` and the resumed chain (checked against the data: positions a
+        job could not have reached are refused), starting every worker afresh."""
+        saved = (self._shared_epoch.value, self._epoch_seen, self._levels, self._left, self._origin_block,
+                 self._adopted_state())
+        try:
+            self._shared_epoch.value = epoch
+            self._epoch_seen = epoch
+            self._levels, self._left = levels, None
+            if levels:
+                self._adopt(st)
+                self._remaining()
+            check()
+        except BaseException:
+            (self._shared_epoch.value, self._epoch_seen, self._levels, self._left, self._origin_block,
+             adopted) = saved
+            self._restore_adopted(adopted)
+            raise
+        self._resume, self._progress = {}, {}
+        self._num_workers_seen = None
         self._in_workers.value = 0
+
+    # -- resumed epochs (youmu.merge_states) ------------------------------------------------
+    def _adopt(self, state: Mapping[str, Any]) -> None:
+        """Take :attr:`resume_adopts` from a resumed state (validated)."""
+
+    def _adopted_state(self) -> Any:
+        return None
+
+    def _restore_adopted(self, saved: Any) -> None:
+        pass
+
+    def _origin(self, levels: list[Level]) -> Origin:
+        """How the epoch's first job dealt its units (streams that resume on another
+        topology implement it)."""
+        raise StateError(f"{type(self).__name__} cannot resume on another topology")
+
+    def _remaining(self) -> Units:
+        """The units the resumed chain left, in dealing order (computed once)."""
+        if self._left is None:
+            assert self._levels
+            drop_last = bool(getattr(self, "drop_last", False))
+            origin = self._origin(self._levels)
+            self._origin_block = origin.block
+            self._left = remaining_after(origin, self._levels, drop_last)
+        return self._left
+
+    def _resumed_units(self, worker: int, num_workers: int, epoch: int | None = None) -> Units | None:
+        """This (rank, worker)'s units in a resumed epoch; ``None`` in any other."""
+        if not self._levels or (epoch is not None and epoch != self.epoch):
+            return None
+        rank, world = getattr(self, "rank", 0), getattr(self, "world_size", 1)
+        drop_last = bool(getattr(self, "drop_last", False))
+        return deal(self._remaining(), Shard(rank, world, worker, num_workers), drop_last, self._origin_block)
+
+    def resume_heads(self, worker: int, num_workers: int) -> dict[int, int]:
+        """Positions of this shard whose row was partly packed before a resume, and the
+        tokens of it already delivered (:func:`youmu.torch.pack` skips them)."""
+        units = self._resumed_units(worker, num_workers)
+        if units is None or not units.head.any():
+            return {}
+        starts = np.concatenate([[0], np.cumsum(units.rows)[:-1]])
+        return {int(starts[i]): int(units.head[i]) for i in np.flatnonzero(units.head)}
 
     def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
         """Refuse positions no pass of ``epoch`` could have reached (subclasses know
