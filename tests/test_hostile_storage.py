@@ -49,7 +49,7 @@ def parquet_bytes(tmp_path: Path, n: int = 600, seed: int = 0) -> bytes:
     rng = np.random.default_rng(seed)
     t = pa.table({"id": pa.array(np.arange(n), pa.int64()), "x": pa.array(rng.integers(0, 1 << 40, n), pa.int64())})
     path = tmp_path / f"t{seed}.parquet"
-    pq.write_table(t, path, data_page_size=512, write_page_index=True, compression="none")
+    pq.write_table(t, path, data_page_size=512, write_batch_size=64, write_page_index=True, compression="none")
     return path.read_bytes()
 
 
@@ -85,7 +85,7 @@ class ObjectServer:
                 rng = self.headers.get("Range")
                 if rng and body:
                     a, b = rng.removeprefix("bytes=").split("-")
-                    start, end = (len(data) - int(b), len(data)) if a == "" else (int(a), min(int(b) + 1, len(data)))
+                    start, end = (max(0, len(data) - int(b)), len(data)) if a == "" else (int(a), min(int(b) + 1, len(data)))
                     status = 206
                 self.send_response(status)
                 if status == 206:
@@ -251,7 +251,7 @@ def test_passwords_in_urls_and_options_never_reach_a_message(tmp_path: Path, cap
         text = f"{e.value} {e.value!r} {e.value.args}"
         for s in (secret, keys["access_key_id"], keys["secret_access_key"]):
             assert s not in text, f"case {i}: {text}"
-        assert "127.0.0.1" in text or "ftp://" in text or "s3://b/" in text, f"case {i} still names the place: {text}"
+        assert any(p in text for p in ("127.0.0.1", "s3://b/", "az://c/")), f"case {i} no longer names the place: {text}"
     for argv in (["inspect", f"http://admin:{secret}@127.0.0.1:1/x.parquet"],
                  ["index", f"http://admin:{secret}@127.0.0.1:1/x.parquet", "-o", str(tmp_path / "i.youmu")]):
         try:
@@ -409,9 +409,9 @@ def test_unsupported_url_schemes_are_refused_listing_the_supported_ones(scheme: 
     from youmu._core import column_pages
 
     url = f"{scheme}://host/data/x.parquet"
-    for call in (lambda: youmu.PageIndex(url), lambda: youmu.PageIndex([str(tmp_path), url]),
+    for call in (lambda: youmu.PageIndex(url), lambda: youmu.PageIndex([url, str(tmp_path)]),
                  lambda: youmu.PageIndex.load(url), lambda: column_pages(url)):
-        with pytest.raises(youmu.InvalidArgumentError, match=f"scheme '{scheme}' is not supported") as e:
+        with pytest.raises(youmu.InvalidArgumentError, match=f"scheme .{scheme}. is not supported") as e:
             call()
         assert "s3" in str(e.value) and "https" in str(e.value)
     local = tmp_path / "a.parquet"
@@ -436,24 +436,24 @@ def test_storage_options_for_local_paths_or_other_stores_are_refused(tmp_path: P
 
     path = tmp_path / "a.parquet"
     path.write_bytes(parquet_bytes(tmp_path))
-    with pytest.raises(youmu.InvalidArgumentError, match="'endpiont'"):
+    with pytest.raises(youmu.InvalidArgumentError, match=".endpiont. does not apply"):
         youmu.PageIndex(path, storage_options={"endpiont": "http://127.0.0.1:9000"})
-    with pytest.raises(youmu.InvalidArgumentError, match="'region'.*does not apply"):
+    with pytest.raises(youmu.InvalidArgumentError, match=".region. does not apply"):
         youmu.PageIndex(tmp_path, storage_options={"region": "us-east-1"})
-    with pytest.raises(youmu.InvalidArgumentError, match="'region'"):
+    with pytest.raises(youmu.InvalidArgumentError, match=".region. does not apply"):
         column_pages(str(path), storage_options={"region": "us-east-1"})
     idx = youmu.PageIndex(path)
     idx.save(tmp_path / "a.youmu")
-    with pytest.raises(youmu.InvalidArgumentError, match="'anon'"):
+    with pytest.raises(youmu.InvalidArgumentError, match=".anon. does not apply"):
         youmu.PageIndex.load(tmp_path / "a.youmu", storage_options={"anon": "true"})
     assert youmu.PageIndex.load(tmp_path / "a.youmu").num_rows == idx.num_rows
     # keys of one store are unknown to another
     for url, key in (("gs://b/x.parquet", "aws_access_key_id"), ("az://c/x.parquet", "region"),
                      ("http://127.0.0.1:1/x.parquet", "region"), ("s3://b/x.parquet", "service_account_key")):
-        with pytest.raises(youmu.InvalidArgumentError, match=repr(key)):
+        with pytest.raises(youmu.InvalidArgumentError, match=f"key .{key}. is not an option"):
             youmu.PageIndex(url, storage_options={key: "x"})
     out = io.StringIO()
     from youmu.cli import inspect_file
 
     assert inspect_file(str(path), out=out, storage_options={"region": "x"}) == 1
-    assert "'region'" in out.getvalue()
+    assert "region" in out.getvalue() and "does not apply" in out.getvalue()
