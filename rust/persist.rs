@@ -155,7 +155,10 @@ impl PageIndex {
         };
         let idx = Self::from_bytes_with(&buf, path, storage_options, true)?;
         if !remote && !idx.is_remote() {
-            crate::storage::remote::refuse_unused_options(storage_options, &format!("{} (an index of local files)", name))?;
+            crate::storage::remote::refuse_unused_options(
+                storage_options,
+                &format!("{} (an index of local files)", name),
+            )?;
         }
         Ok(idx)
     }

@@ -392,7 +392,9 @@ def test_plain_http_prefixes_and_globs_are_refused_at_once_and_objects_never_lis
 # --- malformed and misplaced URLs and options ---------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["http://127.0.0.1:99999", "http://exa mple:80", "ftp://127.0.0.1:21", "not a url"])
+@pytest.mark.parametrize(
+    "value", ["http://127.0.0.1:99999", "http://exa mple:80", "ftp://127.0.0.1:21", "not a url", "http://h:1/?x=1"]
+)
 def test_a_malformed_endpoint_is_an_invalid_argument_naming_it(value: str) -> None:
     opts = {"endpoint": value, "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1"}
     for call in (lambda: youmu.PageIndex("s3://b/x.parquet", storage_options=opts),

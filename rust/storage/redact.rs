@@ -49,7 +49,9 @@ pub fn is_secret_key(key: &str) -> bool {
 /// "true" in a message would only hide what it says.
 fn looks_secret(v: &str) -> bool {
     let t = v.trim();
-    t.len() >= 4 && t.parse::<f64>().is_err() && !["true", "false", "yes", "no"].contains(&t.to_ascii_lowercase().as_str())
+    t.len() >= 4
+        && t.parse::<f64>().is_err()
+        && !["true", "false", "yes", "no"].contains(&t.to_ascii_lowercase().as_str())
 }
 
 /// Remember the secret values among `options`, so messages never show them.
@@ -123,7 +125,8 @@ fn redact_params(text: &str) -> String {
                 && SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str())
             {
                 let vstart = i + eq + 1;
-                let vlen = text[vstart..].find(|c: char| c == '&' || c == '#' || ends_token(c)).unwrap_or(text.len() - vstart);
+                let vlen =
+                    text[vstart..].find(|c: char| c == '&' || c == '#' || ends_token(c)).unwrap_or(text.len() - vstart);
                 out.push_str(name);
                 out.push('=');
                 if vlen > 0 {
@@ -162,7 +165,11 @@ mod tests {
             ("aws_session_token".into(), "xy".into()),
         ]);
         assert_eq!(redact("bad signature for wJalrXUtnFEMI in us-east-1"), "bad signature for *** in us-east-1");
-        assert!(is_secret_key("AZURE_STORAGE_ACCOUNT_KEY") && is_secret_key("sas_token") && is_secret_key("access_key_id"));
-        assert!(!is_secret_key("endpoint") && !is_secret_key("region") && !is_secret_key("google_service_account_path"));
+        assert!(
+            is_secret_key("AZURE_STORAGE_ACCOUNT_KEY") && is_secret_key("sas_token") && is_secret_key("access_key_id")
+        );
+        assert!(
+            !is_secret_key("endpoint") && !is_secret_key("region") && !is_secret_key("google_service_account_path")
+        );
     }
 }

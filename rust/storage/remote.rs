@@ -124,6 +124,10 @@ fn check_url_option(key: &str, value: &str) -> Result<()> {
     if u.host_str().is_none_or(str::is_empty) {
         return Err(bad("no host".into()));
     }
+    if u.query().is_some() || u.fragment().is_some() {
+        // object paths are appended to it: a query string would end up inside them
+        return Err(bad("a query string or fragment cannot be part of it".into()));
+    }
     Ok(())
 }
 
@@ -220,7 +224,11 @@ impl StoreSpec {
         let io = super::io_options();
         // youmu retries every request itself (`super::retry`): one loop, one policy.
         let retry = RetryConfig {
-            backoff: BackoffConfig { init_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(1), base: 2.0 },
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                base: 2.0,
+            },
             max_retries: 0,
             retry_timeout: io.retry_timeout,
         };
@@ -668,7 +676,8 @@ pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) ->
     let url = &redact(url);
     let mut detail = redact(&error_chain(&e));
     if retries > 0 {
-        detail.push_str(&format!(" (after {retries} retries over {:.1} s)", elapsed.as_secs_f64()));
+        let plural = if retries == 1 { "retry" } else { "retries" };
+        detail.push_str(&format!(" (after {retries} {plural} over {:.1} s)", elapsed.as_secs_f64()));
     }
     let kind = match &e {
         E::Precondition { .. } => {
@@ -689,9 +698,8 @@ pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) ->
         E::UnknownConfigurationKey { .. } => StorageErrorKind::Config,
         // reqwest refuses to build the request: an http:// URL with allow_http off
         _ if detail.contains("URL scheme is not allowed") => {
-            detail.push_str(
-                " (plain http:// needs storage_options[\"allow_http\"] = \"true\"; use https:// otherwise)",
-            );
+            detail
+                .push_str(" (plain http:// needs storage_options[\"allow_http\"] = \"true\"; use https:// otherwise)");
             StorageErrorKind::Config
         }
         _ if detail.contains("builder error") => StorageErrorKind::Config,
