@@ -22,6 +22,7 @@ __all__ = [
     "column_pages",
     "set_io_options",
     "io_options",
+    "redact",
 ]
 
 import numpy as np

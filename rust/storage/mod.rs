@@ -40,8 +40,8 @@ use crate::error::{Error, Result};
 pub use local::LocalFile;
 pub use remote::RemoteObject;
 
-/// Requests sent to object stores by this process (retries not counted: see
-/// `retry::REMOTE_RETRIES`).
+/// Requests sent to object stores by this process, retries included
+/// (`retry::REMOTE_RETRIES` counts those).
 pub static REMOTE_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// Bytes received from object stores.
 pub static REMOTE_BYTES: AtomicU64 = AtomicU64::new(0);

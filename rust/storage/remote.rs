@@ -781,7 +781,8 @@ mod tests {
     #[test]
     fn unknown_storage_options_are_errors() {
         let opts = |k: &str| vec![(k.to_string(), "x".to_string())];
-        assert!(StoreSpec::parse("s3://b/k", &opts("endpoint")).is_ok());
+        assert!(StoreSpec::parse("s3://b/k", &[("endpoint".into(), "http://127.0.0.1:9000".into())]).is_ok());
+        assert!(matches!(StoreSpec::parse("s3://b/k", &opts("endpoint")), Err(Error::InvalidArgument(_))));
         assert!(StoreSpec::parse("s3://b/k", &opts("AWS_ACCESS_KEY_ID")).is_ok());
         assert!(StoreSpec::parse("s3://b/k", &opts("timeout")).is_ok());
         assert!(matches!(StoreSpec::parse("s3://b/k", &opts("endpiont")), Err(Error::InvalidArgument(_))));

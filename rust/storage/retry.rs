@@ -74,7 +74,8 @@ pub fn transient(e: &object_store::Error) -> Option<Transient> {
 /// `span`: the retries then cover the retry timeout, whatever the two settings are.
 pub fn growth(retries: usize, first: Duration, span: Duration) -> f64 {
     let (n, a, t) = (retries.max(1) as f64, first.as_secs_f64(), span.as_secs_f64());
-    if n * a >= t {
+    // one retry: there is nothing to grow
+    if retries <= 1 || n * a >= t {
         return 1.0;
     }
     let sum = |g: f64| if (g - 1.0).abs() < 1e-9 { n * a } else { a * (g.powf(n) - 1.0) / (g - 1.0) };
@@ -171,7 +172,10 @@ mod tests {
         for (n, span) in [(10usize, 180.0f64), (3, 20.0), (1, 5.0), (100, 180.0), (10, 0.5)] {
             let g = growth(n, FIRST_BACKOFF, Duration::from_secs_f64(span));
             let total: f64 = (0..n).map(|k| 0.1 * g.powi(k as i32)).sum();
-            assert!(total >= span * 0.99 || (g == 1.0 && n as f64 * 0.1 >= span), "{n} {span}: {total} (g {g})");
+            assert!(
+                total >= span * 0.99 || (g == 1.0 && (n == 1 || n as f64 * 0.1 >= span)),
+                "{n} {span}: {total} (g {g})"
+            );
             assert!(total <= span * 1.01 || g == 1.0, "{n} {span}: {total}");
         }
         // the defaults: the first retries come fast, a 5 s restart is outlasted by the sixth
