@@ -33,7 +33,7 @@ use object_store::path::Path as ObjectPath;
 
 use crate::error::{Error, Result};
 use crate::storage::aio::block_on;
-use crate::storage::remote::{StoreSpec, is_url};
+use crate::storage::remote::{StoreSpec, is_remote, refuse_unused_options};
 
 const DATA_EXTENSIONS: &[&str] = &[".parquet", ".parq", ".pq"];
 
@@ -298,7 +298,9 @@ fn expand_remote(spec: &str, options: &[(String, String)], out: &mut Vec<Found>)
         return Ok(());
     }
     let last = key.rsplit('/').next().unwrap_or("");
-    if !key.is_empty() && !key.ends_with('/') && has_data_extension(last) {
+    // plain HTTP cannot list: a URL there names one object, whatever its name
+    let names_object = has_data_extension(last) || !store.can_list();
+    if !key.is_empty() && !key.ends_with('/') && names_object {
         out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
         return Ok(());
     }
@@ -330,7 +332,7 @@ pub fn discover(specs: &[String], options: &[(String, String)]) -> Result<Discov
     }
     let mut d = Discovery::default();
     for s in specs {
-        if is_url(s) {
+        if is_remote(s)? {
             expand_remote(s, options, &mut d.found)?;
             continue;
         }
@@ -347,6 +349,9 @@ pub fn discover(specs: &[String], options: &[(String, String)]) -> Result<Discov
         let mut files = Vec::new();
         expand_local(&local, &mut files, &mut d.skipped)?;
         d.found.extend(files.into_iter().map(Found::Local));
+    }
+    if !d.found.iter().any(|f| matches!(f, Found::Remote { .. })) {
+        refuse_unused_options(options, "the path list")?;
     }
     let mut seen = std::collections::HashSet::new();
     for f in &d.found {

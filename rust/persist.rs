@@ -133,7 +133,7 @@ impl PageIndex {
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
         let name = path.to_string_lossy();
-        if crate::storage::remote::is_url(&name) {
+        if crate::storage::remote::is_remote(&name)? {
             return crate::storage::remote::write_object(&name, &self.storage_options, bytes);
         }
         crate::atomic::write(path, &bytes, "save(path)")
@@ -147,12 +147,20 @@ impl PageIndex {
     /// the stores of its objects (and of the index object itself).
     pub fn load_with(path: &Path, storage_options: &[(String, String)]) -> Result<PageIndex> {
         let name = path.to_string_lossy();
-        let buf = if crate::storage::remote::is_url(&name) {
+        let remote = crate::storage::remote::is_remote(&name)?;
+        let buf = if remote {
             crate::storage::remote::read_object(&name, storage_options)?
         } else {
             std::fs::read(path).map_err(|e| Error::io(path, e))?
         };
-        Self::from_bytes_with(&buf, path, storage_options, true)
+        let idx = Self::from_bytes_with(&buf, path, storage_options, true)?;
+        if !remote && !idx.is_remote() {
+            crate::storage::remote::refuse_unused_options(
+                storage_options,
+                &format!("{} (an index of local files)", name),
+            )?;
+        }
+        Ok(idx)
     }
 
     /// The serialized index (what `save` writes).

@@ -22,6 +22,7 @@ __all__ = [
     "column_pages",
     "set_io_options",
     "io_options",
+    "redact",
 ]
 
 import numpy as np
@@ -215,6 +216,7 @@ def set_io_options(
     retry_timeout: float | None = None,
     request_timeout: float | None = None,
     connect_timeout: float | None = None,
+    read_timeout: float | None = None,
     io_threads: int | None = None,
 ) -> None:
     """Process-wide I/O settings (keywords left out keep their value; none changes what
@@ -228,12 +230,29 @@ def set_io_options(
       kept open (least recently used closed first).
     - ``tail_bytes`` (262144): bytes of an object's tail read by an index build's first GET.
     - ``retries`` (10), ``retry_timeout`` (180 s): transient errors (5xx, throttling,
-      timeouts, dropped or truncated responses) are retried with exponential backoff.
-    - ``request_timeout`` (30 s), ``connect_timeout`` (5 s): per request; the
-      ``timeout``/``connect_timeout`` storage options override them per index.
+      refused, dropped or truncated connections) are retried with exponential backoff
+      and jitter stretched so the retries span ``retry_timeout``: a store restarting
+      for seconds or minutes is waited out. A request that got no answer in time is
+      retried once, and a store that never answered this process and refuses
+      connections (a wrong endpoint) once.
+    - ``request_timeout`` (30 s, connect to last byte), ``connect_timeout`` (5 s),
+      ``read_timeout`` (10 s: no byte, the first or the next, for this long): per
+      request; the ``timeout``/``connect_timeout``/``read_timeout`` storage options
+      override them per index. A hung endpoint (it accepts connections, never
+      answers) fails with ``StorageTimeoutError`` within about ``connect_timeout + 2 *
+      read_timeout`` (20-25 s by default).
     - ``io_threads`` (cores, 2..8): threads of the I/O runtime (they only move bytes;
       read when a process first touches an object store).
     """
 
 def io_options() -> dict[str, int | float]: ...
+def redact(text: str) -> str:
+    """``text`` with credentials blanked out: user info in URLs, signature and token
+    query parameters (``sig=``, ``X-Amz-Signature=``...), and secret ``storage_options``
+    values this process has seen. Every youmu error message goes through it.
+
+    >>> from youmu._core import redact
+    >>> redact("http://admin:hunter2@host/x.parquet?sv=1&sig=abc")
+    'http://***@host/x.parquet?sv=1&sig=***'
+    """
 def num_threads() -> int: ...

@@ -55,8 +55,11 @@ def _quantiles(values: np.ndarray) -> str:
 
 
 def _message(path: str, error: object) -> str:
-    """``path: error``, without naming the path twice (youmu's messages start with it)."""
-    text = str(error)
+    """``path: error``, without naming the path twice (youmu's messages start with it),
+    credentials blanked out (youmu's one redaction, ``youmu._core.redact``)."""
+    from youmu._core import redact
+
+    path, text = redact(path), redact(str(error))
     return text if text.startswith(path) else f"{path}: {text}"
 
 
@@ -80,7 +83,7 @@ def inspect_file(path: str, out: TextIO | None = None, storage_options: Mapping[
     for f in files:
         name = str(f["path"])
         if "skipped" in f:
-            print(f"skipped {name}: {f['skipped']}", file=out)
+            print(_message(f"skipped {name}", f["skipped"]), file=out)
             continue
         if "error" in f:
             print(_message(name, f["error"]), file=out)
@@ -91,7 +94,9 @@ def inspect_file(path: str, out: TextIO | None = None, storage_options: Mapping[
 
 
 def _report(f: dict[str, Any], out: TextIO) -> int:
-    print(f"{f['path']}", file=out)
+    from youmu._core import redact
+
+    print(redact(str(f["path"])), file=out)
     remote = ""
     if f["etag"] is not None or f["requests"]:
         remote = f"  size {f['size']:,}  etag {f['etag']}  GETs {f['requests']}"
@@ -151,6 +156,7 @@ def build_index(
     index to ``output`` (a path, or an object URL); print what was indexed, GETs per
     object for object stores, and the entries discovery skipped."""
     import youmu
+    from youmu._core import redact
 
     out = out or sys.stdout  # looked up per call, as in inspect_file
 
@@ -172,9 +178,9 @@ def build_index(
     remote = f", {requests / max(idx.num_files, 1):.2f} GETs/object" if idx.is_remote else ""
     print(f"indexed {idx.num_files} files, {len(idx):,} pages, {idx.num_rows:,} rows in {dt:.2f}s "
           f"({idx.num_files / max(dt, 1e-9):.1f} files/s, {idx.table_bytes / max(len(idx), 1):.1f} bytes/page"
-          f"{remote}) -> {output}", file=out)
+          f"{remote}) -> {redact(output)}", file=out)
     for path, why in idx.skipped:
-        print(f"skipped {path}: {why}", file=out)
+        print(redact(f"skipped {path}: {why}"), file=out)
     return 0
 
 
@@ -206,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_index.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE", help=so_help)
     args = parser.parse_args(argv)
     import youmu
+    from youmu._core import redact
 
     opts = _storage_options(args.storage_option)
     if args.cmd == "inspect":
@@ -213,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return build_index(args.paths, args.output, args.columns, storage_options=opts)
     except youmu.YoumuError as e:
-        print(f"youmu index: {e}", file=sys.stderr)
+        print(f"youmu index: {redact(str(e))}", file=sys.stderr)
         return 1
 
 

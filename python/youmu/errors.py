@@ -185,11 +185,14 @@ class StorageAuthError(StorageError, PermissionError):
 
 
 class StorageTimeoutError(StorageError, TimeoutError):
-    """A request timed out, retries included."""
+    """A request got no answer in time (``connect_timeout``, ``read_timeout``,
+    ``request_timeout``), its one retry included: a hung endpoint fails with it within
+    about ``connect_timeout + 2 * read_timeout``."""
 
 
 class RetriesExhaustedError(StorageError):
-    """Transient failures (5xx, throttling, dropped connections) outlasted the retries."""
+    """Transient failures (5xx, throttling, refused or dropped connections) outlasted
+    the retries (``retries``, spread over ``retry_timeout``)."""
 
 
 # -- arguments and states ----------------------------------------------------------------

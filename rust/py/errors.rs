@@ -38,7 +38,7 @@ fn class_name(e: &Error) -> &'static str {
 }
 
 pub fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
-    let msg = e.to_string();
+    let msg = e.message();
     let made =
         py.import("youmu.errors").and_then(|m| m.getattr(class_name(&e))).and_then(|cls| cls.call1((msg.clone(),)));
     match made {

@@ -47,10 +47,10 @@ fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// `max_inflight` (object-store requests in flight), `coalesce_gap` (bytes: ranges of an
 /// object this close are fetched with one GET), `max_open_files` (local handles kept),
 /// `tail_bytes` (first GET of an index build), `retries`, `retry_timeout`,
-/// `request_timeout`, `connect_timeout` (seconds), `io_threads`.
+/// `request_timeout`, `connect_timeout`, `read_timeout` (seconds), `io_threads`.
 #[pyfunction]
 #[pyo3(signature = (*, max_inflight=None, coalesce_gap=None, max_open_files=None, tail_bytes=None, retries=None,
-    retry_timeout=None, request_timeout=None, connect_timeout=None, io_threads=None))]
+    retry_timeout=None, request_timeout=None, connect_timeout=None, read_timeout=None, io_threads=None))]
 #[allow(clippy::too_many_arguments)]
 fn set_io_options(
     max_inflight: Option<usize>,
@@ -61,6 +61,7 @@ fn set_io_options(
     retry_timeout: Option<f64>,
     request_timeout: Option<f64>,
     connect_timeout: Option<f64>,
+    read_timeout: Option<f64>,
     io_threads: Option<usize>,
 ) -> PyResult<()> {
     use std::time::Duration;
@@ -94,10 +95,21 @@ fn set_io_options(
     if let Some(v) = connect_timeout {
         o.connect_timeout = secs("connect_timeout", v)?;
     }
+    if let Some(v) = read_timeout {
+        o.read_timeout = secs("read_timeout", v)?;
+    }
     if let Some(v) = io_threads {
         o.io_threads = v;
     }
     Ok(crate::storage::set_io_options(o)?)
+}
+
+/// `text` with credentials blanked out (user info in URLs, signature and token query
+/// parameters, secret `storage_options` values seen by this process): the one
+/// redaction every message naming a URL goes through.
+#[pyfunction]
+fn redact(text: &str) -> String {
+    crate::storage::redact::redact(text)
 }
 
 /// The current I/O settings (see `set_io_options`).
@@ -113,6 +125,7 @@ fn io_options(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("retry_timeout", o.retry_timeout.as_secs_f64())?;
     d.set_item("request_timeout", o.request_timeout.as_secs_f64())?;
     d.set_item("connect_timeout", o.connect_timeout.as_secs_f64())?;
+    d.set_item("read_timeout", o.read_timeout.as_secs_f64())?;
     d.set_item("io_threads", o.io_threads)?;
     Ok(d)
 }
@@ -167,7 +180,7 @@ fn column_pages<'py>(
         let d = PyDict::new(py);
         d.set_item("path", name)?;
         match result {
-            Err(e) => d.set_item("error", e.to_string())?,
+            Err(e) => d.set_item("error", e.message())?,
             Ok(r) => {
                 d.set_item("size", r.size)?;
                 d.set_item("etag", r.etag)?;
@@ -196,7 +209,7 @@ fn column_pages<'py>(
                             cd.set_item("row_groups_merged_pages", p.row_groups_merged_pages)?;
                             cd.set_item("row_groups_page_granular", p.row_groups_page_granular)?;
                         }
-                        Err(e) => cd.set_item("error", e.to_string())?,
+                        Err(e) => cd.set_item("error", e.message())?,
                     }
                     columns.append(cd)?;
                 }
@@ -245,5 +258,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(column_pages, m)?)?;
     m.add_function(wrap_pyfunction!(set_io_options, m)?)?;
     m.add_function(wrap_pyfunction!(io_options, m)?)?;
+    m.add_function(wrap_pyfunction!(redact, m)?)?;
     Ok(())
 }

@@ -22,7 +22,9 @@
 pub mod aio;
 pub mod fetch;
 pub mod local;
+pub mod redact;
 pub mod remote;
+pub mod retry;
 
 use std::io::Read;
 use std::ops::Range;
@@ -38,8 +40,8 @@ use crate::error::{Error, Result};
 pub use local::LocalFile;
 pub use remote::RemoteObject;
 
-/// GET requests sent to object stores by this process (retries inside `object_store`
-/// not counted: it does not report them).
+/// Requests sent to object stores by this process, retries included
+/// (`retry::REMOTE_RETRIES` counts those).
 pub static REMOTE_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// Bytes received from object stores.
 pub static REMOTE_BYTES: AtomicU64 = AtomicU64::new(0);
@@ -74,8 +76,9 @@ pub struct IoOptions {
     /// Bytes of an object's tail read by the first GET of an index build (footer and,
     /// where writers put it, the OffsetIndex).
     pub tail_bytes: u64,
-    /// Retries of a failed request (transient errors only: 5xx, 429, timeouts,
-    /// dropped connections, truncated bodies).
+    /// Retries of a failed request (transient errors only: 5xx, 429, dropped
+    /// connections, truncated bodies; a request that got no answer in time is retried
+    /// once). Their backoff grows exponentially, with jitter, so they span `retry_timeout`.
     pub retries: usize,
     /// No retry starts after this long since the first attempt.
     pub retry_timeout: Duration,
@@ -83,6 +86,10 @@ pub struct IoOptions {
     pub request_timeout: Duration,
     /// Connect timeout; `storage_options["connect_timeout"]` overrides it per index.
     pub connect_timeout: Duration,
+    /// No byte for this long (the first of a response, or the next) fails the attempt:
+    /// a hung endpoint fails within about `connect_timeout + 2 * read_timeout`;
+    /// `storage_options["read_timeout"]` overrides it per index.
+    pub read_timeout: Duration,
     /// Worker threads of the I/O runtime (they only move bytes).
     pub io_threads: usize,
 }
@@ -99,11 +106,13 @@ impl Default for IoOptions {
             coalesce_max: 16 << 20,
             max_open_files: local::default_max_open_files(),
             tail_bytes: 256 << 10,
-            // object_store's own defaults
             retries: 10,
             retry_timeout: Duration::from_secs(180),
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
+            // S3's first byte comes in tens of milliseconds, its p99.9 within a second or
+            // two (Durner et al., VLDB 2023): ten seconds of silence is a hung endpoint.
+            read_timeout: Duration::from_secs(10),
             io_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(2, 8),
         }
     }
@@ -156,8 +165,8 @@ pub fn set_io_options(o: IoOptions) -> Result<()> {
     if old.max_inflight != o.max_inflight {
         aio::resize_inflight(o.max_inflight);
     }
-    if (old.retries, old.retry_timeout, old.request_timeout, old.connect_timeout)
-        != (o.retries, o.retry_timeout, o.request_timeout, o.connect_timeout)
+    if (old.retry_timeout, old.request_timeout, old.connect_timeout, old.read_timeout)
+        != (o.retry_timeout, o.request_timeout, o.connect_timeout, o.read_timeout)
     {
         aio::forget_stores();
     }
@@ -390,6 +399,7 @@ pub fn stats() -> Vec<(&'static str, u64)> {
     vec![
         ("remote_requests", REMOTE_REQUESTS.load(Ordering::Relaxed)),
         ("remote_bytes", REMOTE_BYTES.load(Ordering::Relaxed)),
+        ("remote_retries", retry::REMOTE_RETRIES.load(Ordering::Relaxed)),
         ("unplanned_remote_reads", UNPLANNED_READS.load(Ordering::Relaxed)),
         ("remote_first_byte_us", FIRST_BYTE_US.load(Ordering::Relaxed)),
         ("file_opens", opens),

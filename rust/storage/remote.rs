@@ -6,12 +6,13 @@
 //! `GOOGLE_*` and `AZURE_*` environment variables (`AWS_ACCESS_KEY_ID`,
 //! `AWS_ENDPOINT_URL`, `AWS_REGION`, ...) are read, then `storage_options` (any key
 //! `object_store` accepts for that store, e.g. `endpoint`, `region`, `access_key_id`,
-//! `timeout`) override them; an unknown key is an error, not silently ignored. An
-//! `http://` endpoint (a local MinIO or moto) allows plain HTTP without a further option.
-
+//! `timeout`) override them; an unknown key is an error, not silently ignored, and so
+//! is any key given for local paths only. An `http://` endpoint (a local MinIO or moto)
+//! allows plain HTTP without a further option. Retries are youmu's ([`super::retry`]);
+//! messages never show credentials ([`super::redact`]).
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +24,8 @@ use object_store::{
 };
 
 use super::aio::io_runtime;
+use super::redact::{redact, remember_secrets};
+use super::retry::{Failed, retrying};
 use super::{REMOTE_BYTES, REMOTE_REQUESTS};
 use crate::error::{Error, Result, StorageErrorKind, range_text};
 
@@ -31,6 +34,44 @@ const URL_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "adl", "azure", "abfs", 
 /// Whether `spec` names an object-store location (rather than a local path).
 pub fn is_url(spec: &str) -> bool {
     spec.split_once("://").is_some_and(|(scheme, _)| URL_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
+/// The scheme of `spec` if it is written as a URL (`name://...`; a one-letter "scheme"
+/// is a Windows drive, not a URL).
+fn url_scheme(spec: &str) -> Option<String> {
+    let (scheme, _) = spec.split_once("://")?;
+    let ok = scheme.len() >= 2
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    ok.then(|| scheme.to_ascii_lowercase())
+}
+
+/// Whether `spec` is an object-store URL (`Ok(true)`) or a local path or `file://` URL
+/// (`Ok(false)`); a URL of any other scheme (`ftp://`, `hdfs://`, `memory://`...) is an
+/// error saying which schemes are supported, never a local path that does not exist.
+pub fn is_remote(spec: &str) -> Result<bool> {
+    match url_scheme(spec) {
+        Some(s) if URL_SCHEMES.contains(&s.as_str()) => Ok(true),
+        Some(s) if s == "file" => Ok(false),
+        Some(s) => Err(Error::InvalidArgument(format!(
+            "{:?}: the URL scheme {s:?} is not supported (supported: {}, file, or a local path)",
+            redact(spec),
+            URL_SCHEMES.join(", ")
+        ))),
+        None => Ok(false),
+    }
+}
+
+/// `storage_options` configure object stores: given where no object store is named
+/// (only local paths, or an index of local files), they are a mistake, refused naming
+/// the first key rather than ignored.
+pub fn refuse_unused_options(options: &[(String, String)], what: &str) -> Result<()> {
+    match options.first() {
+        Some((k, _)) => Err(Error::InvalidArgument(format!(
+            "storage_options key {k:?} does not apply: {what} names no object store (storage_options configure s3://, gs://, az://, abfs:// and http(s):// URLs)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 static NEXT_SPEC: AtomicU64 = AtomicU64::new(1);
@@ -44,21 +85,50 @@ pub struct StoreSpec {
     /// `scheme://bucket/` (or `https://host/bucket/` for path-style URLs), ending in `/`.
     pub root: String,
     pub options: Vec<(String, String)>,
+    /// Whether the store has answered this process yet (a store that never did and
+    /// refuses connections is a wrong endpoint, not a restart to wait out).
+    pub answered: AtomicBool,
 }
 
 fn config_error(root: &str, e: impl std::fmt::Display) -> Error {
     Error::Storage {
-        url: root.to_string(),
+        url: redact(root),
         range: String::new(),
         kind: StorageErrorKind::Config,
-        detail: e.to_string(),
+        detail: redact(&e.to_string()),
     }
 }
 
 fn unknown_key(root: &str, key: &str) -> Error {
     Error::InvalidArgument(format!(
-        "storage_options key {key:?} is not an option of the store for {root} (see object_store's config keys)"
+        "storage_options key {key:?} is not an option of the store for {} (see object_store's config keys)",
+        redact(root)
     ))
+}
+
+/// Options whose value is a URL the client connects to (`endpoint`, `aws_endpoint_url`,
+/// `proxy_url`, `azure_msi_endpoint`...): checked here, because `object_store` parses
+/// some of them only when a request is sent, and panics there on a bad port.
+fn check_url_option(key: &str, value: &str) -> Result<()> {
+    let url_valued = (key.contains("endpoint") || key.ends_with("url")) && !key.contains("use_");
+    if !url_valued {
+        return Ok(());
+    }
+    let bad = |why: String| {
+        Error::InvalidArgument(format!("storage_options[{key:?}] = {:?} is not a usable URL: {why}", redact(value)))
+    };
+    let u = url::Url::parse(value).map_err(|e| bad(e.to_string()))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(bad(format!("the scheme must be http or https, not {:?}", u.scheme())));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host".into()));
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        // object paths are appended to it: a query string would end up inside them
+        return Err(bad("a query string or fragment cannot be part of it".into()));
+    }
+    Ok(())
 }
 
 /// Whether an environment variable `PREFIX_KEY` sets `key` for a store.
@@ -70,9 +140,12 @@ impl StoreSpec {
     /// Split a URL into its store and the object key (or key pattern) inside it. The key
     /// is taken as written (no percent-decoding), as s3fs and pyarrow do.
     pub fn parse(spec: &str, options: &[(String, String)]) -> Result<(Arc<StoreSpec>, String)> {
-        let bad = |why: &str| Error::InvalidArgument(format!("{spec:?} is not a usable storage URL: {why}"));
+        let bad = |why: &str| Error::InvalidArgument(format!("{:?} is not a usable storage URL: {why}", redact(spec)));
         let (scheme, rest) = spec.split_once("://").ok_or_else(|| bad("no scheme"))?;
         let scheme = scheme.to_ascii_lowercase();
+        if !is_remote(spec)? {
+            return Err(bad("not an object-store URL"));
+        }
         let (authority, mut key) = rest.split_once('/').unwrap_or((rest, ""));
         if authority.is_empty() {
             return Err(bad("no bucket or host"));
@@ -95,7 +168,14 @@ impl StoreSpec {
             return Err(bad("not an object store"));
         }
         let options: Vec<(String, String)> = options.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
-        let spec = StoreSpec { id: NEXT_SPEC.fetch_add(1, Ordering::Relaxed), scheme: kind, root, options };
+        remember_secrets(&options);
+        let spec = StoreSpec {
+            id: NEXT_SPEC.fetch_add(1, Ordering::Relaxed),
+            scheme: kind,
+            root,
+            options,
+            answered: AtomicBool::new(false),
+        };
         spec.check_options()?;
         Ok((Arc::new(spec), key.to_string()))
     }
@@ -120,6 +200,9 @@ impl StoreSpec {
                 return Err(unknown_key(&self.root, k));
             }
         }
+        for (k, v) in &self.options {
+            check_url_option(k, v)?;
+        }
         Ok(())
     }
 
@@ -139,13 +222,14 @@ impl StoreSpec {
         use object_store::http::HttpBuilder;
 
         let io = super::io_options();
+        // youmu retries every request itself (`super::retry`): one loop, one policy.
         let retry = RetryConfig {
             backoff: BackoffConfig {
-                init_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_secs(5),
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
                 base: 2.0,
             },
-            max_retries: io.retries,
+            max_retries: 0,
             retry_timeout: io.retry_timeout,
         };
         let env_prefix = match self.scheme {
@@ -159,6 +243,7 @@ impl StoreSpec {
         for (key, ck, value) in [
             ("timeout", ClientConfigKey::Timeout, io.request_timeout),
             ("connect_timeout", ClientConfigKey::ConnectTimeout, io.connect_timeout),
+            ("read_timeout", ClientConfigKey::ReadTimeout, io.read_timeout),
         ] {
             if !self.user_sets(key) && !env_sets(env_prefix, key) {
                 client.push((ck, format!("{}ms", value.as_millis().max(1))));
@@ -254,21 +339,100 @@ impl StoreSpec {
         io_runtime().store(self)
     }
 
+    /// Whether the store can list keys (a plain HTTP server cannot: WebDAV's PROPFIND
+    /// is all `object_store` could try, and web servers answer it 405 or 501).
+    pub fn can_list(&self) -> bool {
+        self.scheme != ObjectStoreScheme::Http
+    }
+
+    fn cannot_list(&self, url: &str) -> Error {
+        Error::InvalidArgument(format!(
+            "{}: a plain http(s):// server cannot list objects, so a URL there must name one object \
+             (e.g. .../train-00000.parquet), not a prefix or a glob; list the objects' URLs instead",
+            redact(url)
+        ))
+    }
+
     /// Every object under `prefix` (a key prefix ending in `/`, or empty), unsorted.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let url = format!("{}{prefix}", self.root);
+        if !self.can_list() {
+            return Err(self.cannot_list(&url));
+        }
         let store = self.store()?;
         let p = if prefix.is_empty() { None } else { Some(self.object_path(prefix.trim_end_matches('/'))?) };
-        let url = format!("{}{prefix}", self.root);
-        let _permit = io_runtime().permits().acquire_owned().await;
-        store.list(p.as_ref()).try_collect().await.map_err(|e| classify(e, &url, "", false))
+        retrying(&self.answered, || {
+            let (store, p) = (store.clone(), p.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.list(p.as_ref()).try_collect::<Vec<ObjectMeta>>().await
+            }
+        })
+        .await
+        .map_err(|e| classify(e, &url, "", false))
+    }
+
+    /// The objects and "directories" right under `prefix` (one LIST request).
+    async fn list_dir(&self, prefix: Option<&ObjectPath>) -> Result<object_store::ListResult> {
+        let url = format!("{}{}", self.root, prefix.map_or(String::new(), |p| format!("{p}/")));
+        if !self.can_list() {
+            return Err(self.cannot_list(&url));
+        }
+        let store = self.store()?;
+        retrying(&self.answered, || {
+            let (store, p) = (store.clone(), prefix.cloned());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.list_with_delimiter(p.as_ref()).await
+            }
+        })
+        .await
+        .map_err(|e| classify(e, &url, "", false))
     }
 
     /// Metadata of one object (a HEAD).
     pub async fn head(&self, path: &ObjectPath) -> Result<ObjectMeta> {
         let store = self.store()?;
-        let _permit = io_runtime().permits().acquire_owned().await;
-        REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
-        store.head(path).await.map_err(|e| classify(e, &self.url_of(path), "", false))
+        retrying(&self.answered, || {
+            let (store, path) = (store.clone(), path.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.head(&path).await
+            }
+        })
+        .await
+        .map_err(|e| classify(e, &self.url_of(path), "", false))
+    }
+
+    /// One GET of `path` (the whole object, or `opts.range`), its body read in full (a
+    /// body cut short is retried like a failed request): the object as the response
+    /// describes it, where the bytes start, the bytes. Errors name `url` and `range`.
+    async fn get(
+        &self,
+        path: &ObjectPath,
+        opts: GetOptions,
+        (url, range, indexed): (&str, &str, bool),
+    ) -> Result<(ObjectMeta, u64, Bytes)> {
+        let store = self.store()?;
+        retrying(&self.answered, || {
+            let (store, path, opts) = (store.clone(), path.clone(), opts.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                let sent = std::time::Instant::now();
+                let res = store.get_opts(&path, opts).await?;
+                super::record_first_byte(sent.elapsed());
+                let (meta, start) = (res.meta.clone(), res.range.start);
+                let bytes = res.bytes().await?;
+                REMOTE_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                Ok((meta, start, bytes))
+            }
+        })
+        .await
+        .map_err(|e| classify(e, url, range, indexed))
     }
 }
 
@@ -277,12 +441,7 @@ pub fn read_object(url: &str, options: &[(String, String)]) -> Result<Vec<u8>> {
     let (spec, key) = StoreSpec::parse(url, options)?;
     let path = spec.object_path(&key)?;
     super::aio::block_on(async move {
-        let store = spec.store()?;
-        let _permit = io_runtime().permits().acquire_owned().await;
-        REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
-        let res = store.get(&path).await.map_err(|e| classify(e, url, "", false))?;
-        let bytes = res.bytes().await.map_err(|e| classify(e, url, "", false))?;
-        REMOTE_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let (_, _, bytes) = spec.get(&path, GetOptions::default(), (url, "", false)).await?;
         Ok(bytes.to_vec())
     })?
 }
@@ -292,10 +451,20 @@ pub fn read_object(url: &str, options: &[(String, String)]) -> Result<Vec<u8>> {
 pub fn write_object(url: &str, options: &[(String, String)], data: Vec<u8>) -> Result<()> {
     let (spec, key) = StoreSpec::parse(url, options)?;
     let path = spec.object_path(&key)?;
+    let data = Bytes::from(data);
     super::aio::block_on(async move {
         let store = spec.store()?;
-        let _permit = io_runtime().permits().acquire_owned().await;
-        store.put(&path, data.into()).await.map(|_| ()).map_err(|e| classify(e, url, "", false))
+        // a PUT of the whole object is idempotent: sending it again is safe
+        retrying(&spec.answered, || {
+            let (store, path, data) = (store.clone(), path.clone(), data.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.put(&path, data.into()).await.map(|_| ())
+            }
+        })
+        .await
+        .map_err(|e| classify(e, url, "", false))
     })?
 }
 
@@ -353,7 +522,6 @@ impl RemoteObject {
         n: u64,
     ) -> Result<(RemoteObject, u64, Bytes)> {
         let url = spec.url_of(&path);
-        let store = spec.store()?;
         let listed = match listed {
             None if spec.scheme == ObjectStoreScheme::MicrosoftAzure => Some(spec.head(&path).await?),
             other => other,
@@ -366,63 +534,63 @@ impl RemoteObject {
             },
             None => GetOptions { range: Some(GetRange::Suffix(n)), ..Default::default() },
         };
-        let _permit = io_runtime().permits().acquire_owned().await;
-        REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
         let tail = format!("last {n} bytes");
-        let sent = std::time::Instant::now();
-        let res = store.get_opts(&path, opts).await.map_err(|e| classify(e, &url, &tail, false))?;
-        super::record_first_byte(sent.elapsed());
-        let meta = res.meta.clone();
-        let start = res.range.start;
-        let bytes = res.bytes().await.map_err(|e| classify(e, &url, &tail, false))?;
-        REMOTE_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let (meta, start, bytes) = spec.get(&path, opts, (&url, &tail, false)).await?;
         let obj = RemoteObject::from_meta(spec, &ObjectMeta { location: path, ..meta });
-        if bytes.len() as u64 != obj.size - start {
+        if bytes.len() as u64 != obj.size.saturating_sub(start) {
             return Err(Error::Storage {
-                url,
+                url: redact(&url),
                 range: tail,
                 kind: StorageErrorKind::Other,
-                detail: format!("short read: {} of {} bytes", bytes.len(), obj.size - start),
+                detail: format!("short read: {} of {} bytes", bytes.len(), obj.size.saturating_sub(start)),
             });
         }
         Ok((obj, start, bytes))
     }
 
     /// Bytes `range` of the indexed object: one GET, conditional on the recorded ETag
-    /// (`If-Match`), so an object replaced since it was indexed is an error, never
-    /// other data. Retries, backoff and timeouts are `object_store`'s, configured from
-    /// [`super::IoOptions`].
+    /// (`If-Match`), and the response's own ETag (or Last-Modified, where the store
+    /// sends no ETag) and size compared with the indexed ones, so an object replaced
+    /// since it was indexed is an error, never other data, even from a server that
+    /// ignores `If-Match`. Retries, backoff and timeouts: [`super::retry`].
     pub async fn get_range(&self, range: Range<u64>) -> Result<Bytes> {
-        let store = self.spec.store()?;
         let r = range_text(range.start, range.end);
         let opts = GetOptions {
             range: Some(GetRange::Bounded(range.clone())),
             if_match: self.etag.clone(),
             ..Default::default()
         };
-        let _permit = io_runtime().permits().acquire_owned().await;
-        REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
-        let sent = std::time::Instant::now();
-        let res = store.get_opts(&self.path, opts).await.map_err(|e| classify(e, &self.url, &r, true))?;
-        super::record_first_byte(sent.elapsed());
-        if res.meta.size != self.size {
-            // a store without ETags: the size still tells a replaced object apart
-            return Err(Error::Changed {
-                path: self.url.clone(),
-                detail: format!("size {} -> {}", self.size, res.meta.size),
-            });
+        let (meta, _, bytes) = self.spec.get(&self.path, opts, (&self.url, &r, true)).await?;
+        if let Err(why) = self.answered_by(&meta) {
+            return Err(Error::Changed { path: redact(&self.url), detail: why });
         }
-        let bytes = res.bytes().await.map_err(|e| classify(e, &self.url, &r, true))?;
-        REMOTE_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         if bytes.len() as u64 != range.end - range.start {
             return Err(Error::Storage {
-                url: self.url.clone(),
+                url: redact(&self.url),
                 range: r,
                 kind: StorageErrorKind::Other,
                 detail: format!("short read: {} of {} bytes", bytes.len(), range.end - range.start),
             });
         }
         Ok(bytes)
+    }
+
+    /// Whether a GET's response (`meta`: the whole object's size, its ETag and
+    /// Last-Modified as the response states them) came from the indexed object. What a
+    /// response leaves out cannot be compared (some servers send no ETag on a 206).
+    fn answered_by(&self, meta: &ObjectMeta) -> std::result::Result<(), String> {
+        if meta.size != self.size {
+            return Err(format!("size {} -> {}", self.size, meta.size));
+        }
+        let strong = |t: &str| t.trim_start_matches("W/").to_string();
+        match (&self.etag, &meta.e_tag) {
+            (Some(a), Some(b)) if strong(a) != strong(b) => Err(format!("ETag {a} -> {b}")),
+            (Some(_), Some(_)) => Ok(()),
+            _ if self.mtime_ns != 0 && mtime_ns(meta) != 0 && mtime_ns(meta) != self.mtime_ns => {
+                Err(format!("last modified {} -> {} ns", self.mtime_ns, mtime_ns(meta)))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether `meta` (a listing or HEAD now) still describes the indexed object.
@@ -454,7 +622,8 @@ pub async fn verify(objs: &[Arc<RemoteObject>]) -> Result<std::result::Result<()
     }
     let checks = futures_util::stream::iter(groups)
         .map(|((_, dir), members)| async move {
-            if members.len() < 4 {
+            // a plain HTTP server cannot list: a HEAD each
+            if members.len() < 4 || !members[0].spec.can_list() {
                 for o in &members {
                     let meta = match o.spec.head(&o.path).await {
                         Ok(m) => m,
@@ -470,16 +639,8 @@ pub async fn verify(objs: &[Arc<RemoteObject>]) -> Result<std::result::Result<()
                 return Ok(Ok(()));
             }
             let spec = &members[0].spec;
-            let store = spec.store()?;
             let prefix = if dir.is_empty() { None } else { Some(spec.object_path(dir.trim_end_matches('/'))?) };
-            let listing = {
-                let _permit = io_runtime().permits().acquire_owned().await;
-                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
-                store
-                    .list_with_delimiter(prefix.as_ref())
-                    .await
-                    .map_err(|e| classify(e, &format!("{}{dir}", spec.root), "", false))?
-            };
+            let listing = spec.list_dir(prefix.as_ref()).await?;
             let now: std::collections::HashMap<&str, &ObjectMeta> =
                 listing.objects.iter().map(|m| (m.location.as_ref(), m)).collect();
             for o in &members {
@@ -509,9 +670,15 @@ pub async fn verify(objs: &[Arc<RemoteObject>]) -> Result<std::result::Result<()
 /// kind the caller can act on (retry later, fix credentials, rebuild the index...).
 /// `indexed`: the object was indexed, so "not found" or a failed `If-Match` means it
 /// changed since.
-pub(crate) fn classify(e: object_store::Error, url: &str, range: &str, indexed: bool) -> Error {
+pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) -> Error {
     use object_store::Error as E;
-    let detail = error_chain(&e);
+    let Failed { error: e, retries, elapsed } = failed;
+    let url = &redact(url);
+    let mut detail = redact(&error_chain(&e));
+    if retries > 0 {
+        let plural = if retries == 1 { "retry" } else { "retries" };
+        detail.push_str(&format!(" (after {retries} {plural} over {:.1} s)", elapsed.as_secs_f64()));
+    }
     let kind = match &e {
         E::Precondition { .. } => {
             return Error::Changed {
@@ -529,6 +696,13 @@ pub(crate) fn classify(e: object_store::Error, url: &str, range: &str, indexed: 
         E::NotFound { .. } => StorageErrorKind::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => StorageErrorKind::Auth,
         E::UnknownConfigurationKey { .. } => StorageErrorKind::Config,
+        // reqwest refuses to build the request: an http:// URL with allow_http off
+        _ if detail.contains("URL scheme is not allowed") => {
+            detail
+                .push_str(" (plain http:// needs storage_options[\"allow_http\"] = \"true\"; use https:// otherwise)");
+            StorageErrorKind::Config
+        }
+        _ if detail.contains("builder error") => StorageErrorKind::Config,
         _ => transport_kind(&e, &detail),
     };
     Error::Storage { url: url.to_string(), range: range.to_string(), kind, detail }
@@ -607,7 +781,8 @@ mod tests {
     #[test]
     fn unknown_storage_options_are_errors() {
         let opts = |k: &str| vec![(k.to_string(), "x".to_string())];
-        assert!(StoreSpec::parse("s3://b/k", &opts("endpoint")).is_ok());
+        assert!(StoreSpec::parse("s3://b/k", &[("endpoint".into(), "http://127.0.0.1:9000".into())]).is_ok());
+        assert!(matches!(StoreSpec::parse("s3://b/k", &opts("endpoint")), Err(Error::InvalidArgument(_))));
         assert!(StoreSpec::parse("s3://b/k", &opts("AWS_ACCESS_KEY_ID")).is_ok());
         assert!(StoreSpec::parse("s3://b/k", &opts("timeout")).is_ok());
         assert!(matches!(StoreSpec::parse("s3://b/k", &opts("endpiont")), Err(Error::InvalidArgument(_))));

@@ -1,0 +1,175 @@
+//! Credentials never reach a message: one function, [`redact`], applied to every error
+//! text that leaves the core (`Error::message`, which the Python mapping and the
+//! inspect report use) and to every URL or option quoted in one.
+//!
+//! Three kinds of secret are blanked out to `***`:
+//!
+//! * user info in URLs (`https://admin:hunter2@host/...` -> `https://***@host/...`);
+//! * signature and token query parameters (Azure SAS `sig=`, S3 and GCS presigned
+//!   `X-Amz-Signature=`, `X-Goog-Credential=`, `token=`...);
+//! * the values of secret `storage_options` (keys naming a secret, key, token,
+//!   password, credential or SAS), remembered when a store is configured, wherever
+//!   they appear (a library may quote them in its own error).
+
+use std::collections::BTreeSet;
+use std::sync::RwLock;
+
+const MASK: &str = "***";
+
+/// Query parameters whose values are credentials (lower case).
+const SECRET_PARAMS: &[&str] = &[
+    "sig",
+    "signature",
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+    "x-goog-signature",
+    "x-goog-credential",
+    "token",
+    "access_token",
+    "sas_token",
+    "code",
+    "password",
+];
+
+/// Secret option values seen by this process, longest first (so a value containing
+/// another is blanked whole).
+static SECRETS: RwLock<BTreeSet<(std::cmp::Reverse<usize>, String)>> = RwLock::new(BTreeSet::new());
+
+/// Whether a `storage_options` key (any case, with or without its store's prefix)
+/// names a secret.
+pub fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["secret", "key", "token", "password", "credential", "sas", "signature", "bearer"].iter().any(|w| k.contains(w))
+        && !k.ends_with("_path")
+        && !k.ends_with("_file")
+}
+
+/// Flags (`skip_signature=true`) and numbers are settings, not secrets: blanking every
+/// "true" in a message would only hide what it says.
+fn looks_secret(v: &str) -> bool {
+    let t = v.trim();
+    t.len() >= 4
+        && t.parse::<f64>().is_err()
+        && !["true", "false", "yes", "no"].contains(&t.to_ascii_lowercase().as_str())
+}
+
+/// Remember the secret values among `options`, so messages never show them.
+pub fn remember_secrets(options: &[(String, String)]) {
+    let fresh: Vec<String> =
+        options.iter().filter(|(k, v)| is_secret_key(k) && looks_secret(v)).map(|(_, v)| v.clone()).collect();
+    if fresh.is_empty() {
+        return;
+    }
+    let mut s = SECRETS.write().unwrap_or_else(|p| p.into_inner());
+    for v in fresh {
+        s.insert((std::cmp::Reverse(v.len()), v));
+    }
+}
+
+/// `text` with every credential it holds blanked out (see the module docs).
+pub fn redact(text: &str) -> String {
+    let mut out = redact_urls(text);
+    if let Ok(s) = SECRETS.read() {
+        for (_, v) in s.iter() {
+            if out.contains(v.as_str()) {
+                out = out.replace(v.as_str(), MASK);
+            }
+        }
+    }
+    out
+}
+
+fn ends_token(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>' | ')' | ']' | '}' | ',' | ';')
+}
+
+/// User info of every `scheme://user:pass@host` and secret query parameters.
+fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (before, after) = rest.split_at(i + 3);
+        out.push_str(before);
+        let end = after.find(ends_token).unwrap_or(after.len());
+        let (url, tail) = after.split_at(end);
+        out.push_str(&redact_one_url(url));
+        rest = tail;
+    }
+    out.push_str(rest);
+    redact_params(&out)
+}
+
+/// The part of a URL after `://`.
+fn redact_one_url(url: &str) -> String {
+    let auth_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+    match url[..auth_end].rfind('@') {
+        Some(at) => format!("{MASK}{}", &url[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// `name=value` query parameters (after `?` or `&`, or a bare SAS string) whose name is
+/// a credential.
+fn redact_params(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let bytes = text.as_bytes();
+    while i < text.len() {
+        let at_boundary = i == 0 || matches!(bytes[i - 1], b'?' | b'&' | b' ' | b'"' | b'\'' | b'(' | b'=' | b':');
+        if at_boundary && let Some(eq) = text[i..].find('=') {
+            let name = &text[i..i + eq];
+            if !name.is_empty()
+                && name.len() <= 24
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str())
+            {
+                let vstart = i + eq + 1;
+                let vlen =
+                    text[vstart..].find(|c: char| c == '&' || c == '#' || ends_token(c)).unwrap_or(text.len() - vstart);
+                out.push_str(name);
+                out.push('=');
+                if vlen > 0 {
+                    out.push_str(MASK);
+                }
+                i = vstart + vlen;
+                continue;
+            }
+        }
+        let c = text[i..].chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_info_signatures_and_secret_values_are_blanked() {
+        assert_eq!(
+            redact("GET http://admin:hunter2@127.0.0.1:1/x.parquet failed"),
+            "GET http://***@127.0.0.1:1/x.parquet failed"
+        );
+        assert_eq!(redact("\"https://u@h/p?a=1\""), "\"https://***@h/p?a=1\"");
+        assert_eq!(redact("https://h/p?sv=2020&sig=abc%2Fdef&se=1"), "https://h/p?sv=2020&sig=***&se=1");
+        assert_eq!(redact("sv=2020&SIG=abc"), "sv=2020&SIG=***");
+        assert_eq!(redact("X-Amz-Signature=deadbeef&X-Amz-Date=1"), "X-Amz-Signature=***&X-Amz-Date=1");
+        assert_eq!(redact("design=1 signature"), "design=1 signature", "only whole parameter names");
+        assert_eq!(redact("s3://bucket/a@b/key"), "s3://bucket/a@b/key", "an @ in the key is not user info");
+        remember_secrets(&[
+            ("secret_access_key".into(), "wJalrXUtnFEMI".into()),
+            ("region".into(), "us-east-1".into()),
+            ("aws_session_token".into(), "xy".into()),
+        ]);
+        assert_eq!(redact("bad signature for wJalrXUtnFEMI in us-east-1"), "bad signature for *** in us-east-1");
+        assert!(
+            is_secret_key("AZURE_STORAGE_ACCOUNT_KEY") && is_secret_key("sas_token") && is_secret_key("access_key_id")
+        );
+        assert!(
+            !is_secret_key("endpoint") && !is_secret_key("region") && !is_secret_key("google_service_account_path")
+        );
+    }
+}
