@@ -470,16 +470,15 @@ impl PageIndex {
         }
         // nested field names may differ between writers ("item", "element"): types and
         // nullability are what `check_same_schema` made equal
-        let options = arrow_array::RecordBatchOptions::new()
-            .with_row_count(Some(batch.num_rows()))
-            .with_match_field_names(false);
-        arrow_array::RecordBatch::try_new_with_options(self.schema.clone(), batch.columns().to_vec(), &options).map_err(|e| {
-            Error::SchemaMismatch {
+        let options =
+            arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())).with_match_field_names(false);
+        arrow_array::RecordBatch::try_new_with_options(self.schema.clone(), batch.columns().to_vec(), &options).map_err(
+            |e| Error::SchemaMismatch {
                 first: self.files.first().map(|f| f.path.display().to_string()).unwrap_or_default(),
                 other: path.display().to_string(),
                 detail: format!("a batch does not fit the index schema: {e}"),
-            }
-        })
+            },
+        )
     }
 }
 

@@ -128,7 +128,8 @@ impl Walk {
         if self.entered.insert((meta.dev(), meta.ino())) {
             return true;
         }
-        skipped.push((dir.display().to_string(), "a directory walked already (a symlink loop or a second link)".into()));
+        skipped
+            .push((dir.display().to_string(), "a directory walked already (a symlink loop or a second link)".into()));
         false
     }
 
@@ -312,7 +313,8 @@ fn expand_local(spec: &str, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, S
             let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
             if meta.is_dir() {
                 walk_dir(&p, &mut found, skipped, &mut walk)?;
-            } else if (own_extension || has_data_extension(&name)) && (!meta.is_file() || walk.find(&p, &meta, skipped)) {
+            } else if (own_extension || has_data_extension(&name)) && (!meta.is_file() || walk.find(&p, &meta, skipped))
+            {
                 accept_local(p, &meta, &mut found, skipped);
             }
         }
@@ -537,6 +539,21 @@ mod tests {
         assert!(expand(&[format!("file://{s}"), s]).is_err(), "file:// names the same file");
         assert!(expand(&[format!("{}/*.nothing", d.path().display())]).is_err());
         assert!(expand(&[]).is_err());
+    }
+
+    #[test]
+    fn symlink_loops_are_walked_once() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("a.parquet"), b"x").unwrap();
+        std::fs::write(d.path().join("sub/b.parquet"), b"x").unwrap();
+        std::os::unix::fs::symlink(".", d.path().join("l1")).unwrap();
+        std::os::unix::fs::symlink("..", d.path().join("sub/up")).unwrap();
+        for spec in [d.path().display().to_string(), format!("{}/**/*.parquet", d.path().display())] {
+            let got = discover(&[spec.clone()], &[]).unwrap();
+            assert_eq!(got.found.len(), 2, "{spec}");
+            assert!(got.skipped.iter().any(|(_, why)| why.contains("walked already")) || spec.contains("**"));
+        }
     }
 
     #[test]

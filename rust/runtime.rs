@@ -220,11 +220,14 @@ mod tests {
     #[test]
     fn an_interrupt_check_stops_only_the_thread_that_set_it() {
         assert!(interrupted().is_ok());
-        let r = with_interrupt_check(|| true, || {
-            let here = interrupted();
-            let other = std::thread::spawn(|| interrupted().is_ok()).join().unwrap_or(false);
-            (here, other)
-        });
+        let r = with_interrupt_check(
+            || true,
+            || {
+                let here = interrupted();
+                let other = std::thread::spawn(|| interrupted().is_ok()).join().unwrap_or(false);
+                (here, other)
+            },
+        );
         assert!(matches!(r.0, Err(Error::Cancelled(_))) && r.1);
         assert!(interrupted().is_ok(), "the check ends with the call");
     }

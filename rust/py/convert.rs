@@ -58,7 +58,8 @@ pub fn int_arg(obj: &Bound<'_, PyAny>, arg: &str, lo: u64, hi: u64) -> PyResult<
         return Err(type_error(format!("{arg} must be an int, got {} {}", type_name(obj), short_repr(obj))));
     };
     u64::try_from(v).ok().filter(|v| (lo..=hi).contains(v)).ok_or_else(|| {
-        Error::InvalidArgument(format!("{arg} must be an integer between {lo} and {hi}, got {}", short_repr(obj))).into()
+        Error::InvalidArgument(format!("{arg} must be an integer between {lo} and {hi}, got {}", short_repr(obj)))
+            .into()
     })
 }
 

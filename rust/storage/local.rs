@@ -129,8 +129,7 @@ impl LocalFile {
     }
 
     pub(crate) fn handle(&self) -> Result<Arc<File>> {
-        if let Some((f, opened)) = handles().lock().ok().and_then(|mut c| c.get(&self.path, self.size, self.mtime_ns))
-        {
+        if let Some((f, opened)) = handles().lock().ok().and_then(|mut c| c.get(&self.path, self.size, self.mtime_ns)) {
             // Outside the lock: other threads' cache hits need not wait for a syscall.
             return match std::fs::metadata(&self.path) {
                 Ok(m) if Stamp::of(&m) == opened => Ok(f),

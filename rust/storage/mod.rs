@@ -188,9 +188,8 @@ fn env_options() -> Result<IoOptions> {
 /// read or changed, so a typo is an error rather than silently ignored.
 pub fn check_env() -> Result<()> {
     static CHECKED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let found = CHECKED.get_or_init(|| {
-        env_options().err().or_else(|| crate::runtime::env_threads().err()).map(|e| e.to_string())
-    });
+    let found = CHECKED
+        .get_or_init(|| env_options().err().or_else(|| crate::runtime::env_threads().err()).map(|e| e.to_string()));
     match found {
         Some(msg) => Err(Error::InvalidArgument(msg.clone())),
         None => Ok(()),
