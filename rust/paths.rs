@@ -181,7 +181,7 @@ fn walk_entered(
     let mut entries: Vec<PathBuf> = Vec::new();
     for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         entries.push(e.map_err(|err| Error::io(dir, err))?.path());
-        if entries.len() % 4096 == 0 {
+        if entries.len().is_multiple_of(4096) {
             walk.count(4096, dir)?;
         }
     }
@@ -550,7 +550,7 @@ mod tests {
         std::os::unix::fs::symlink(".", d.path().join("l1")).unwrap();
         std::os::unix::fs::symlink("..", d.path().join("sub/up")).unwrap();
         for spec in [d.path().display().to_string(), format!("{}/**/*.parquet", d.path().display())] {
-            let got = discover(&[spec.clone()], &[]).unwrap();
+            let got = discover(std::slice::from_ref(&spec), &[]).unwrap();
             assert_eq!(got.found.len(), 2, "{spec}");
             assert!(got.skipped.iter().any(|(_, why)| why.contains("walked already")) || spec.contains("**"));
         }
