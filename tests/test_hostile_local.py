@@ -337,12 +337,16 @@ def test_arguments_of_the_wrong_type_are_a_type_error_naming_them(arguments: dic
     ("Permutation range negative", ["Permutation.range(start)"]), ("from_key 2**63", ["Permutation(n)"]),
     ("FlatMap seed 2**64", ["FlatMap(seed)"]), ("FlatMap lengths negative", ["FlatMap(lengths)", "item 1"]),
     ("FlatMap position child", ["position(child)"]),
-    ("MixtureMap seed 2**64", ["MixtureMap(seed)"]), ("MixtureMap counts negative", ["counts(i)"]),
+    ("MixtureMap seed 2**64", ["MixtureMap(seed)"]),
     ("MixtureMap stage_of 2**64", ["stage_of(i)"]),
 ])
 def test_integer_arguments_out_of_range_are_refused_naming_them(arguments: dict, case: str,
                                                                 words: list[str]) -> None:
     typed(arguments[case], "InvalidArgumentError", *words)
+
+
+def test_a_mixture_count_beyond_its_length_is_out_of_range(arguments: dict) -> None:
+    typed(arguments["MixtureMap counts negative"], "PageOutOfRangeError", "counts(i) -1")
 
 
 def test_good_arguments_still_work(small: Path) -> None:

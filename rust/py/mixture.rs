@@ -285,7 +285,14 @@ impl PyMixtureMap {
 
     /// Draws from every child among the first `i` indices (`0 <= i <= len`).
     fn counts(&self, py: Python<'_>, i: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-        let i = int_arg(i, "counts(i)", 0, self.inner.len())?;
+        // beyond the length is an IndexError (`PageOutOfRangeError`), as for any position
+        let i = match super::convert::int_of(i) {
+            Some(v) if (0..=self.inner.len() as i128).contains(&v) => v as u64,
+            Some(v) => {
+                return Err(crate::error::Error::OutOfRange { what: "counts(i)", id: v, len: self.inner.len() }.into());
+            }
+            None => int_arg(i, "counts(i)", 0, self.inner.len())?,
+        };
         let map = &self.inner;
         Ok(py.detach(|| map.counts(i)))
     }
