@@ -274,8 +274,24 @@ impl FileEntry {
     /// Open, parse and index one local file; INT96 columns are read in `int96_unit`
     /// (`None`: as the file's Arrow schema says, else nanoseconds).
     pub fn build(path: &Path, columns: Option<&[String]>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
-        let file = LocalFile::open(path)?;
-        Self::build_from(Fetched::direct(Source::Local(Arc::new(file))), columns, int96_unit)
+        let file = Arc::new(LocalFile::open(path)?);
+        match Self::build_from(Fetched::direct(Source::Local(file.clone())), columns, int96_unit) {
+            // the path itself, not its display form (a name need not be UTF-8)
+            Ok(entry) => Ok(FileEntry { path: path.to_path_buf(), ..entry }),
+            Err(e @ (Error::Corrupt { .. } | Error::Unsupported { .. })) => {
+                // a saved index passed where data goes: say so, not "corrupt footer"
+                let head = file.read_range(0, 8.min(file.size as usize)).unwrap_or_default();
+                if head.as_ref() == crate::persist::MAGIC.as_slice() {
+                    Err(Error::corrupt(
+                        path,
+                        "this is a saved youmu index, not a Parquet file: open it with PageIndex.load(path)",
+                    ))
+                } else {
+                    Err(e)
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Parse and index one file or object read through `reader` (for a remote object,

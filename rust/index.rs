@@ -107,19 +107,23 @@ impl PageIndex {
             .filter_map(|(i, f)| if let Found::Local(p) = f { Some((i, p)) } else { None })
             .collect();
         let mut entries: Vec<Option<Result<FileEntry>>> = (0..total).map(|_| None).collect();
-        let built: Vec<(usize, Result<FileEntry>)> = runtime().pool().install(|| {
-            local
-                .par_iter()
-                .map(|&(i, p)| {
-                    if stop.load(Ordering::Relaxed) {
-                        return (i, Err(cancelled()));
-                    }
-                    let r = FileEntry::build(p, cols, int96_unit);
-                    tick();
-                    (i, r)
-                })
-                .collect()
-        });
+        // waited for interruptibly: Ctrl-C stops a build of many files between files
+        let build_local = || -> Vec<(usize, Result<FileEntry>)> {
+            runtime().pool().install(|| {
+                local
+                    .par_iter()
+                    .map(|&(i, p)| {
+                        if stop.load(Ordering::Relaxed) {
+                            return (i, Err(cancelled()));
+                        }
+                        let r = FileEntry::build(p, cols, int96_unit);
+                        tick();
+                        (i, r)
+                    })
+                    .collect()
+            })
+        };
+        let built = crate::runtime::run_interruptible(build_local, || stop.store(true, Ordering::Relaxed))?;
         if stop.load(Ordering::Relaxed) {
             return Err(cancelled());
         }
@@ -451,6 +455,30 @@ impl PageIndex {
             }
         }
         b
+    }
+}
+
+impl PageIndex {
+    /// `batch` (decoded from `path` with that file's own schema) under the index's
+    /// schema: files may differ in top-level nullability (the index takes the looser),
+    /// and every batch carries the one schema `PageIndex.schema` reports.
+    pub(crate) fn conform(&self, batch: arrow_array::RecordBatch, path: &Path) -> Result<arrow_array::RecordBatch> {
+        let fields_match = batch.schema().fields().len() == self.schema.fields().len()
+            && batch.schema().fields().iter().zip(self.schema.fields()).all(|(a, b)| a == b);
+        if fields_match {
+            return Ok(batch);
+        }
+        // nested field names may differ between writers ("item", "element"): types and
+        // nullability are what `check_same_schema` made equal
+        let options =
+            arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())).with_match_field_names(false);
+        arrow_array::RecordBatch::try_new_with_options(self.schema.clone(), batch.columns().to_vec(), &options).map_err(
+            |e| Error::SchemaMismatch {
+                first: self.files.first().map(|f| f.path.display().to_string()).unwrap_or_default(),
+                other: path.display().to_string(),
+                detail: format!("a batch does not fit the index schema: {e}"),
+            },
+        )
     }
 }
 

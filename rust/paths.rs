@@ -19,7 +19,11 @@
 //! 4. **Order**: directories and prefixes are walked in sorted (bytewise) order; glob
 //!    matches are sorted; the user's list keeps its order. A file listed twice is an
 //!    error (its rows would be delivered twice per epoch).
-//! 5. **URLs**: `s3://`, `s3a://`, `gs://`, `az://`, `abfs[s]://`, `http(s)://` name
+//! 5. **Links are followed, each directory and file once**: a directory or file reached
+//!    again (a symlink loop, a second link) is skipped and reported in
+//!    `PageIndex.skipped`; walks are bounded ([`MAX_WALK_ENTRIES`], [`MAX_WALK_DEPTH`])
+//!    and poll for Ctrl-C (`runtime::interrupted`).
+//! 6. **URLs**: `s3://`, `s3a://`, `gs://`, `az://`, `abfs[s]://`, `http(s)://` name
 //!    object stores (`file://` a local path). A URL ending in `/`, or one whose last
 //!    component has no data extension and is a prefix of objects, is listed; otherwise it
 //!    names one object. `http(s)://` servers that are not S3 or Azure can only name
@@ -98,30 +102,111 @@ pub struct Discovery {
     pub skipped: Vec<(String, String)>,
 }
 
-fn walk_dir(dir: &Path, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, String)>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io(dir, e))?
-        .map(|e| e.map(|e| e.path()).map_err(|err| Error::io(dir, err)))
-        .collect::<Result<_>>()?;
+/// Most entries one discovery looks at, and deepest directory nesting it follows: a
+/// corpus is millions of files at a few levels, while a tree past these bounds is a
+/// mistake (a walk of `/`, links that multiply paths) that would otherwise run for hours.
+pub const MAX_WALK_ENTRIES: usize = 1 << 24;
+pub const MAX_WALK_DEPTH: usize = 256;
+
+/// State of one discovery's local walks: the directories entered so far, by (device,
+/// inode), so a symlink loop or a second link to a walked directory is entered once
+/// (following links is what makes a link to a corpus work; without this, two links to
+/// `.` make 2^depth paths and the walk never ends), and the entries seen, bounded.
+#[derive(Default)]
+struct Walk {
+    entered: std::collections::HashSet<(u64, u64)>,
+    /// Files found, by (device, inode): a file reached again through a link is the same
+    /// file (its rows would come twice per epoch).
+    found: std::collections::HashSet<(u64, u64)>,
+    entries: usize,
+}
+
+impl Walk {
+    /// Whether `dir` is entered for the first time (`false`: walked already, skip it).
+    fn enter(&mut self, dir: &Path, meta: &std::fs::Metadata, skipped: &mut Vec<(String, String)>) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        if self.entered.insert((meta.dev(), meta.ino())) {
+            return true;
+        }
+        skipped
+            .push((dir.display().to_string(), "a directory walked already (a symlink loop or a second link)".into()));
+        false
+    }
+
+    /// Whether `file` is found for the first time (`false`: reached again through a link).
+    fn find(&mut self, file: &Path, meta: &std::fs::Metadata, skipped: &mut Vec<(String, String)>) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        if self.found.insert((meta.dev(), meta.ino())) {
+            return true;
+        }
+        skipped.push((file.display().to_string(), "a file found already through another link".into()));
+        false
+    }
+
+    /// Count `n` entries against the bound, and let Ctrl-C through.
+    fn count(&mut self, n: usize, dir: &Path) -> Result<()> {
+        self.entries = self.entries.saturating_add(n);
+        if self.entries > MAX_WALK_ENTRIES {
+            return Err(Error::InvalidArgument(format!(
+                "discovery stopped at {}: more than {MAX_WALK_ENTRIES} entries under the paths given; name the \
+                 data directories (or a glob) rather than a whole filesystem",
+                dir.display()
+            )));
+        }
+        crate::runtime::interrupted()
+    }
+}
+
+fn walk_dir(dir: &Path, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, String)>, walk: &mut Walk) -> Result<()> {
+    let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
+    if walk.enter(dir, &meta, skipped) {
+        walk_entered(dir, out, skipped, walk, 0)?;
+    }
+    Ok(())
+}
+
+fn walk_entered(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    skipped: &mut Vec<(String, String)>,
+    walk: &mut Walk,
+    depth: usize,
+) -> Result<()> {
+    if depth > MAX_WALK_DEPTH {
+        return Err(Error::InvalidArgument(format!(
+            "{}: directories nested more than {MAX_WALK_DEPTH} deep",
+            dir.display()
+        )));
+    }
+    let mut entries: Vec<PathBuf> = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        entries.push(e.map_err(|err| Error::io(dir, err))?.path());
+        if entries.len().is_multiple_of(4096) {
+            walk.count(4096, dir)?;
+        }
+    }
+    walk.count(entries.len() % 4096, dir)?;
     entries.sort();
     for p in entries {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if is_hidden(name) {
+        let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        if is_hidden(&name) {
             continue;
         }
         // `metadata` follows symlinks: a link to a regular file is data.
         let meta = match std::fs::metadata(&p) {
             Ok(m) => m,
             Err(e) => {
-                if has_data_extension(name) {
+                if has_data_extension(&name) {
                     skipped.push((p.display().to_string(), format!("cannot stat: {e}")));
                 }
                 continue;
             }
         };
         if meta.is_dir() {
-            walk_dir(&p, out, skipped)?;
-        } else if has_data_extension(name) {
+            if walk.enter(&p, &meta, skipped) {
+                walk_entered(&p, out, skipped, walk, depth + 1)?;
+            }
+        } else if has_data_extension(&name) && (!meta.is_file() || walk.find(&p, &meta, skipped)) {
             accept_local(p, &meta, out, skipped);
         }
     }
@@ -158,7 +243,7 @@ fn hidden_for(name: &str, pattern: &str) -> bool {
 /// Expand a local glob component by component, as Python's `glob` does (`*`, `?`,
 /// `[...]` within a component, `**` for any depth); `read_dir` never yields `.` or
 /// `..`, and hidden names need the pattern to spell their first character.
-fn glob_local(spec: &str) -> Result<Vec<PathBuf>> {
+fn glob_local(spec: &str, walk: &mut Walk) -> Result<Vec<PathBuf>> {
     let opts =
         glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: true };
     let comps: Vec<&str> = spec.split('/').collect();
@@ -169,9 +254,8 @@ fn glob_local(spec: &str) -> Result<Vec<PathBuf>> {
     let list = |dir: &Path| -> Vec<(PathBuf, String)> {
         let mut v: Vec<(PathBuf, String)> = std::fs::read_dir(dir)
             .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .filter_map(|e| e.file_name().to_str().map(|n| (e.path(), n.to_string())))
-                    .collect()
+                // names that are not UTF-8 match as `os.fsdecode` would show them, lossily
+                rd.filter_map(|e| e.ok()).map(|e| (e.path(), e.file_name().to_string_lossy().into_owned())).collect()
             })
             .unwrap_or_default();
         v.sort();
@@ -180,17 +264,27 @@ fn glob_local(spec: &str) -> Result<Vec<PathBuf>> {
     for c in &comps[first_glob..] {
         let mut next = Vec::new();
         if *c == "**" {
-            // this directory and every non-hidden directory below it
+            // this directory and every non-hidden directory below it, each once however
+            // many links lead to it (see `Walk`)
+            let mut seen = std::collections::HashSet::new();
             let mut stack: Vec<PathBuf> = frontier.into_iter().rev().collect();
             while let Some(d) = stack.pop() {
+                use std::os::unix::fs::MetadataExt;
+                let Ok(meta) = std::fs::metadata(&d) else { continue };
+                if !seen.insert((meta.dev(), meta.ino())) {
+                    continue;
+                }
+                let listed = list(&d);
+                walk.count(listed.len(), &d)?;
                 let subdirs: Vec<PathBuf> =
-                    list(&d).into_iter().filter(|(p, n)| !is_hidden(n) && p.is_dir()).map(|(p, _)| p).collect();
+                    listed.into_iter().filter(|(p, n)| !is_hidden(n) && p.is_dir()).map(|(p, _)| p).collect();
                 next.push(d);
                 stack.extend(subdirs.into_iter().rev());
             }
         } else if is_glob(c) {
             let pat = glob::Pattern::new(c).map_err(|e| Error::InvalidArgument(format!("bad glob {spec:?}: {e}")))?;
             for d in &frontier {
+                walk.count(1, d)?;
                 next.extend(
                     list(d).into_iter().filter(|(_, n)| pat.matches_with(n, opts) && !hidden_for(n, c)).map(|(p, _)| p),
                 );
@@ -210,15 +304,17 @@ fn glob_local(spec: &str) -> Result<Vec<PathBuf>> {
 }
 
 fn expand_local(spec: &str, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, String)>) -> Result<()> {
+    let mut walk = Walk::default();
     if is_glob(spec) && !Path::new(spec).exists() {
         let own_extension = pattern_spells_extension(spec);
         let mut found: Vec<PathBuf> = Vec::new();
-        for p in glob_local(spec)? {
+        for p in glob_local(spec, &mut walk)? {
             let Ok(meta) = std::fs::metadata(&p) else { continue };
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
             if meta.is_dir() {
-                walk_dir(&p, &mut found, skipped)?;
-            } else if own_extension || has_data_extension(name) {
+                walk_dir(&p, &mut found, skipped, &mut walk)?;
+            } else if (own_extension || has_data_extension(&name)) && (!meta.is_file() || walk.find(&p, &meta, skipped))
+            {
                 accept_local(p, &meta, &mut found, skipped);
             }
         }
@@ -233,7 +329,7 @@ fn expand_local(spec: &str, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, S
     let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
     if meta.is_dir() {
         let before = out.len();
-        walk_dir(p, out, skipped)?;
+        walk_dir(p, out, skipped, &mut walk)?;
         if out.len() == before {
             return Err(Error::InvalidArgument(format!(
                 "directory {spec:?} contains no Parquet files (*.parquet, *.parq, *.pq; hidden names skipped)"
@@ -355,9 +451,10 @@ pub fn discover(specs: &[String], options: &[(String, String)]) -> Result<Discov
     }
     let mut seen = std::collections::HashSet::new();
     for f in &d.found {
+        // paths compared as bytes: two names that are not UTF-8 may display alike
         let key = match f {
-            Found::Local(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
-            Found::Remote { .. } => f.name(),
+            Found::Local(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).into_os_string(),
+            Found::Remote { .. } => f.name().into(),
         };
         if !seen.insert(key) {
             return Err(Error::InvalidArgument(format!("{} is listed more than once", f.name())));
@@ -447,6 +544,21 @@ mod tests {
         assert!(expand(&[format!("file://{s}"), s]).is_err(), "file:// names the same file");
         assert!(expand(&[format!("{}/*.nothing", d.path().display())]).is_err());
         assert!(expand(&[]).is_err());
+    }
+
+    #[test]
+    fn symlink_loops_are_walked_once() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("a.parquet"), b"x").unwrap();
+        std::fs::write(d.path().join("sub/b.parquet"), b"x").unwrap();
+        std::os::unix::fs::symlink(".", d.path().join("l1")).unwrap();
+        std::os::unix::fs::symlink("..", d.path().join("sub/up")).unwrap();
+        for spec in [d.path().display().to_string(), format!("{}/**/*.parquet", d.path().display())] {
+            let got = discover(std::slice::from_ref(&spec), &[]).unwrap();
+            assert_eq!(got.found.len(), 2, "{spec}");
+            assert!(got.skipped.iter().any(|(_, why)| why.contains("walked already")) || spec.contains("**"));
+        }
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! Formats 1 and 2 (2 had two incompatible layouts: a checksummed one with the INT96
 //! unit, and one with object stamps) are refused with a "rebuild" message.
 
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use parquet::file::metadata::{
@@ -29,7 +30,7 @@ use crate::runtime::runtime;
 use crate::storage::remote::StoreSpec;
 use crate::storage::{Fetched, LocalFile, RemoteObject, Source};
 
-const MAGIC: &[u8; 8] = b"YOUMUIDX";
+pub(crate) const MAGIC: &[u8; 8] = b"YOUMUIDX";
 /// 3: the INT96 unit, per file an object's ETag and version after its mtime, and the
 /// checksum trailer. 1 and 2 are older layouts (rebuild).
 const VERSION: u32 = 3;
@@ -184,7 +185,7 @@ impl PageIndex {
             match &f.source {
                 Source::Local(_) => {
                     let abs = std::fs::canonicalize(&f.path).map_err(|e| Error::io(&f.path, e))?;
-                    w.bytes(abs.to_string_lossy().as_bytes());
+                    w.bytes(abs.as_os_str().as_bytes());
                 }
                 Source::Remote(o) => w.bytes(o.url.as_bytes()),
             }
@@ -277,6 +278,8 @@ impl PageIndex {
         let int96_unit = unit_from(r.u8()?, path)?;
         struct Raw {
             file: String,
+            /// The local path as saved: bytes, since file names need not be UTF-8.
+            local: PathBuf,
             size: u64,
             mtime: i64,
             stamp: ObjectStamp,
@@ -286,7 +289,9 @@ impl PageIndex {
         let nfiles = r.count(8)?;
         let mut raws = Vec::with_capacity(nfiles);
         for _ in 0..nfiles {
-            let file = r.string()?;
+            let name = r.bytes()?;
+            let local = PathBuf::from(std::ffi::OsStr::from_bytes(name));
+            let file = String::from_utf8_lossy(name).into_owned();
             let size = r.u64()?;
             let mtime = r.i64()?;
             let stamp = read_object_stamp(&mut r)?;
@@ -316,7 +321,7 @@ impl PageIndex {
                 let n = r.count(8)?;
                 tables.page_starts.push((0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?);
             }
-            raws.push(Raw { file, size, mtime, stamp, footer, tables });
+            raws.push(Raw { file, local, size, mtime, stamp, footer, tables });
         }
         let stale = |detail: String| Error::Stale { index: path.display().to_string(), detail };
         // Objects: their stores (one per bucket), then one check of what they are now.
@@ -356,7 +361,7 @@ impl PageIndex {
             raws.into_par_iter()
                 .zip(sources)
                 .map(|(raw, source)| {
-                    let p = Path::new(&raw.file);
+                    let p = raw.local.as_path();
                     let source = match source {
                         Some(s) => s,
                         None => {

@@ -137,7 +137,9 @@ impl PageIndex {
         };
         // A storage error the parquet crate flattened to text is reported as itself; a
         // decode failure of a local file that changed since indexing is a stale index.
-        result.map_err(|e| f.source.recheck(failure.lock().ok().and_then(|mut s| s.take()).unwrap_or(e)))
+        result
+            .map_err(|e| f.source.recheck(failure.lock().ok().and_then(|mut s| s.take()).unwrap_or(e)))
+            .and_then(|b| self.conform(b, &f.path))
     }
 
     /// The byte ranges decoding `u` reads: per projected leaf, the data pages

@@ -5,8 +5,10 @@
 //! fork. The parent's runtime is leaked in the child on purpose: dropping it would try
 //! to join threads that do not exist there.
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::cache::ByteLru;
 use crate::error::{Error, Result};
@@ -23,9 +25,23 @@ pub struct Runtime {
 
 static CURRENT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 
+/// `YOUMU_NUM_THREADS` if set: a number is clamped to 1..=[`MAX_THREADS`]; anything else
+/// is an error naming the variable (`storage::check_env` reports it; the pool then
+/// takes the default).
+pub fn env_threads() -> Result<Option<usize>> {
+    let Some(raw) = std::env::var_os("YOUMU_NUM_THREADS") else { return Ok(None) };
+    let text = raw.to_string_lossy();
+    let n = text.trim().parse::<u128>().map_err(|_| {
+        Error::InvalidArgument(format!(
+            "environment variable YOUMU_NUM_THREADS={text:?} must be an integer (threads, 1 to {MAX_THREADS})"
+        ))
+    })?;
+    Ok(Some(n.clamp(1, MAX_THREADS as u128) as usize))
+}
+
 fn default_threads() -> usize {
-    if let Some(n) = std::env::var("YOUMU_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()) {
-        return n.clamp(1, MAX_THREADS);
+    if let Ok(Some(n)) = env_threads() {
+        return n;
     }
     // Page reads mix pread waits with decode work: a few more threads than cores keeps
     // the disk queue busy without oversubscribing decode much.
@@ -121,5 +137,98 @@ pub fn tune_allocator() {
                 libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
             }
         }
+    }
+}
+
+thread_local! {
+    /// The calling thread's interrupt check (see [`with_interrupt_check`]) and when it
+    /// last ran.
+    static INTERRUPT: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
+    static LAST_CHECK: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// How often long loops on the calling thread poll its interrupt check: Ctrl-C is seen
+/// within about this long, and the check (which takes Python's GIL) costs nothing.
+const INTERRUPT_POLL: Duration = Duration::from_millis(50);
+
+/// Run `f` with `check` as this thread's interrupt check: long loops that run on the
+/// calling thread (directory walks, waiting for an index build) call [`interrupted`],
+/// which polls `check` and stops the work with [`Error::Cancelled`] once it returns true.
+/// The Python binding passes one that runs Python's signal handlers, so Ctrl-C stops
+/// a walk of a huge (or looping) tree with `KeyboardInterrupt` instead of going unheard
+/// while the GIL is released.
+pub fn with_interrupt_check<T>(check: fn() -> bool, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<fn() -> bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INTERRUPT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(INTERRUPT.with(|c| c.replace(Some(check))));
+    f()
+}
+
+/// `Err(Error::Cancelled)` if this thread's interrupt check (polled at most every
+/// 50 ms) says to stop; `Ok` where no check is set (Rust callers, pool threads).
+pub fn interrupted() -> Result<()> {
+    let Some(check) = INTERRUPT.with(Cell::get) else { return Ok(()) };
+    let now = Instant::now();
+    if LAST_CHECK.with(|c| c.get()).is_some_and(|t| now.duration_since(t) < INTERRUPT_POLL) {
+        return Ok(());
+    }
+    LAST_CHECK.with(|c| c.set(Some(now)));
+    if check() { Err(Error::Cancelled("interrupted".into())) } else { Ok(()) }
+}
+
+/// Run `f` on a helper thread while this thread keeps polling its interrupt check (a
+/// thread blocked in a pool's `install` polls nothing). On an interrupt `stop` is
+/// called, `f` is waited for (it should return soon after `stop`) and the result is
+/// [`Error::Cancelled`]. Without an interrupt check, `f` just runs here.
+pub fn run_interruptible<T: Send>(f: impl FnOnce() -> T + Send, stop: impl Fn()) -> Result<T> {
+    if INTERRUPT.with(Cell::get).is_none() {
+        return Ok(f());
+    }
+    std::thread::scope(|s| {
+        let waiter = std::thread::current();
+        let worker = std::thread::Builder::new()
+            .name("youmu-wait".into())
+            .spawn_scoped(s, move || {
+                let r = f();
+                waiter.unpark();
+                r
+            })
+            .map_err(|e| Error::Io { path: "youmu's worker thread".into(), source: e })?;
+        let mut stopped = None;
+        while !worker.is_finished() {
+            std::thread::park_timeout(INTERRUPT_POLL);
+            if stopped.is_none()
+                && let Err(e) = interrupted()
+            {
+                stop();
+                stopped = Some(e);
+            }
+        }
+        let r = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        stopped.map_or(Ok(r), Err)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupt_check_stops_only_the_thread_that_set_it() {
+        assert!(interrupted().is_ok());
+        let r = with_interrupt_check(
+            || true,
+            || {
+                let here = interrupted();
+                let other = std::thread::spawn(|| interrupted().is_ok()).join().unwrap_or(false);
+                (here, other)
+            },
+        );
+        assert!(matches!(r.0, Err(Error::Cancelled(_))) && r.1);
+        assert!(interrupted().is_ok(), "the check ends with the call");
     }
 }

@@ -243,6 +243,13 @@ def set_io_options(
       read_timeout`` (20-25 s by default).
     - ``io_threads`` (cores, 2..8): threads of the I/O runtime (they only move bytes;
       read when a process first touches an object store).
+
+    Ranges (integers, not bools; the ``YOUMU_*`` variables take the same ones, and a
+    variable that is not an integer in range is an ``InvalidArgumentError`` naming it):
+    ``max_inflight`` 1..16384, ``coalesce_gap`` 0..2**30, ``max_open_files`` 1..the soft
+    ``RLIMIT_NOFILE``, ``tail_bytes`` 8..2**30, ``retries`` 0..100, ``io_threads``
+    1..256; timeouts are seconds above 0 and at most a week. Anything else is an
+    ``ArgumentTypeError`` or ``InvalidArgumentError`` naming the keyword.
     """
 
 def io_options() -> dict[str, int | float]: ...

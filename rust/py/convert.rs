@@ -14,7 +14,7 @@ use arrow_array::RecordBatch;
 use arrow_pyarrow::ToPyArrow;
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyRange, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyRange, PyString, PyTuple};
 
 use crate::error::Error;
 
@@ -47,6 +47,68 @@ pub(crate) fn int_of(item: &Bound<'_, PyAny>) -> Option<i128> {
         item.call_method0("__index__").ok().filter(|v| v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>())?
     };
     Some(int.extract::<i128>().unwrap_or_else(|_| if int.lt(0).unwrap_or(false) { i128::MIN } else { i128::MAX }))
+}
+
+/// An integer argument (an `int` or `__index__`, never a `bool` or a float) in
+/// `lo..=hi`: `ArgumentTypeError` naming `arg` for another type, `InvalidArgumentError`
+/// naming it and the range for a value outside (a huge int included, never a builtin
+/// `OverflowError`).
+pub fn int_arg(obj: &Bound<'_, PyAny>, arg: &str, lo: u64, hi: u64) -> PyResult<u64> {
+    let Some(v) = int_of(obj) else {
+        return Err(type_error(format!("{arg} must be an int, got {} {}", type_name(obj), short_repr(obj))));
+    };
+    u64::try_from(v).ok().filter(|v| (lo..=hi).contains(v)).ok_or_else(|| {
+        Error::InvalidArgument(format!("{arg} must be an integer between {lo} and {hi}, got {}", short_repr(obj)))
+            .into()
+    })
+}
+
+/// A seed or other 64-bit key: any int in `0..2**64`.
+pub fn seed_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
+    int_arg(obj, arg, 0, u64::MAX)
+}
+
+/// A list (or tuple) of integers, each in `lo..=hi` (as [`int_arg`], naming the item).
+pub fn ints_arg(obj: &Bound<'_, PyAny>, arg: &str, lo: u64, hi: u64) -> PyResult<Vec<u64>> {
+    if !(obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>()) {
+        return Err(type_error(format!("{arg} must be a list of ints, got {} {}", type_name(obj), short_repr(obj))));
+    }
+    let mut out = Vec::with_capacity(obj.len()?);
+    for (i, item) in obj.try_iter()?.enumerate() {
+        out.push(int_arg(&item?, &format!("{arg} item {i}"), lo, hi)?);
+    }
+    Ok(out)
+}
+
+/// A `bool` (or numpy bool) argument; anything else, even 0 or 1 or a string such as
+/// "no" (true as Python sees it), is an `ArgumentTypeError` naming `arg`.
+pub fn bool_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<bool> {
+    let numpy_bool = obj.get_type().name().is_ok_and(|n| n == "bool" || n == "bool_");
+    if obj.is_instance_of::<PyBool>() || numpy_bool {
+        return obj.is_truthy();
+    }
+    Err(type_error(format!("{arg} must be True or False, got {} {}", type_name(obj), short_repr(obj))))
+}
+
+/// A positive, finite number of seconds (an int or a float, not a bool), at most `max`.
+pub fn seconds_arg(obj: &Bound<'_, PyAny>, arg: &str, max: f64) -> PyResult<f64> {
+    if obj.is_instance_of::<PyBool>() || !(obj.is_instance_of::<PyFloat>() || int_of(obj).is_some()) {
+        return Err(type_error(format!(
+            "{arg} must be a number of seconds (int or float), got {} {}",
+            type_name(obj),
+            short_repr(obj)
+        )));
+    }
+    let v: f64 = obj.extract().unwrap_or(f64::INFINITY);
+    if v > 0.0 && v <= max {
+        Ok(v)
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "{arg} must be a number of seconds above 0 and at most {max}, got {}",
+            short_repr(obj)
+        ))
+        .into())
+    }
 }
 
 fn checked(id: i128, len: u64, what: &'static str) -> PyResult<u64> {
@@ -233,7 +295,16 @@ pub fn paths_from(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Vec<String>> {
                 short_repr(item)
             )));
         }
-        os.getattr("fsdecode")?.call1((item,))?.extract()
+        let path = os.getattr("fsdecode")?.call1((item,))?;
+        path.extract::<String>().map_err(|_| {
+            // discovery takes text (paths and URLs alike); files found in a directory or
+            // by a glob are read whatever their names
+            Error::InvalidArgument(format!(
+                "{arg}: the path {} is not valid UTF-8; name its directory or a glob matching it instead",
+                short_repr(&path)
+            ))
+            .into()
+        })
     };
     if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() || obj.hasattr("__fspath__")? {
         return Ok(vec![one(obj)?]);

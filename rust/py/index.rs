@@ -41,6 +41,7 @@ impl PyPageIndex {
         coerce_int96_timestamp_unit: Option<&str>,
         storage_options: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        crate::storage::check_env()?;
         let specs = paths_from(paths, "PageIndex() argument 'paths'")?;
         let columns = columns_from(columns, "PageIndex() argument 'columns'")?;
         let unit = coerce_int96_timestamp_unit.map(crate::int96::parse_unit).transpose()?;
@@ -59,7 +60,7 @@ impl PyPageIndex {
         // on the I/O runtime); the first exception it raises (a
         // KeyboardInterrupt included) stops the build and is raised here as it was.
         let raised: Mutex<Option<PyErr>> = Mutex::new(None);
-        let built = super::detach(py, || {
+        let built = super::detach_interruptible(py, || {
             let cb = |done: usize, total: usize| -> bool {
                 let Some(p) = &progress else { return true };
                 Python::attach(|py| match p.call1(py, (done, total)) {
@@ -86,6 +87,7 @@ impl PyPageIndex {
     #[staticmethod]
     #[pyo3(signature = (path, storage_options=None))]
     fn load(py: Python<'_>, path: PathBuf, storage_options: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        crate::storage::check_env()?;
         let options = storage_options_from(storage_options)?;
         let idx = super::detach(py, || PageIndex::load_with(&path, &options))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
@@ -94,8 +96,23 @@ impl PyPageIndex {
     /// One index over the pages of several (files shared, nothing re-read). Used by
     /// `FlatMixture` to shuffle the pages of many sources as one dataset.
     #[staticmethod]
-    fn concat(py: Python<'_>, parts: Vec<PyRef<'_, PyPageIndex>>) -> PyResult<Self> {
-        let arcs: Vec<Arc<PageIndex>> = parts.iter().map(|p| p.inner.clone()).collect();
+    fn concat(py: Python<'_>, parts: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let want = "PageIndex.concat(parts) takes a list of PageIndex";
+        let type_name = |o: &Bound<'_, PyAny>| o.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        if parts.is_instance_of::<pyo3::types::PyString>() || parts.is_instance_of::<PyBytes>() {
+            return Err(crate::error::Error::ArgumentType(format!("{want}, got {}", type_name(parts))).into());
+        }
+        let iter = parts
+            .try_iter()
+            .map_err(|_| crate::error::Error::ArgumentType(format!("{want}, got {}", type_name(parts))))?;
+        let mut arcs: Vec<Arc<PageIndex>> = Vec::new();
+        for (i, item) in iter.enumerate() {
+            let item = item?;
+            let part = item.cast::<PyPageIndex>().map_err(|_| {
+                crate::error::Error::ArgumentType(format!("{want}, but item {i} is {}", type_name(&item)))
+            })?;
+            arcs.push(part.get().inner.clone());
+        }
         let idx = super::detach(py, move || {
             let refs: Vec<&PageIndex> = arcs.iter().map(|a| a.as_ref()).collect();
             PageIndex::concat(&refs)
@@ -118,13 +135,21 @@ impl PyPageIndex {
     /// Rebuild from `to_bytes`. `verify=False` skips checking the objects of a remote
     /// index now (pickles: the sender checked them; reads still refuse a replaced object).
     #[staticmethod]
-    #[pyo3(signature = (data, storage_options=None, verify=true))]
+    #[pyo3(signature = (data, storage_options=None, verify=None))]
     fn from_bytes(
         py: Python<'_>,
-        data: PyBackedBytes,
+        data: &Bound<'_, PyAny>,
         storage_options: Option<&Bound<'_, PyAny>>,
-        verify: bool,
+        verify: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        crate::storage::check_env()?;
+        let data: PyBackedBytes = data.extract().map_err(|_| {
+            crate::error::Error::ArgumentType(format!(
+                "PageIndex.from_bytes(data) takes the bytes of PageIndex.to_bytes(), got {}",
+                data.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        })?;
+        let verify = verify.map_or(Ok(true), |v| super::convert::bool_arg(v, "PageIndex.from_bytes(verify)"))?;
         let options = storage_options_from(storage_options)?;
         let idx = super::detach(py, move || {
             PageIndex::from_bytes_with(&data, std::path::Path::new("<pickled index>"), &options, verify)
@@ -162,8 +187,9 @@ impl PyPageIndex {
     }
 
     #[getter]
-    fn files(&self) -> Vec<String> {
-        self.inner.files().iter().map(|p| p.display().to_string()).collect()
+    fn files(&self) -> Vec<std::ffi::OsString> {
+        // as `os.fsdecode` gives them: a name that is not UTF-8 comes back as it is on disk
+        self.inner.files().into_iter().map(PathBuf::into_os_string).collect()
     }
 
     #[getter]
@@ -185,7 +211,8 @@ impl PyPageIndex {
     }
 
     /// Entries discovery skipped, as `(path, reason)`: named like Parquet files but not
-    /// regular files (a FIFO, a socket, a broken link).
+    /// regular files (a FIFO, a socket, a broken link), or a directory or file reached
+    /// again through a link (a symlink loop: each is walked and read once).
     #[getter]
     fn skipped(&self) -> Vec<(String, String)> {
         self.inner.skipped().to_vec()
@@ -208,7 +235,7 @@ impl PyPageIndex {
         let id = index_from(i, self.inner.len(), "page", "page_info() argument 'i'")?;
         let u = self.inner.page_info(id)?;
         let d = PyDict::new(py);
-        d.set_item("file", self.inner.file(u.file).path.display().to_string())?;
+        d.set_item("file", self.inner.file(u.file).path.as_os_str())?;
         d.set_item("file_index", u.file)?;
         d.set_item("row_group", u.row_group)?;
         d.set_item("page", u.page)?;
@@ -332,7 +359,7 @@ impl PyPageIndex {
         let i = index_from(i, self.inner.num_files() as u64, "file", "file_info() argument 'i'")?;
         let f = self.inner.file(i as usize);
         let d = PyDict::new(py);
-        d.set_item("path", f.path.display().to_string())?;
+        d.set_item("path", f.path.as_os_str())?;
         d.set_item("size", f.size)?;
         if let crate::storage::Source::Remote(o) = &f.source {
             d.set_item("etag", o.etag.clone())?;
@@ -416,10 +443,9 @@ fn warn_skipped(py: Python<'_>, idx: &PageIndex) -> PyResult<()> {
     let list: Vec<String> = idx.skipped().iter().take(5).map(|(p, why)| format!("{p} ({why})")).collect();
     let more = idx.skipped().len().saturating_sub(5);
     let msg = format!(
-        "youmu skipped {} entr{} that {} not regular files: {}{}",
+        "youmu skipped {} entr{} (not regular files, or reached again through a link): {}{}",
         idx.skipped().len(),
         if idx.skipped().len() == 1 { "y" } else { "ies" },
-        if idx.skipped().len() == 1 { "is" } else { "are" },
         list.join(", "),
         if more > 0 { format!(" and {more} more (see PageIndex.skipped)") } else { String::new() }
     );

@@ -3,12 +3,11 @@
 //! `youmu.FlatMixture` / `youmu.MixtureDataset` wrap these and own the children.
 
 use numpy::PyArray1;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use rayon::prelude::*;
 
-use super::convert::{ids_from, index_from};
+use super::convert::{bool_arg, ids_from, index_from, int_arg, ints_arg, seed_arg};
 use crate::mixture::{FlatMap, MixtureMap, Policy, purpose_code};
 use crate::permute::derive_key;
 use crate::runtime::runtime;
@@ -79,8 +78,15 @@ impl PyFlatMap {
     /// `youmu.Permutation(sum(lengths), seed=seed, purpose="flat-mixture")` applied to
     /// the concatenation (identity when `shuffle` is false).
     #[new]
-    #[pyo3(signature = (lengths, seed=0, shuffle=true))]
-    fn new(lengths: Vec<u64>, seed: u64, shuffle: bool) -> PyResult<Self> {
+    #[pyo3(signature = (lengths, seed=None, shuffle=None))]
+    fn new(
+        lengths: &Bound<'_, PyAny>,
+        seed: Option<&Bound<'_, PyAny>>,
+        shuffle: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let lengths = ints_arg(lengths, "FlatMap(lengths)", 0, u64::MAX)?;
+        let seed = seed.map_or(Ok(0), |s| seed_arg(s, "FlatMap(seed)"))?;
+        let shuffle = shuffle.map_or(Ok(true), |s| bool_arg(s, "FlatMap(shuffle)"))?;
         let key = shuffle.then(|| derive_key(&[seed, 0, purpose_code("flat-mixture")]));
         Ok(PyFlatMap { inner: FlatMap::new(&lengths, key)?, lengths, seed, shuffle })
     }
@@ -120,7 +126,9 @@ impl PyFlatMap {
     }
 
     /// Global index where item `local` of child `child` appears (inverse of `locate`).
-    fn position(&self, child: usize, local: u64) -> PyResult<u64> {
+    fn position(&self, child: &Bound<'_, PyAny>, local: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let child = int_arg(child, "position(child)", 0, self.lengths.len().saturating_sub(1) as u64)? as usize;
+        let local = int_arg(local, "position(local)", 0, u64::MAX)?;
         Ok(self.inner.position(child, local)?)
     }
 
@@ -150,7 +158,10 @@ fn policy_from(s: &str) -> PyResult<Policy> {
     match s {
         "restart" => Ok(Policy::Restart),
         "stop" => Ok(Policy::Stop),
-        other => Err(PyValueError::new_err(format!("policy must be 'restart' or 'stop', got {other:?}"))),
+        other => Err(crate::error::Error::InvalidArgument(format!(
+            "MixtureMap(policy) must be 'restart' or 'stop', got {other:?}"
+        ))
+        .into()),
     }
 }
 
@@ -170,18 +181,25 @@ impl PyMixtureMap {
     /// `stages`: `[(start index, [weight per child]), ...]`, first start 0.
     #[new]
     #[allow(clippy::too_many_arguments)] // mirrors the Python signature
-    #[pyo3(signature = (names, lengths, stages, block_size=2048, seed=0, policy="restart", length=None, chunks=None))]
+    #[pyo3(signature = (names, lengths, stages, block_size=None, seed=None, policy="restart", length=None, chunks=None))]
     fn new(
         py: Python<'_>,
         names: Vec<String>,
-        lengths: Vec<u64>,
+        lengths: &Bound<'_, PyAny>,
         stages: Vec<(u64, Vec<f64>)>,
-        block_size: u64,
-        seed: u64,
+        block_size: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
         policy: &str,
-        length: Option<u64>,
-        chunks: Option<Vec<u64>>,
+        length: Option<&Bound<'_, PyAny>>,
+        chunks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let lengths = ints_arg(lengths, "MixtureMap(lengths)", 0, u64::MAX)?;
+        let block_size = block_size.map_or(Ok(2048), |b| int_arg(b, "MixtureMap(block_size)", 0, u64::MAX))?;
+        let seed = seed.map_or(Ok(0), |s| seed_arg(s, "MixtureMap(seed)"))?;
+        let length =
+            length.filter(|l| !l.is_none()).map(|l| int_arg(l, "MixtureMap(length)", 0, u64::MAX)).transpose()?;
+        let chunks =
+            chunks.filter(|c| !c.is_none()).map(|c| ints_arg(c, "MixtureMap(chunks)", 0, u64::MAX)).transpose()?;
         let pol = policy_from(policy)?;
         let st = stages.clone();
         let mut inner = py.detach(move || MixtureMap::new(names, lengths, &st, block_size, seed, pol, length))?;
@@ -266,39 +284,43 @@ impl PyMixtureMap {
     }
 
     /// Draws from every child among the first `i` indices (`0 <= i <= len`).
-    fn counts(&self, py: Python<'_>, i: u64) -> PyResult<Vec<u64>> {
-        if i > self.inner.len() {
-            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
-                "counts({i}) is beyond the mixture's length {}",
-                self.inner.len()
-            )));
-        }
+    fn counts(&self, py: Python<'_>, i: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+        // beyond the length is an IndexError (`PageOutOfRangeError`), as for any position
+        let i = match super::convert::int_of(i) {
+            Some(v) if (0..=self.inner.len() as i128).contains(&v) => v as u64,
+            Some(v) => {
+                return Err(crate::error::Error::OutOfRange { what: "counts(i)", id: v, len: self.inner.len() }.into());
+            }
+            None => int_arg(i, "counts(i)", 0, self.inner.len())?,
+        };
         let map = &self.inner;
         Ok(py.detach(|| map.counts(i)))
     }
 
     /// Global index of draw number `sample` of child `child`, or None if never drawn
     /// (within the mixture's length).
-    fn position(&self, child: usize, sample: u64) -> PyResult<Option<u64>> {
-        if child >= self.inner.names().len() {
-            return Err(PyValueError::new_err(format!("no child number {child}")));
-        }
+    fn position(&self, child: &Bound<'_, PyAny>, sample: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let last = self.inner.names().len().saturating_sub(1) as u64;
+        let child = int_arg(child, "position(child)", 0, last)? as usize;
+        let sample = int_arg(sample, "position(sample)", 0, u64::MAX)?;
         Ok(self.inner.position_of(child, sample).filter(|&p| p < self.inner.len()))
     }
 
     /// Draws of every child in block `block` of stage `stage` (sums to the block size).
-    fn block_counts(&self, stage: usize, block: u64) -> PyResult<Vec<u64>> {
-        Ok(self.inner.block_counts(stage, block)?)
+    fn block_counts(&self, stage: &Bound<'_, PyAny>, block: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+        let stage = int_arg(stage, "block_counts(stage)", 0, usize::MAX as u64)? as usize;
+        Ok(self.inner.block_counts(stage, int_arg(block, "block_counts(block)", 0, u64::MAX)?)?)
     }
 
     /// Allocation's draws of every child among the first `k` draws of `stage`.
-    fn stage_counts(&self, stage: usize, k: u64) -> PyResult<Vec<u64>> {
-        Ok(self.inner.stage_counts(stage, k)?)
+    fn stage_counts(&self, stage: &Bound<'_, PyAny>, k: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+        let stage = int_arg(stage, "stage_counts(stage)", 0, usize::MAX as u64)? as usize;
+        Ok(self.inner.stage_counts(stage, int_arg(k, "stage_counts(k)", 0, u64::MAX)?)?)
     }
 
     /// Stage of global index `i`.
-    fn stage_of(&self, i: u64) -> usize {
-        self.inner.stage_of(i)
+    fn stage_of(&self, i: &Bound<'_, PyAny>) -> PyResult<usize> {
+        Ok(self.inner.stage_of(int_arg(i, "stage_of(i)", 0, u64::MAX)?))
     }
 
     /// Per stage, every child's bound on |draws in a window of whole blocks - target|

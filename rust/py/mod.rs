@@ -23,6 +23,37 @@ pub(crate) fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T> + Se
     py.detach(move || guard(f))
 }
 
+thread_local! {
+    /// The exception a signal handler raised during [`detach_interruptible`].
+    static RAISED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The interrupt check of long core loops (`runtime::interrupted`): runs Python's
+/// signal handlers, keeping what they raise (`KeyboardInterrupt` for Ctrl-C).
+fn python_signals() -> bool {
+    Python::attach(|py| match py.check_signals() {
+        Ok(()) => false,
+        Err(e) => {
+            RAISED.with(|r| {
+                r.borrow_mut().get_or_insert(e);
+            });
+            true
+        }
+    })
+}
+
+/// [`detach`] for work that can run long on this thread (directory walks, index
+/// builds): signal handlers still run every ~50 ms, and what one raises (Ctrl-C's
+/// `KeyboardInterrupt`) stops the work and is raised here as it was.
+pub(crate) fn detach_interruptible<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T> + Send) -> PyResult<T> {
+    RAISED.with(|r| r.borrow_mut().take());
+    let out = py.detach(move || crate::runtime::with_interrupt_check(python_signals, || guard(f)));
+    match RAISED.with(|r| r.borrow_mut().take()) {
+        Some(e) => Err(e),
+        None => Ok(out?),
+    }
+}
+
 /// Bytes and reads issued by this process, and dictionary-cache counters.
 #[pyfunction]
 fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -43,65 +74,79 @@ fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// Set youmu's process-wide I/O settings; keywords left out keep their value. None of
-/// them changes what is read (saved indexes stay valid), only how:
-/// `max_inflight` (object-store requests in flight), `coalesce_gap` (bytes: ranges of an
-/// object this close are fetched with one GET), `max_open_files` (local handles kept),
-/// `tail_bytes` (first GET of an index build), `retries`, `retry_timeout`,
-/// `request_timeout`, `connect_timeout`, `read_timeout` (seconds), `io_threads`.
+/// them changes what is read (saved indexes stay valid), only how. Integers (not bools)
+/// in these ranges:
+/// `max_inflight` (object-store requests in flight, 1 to 16384), `coalesce_gap` (bytes:
+/// ranges of an object this close are fetched with one GET, 0 to 2**30), `max_open_files`
+/// (local handles kept, 1 to the soft descriptor limit), `tail_bytes` (first GET of an
+/// index build, 8 to 2**30), `retries` (0 to 100), `io_threads` (1 to 256; read when the
+/// process first reaches an object store); seconds (int or float, above 0 and at most a
+/// week): `retry_timeout`, `request_timeout`, `connect_timeout`, `read_timeout`. Anything else is an
+/// `ArgumentTypeError` or `InvalidArgumentError` naming the keyword. The `YOUMU_*`
+/// variables (`YOUMU_MAX_INFLIGHT`, `YOUMU_COALESCE_GAP`, `YOUMU_MAX_OPEN_FILES`,
+/// `YOUMU_RETRIES`) take the same ranges.
 #[pyfunction]
 #[pyo3(signature = (*, max_inflight=None, coalesce_gap=None, max_open_files=None, tail_bytes=None, retries=None,
     retry_timeout=None, request_timeout=None, connect_timeout=None, read_timeout=None, io_threads=None))]
 #[allow(clippy::too_many_arguments)]
 fn set_io_options(
-    max_inflight: Option<usize>,
-    coalesce_gap: Option<u64>,
-    max_open_files: Option<usize>,
-    tail_bytes: Option<u64>,
-    retries: Option<usize>,
-    retry_timeout: Option<f64>,
-    request_timeout: Option<f64>,
-    connect_timeout: Option<f64>,
-    read_timeout: Option<f64>,
-    io_threads: Option<usize>,
+    max_inflight: Option<&Bound<'_, PyAny>>,
+    coalesce_gap: Option<&Bound<'_, PyAny>>,
+    max_open_files: Option<&Bound<'_, PyAny>>,
+    tail_bytes: Option<&Bound<'_, PyAny>>,
+    retries: Option<&Bound<'_, PyAny>>,
+    retry_timeout: Option<&Bound<'_, PyAny>>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+    read_timeout: Option<&Bound<'_, PyAny>>,
+    io_threads: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     use std::time::Duration;
-    let secs = |name: &str, v: f64| -> PyResult<Duration> {
-        Duration::try_from_secs_f64(v).ok().filter(|d| !d.is_zero()).ok_or_else(|| {
-            crate::error::Error::InvalidArgument(format!("{name} must be a positive number of seconds")).into()
-        })
+    crate::storage::check_env()?;
+    let int = |name: &str, v: Option<&Bound<'_, PyAny>>| -> PyResult<Option<u64>> {
+        let (lo, hi) = crate::storage::io_option_range(name).unwrap_or((0, 0));
+        v.filter(|v| !v.is_none()).map(|v| convert::int_arg(v, &format!("set_io_options({name})"), lo, hi)).transpose()
+    };
+    let secs = |name: &str, v: Option<&Bound<'_, PyAny>>| -> PyResult<Option<Duration>> {
+        v.filter(|v| !v.is_none())
+            .map(|v| {
+                let s = convert::seconds_arg(v, &format!("set_io_options({name})"), crate::storage::MAX_TIMEOUT_SECS)?;
+                Ok(Duration::from_secs_f64(s))
+            })
+            .transpose()
     };
     let mut o = crate::storage::io_options();
-    if let Some(v) = max_inflight {
-        o.max_inflight = v;
+    if let Some(v) = int("max_inflight", max_inflight)? {
+        o.max_inflight = v as usize;
     }
-    if let Some(v) = coalesce_gap {
+    if let Some(v) = int("coalesce_gap", coalesce_gap)? {
         o.coalesce_gap = v;
     }
-    if let Some(v) = max_open_files {
-        o.max_open_files = v;
+    if let Some(v) = int("max_open_files", max_open_files)? {
+        o.max_open_files = v as usize;
     }
-    if let Some(v) = tail_bytes {
+    if let Some(v) = int("tail_bytes", tail_bytes)? {
         o.tail_bytes = v;
     }
-    if let Some(v) = retries {
-        o.retries = v;
+    if let Some(v) = int("retries", retries)? {
+        o.retries = v as usize;
     }
-    if let Some(v) = retry_timeout {
-        o.retry_timeout = secs("retry_timeout", v)?;
+    if let Some(v) = secs("retry_timeout", retry_timeout)? {
+        o.retry_timeout = v;
     }
-    if let Some(v) = request_timeout {
-        o.request_timeout = secs("request_timeout", v)?;
+    if let Some(v) = secs("request_timeout", request_timeout)? {
+        o.request_timeout = v;
     }
-    if let Some(v) = connect_timeout {
-        o.connect_timeout = secs("connect_timeout", v)?;
+    if let Some(v) = secs("connect_timeout", connect_timeout)? {
+        o.connect_timeout = v;
     }
-    if let Some(v) = read_timeout {
-        o.read_timeout = secs("read_timeout", v)?;
+    if let Some(v) = secs("read_timeout", read_timeout)? {
+        o.read_timeout = v;
     }
-    if let Some(v) = io_threads {
-        o.io_threads = v;
+    if let Some(v) = int("io_threads", io_threads)? {
+        o.io_threads = v as usize;
     }
-    Ok(crate::storage::set_io_options(o)?)
+    Ok(guard(|| crate::storage::set_io_options(o))?)
 }
 
 /// `text` with credentials blanked out (user info in URLs, signature and token query
@@ -115,6 +160,7 @@ fn redact(text: &str) -> String {
 /// The current I/O settings (see `set_io_options`).
 #[pyfunction]
 fn io_options(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    crate::storage::check_env()?;
     let o = crate::storage::io_options();
     let d = PyDict::new(py);
     d.set_item("max_inflight", o.max_inflight)?;
@@ -133,6 +179,7 @@ fn io_options(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// Threads used for parallel page reads in this process (0 = default, at most 1024).
 #[pyfunction]
 fn set_num_threads(n: &Bound<'_, PyAny>) -> PyResult<()> {
+    crate::storage::check_env()?;
     let max = crate::limits::MAX_THREADS;
     let Some(n) = convert::int_of(n) else {
         return Err(crate::error::Error::ArgumentType(format!(
@@ -235,8 +282,9 @@ fn num_threads() -> usize {
 /// Whether token columns (`list<int32|int64>`, PLAIN, no nulls) use youmu's direct
 /// decoder; `False` sends every page through arrow-rs (for comparison and debugging).
 #[pyfunction]
-fn set_fast_decode(on: bool) {
-    crate::tokens::set_enabled(on)
+fn set_fast_decode(on: &Bound<'_, PyAny>) -> PyResult<()> {
+    crate::tokens::set_enabled(convert::bool_arg(on, "set_fast_decode(on)")?);
+    Ok(())
 }
 
 #[pymodule]

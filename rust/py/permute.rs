@@ -1,11 +1,10 @@
 //! `youmu.Permutation`: the keyed permutation with vectorised numpy calls.
 
 use numpy::PyArray1;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rayon::prelude::*;
 
-use super::convert::{ids_from, index_from};
+use super::convert::{ids_from, index_from, int_arg, seed_arg};
 use crate::permute::{Permutation, derive_key};
 use crate::runtime::runtime;
 
@@ -22,7 +21,14 @@ fn purpose_code(p: &Bound<'_, PyAny>) -> PyResult<u64> {
         }
         return Ok(h);
     }
-    p.extract::<u64>().map_err(|_| PyValueError::new_err("purpose must be a str or a non-negative int"))
+    if p.is_instance_of::<pyo3::types::PyBool>() || super::convert::int_of(p).is_none() {
+        return Err(crate::error::Error::ArgumentType(format!(
+            "Permutation(purpose) must be a str or an int, got {}",
+            p.get_type().name()?
+        ))
+        .into());
+    }
+    seed_arg(p, "Permutation(purpose)")
 }
 
 #[pyclass(name = "Permutation", module = "youmu._core", frozen)]
@@ -68,9 +74,17 @@ fn run_range(perm: &Permutation, start: u64, stop: u64) -> crate::error::Result<
 impl PyPermutation {
     /// A permutation of `range(n)` keyed by (seed, epoch, purpose).
     #[new]
-    #[pyo3(signature = (n, seed=0, epoch=0, purpose=None))]
-    fn new(n: u64, seed: u64, epoch: u64, purpose: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        check_len(n)?;
+    #[pyo3(signature = (n, seed=None, epoch=None, purpose=None))]
+    fn new(
+        n: &Bound<'_, PyAny>,
+        seed: Option<&Bound<'_, PyAny>>,
+        epoch: Option<&Bound<'_, PyAny>>,
+        purpose: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let n = int_arg(n, "Permutation(n)", 0, i64::MAX as u64)?;
+        let seed = seed.map_or(Ok(0), |s| seed_arg(s, "Permutation(seed)"))?;
+        let epoch = epoch.map_or(Ok(0), |e| seed_arg(e, "Permutation(epoch)"))?;
+        let purpose = purpose.filter(|p| !p.is_none());
         let p = match purpose {
             None => 0,
             Some(p) => purpose_code(p)?,
@@ -109,9 +123,18 @@ impl PyPermutation {
     }
 
     /// `perm[start:stop]` as a numpy array (no index array needed).
-    #[pyo3(signature = (start=0, stop=None))]
-    fn range<'py>(&self, py: Python<'py>, start: u64, stop: Option<u64>) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let stop = stop.unwrap_or(self.inner.len()).min(self.inner.len());
+    #[pyo3(signature = (start=None, stop=None))]
+    fn range<'py>(
+        &self,
+        py: Python<'py>,
+        start: Option<&Bound<'py, PyAny>>,
+        stop: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let bound = |v: Option<&Bound<'py, PyAny>>, arg: &str, default: u64| {
+            v.filter(|v| !v.is_none()).map_or(Ok(default), |v| int_arg(v, arg, 0, u64::MAX))
+        };
+        let start = bound(start, "Permutation.range(start)", 0)?;
+        let stop = bound(stop, "Permutation.range(stop)", self.inner.len())?.min(self.inner.len());
         let perm = self.inner;
         let out = super::detach(py, move || run_range(&perm, start.min(stop), stop))?;
         Ok(PyArray1::from_vec(py, out))
@@ -131,16 +154,17 @@ impl PyPermutation {
     }
 }
 
+/// Unpickling: the arguments `__reduce__` gave, checked like `Permutation`'s (positions
+/// and elements are handed to Python as int64, so `n` is below 2**63).
 #[pyfunction]
-pub fn _permutation_from_key(n: u64, seed: u64, epoch: u64, key: u64) -> PyResult<PyPermutation> {
-    check_len(n)?;
+pub fn _permutation_from_key(
+    n: &Bound<'_, PyAny>,
+    seed: &Bound<'_, PyAny>,
+    epoch: &Bound<'_, PyAny>,
+    key: &Bound<'_, PyAny>,
+) -> PyResult<PyPermutation> {
+    let n = int_arg(n, "Permutation(n)", 0, i64::MAX as u64)?;
+    let (seed, epoch) = (seed_arg(seed, "Permutation(seed)")?, seed_arg(epoch, "Permutation(epoch)")?);
+    let key = seed_arg(key, "Permutation key")?;
     Ok(PyPermutation { inner: Permutation::new(n, key), seed, epoch, key })
-}
-
-/// Positions and elements are handed to Python as int64.
-fn check_len(n: u64) -> PyResult<()> {
-    if n > i64::MAX as u64 {
-        return Err(PyValueError::new_err(format!("Permutation(n): n must be below 2**63, got {n}")));
-    }
-    Ok(())
 }

@@ -120,22 +120,89 @@ impl Default for IoOptions {
 
 static OPTIONS: RwLock<Option<IoOptions>> = RwLock::new(None);
 
-fn env_options() -> IoOptions {
-    let mut o = IoOptions::default();
-    let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
-    if let Some(v) = num("YOUMU_MAX_INFLIGHT") {
-        o.max_inflight = (v as usize).max(1);
+/// The range of every integer setting, shared by `set_io_options` and the `YOUMU_*`
+/// variables: (name, environment variable, lowest, highest). Bounded by what the
+/// machine and the libraries take: tokio's semaphore holds at most 2^61 permits and
+/// each request in flight holds a socket; every I/O thread is a real thread; handles
+/// beyond the descriptor limit cannot be opened; a gap or tail beyond 1 GiB is a
+/// buffer of that size.
+pub fn io_option_range(name: &str) -> Option<(u64, u64)> {
+    Some(match name {
+        "max_inflight" => (1, MAX_INFLIGHT),
+        "coalesce_gap" => (0, 1 << 30),
+        "max_open_files" => (1, max_open_files_limit()),
+        "tail_bytes" => (8, 1 << 30),
+        "retries" => (0, 100),
+        "io_threads" => (1, MAX_IO_THREADS),
+        _ => return None,
+    })
+}
+
+/// Most object-store requests in flight at once.
+pub const MAX_INFLIGHT: u64 = 16384;
+/// Most I/O runtime threads (they only move bytes: a few per core are plenty).
+pub const MAX_IO_THREADS: u64 = 256;
+/// Longest timeout, in seconds (a week): longer ones overflow clocks in the HTTP stack.
+pub const MAX_TIMEOUT_SECS: f64 = 7.0 * 86400.0;
+
+/// The soft `RLIMIT_NOFILE` (at least 16): more handles than this cannot be open.
+pub fn max_open_files_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we pass.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
+    soft.clamp(16, 1 << 20)
+}
+
+/// `value` checked against [`io_option_range`]; `what` names it in the error.
+pub fn check_io_option(name: &str, what: &str, value: u64) -> Result<u64> {
+    let (lo, hi) = io_option_range(name).ok_or_else(|| Error::Internal(format!("no I/O setting {name}")))?;
+    if (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(Error::InvalidArgument(format!("{what} must be an integer between {lo} and {hi}, got {value}")))
     }
-    if let Some(v) = num("YOUMU_COALESCE_GAP") {
+}
+
+/// The I/O settings the `YOUMU_*` variables ask for, or an error naming the first
+/// variable that is not an integer in its range.
+fn env_options() -> Result<IoOptions> {
+    let mut o = IoOptions::default();
+    let num = |name: &str, var: &str| -> Result<Option<u64>> {
+        let Some(raw) = std::env::var_os(var) else { return Ok(None) };
+        let text = raw.to_string_lossy();
+        let what = format!("environment variable {var}={text:?}");
+        let v = text.trim().parse::<u64>().map_err(|_| {
+            let (lo, hi) = io_option_range(name).unwrap_or((0, u64::MAX));
+            Error::InvalidArgument(format!("{what} must be an integer between {lo} and {hi}"))
+        })?;
+        check_io_option(name, &what, v).map(Some)
+    };
+    if let Some(v) = num("max_inflight", "YOUMU_MAX_INFLIGHT")? {
+        o.max_inflight = v as usize;
+    }
+    if let Some(v) = num("coalesce_gap", "YOUMU_COALESCE_GAP")? {
         o.coalesce_gap = v;
     }
-    if let Some(v) = num("YOUMU_MAX_OPEN_FILES") {
-        o.max_open_files = (v as usize).max(1);
+    if let Some(v) = num("max_open_files", "YOUMU_MAX_OPEN_FILES")? {
+        o.max_open_files = v as usize;
     }
-    if let Some(v) = num("YOUMU_RETRIES") {
+    if let Some(v) = num("retries", "YOUMU_RETRIES")? {
         o.retries = v as usize;
     }
-    o
+    Ok(o)
+}
+
+/// `Err` naming the first `YOUMU_*` variable that is malformed or out of range (the
+/// settings then keep their defaults). Checked where indexes are made and settings
+/// read or changed, so a typo is an error rather than silently ignored.
+pub fn check_env() -> Result<()> {
+    static CHECKED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let found = CHECKED
+        .get_or_init(|| env_options().err().or_else(|| crate::runtime::env_threads().err()).map(|e| e.to_string()));
+    match found {
+        Some(msg) => Err(Error::InvalidArgument(msg.clone())),
+        None => Ok(()),
+    }
 }
 
 /// The current settings (from `YOUMU_*` environment variables at first use, then
@@ -147,17 +214,34 @@ pub fn io_options() -> IoOptions {
         return o.clone();
     }
     let mut g = OPTIONS.write().unwrap_or_else(|p| p.into_inner());
-    g.get_or_insert_with(env_options).clone()
+    g.get_or_insert_with(|| env_options().unwrap_or_default()).clone()
 }
 
 /// Replace the settings. Stores built with the old retry/timeout settings are dropped
 /// (rebuilt on next use); the handle cache shrinks to the new limit at once.
 pub fn set_io_options(o: IoOptions) -> Result<()> {
-    if o.max_inflight == 0 || o.max_open_files == 0 || o.io_threads == 0 {
-        return Err(Error::InvalidArgument("max_inflight, max_open_files and io_threads must be at least 1".into()));
+    for (name, v) in [
+        ("max_inflight", o.max_inflight as u64),
+        ("coalesce_gap", o.coalesce_gap),
+        ("max_open_files", o.max_open_files as u64),
+        ("tail_bytes", o.tail_bytes),
+        ("retries", o.retries as u64),
+        ("io_threads", o.io_threads as u64),
+    ] {
+        check_io_option(name, &format!("set_io_options({name})"), v)?;
     }
-    if o.tail_bytes < 8 {
-        return Err(Error::InvalidArgument("tail_bytes must be at least 8".into()));
+    for (name, d) in [
+        ("retry_timeout", o.retry_timeout),
+        ("request_timeout", o.request_timeout),
+        ("connect_timeout", o.connect_timeout),
+        ("read_timeout", o.read_timeout),
+    ] {
+        if d.is_zero() || d.as_secs_f64() > MAX_TIMEOUT_SECS {
+            return Err(Error::InvalidArgument(format!(
+                "set_io_options({name}) must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECS}, got {}",
+                d.as_secs_f64()
+            )));
+        }
     }
     let old = io_options();
     *OPTIONS.write().unwrap_or_else(|p| p.into_inner()) = Some(o.clone());
