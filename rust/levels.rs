@@ -183,6 +183,39 @@ pub fn count_levels(buf: &[u8], width: u8, num_values: usize, max: u64) -> Resul
     Ok(c)
 }
 
+/// Decode `num_values` RLE / bit-packed-hybrid levels into `out` (after
+/// [`count_levels`] accepted them: runs that end early stop the decode).
+pub fn decode_levels(buf: &[u8], width: u8, num_values: usize, out: &mut Vec<u16>) {
+    out.clear();
+    if width == 0 || width > 16 {
+        out.resize(num_values, 0);
+        return;
+    }
+    let mut pos = 0usize;
+    let vbytes = (width as usize).div_ceil(8);
+    while out.len() < num_values {
+        let Ok(header) = varint(buf, &mut pos) else { return };
+        let left = num_values - out.len();
+        if header & 1 == 1 {
+            let groups = usize::try_from(header >> 1).unwrap_or(usize::MAX);
+            let nbytes = groups.saturating_mul(width as usize);
+            let Some(data) = pos.checked_add(nbytes).and_then(|end| buf.get(pos..end)) else { return };
+            pos += nbytes;
+            let n = groups.saturating_mul(8).min(left);
+            out.extend((0..n).map(|i| read_lsb(data, i * width as usize, width) as u16));
+        } else {
+            let n = usize::try_from(header >> 1).unwrap_or(usize::MAX).min(left);
+            let Some(vb) = pos.checked_add(vbytes).and_then(|end| buf.get(pos..end)) else { return };
+            pos += vbytes;
+            let v = vb.iter().enumerate().fold(0u64, |v, (i, b)| v | (*b as u64) << (8 * i));
+            out.extend(std::iter::repeat_n(v as u16, n));
+        }
+        if out.len() == num_values - left {
+            return; // a run of length 0
+        }
+    }
+}
+
 /// (levels at `max`, zeros, first is zero, n) of the first `n` values of a bit-packed run.
 fn packed_counts(data: &[u8], width: u8, n: usize, max: u64) -> Result<(usize, usize, bool, usize), String> {
     if width == 1 {

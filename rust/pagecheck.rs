@@ -18,10 +18,11 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use parquet::basic::{Compression, Type as PhysicalType};
+use parquet::basic::{Compression, Repetition, Type as PhysicalType};
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
+use parquet::schema::types::ColumnDescriptor;
 
-use crate::levels::{LevelCounts, bit_width, count_levels};
+use crate::levels::{LevelCounts, bit_width, count_levels, decode_levels};
 use crate::thrift::{PageHeader, PageType, parse_page_header};
 
 const ENCODING_PLAIN: i32 = 0;
@@ -45,11 +46,14 @@ pub struct PageChecks {
     rg_rows: u64,
     /// Where arrow-rs read page headers from (row groups without page locations).
     headers: Mutex<Vec<u64>>,
+    /// Per leaf, [`repeated_def_levels`].
+    nesting: Vec<Vec<u16>>,
 }
 
 impl PageChecks {
     pub fn new(meta: Arc<ParquetMetaData>, rg: usize, leaves: &[usize], rg_rows: u64) -> Self {
-        PageChecks { meta, rg, leaves: leaves.to_vec(), rg_rows, headers: Mutex::new(Vec::new()) }
+        let nesting = leaves.iter().map(|&l| repeated_def_levels(&meta, l)).collect();
+        PageChecks { meta, rg, leaves: leaves.to_vec(), rg_rows, headers: Mutex::new(Vec::new()), nesting }
     }
 
     /// arrow-rs is about to read a page header at `offset`.
@@ -65,7 +69,7 @@ impl PageChecks {
     pub fn check(&self, start: u64, bytes: &[u8], read: impl Fn(u64, usize) -> Option<Bytes>) -> Result<(), String> {
         let located = self.meta.offset_index().and_then(|oi| oi.get(self.rg)).filter(|c| !c.is_empty());
         let Some(cols) = located else { return self.check_body(start, bytes, read) };
-        for &leaf in &self.leaves {
+        for (pos, &leaf) in self.leaves.iter().enumerate() {
             let Some(locs) = cols.get(leaf).map(|c| &c.page_locations) else { continue };
             let k = locs.partition_point(|l| (l.offset as u64) < start);
             let Some(loc) = locs.get(k) else { continue };
@@ -75,7 +79,7 @@ impl PageChecks {
             let end = locs.get(k + 1).map_or(self.rg_rows, |n| n.first_row_index as u64);
             let rows = end.checked_sub(loc.first_row_index as u64);
             let chunk = self.meta.row_group(self.rg).column(leaf);
-            return check_page(bytes, chunk, rows)
+            return check_page(bytes, chunk, rows, &self.nesting[pos])
                 .map_err(|why| format!("column {}, data page {k} (at byte {start}): {why}", chunk.column_path()));
         }
         Ok(())
@@ -90,14 +94,14 @@ impl PageChecks {
             .and_then(|h| h.iter().rev().copied().find(|&o| o < start && start - o <= MAX_HEADER_BYTES as u64));
         let Some(at) = noted else { return Ok(()) };
         let rg = self.meta.row_group(self.rg);
-        let chunk = self.leaves.iter().map(|&l| rg.column(l)).find(|c| {
+        let found = self.leaves.iter().map(|&l| rg.column(l)).enumerate().find(|(_, c)| {
             let (s, len) = c.byte_range();
             s <= at && start < s.saturating_add(len)
         });
-        let Some(chunk) = chunk else { return Ok(()) };
+        let Some((pos, chunk)) = found else { return Ok(()) };
         let Some(head) = read(at, (start - at) as usize) else { return Ok(()) };
         match parse_page_header(&head) {
-            Ok((h, len)) if len as u64 == start - at => check_parsed(&h, body, chunk, None)
+            Ok((h, len)) if len as u64 == start - at => check_parsed(&h, body, chunk, None, &self.nesting[pos])
                 .map_err(|why| format!("column {}, the page at byte {at}: {why}", chunk.column_path())),
             _ => Ok(()),
         }
@@ -106,7 +110,7 @@ impl PageChecks {
 
 /// Check one data page (header and body) of `chunk` that its page location says holds
 /// `rows` rows. `Ok` when it adds up or is not something this can check.
-pub fn check_page(bytes: &[u8], chunk: &ColumnChunkMetaData, rows: Option<u64>) -> Result<(), String> {
+pub fn check_page(bytes: &[u8], chunk: &ColumnChunkMetaData, rows: Option<u64>, nesting: &[u16]) -> Result<(), String> {
     let Ok((h, header_len)) = parse_page_header(&bytes[..bytes.len().min(MAX_HEADER_BYTES)]) else {
         return Ok(()); // arrow-rs says what is wrong with the header
     };
@@ -117,11 +121,17 @@ pub fn check_page(bytes: &[u8], chunk: &ColumnChunkMetaData, rows: Option<u64>) 
             bytes.len().saturating_sub(header_len)
         ));
     };
-    check_parsed(&h, body, chunk, rows)
+    check_parsed(&h, body, chunk, rows, nesting)
 }
 
 /// [`check_page`] of a parsed header and the page's body.
-fn check_parsed(h: &PageHeader, body: &[u8], chunk: &ColumnChunkMetaData, rows: Option<u64>) -> Result<(), String> {
+fn check_parsed(
+    h: &PageHeader,
+    body: &[u8],
+    chunk: &ColumnChunkMetaData,
+    rows: Option<u64>,
+    nesting: &[u16],
+) -> Result<(), String> {
     let (Ok(uncompressed), Ok(num_values)) = (usize::try_from(h.uncompressed_size), usize::try_from(h.num_values))
     else {
         return Ok(());
@@ -174,7 +184,12 @@ fn check_parsed(h: &PageHeader, body: &[u8], chunk: &ColumnChunkMetaData, rows: 
     let levels = |buf: &[u8], max: i16, what: &str| -> Result<LevelCounts, String> {
         count_levels(buf, bit_width(max), num_values, max as u64).map_err(|why| format!("{what} levels: {why}"))
     };
-    let rep = levels(rep, max_rep, "repetition")?;
+    let rep_counts = levels(rep, max_rep, "repetition")?;
+    let def_counts = levels(def, max_def, "definition")?;
+    if max_rep > 0 {
+        check_nesting(rep, def, num_values, descr, nesting)?;
+    }
+    let rep = rep_counts;
     if let Some(rows) = rows {
         if !rep.first_zero && num_values > 0 {
             return Err("its first value continues a row, its page location says it starts one".into());
@@ -183,8 +198,60 @@ fn check_parsed(h: &PageHeader, body: &[u8], chunk: &ColumnChunkMetaData, rows: 
             return Err(format!("its levels start {} rows, its page location says {rows}", rep.zeros));
         }
     }
-    let present = levels(def, max_def, "definition")?.at_max;
+    let present = def_counts.at_max;
     check_values(descr.physical_type(), descr.type_length(), h.encoding, present, vals, vals_len)
+}
+
+/// Repetition and definition levels together: a value that continues a list at
+/// repetition level `r` must have that list present (its definition level at least the
+/// list's), or the levels describe no valid nesting (Arrow C++ then finds list offsets
+/// past its values; arrow-rs would build other rows).
+fn check_nesting(
+    rep: &[u8],
+    def: &[u8],
+    num_values: usize,
+    descr: &ColumnDescriptor,
+    min_def: &[u16],
+) -> Result<(), String> {
+    if min_def.len() != descr.max_rep_level() as usize + 1 {
+        return Ok(()); // a schema this cannot follow
+    }
+    let (mut r, mut d) = (Vec::with_capacity(num_values), Vec::with_capacity(num_values));
+    decode_levels(rep, bit_width(descr.max_rep_level()), num_values, &mut r);
+    decode_levels(def, bit_width(descr.max_def_level()), num_values, &mut d);
+    for (i, (&r, &d)) in r.iter().zip(&d).enumerate() {
+        if r > 0 && min_def.get(r as usize).is_none_or(|&m| d < m) {
+            return Err(format!(
+                "value {i} continues a list at repetition level {r} with definition level {d}, below the list's {}",
+                min_def.get(r as usize).copied().unwrap_or(0)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Per repetition level `r` (index), the definition level of the `r`-th repeated field
+/// on leaf `leaf`'s path (index 0 unused); empty if the path cannot be followed.
+pub fn repeated_def_levels(meta: &ParquetMetaData, leaf: usize) -> Vec<u16> {
+    let schema = meta.file_metadata().schema_descr();
+    let mut node = schema.root_schema();
+    let (mut out, mut def) = (vec![0u16], 0u16);
+    for name in schema.column(leaf).path().parts() {
+        let Some(child) = node.get_fields().iter().find(|f| f.name() == name) else { return Vec::new() };
+        node = child;
+        let info = node.get_basic_info();
+        if info.has_repetition() {
+            match info.repetition() {
+                Repetition::OPTIONAL => def += 1,
+                Repetition::REPEATED => {
+                    def += 1;
+                    out.push(def);
+                }
+                Repetition::REQUIRED => {}
+            }
+        }
+    }
+    out
 }
 
 /// A v1 page's levels of a column with maximum level `max`, taken off the front of

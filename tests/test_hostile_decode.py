@@ -150,14 +150,15 @@ def _parse(payload: bytes) -> tuple[list[Field], int]:
         nleaves = take("I", "leaves")
         for _ in range(nrg):
             take("B", "page source")
-            if take("B", "has locations"):
+            located = take("B", "has locations")
+            if located:
                 for _ in range(nleaves):
                     for _ in range(take("I", "page count")):
                         take("q", "page offset")
                         take("I", "page size")
                         take("q", "page first row")
             for _ in range(take("I", "page starts")):
-                take("Q", "page start")
+                take("Q", "page start" if located else "page start (no locations)")
     return fields, pos
 
 
@@ -210,9 +211,9 @@ def test_forged_indexes_with_a_recomputed_checksum_are_refused(two_files: list[P
     _refused_as_index_file(_forged(tmp_path, _set(payload, count, 1), "fewer"))
     # bytes after the last file
     _refused_as_index_file(_forged(tmp_path, payload + b"\0" * 8, "trailing"))
-    # a page-start table shifted by one row: pages would hold other rows
-    starts = [f for f in by["page start"]]
-    second = starts[1]
+    # a page-start table shifted by one row (in a row group with page locations to check
+    # it against): pages would hold other rows
+    second = by["page start"][1]
     value = struct.unpack_from("<Q", payload, second.at)[0]
     _refused_as_index_file(_forged(tmp_path, _set(payload, second, value + 1), "shifted"))
     # page locations out of order, or outside their column chunk
@@ -229,10 +230,13 @@ def test_forged_indexes_with_a_recomputed_checksum_are_refused(two_files: list[P
 
 def test_a_fuzz_of_forged_tables_never_reads_other_rows(two_files: list[Path], tmp_path: Path) -> None:
     """Numbers of the tables changed, the checksum recomputed: a load either refuses the
-    index with a typed error or reads exactly the pages the intact index reads."""
+    index with a typed error or reads exactly the rows the intact index reads. (Where a
+    row group has no page locations — its pages continue rows — the page starts come
+    from a header scan and cannot be checked without one: a forged start there moves a
+    page boundary, the rows read stay the file's.)"""
     idx = youmu.PageIndex(two_files)
     payload = idx.to_bytes()[:-12]
-    want = [b.to_pylist() for b in idx.read_pages(range(len(idx)))]
+    want = pa.Table.from_batches(idx.read_pages(range(len(idx)))).to_pylist()
     fields, _ = _parse(payload)
     tables = [f for f in fields if f.what not in ("version", "columns tag", "int96 unit", "length", "stamp",
                                                   "size", "mtime")]
@@ -250,7 +254,7 @@ def test_a_fuzz_of_forged_tables_never_reads_other_rows(two_files: list[Path], t
         p.write_bytes(_seal(_set(payload, f, new)))
         try:
             other = youmu.PageIndex.load(p)
-            got = [b.to_pylist() for b in other.read_pages(range(len(other)))]
+            got = pa.Table.from_batches(other.read_pages(range(len(other)))).to_pylist()
         except youmu.YoumuError:
             refused += 1
             continue
