@@ -172,7 +172,7 @@ fn check_parsed(
             let vals_len = uncompressed - levels;
             let compressed = h.is_compressed.unwrap_or(true) && codec != Compression::UNCOMPRESSED;
             // the values are only decompressed where their size alone says too little
-            let needs_values = !matches!(fixed_width(descr.physical_type(), descr.type_length()), Some(_))
+            let needs_values = fixed_width(descr.physical_type(), descr.type_length()).is_none()
                 || h.encoding != Some(ENCODING_PLAIN) && h.encoding != Some(ENCODING_BYTE_STREAM_SPLIT);
             owned =
                 if compressed && needs_values && decompressible { decompress(codec, rest, vals_len)? } else { None };
@@ -290,17 +290,13 @@ fn check_values(
 ) -> Result<(), String> {
     let mismatch = |holds: String| Err(format!("its definition levels promise {present} values, {holds}"));
     match (encoding, fixed_width(t, type_length), t) {
-        (Some(ENCODING_PLAIN | ENCODING_BYTE_STREAM_SPLIT), Some(width), _) => {
-            // PLAIN and BYTE_STREAM_SPLIT values of a fixed width: one per present level,
-            // as every writer lays them out
-            if vals_len / width != present {
-                return mismatch(format!("its values section holds {vals_len} bytes ({} values)", vals_len / width));
-            }
+        // PLAIN and BYTE_STREAM_SPLIT values of a fixed width: one per present level, as
+        // every writer lays them out
+        (Some(ENCODING_PLAIN | ENCODING_BYTE_STREAM_SPLIT), Some(width), _) if vals_len / width != present => {
+            return mismatch(format!("its values section holds {vals_len} bytes ({} values)", vals_len / width));
         }
-        (Some(ENCODING_PLAIN), None, PhysicalType::BOOLEAN) => {
-            if vals_len < present.div_ceil(8) {
-                return mismatch(format!("its values section holds {vals_len} bytes of bits"));
-            }
+        (Some(ENCODING_PLAIN), None, PhysicalType::BOOLEAN) if vals_len < present.div_ceil(8) => {
+            return mismatch(format!("its values section holds {vals_len} bytes of bits"));
         }
         (Some(ENCODING_PLAIN), None, PhysicalType::BYTE_ARRAY) => {
             let Some(vals) = vals else { return Ok(()) };
@@ -428,6 +424,22 @@ mod tests {
         assert!(check_values(PhysicalType::BYTE_ARRAY, 0, Some(ENCODING_PLAIN), 2, Some(&vals), 9).is_ok());
         assert!(check_values(PhysicalType::BYTE_ARRAY, 0, Some(ENCODING_PLAIN), 3, Some(&vals), 9).is_err());
         assert!(check_values(PhysicalType::BYTE_ARRAY, 0, Some(ENCODING_PLAIN), 1, Some(&vals), 9).is_err());
+    }
+
+    #[test]
+    fn a_value_continuing_an_absent_list_is_refused() {
+        let schema = parquet::schema::parser::parse_message_type(
+            "message m { optional group ids (LIST) { repeated group list { optional int64 element; } } }",
+        )
+        .expect("schema");
+        let descr = parquet::schema::types::SchemaDescriptor::new(Arc::new(schema));
+        let col = descr.column(0);
+        // repetition levels 0, 1 (one row of two values): the second continues the list
+        let rep = [1 << 1, 0, 1 << 1, 1];
+        assert!(check_nesting(&rep, &[2 << 1, 3], 2, &col, &[0, 2]).is_ok());
+        assert!(check_nesting(&rep, &[1 << 1, 3, 1 << 1, 2], 2, &col, &[0, 2]).is_ok());
+        // definition level 1 (an empty list) cannot continue a list
+        assert!(check_nesting(&rep, &[1 << 1, 3, 1 << 1, 1], 2, &col, &[0, 2]).is_err());
     }
 
     #[test]
