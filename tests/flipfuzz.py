@@ -37,7 +37,7 @@ def _tokens(rng: np.random.Generator) -> pa.Table:
 
 
 def _int_lists(rng: np.random.Generator) -> pa.Table:
-    """list<int64> with empty lists (the outside review's file)."""
+    """list<int64> with empty lists (so decoded by arrow-rs, not the token decoder)."""
     return pa.table({"input_ids": [list(range(i % 37)) for i in range(300)]})
 
 
@@ -155,7 +155,7 @@ def _youmu(path: Path, want: pa.Table, fast: bool) -> tuple[str, str]:
         got = pa.Table.from_batches(idx.read_pages(range(len(idx))), schema=idx.schema)
     except youmu.YoumuError as e:
         return "raised", str(e)
-    except Exception as e:  # noqa: BLE001 - an untyped error is a finding of its own
+    except Exception as e:  # noqa: BLE001 - an untyped error is a failure of its own
         return "untyped", f"{type(e).__name__}: {e}"
     finally:
         youmu.set_fast_decode(True)

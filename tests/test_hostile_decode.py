@@ -42,7 +42,7 @@ def _pyarrow_refuses(data: bytes) -> bool:
 def test_flipped_level_bits_of_a_list_page_are_refused_where_pyarrow_refuses(
     tmp_path: Path, version: str, fast: bool
 ) -> None:
-    """The outside review's file: list<int64> with empty lists (so the arrow-rs path),
+    """list<int64> with empty lists (so the arrow-rs path, where arrow-rs built other rows),
     every bit of the first data pages' headers and levels flipped in turn."""
     good = tmp_path / "t.parquet"
     table = pa.table({"input_ids": [list(range(i % 37)) for i in range(300)]})
