@@ -345,6 +345,7 @@ impl FileEntry {
             rg_row_start.push(last + n);
         }
 
+        let from_saved = saved.is_some();
         let (locations, page_starts, sources) = match saved {
             Some(s) => (s.locations, s.page_starts, s.sources),
             None => build_tables(path, &reader, size, &md, &leaves, page_leaf, &rg_row_start)?,
@@ -366,6 +367,22 @@ impl FileEntry {
         }
         for (rg, loc) in locations.iter().enumerate() {
             let Some(per_leaf) = loc else { continue };
+            let rows = rg_row_start[rg + 1] - rg_row_start[rg];
+            check_locations(per_leaf, rows).map_err(|why| Error::corrupt(path, format!("row group {rg}: {why}")))?;
+            if from_saved {
+                let chunks: Vec<_> = leaves.iter().map(|&l| md.row_group(rg).column(l)).collect();
+                saved_within_chunks(per_leaf, &chunks)
+                    .map_err(|why| Error::corrupt(path, format!("row group {rg}: {why}")))?;
+            }
+            // index pages are the page leaf's data pages (see `build_tables`)
+            let pos = leaves.iter().position(|&l| l == page_leaf).unwrap_or(0);
+            let firsts = per_leaf.get(pos).map(|locs| locs.iter().map(|l| l.first_row_index as u64));
+            if !firsts.is_some_and(|f| f.eq(page_starts[rg].iter().copied())) {
+                return Err(Error::corrupt(
+                    path,
+                    format!("row group {rg}: its page table does not match the page locations of its data pages"),
+                ));
+            }
             if per_leaf.len() != leaves.len() {
                 return Err(Error::corrupt(
                     path,
@@ -546,6 +563,63 @@ pub(crate) struct SavedTables {
 }
 
 pub(crate) type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<PageSource>);
+
+/// The page locations of a row group of `rows` rows, per leaf, as youmu lists them:
+/// every leaf's pages in file order without overlapping, the first starting row 0,
+/// each later one a later row within the row group (a saved index must hold what a
+/// build would have made).
+fn check_locations(per_leaf: &[Vec<PageLocation>], rows: u64) -> std::result::Result<(), String> {
+    if rows == 0 {
+        return Err("page locations for a row group of 0 rows".into());
+    }
+    for (leaf, locs) in per_leaf.iter().enumerate() {
+        let mut end = 0i64;
+        for (k, l) in locs.iter().enumerate() {
+            let row_ok = if k == 0 {
+                l.first_row_index == 0
+            } else {
+                l.first_row_index > locs[k - 1].first_row_index && (l.first_row_index as u64) < rows
+            };
+            if !row_ok || l.compressed_page_size <= 0 || l.offset < end {
+                return Err(format!(
+                    "page locations of column {leaf} of the projection: page {k} (offset {}, {} bytes, first row {}) \
+                     is not after the page before it within the row group's {rows} rows",
+                    l.offset, l.compressed_page_size, l.first_row_index
+                ));
+            }
+            end = l.offset.saturating_add(l.compressed_page_size as i64);
+        }
+        if locs.is_empty() {
+            return Err(format!("no page locations for column {leaf} of the projection"));
+        }
+    }
+    Ok(())
+}
+
+/// Saved page locations against the footer saved with them: every page within its
+/// column chunk. The chunk's start is taken leniently (writers disagree on whether a
+/// dictionary page moves `data_page_offset`), its end from its compressed size.
+fn saved_within_chunks(
+    per_leaf: &[Vec<PageLocation>],
+    chunks: &[&parquet::file::metadata::ColumnChunkMetaData],
+) -> std::result::Result<(), String> {
+    for (leaf, (locs, chunk)) in per_leaf.iter().zip(chunks).enumerate() {
+        let data = chunk.data_page_offset();
+        let lo = chunk.dictionary_page_offset().filter(|&d| d > 0).map_or(data, |d| d.min(data));
+        let hi = lo.max(data).saturating_add(chunk.compressed_size());
+        for (k, l) in locs.iter().enumerate() {
+            let end = l.offset.saturating_add(l.compressed_page_size as i64);
+            if l.offset < lo || end > hi {
+                return Err(format!(
+                    "page {k} of column {leaf} of the projection ([{}, {end})) lies outside its column chunk \
+                     ([{lo}, {hi}) per the saved footer)",
+                    l.offset
+                ));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Check a native OffsetIndex for one leaf chunk; None if it cannot be trusted.
 pub(crate) fn native_locations(

@@ -31,6 +31,9 @@ pub struct CachingReader {
     /// their way out of its batch iterator, so the decoder's caller takes the typed one
     /// from here (a stale file must stay a `StaleIndexError`, not a "corrupt" one).
     pub failure: Arc<Mutex<Option<Error>>>,
+    /// The structure check of the data pages read through page locations (levels,
+    /// rows, values against the levels), before arrow-rs decodes them.
+    pub pages: Option<Arc<crate::pagecheck::PageChecks>>,
 }
 
 impl CachingReader {
@@ -75,6 +78,9 @@ impl ChunkReader for CachingReader {
     type T = FetchedCursor;
 
     fn get_read(&self, start: u64) -> PqResult<FetchedCursor> {
+        if let Some(pages) = &self.pages {
+            pages.note_header(start);
+        }
         self.inner.get_read(start)
     }
 
@@ -83,6 +89,9 @@ impl ChunkReader for CachingReader {
         if !is_dict {
             let bytes = self.read(start, length)?;
             self.check_page(start, &bytes)?;
+            if let Some(pages) = &self.pages {
+                pages.check(start, &bytes, |at, n| self.inner.read_range(at, n).ok()).map_err(ParquetError::General)?;
+            }
             return Ok(bytes);
         }
         let key = (self.index_uid, self.file_id, start, length as u32);

@@ -119,6 +119,127 @@ pub fn scan_bit_packed(buf: &[u8], width: u8, num_values: usize) -> Result<RowSt
     Ok(RowStarts { rows: zeros, starts_on_boundary: first })
 }
 
+/// What a page's levels hold, counted while checking them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LevelCounts {
+    /// Levels equal to the column's maximum (for definition levels: values present).
+    pub at_max: usize,
+    /// Levels equal to 0 (for repetition levels: rows starting).
+    pub zeros: usize,
+    /// Whether the first level is 0.
+    pub first_zero: bool,
+}
+
+/// Count RLE / bit-packed-hybrid levels (no length prefix): exactly `num_values` of
+/// them, each at most `max`. `Err` if they end early, hold a run of length 0 or a level
+/// above `max` (pyarrow: "Malformed levels", "Number of decoded rep / def levels do not
+/// match num_values in page header").
+pub fn count_levels(buf: &[u8], width: u8, num_values: usize, max: u64) -> Result<LevelCounts, String> {
+    if width > 16 {
+        return Err(format!("level bit width {width} is impossible"));
+    }
+    let mut c = LevelCounts { first_zero: num_values > 0, ..Default::default() };
+    if width == 0 {
+        c.zeros = num_values;
+        c.at_max = if max == 0 { num_values } else { 0 };
+        return Ok(c);
+    }
+    let short = || format!("they end before the page header's {num_values} values");
+    let mut pos = 0usize;
+    let mut seen = 0usize;
+    let vbytes = (width as usize).div_ceil(8);
+    while seen < num_values {
+        let header = varint(buf, &mut pos).map_err(|_| short())?;
+        let (at_max, zeros, first, n) = if header & 1 == 1 {
+            let groups = usize::try_from(header >> 1).map_err(|_| "bit-packed run too long")?;
+            let nbytes = groups.checked_mul(width as usize).ok_or("bit-packed run too long")?;
+            let data = pos.checked_add(nbytes).and_then(|end| buf.get(pos..end)).ok_or_else(short)?;
+            pos += nbytes;
+            let n = groups.saturating_mul(8).min(num_values - seen);
+            if n == 0 {
+                return Err("a bit-packed run of length 0".into());
+            }
+            packed_counts(data, width, n, max)?
+        } else {
+            let n = usize::try_from(header >> 1).unwrap_or(usize::MAX).min(num_values - seen);
+            if n == 0 {
+                return Err("a run of length 0".into());
+            }
+            let vb = pos.checked_add(vbytes).and_then(|end| buf.get(pos..end)).ok_or_else(short)?;
+            pos += vbytes;
+            let v = vb.iter().enumerate().fold(0u64, |v, (i, b)| v | (*b as u64) << (8 * i));
+            if v > max {
+                return Err(format!("level {v} above the column's maximum {max}"));
+            }
+            (if v == max { n } else { 0 }, if v == 0 { n } else { 0 }, v == 0, n)
+        };
+        if seen == 0 {
+            c.first_zero = first;
+        }
+        c.at_max += at_max;
+        c.zeros += zeros;
+        seen += n;
+    }
+    Ok(c)
+}
+
+/// Decode `num_values` RLE / bit-packed-hybrid levels into `out` (after
+/// [`count_levels`] accepted them: runs that end early stop the decode).
+pub fn decode_levels(buf: &[u8], width: u8, num_values: usize, out: &mut Vec<u16>) {
+    out.clear();
+    if width == 0 || width > 16 {
+        out.resize(num_values, 0);
+        return;
+    }
+    let mut pos = 0usize;
+    let vbytes = (width as usize).div_ceil(8);
+    while out.len() < num_values {
+        let Ok(header) = varint(buf, &mut pos) else { return };
+        let left = num_values - out.len();
+        if header & 1 == 1 {
+            let groups = usize::try_from(header >> 1).unwrap_or(usize::MAX);
+            let nbytes = groups.saturating_mul(width as usize);
+            let Some(data) = pos.checked_add(nbytes).and_then(|end| buf.get(pos..end)) else { return };
+            pos += nbytes;
+            let n = groups.saturating_mul(8).min(left);
+            out.extend((0..n).map(|i| read_lsb(data, i * width as usize, width) as u16));
+        } else {
+            let n = usize::try_from(header >> 1).unwrap_or(usize::MAX).min(left);
+            let Some(vb) = pos.checked_add(vbytes).and_then(|end| buf.get(pos..end)) else { return };
+            pos += vbytes;
+            let v = vb.iter().enumerate().fold(0u64, |v, (i, b)| v | (*b as u64) << (8 * i));
+            out.extend(std::iter::repeat_n(v as u16, n));
+        }
+        if out.len() == num_values - left {
+            return; // a run of length 0
+        }
+    }
+}
+
+/// (levels at `max`, zeros, first is zero, n) of the first `n` values of a bit-packed run.
+fn packed_counts(data: &[u8], width: u8, n: usize, max: u64) -> Result<(usize, usize, bool, usize), String> {
+    if width == 1 {
+        // one bit a level: count whole bytes, then the last one's bits
+        let (full, rest) = (n / 8, n % 8);
+        let mut ones = data[..full].iter().map(|b| b.count_ones() as usize).sum::<usize>();
+        if rest > 0 {
+            ones += (data[full] & ((1u8 << rest) - 1)).count_ones() as usize;
+        }
+        let at_max = if max == 1 { ones } else { 0 };
+        return Ok((at_max, n - ones, data[0] & 1 == 0, n));
+    }
+    let (mut at_max, mut zeros) = (0, 0);
+    for i in 0..n {
+        let v = read_lsb(data, i * width as usize, width);
+        if v > max {
+            return Err(format!("level {v} above the column's maximum {max}"));
+        }
+        at_max += usize::from(v == max);
+        zeros += usize::from(v == 0);
+    }
+    Ok((at_max, zeros, read_lsb(data, 0, width) == 0, n))
+}
+
 fn read_lsb(data: &[u8], bit: usize, width: u8) -> u64 {
     let mut v = 0u64;
     for b in 0..width as usize {
@@ -169,6 +290,22 @@ mod tests {
     fn truncated_levels_are_errors() {
         assert!(scan_rle_hybrid(&[(4 << 1) | 1, 0], 2, 32).is_err());
         assert!(scan_rle_hybrid(&[], 1, 1).is_err());
+    }
+
+    #[test]
+    fn level_counts_check_every_level() {
+        // RLE: 3 zeros; bit-packed (1 group, width 1): 0,1,1,0,1,1,1,1 of which 5 (0,1,1,0,1) are used
+        let buf = [3 << 1, 0, (1 << 1) | 1, 0b1111_0110];
+        let c = count_levels(&buf, 1, 8, 1).unwrap();
+        assert_eq!(c, LevelCounts { at_max: 3, zeros: 5, first_zero: true });
+        // truncated, a level above the maximum, a run of length 0
+        assert!(count_levels(&buf, 1, 12, 1).is_err());
+        assert!(count_levels(&[3 << 1, 3], 2, 3, 2).is_err());
+        assert!(count_levels(&[(1 << 1) | 1, 0b0000_0111, 0, 0], 3, 8, 4).is_err());
+        assert!(count_levels(&[0, 1, 3 << 1, 1], 1, 3, 1).is_err());
+        // width 2 bit-packed: 2,1,0,2 then 4 padding values past the count
+        let c = count_levels(&[(1 << 1) | 1, 0b1000_0110, 0xff], 2, 4, 2).unwrap();
+        assert_eq!(c, LevelCounts { at_max: 2, zeros: 1, first_zero: false });
     }
 
     #[test]

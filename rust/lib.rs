@@ -15,6 +15,7 @@ pub mod io;
 pub mod levels;
 pub mod limits;
 pub mod mixture;
+pub mod pagecheck;
 pub mod paths;
 pub mod permute;
 pub mod persist;

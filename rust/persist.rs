@@ -323,6 +323,13 @@ impl PageIndex {
             }
             raws.push(Raw { file, local, size, mtime, stamp, footer, tables });
         }
+        // the checksum covers what was written; what was written must also be whole
+        if r.pos != payload.len() {
+            return Err(Error::corrupt_index(
+                path,
+                format!("{} bytes follow the last of its {nfiles} files", payload.len() - r.pos),
+            ));
+        }
         let stale = |detail: String| Error::Stale { index: path.display().to_string(), detail };
         // Objects: their stores (one per bucket), then one check of what they are now.
         let mut specs: std::collections::HashMap<String, std::sync::Arc<StoreSpec>> = Default::default();

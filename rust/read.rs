@@ -65,6 +65,9 @@ impl PageIndex {
             if let Some(batch) = crate::tokens::try_read(f, &src, rg, first, n) {
                 return batch.map_err(|detail| Error::corrupt(&f.path, format!("{ctx}: {detail}")));
             }
+            // the token decoder checks its pages itself; what arrow-rs decodes is checked here
+            let pages =
+                Arc::new(crate::pagecheck::PageChecks::new(f.meta.metadata().clone(), rg, &f.leaves, f.rg_rows(rg)));
             let decode = |meta: &ArrowReaderMetadata, mask: &ProjectionMask| -> Result<RecordBatch> {
                 let reader = CachingReader {
                     inner: src.clone(),
@@ -73,6 +76,7 @@ impl PageIndex {
                     dict_ranges: Arc::new(f.dict_ranges(rg)),
                     max_page_bytes: f.max_chunk_bytes(rg),
                     failure: failure.clone(),
+                    pages: Some(pages.clone()),
                 };
                 let selection =
                     RowSelection::from(vec![RowSelector::skip(first as usize), RowSelector::select(n as usize)]);

@@ -27,7 +27,8 @@ use arrow_schema::{DataType, Schema};
 use parquet::basic::{Compression, Type as PhysicalType};
 
 use crate::file::FileEntry;
-use crate::levels::bit_width;
+use crate::levels::{bit_width, count_levels};
+use crate::pagecheck::{decompress, length_prefixed};
 use crate::storage::Fetched;
 use crate::thrift::{PageType, parse_page_header};
 
@@ -272,43 +273,6 @@ fn decode_page(
     Ok(Some(()))
 }
 
-/// The decompressed page (`Ok(None)`: it was not compressed, use the input).
-fn decompress(codec: Compression, input: &[u8], size: usize) -> Result<Option<Vec<u8>>, String> {
-    match codec {
-        Compression::UNCOMPRESSED => Ok(None),
-        Compression::ZSTD(_) => {
-            let mut out = Vec::with_capacity(size);
-            let n = zstd::bulk::Decompressor::new()
-                .and_then(|mut d| d.decompress_to_buffer(input, &mut out))
-                .map_err(|e| format!("zstd: {e}"))?;
-            if n != size {
-                return Err(format!("decompressed to {n} bytes, the header says {size}"));
-            }
-            Ok(Some(out))
-        }
-        Compression::SNAPPY => {
-            let claimed = snap::raw::decompress_len(input).map_err(|e| format!("snappy: {e}"))?;
-            if claimed != size {
-                return Err(format!("snappy data holds {claimed} bytes, the header says {size}"));
-            }
-            let mut out = vec![0u8; size];
-            let n = snap::raw::Decoder::new().decompress(input, &mut out).map_err(|e| format!("snappy: {e}"))?;
-            if n != size {
-                return Err(format!("decompressed to {n} bytes, the header says {size}"));
-            }
-            Ok(Some(out))
-        }
-        _ => Err(format!("codec {codec:?} reached the token decoder")),
-    }
-}
-
-/// v1 levels: a 4-byte little-endian length, then that many bytes.
-fn length_prefixed(buf: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?) as usize;
-    let end = 4usize.checked_add(len)?;
-    Some((buf.get(4..end)?, buf.get(end..)?))
-}
-
 /// One run of RLE / bit-packed-hybrid data.
 enum Run<'a> {
     Repeat {
@@ -387,27 +351,7 @@ fn levels_short(num_values: usize) -> String {
 /// How many of the `num_values` levels equal `max`; `Err` if the levels end early or
 /// one exceeds `max` (pyarrow: "Malformed levels").
 fn present_levels(buf: &[u8], width: u8, num_values: usize, max: u64) -> Result<usize, String> {
-    let mut present = 0usize;
-    for run in runs(buf, width, num_values).ok_or_else(|| levels_short(num_values))? {
-        match run {
-            Run::Repeat { value, count } => {
-                if value > max {
-                    return Err(format!("level {value} above the column's maximum {max}"));
-                }
-                present += if value == max { count } else { 0 };
-            }
-            Run::Packed { data, count } => {
-                for i in 0..count {
-                    let v = bit_at(data, i * width as usize, width);
-                    if v > max {
-                        return Err(format!("level {v} above the column's maximum {max}"));
-                    }
-                    present += usize::from(v == max);
-                }
-            }
-        }
-    }
-    Ok(present)
+    count_levels(buf, width, num_values, max).map(|c| c.at_max)
 }
 
 /// Push `base + i` for every value `i` whose repetition level is 0 (a row starts);
