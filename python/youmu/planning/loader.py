@@ -57,9 +57,13 @@ that they resume from the same point with the same settings (a clear error rathe
 than mismatched collectives) and restore only if every rank can; otherwise all
 replay. ``collate_fn`` must not modify samples in place: a state may still hold them.
 
-Epochs: a ``BalancedLoader`` is iterated once (its streams are consumed). Its
-:meth:`~BalancedLoader.set_epoch` forwards to the sources that have one, before
-iteration starts; the next epoch is a new loader.
+Passes and epochs follow youmu's loader contract (:class:`youmu.stateful.Loader`, the
+one :class:`~youmu.batching.DynamicBatchLoader` and ``RayBalancedLoader`` keep):
+every ``iter()`` starts an independent pass from the resume point (a loaded state,
+else the epoch's start), on every rank together; a one-shot iterator source cannot
+be read twice (:class:`~youmu.errors.LoaderError`). :meth:`~BalancedLoader.set_epoch`
+may come at any time: it is forwarded to the sources that have one now, or — during a
+pass, which keeps its epoch — when the next pass starts.
 
 Example (one process; with several, give each rank a channel)::
 
