@@ -202,6 +202,19 @@ def test_close(make: Callable[[], Any]) -> None:
     assert _pass(loader) == full
 
 
+def test_passes_on_two_gloo_ranks() -> None:
+    """Across ranks, passes are collective: every rank starts the next one together,
+    after the last ran out or every rank closed it."""
+    import planning_mp
+
+    got = planning_mp.run_world(planning_mp.scenario_passes, 2, timeout=120)
+    assert all(status == "ok" for status, _ in got), got
+    for _, res in got:
+        assert len(res["first"]) > 4
+        assert res["second"] == res["first"] == res["third"]
+        assert res["head"] == res["first"][:3]
+
+
 # -- a source that cannot be iterated again ------------------------------------------------------
 def test_a_one_shot_source_refuses_a_second_pass_with_a_typed_error() -> None:
     from youmu.planning import BalancedLoader
