@@ -85,7 +85,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import callable_arg, choice_arg, int_arg, seconds_arg
+from youmu._args import choice_arg, int_arg, seconds_arg
 from youmu.distributed import Producer, channel_for
 from youmu.errors import InvalidArgumentError, LoaderError
 from youmu.planning.checkpoint import (
@@ -108,6 +108,7 @@ from youmu.planning.sources import (
     RankReader,
     SourceStream,
     carry_after,
+    check_sample_fns,
     rank_meta,
     step_meta,
 )
@@ -227,11 +228,8 @@ class BalancedLoader:
         int_arg("prefetch", prefetch, minimum=0)
         timeout = seconds_arg("timeout", timeout)
         choice_arg("resume_mode", resume_mode, RESUME_MODES)
-        if length_fn is not None and docs_fn is not None:
-            raise InvalidArgumentError("pass length_fn= or docs_fn=, not both")
-        for name, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
-                         ("id_fn", id_fn), ("collate_fn", collate_fn), ("images_fn", images_fn)):
-            callable_arg(name, fn, optional=True)
+        check_sample_fns(length_fn=length_fn, docs_fn=docs_fn, token_count_fn=token_count_fn, id_fn=id_fn,
+                         collate_fn=collate_fn, images_fn=images_fn)
         if (encoder_cost is None) != (images_fn is None):
             raise InvalidArgumentError("pass encoder_cost= (the image encoder's cost model) and images_fn= "
                                        "(a sample's image patches) together")

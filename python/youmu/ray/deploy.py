@@ -38,9 +38,10 @@ from typing import Any
 
 import ray
 
-from youmu._args import bool_arg, callable_arg, float_arg, int_arg, seconds_arg
+from youmu._args import bool_arg, float_arg, int_arg, seconds_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, LoaderUnavailableError, YoumuError
 from youmu.planning.settings import PlanSettings
+from youmu.planning.sources import check_sample_fns
 from youmu.ray.calls import Actor
 from youmu.ray.client import Deployment, RayBalancedLoader
 from youmu.ray.loader import MeasureFns, Source, SourceLoader
@@ -119,11 +120,8 @@ class RayLoaders:
         local: bool = False,
         settings: PlanSettings | None = None,
     ) -> None:
-        if length_fn is not None and docs_fn is not None:
-            raise InvalidArgumentError("pass length_fn= or docs_fn=, not both")
-        for arg, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
-                        ("id_fn", id_fn), ("collate_fn", collate_fn)):
-            callable_arg(arg, fn, optional=True)
+        check_sample_fns(length_fn=length_fn, docs_fn=docs_fn, token_count_fn=token_count_fn, id_fn=id_fn,
+                         collate_fn=collate_fn)
         if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
             raise ArgumentTypeError("name and namespace must be non-empty strings")
         per = int_arg("sources_per_loader", sources_per_loader, minimum=1)
