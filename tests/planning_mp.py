@@ -243,6 +243,24 @@ def scenario_stop(rank: int, world: int, store: Any, stop_at: list[int | None]) 
     return f"ok {steps}"
 
 
+def scenario_passes(rank: int, world: int, store: Any) -> dict[str, Any]:
+    """The loader contract on W ranks: every rank starts a second pass after the first
+    ran out, and a third after every rank left the second early (``close()``)."""
+    from youmu.distributed import GlooChannel
+    from youmu.planning import BalancedLoader
+
+    shard = dataset()[rank::world]  # a list: it can be read again
+    loader = BalancedLoader(shard, num_microbatches=2, global_batch_size=16, capacity=1600, id_fn=_sid,
+                            channel=GlooChannel.from_store(store, rank, world, prefix="youmu/test/passes", timeout=30))
+    first = [_record(b, i) for b, i in loader]
+    second = [_record(b, i) for b, i in loader]
+    it = iter(loader)
+    head = [_record(*next(it)) for _ in range(3)]
+    loader.close()
+    third = [_record(b, i) for b, i in loader]
+    return {"first": first, "second": second, "head": head, "third": third}
+
+
 # ----------------------------------------------------------------------------------------
 # resume and exact gradients on W ranks
 # ----------------------------------------------------------------------------------------

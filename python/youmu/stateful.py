@@ -293,3 +293,87 @@ class SharedEpoch(SharedInt):
     epochs do."""
 
     __slots__ = ()
+
+
+# ------------------------------------------------------------------------------------------
+# the loader contract
+# ------------------------------------------------------------------------------------------
+# What every loader built on streams keeps — DynamicBatchLoader (youmu.batching),
+# BalancedLoader (youmu.planning) and RayBalancedLoader (youmu.ray) — stated once here
+# and checked against all three by tests/test_loader_contract.py.
+
+#: The fields every loader's ``state_dict()`` holds besides its own: its ``format``
+#: tag, the shard (``world_size``, ``rank``) and the ``epoch`` of the pass it describes.
+LOADER_STATE_KEYS = ("format", "world_size", "rank", "epoch")
+
+
+@runtime_checkable
+class Loader(Stream, Protocol):
+    """youmu's loader contract: a :class:`Stream` (see the module doc) that may run a
+    pass on a background thread and across ranks, so it also says when each call may
+    come:
+
+    * ``iter(loader)`` starts an independent pass from the resume point (the state
+      loaded since the last pass, the epoch's start otherwise); a pass still in
+      progress is closed first. Across ranks, every rank starts the new pass (the
+      passes are collective, like the training loop). A loader over a one-shot
+      iterator cannot start a second pass: it raises
+      :class:`~youmu.errors.LoaderError` (:func:`again_or_raise`).
+    * ``set_epoch(epoch)`` may be called at any time; it takes effect at the next
+      pass (a pass in progress keeps its epoch), and it clears a loaded resume point
+      saved in another epoch (one of the same epoch is kept: ``load_state_dict``
+      then ``set_epoch`` of the state's epoch resumes).
+    * ``state_dict()`` describes the most recent pass (or the resume point before
+      any pass): :data:`LOADER_STATE_KEYS` plus the loader's own fields; samples a
+      planning loader carries over a step boundary are ``carry`` entries parsed by
+      :func:`youmu.planning.state.parse_carry`. ``load_state_dict`` checks the state
+      (a :class:`~youmu.errors.StateError` naming the field), closes a pass in
+      progress and sets the resume point of the next pass.
+    * ``close()`` stops the pass in progress (its background thread; peers learn it
+      at their next exchange) and is idempotent; the loader stays usable.
+    """
+
+    def close(self) -> None: ...
+
+
+def check_epoch(epoch: Any) -> int:
+    """An epoch given to ``set_epoch`` (an int in ``[0, MAX_STATE_INT]``).
+
+    >>> check_epoch(3)
+    3
+    """
+    from youmu._args import int_arg
+
+    return int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
+
+
+def keeps_resume_point(saved_epoch: Any, epoch: int) -> bool:
+    """Whether ``set_epoch(epoch)`` keeps a loaded resume point saved in
+    ``saved_epoch`` (``None``: the state does not say — kept).
+
+    >>> keeps_resume_point(2, 2), keeps_resume_point(2, 3), keeps_resume_point(None, 3)
+    (True, False, True)
+    """
+    return saved_epoch is None or saved_epoch == epoch
+
+
+def again_or_raise(owner: str, sources: Mapping[str, Any]) -> None:
+    """Before a loader's second pass: refuse sources that are one-shot iterators
+    (consumed by the first pass) with a :class:`~youmu.errors.LoaderError`.
+
+    >>> again_or_raise("BalancedLoader", {"default": [1, 2]})
+    >>> again_or_raise("BalancedLoader", {"default": iter([1, 2])})
+    Traceback (most recent call last):
+    ...
+    youmu.errors.LoaderError: BalancedLoader cannot start another pass: source ['default'] is an iterator, ...
+    """
+    from youmu.errors import LoaderError
+
+    one_shot = [n for n, s in sources.items() if isinstance(s, Iterator)]
+    if one_shot:
+        raise LoaderError(f"{owner} cannot start another pass: source {one_shot} is an iterator, iterated once "
+                          "(the first pass consumed it); give a re-iterable source (a list, a dataset, a "
+                          "DataLoader) or make a new loader")
+
+
+__all__ += ["LOADER_STATE_KEYS", "Loader", "again_or_raise", "check_epoch", "keeps_resume_point"]

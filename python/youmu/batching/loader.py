@@ -39,12 +39,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-from youmu._args import int_arg
 from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_loader_state
 from youmu.batching.epoch import EpochHandle, EpochIterator
 from youmu.batching.info import StepInfo
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
+from youmu.stateful import check_epoch, keeps_resume_point
 
 __all__ = ["DynamicBatchLoader", "STATE_FORMAT"]
 
@@ -283,9 +283,11 @@ class DynamicBatchLoader:
 
     # -- the stream contract (youmu.stateful) ------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Reshuffle for ``epoch``. A loaded state for the same epoch is kept."""
-        epoch = int_arg("epoch", epoch, minimum=0)
-        if self._resume is not None and int(self._resume["epoch"]) != epoch:
+        """Reshuffle for ``epoch`` from the next pass on (youmu.stateful's loader
+        contract: a pass in progress keeps its epoch; a loaded state of the same epoch
+        is kept, one of another epoch cleared)."""
+        epoch = check_epoch(epoch)
+        if self._resume is not None and not keeps_resume_point(int(self._resume["epoch"]), epoch):
             self._resume = None
         self._epoch = epoch
         ds = self._config.dataset
@@ -336,7 +338,9 @@ class DynamicBatchLoader:
 
     # -- shutdown -------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the current iteration (as when a training loop breaks out early)."""
+        """Stop the current iteration (as when a training loop breaks out early);
+        idempotent, and the next ``iter()`` starts a new pass (youmu.stateful's loader
+        contract)."""
         if self._current is not None:
             self._current.close()
 

@@ -54,6 +54,7 @@ from youmu.planning.loader import BalancedLoader
 from youmu.planning.packing import pack_microbatch
 from youmu.planning.planner import Mesh, Planner, SampleMeta, StepPlan, gather_metadata
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
+from youmu.planning.settings import PlanSettings
 
 __all__ = [
     "BalanceResult",
@@ -71,6 +72,7 @@ __all__ = [
     "ModelConfig",
     "PRESETS",
     "PlanError",
+    "PlanSettings",
     "Planner",
     "SampleMeta",
     "StepPlan",

@@ -41,6 +41,7 @@ from youmu.distributed import describe, fingerprint
 from youmu.errors import StateError
 from youmu.planning.schedule import MixingSchedule
 from youmu.planning.sources import Held, RankReader
+from youmu.planning.state import parse_carry
 from youmu.stateful import check_state, state_int
 
 __all__ = [
@@ -270,26 +271,7 @@ def _parse_restored(state: Mapping[str, Any], names: list[str]) -> dict[str, Any
                              f"{type(st.get('pending')).__name__}")
         if "source_state" not in st:
             raise StateError(f"BalancedLoader state field {where} has no 'source_state'")
-    carry = state.get("carry")
-    if not isinstance(carry, list):
-        raise StateError(f"BalancedLoader state field 'carry' must be a list, got {type(carry).__name__}")
-    held = []
-    for k, entry in enumerate(carry):
-        if not isinstance(entry, (list, tuple)) or len(entry) not in (5, 6):
-            raise StateError(f"BalancedLoader state field 'carry'[{k}] must be (id, source, documents, tokens, "
-                             f"sample[, image patches]), got {type(entry).__name__}")
-        sid, src, docs, tokens, payload, *images = entry
-        if images and not (isinstance(images[0], (list, tuple))
-                           and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in images[0])):
-            raise StateError(f"BalancedLoader state field 'carry'[{k}]: image patches must be a list of ints >= 0")
-        ints_ok = all(isinstance(x, int) and not isinstance(x, bool) for x in (sid, src, tokens))
-        docs_ok = isinstance(docs, (list, tuple)) and all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in docs)
-        if not (ints_ok and docs_ok and 0 <= src < len(names) and tokens >= 0):
-            raise StateError(f"BalancedLoader state field 'carry'[{k}] is malformed: id must be an int, source an int "
-                             f"in range({len(names)}), tokens an int >= 0 and documents a list of ints >= 0")
-        held.append(Held(int(sid), int(src), [int(d) for d in docs], int(tokens), payload,
-                         [int(x) for x in images[0]] if images else None))
+    held = parse_carry(state.get("carry"), owner=_OWNER, where="'carry'", num_sources=len(names))
     next_index = state_int(state, "next_index", owner=_OWNER)
     return {"streams": streams, "carry": held, "next_index": next_index}
 

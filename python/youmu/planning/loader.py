@@ -57,9 +57,13 @@ that they resume from the same point with the same settings (a clear error rathe
 than mismatched collectives) and restore only if every rank can; otherwise all
 replay. ``collate_fn`` must not modify samples in place: a state may still hold them.
 
-Epochs: a ``BalancedLoader`` is iterated once (its streams are consumed). Its
-:meth:`~BalancedLoader.set_epoch` forwards to the sources that have one, before
-iteration starts; the next epoch is a new loader.
+Passes and epochs follow youmu's loader contract (:class:`youmu.stateful.Loader`, the
+one :class:`~youmu.batching.DynamicBatchLoader` and ``RayBalancedLoader`` keep):
+every ``iter()`` starts an independent pass from the resume point (a loaded state,
+else the epoch's start), on every rank together; a one-shot iterator source cannot
+be read twice (:class:`~youmu.errors.LoaderError`). :meth:`~BalancedLoader.set_epoch`
+may come at any time: it is forwarded to the sources that have one now, or — during a
+pass, which keeps its epoch — when the next pass starts.
 
 Example (one process; with several, give each rank a channel)::
 
@@ -81,41 +85,36 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
+from youmu._args import choice_arg, int_arg, seconds_arg
 from youmu.distributed import Producer, channel_for
 from youmu.errors import InvalidArgumentError, LoaderError
-from youmu.planning.balance import check_grid
 from youmu.planning.checkpoint import (
     RESUME_MODES,
     STATE_FORMAT,
     Resume,
     Snapshots,
     agree_on_start,
-    config_fingerprint,
     parse_state,
     restore_sources,
     start_snapshot,
 )
 from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
 from youmu.planning.info import Assembler, MicroBatchInfo, default_docs
-from youmu.planning.planner import Planner
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.settings import MAX_MICROBATCHES, PlanSettings
 from youmu.planning.sources import (
     Held,
     Measure,
     RankReader,
     SourceStream,
     carry_after,
+    check_sample_fns,
     rank_meta,
-    resolve_sources,
     step_meta,
 )
+from youmu.stateful import again_or_raise, check_epoch, keeps_resume_point
 
 __all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]
-
-#: the most micro-batches one rank takes per step: every slot is yielded with its own
-#: :class:`MicroBatchInfo` (an empty one repeats a batch), so memory per step grows with it
-MAX_MICROBATCHES = 1 << 16
 
 log = logging.getLogger("youmu.planning")
 
@@ -181,6 +180,9 @@ class BalancedLoader:
             own states, nothing read twice; every source must be stateful),
             ``"replay"`` (re-read fresh streams up to the resume point) or ``"auto"``
             (``"state"`` when every source is stateful). See the module docstring.
+        settings: the plan's settings as one :class:`~youmu.planning.PlanSettings`
+            (the object :class:`youmu.ray.RayLoaders` takes too), instead of
+            ``num_microbatches`` … ``encoder_cost`` as keywords (not both).
 
     Example (one process; ``channel=`` or an initialised process group for several)::
 
@@ -198,7 +200,7 @@ class BalancedLoader:
         self,
         source: Iterable[Any] | Mapping[str, Iterable[Any]],
         *,
-        num_microbatches: int,
+        num_microbatches: int | None = None,
         global_batch_size: int | None = None,
         token_budget: int | None = None,
         capacity: int | None = None,
@@ -221,57 +223,49 @@ class BalancedLoader:
         resume_mode: str = "auto",
         encoder_cost: Any = None,
         images_fn: Callable[[Any], Any] | None = None,
+        settings: PlanSettings | None = None,
     ) -> None:
-        int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
-        reorder_only = bool_arg("reorder_only", reorder_only)
-        drop_last = bool_arg("drop_last", drop_last)
         int_arg("prefetch", prefetch, minimum=0)
         timeout = seconds_arg("timeout", timeout)
-        int_arg("seed", seed, minimum=0)
         choice_arg("resume_mode", resume_mode, RESUME_MODES)
-        for name, v in (("global_batch_size", global_batch_size), ("token_budget", token_budget),
-                        ("capacity", capacity), ("group_size", group_size)):
-            opt_int_arg(name, v, minimum=1)
-        if length_fn is not None and docs_fn is not None:
-            raise InvalidArgumentError("pass length_fn= or docs_fn=, not both")
-        for name, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
-                         ("id_fn", id_fn), ("collate_fn", collate_fn), ("images_fn", images_fn)):
-            callable_arg(name, fn, optional=True)
+        check_sample_fns(length_fn=length_fn, docs_fn=docs_fn, token_count_fn=token_count_fn, id_fn=id_fn,
+                         collate_fn=collate_fn, images_fn=images_fn)
         if (encoder_cost is None) != (images_fn is None):
             raise InvalidArgumentError("pass encoder_cost= (the image encoder's cost model) and images_fn= "
                                        "(a sample's image patches) together")
-        if encoder_cost is not None and (reorder_only or group_size is not None):
-            raise InvalidArgumentError("encoder_cost balances samples: not with reorder_only or group_size")
-        names, sources, sched = resolve_sources(source, schedule=schedule, global_batch_size=global_batch_size,
-                                                token_budget=token_budget, reorder_only=reorder_only)
+        given = dict(num_microbatches=num_microbatches, global_batch_size=global_batch_size,
+                     token_budget=token_budget, capacity=capacity, cost=cost, method=method,
+                     reorder_only=reorder_only, placement=placement, schedule=schedule, group_size=group_size,
+                     seed=seed, drop_last=drop_last, encoder_cost=encoder_cost)
+        given = PlanSettings.settings_or_keywords(settings, **given)
+        # checked before the channel is made: a bad setting fails on every rank alike
+        plan, sources = PlanSettings.resolve(source, world_size=None, **given)
 
         self.channel = channel_for(channel, timeout=timeout, name="channel")
         self.rank = self.channel.rank
         self.world_size = self.channel.world_size
-        check_grid(self.world_size, num_microbatches, ("world_size", "num_microbatches"))
-        self.num_microbatches = num_microbatches
-        # settings as given (not normalised): they enter config_fingerprint as they did
-        # when states were first saved
-        self.global_batch_size = global_batch_size
-        self.token_budget = token_budget
-        self.capacity = capacity
-        self.reorder_only = reorder_only
+        if settings is not None and settings.world_size not in (None, self.world_size):
+            raise InvalidArgumentError(f"settings are for world_size={settings.world_size}, the channel has "
+                                       f"{self.world_size} ranks")
+        #: the plan's settings (:class:`~youmu.planning.PlanSettings`)
+        self.settings = plan = plan.on(self.world_size)
+        self.num_microbatches = plan.num_microbatches
+        self.global_batch_size = plan.global_batch_size
+        self.token_budget = plan.token_budget
+        self.capacity = plan.capacity
+        self.reorder_only = reorder_only = plan.reorder_only
         self.length_fn, self.docs_fn = length_fn, docs_fn
         self.token_count_fn = token_count_fn
         self.id_fn = id_fn
         self.images_fn = images_fn
         self.collate_fn = collate_fn
-        self.drop_last = drop_last
+        self.drop_last = plan.drop_last
         self.prefetch = prefetch
-        self.schedule: MixingSchedule | MixtureSchedule | None = sched
-        self._names: list[str] = names
+        self.schedule: MixingSchedule | MixtureSchedule | None = plan.schedule
+        self._names: list[str] = list(plan.names)
         self._sources: dict[str, Any] = sources
-        self.planner = (Planner(seed=seed)
-                        .distribute(self.world_size, num_microbatches, capacity=capacity, group_size=group_size)
-                        .cost(cost)
-                        .balance(method, reorder_only=reorder_only, on_overflow="defer", placement=placement))
-        if encoder_cost is not None:
-            self.planner = self.planner.encoder(encoder_cost)
+        self.planner = plan.planner()
+        self._fingerprint = plan.fingerprint()
         stateless = [n for n, src in self._sources.items()
                      if not (hasattr(src, "state_dict") and hasattr(src, "load_state_dict"))]
         if resume_mode == "state" and stateless:
@@ -286,7 +280,11 @@ class BalancedLoader:
         self.step = 0
         #: the epoch given to :meth:`set_epoch` (``None``: never called)
         self.epoch: int | None = None
-        self._iterating = False
+        self._iterating = False  # a pass started since construction or the last load_state_dict
+        self._passes = 0
+        self._pass_epoch: int | None = None  # the epoch of the pass in progress
+        self._epoch_due = False  # set_epoch during a pass: forward it when the next one starts
+        self._gen: Iterator[_StepOut] | None = None
         # resume target: (step, micro-batches of it already delivered), and what a
         # "state"-mode state restores (streams, carry, next index)
         self._resume: tuple[int, int] | None = None
@@ -304,6 +302,7 @@ class BalancedLoader:
         """The steps of this rank, computed in order (on the producer thread, or in the
         trainer's with ``prefetch=0``)."""
         ex = self._exchange = StepExchange(self.channel)
+        stop = self._stop  # this pass's: a later pass has its own
         streams = [SourceStream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
                    for c, n in enumerate(self._names)]
         measure = Measure(rank=self.rank, world_size=self.world_size, reorder_only=self.reorder_only,
@@ -332,7 +331,7 @@ class BalancedLoader:
                      self.rank, target)
         self._record(step, reader, carry)
         while True:
-            if self._stop.is_set():
+            if stop.is_set():
                 ex.announce(CLOSED)
                 return
             try:
@@ -383,9 +382,28 @@ class BalancedLoader:
 
     # -- iteration --------------------------------------------------------------------------
     def _start(self) -> None:
-        if self._iterating:
-            raise LoaderError("a BalancedLoader is iterated once (its streams are consumed); make a new one")
+        """Begin a pass (youmu.stateful's loader contract): an earlier one is closed
+        first; a pass after the first starts at the epoch's start unless a state was
+        loaded since, and needs sources that can be iterated again."""
+        self.close()
+        if self._passes:
+            again_or_raise(type(self).__name__, self._sources)
+            if self._iterating:  # no state loaded since the last pass: the epoch's start
+                self._reset_pass()
+        if self._epoch_due and self.epoch is not None:
+            self._forward_epoch(self.epoch)
+        self._epoch_due = False
+        self._stop = threading.Event()
+        self._passes += 1
+        self._pass_epoch = self.epoch
         self._iterating = True
+
+    def _reset_pass(self) -> None:
+        """Forget the last pass's progress and any loaded resume point."""
+        self._resume = self._restored = self._loaded_state = None
+        self._delivered = (0, 0)
+        self.step = 0
+        self._snapshots = Snapshots(self.resume_mode != "replay" and self._stateful, self.resume_mode)
 
     def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
         self._start()
@@ -414,16 +432,18 @@ class BalancedLoader:
 
     def _steps(self) -> Iterator[_StepOut]:
         if self.prefetch == 0:
-            yield from self._produce()
+            self._gen = gen = self._produce()
+            yield from gen
             return
         steps = self._produce()
+        stop = self._stop
 
         def tell_peers() -> None:
             # on the producer thread, when the trainer left its loop (or close()) before
             # the steps ran out: tell the peers at the next exchange instead of leaving
             # them to time out
             if inspect.getgeneratorstate(steps) == inspect.GEN_CREATED:
-                self._stop.set()
+                stop.set()
                 next(steps, None)  # meet the peers at the start, then say CLOSED at the first step
             elif self._exchange is not None:
                 self._exchange.announce(CLOSED)
@@ -433,10 +453,16 @@ class BalancedLoader:
         yield from self._producer
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the background thread (it tells the peers at its next exchange)."""
+        """Stop the pass in progress, if any (its background thread tells the peers at
+        its next exchange); idempotent. The loader stays usable: the next ``iter()``
+        starts a new pass (youmu.stateful's loader contract)."""
         self._stop.set()
         if self._producer is not None:
             self._producer.stop(timeout)
+            self._producer = None
+        gen, self._gen = self._gen, None
+        if gen is not None and inspect.getgeneratorstate(gen) == inspect.GEN_SUSPENDED:  # type: ignore[arg-type]
+            gen.close()  # type: ignore[attr-defined]  # prefetch=0: its GeneratorExit tells the peers
 
     def __enter__(self) -> BalancedLoader:
         return self
@@ -446,30 +472,33 @@ class BalancedLoader:
 
     # -- the stream contract (youmu.stateful) ---------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Forward ``epoch`` to every source that has ``set_epoch`` (``YoumuDataset``,
-        ``MapStream``, ``DynamicBatchLoader``, ...; lists and iterators have no epochs).
-
-        A ``BalancedLoader`` is iterated once, so this is for before iterating: make
-        one loader per epoch and call ``set_epoch`` on it first. After iteration has
-        started it raises :class:`~youmu.errors.LoaderError` (the sources are being
-        consumed at their epoch). A state loaded with :meth:`load_state_dict` is kept
-        (no silent restart): in ``"state"`` mode the sources' saved states carry
-        their own epochs, and a replay needs fresh sources at the epoch the state was
-        saved in — so call ``set_epoch`` with that epoch.
+        """Use ``epoch`` from the next pass on (youmu.stateful's loader contract): it is
+        forwarded to every source that has ``set_epoch`` (``YoumuDataset``,
+        ``MapStream``, ``DynamicBatchLoader``, ...; lists and iterators have no
+        epochs) now, or — called during a pass, which keeps its epoch — when the next
+        pass starts. A loaded resume point is kept if it was saved in ``epoch`` (or
+        does not say: states saved before loaders recorded their epoch), and cleared
+        otherwise.
 
         >>> loader = BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1, prefetch=0)
         >>> loader.set_epoch(3); loader.epoch
         3
         """
-        epoch = int_arg("epoch", epoch, minimum=0)
+        epoch = check_epoch(epoch)
+        loaded = self._loaded_state if not self._iterating else None
+        if loaded is not None and not keeps_resume_point(loaded.get("epoch"), epoch):
+            self._reset_pass()
+        self.epoch = epoch
         if self._iterating:
-            raise LoaderError("set_epoch must be called before iterating: a BalancedLoader is iterated once "
-                              "(make a new loader for the next epoch and call set_epoch on it first)")
+            self._epoch_due = True  # a pass in progress reads its sources at its own epoch
+        else:
+            self._forward_epoch(epoch)
+
+    def _forward_epoch(self, epoch: int) -> None:
         for name in self._names:
             src = self._sources[name]
             if hasattr(src, "set_epoch"):
                 src.set_epoch(epoch)
-        self.epoch = epoch
 
     def state_dict(self) -> dict[str, Any]:
         """Where the trainer is: the next step and how many of its micro-batches it
@@ -495,6 +524,7 @@ class BalancedLoader:
         step, mb = self._delivered
         state: dict[str, Any] = {
             "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
+            "epoch": (self._pass_epoch if self._iterating else self.epoch) or 0,
             "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
             "step": step, "microbatch": mb,
         }
@@ -518,8 +548,9 @@ class BalancedLoader:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (before iterating; every rank loads its own
-        state, all at the same step and micro-batch).
+        """Resume from :meth:`state_dict` at the next pass (a pass in progress is
+        closed first; every rank loads its own state, all at the same step and
+        micro-batch).
 
         A ``"state"``-mode state restores each source's state when iteration starts
         (the sources must be the same datasets, not yet iterated), provided every
@@ -538,13 +569,13 @@ class BalancedLoader:
         ...
         youmu.errors.StateError: not a BalancedLoader state: ... saved by youmu.MapStream/1, not a ...
         """
-        if self._iterating:
-            raise LoaderError("load_state_dict must be called before iterating")
         resume: Resume = parse_state(
             state, world_size=self.world_size, rank=self.rank, num_microbatches=self.num_microbatches,
             config=self.config_fingerprint(), can_restore=self.resume_mode != "replay" and self._stateful,
             resume_mode=self.resume_mode, names=self._names,
         )
+        self.close()  # a pass in progress ends: the state is where the next one starts
+        self._reset_pass()
         # the sources load their states when iteration starts, once every rank has
         # agreed to restore (if one cannot, all replay over the untouched sources)
         self._restored = resume.restored
@@ -553,6 +584,7 @@ class BalancedLoader:
         self._delivered = (step, mb)
         self._loaded_state = dict(state)
         self.step = step
+        self._iterating = False
 
     def config_fingerprint(self) -> int:
         """63-bit hash of the settings that decide the plans (batch size or token
@@ -565,8 +597,4 @@ class BalancedLoader:
         >>> a == BalancedLoader([], num_microbatches=1, global_batch_size=8).config_fingerprint()
         False
         """
-        return config_fingerprint(
-            self.planner, global_batch_size=self.global_batch_size, token_budget=self.token_budget,
-            schedule=self.schedule, sources=self._names, reorder_only=self.reorder_only, drop_last=self.drop_last,
-            world_size=self.world_size,
-        )
+        return self._fingerprint

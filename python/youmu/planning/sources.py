@@ -38,15 +38,33 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import index_of
+from youmu._args import callable_arg, index_of
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 from youmu.planning.info import default_docs
 from youmu.planning.planner import SampleMeta, StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 from youmu.sharding import share
 
-__all__ = ["SourceStream", "Held", "Measure", "RankReader", "formed_microbatch", "resolve_sources", "rank_meta",
+__all__ = ["check_sample_fns", "SourceStream", "Held", "Measure", "RankReader", "formed_microbatch", "resolve_sources",
+           "rank_meta",
            "step_meta", "carry_after"]
+
+
+def check_sample_fns(**fns: Any) -> None:
+    """Check a loader's per-sample functions (``length_fn``, ``docs_fn``,
+    ``token_count_fn``, ``id_fn``, ``collate_fn``, ``images_fn``: each callable or
+    ``None``; ``length_fn`` and ``docs_fn`` not both) — for ``BalancedLoader`` and the Ray
+    deployment alike.
+
+    >>> check_sample_fns(length_fn=len, docs_fn=len)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: pass length_fn= or docs_fn=, not both
+    """
+    if fns.get("length_fn") is not None and fns.get("docs_fn") is not None:
+        raise InvalidArgumentError("pass length_fn= or docs_fn=, not both")
+    for name, fn in fns.items():
+        callable_arg(name, fn, optional=True)
 
 
 def resolve_sources(

@@ -56,8 +56,9 @@ from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
 from youmu.planning.info import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
-from youmu.ray.planner import MAX_STEPS_PER_CALL, NEED_STATE, PlannerState, RankStep, Ref
-from youmu.stateful import MAX_STATE_INT, check_state, state_int
+from youmu.ray.planner import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
+from youmu.ray.state import PlannerState, Ref
+from youmu.stateful import check_epoch, check_state, keeps_resume_point, state_int
 
 __all__ = ["RayBalancedLoader", "Deployment", "STATE_FORMAT"]
 
@@ -120,6 +121,8 @@ class RayBalancedLoader:
         self.step = 0
         self._start = PlannerState.initial(0, self.world_size, len(deployment.names))
         self._resume: tuple[int, int] = (0, 0)
+        self._loaded = False  # a loaded resume point awaits the next pass
+        self._pass_epoch: int | None = None  # the epoch of the last pass (None: none since a load)
         # what state_dict() describes: the next (step, micro-batch) and the planner state
         # as of a step at or before it
         self._delivered: tuple[int, int] = (0, 0)
@@ -152,14 +155,18 @@ class RayBalancedLoader:
 
     def _steps(self) -> Iterator[_StepOut]:
         _refuse_dataloader_worker()
+        self.close()
+        epoch = self.epoch  # this pass's: set_epoch during it takes effect at the next one
         start, resume = self._start, self._resume
-        # the next pass starts here too unless a state is loaded or an epoch set
+        # the next pass starts at the epoch's start, unless a state is loaded meanwhile
+        self._start = PlannerState.initial(epoch, self.world_size, len(self.deployment.names))
+        self._resume, self._loaded = (0, 0), False
+        self._pass_epoch = epoch
         self._delivered, self._delivered_state = resume, start.to_dict()
         if self.prefetch == 0:
-            yield from self._produce(start, resume)
+            yield from self._produce(start, resume, epoch)
             return
-        self.close()
-        self._producer = Producer(lambda: self._produce(start, resume), depth=self.prefetch,
+        self._producer = Producer(lambda: self._produce(start, resume, epoch), depth=self.prefetch,
                                   name=f"youmu-ray-client-r{self.rank}").start()
         producer = self._producer
         if not self.record_waits:
@@ -175,13 +182,13 @@ class RayBalancedLoader:
             self.waits.append(time.perf_counter() - t0)
             yield out
 
-    def _produce(self, start: PlannerState, resume: tuple[int, int]) -> Iterator[_StepOut]:
+    def _produce(self, start: PlannerState, resume: tuple[int, int], epoch: int) -> Iterator[_StepOut]:
         d = self.deployment
         latest = start.to_dict()
         step = start.step
         target_step, target_mb = resume
         while True:
-            reply = self._ask(step, latest)
+            reply = self._ask(epoch, step, latest)
             fetches: list[tuple[RankStep, _Fetch | None]] = []
             for rs in reply:
                 if rs.end:
@@ -192,7 +199,7 @@ class RayBalancedLoader:
                 if rs.step < target_step:
                     continue  # replayed up to the resume point: metadata only
                 first = target_mb if rs.step == target_step else 0
-                fetches.append((rs, _Fetch(d, self.epoch, rs.microbatches[first:], first)))
+                fetches.append((rs, _Fetch(d, epoch, rs.microbatches[first:], first)))
             for rs, fetch in fetches:
                 if fetch is None:
                     return
@@ -200,20 +207,21 @@ class RayBalancedLoader:
                 yield _StepOut(rs.step, fetch.assemble(self.collate_fn), rs.state)
             step = reply[-1].step + 1
 
-    def _ask(self, step: int, latest: dict[str, Any]) -> list[RankStep]:
+    def _ask(self, epoch: int, step: int, latest: dict[str, Any]) -> list[RankStep]:
         d = self.deployment
         timeout = 2 * d.timeout  # the planner may be waiting on a loader for `timeout`
-        reply = self._planner.call("plans", self.rank, self.epoch, step, self.steps_per_call, None, timeout=timeout)
+        reply = self._planner.call("plans", self.rank, epoch, step, self.steps_per_call, None, timeout=timeout)
         if reply == NEED_STATE:
             # a new or restarted planner: it resumes from our state (the step alone)
-            reply = self._planner.call("plans", self.rank, self.epoch, step, self.steps_per_call, latest,
+            reply = self._planner.call("plans", self.rank, epoch, step, self.steps_per_call, latest,
                                    timeout=timeout)
         if not isinstance(reply, list) or not reply:
             raise ProtocolError(f"planner {self._planner.name!r} answered {reply!r:.80} for step {step}")
         return reply
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the background thread."""
+        """Stop the pass in progress (its background thread), if any; idempotent. The
+        next ``iter()`` starts a new pass (youmu.stateful's loader contract)."""
         if self._producer is not None:
             self._producer.stop(timeout)
             self._producer = None
@@ -226,13 +234,18 @@ class RayBalancedLoader:
 
     # -- the stream contract (youmu.stateful) ---------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` at the next pass (every source stream reshuffles for it; a
-        loaded resume point is cleared)."""
-        self.epoch = int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
-        self._start = PlannerState.initial(self.epoch, self.world_size, len(self.deployment.names))
-        self._resume = (0, 0)
-        self._delivered, self._delivered_state = (0, 0), self._start.to_dict()
-        self.step = 0
+        """Use ``epoch`` from the next pass on (every source stream reshuffles for it;
+        a pass in progress keeps its epoch). A loaded resume point of another epoch is
+        cleared, one of this epoch kept (youmu.stateful's loader contract)."""
+        epoch = check_epoch(epoch)
+        if self._loaded and keeps_resume_point(self._start.epoch, epoch):
+            return
+        self.epoch = epoch
+        self._start = PlannerState.initial(epoch, self.world_size, len(self.deployment.names))
+        self._resume, self._loaded = (0, 0), False
+        if self._pass_epoch is None:  # no pass yet: state_dict() is this resume point
+            self._delivered, self._delivered_state = (0, 0), self._start.to_dict()
+            self.step = 0
 
     def config_fingerprint(self) -> int:
         """The deployment's fingerprint: the plan's settings (as
@@ -249,7 +262,8 @@ class RayBalancedLoader:
         ``microbatch``, ``planner``. Integers and lists only (JSON works)."""
         step, mb = self._delivered
         return {"format": STATE_FORMAT, "world_size": self.world_size, "rank": self.rank,
-                "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(), "epoch": self.epoch,
+                "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
+                "epoch": self.epoch if self._pass_epoch is None else self._pass_epoch,
                 "step": step, "microbatch": mb, "planner": self._delivered_state}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -278,6 +292,7 @@ class RayBalancedLoader:
         self._start, self._resume = planner, (step, mb)
         self._delivered, self._delivered_state = (step, mb), planner.to_dict()
         self.step = step
+        self._loaded, self._pass_epoch = True, None
 
 
 class _Fetch:

@@ -38,12 +38,14 @@ from typing import Any
 
 import ray
 
-from youmu._args import bool_arg, callable_arg, float_arg, int_arg, seconds_arg
+from youmu._args import bool_arg, float_arg, int_arg, seconds_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, LoaderUnavailableError, YoumuError
+from youmu.planning.settings import PlanSettings
+from youmu.planning.sources import check_sample_fns
 from youmu.ray.calls import Actor
 from youmu.ray.client import Deployment, RayBalancedLoader
 from youmu.ray.loader import MeasureFns, Source, SourceLoader
-from youmu.ray.planner import PlanSettings, StepPlanner, fingerprint_of
+from youmu.ray.planner import StepPlanner, fingerprint_of
 
 __all__ = ["RayLoaders"]
 
@@ -79,14 +81,17 @@ class RayLoaders:
             :meth:`shutdown`).
         local: run the loaders and the planner in this process (no Ray): the same
             code path, for tests and examples.
+        settings: the plan's settings as one :class:`~youmu.planning.PlanSettings`
+            (checked there, as for ``BalancedLoader``) instead of the keywords from
+            ``num_microbatches`` to ``drop_last`` (not both).
     """
 
     def __init__(
         self,
         sources: Any,
         *,
-        world_size: int,
-        num_microbatches: int,
+        world_size: int | None = None,
+        num_microbatches: int | None = None,
         global_batch_size: int | None = None,
         token_budget: int | None = None,
         capacity: int | None = None,
@@ -113,12 +118,10 @@ class RayLoaders:
         cache_rows: int = 8192,
         detached: bool = False,
         local: bool = False,
+        settings: PlanSettings | None = None,
     ) -> None:
-        if length_fn is not None and docs_fn is not None:
-            raise InvalidArgumentError("pass length_fn= or docs_fn=, not both")
-        for arg, fn in (("length_fn", length_fn), ("docs_fn", docs_fn), ("token_count_fn", token_count_fn),
-                        ("id_fn", id_fn), ("collate_fn", collate_fn)):
-            callable_arg(arg, fn, optional=True)
+        check_sample_fns(length_fn=length_fn, docs_fn=docs_fn, token_count_fn=token_count_fn, id_fn=id_fn,
+                         collate_fn=collate_fn)
         if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
             raise ArgumentTypeError("name and namespace must be non-empty strings")
         per = int_arg("sources_per_loader", sources_per_loader, minimum=1)
@@ -134,12 +137,22 @@ class RayLoaders:
             specs = {str(n): Source.of(s, f"sources[{n!r}]") for n, s in sources.items()}
         else:
             specs = {"default": Source.of(sources)}
-        settings = PlanSettings.make(
-            world_size=world_size, num_microbatches=num_microbatches, names=list(specs),
-            global_batch_size=global_batch_size, token_budget=token_budget, capacity=capacity, cost=cost,
-            method=method, placement=placement, schedule=schedule, group_size=group_size, seed=seed,
-            drop_last=drop_last)
+        given = PlanSettings.settings_or_keywords(
+            settings, num_microbatches=num_microbatches, global_batch_size=global_batch_size,
+            token_budget=token_budget, capacity=capacity, cost=cost, method=method, placement=placement,
+            schedule=schedule, group_size=group_size, seed=seed, drop_last=drop_last)
+        if settings is not None and settings.world_size is not None:
+            if world_size not in (None, settings.world_size):
+                raise InvalidArgumentError(f"settings are for world_size={settings.world_size}, not {world_size}")
+            world_size = settings.world_size
+        if given.get("reorder_only") or given.get("encoder_cost") is not None:
+            raise InvalidArgumentError("the Ray deployment plans balanced global batches: reorder_only and "
+                                       "encoder_cost are BalancedLoader's only")
+        if world_size is None:
+            raise InvalidArgumentError("pass world_size= (the training ranks) or settings with a world size")
+        settings = PlanSettings.make(names=list(specs), world_size=world_size, **given)
         names = list(settings.names)
+        world: int = world_size
         fns = MeasureFns(length_fn, docs_fn, token_count_fn, id_fn)
         self.name, self.namespace = name, namespace
         self.settings = settings
@@ -156,10 +169,10 @@ class RayLoaders:
 
         def make(k: int, suffix: str = "") -> Any:
             group = {n: self.sources[n] for n in groups[k]}
-            args = (group, settings.world_size)
+            args = (group, world)
             kwargs: dict[str, Any] = {"measure": fns, "cache_rows": cache_rows, "defer_errors": True}
             if local:
-                return SourceLoader(group, settings.world_size, measure=fns, cache_rows=cache_rows)
+                return SourceLoader(group, world, measure=fns, cache_rows=cache_rows)
             opts = {**_ACTOR_DEFAULTS, **dict(loader_options or {}), "name": self.loader_names[k] + suffix,
                     "namespace": namespace, "get_if_exists": True}
             if detached:
@@ -175,7 +188,7 @@ class RayLoaders:
             handles = [make(k)] + ([make(k, ".standby")] if standby else [])
             self.loaders.append(Actor(self.loader_names[k], names_k, kind="source loader", namespace=namespace,
                                       hedge_after=hedge_after).attach(handles))
-        self.deployment = Deployment(name, tuple(names), settings.world_size, settings.num_microbatches, None,
+        self.deployment = Deployment(name, tuple(names), world, settings.num_microbatches, None,
                                      self.loaders, group_of, self.config, timeout, collate_fn)
         if local:
             planner = StepPlanner(settings, self.loaders, group_of, timeout=timeout, config=self.config)

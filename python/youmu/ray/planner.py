@@ -57,39 +57,24 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seconds_arg
+from youmu._args import int_arg, seconds_arg
 from youmu.distributed import fingerprint
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.planning.balance import METHODS, check_grid
-from youmu.planning.checkpoint import config_fingerprint
 from youmu.planning.info import Assembler, MicroBatchInfo
-from youmu.planning.planner import Planner
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule
-from youmu.planning.sources import (
-    Held,
-    Measure,
-    RankReader,
-    SourceStream,
-    carry_after,
-    rank_meta,
-    resolve_sources,
-    step_meta,
-)
-from youmu.ray.calls import Actor, Call
-from youmu.ray.loader import Record, Records
+from youmu.planning.settings import PlanSettings
+from youmu.planning.sources import Held, RankReader, SourceStream, carry_after, rank_meta, step_meta
+from youmu.ray.calls import Actor
+from youmu.ray.state import PlannerState, Ref
+from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, RecordMeasure, _Fetcher, _View
 
-__all__ = ["NEED_STATE", "PlanSettings", "PlannerState", "RankStep", "RecordMeasure", "StepPlanner", "Ref"]
+__all__ = ["NEED_STATE", "PlannerState", "RankStep", "RecordMeasure", "StepPlanner", "Ref"]
 
 #: a planner's answer when it cannot serve a step without a client's state
 NEED_STATE = "youmu.ray/need-state"
-
-#: a sample in a plan: (source number, origin rank, position in that rank's stream)
-Ref = tuple[int, int, int]
 
 # the largest number of steps one request may ask for, and how far past its position a
 # planner computes forward rather than asking for a state
@@ -97,173 +82,6 @@ MAX_STEPS_PER_CALL = 64
 _MAX_FORWARD = 256
 # steps of plans kept behind the planner's position for ranks that lag
 _RETAIN = 128
-# records fetched per (rank, source) beyond a step's share: about this many steps ahead
-_LOOKAHEAD_STEPS = 2
-_MIN_CHUNK = 4
-
-_OWNER = "youmu.ray planner"
-
-
-# ------------------------------------------------------------------------------------------
-# settings
-# ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PlanSettings:
-    """Everything that decides the plans, as :class:`~youmu.planning.BalancedLoader`
-    takes it (checked the same way); build it with :meth:`make`.
-
-    >>> s = PlanSettings.make(world_size=2, num_microbatches=1, global_batch_size=4, names=["default"])
-    >>> s.names, s.planner().num_buckets
-    (('default',), 2)
-    """
-
-    names: tuple[str, ...]
-    world_size: int
-    num_microbatches: int
-    global_batch_size: int | None = None
-    token_budget: int | None = None
-    capacity: int | None = None
-    cost: Any = None
-    method: str = "greedy"
-    placement: str | None = None
-    schedule: MixingSchedule | MixtureSchedule | None = None
-    group_size: int | None = None
-    seed: int = 0
-    drop_last: bool = False
-
-    @classmethod
-    def make(cls, *, world_size: int, num_microbatches: int, names: Sequence[str],
-             global_batch_size: int | None = None, token_budget: int | None = None, capacity: int | None = None,
-             cost: Any = None, method: str = "greedy", placement: str | None = None, schedule: Any = None,
-             group_size: int | None = None, seed: int = 0, drop_last: bool = False) -> PlanSettings:
-        """Check the arguments and resolve the schedule exactly as ``BalancedLoader``
-        does for ``{name: stream}`` (or, with ``names=["default"]`` and no schedule, for
-        one stream)."""
-        from youmu.planning.loader import MAX_MICROBATCHES
-
-        int_arg("world_size", world_size, minimum=1)
-        int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
-        check_grid(world_size, num_microbatches, ("world_size", "num_microbatches"))
-        int_arg("seed", seed, minimum=0)
-        bool_arg("drop_last", drop_last)
-        choice_arg("method", method, METHODS)
-        if placement is not None:
-            choice_arg("placement", placement, METHODS)
-        for name, v in (("global_batch_size", global_batch_size), ("token_budget", token_budget),
-                        ("capacity", capacity), ("group_size", group_size)):
-            opt_int_arg(name, v, minimum=1)
-        names = [str(n) for n in names]
-        single = names == ["default"] and schedule is None
-        placeholder: Any = [] if single else {n: [] for n in names}
-        resolved, _, sched = resolve_sources(placeholder, schedule=schedule, global_batch_size=global_batch_size,
-                                             token_budget=token_budget, reorder_only=False)
-        s = cls(tuple(resolved), world_size, num_microbatches, global_batch_size, token_budget, capacity, cost,
-                method, placement, sched, group_size, seed, drop_last)
-        s.planner()  # the cost model and balancing settings are checked here, not at the first step
-        return s
-
-    def planner(self) -> Planner:
-        """The planner ``BalancedLoader`` builds from the same settings."""
-        return (Planner(seed=self.seed)
-                .distribute(self.world_size, self.num_microbatches, capacity=self.capacity, group_size=self.group_size)
-                .cost(self.cost)
-                .balance(self.method, reorder_only=False, on_overflow="defer", placement=self.placement))
-
-    def plan_fingerprint(self) -> int:
-        """``BalancedLoader.config_fingerprint`` of the same settings."""
-        return config_fingerprint(self.planner(), global_batch_size=self.global_batch_size,
-                                  token_budget=self.token_budget, schedule=self.schedule, sources=list(self.names),
-                                  reorder_only=False, drop_last=self.drop_last, world_size=self.world_size)
-
-
-# ------------------------------------------------------------------------------------------
-# state
-# ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PlannerState:
-    """Where planning stands at the start of ``step`` (see the module doc). Plain
-    integers and references: ``to_dict`` is what checkpoints hold.
-
-    >>> st = PlannerState.initial(epoch=0, world_size=2, num_sources=3)
-    >>> st.positions, st.next_index
-    (((0, 0, 0), (0, 0, 0)), (0, 0))
-    >>> PlannerState.from_dict(st.to_dict(), world_size=2, num_sources=3) == st
-    True
-    """
-
-    epoch: int
-    step: int
-    positions: tuple[tuple[int, ...], ...]
-    done: tuple[tuple[bool, ...], ...]
-    next_index: tuple[int, ...]
-    carry: tuple[tuple[tuple[int, int, tuple[int, ...], int, int], ...], ...]
-    last: tuple[tuple[Ref, ...] | None, ...]
-
-    @classmethod
-    def initial(cls, epoch: int, world_size: int, num_sources: int) -> PlannerState:
-        """The start of ``epoch``: nothing read."""
-        return cls(epoch, 0, ((0,) * num_sources,) * world_size, ((False,) * num_sources,) * world_size,
-                   (0,) * world_size, ((),) * world_size, (None,) * world_size)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "step": self.step,
-                "positions": [list(p) for p in self.positions], "done": [list(d) for d in self.done],
-                "next_index": list(self.next_index),
-                "carry": [[[i, s, list(d), t, p] for i, s, d, t, p in c] for c in self.carry],
-                "last": [None if b is None else [list(x) for x in b] for b in self.last]}
-
-    @classmethod
-    def from_dict(cls, d: Any, *, world_size: int, num_sources: int) -> PlannerState:
-        """Parse and check a state (a :class:`~youmu.errors.StateError` names the field)."""
-        if not isinstance(d, Mapping):
-            raise StateError(f"{_OWNER} state must be a dict, got {type(d).__name__}")
-
-        def ints(v: Any, what: str, n: int | None = None) -> tuple[int, ...]:
-            if not isinstance(v, (list, tuple)) or (n is not None and len(v) != n) or not all(
-                    isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
-                size = f"{n} " if n is not None else ""
-                raise StateError(f"{_OWNER} state field {what} must be a list of {size}ints >= 0, got {v!r:.80}")
-            return tuple(int(x) for x in v)
-
-        def per_rank(key: str) -> list[Any]:
-            v = d.get(key)
-            if not isinstance(v, (list, tuple)) or len(v) != world_size:
-                raise StateError(f"{_OWNER} state field {key!r} must have one entry per rank ({world_size}), "
-                                 f"got {v!r:.80}")
-            return list(v)
-
-        epoch, step = (ints([d.get(k)], repr(k))[0] for k in ("epoch", "step"))
-        positions = tuple(ints(p, f"'positions'[{r}]", num_sources) for r, p in enumerate(per_rank("positions")))
-        done = []
-        for r, v in enumerate(per_rank("done")):
-            if not isinstance(v, (list, tuple)) or len(v) != num_sources or not all(isinstance(x, bool) for x in v):
-                raise StateError(f"{_OWNER} state field 'done'[{r}] must be {num_sources} bools")
-            done.append(tuple(v))
-        next_index = ints(d.get("next_index"), "'next_index'", world_size)
-        carry = []
-        for r, entries in enumerate(per_rank("carry")):
-            rows = []
-            if not isinstance(entries, (list, tuple)):
-                raise StateError(f"{_OWNER} state field 'carry'[{r}] must be a list")
-            for e in entries:
-                if not isinstance(e, (list, tuple)) or len(e) != 5:
-                    raise StateError(f"{_OWNER} state field 'carry'[{r}] entries are (id, source, documents, tokens, "
-                                     f"position), got {e!r:.80}")
-                sid, src, tok, pos = ints([e[0], e[1], e[3], e[4]], f"'carry'[{r}]")
-                if src >= num_sources:
-                    raise StateError(f"{_OWNER} state field 'carry'[{r}] names source {src} of {num_sources}")
-                rows.append((sid, src, ints(e[2], f"'carry'[{r}] documents"), tok, pos))
-            carry.append(tuple(rows))
-        last: list[tuple[Ref, ...] | None] = []
-        for r, b in enumerate(per_rank("last")):
-            if b is None:
-                last.append(None)
-                continue
-            if not isinstance(b, (list, tuple)):
-                raise StateError(f"{_OWNER} state field 'last'[{r}] must be a list of (source, rank, position)")
-            refs = [ints(x, f"'last'[{r}]", 3) for x in b]
-            last.append(tuple((a, o, p) for a, o, p in refs))
-        return cls(epoch, step, positions, tuple(done), next_index, tuple(carry), tuple(last))
 
 
 @dataclass(frozen=True)
@@ -290,101 +108,6 @@ class _StepResult:
 
 
 # ------------------------------------------------------------------------------------------
-# remote stream views
-# ------------------------------------------------------------------------------------------
-class RecordMeasure(Measure):
-    """A rank's :class:`~youmu.planning.sources.Measure` over records: the loader
-    measured the sample; this holds it (capacity check, arrival id ``k·W + r`` or the
-    ``id_fn`` id) with its position as the payload.
-
-    >>> m = RecordMeasure(rank=1, world_size=2)
-    >>> m.measure(Record(7, [30, 70], 100, None), source=2)
-    Held(id=1, source=2, docs=[30, 70], tokens=100, payload=7)
-    """
-
-    def measure(self, sample: Any, source: int) -> Held:
-        rec: Record = sample
-        return self.hold(list(rec.docs), int(rec.tokens), source, int(rec.position), uid=rec.uid)
-
-
-class _View:
-    """Rank ``rank``'s stream of one source as the planner reads it: records fetched
-    from the source's loader ahead of use. ``position``: the next record not consumed."""
-
-    def __init__(self, fetcher: _Fetcher, name: str, number: int, rank: int, position: int) -> None:
-        self.fetcher, self.name, self.number, self.rank = fetcher, name, number, rank
-        self.position = position
-        self.fetch_at = position
-        self.ended = False
-        self.chunks: deque[Records] = deque()
-        self.at = 0  # next record of chunks[0]
-        self.buffered = 0
-        self.pending: _Batch | None = None
-
-    def add(self, recs: Records) -> None:
-        if len(recs):
-            self.chunks.append(recs)
-            self.buffered += len(recs)
-        self.fetch_at = recs.next
-        self.ended = recs.ended
-
-    def __iter__(self) -> Iterator[Record]:
-        while True:
-            if not self.buffered:
-                if self.pending is not None:
-                    self.fetcher.wait(self.pending)
-                elif self.ended:
-                    return
-                else:
-                    self.fetcher.fetch([(self, _MIN_CHUNK)])
-                continue
-            chunk = self.chunks[0]
-            rec = chunk[self.at]
-            self.at += 1
-            self.buffered -= 1
-            if self.at == len(chunk):
-                self.chunks.popleft()
-                self.at = 0
-            self.position = rec.position + 1
-            yield rec
-
-
-class _Batch:
-    __slots__ = ("call", "views")
-
-    def __init__(self, call: Call, views: list[_View]) -> None:
-        self.call, self.views = call, views
-
-
-class _Fetcher:
-    """Metadata requests of the planner's views, one ``records`` call per loader actor."""
-
-    def __init__(self, loaders: Sequence[Actor], group_of: Sequence[int], epoch: int, timeout: float) -> None:
-        self.loaders, self.group_of, self.epoch, self.timeout = loaders, group_of, epoch, timeout
-
-    def fetch(self, wants: Sequence[tuple[_View, int]]) -> None:
-        by_group: dict[int, list[tuple[_View, int]]] = {}
-        for v, n in wants:
-            if v.pending is None and not v.ended:
-                by_group.setdefault(self.group_of[v.number], []).append((v, n))
-        for g, items in by_group.items():
-            call = self.loaders[g].submit("records", self.epoch, [(v.name, v.rank, v.fetch_at, n) for v, n in items],
-                                          timeout=self.timeout)
-            batch = _Batch(call, [v for v, _ in items])
-            for v in batch.views:
-                v.pending = batch
-
-    def wait(self, batch: _Batch) -> None:
-        try:
-            results = batch.call.result()
-        finally:
-            for v in batch.views:
-                v.pending = None
-        for v, recs in zip(batch.views, results):
-            v.add(recs)
-
-
-# ------------------------------------------------------------------------------------------
 # the planner
 # ------------------------------------------------------------------------------------------
 class StepPlanner:
@@ -402,6 +125,8 @@ class StepPlanner:
 
     def __init__(self, settings: PlanSettings, loaders: Sequence[Actor], group_of: Sequence[int], *,
                  timeout: float = 60.0, config: int | None = None, deployment: Any = None) -> None:
+        if settings.world_size is None:
+            raise InvalidArgumentError("the planner's settings need a world size (settings.on(world_size))")
         self.settings = settings
         self.loaders = list(loaders)
         self.group_of = [int(g) for g in group_of]
@@ -411,8 +136,8 @@ class StepPlanner:
         self.timeout = seconds_arg("timeout", timeout)
         self._deployment = deployment
         self._planner = settings.planner()
-        self._fingerprint = settings.plan_fingerprint() if config is None else int(config)
-        self.world_size = settings.world_size
+        self._fingerprint = settings.fingerprint() if config is None else int(config)
+        self.world_size: int = settings.world_size
         # the cursor: where planning stands (None: not seeded, or broken by a failure)
         self._cursor: PlannerState | None = None
         self._results: dict[tuple[int, int], _StepResult] = {}
@@ -558,7 +283,7 @@ class StepPlanner:
                 need = (max(self._used[r][c], 1) if counts is None
                         else math.ceil(int(counts[c]) / self.world_size))
                 if need and v.buffered < need and v.pending is None and not v.ended:
-                    wants.append((v, max(_MIN_CHUNK, _LOOKAHEAD_STEPS * need)))
+                    wants.append((v, max(MIN_CHUNK, LOOKAHEAD_STEPS * need)))
         self._fetcher.fetch(wants)
 
     def _step(self) -> _StepResult:
@@ -620,5 +345,5 @@ class StepPlanner:
 def fingerprint_of(settings: PlanSettings, sources: Mapping[str, Any], measure: Any) -> int:
     """The fingerprint of a whole deployment: the plan's settings, every source's
     stream settings and the measuring functions."""
-    return fingerprint({"plan": settings.plan_fingerprint(), "sources": sources, "measure": measure})
+    return fingerprint({"plan": settings.fingerprint(), "sources": sources, "measure": measure})
 

@@ -1,0 +1,279 @@
+"""youmu's loader contract (:class:`youmu.stateful.Loader`), checked the same way
+against all three loaders: ``DynamicBatchLoader`` (youmu.batching),
+``BalancedLoader`` (youmu.planning) and ``RayBalancedLoader`` (youmu.ray, on a local
+Ray cluster). Each is one rank over the same shuffled Parquet source
+(``YoumuDataset``, ``shuffle="page"``: another epoch, another order), so a pass is
+compared by the ids it delivers.
+
+Also: the plan's settings are checked in one place, so ``BalancedLoader`` and the Ray
+deployment refuse the same bad settings with the same error.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="youmu.ray needs Ray: pip install 'youmu[ray]'")
+pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import ray_streams as rs  # noqa: E402
+
+from youmu.errors import LoaderError, StateError, YoumuError  # noqa: E402
+from youmu.stateful import LOADER_STATE_KEYS, Loader  # noqa: E402
+
+KINDS = ["dynamic", "balanced", "ray"]
+_STREAM = {k: v for k, v in rs.STREAM.items() if k != "columns"}
+_PLAN = dict(num_microbatches=2, global_batch_size=16, cost="llama-12b", seed=3)
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return rs.write_sources(tmp_path_factory.mktemp("contract-sources"))["web"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 << 20)
+    yield
+    ray.shutdown()
+
+
+def _dataset(path: str) -> Any:
+    import youmu
+    from youmu.torch import YoumuDataset
+
+    return YoumuDataset(youmu.PageIndex(path, columns=rs.STREAM["columns"]), rank=0, world_size=1, **_STREAM)
+
+
+@pytest.fixture(params=KINDS)
+def make(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any]]:
+    """A factory of equally configured loaders of one kind (closed at the end)."""
+    made: list[Any] = []
+    deployments: list[Any] = []
+    kind = request.param
+    if kind == "ray":
+        request.getfixturevalue("cluster")
+        from youmu.ray import RayLoaders, Source
+
+        deployments.append(RayLoaders({"web": Source(path, **rs.STREAM)}, world_size=1, schedule={"web": 1},
+                                      name="contract", **_PLAN))
+
+    def new() -> Any:
+        if kind == "dynamic":
+            from youmu.batching import DynamicBatchLoader
+
+            loader = DynamicBatchLoader(_dataset(path), token_budget=600, length_fn=lambda s: len(s["input_ids"]),
+                                        buffer_size=16, num_workers=0)
+        elif kind == "balanced":
+            from youmu.planning import BalancedLoader
+
+            loader = BalancedLoader({"web": _dataset(path)}, schedule={"web": 1}, prefetch=1, **_PLAN)
+        else:
+            loader = deployments[0].client(0, prefetch=1)
+        made.append(loader)
+        return loader
+
+    yield new
+    for loader in made:
+        loader.close()
+    for d in deployments:
+        d.shutdown()
+
+
+def _ids(item: Any) -> tuple[int, ...]:
+    batch = item[0]
+    return () if batch is None else tuple(int(s["id"]) for s in batch)
+
+
+def _pass(loader: Any) -> list[tuple[int, ...]]:
+    return [_ids(x) for x in loader]
+
+
+def _take(it: Iterator[Any], n: int) -> list[tuple[int, ...]]:
+    return [_ids(next(it)) for _ in range(n)]
+
+
+# -- iter(): an independent pass from the resume point -----------------------------------------
+def test_every_loader_keeps_the_protocol(make: Callable[[], Any]) -> None:
+    assert isinstance(make(), Loader)
+
+
+def test_a_second_iter_is_a_new_pass_from_the_epoch_start(make: Callable[[], Any]) -> None:
+    loader = make()
+    first = _pass(loader)
+    assert len(first) > 4
+    assert _pass(loader) == first  # after a pass that ran out
+    it = iter(loader)
+    assert _take(it, 3) == first[:3]
+    assert _pass(loader) == first  # while one is in progress: that one is closed
+
+
+def test_a_loaded_state_starts_the_next_pass_then_the_epoch_start_again(make: Callable[[], Any]) -> None:
+    loader = make()
+    full = _pass(loader)
+    it = iter(loader)
+    _take(it, 3)
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert _pass(resumed) == full[3:]
+    assert _pass(resumed) == full
+    # loading during a pass closes it: the next pass starts at the loaded point
+    it = iter(resumed)
+    _take(it, 1)
+    resumed.load_state_dict(state)
+    assert _pass(resumed) == full[3:]
+
+
+# -- set_epoch: any time, from the next pass on ------------------------------------------------
+def test_set_epoch_before_a_pass(make: Callable[[], Any]) -> None:
+    a, b = make(), make()
+    epoch0 = _pass(a)
+    b.set_epoch(1)
+    epoch1 = _pass(b)
+    assert sorted(i for ids in epoch1 for i in ids) == sorted(i for ids in epoch0 for i in ids)
+    assert epoch1 != epoch0  # another epoch, another shuffle
+    assert b.state_dict()["epoch"] == 1
+
+
+def test_set_epoch_during_a_pass_takes_effect_at_the_next(make: Callable[[], Any]) -> None:
+    ref0, ref1 = make(), make()
+    epoch0 = _pass(ref0)
+    ref1.set_epoch(1)
+    epoch1 = _pass(ref1)
+    loader = make()
+    it = iter(loader)
+    head = _take(it, 2)
+    loader.set_epoch(1)
+    assert head + [_ids(x) for x in it] == epoch0  # the pass in progress keeps its epoch
+    assert loader.state_dict()["epoch"] == 0  # the state describes that pass
+    assert _pass(loader) == epoch1
+
+
+def test_set_epoch_keeps_a_resume_point_of_its_epoch_and_clears_another(make: Callable[[], Any]) -> None:
+    ref = make()
+    full = _pass(ref)
+    it = iter(ref)
+    _take(it, 3)
+    state = ref.state_dict()
+    kept = make()
+    kept.load_state_dict(state)
+    kept.set_epoch(0)
+    assert _pass(kept) == full[3:]
+    other, cleared = make(), make()
+    other.set_epoch(1)
+    cleared.load_state_dict(state)
+    cleared.set_epoch(1)
+    assert _pass(cleared) == _pass(other)
+
+
+# -- state_dict: one schema ------------------------------------------------------------------------
+def test_state_dict_schema(make: Callable[[], Any]) -> None:
+    loader = make()
+    before = loader.state_dict()
+    assert set(LOADER_STATE_KEYS) <= set(before) and before["epoch"] == 0
+    assert before["world_size"] == 1 and before["rank"] == 0 and isinstance(before["format"], str)
+    it = iter(loader)
+    _take(it, 2)
+    mid = loader.state_dict()
+    assert set(LOADER_STATE_KEYS) <= set(mid) and mid != before
+    with pytest.raises(StateError):
+        make().load_state_dict({"format": "youmu.MapStream/1", "world_size": 1, "rank": 0, "epoch": 0})
+    with pytest.raises(StateError):
+        make().load_state_dict(dict(mid, world_size=2))
+
+
+# -- close(): stops the pass, idempotent, the loader stays usable ----------------------------------
+def test_close(make: Callable[[], Any]) -> None:
+    loader = make()
+    loader.close()  # before any pass
+    full = _pass(loader)
+    it = iter(loader)
+    _take(it, 2)
+    loader.close()
+    loader.close()
+    assert _pass(loader) == full
+
+
+def test_passes_on_two_gloo_ranks() -> None:
+    """Across ranks, passes are collective: every rank starts the next one together,
+    after the last ran out or every rank closed it."""
+    import planning_mp
+
+    got = planning_mp.run_world(planning_mp.scenario_passes, 2, timeout=120)
+    assert all(status == "ok" for status, _ in got), got
+    for _, res in got:
+        assert len(res["first"]) > 4
+        assert res["second"] == res["first"] == res["third"]
+        assert res["head"] == res["first"][:3]
+
+
+# -- a source that cannot be iterated again ------------------------------------------------------
+def test_a_one_shot_source_refuses_a_second_pass_with_a_typed_error() -> None:
+    from youmu.planning import BalancedLoader
+
+    rows = [{"id": i, "input_ids": [0] * (i % 5 + 1)} for i in range(12)]
+    loader = BalancedLoader(iter(rows), num_microbatches=1, global_batch_size=4, prefetch=0)
+    assert len(list(loader)) == 3
+    with pytest.raises(LoaderError, match="cannot start another pass: source \\['default'\\] is an iterator"):
+        list(loader)
+    assert len(list(BalancedLoader(rows, num_microbatches=1, global_batch_size=4, prefetch=0))) == 3
+
+
+# -- one plan-settings object: the same refusals ---------------------------------------------------
+BAD_SETTINGS: list[dict[str, Any]] = [
+    dict(num_microbatches=0),
+    dict(num_microbatches=2, method="best"),
+    dict(num_microbatches=2, placement="nearest"),
+    dict(num_microbatches=2, seed=-1),
+    dict(num_microbatches=2, capacity=0),
+    dict(num_microbatches=2, drop_last="yes"),
+    dict(num_microbatches=2, cost="no-such-model"),
+    dict(num_microbatches=2, global_batch_size=None),
+    dict(num_microbatches=2, token_budget=1000),
+    dict(num_microbatches=2, schedule={"web": 1, "code": 1}),
+    dict(num_microbatches=2, group_size=3),
+]
+
+
+@pytest.mark.parametrize("bad", BAD_SETTINGS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_balanced_loader_and_the_ray_deployment_refuse_the_same_settings(path: str, bad: dict[str, Any]) -> None:
+    from youmu.planning import BalancedLoader, PlanSettings
+    from youmu.ray import RayLoaders, Source
+
+    kw = dict(global_batch_size=16, schedule={"web": 1})
+    kw.update(bad)
+    errors = []
+    for build in (lambda: BalancedLoader({"web": [{"input_ids": [1]}]}, **kw),
+                  lambda: RayLoaders({"web": Source(path, **rs.STREAM)}, world_size=1, local=True, **kw),
+                  lambda: PlanSettings.make(names=["web"], world_size=1, **kw)):
+        with pytest.raises(YoumuError) as info:
+            build()
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1] == errors[2]
+
+
+def test_one_settings_object_drives_both_deployments(path: str) -> None:
+    from youmu.errors import InvalidArgumentError
+    from youmu.planning import BalancedLoader, PlanSettings
+    from youmu.ray import RayLoaders, Source
+
+    settings = PlanSettings.make(names=["web"], world_size=1, schedule={"web": 1}, **_PLAN)
+    by_object = BalancedLoader({"web": _dataset(path)}, settings=settings, prefetch=0)
+    by_keywords = BalancedLoader({"web": _dataset(path)}, schedule={"web": 1}, prefetch=0, **_PLAN)
+    assert by_object.config_fingerprint() == by_keywords.config_fingerprint() == settings.fingerprint()
+    assert _pass(by_object) == _pass(by_keywords)
+    local = RayLoaders({"web": Source(path, **rs.STREAM)}, settings=settings, local=True)
+    assert local.settings == settings
+    assert _pass(local.client(0, prefetch=0)) == _pass(by_keywords)
+    with pytest.raises(InvalidArgumentError, match="settings= or \\['seed'\\], not both"):
+        BalancedLoader({"web": []}, settings=settings, seed=4)
+    with pytest.raises(InvalidArgumentError, match="settings= or \\['seed'\\], not both"):
+        RayLoaders({"web": Source(path, **rs.STREAM)}, settings=settings, seed=4, local=True)
