@@ -10,6 +10,18 @@ Example:
     ([[1, 2, 3], [5, 6, 0]], [3, 2])
 """
 
+import importlib as _importlib
+
+# A DataLoader worker pickles its first tensor on its queue-feeder thread, and torch makes
+# a lazy import there (torch.nested, in its tensor reducer). On CPython 3.11 an import on
+# that thread racing one on the worker's main thread can raise KeyError inside importlib's
+# module locks, killing the feeder and leaving the trainer waiting forever. Importing the
+# module once here, before any worker forks, keeps that import out of the workers.
+try:
+    _importlib.import_module("torch.nested._internal.nested_tensor")
+except ImportError:  # another torch layout: nothing to pre-import
+    pass
+
 from youmu.torch.collate import PadCollate, collate_pad, pad_collate
 from youmu.torch.dataset import YoumuDataset
 from youmu.torch.mapstream import MapStream, MixtureStream
