@@ -81,7 +81,7 @@ def _rank_main(rank: int, world: int, port: int, q: Any, cfg: dict[str, Any]) ->
         for budget in cfg["budgets"]:
             loader = DynamicBatchLoader(
                 Lengths(lengths), token_budget=budget, length_fn=_len, collate_fn=_collate,
-                buffer_size=cfg["buffer"], num_workers=0, timeout=300,
+                pool_size=cfg["buffer"], num_workers=0, timeout=300,
             )
             t0 = time.perf_counter()
             waits = []

@@ -119,7 +119,7 @@ def make(kind: str, path: str, out: str, *, max_steps: int, save_steps: int, tim
 
     from youmu.integrations import TrainerLoader
     from youmu.integrations.hf import make_trainer
-    from youmu.torch import YoumuDataset, pad_collate
+    from youmu.torch import YoumuDataset, lm_collate
 
     transformers.set_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
@@ -141,9 +141,9 @@ def make(kind: str, path: str, out: str, *, max_steps: int, save_steps: int, tim
 
     if kind == "youmu":
         ds = YoumuDataset(path, columns=["input_ids"], drop_last=True, transform=lm_sample, seed=0)
-        return Bench(model=model, args=targs, train_loader=TrainerLoader(ds, batch_size=BATCH, collate_fn=pad_collate))
+        return Bench(model=model, args=targs, train_loader=TrainerLoader(ds, batch_size=BATCH, collate_fn=lm_collate))
     data = MapRows(path) if kind == "map-style" else StreamRows(path, dist.get_rank(), dist.get_world_size())
-    return Bench(model=model, args=targs, train_dataset=data, data_collator=pad_collate)
+    return Bench(model=model, args=targs, train_dataset=data, data_collator=lm_collate)
 
 
 def rank_main(rank: int, world: int, port: int, kind: str, path: str, work: str, steps: int, result: str) -> None:

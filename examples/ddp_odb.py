@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count, pad_collate  # noqa: E402
+from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count, lm_collate  # noqa: E402
 from youmu.batching.synthetic import synthetic_lengths  # noqa: E402
 
 VOCAB = 101
@@ -80,8 +80,8 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
         token_budget=args.token_budget,
         length_fn=seq_len,
         token_count_fn=label_token_count(),  # t_r = loss tokens, as the loss below counts them
-        collate_fn=pad_collate,
-        buffer_size=args.buffer_size,
+        collate_fn=lm_collate,
+        pool_size=args.pool_size,
         num_workers=args.num_workers,
         timeout=120,
     )
@@ -129,7 +129,7 @@ def main() -> None:
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--samples", type=int, default=2000)
     p.add_argument("--token-budget", type=int, default=2048)
-    p.add_argument("--buffer-size", type=int, default=256)
+    p.add_argument("--pool-size", type=int, default=256)
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--epochs", type=int, default=1)
     args = p.parse_args()

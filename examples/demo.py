@@ -189,10 +189,10 @@ class _Batches:
 
 
 def odb_batches(stream, args: argparse.Namespace) -> _Batches:
-    from youmu.batching import DynamicBatchLoader, pad_collate
+    from youmu.batching import DynamicBatchLoader, lm_collate
 
     def collate(samples):
-        batch = pad_collate(samples)
+        batch = lm_collate(samples)
         batch["input_ids"] = batch["input_ids"].long()  # the corpus stores int32 token ids
         batch["pad"] = batch.pop("attention_mask") == 0  # targets at padding are ignored
         return batch
@@ -203,7 +203,7 @@ def odb_batches(stream, args: argparse.Namespace) -> _Batches:
         length_fn=lambda s: len(s["input_ids"]),
         token_count_fn=lambda s: len(s["input_ids"]) - 1,  # next-token targets
         collate_fn=collate,
-        buffer_size=args.odb_buffer,
+        pool_size=args.odb_pool,
         num_workers=0,
         timeout=120,
         seed=args.seed,
@@ -330,7 +330,7 @@ def main() -> None:
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--batching", choices=["odb", "packing"], default="odb",
                     help="online dynamic batching of document chunks (default) or fixed-length packing")
-    ap.add_argument("--odb-buffer", type=int, default=256, help="samples grouped per ODB round")
+    ap.add_argument("--odb-pool", type=int, default=256, help="samples grouped per ODB round")
     ap.add_argument("--corpus-mb", type=float, default=24.0,
                     help="cap on each site-packages source, MB of .py files (smaller builds faster)")
     args = ap.parse_args()

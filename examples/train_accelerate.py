@@ -38,14 +38,14 @@ def build_loader(args: argparse.Namespace, paths: dict[str, Any]) -> Any:
     from youmu.batching import DynamicBatchLoader, label_token_count
     from youmu.integrations import TrainerLoader
     from youmu.rows import RowDataset
-    from youmu.torch import YoumuDataset, collate_packed, pack, pad_collate
+    from youmu.torch import YoumuDataset, collate_packed, lm_collate, pack
 
     if not args.odb:
         packed = pack(YoumuDataset(str(paths["web"]), columns=["input_ids"]), seq_len=128, eos_id=0)
         return TrainerLoader(packed, batch_size=8, collate_fn=collate_packed)  # ranks agree on each step
     rows = RowDataset(str(paths["web"]), columns=["input_ids"])
     dbl = DynamicBatchLoader(LMSamples(rows), token_budget=2048, length_fn=lambda s: len(s["input_ids"]),
-                             token_count_fn=label_token_count(), collate_fn=pad_collate, buffer_size=128,
+                             token_count_fn=label_token_count(), collate_fn=lm_collate, pool_size=128,
                              num_workers=0, uneven="pad")
     return TrainerLoader(dbl)
 

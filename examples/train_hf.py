@@ -24,16 +24,16 @@ def build_loader(args: argparse.Namespace, paths: dict[str, Any]) -> Any:
     from youmu.batching import DynamicBatchLoader, label_token_count
     from youmu.integrations import TrainerLoader, odb_steps_per_epoch
     from youmu.mixture import MixtureDataset
-    from youmu.torch import YoumuDataset, pad_collate
+    from youmu.torch import YoumuDataset, lm_collate
 
     if not args.odb:
         rows = YoumuDataset(str(paths["web"]), columns=["input_ids"], drop_last=True, transform=lm_sample)
-        return TrainerLoader(rows, batch_size=8, collate_fn=pad_collate)
+        return TrainerLoader(rows, batch_size=8, collate_fn=lm_collate)
     mix = MixtureDataset({k: str(v) for k, v in paths.items()}, {"web": 0.7, "code": 0.3}, block_size=64,
                          length=1024)
     dbl = DynamicBatchLoader(  # the mixture is map-style: the loader shards it over the ranks
         LMSamples(mix), token_budget=2048, length_fn=lambda s: len(s["input_ids"]),
-        token_count_fn=label_token_count(), collate_fn=pad_collate, buffer_size=128, num_workers=0,
+        token_count_fn=label_token_count(), collate_fn=lm_collate, pool_size=128, num_workers=0,
         uneven="pad",  # the Trainer has no DDP Join: every rank takes the same steps
     )
     return TrainerLoader(dbl, steps_per_epoch=odb_steps_per_epoch(dbl))

@@ -24,16 +24,16 @@ def make_loader_factory(args: argparse.Namespace, paths: dict[str, Any]) -> Any:
     from youmu.batching import DynamicBatchLoader, label_token_count
     from youmu.integrations import TrainerLoader, odb_steps_per_epoch
     from youmu.mixture import MixtureDataset
-    from youmu.torch import MapStream, pad_collate
+    from youmu.torch import MapStream, lm_collate
 
     def make() -> TrainerLoader:  # called in setup(), once DDP is up
         mix = MixtureDataset({k: str(v) for k, v in paths.items()}, {"web": 0.7, "code": 0.3}, block_size=64,
                              length=1024)
         if not args.odb:
             stream = MapStream(mix, drop_last=True, transform=lm_sample)
-            return TrainerLoader(stream, batch_size=8, collate_fn=pad_collate)
+            return TrainerLoader(stream, batch_size=8, collate_fn=lm_collate)
         dbl = DynamicBatchLoader(LMSamples(mix), token_budget=2048, length_fn=lambda s: len(s["input_ids"]),
-                                 token_count_fn=label_token_count(), collate_fn=pad_collate, buffer_size=128,
+                                 token_count_fn=label_token_count(), collate_fn=lm_collate, pool_size=128,
                                  num_workers=0, uneven="pad")
         return TrainerLoader(dbl, steps_per_epoch=odb_steps_per_epoch(dbl))
 

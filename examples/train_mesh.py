@@ -43,7 +43,7 @@ def run(rank: int, world: int, args: argparse.Namespace) -> None:
     from youmu.integrations import TrainerLoader
     from youmu.integrations.mesh import LoaderState, data_parallel
     from youmu.mixture import MixtureDataset
-    from youmu.torch import MapStream, pad_collate
+    from youmu.torch import MapStream, lm_collate
 
     paths = write_corpus(args.out / "data")
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
@@ -51,7 +51,7 @@ def run(rank: int, world: int, args: argparse.Namespace) -> None:
     mix = MixtureDataset({k: str(v) for k, v in paths.items()}, {"web": 0.7, "code": 0.3}, block_size=64,
                          length=1024)
     loader = TrainerLoader(MapStream(mix, rank=dp_rank, world_size=dp_size, drop_last=True, transform=lm_sample),
-                           batch_size=8, collate_fn=pad_collate, channel=channel)
+                           batch_size=8, collate_fn=lm_collate, channel=channel)
     model = Model(mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ckpt = str(args.out / "dcp")

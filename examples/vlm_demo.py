@@ -210,7 +210,7 @@ def batches(mode: str, ds: VLMRows, rank: int, world: int, args: argparse.Namesp
         loader = DynamicBatchLoader(
             ds, token_budget=args.token_budget, length_fn=backbone_len, collate_fn=collate,
             token_count_fn=loss_tokens, encoder_budget=args.patch_budget, encoder_fn=encoder_patches,
-            buffer_size=args.buffer, num_workers=0, seed=args.seed, uneven="pad", timeout=300,
+            pool_size=args.pool, num_workers=0, seed=args.seed, uneven="pad", timeout=300,
         )
         for batch, info in loader:
             yield batch, info.loss_scale, info.is_padding
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--token-budget", type=int, default=2048, help="ODB: padded backbone tokens per batch")
     ap.add_argument("--patch-budget", type=int, default=4096, help="ODB: real encoder patches per batch")
     ap.add_argument("--batch-size", type=int, default=8, help="fixed batches: samples per rank")
-    ap.add_argument("--buffer", type=int, default=128, help="ODB: samples grouped per round")
+    ap.add_argument("--pool", type=int, default=128, help="ODB: samples in the grouping pool per round")
     ap.add_argument("--modes", default="odb,fixed")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "patches_median": int(np.median(patches)), "patches_max": int(patches.max()),
                     "patches_max_over_min": round(float(patches.max() / patches.min()), 1)},
         "settings": {k: getattr(args, k) for k in ("world_size", "token_budget", "patch_budget", "batch_size",
-                                                   "buffer", "lr", "seed")},
+                                                   "pool", "lr", "seed")},
         "modes": {},
     }
     for mode in args.modes.split(","):

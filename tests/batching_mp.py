@@ -265,7 +265,7 @@ def make_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any = None)
         length_fn=sample_len,
         token_count_fn=sample_tok,
         collate_fn=collate_ids,
-        buffer_size=cfg.get("buffer", 64),
+        pool_size=cfg.get("buffer", 64),
         num_workers=cfg.get("workers", 0),
         join=cfg.get("join", True),
         loss_scaling=cfg.get("loss_scaling", "exact"),
@@ -670,7 +670,7 @@ def _ddp_run(rank: int, world: int, cfg: dict[str, Any], model: Any, channel: An
         ds: Any = LMRankIterable(lengths, world, rank) if cfg.get("iterable") else LMDataset(lengths)
         loader = DynamicBatchLoader(
             ds, token_budget=cfg.get("budget", 96), length_fn=lm_len, collate_fn=lm_collate,
-            token_count_fn=label_token_count(), buffer_size=cfg.get("buffer", 16), num_workers=0,
+            token_count_fn=label_token_count(), pool_size=cfg.get("buffer", 16), num_workers=0,
             loss_scaling=mode, group=channel, timeout=TIMEOUT, heartbeat=0.2, uneven=cfg.get("uneven", "stop"),
             pad_batch=lm_pad_batch,
         )

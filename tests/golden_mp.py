@@ -286,7 +286,7 @@ def dbl(dataset: Any, group: Any, workers: int = 0, **kw: Any) -> Any:
     kw.setdefault("collate_fn", collate_ids)
     return DynamicBatchLoader(
         dataset, token_budget=1024, length_fn=sample_len, token_count_fn=sample_loss_tokens,
-        buffer_size=32, num_workers=workers, seed=3, group=group, timeout=TIMEOUT, heartbeat=0.2,
+        pool_size=32, num_workers=workers, seed=3, group=group, timeout=TIMEOUT, heartbeat=0.2,
         multiprocessing_context="fork" if workers else None, **kw,
     )
 

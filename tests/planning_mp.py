@@ -176,13 +176,13 @@ def scenario_dbl(rank: int, world: int, store: Any) -> list[dict[str, Any]]:
     The DynamicBatchLoader reads an iterable shard: over a map-style dataset it shards
     like DistributedSampler(drop_last=False), which repeats a sample when the length
     does not divide by the world size (seen with 203 samples on 2 ranks)."""
-    from youmu.batching.loader import DynamicBatchLoader
+    from youmu.batching.dynamic_loader import DynamicBatchLoader
     from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
 
     data = _shard_iterable(dataset()[rank::world])
     dbl = DynamicBatchLoader(data, token_budget=2048, length_fn=lambda s: len(s["input_ids"]), collate_fn=None,
-                             buffer_size=32, num_workers=0, seed=1,
+                             pool_size=32, num_workers=0, seed=1,
                              group=GlooChannel.from_store(store, rank, world, prefix="youmu/test/dbl", timeout=30),
                              timeout=30)
     loader = BalancedLoader(dbl, num_microbatches=2, global_batch_size=32, id_fn=_sid,

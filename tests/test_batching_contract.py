@@ -27,7 +27,7 @@ LENGTHS = synthetic_lengths("uniform-wide", 200, seed=5)
 
 def _loader(ds=None, **kw):
     args = dict(token_budget=4096, length_fn=sample_len, token_count_fn=sample_tok, collate_fn=collate_ids,
-                buffer_size=32, num_workers=0, timeout=20, heartbeat=0.1)
+                pool_size=32, num_workers=0, timeout=20, heartbeat=0.1)
     args.update(kw)
     return DynamicBatchLoader(ds if ds is not None else LengthDataset(LENGTHS, token_counts(LENGTHS)), **args)
 
@@ -64,7 +64,7 @@ def test_moved_names_stay_importable() -> None:
     import youmu.torch.collate
 
     assert youmu.batching.GlooChannel is youmu.distributed.GlooChannel
-    assert youmu.batching.pad_collate is youmu.torch.collate.pad_collate
+    assert youmu.batching.lm_collate is youmu.torch.collate.lm_collate
     assert youmu.batching.PadCollate is youmu.torch.collate.PadCollate
 
 
@@ -75,7 +75,7 @@ def test_moved_names_stay_importable() -> None:
         (dict(timeout=float("inf")), "timeout"),
         (dict(data_timeout=float("nan")), "data_timeout"),
         (dict(heartbeat=float("inf")), "heartbeat"),
-        (dict(buffer_size=-1), "buffer_size"),
+        (dict(pool_size=-1), "pool_size"),
         (dict(max_outstanding=0), "max_outstanding"),
     ],
 )
@@ -88,8 +88,8 @@ def test_settings_are_frozen_and_assignments_are_validated() -> None:
     loader = _loader()
     with pytest.raises(dataclasses.FrozenInstanceError):
         loader.config.seed = 1  # type: ignore[misc]
-    with pytest.raises(InvalidArgumentError, match="buffer_size"):
-        loader.buffer_size = 0
+    with pytest.raises(InvalidArgumentError, match="pool_size"):
+        loader.pool_size = 0
     with pytest.raises(ArgumentTypeError, match="collate_fn"):
         loader.collate_fn = 3
     loader.collate_fn = lambda samples: len(samples)
@@ -98,12 +98,12 @@ def test_settings_are_frozen_and_assignments_are_validated() -> None:
         loader.set_epoch(1.0)
 
 
-def test_huge_buffer_size_allocates_for_the_data_only() -> None:
-    """``buffer_size`` bounds a round; the exchanged rows follow the groups buffered."""
-    ref = [b for b, _ in _loader(buffer_size=1000)]
+def test_huge_pool_size_allocates_for_the_data_only() -> None:
+    """``pool_size`` bounds a round; the exchanged rows follow the groups buffered."""
+    ref = [b for b, _ in _loader(pool_size=1000)]
     tracemalloc.start()
     try:
-        got = [b for b, _ in _loader(buffer_size=10**7, max_outstanding=10**7)]
+        got = [b for b, _ in _loader(pool_size=10**7, max_outstanding=10**7)]
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -115,7 +115,7 @@ def test_rows_grow_when_a_round_has_more_groups_than_they_hold() -> None:
     # 5000 samples of the full budget: 5000 single-sample groups in one round (> 4096)
     n = 5000
     ds = LengthDataset([64] * n, [64] * n)
-    loader = _loader(ds, token_budget=64, buffer_size=n)
+    loader = _loader(ds, token_budget=64, pool_size=n)
     steps = [(b, i) for b, i in loader]
     assert sorted(x for b, _ in steps for x in b) == list(range(n))
     sim = simulate([64] * n, 1, 64, n, keep_trace=True)

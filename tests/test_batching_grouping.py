@@ -122,7 +122,7 @@ def test_pure_modules_import_without_torch() -> None:
         "import youmu.batching as b\n"
         "import youmu.batching.grouping, youmu.batching.alignment, youmu.batching.protocol\n"
         "import youmu.batching.simulation, youmu.batching.sampling, youmu.batching.synthetic\n"
-        "import youmu.batching.loss, youmu.batching.metrics, youmu.batching.info\n"
+        "import youmu.batching.loss, youmu.batching.metrics, youmu.batching.step_info\n"
         "b.simulate_ranks([[1, 2, 3]], 10, 2)\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "assert 'youmu._core' not in sys.modules, 'native core imported'\n"

@@ -17,7 +17,7 @@ from youmu.batching import (
     GlooChannel,
     StepInfo,
     label_token_count,
-    pad_collate,
+    lm_collate,
     simulate,
 )
 from youmu.batching.synthetic import synthetic_lengths
@@ -28,7 +28,7 @@ LENGTHS = synthetic_lengths("uniform-wide", 300, seed=3)
 
 def _loader(ds=None, **kw):
     args = dict(token_budget=4096, length_fn=sample_len, token_count_fn=sample_tok, collate_fn=collate_ids,
-                buffer_size=32, num_workers=0, timeout=20, heartbeat=0.1)
+                pool_size=32, num_workers=0, timeout=20, heartbeat=0.1)
     args.update(kw)
     return DynamicBatchLoader(ds if ds is not None else LengthDataset(LENGTHS, token_counts(LENGTHS)), **args)
 
@@ -41,7 +41,7 @@ def _epoch(loader):
     "kw,match",
     [
         (dict(token_budget=0), "token_budget"),
-        (dict(buffer_size=0), "buffer_size"),
+        (dict(pool_size=0), "pool_size"),
         (dict(num_workers=-1), "num_workers"),
         (dict(prefetch_factor=4), "prefetch_factor"),
         (dict(loss_scaling="token"), "loss_scaling"),
@@ -63,7 +63,7 @@ def test_bad_arguments(kw, match) -> None:
     [
         # floats are never truncated: a wrong type is a TypeError naming the argument
         (dict(token_budget=1.5), "token_budget"),
-        (dict(buffer_size=32.0), "buffer_size"),
+        (dict(pool_size=32.0), "pool_size"),
         (dict(seed=1.5), "seed"),
         (dict(join=1), "join"),
         (dict(timeout="60"), "timeout"),
@@ -204,7 +204,7 @@ def test_label_token_count_and_pad_collate() -> None:
     count = label_token_count()
     loader = DynamicBatchLoader(
         samples, token_budget=64, length_fn=lambda s: len(s["input_ids"]), token_count_fn=count,
-        collate_fn=pad_collate, buffer_size=4, num_workers=0, shuffle=False,
+        collate_fn=lm_collate, pool_size=4, num_workers=0, shuffle=False,
     )
     steps = {info.num_samples: (batch, info) for batch, info in loader}
     assert sorted(steps) == [1, 2]
@@ -234,8 +234,8 @@ def test_info_counts_are_consistent_with_tokens() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["grouping", "alignment", "protocol", "simulation", "sampling", "synthetic", "loss", "info", "metrics",
-     "loader", "config", "sources", "aligner", "epoch", "shutdown", "__init__"],
+    ["grouping", "alignment", "protocol", "simulation", "sampling", "synthetic", "loss", "step_info", "metrics",
+     "dynamic_loader", "config", "feed", "aligner", "epoch", "shutdown", "__init__"],
 )
 def test_docstring_examples(module: str) -> None:
     import doctest

@@ -202,7 +202,7 @@ def test_nonjoin_quota_closure_in_model(dist: str) -> None:
 
 # -- loss scaling arithmetic of a round -----------------------------------------------------------
 def _round(per_rank: list[list[tuple[int, int]]], mode: str, budget: int = 100, buf: int = 8):
-    protos = [RankProtocol(rank=r, world_size=len(per_rank), token_budget=budget, buffer_size=buf, loss_scaling=mode)
+    protos = [RankProtocol(rank=r, world_size=len(per_rank), token_budget=budget, pool_size=buf, loss_scaling=mode)
               for r in range(len(per_rank))]
     for r, items in enumerate(per_rank):
         for k, (n, t) in enumerate(items):

@@ -16,7 +16,7 @@ import importlib.util  # noqa: E402
 if importlib.util.find_spec("youmu._core") is None:  # pragma: no cover
     pytest.skip("the native core is not built", allow_module_level=True)
 
-from youmu.batching import DynamicBatchLoader, pad_collate  # noqa: E402
+from youmu.batching import DynamicBatchLoader, lm_collate  # noqa: E402
 from youmu.mixture import MixtureDataset  # noqa: E402
 from youmu.torch import YoumuDataset  # noqa: E402
 
@@ -45,7 +45,7 @@ def _ids(batch) -> list[int]:
 
 
 def _loader(ds, **kw) -> DynamicBatchLoader:
-    return DynamicBatchLoader(ds, token_budget=1024, length_fn=_len, collate_fn=pad_collate, buffer_size=64,
+    return DynamicBatchLoader(ds, token_budget=1024, length_fn=_len, collate_fn=lm_collate, pool_size=64,
                               timeout=30, **kw)
 
 
@@ -83,7 +83,7 @@ def test_mixture_dataset(parquet_dir: Path) -> None:
     b = [{"input_ids": np.zeros(500, np.int64), "id": 1000 + i} for i in range(20)]
     mix = MixtureDataset({"a": a, "b": b}, {"a": 0.9, "b": 0.1})
     loader = DynamicBatchLoader(mix, token_budget=2048, length_fn=lambda s: len(s["input_ids"]),
-                                collate_fn=lambda s: [x["id"] for x in s], buffer_size=32, num_workers=0)
+                                collate_fn=lambda s: [x["id"] for x in s], pool_size=32, num_workers=0)
     ids = [i for batch, _ in loader for i in batch]
     assert len(ids) == len(mix)
     assert sum(1 for i in ids if i >= 1000) == sum(1 for k in range(len(mix)) if mix[k]["id"] >= 1000)

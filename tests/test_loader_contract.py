@@ -70,7 +70,7 @@ def make(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any
             from youmu.batching import DynamicBatchLoader
 
             loader = DynamicBatchLoader(_dataset(path), token_budget=600, length_fn=lambda s: len(s["input_ids"]),
-                                        buffer_size=16, num_workers=0)
+                                        pool_size=16, num_workers=0)
         elif kind == "balanced":
             from youmu.planning import BalancedLoader
 

@@ -39,7 +39,7 @@ from youmu.planning import (
     pack_microbatch,
 )
 from youmu.planning.balance import MAX_SLOTS, balance_detailed
-from youmu.planning.loader import MAX_MICROBATCHES, STATE_FORMAT
+from youmu.planning.balanced_loader import MAX_MICROBATCHES, STATE_FORMAT
 from youmu.planning.workloads import arrival_assignment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -356,7 +356,7 @@ def test_config_fingerprints_of_schedules_and_cost_models() -> None:
 
 
 def test_module_paths_resolve() -> None:
-    for name in ("info", "sources", "exchange", "checkpoint", "loader", "planner", "packing", "workloads"):
+    for name in ("microbatch", "rank_sources", "exchange", "checkpoint", "balanced_loader", "planner", "packing", "workloads"):
         assert importlib.import_module(f"youmu.planning.{name}").__all__
 
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planning_mp as mp  # noqa: E402
 
 from youmu.planning import BalancedLoader, CostModel, MicroBatchInfo, pack_microbatch  # noqa: E402
-from youmu.planning.loader import STATE_FORMAT  # noqa: E402
+from youmu.planning.balanced_loader import STATE_FORMAT  # noqa: E402
 
 
 def _sid(s: dict[str, Any]) -> int:
@@ -279,7 +279,7 @@ def test_resume_at_every_point(mode: str) -> None:
 def test_resume_mixing_and_dynamic_batch_loader_sources() -> None:
     """State mode with youmu's own stateful sources: two MapStreams mixed by a schedule,
     and a DynamicBatchLoader whose flattened steps leave samples pending."""
-    from youmu.batching.loader import DynamicBatchLoader
+    from youmu.batching.dynamic_loader import DynamicBatchLoader
     from youmu.torch import MapStream
 
     data = mp.dataset(150)
@@ -293,7 +293,7 @@ def test_resume_mixing_and_dynamic_batch_loader_sources() -> None:
 
     def dbl(prefetch: int) -> BalancedLoader:
         src = DynamicBatchLoader(data, token_budget=2048, length_fn=lambda s: len(s["input_ids"]), collate_fn=None,
-                                 buffer_size=32, num_workers=0, seed=1, timeout=30)
+                                 pool_size=32, num_workers=0, seed=1, timeout=30)
         return BalancedLoader(src, num_microbatches=2, global_batch_size=20, capacity=1600, id_fn=_sid,
                               prefetch=prefetch)
 

@@ -94,7 +94,7 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["b_full"], res["b_resumed"] = full.seen, resumed.seen
     res["b_params"] = all(torch.equal(a, b) for a, b in zip(params(full), params(resumed)))
     # (c) dynamic batches through a plain Accelerate loop
-    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, buffer_size=8,
+    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, pool_size=8,
                              num_workers=0, uneven="pad", seed=5)
     accelerator = Accelerator(cpu=True)
     model = TinyLM()

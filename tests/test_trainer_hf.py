@@ -81,7 +81,7 @@ def hf_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["b_params"] = all(torch.equal(a, b) for a, b in zip(params(full), params(resumed)))
     res["b_steps"] = trainer.state.global_step
     # (c) dynamic batches: same steps on every rank, exact token-level gradient
-    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, buffer_size=8,
+    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, pool_size=8,
                              num_workers=0, uneven="pad", seed=3)
     steps = odb_steps_per_epoch(dbl)
     model = TinyLM()
@@ -142,7 +142,7 @@ def test_compute_loss_applies_the_scale() -> None:
 
 
 def test_refuses_accumulation_with_dynamic_batches_and_foreign_checkpoints(tmp_path) -> None:
-    dbl = DynamicBatchLoader(dataset(8), token_budget=40, length_fn=length, collate_fn=collate, buffer_size=4,
+    dbl = DynamicBatchLoader(dataset(8), token_budget=40, length_fn=length, collate_fn=collate, pool_size=4,
                              num_workers=0)
     Trainer = make_trainer()
     with pytest.raises(InvalidArgumentError, match="uneven='pad'"):  # ranks could stop at different steps

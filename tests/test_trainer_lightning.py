@@ -80,7 +80,7 @@ def lightning_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     box: dict[str, int] = {}
 
     def odb() -> TrainerLoader:
-        dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, buffer_size=8,
+        dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, pool_size=8,
                                  num_workers=0, uneven="pad", seed=7)
         box["steps"] = odb_steps_per_epoch(dbl)
         return TrainerLoader(dbl, steps_per_epoch=box["steps"])

@@ -91,7 +91,7 @@ def mesh_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["params_equal"] = all(torch.equal(a, b) for a, b in zip(full_params, resumed_params))
     # dynamic batches over the data-parallel channel
     dp_rank, dp_size, channel = data_parallel(mesh)
-    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, buffer_size=8,
+    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, pool_size=8,
                              num_workers=0, uneven="pad", group=channel)
     res["odb"] = []
     for batch in TrainerLoader(dbl):

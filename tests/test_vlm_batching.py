@@ -68,7 +68,7 @@ def test_simulated_ranks_with_wildly_different_visual_counts(world, seed, buffer
     # rank r's images are ~8^r times larger; the ranks hold different sample counts
     patches = [list(rng.integers(4, 12, size=int(rng.integers(0, 40))) * 8**r) for r in range(world)]
     lengths = [[int(p) // 4 + int(rng.integers(3, 30)) for p in ps] for ps in patches]
-    res = simulate_ranks(lengths, token_budget=600, buffer_size=buffer, rank_extra=patches, extra_budget=2048,
+    res = simulate_ranks(lengths, token_budget=600, pool_size=buffer, rank_extra=patches, extra_budget=2048,
                          keep_trace=True)
     for r in range(world):
         assert sorted(res.emitted_keys[r]) == list(range(len(lengths[r])))

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(300)
 def test_vlm_demo_tiny(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py"), "--vlm", "--rows", "48", "--buffer", "16",
+        [sys.executable, str(ROOT / "examples" / "demo.py"), "--vlm", "--rows", "48", "--pool", "16",
          "--token-budget", "1024", "--patch-budget", "2048", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=280,
     )

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from youmu.torch import pad_collate
+from youmu.torch import lm_collate
 
 VOCAB = 40
 N = 48  # samples: a multiple of 2 ranks x 4 per batch, so every sample is trained once
@@ -32,7 +32,7 @@ def length(s: dict[str, Any]) -> int:
 
 
 def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    return pad_collate(samples)  # "src" stays a list of names: the mixture shares
+    return lm_collate(samples)  # "src" stays a list of names: the mixture shares
 
 
 class TinyLM(torch.nn.Module):

@@ -133,7 +133,7 @@ def odb_scenario(rank: int, world: int, cfg: dict[str, Any]) -> list[dict[str, A
     loader = DynamicBatchLoader(
         RankVLM(shapes, rank), token_budget=cfg["token_budget"], length_fn=backbone_len, collate_fn=keep,
         token_count_fn=label_tokens, encoder_budget=cfg.get("encoder_budget"),
-        encoder_fn=encoder_patches if cfg.get("encoder_budget") else None, buffer_size=cfg["buffer"],
+        encoder_fn=encoder_patches if cfg.get("encoder_budget") else None, pool_size=cfg["buffer"],
         num_workers=0, group=GlooChannel.from_default_group(timeout=TIMEOUT), timeout=TIMEOUT, heartbeat=0.2,
         uneven="pad", pad_batch=pad_batch,
     )
@@ -166,7 +166,7 @@ def mismatch_scenario(rank: int, world: int) -> dict[str, Any]:
     steps = 0
     try:
         loader = DynamicBatchLoader(RankVLM(shapes, rank), token_budget=400, length_fn=backbone_len,
-                                    collate_fn=keep, num_workers=0, buffer_size=8, timeout=30, heartbeat=0.2,
+                                    collate_fn=keep, num_workers=0, pool_size=8, timeout=30, heartbeat=0.2,
                                     group=GlooChannel.from_default_group(timeout=30), **kw)
         for _ in loader:
             steps += 1

@@ -9,9 +9,9 @@ Modules: :mod:`~youmu.batching.grouping` (ODB, Eq. 1), :mod:`~youmu.batching.ali
 (the round plan: ODB, Eq. 3, Alg. 1), :mod:`~youmu.batching.protocol` (one rank's side of a
 round), :mod:`~youmu.batching.simulation` (``W`` ranks in one process),
 :mod:`~youmu.batching.sampling`, :mod:`~youmu.batching.loss` (ODB, Eq. 2),
-:mod:`~youmu.batching.metrics`; the loader itself: :mod:`~youmu.batching.loader`
+:mod:`~youmu.batching.metrics`; the loader itself: :mod:`~youmu.batching.dynamic_loader`
 (``DynamicBatchLoader``) over :mod:`~youmu.batching.config`,
-:mod:`~youmu.batching.sources`, :mod:`~youmu.batching.aligner`,
+:mod:`~youmu.batching.feed`, :mod:`~youmu.batching.aligner`,
 :mod:`~youmu.batching.epoch` and :mod:`~youmu.batching.shutdown`.
 
 Example:
@@ -42,24 +42,24 @@ from youmu.batching.alignment import (
     target_group_count,
 )
 from youmu.batching.grouping import batch_size_for, form_groups, padded_tokens
-from youmu.batching.info import IDLE, StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES, label_token_count, loss_scale, scaled_token_loss
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.batching.sampling import rank_indices, sampler_quota
 from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ranks
+from youmu.batching.step_info import IDLE, StepInfo
 from youmu.errors import ChannelError, DataStallError, PeerClosedError, RankFailedError
 
 if TYPE_CHECKING:  # the names below load on first use (they import torch)
+    from youmu.batching.dynamic_loader import DynamicBatchLoader
     from youmu.batching.integrations import join_uneven
-    from youmu.batching.loader import DynamicBatchLoader
     from youmu.distributed.channel import GlooChannel
-    from youmu.torch.collate import PadCollate, pad_collate
+    from youmu.torch.collate import PadCollate, lm_collate
 
 # torch-backed names, imported on first use (PEP 562)
 _LAZY: dict[str, str] = {
-    "DynamicBatchLoader": "youmu.batching.loader",
+    "DynamicBatchLoader": "youmu.batching.dynamic_loader",
     "GlooChannel": "youmu.distributed.channel",
-    "pad_collate": "youmu.torch.collate",
+    "lm_collate": "youmu.torch.collate",
     "PadCollate": "youmu.torch.collate",
     "join_uneven": "youmu.batching.integrations",
 }
@@ -92,9 +92,9 @@ __all__ = [
     "join_uneven",
     "keep_largest_groups",
     "label_token_count",
+    "lm_collate",
     "loss_scale",
     "message_bytes",
-    "pad_collate",
     "padded_tokens",
     "plan_round",
     "rank_indices",

@@ -2,7 +2,7 @@
 
 Each round (ODB's DGAP protocol) the aligner
 
-1. **fills** the grouping buffer from the :class:`~youmu.batching.sources.SampleFeed`
+1. **fills** the grouping buffer from the :class:`~youmu.batching.feed.SampleFeed`
    until it is full, the data ends, or a heartbeat passes (then it reports
    NOT_READY, a skip round that keeps the collective's timeout short without
    penalising slow preprocessing);
@@ -27,7 +27,7 @@ through :attr:`Aligner.steps_consumed`, :attr:`Aligner.local_end` and
 Example (one rank; ``DynamicBatchLoader`` does this, and consumes ``out`` for you):
     >>> from youmu.distributed import GlooChannel
     >>> cfg = LoaderConfig.build(dict(dataset=[3, 5, 4, 9], token_budget=16, length_fn=lambda s: s,
-    ...                               buffer_size=4, num_workers=0, shuffle=False), GlooChannel.local())
+    ...                               pool_size=4, num_workers=0, shuffle=False), GlooChannel.local())
     >>> a = Aligner(cfg, 0, cfg.fresh_state(0), None, credits=Credits(cfg.max_outstanding), metrics=BatchingMetrics())
     >>> a.thread.start()
     >>> sorted(batch for batch, info in (x for x in iter(a.out.get, END) if x is not IDLE))
@@ -59,10 +59,10 @@ from youmu.batching.alignment import (
     second_gather_bytes,
 )
 from youmu.batching.config import LoaderConfig
-from youmu.batching.info import IDLE, StepInfo
+from youmu.batching.feed import END, Failure, SampleFeed
 from youmu.batching.metrics import BatchingMetrics
 from youmu.batching.protocol import EmittedStep, Item, RankProtocol
-from youmu.batching.sources import END, Failure, SampleFeed
+from youmu.batching.step_info import IDLE, StepInfo
 from youmu.distributed.producer import Credits
 from youmu.errors import DataStallError, LoaderError, ProtocolError, RankFailedError
 
@@ -152,7 +152,7 @@ class Aligner:
         self.feed: SampleFeed | None = None
         self.emitted = 0  # global samples emitted (non-join quota)
         self._last_step = 0
-        self._max_groups = initial_max_groups(config.buffer_size)
+        self._max_groups = initial_max_groups(config.pool_size)
         self.thread = threading.Thread(target=self.run, name=f"youmu-aligner-r{config.rank}", daemon=True)
 
     # -- what the exit hook needs (youmu.batching.shutdown.ExitParticipant) ---------------------
@@ -258,7 +258,7 @@ class Aligner:
             raise ProtocolError("a peer is not a youmu DynamicBatchLoader of this version (handshake mismatch)")
         if len({r[1] for r in rows}) != 1:
             raise LoaderError(
-                "ranks use different DynamicBatchLoader settings (token_budget, buffer_size, join, loss_scaling, "
+                "ranks use different DynamicBatchLoader settings (token_budget, pool_size, join, loss_scaling, "
                 "seed, dataset size, ...); they must match on every rank"
             )
         if len({r[2] for r in rows}) != 1:
@@ -277,7 +277,7 @@ class Aligner:
     def _protocol(self, iteration: int, start: dict[str, Any]) -> RankProtocol:
         c = self.config
         return RankProtocol(
-            rank=c.rank, world_size=c.world_size, token_budget=c.token_budget, buffer_size=c.buffer_size,
+            rank=c.rank, world_size=c.world_size, token_budget=c.token_budget, pool_size=c.pool_size,
             join=c.join, loss_scaling=c.loss_scaling, seed=c.seed, epoch=self.epoch, iteration=iteration,
             shuffle_steps=c.shuffle_steps, round_id=int(start["round"]), step=int(start["step"]),
             extra_budget=c.encoder_budget,
@@ -372,7 +372,7 @@ class Aligner:
             row = encode_report(report, self._max_groups) if fits else encode_oversized(report, self._max_groups)
             rows = self._exchange(row)
             nbytes += message_bytes(c.world_size, self._max_groups)
-            grown = grown_max_groups(rows, self._max_groups, c.buffer_size)
+            grown = grown_max_groups(rows, self._max_groups, c.pool_size)
             if grown is None:
                 return [decode_report(r, self._max_groups) for r in rows], nbytes
             self._max_groups = grown

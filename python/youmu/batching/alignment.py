@@ -356,19 +356,19 @@ def encode_report(report: RankReport, max_groups: int, with_tokens: bool = True)
 
 
 #: Groups a primary row has room for until some rank reports more. Up to this buffer
-#: size the row is ODB's fixed ``2 + 2 * buffer_size`` entries; beyond it, rows
-#: grow with the groups ranks actually report, so a huge ``buffer_size`` costs memory
+#: size the row is ODB's fixed ``2 + 2 * pool_size`` entries; beyond it, rows
+#: grow with the groups ranks actually report, so a huge ``pool_size`` costs memory
 #: and bytes only once the data fills it.
 INITIAL_MAX_GROUPS = 4096
 
 
-def initial_max_groups(buffer_size: int) -> int:
+def initial_max_groups(pool_size: int) -> int:
     """Room of the first primary row of a logical iteration.
 
     >>> initial_max_groups(1024), initial_max_groups(10**7)
     (1024, 4096)
     """
-    return min(buffer_size, INITIAL_MAX_GROUPS)
+    return min(pool_size, INITIAL_MAX_GROUPS)
 
 
 def encode_oversized(report: RankReport, max_groups: int, with_tokens: bool = True) -> list[int]:
@@ -381,22 +381,22 @@ def encode_oversized(report: RankReport, max_groups: int, with_tokens: bool = Tr
     return [report.capacity, report.n_groups] + [0] * (message_length(max_groups, with_tokens) - 2)
 
 
-def grown_max_groups(rows: Sequence[Sequence[int]], max_groups: int, buffer_size: int) -> int | None:
+def grown_max_groups(rows: Sequence[Sequence[int]], max_groups: int, pool_size: int) -> int | None:
     """``None`` when every gathered row fits ``max_groups``; otherwise the room to
-    exchange the round again with (at least double, at most ``buffer_size``). Every
+    exchange the round again with (at least double, at most ``pool_size``). Every
     rank computes the same from the same rows.
 
-    >>> grown_max_groups([[4, 2], [9, 5]], max_groups=4, buffer_size=100)
+    >>> grown_max_groups([[4, 2], [9, 5]], max_groups=4, pool_size=100)
     8
-    >>> grown_max_groups([[4, 2], [9, 5]], max_groups=8, buffer_size=100) is None
+    >>> grown_max_groups([[4, 2], [9, 5]], max_groups=8, pool_size=100) is None
     True
     """
     needed = max(int(r[1]) for r in rows)
     if needed <= max_groups:
         return None
-    if needed > buffer_size:
-        raise ProtocolError(f"a rank reported {needed} groups, more than buffer_size={buffer_size}")
-    return min(buffer_size, max(needed, 2 * max_groups))
+    if needed > pool_size:
+        raise ProtocolError(f"a rank reported {needed} groups, more than pool_size={pool_size}")
+    return min(pool_size, max(needed, 2 * max_groups))
 
 
 def decode_report(row: Sequence[int], max_groups: int, with_tokens: bool = True) -> RankReport:

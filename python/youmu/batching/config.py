@@ -15,9 +15,9 @@ Example:
     >>> from youmu.distributed import GlooChannel
     >>> cfg = LoaderConfig.build(dict(dataset=[{"n": 3}] * 10, token_budget=64, length_fn=len),
     ...                          GlooChannel.local())
-    >>> cfg.kind, cfg.size, cfg.buffer_size, cfg.max_outstanding
+    >>> cfg.kind, cfg.size, cfg.pool_size, cfg.max_outstanding
     ('map', 10, 1024, 2048)
-    >>> cfg.replace(buffer_size=16).max_outstanding       # resolved defaults stay resolved
+    >>> cfg.replace(pool_size=16).max_outstanding       # resolved defaults stay resolved
     2048
     >>> LoaderConfig.build(dict(dataset=[], token_budget=64, length_fn=len, timeout=float("inf")),
     ...                    GlooChannel.local())
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg
-from youmu.batching.info import StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES
+from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
 from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
@@ -52,7 +52,7 @@ UNEVEN_MODES = ("stop", "pad")
 #: ``DynamicBatchLoader``'s keyword defaults (the settings a config is built from).
 DEFAULTS: dict[str, Any] = dict(
     collate_fn=None,
-    buffer_size=1024,
+    pool_size=1024,
     num_workers=2,
     prefetch_factor=None,
     join=True,
@@ -89,7 +89,7 @@ class LoaderConfig:
     length_fn: Callable[[Any], int]
     collate_fn: Callable[[list[Any]], Any] | None
     token_count_fn: Callable[[Any], int]
-    buffer_size: int
+    pool_size: int
     num_workers: int
     prefetch_factor: int | None
     join: bool
@@ -130,7 +130,7 @@ class LoaderConfig:
         s["collate_fn"] = callable_arg("collate_fn", a["collate_fn"], optional=True)
         token_count_fn = callable_arg("token_count_fn", a["token_count_fn"], optional=True)
         s["token_count_fn"] = token_count_fn if token_count_fn is not None else s["length_fn"]
-        s["buffer_size"] = int_arg("buffer_size", a["buffer_size"], minimum=1)
+        s["pool_size"] = int_arg("pool_size", a["pool_size"], minimum=1)
         s["num_workers"] = int_arg("num_workers", a["num_workers"], minimum=0)
         s["prefetch_factor"] = opt_int_arg("prefetch_factor", a["prefetch_factor"], minimum=1)
         if s["prefetch_factor"] is not None and s["num_workers"] == 0:
@@ -149,10 +149,10 @@ class LoaderConfig:
         if not s["heartbeat"] < s["timeout"]:
             raise InvalidArgumentError(f"heartbeat must be in (0, timeout={s['timeout']:g}), got {s['heartbeat']!r}")
         max_outstanding = opt_int_arg("max_outstanding", a["max_outstanding"], minimum=1)
-        s["max_outstanding"] = 2 * s["buffer_size"] if max_outstanding is None else max_outstanding
-        if s["max_outstanding"] < s["buffer_size"]:
+        s["max_outstanding"] = 2 * s["pool_size"] if max_outstanding is None else max_outstanding
+        if s["max_outstanding"] < s["pool_size"]:
             raise InvalidArgumentError(
-                f"max_outstanding ({s['max_outstanding']}) must be >= buffer_size ({s['buffer_size']}): "
+                f"max_outstanding ({s['max_outstanding']}) must be >= pool_size ({s['pool_size']}): "
                 "a round needs a full buffer of credits"
             )
         for name in ("pad_batch", "callback", "worker_init_fn"):
@@ -268,7 +268,8 @@ def _fingerprint(s: Mapping[str, Any], world_size: int) -> int:
         {
             **second,
             "token_budget": s["token_budget"],
-            "buffer_size": s["buffer_size"],
+            # the grouping pool's size, under the key states were first saved with
+            "buffer_size": s["pool_size"],
             "join": s["join"],
             "loss_scaling": s["loss_scaling"],
             "shuffle": s["shuffle"],
@@ -301,7 +302,7 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
     if st["config"] != config.fingerprint:
         raise StateError(
             f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
-            f"(token_budget, buffer_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
+            f"(token_budget, pool_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
         )
     for key in ("epoch", "iteration", "round", "step", "emitted", "position"):
         state_int(st, key, owner=owner)

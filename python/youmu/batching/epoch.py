@@ -3,7 +3,7 @@
 
 The epoch starts an :class:`~youmu.batching.aligner.Aligner` thread and consumes what
 it queues: IDLE slots hand their credits back, batches come with their
-:class:`~youmu.batching.info.StepInfo`, and every failure, local or remote, is raised
+:class:`~youmu.batching.step_info.StepInfo`, and every failure, local or remote, is raised
 here. The aligner keeps a :class:`~youmu.batching.aligner.RoundRecord` of each emitting
 round until the trainer has moved past it; :meth:`EpochIterator.state_dict` is made
 from the record of the round the trainer is in (its undelivered steps are replayed on
@@ -12,7 +12,7 @@ resume, its overflow re-buffered, and the source restarts where the round left i
 Example:
     >>> from youmu.batching import DynamicBatchLoader
     >>> loader = DynamicBatchLoader(list(range(1, 9)), token_budget=16, length_fn=lambda s: s,
-    ...                             buffer_size=4, num_workers=0, shuffle=False)
+    ...                             pool_size=4, num_workers=0, shuffle=False)
     >>> it = iter(loader)
     >>> batch, info = next(it)
     >>> it.state_dict()["step"] >= info.step + 1 and len(list(it)) >= 1
@@ -28,9 +28,9 @@ from typing import Any
 
 from youmu.batching.aligner import END, PEER_CLOSED, Aligner, Failure, Filler, RoundRecord
 from youmu.batching.config import LoaderConfig
-from youmu.batching.info import IDLE, StepInfo
 from youmu.batching.metrics import BatchingMetrics
 from youmu.batching.shutdown import register
+from youmu.batching.step_info import IDLE, StepInfo
 from youmu.distributed.producer import Credits
 from youmu.errors import LoaderError, PeerClosedError
 

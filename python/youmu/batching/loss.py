@@ -53,7 +53,7 @@ def scaled_token_loss(token_loss_sum: Any, info: Any) -> Any:
     Equal to ``mean_loss * info.loss_scale`` but finite when this rank has no loss
     tokens (``t_r = 0``), where the per-rank mean would be 0/0.
 
-    >>> from youmu.batching.info import StepInfo
+    >>> from youmu.batching.step_info import StepInfo
     >>> info = StepInfo(step=0, num_samples=1, num_tokens=3, global_num_samples=2,
     ...                 global_num_tokens=6, loss_scale=1.0, world_size=2)
     >>> scaled_token_loss(1.5, info)

@@ -6,7 +6,7 @@ over the iteration so far; ``summary()`` a dict for logs and ``format_summary()`
 few human-readable lines.
 
 Example:
-    >>> from youmu.batching.info import StepInfo
+    >>> from youmu.batching.step_info import StepInfo
     >>> m = BatchingMetrics()
     >>> m.start(now=0.0)
     >>> m.record_step(StepInfo(step=0, num_samples=2, num_tokens=10, global_num_samples=4,
@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from youmu.batching.info import StepInfo
+from youmu.batching.step_info import StepInfo
 
 __all__ = ["BatchingMetrics", "MetricsSnapshot"]
 

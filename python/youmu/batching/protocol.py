@@ -10,12 +10,12 @@ output slot, until it is emitted in an aligned group; overflow goes back into th
 buffer. A rank reports :data:`~youmu.batching.alignment.FINISHED` only when its source
 is exhausted *and* its buffer is empty, so nothing is stranded at the end of data.
 
-A round fires when the buffer holds ``buffer_size`` samples or the source is
+A round fires when the buffer holds ``pool_size`` samples or the source is
 exhausted, never on a timer, so the batches are a pure function of the samples'
 arrival order and do not depend on timing.
 
 Example:
-    >>> p = [RankProtocol(rank=r, world_size=2, token_budget=100, buffer_size=4) for r in range(2)]
+    >>> p = [RankProtocol(rank=r, world_size=2, token_budget=100, pool_size=4) for r in range(2)]
     >>> for r, lengths in enumerate([[10, 20, 30, 60], [50, 50, 50, 50]]):
     ...     for k, n in enumerate(lengths):
     ...         p[r].add(Item(key=k, index=k, sample=None, length=n, tokens=n))
@@ -39,8 +39,8 @@ from youmu.batching.alignment import (
     step_order,
 )
 from youmu.batching.grouping import form_groups
-from youmu.batching.info import StepInfo
 from youmu.batching.loss import LOSS_SCALING_MODES, loss_scale
+from youmu.batching.step_info import StepInfo
 from youmu.errors import InvalidArgumentError, ProtocolError
 
 __all__ = ["Item", "RankProtocol", "EmittedStep", "plan_round"]
@@ -80,7 +80,7 @@ class RankProtocol:
     Args:
         rank, world_size: this rank and ``W``.
         token_budget: ``L_max`` of ODB, Eq. 1.
-        buffer_size: samples grouped per round; also the most groups a rank can
+        pool_size: samples grouped per round; also the most groups a rank can
             report, so the message length is fixed.
         join: join mode (drain every rank) or non-join (first finished rank stops).
         loss_scaling: one of ``"exact"``, ``"approx"``, ``"sample"``, ``"none"``.
@@ -97,7 +97,7 @@ class RankProtocol:
         rank: int,
         world_size: int,
         token_budget: int,
-        buffer_size: int,
+        pool_size: int,
         join: bool = True,
         loss_scaling: str = "exact",
         seed: int = 0,
@@ -112,14 +112,14 @@ class RankProtocol:
             raise InvalidArgumentError(f"rank {rank} is not in range(world_size={world_size})")
         if token_budget < 1:
             raise InvalidArgumentError(f"token_budget must be >= 1, got {token_budget}")
-        if buffer_size < 1:
-            raise InvalidArgumentError(f"buffer_size must be >= 1, got {buffer_size}")
+        if pool_size < 1:
+            raise InvalidArgumentError(f"pool_size must be >= 1, got {pool_size}")
         if loss_scaling not in LOSS_SCALING_MODES:
             raise InvalidArgumentError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {loss_scaling!r}")
         self.rank = rank
         self.world_size = world_size
         self.token_budget = token_budget
-        self.buffer_size = buffer_size
+        self.pool_size = pool_size
         self.extra_budget = extra_budget
         self.join = join
         self.loss_scaling = loss_scaling
@@ -145,11 +145,11 @@ class RankProtocol:
     @property
     def room(self) -> int:
         """Samples the buffer can still take before the round fires."""
-        return max(self.buffer_size - len(self.buffer), 0)
+        return max(self.pool_size - len(self.buffer), 0)
 
     @property
     def ready(self) -> bool:
-        return len(self.buffer) >= self.buffer_size or self.exhausted
+        return len(self.buffer) >= self.pool_size or self.exhausted
 
     @property
     def finished(self) -> bool:

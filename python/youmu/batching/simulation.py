@@ -8,7 +8,7 @@ what-if tool: batch shape, padding and samples per update for a length distribut
 before launching a job.
 
 Example:
-    >>> res = simulate_ranks([[100, 200, 500, 800], [300, 300]], token_budget=1000, buffer_size=4)
+    >>> res = simulate_ranks([[100, 200, 500, 800], [300, 300]], token_budget=1000, pool_size=4)
     >>> res.steps, res.samples, sorted(res.emitted_keys[0]), sorted(res.emitted_keys[1])
     (3, 6, [0, 1, 2, 3], [0, 1])
 """
@@ -122,7 +122,7 @@ def _run_iteration(
 def simulate_ranks(
     rank_lengths: Sequence[Sequence[int]],
     token_budget: int,
-    buffer_size: int,
+    pool_size: int,
     *,
     join: bool = True,
     loss_scaling: str = "exact",
@@ -153,7 +153,7 @@ def simulate_ranks(
         raise InvalidArgumentError("need at least one rank")
     res = _new_result(W, keep_trace)
     protos = [
-        _proto(r, W, token_budget, buffer_size, join, loss_scaling, seed, epoch, 0, shuffle_steps) for r in range(W)
+        _proto(r, W, token_budget, pool_size, join, loss_scaling, seed, epoch, 0, shuffle_steps) for r in range(W)
     ]
     for p in protos:
         p.extra_budget = extra_budget
@@ -171,7 +171,7 @@ def simulate_ranks(
         ]
         for r in range(W)
     ]
-    limit = max_rounds if max_rounds is not None else 10 * (sum(map(len, rank_lengths)) + W * buffer_size + 10)
+    limit = max_rounds if max_rounds is not None else 10 * (sum(map(len, rank_lengths)) + W * pool_size + 10)
     _run_iteration(protos, queues, res, join, None, keep_trace, limit)
     return res
 
@@ -180,7 +180,7 @@ def simulate(
     lengths: Sequence[int],
     world_size: int,
     token_budget: int,
-    buffer_size: int,
+    pool_size: int,
     *,
     join: bool = True,
     quota: int | None = None,
@@ -215,7 +215,7 @@ def simulate(
     iteration = 0
     while True:
         protos = [
-            _proto(r, world_size, token_budget, buffer_size, join, loss_scaling, seed, epoch, iteration, shuffle_steps)
+            _proto(r, world_size, token_budget, pool_size, join, loss_scaling, seed, epoch, iteration, shuffle_steps)
             for r in range(world_size)
         ]
         base_step = res.steps
@@ -228,7 +228,7 @@ def simulate(
                 Item(k, i, None, int(lengths[i]), int(tokens[i]) if tokens is not None else int(lengths[i]))
                 for k, i in enumerate(idx)
             ])
-        limit = 10 * (n + world_size * buffer_size + 10)
+        limit = 10 * (n + world_size * pool_size + 10)
         outcome = _run_iteration(protos, queues, res, join, target, keep_trace, limit)
         if outcome != "stop" or target is None or n == 0:
             break
@@ -271,6 +271,6 @@ def _proto(
     r: int, W: int, budget: int, buf: int, join: bool, mode: str, seed: int, epoch: int, it: int, shuffle_steps: bool
 ) -> RankProtocol:
     return RankProtocol(
-        rank=r, world_size=W, token_budget=budget, buffer_size=buf, join=join, loss_scaling=mode,
+        rank=r, world_size=W, token_budget=budget, pool_size=buf, join=join, loss_scaling=mode,
         seed=seed, epoch=epoch, iteration=it, shuffle_steps=shuffle_steps,
     )

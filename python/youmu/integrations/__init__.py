@@ -3,7 +3,7 @@
 Lightning (:mod:`~youmu.integrations.lightning`) and ``DeviceMesh`` jobs
 (:mod:`~youmu.integrations.mesh`).
 
-All of them hand the trainer one :class:`~youmu.integrations.loader.TrainerLoader`: youmu
+All of them hand the trainer one :class:`~youmu.integrations.trainer_loader.TrainerLoader`: youmu
 shards (the trainer neither re-shards nor re-samples), every rank takes the same number
 of steps, the loader's per-rank state rides in the trainer's own checkpoint, and
 resuming continues the stream exactly in constant time. Nothing here imports a trainer
@@ -22,15 +22,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from youmu.integrations.loader import INFO_KEY, TrainerLoader, scale_loss, split_info
     from youmu.integrations.steps import odb_steps_per_epoch
+    from youmu.integrations.trainer_loader import INFO_KEY, TrainerLoader, scale_loss, split_info
 
 _LAZY: dict[str, str] = {
-    "INFO_KEY": "youmu.integrations.loader",
-    "TrainerLoader": "youmu.integrations.loader",
+    "INFO_KEY": "youmu.integrations.trainer_loader",
+    "TrainerLoader": "youmu.integrations.trainer_loader",
     "odb_steps_per_epoch": "youmu.integrations.steps",
-    "scale_loss": "youmu.integrations.loader",
-    "split_info": "youmu.integrations.loader",
+    "scale_loss": "youmu.integrations.trainer_loader",
+    "split_info": "youmu.integrations.trainer_loader",
 }
 
 __all__ = ["INFO_KEY", "TrainerLoader", "odb_steps_per_epoch", "scale_loss", "split_info"]

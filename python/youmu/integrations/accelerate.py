@@ -1,6 +1,6 @@
 """Accelerate (a plain ``Accelerator`` loop) fed by youmu.
 
-:func:`prepare` registers a :class:`~youmu.integrations.loader.TrainerLoader` with the
+:func:`prepare` registers a :class:`~youmu.integrations.trainer_loader.TrainerLoader` with the
 accelerator and hands it back — without wrapping it:
 
 * no ``DataLoaderShard`` re-sharding and no ``DataLoaderDispatcher``: with
@@ -27,7 +27,7 @@ they do nothing for fixed-size batches)::
         log_metrics(accelerator, loader)
 
 Example:
-    >>> from youmu.integrations.loader import GATHERED_FORMAT
+    >>> from youmu.integrations.trainer_loader import GATHERED_FORMAT
     >>> GATHERED_FORMAT
     'youmu.TrainerLoader.ranks/1'
 """
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from youmu.errors import ArgumentTypeError
-from youmu.integrations.loader import TrainerLoader
+from youmu.integrations.trainer_loader import TrainerLoader
 
 __all__ = ["prepare", "log_metrics", "CheckpointedLoader"]
 

@@ -1,7 +1,7 @@
 """Hugging Face ``Trainer`` fed by youmu.
 
 ``make_trainer()`` returns a ``transformers.Trainer`` subclass that takes its training
-batches from a :class:`~youmu.integrations.loader.TrainerLoader`:
+batches from a :class:`~youmu.integrations.trainer_loader.TrainerLoader`:
 
 * the loader goes to the training loop as is — never through ``accelerator.prepare``, so
   Accelerate neither re-shards it nor dispatches rank 0's batches (``dispatch_batches``
@@ -38,7 +38,7 @@ import pickle
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.integrations.loader import TrainerLoader, scale_loss, split_info
+from youmu.integrations.trainer_loader import TrainerLoader, scale_loss, split_info
 
 __all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "STATE_FILE"]
 

@@ -1,6 +1,6 @@
 """Lightning (``lightning.pytorch.Trainer``, DDP on CPU/Gloo or GPUs) fed by youmu.
 
-:class:`YoumuDataModule` builds a :class:`~youmu.integrations.loader.TrainerLoader` in
+:class:`YoumuDataModule` builds a :class:`~youmu.integrations.trainer_loader.TrainerLoader` in
 ``setup`` (after the strategy started the process group, so youmu finds its rank) and
 returns it from ``train_dataloader``:
 
@@ -44,7 +44,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from youmu.errors import ArgumentTypeError, StateError
-from youmu.integrations.loader import INFO_KEY, TrainerLoader, split_info
+from youmu.integrations.trainer_loader import INFO_KEY, TrainerLoader, split_info
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
 

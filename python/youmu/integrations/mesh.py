@@ -35,7 +35,7 @@ import pickle
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.integrations.loader import TrainerLoader
+from youmu.integrations.trainer_loader import TrainerLoader
 
 __all__ = ["data_parallel", "LoaderState"]
 

@@ -12,7 +12,7 @@ Example:
     >>> from youmu.batching import DynamicBatchLoader
     >>> data = [{"input_ids": list(range(n))} for n in (5, 9, 3, 7, 2, 8, 4, 6)]
     >>> loader = DynamicBatchLoader(data, token_budget=16, length_fn=lambda s: len(s["input_ids"]),
-    ...                             buffer_size=4, num_workers=0)
+    ...                             pool_size=4, num_workers=0)
     >>> odb_steps_per_epoch(loader) == sum(1 for _ in loader)
     True
 """
@@ -59,6 +59,6 @@ def odb_steps_per_epoch(loader: Any, epoch: int | None = None) -> int:
         samples = [ds[i] for i in idx]
         lengths.append([int(cfg.length_fn(s)) for s in samples])
         tokens.append([int(cfg.token_count_fn(s)) for s in samples])
-    res = simulate_ranks(lengths, cfg.token_budget, cfg.buffer_size, join=True, loss_scaling=cfg.loss_scaling,
+    res = simulate_ranks(lengths, cfg.token_budget, cfg.pool_size, join=True, loss_scaling=cfg.loss_scaling,
                          rank_tokens=tokens, seed=cfg.seed, epoch=epoch, shuffle_steps=cfg.shuffle_steps)
     return max(res.steps_per_rank) if res.steps_per_rank else 0

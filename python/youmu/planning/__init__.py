@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from youmu.errors import CapacityError, PlanError
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance, balance_detailed, compare, imbalance
+from youmu.planning.balanced_loader import BalancedLoader
 from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
 from youmu.planning.hybrid import (
     ColocatedResult,
@@ -49,8 +50,7 @@ from youmu.planning.hybrid import (
     balance_hybrid,
     module_imbalance,
 )
-from youmu.planning.info import MicroBatchInfo, default_docs
-from youmu.planning.loader import BalancedLoader
+from youmu.planning.microbatch import MicroBatchInfo, default_docs
 from youmu.planning.packing import pack_microbatch
 from youmu.planning.planner import Mesh, Planner, SampleMeta, StepPlan, gather_metadata
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule

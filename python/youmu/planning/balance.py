@@ -15,7 +15,7 @@ Two problems, solved in this order:
 ``reorder_only=True`` skips packing: each input is an already formed micro-batch
 (e.g. a packed sequence), its composition is kept and only its placement changes, so
 the global batch — and the summed gradient, with the loss scaling of
-:mod:`youmu.planning.loader` — is exactly the unbalanced one's ("To keep the global
+:mod:`youmu.planning.balanced_loader` — is exactly the unbalanced one's ("To keep the global
 batch unchanged, users may optionally disable intra-microbatch reordering",
 MegaScale-Data §3.3; its evaluated backbone balance does only this).
 

@@ -1,4 +1,4 @@
-"""Checkpoints of a :class:`~youmu.planning.loader.BalancedLoader`: where each step
+"""Checkpoints of a :class:`~youmu.planning.balanced_loader.BalancedLoader`: where each step
 starts on this rank, what a saved state must hold, and how the ranks agree on where
 to start.
 
@@ -39,8 +39,8 @@ from typing import Any
 
 from youmu.distributed import describe, fingerprint
 from youmu.errors import StateError
+from youmu.planning.rank_sources import Held, RankReader
 from youmu.planning.schedule import MixingSchedule
-from youmu.planning.sources import Held, RankReader
 from youmu.planning.state import parse_carry
 from youmu.stateful import check_state, state_int
 

@@ -1,4 +1,4 @@
-"""What the ranks of a :class:`~youmu.planning.loader.BalancedLoader` say to each other
+"""What the ranks of a :class:`~youmu.planning.balanced_loader.BalancedLoader` say to each other
 every step, over the loader's :class:`~youmu.distributed.GlooChannel`.
 
 1. **Status and metadata** (:meth:`StepExchange.gather`): one variable-length

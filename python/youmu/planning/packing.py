@@ -1,6 +1,6 @@
 """Pack a balanced micro-batch into one varlen row.
 
-With ``capacity=L``, a :class:`~youmu.planning.loader.BalancedLoader` micro-batch holds
+With ``capacity=L``, a :class:`~youmu.planning.balanced_loader.BalancedLoader` micro-batch holds
 at most ``L`` tokens, so its samples concatenate into one row with per-document
 boundaries — the packed format of :func:`youmu.torch.pack` (``input_ids``,
 ``position_ids`` restarting at every document, flat int32 ``cu_seqlens``,

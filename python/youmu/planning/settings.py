@@ -43,8 +43,8 @@ from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.balance import METHODS, check_grid
 from youmu.planning.checkpoint import config_fingerprint
 from youmu.planning.planner import Planner
+from youmu.planning.rank_sources import resolve_sources
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
-from youmu.planning.sources import resolve_sources
 
 __all__ = ["PlanSettings", "MAX_MICROBATCHES"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.planning.sources import Held
+from youmu.planning.rank_sources import Held
 from youmu.stateful import MAX_STATE_INT
 
 __all__ = ["parse_carry"]

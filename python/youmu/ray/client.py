@@ -8,7 +8,7 @@ Each step, on a background thread (:class:`youmu.distributed.Producer`, ``prefet
 ahead of the trainer):
 
 1. ask the planner for this rank's plans of the next steps (several per call); a
-   planner that restarted answers :data:`~youmu.ray.planner.NEED_STATE` and gets the
+   planner that restarted answers :data:`~youmu.ray.planner_actor.NEED_STATE` and gets the
    latest state this client holds;
 2. fetch the samples of this rank's micro-batches from the source loaders — one call
    per loader actor per step, by position, so a repeated call (after a restart, or to
@@ -54,9 +54,9 @@ from typing import Any
 from youmu._args import int_arg
 from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
-from youmu.planning.info import MicroBatchInfo
+from youmu.planning.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
-from youmu.ray.planner import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
+from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
 from youmu.ray.state import PlannerState, Ref
 from youmu.stateful import check_epoch, check_state, keeps_resume_point, state_int
 

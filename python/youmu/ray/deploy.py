@@ -40,12 +40,12 @@ import ray
 
 from youmu._args import bool_arg, float_arg, int_arg, seconds_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, LoaderUnavailableError, YoumuError
+from youmu.planning.rank_sources import check_sample_fns
 from youmu.planning.settings import PlanSettings
-from youmu.planning.sources import check_sample_fns
 from youmu.ray.calls import Actor
 from youmu.ray.client import Deployment, RayBalancedLoader
-from youmu.ray.loader import MeasureFns, Source, SourceLoader
-from youmu.ray.planner import StepPlanner, fingerprint_of
+from youmu.ray.planner_actor import StepPlanner, fingerprint_of
+from youmu.ray.source_actor import MeasureFns, Source, SourceLoader
 
 __all__ = ["RayLoaders"]
 

@@ -2,7 +2,7 @@
 step's start — the step, every (rank, source) stream position, every rank's arrival
 counter, the carried records and each rank's last micro-batch. A few integers and
 references, no samples: clients keep the latest and a restarted planner resumes from
-it (:mod:`youmu.ray.planner`). Its ``carry`` entries are parsed by the planning layer's
+it (:mod:`youmu.ray.planner_actor`). Its ``carry`` entries are parsed by the planning layer's
 one carry parser (:func:`youmu.planning.state.parse_carry`), the one
 :class:`~youmu.planning.BalancedLoader` states use.
 """

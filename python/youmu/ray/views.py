@@ -1,8 +1,8 @@
 """The Ray step planner's remote stream views: rank ``r``'s stream of each source as
-a sequence of :class:`~youmu.ray.loader.Record`\\ s fetched from that source's loader in
+a sequence of :class:`~youmu.ray.source_actor.Record`\\ s fetched from that source's loader in
 chunks, a few steps ahead (:class:`_View`, :class:`_Fetcher`: one ``records`` call per
 loader actor), and :class:`RecordMeasure`, which holds each record as the rank's
-loader would hold the sample. The planner (:mod:`youmu.ray.planner`) runs planning's
+loader would hold the sample. The planner (:mod:`youmu.ray.planner_actor`) runs planning's
 readers over them.
 """
 
@@ -12,9 +12,9 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from youmu.planning.sources import Held, Measure
+from youmu.planning.rank_sources import Held, Measure
 from youmu.ray.calls import Actor, Call
-from youmu.ray.loader import Record, Records
+from youmu.ray.source_actor import Record, Records
 
 __all__ = ["RecordMeasure"]
 
@@ -24,7 +24,7 @@ MIN_CHUNK = 4
 
 
 class RecordMeasure(Measure):
-    """A rank's :class:`~youmu.planning.sources.Measure` over records: the loader
+    """A rank's :class:`~youmu.planning.rank_sources.Measure` over records: the loader
     measured the sample; this holds it (capacity check, arrival id ``k·W + r`` or the
     ``id_fn`` id) with its position as the payload.
 

@@ -22,7 +22,7 @@ try:
 except ImportError:  # another torch layout: nothing to pre-import
     pass
 
-from youmu.torch.collate import PadCollate, collate_pad, pad_collate
+from youmu.torch.collate import PadCollate, collate_pad, lm_collate
 from youmu.torch.dataset import YoumuDataset
 from youmu.torch.mapstream import MapStream, MixtureStream
 from youmu.torch.pack import PackedDataset, collate_packed, pack
@@ -39,6 +39,6 @@ __all__ = [
     "YoumuDataset",
     "collate_packed",
     "collate_pad",
+    "lm_collate",
     "pack",
-    "pad_collate",
 ]

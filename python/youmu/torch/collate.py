@@ -9,7 +9,7 @@ Two ready-made configurations of the one collate:
 
 * :func:`collate_pad` — pad every 1-D column with ``pad_id`` and add its lengths
   (``<col>_lengths``): generic rows, e.g. ``YoumuDataset`` output;
-* :data:`pad_collate` — language-model batches: ``input_ids`` padded with 0,
+* :data:`lm_collate` — language-model batches: ``input_ids`` padded with 0,
   ``labels`` with -100, and an ``attention_mask`` added (the online dynamic
   batching examples use it).
 
@@ -18,7 +18,7 @@ Example:
     >>> b = collate_pad([{"ids": torch.tensor([1, 2, 3])}, {"ids": torch.tensor([4])}])
     >>> b["ids"].tolist(), b["ids_lengths"].tolist()
     ([[1, 2, 3], [4, 0, 0]], [3, 1])
-    >>> b = pad_collate([{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4], "labels": [4]}])
+    >>> b = lm_collate([{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4], "labels": [4]}])
     >>> b["labels"].tolist(), b["attention_mask"].tolist()
     ([[1, 2, 3], [4, -100, -100]], [[1, 1, 1], [1, 0, 0]])
 """
@@ -33,7 +33,7 @@ import torch
 
 from youmu.errors import ArgumentTypeError
 
-__all__ = ["PadCollate", "collate_pad", "pad_collate", "LM_PAD_VALUES"]
+__all__ = ["PadCollate", "collate_pad", "lm_collate", "LM_PAD_VALUES"]
 
 #: Pad values of language-model batches (``labels`` -100: ignored by the loss).
 LM_PAD_VALUES: dict[str, int | float] = {"input_ids": 0, "labels": -100, "attention_mask": 0, "position_ids": 0}
@@ -129,4 +129,4 @@ def collate_pad(rows: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:
 
 
 #: ``PadCollate(LM_PAD_VALUES)``: language-model batches with an attention mask.
-pad_collate = PadCollate(LM_PAD_VALUES)
+lm_collate = PadCollate(LM_PAD_VALUES)

@@ -11,15 +11,15 @@ actor, and only for the sources whose look-ahead runs low), serves each client a
 small plan, and owns the state a mixing controller would keep.
 
 **How a step is planned.** For each rank ``r`` the planner runs planning's
-:class:`~youmu.planning.sources.RankReader` over *remote stream views*: rank ``r``'s
-stream of each source is a sequence of :class:`~youmu.ray.loader.Record`\\ s fetched
+:class:`~youmu.planning.rank_sources.RankReader` over *remote stream views*: rank ``r``'s
+stream of each source is a sequence of :class:`~youmu.ray.source_actor.Record`\\ s fetched
 from that source's loader in chunks (a couple of steps ahead, all loaders at once),
 and a :class:`RecordMeasure` holds each record as the rank's loader would hold the
 sample (arrival ids ``k·W + r``, capacity checks). The ranks' candidates are
-concatenated in rank order (:func:`~youmu.planning.sources.step_meta`, what the
+concatenated in rank order (:func:`~youmu.planning.rank_sources.step_meta`, what the
 all-gather gives), planned by :meth:`Planner.plan <youmu.planning.Planner.plan>`, and
 each rank's micro-batches are put together by planning's
-:class:`~youmu.planning.info.Assembler` with *references* ``(source, origin rank,
+:class:`~youmu.planning.microbatch.Assembler` with *references* ``(source, origin rank,
 position)`` in place of samples: every :class:`~youmu.planning.MicroBatchInfo` field
 (loss scale, padding slots, fingerprint) is the in-process one.
 
@@ -36,7 +36,7 @@ Example (in process, with a local loader; :class:`youmu.ray.RayLoaders` deploys 
 as actors):
     >>> from youmu.torch import MapStream
     >>> from youmu.ray.calls import Actor
-    >>> from youmu.ray.loader import Source, SourceLoader
+    >>> from youmu.ray.source_actor import Source, SourceLoader
     >>> rows = {n: [{"input_ids": [0] * (k % 7 + 1)} for k in range(40)] for n in ("web", "code")}
     >>> loader = SourceLoader({n: Source(stream=lambda r, w, n=n: MapStream(rows[n], rank=r, world_size=w))
     ...                        for n in rows}, world_size=2)
@@ -64,9 +64,9 @@ from typing import Any
 from youmu._args import int_arg, seconds_arg
 from youmu.distributed import fingerprint
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.planning.info import Assembler, MicroBatchInfo
+from youmu.planning.microbatch import Assembler, MicroBatchInfo
+from youmu.planning.rank_sources import Held, RankReader, SourceStream, carry_after, rank_meta, step_meta
 from youmu.planning.settings import PlanSettings
-from youmu.planning.sources import Held, RankReader, SourceStream, carry_after, rank_meta, step_meta
 from youmu.ray.calls import Actor
 from youmu.ray.state import PlannerState, Ref
 from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, RecordMeasure, _Fetcher, _View
@@ -159,7 +159,7 @@ class StepPlanner:
     def ping(self) -> dict[str, Any]:
         import os
 
-        from youmu.ray.loader import _node_id
+        from youmu.ray.source_actor import _node_id
 
         return {"pid": os.getpid(), "node": _node_id(), "seeded": self.seeded,
                 "cursor": None if self._cursor is None else (self._cursor.epoch, self._cursor.step),

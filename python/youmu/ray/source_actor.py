@@ -56,7 +56,7 @@ import numpy as np
 from youmu._args import bool_arg, callable_arg, choice_arg, index_of, int_arg, opt_int_arg, storage_options_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
-from youmu.planning.sources import Measure
+from youmu.planning.rank_sources import Measure
 from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES
 
 __all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "Records", "MeasureFns"]

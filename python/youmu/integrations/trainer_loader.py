@@ -77,8 +77,8 @@ def scale_loss(loss: Any, info: Any) -> Any:
 
 def _is_pair_source(source: Any) -> bool:
     """A youmu loader that yields ``(batch, info)`` and saves its own state."""
-    from youmu.batching.loader import DynamicBatchLoader
-    from youmu.planning.loader import BalancedLoader
+    from youmu.batching.dynamic_loader import DynamicBatchLoader
+    from youmu.planning.balanced_loader import BalancedLoader
 
     return isinstance(source, (DynamicBatchLoader, BalancedLoader))
 

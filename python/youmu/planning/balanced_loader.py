@@ -6,7 +6,7 @@ Every step, on every rank:
    ``global_batch_size`` samples or ``token_budget`` tokens over all ranks (or, with a
    ``{name: stream}`` source, each source's exact count from the mixing schedule;
    or, with ``reorder_only``, ``num_microbatches`` formed micro-batches)
-   (:mod:`youmu.planning.sources`);
+   (:mod:`youmu.planning.rank_sources`);
 2. measure each sample (document lengths, loss tokens) and **all-gather the
    metadata** with the step's status on the loader's Gloo channel
    (:class:`~youmu.distributed.GlooChannel`, :mod:`youmu.planning.exchange`);
@@ -15,7 +15,7 @@ Every step, on every rank:
 4. **exchange the samples** that the plan moves to another rank (pickled, one
    all-gather) and keep those that fit in no micro-batch for the next step;
 5. yield this rank's ``num_microbatches`` micro-batches, in slot order, each with a
-   :class:`~youmu.planning.info.MicroBatchInfo` whose ``loss_scale`` makes the
+   :class:`~youmu.planning.microbatch.MicroBatchInfo` whose ``loss_scale`` makes the
    gradients exact: multiply the micro-batch's mean per-token loss by it, sum over
    micro-batches (gradient accumulation), and DDP's average over ranks is the
    per-token mean over the whole global batch, ``Σ loss / T``, however the plan split
@@ -40,7 +40,7 @@ samples). Two ways, chosen by ``resume_mode`` (:mod:`youmu.planning.checkpoint`)
 
 * ``"state"`` — every source is *stateful* (``state_dict``/``load_state_dict``, as
   :class:`~youmu.torch.YoumuDataset`, :class:`~youmu.torch.MapStream`,
-  :class:`~youmu.batching.loader.DynamicBatchLoader` or torchdata's
+  :class:`~youmu.batching.dynamic_loader.DynamicBatchLoader` or torchdata's
   ``StatefulDataLoader`` are): the state holds each source's own state at the step
   boundary plus the few samples this rank already held then (carried over for
   capacity or budget, or left over from a flattened ``DynamicBatchLoader`` step), so a
@@ -99,10 +99,8 @@ from youmu.planning.checkpoint import (
     start_snapshot,
 )
 from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
-from youmu.planning.info import Assembler, MicroBatchInfo, default_docs
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule
-from youmu.planning.settings import MAX_MICROBATCHES, PlanSettings
-from youmu.planning.sources import (
+from youmu.planning.microbatch import Assembler, MicroBatchInfo, default_docs
+from youmu.planning.rank_sources import (
     Held,
     Measure,
     RankReader,
@@ -112,6 +110,8 @@ from youmu.planning.sources import (
     rank_meta,
     step_meta,
 )
+from youmu.planning.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.settings import MAX_MICROBATCHES, PlanSettings
 from youmu.stateful import again_or_raise, check_epoch, keeps_resume_point
 
 __all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]

@@ -4,14 +4,14 @@ Per rank, three kinds of execution context cooperate:
 
 * **workers** (``num_workers`` DataLoader processes, or the fetcher thread itself with
   ``num_workers=0``) run the dataset's preprocessing and measure each sample
-  (``length_fn``, ``token_count_fn``) — :mod:`youmu.batching.sources`;
+  (``length_fn``, ``token_count_fn``) — :mod:`youmu.batching.feed`;
 * the **fetcher thread** draws samples in order, one output *credit* each, so at
   most ``max_outstanding`` samples are fetched but not yet consumed by the trainer
-  (a :class:`~youmu.distributed.Producer`) — :mod:`youmu.batching.sources`;
+  (a :class:`~youmu.distributed.Producer`) — :mod:`youmu.batching.feed`;
 * the **aligner thread** fills the grouping buffer, runs one Gloo all_gather per
   round on the loader's own :class:`~youmu.distributed.GlooChannel`, aligns,
   collates, and answers each emitted sample's output slot: one slot carries the
-  batch, the others carry :data:`~youmu.batching.info.IDLE` — :mod:`youmu.batching.aligner`;
+  batch, the others carry :data:`~youmu.batching.step_info.IDLE` — :mod:`youmu.batching.aligner`;
 * the **trainer's thread** iterates ``(batch, info)``; skipping an IDLE slot or
   taking a batch hands credits back — :mod:`youmu.batching.epoch`.
 
@@ -27,7 +27,7 @@ short without penalising slow preprocessing.
 Example::
 
     loader = DynamicBatchLoader(dataset, token_budget=16384, length_fn=lambda s: len(s["input_ids"]),
-                                collate_fn=pad_collate, num_workers=4)
+                                collate_fn=lm_collate, num_workers=4)
     with join_uneven([ddp_model]):          # join mode: ranks finish at different steps
         for batch, info in loader:
             loss = model(**batch).loss * info.loss_scale
@@ -41,8 +41,8 @@ from typing import Any, Generic, TypeVar, overload
 
 from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_loader_state
 from youmu.batching.epoch import EpochHandle, EpochIterator
-from youmu.batching.info import StepInfo
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
+from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
 from youmu.stateful import check_epoch, keeps_resume_point
 
@@ -91,7 +91,7 @@ class DynamicBatchLoader:
             ``lambda s: len(s["input_ids"])``). Runs in the workers.
         collate_fn: turns a list of samples into a batch (runs in the aligner thread);
             ``None`` yields the list itself.
-        buffer_size: samples grouped per round (1024 in ODB's experiments). Memory follows the
+        pool_size: samples grouped per round (1024 in ODB's experiments). Memory follows the
             samples actually buffered, not this number.
         num_workers: DataLoader worker processes for preprocessing (0: the fetcher
             thread reads the dataset itself).
@@ -121,8 +121,8 @@ class DynamicBatchLoader:
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
         quota: non-join mode's global sample quota ``N`` (default ``len(dataset)``).
         max_outstanding: credits per rank (samples fetched and not yet consumed);
-            default ``2 * buffer_size`` so the next round fills while the trainer
-            consumes the previous one. Must be at least ``buffer_size``.
+            default ``2 * pool_size`` so the next round fills while the trainer
+            consumes the previous one. Must be at least ``pool_size``.
         shuffle_steps: shuffle the order of a round's steps (identically on all ranks).
         uneven: join mode's tail: ``"stop"`` ends the local iteration when this rank's
             data is done (pair with DDP ``Join``); ``"pad"`` keeps yielding filler steps
@@ -151,7 +151,7 @@ class DynamicBatchLoader:
             indices, the tail padded with repeats, so ``P = W·ceil(N/W) − N`` samples
             are emitted twice per epoch.
 
-    Iterating yields ``(batch, info)`` with :class:`~youmu.batching.info.StepInfo`.
+    Iterating yields ``(batch, info)`` with :class:`~youmu.batching.step_info.StepInfo`.
     ``loader.metrics`` holds the current iteration's :class:`BatchingMetrics`; its
     summary is logged (``logging.getLogger("youmu.batching")``, INFO) when the
     iteration ends on this rank.
@@ -166,7 +166,7 @@ class DynamicBatchLoader:
     Example:
         >>> data = [{"id": i, "input_ids": list(range(n))} for i, n in enumerate((5, 9, 3, 7, 2, 8))]
         >>> loader = DynamicBatchLoader(data, token_budget=16, length_fn=lambda s: len(s["input_ids"]),
-        ...                             buffer_size=4, num_workers=0)
+        ...                             pool_size=4, num_workers=0)
         >>> steps = [[s["id"] for s in batch] for batch, info in loader]
         >>> sorted(i for ids in steps for i in ids)
         [0, 1, 2, 3, 4, 5]
@@ -179,7 +179,7 @@ class DynamicBatchLoader:
     length_fn = _Setting[Callable[[Any], int]]()
     collate_fn = _Setting["Callable[[list[Any]], Any] | None"]()
     token_count_fn = _Setting[Callable[[Any], int]]()
-    buffer_size = _Setting[int]()
+    pool_size = _Setting[int]()
     num_workers = _Setting[int]()
     prefetch_factor = _Setting["int | None"]()
     join = _Setting[bool]()
@@ -208,7 +208,7 @@ class DynamicBatchLoader:
         length_fn: Callable[[Any], int],
         collate_fn: Callable[[list[Any]], Any] | None = None,
         *,
-        buffer_size: int = 1024,
+        pool_size: int = 1024,
         num_workers: int = 2,
         prefetch_factor: int | None = None,
         join: bool = True,
@@ -234,7 +234,7 @@ class DynamicBatchLoader:
     ) -> None:
         arguments = dict(
             dataset=dataset, token_budget=token_budget, length_fn=length_fn, collate_fn=collate_fn,
-            buffer_size=buffer_size, num_workers=num_workers, prefetch_factor=prefetch_factor, join=join,
+            pool_size=pool_size, num_workers=num_workers, prefetch_factor=prefetch_factor, join=join,
             loss_scaling=loss_scaling, token_count_fn=token_count_fn, timeout=timeout, data_timeout=data_timeout,
             shuffle=shuffle, seed=seed, quota=quota, max_outstanding=max_outstanding, shuffle_steps=shuffle_steps,
             uneven=uneven, pad_batch=pad_batch, callback=callback, worker_init_fn=worker_init_fn,

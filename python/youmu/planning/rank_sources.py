@@ -1,4 +1,4 @@
-"""This rank's side of a :class:`~youmu.planning.loader.BalancedLoader` step: its
+"""This rank's side of a :class:`~youmu.planning.balanced_loader.BalancedLoader` step: its
 source streams, the samples it holds, how they are measured, and how many it reads
 for a step.
 
@@ -9,7 +9,7 @@ for a step.
 * :class:`Held` — a measured sample this rank holds: id, source, document lengths,
   loss tokens and the sample itself.
 * :class:`Measure` — documents and loss tokens of a sample (the user's functions or
-  :func:`~youmu.planning.info.default_docs`) and its id (``id_fn`` or the arrival id
+  :func:`~youmu.planning.microbatch.default_docs`) and its id (``id_fn`` or the arrival id
   ``k·W + rank``).
 * :class:`RankReader` — this rank's share of a step: ``global_batch_size`` samples
   or ``token_budget`` tokens split over the ranks by :func:`youmu.sharding.share`
@@ -18,7 +18,7 @@ for a step.
 * :func:`rank_meta`, :func:`step_meta`, :func:`carry_after` — what a rank
   contributes to a step's plan, the step's candidates in rank order, and what a rank
   holds over to the next step: the same three pieces whether each rank plans for
-  itself after an all-gather (:class:`~youmu.planning.loader.BalancedLoader`) or one
+  itself after an all-gather (:class:`~youmu.planning.balanced_loader.BalancedLoader`) or one
   process plans for every rank (:mod:`youmu.ray`).
 
 Example:
@@ -40,7 +40,7 @@ import numpy as np
 
 from youmu._args import callable_arg, index_of
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
-from youmu.planning.info import default_docs
+from youmu.planning.microbatch import default_docs
 from youmu.planning.planner import SampleMeta, StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 from youmu.sharding import share
@@ -128,7 +128,7 @@ def resolve_sources(
 
 def formed_microbatch(item: Any) -> list[Any]:
     """A formed micro-batch: a list of samples, or ``(list, StepInfo)`` as
-    :class:`~youmu.batching.loader.DynamicBatchLoader` yields with ``collate_fn=None``.
+    :class:`~youmu.batching.dynamic_loader.DynamicBatchLoader` yields with ``collate_fn=None``.
 
     >>> formed_microbatch(([1, 2], None))     # not a (list, StepInfo) pair: the tuple is the batch
     [[1, 2], None]
