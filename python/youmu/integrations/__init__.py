@@ -18,8 +18,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from youmu._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from youmu.integrations.steps import odb_steps_per_epoch
@@ -36,14 +37,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["INFO_KEY", "TrainerLoader", "odb_steps_per_epoch", "scale_loss", "split_info"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'youmu.integrations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
