@@ -12,7 +12,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
 use arrow_schema::{FieldRef, SchemaRef, TimeUnit};
 use parquet::arrow::ProjectionMask;
@@ -25,7 +24,7 @@ use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation}
 
 use crate::error::{Error, Result};
 use crate::scan::scan_chunk;
-use crate::storage::{Fetched, LocalFile, Source};
+use crate::storage::{Fetched, Source, Storage};
 
 /// How the pages of a row group were found (reported by `youmu inspect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,13 +93,6 @@ pub(crate) fn arrow_metadata(
             format!("the embedded Arrow schema (ARROW:schema key-value metadata) is malformed: {panic}"),
         )),
     }
-}
-
-pub fn file_stamp(path: &Path) -> Result<(u64, i64)> {
-    let m = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    let mtime =
-        m.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_nanos() as i64).unwrap_or(0);
-    Ok((m.len(), mtime))
 }
 
 fn metadata_options() -> ParquetMetaDataOptions {
@@ -271,39 +263,35 @@ fn resolve_projection(path: &Path, meta: &ArrowReaderMetadata, columns: Option<&
 }
 
 impl FileEntry {
-    /// Open, parse and index one local file; INT96 columns are read in `int96_unit`
-    /// (`None`: as the file's Arrow schema says, else nanoseconds).
-    pub fn build(path: &Path, columns: Option<&[String]>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
-        let file = Arc::new(LocalFile::open(path)?);
-        match Self::build_from(Fetched::direct(Source::Local(file.clone())), columns, int96_unit) {
-            // the path itself, not its display form (a name need not be UTF-8)
-            Ok(entry) => Ok(FileEntry { path: path.to_path_buf(), ..entry }),
+    /// Parse and index one file or object read through `reader` (for a remote object,
+    /// a strict [`Fetched`]: a missing range is an `Error::NeedData` the caller fetches);
+    /// INT96 columns are read in `int96_unit` (`None`: as the file's Arrow schema says,
+    /// else nanoseconds).
+    pub fn build_from(reader: Fetched, columns: Option<&[String]>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
+        // the path itself, not its display form (a name need not be UTF-8)
+        let path = reader.source.path();
+        let size = reader.source.len();
+        if size < 12 {
+            return Err(Error::corrupt(&path, format!("file is {size} bytes, too small to be Parquet")));
+        }
+        let parsed = read_metadata(&path, &reader)
+            .and_then(|md| Self::from_metadata(&path, reader.clone(), md, columns, int96_unit, None));
+        match parsed {
             Err(e @ (Error::Corrupt { .. } | Error::Unsupported { .. })) => {
                 // a saved index passed where data goes: say so, not "corrupt footer"
-                let head = file.read_range(0, 8.min(file.size as usize)).unwrap_or_default();
+                // (where its first bytes are at hand: a strict reader fetches nothing)
+                let head = reader.read_range(0, 8.min(size as usize)).unwrap_or_default();
                 if head.as_ref() == crate::persist::MAGIC.as_slice() {
                     Err(Error::corrupt(
-                        path,
+                        &path,
                         "this is a saved youmu index, not a Parquet file: open it with PageIndex.load(path)",
                     ))
                 } else {
                     Err(e)
                 }
             }
-            Err(e) => Err(e),
+            other => other,
         }
-    }
-
-    /// Parse and index one file or object read through `reader` (for a remote object,
-    /// a strict [`Fetched`]: a missing range is an `Error::NeedData` the caller fetches).
-    pub fn build_from(reader: Fetched, columns: Option<&[String]>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
-        let path = PathBuf::from(reader.source.name());
-        let size = reader.source.len();
-        if size < 12 {
-            return Err(Error::corrupt(&path, format!("file is {size} bytes, too small to be Parquet")));
-        }
-        let md = read_metadata(&path, &reader)?;
-        Self::from_metadata(&path, reader, md, columns, int96_unit, None)
     }
 
     /// Build from parsed metadata. `saved` carries page locations and page starts from a
@@ -317,10 +305,7 @@ impl FileEntry {
         saved: Option<SavedTables>,
     ) -> Result<FileEntry> {
         let size = reader.source.len();
-        let mtime_ns = match &reader.source {
-            Source::Local(f) => f.mtime_ns,
-            Source::Remote(o) => o.mtime_ns,
-        };
+        let mtime_ns = reader.source.mtime_ns();
         let plain = arrow_metadata(path, Arc::new(md.clone()), ArrowReaderOptions::new())?;
         let plan = crate::int96::plan(md.file_metadata().schema_descr(), plain.schema(), int96_unit)
             .map_err(|why| Error::Unsupported { path: path.display().to_string(), detail: why })?;

@@ -8,14 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arrow_schema::{Field, Schema, SchemaRef, TimeUnit};
-use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::file::FileEntry;
-use crate::paths::{self, Found};
-use crate::runtime::runtime;
-use crate::storage::fetch::with_fetched;
-use crate::storage::{Fetched, RemoteObject, io_options};
+use crate::paths;
+use crate::storage::{Fetched, Storage};
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
@@ -41,7 +38,7 @@ pub struct PageIndex {
     pub(crate) files: Vec<Arc<FileEntry>>,
     /// Whether any file is an object in a store (reads are then planned and fetched
     /// concurrently before decoding; local files are read directly).
-    pub(crate) remote: bool,
+    pub(crate) over_network: bool,
     /// How the stores were configured (kept to rebuild them in another process; never saved).
     pub(crate) storage_options: Vec<(String, String)>,
     /// Entries discovery skipped (not regular files), with the reason.
@@ -99,74 +96,17 @@ impl PageIndex {
             }
         };
         let cancelled = || Error::Cancelled("index build stopped by its progress callback".into());
-        let cols = columns.as_deref();
-        let local: Vec<(usize, &std::path::PathBuf)> = found
-            .found
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| if let Found::Local(p) = f { Some((i, p)) } else { None })
-            .collect();
-        let mut entries: Vec<Option<Result<FileEntry>>> = (0..total).map(|_| None).collect();
-        // waited for interruptibly: Ctrl-C stops a build of many files between files
-        let build_local = || -> Vec<(usize, Result<FileEntry>)> {
-            runtime().pool().install(|| {
-                local
-                    .par_iter()
-                    .map(|&(i, p)| {
-                        if stop.load(Ordering::Relaxed) {
-                            return (i, Err(cancelled()));
-                        }
-                        let r = FileEntry::build(p, cols, int96_unit);
-                        tick();
-                        (i, r)
-                    })
-                    .collect()
-            })
-        };
-        let built = crate::runtime::run_interruptible(build_local, || stop.store(true, Ordering::Relaxed))?;
+        let cols = columns.clone();
+        let work = move |reader: Fetched| FileEntry::build_from(reader, cols.as_deref(), int96_unit);
+        let entries = crate::storage::open_each(&found.found, work, &tick, &stop)?;
         if stop.load(Ordering::Relaxed) {
             return Err(cancelled());
         }
-        for (i, r) in built {
-            entries[i] = Some(r);
-        }
-        let remote: Vec<(usize, Found)> = found
-            .found
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| !matches!(f, Found::Local(_)))
-            .map(|(i, f)| (i, f.clone()))
-            .collect();
-        if !remote.is_empty() {
-            use futures_util::StreamExt;
-            let width = io_options().max_inflight.max(1);
-            let built: Vec<(usize, Result<FileEntry>)> = crate::storage::aio::block_on(async {
-                let mut stream = futures_util::stream::iter(remote)
-                    .map(|(i, f)| {
-                        let cols = columns.clone();
-                        async move { (i, build_remote(f, cols, int96_unit).await) }
-                    })
-                    .buffer_unordered(width);
-                let mut built = Vec::with_capacity(total);
-                while let Some(r) = stream.next().await {
-                    built.push(r);
-                    tick();
-                    if stop.load(Ordering::Relaxed) {
-                        break; // dropping the stream cancels the builds in flight
-                    }
-                }
-                built
-            })?;
-            if stop.load(Ordering::Relaxed) {
-                return Err(cancelled());
-            }
-            for (i, r) in built {
-                entries[i] = Some(r);
-            }
-        }
         let entries = entries
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::Internal("a file was not indexed".into()))).map(Arc::new))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::Internal("a file was not indexed".into()))).map(|(e, _)| Arc::new(e))
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut idx = Self::from_entries(entries, columns, int96_unit)?;
         idx.storage_options = storage_options.to_vec();
@@ -235,7 +175,7 @@ impl PageIndex {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             columns,
             int96_unit,
-            remote: files.iter().any(|f| f.source.is_remote()),
+            over_network: files.iter().any(|f| f.source.over_network()),
             storage_options: Vec::new(),
             skipped: Vec::new(),
             files,
@@ -265,9 +205,9 @@ impl PageIndex {
         self.files.iter().map(|f| f.path.clone()).collect()
     }
 
-    /// Whether any file is an object in a store.
-    pub fn is_remote(&self) -> bool {
-        self.remote
+    /// Whether any file is an object in a store (read over the network).
+    pub fn over_network(&self) -> bool {
+        self.over_network
     }
 
     /// The `storage_options` the index was built or loaded with.
@@ -500,22 +440,4 @@ fn check_same_schema(a: &Path, fa: &[arrow_schema::FieldRef], b: &Path, fb: &[ar
         }
     }
     Ok(())
-}
-
-/// Index one object: its tail first (one GET, which also gives its size and ETag),
-/// then whatever the parse finds missing (the rest of a long footer, an OffsetIndex
-/// before the tail, column chunks to header-scan), each round fetched concurrently and
-/// the parse rerun on the pool. Parsing is cheap next to a round trip.
-async fn build_remote(f: Found, columns: Option<Vec<String>>, int96_unit: Option<TimeUnit>) -> Result<FileEntry> {
-    let Found::Remote { spec, path, meta } = f else {
-        return Err(Error::Internal("a local file reached the remote build".into()));
-    };
-    if let Some(m) = &meta
-        && m.size < 12
-    {
-        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
-    }
-    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, io_options().tail_bytes).await?;
-    let work = move |reader: Fetched| FileEntry::build_from(reader, columns.as_deref(), int96_unit);
-    Ok(with_fetched(Arc::new(obj), start, tail, work).await?.0)
 }

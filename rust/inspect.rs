@@ -20,10 +20,9 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::file::{PageSource, Tables, build_tables, read_metadata, scan_ranges};
-use crate::paths::{self, Found};
+use crate::paths;
 use crate::runtime::runtime;
-use crate::storage::fetch::with_fetched;
-use crate::storage::{Fetched, LocalFile, RemoteObject, Source, io_options};
+use crate::storage::{self, Fetched, Storage};
 
 /// One column as the page column of an index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,50 +85,22 @@ pub struct Inspection {
 /// `spec` as a whole (nothing there, a bucket that does not exist) is the outer `Err`.
 pub fn inspect(spec: &str, storage_options: &[(String, String)]) -> Result<Inspection> {
     let found = paths::discover(&[spec.to_string()], storage_options)?;
-    let mut files: Vec<Option<(String, Result<FileReport>)>> = (0..found.found.len()).map(|_| None).collect();
-    let mut remote = Vec::new();
-    for (i, f) in found.found.into_iter().enumerate() {
-        match f {
-            Found::Local(p) => {
-                let r = LocalFile::open(&p).and_then(|file| report(Fetched::direct(Source::Local(Arc::new(file)))));
-                files[i] = Some((p.display().to_string(), r));
-            }
-            other => remote.push((i, other)),
-        }
-    }
-    if !remote.is_empty() {
-        use futures_util::StreamExt;
-        let width = io_options().max_inflight.max(1);
-        let done: Vec<(usize, String, Result<FileReport>)> = crate::storage::aio::block_on(
-            futures_util::stream::iter(remote)
-                .map(|(i, f)| async move { (i, f.name(), report_remote(f).await) })
-                .buffer_unordered(width)
-                .collect::<Vec<_>>(),
-        )?;
-        for (i, name, r) in done {
-            files[i] = Some((name, r));
-        }
-    }
-    let files = files
-        .into_iter()
-        .map(|f| f.ok_or_else(|| Error::Internal("a file was not inspected".into())))
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let read = storage::open_each(&found.found, report, &|| {}, &stop)?;
+    let files = found
+        .found
+        .iter()
+        .zip(read)
+        .map(|(f, r)| {
+            let r = r.ok_or_else(|| Error::Internal("a file was not inspected".into()))?;
+            let r = r.map(|(mut rep, requests)| {
+                rep.requests = requests;
+                rep
+            });
+            Ok((f.name(), r))
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Inspection { files, skipped: found.skipped })
-}
-
-async fn report_remote(f: Found) -> Result<FileReport> {
-    let Found::Remote { spec, path, meta } = f else {
-        return Err(Error::Internal("a local file reached the remote inspection".into()));
-    };
-    if let Some(m) = &meta
-        && m.size < 12
-    {
-        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
-    }
-    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, io_options().tail_bytes).await?;
-    let (mut r, requests) = with_fetched(Arc::new(obj), start, tail, report).await?;
-    r.requests = requests + 1;
-    Ok(r)
 }
 
 /// The report of one file read through `reader` (a strict remote reader: every range
@@ -208,10 +179,7 @@ fn report(reader: Fetched) -> Result<FileReport> {
             ColumnReport { name: field.name().to_string(), codecs, encodings, chunks_with_offset_index, pages }
         })
         .collect();
-    let (etag, version) = match &reader.source {
-        Source::Remote(o) => (o.etag.clone(), o.version.clone()),
-        Source::Local(_) => (None, None),
-    };
+    let (etag, version) = reader.source.object_version().map_or((None, None), |v| (v.etag, v.version));
     Ok(FileReport {
         path: path.display().to_string(),
         size,

@@ -18,6 +18,7 @@ pub mod mixture;
 pub mod pagecheck;
 pub mod paths;
 pub mod permute;
+pub mod perprocess;
 pub mod persist;
 pub mod read;
 pub mod runtime;

@@ -30,14 +30,13 @@
 //!    objects (plain HTTP has no listing).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use object_store::ObjectMeta;
-use object_store::path::Path as ObjectPath;
 
 use crate::error::{Error, Result};
-use crate::storage::aio::block_on;
-use crate::storage::remote::{StoreSpec, is_remote, refuse_unused_options};
+pub use crate::storage::Found;
+use crate::storage::spec::StoreSpec;
+use crate::storage::{Location, refuse_unused_options};
 
 const DATA_EXTENSIONS: &[&str] = &[".parquet", ".parq", ".pq"];
 
@@ -72,27 +71,6 @@ fn hidden_in_match(pattern: &str, matched: &str) -> bool {
     let literal_prefix = pc.iter().take_while(|c| !is_glob(c)).count();
     let same_depth = !pattern.contains("**") && pc.len() == mc.len();
     mc.iter().enumerate().skip(literal_prefix).any(|(i, c)| is_hidden(c) && !(same_depth && pc[i].starts_with(&c[..1])))
-}
-
-/// One file or object found.
-#[derive(Debug, Clone)]
-pub enum Found {
-    Local(PathBuf),
-    Remote {
-        spec: Arc<StoreSpec>,
-        path: ObjectPath,
-        /// From the listing (size, ETag), when the object was listed.
-        meta: Option<ObjectMeta>,
-    },
-}
-
-impl Found {
-    pub fn name(&self) -> String {
-        match self {
-            Found::Local(p) => p.display().to_string(),
-            Found::Remote { spec, path, .. } => spec.url_of(path),
-        }
-    }
 }
 
 /// What discovery found, and what it skipped (entry, reason) under rule 1.
@@ -350,11 +328,7 @@ fn listed_is_data(rel: &str) -> bool {
 
 fn expand_remote(spec: &str, options: &[(String, String)], out: &mut Vec<Found>) -> Result<()> {
     let (store, key) = StoreSpec::parse(spec, options)?;
-    let listed = |prefix: &str| -> Result<Vec<ObjectMeta>> {
-        let mut v = block_on(store.list(prefix))??;
-        v.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
-        Ok(v)
-    };
+    let listed = |prefix: &str| -> Result<Vec<ObjectMeta>> { store.list_sorted(prefix) };
     let push = |out: &mut Vec<Found>, m: ObjectMeta| {
         out.push(Found::Remote { spec: store.clone(), path: m.location.clone(), meta: Some(m) })
     };
@@ -428,35 +402,21 @@ pub fn discover(specs: &[String], options: &[(String, String)]) -> Result<Discov
     }
     let mut d = Discovery::default();
     for s in specs {
-        if is_remote(s)? {
-            expand_remote(s, options, &mut d.found)?;
-            continue;
+        match Location::of(s)? {
+            Location::Store => expand_remote(s, options, &mut d.found)?,
+            Location::Local(local) => {
+                let mut files = Vec::new();
+                expand_local(&local.display().to_string(), &mut files, &mut d.skipped)?;
+                d.found.extend(files.into_iter().map(Found::Local));
+            }
         }
-        let local = if s.to_ascii_lowercase().starts_with("file://") {
-            url::Url::parse(s)
-                .ok()
-                .and_then(|u| u.to_file_path().ok())
-                .ok_or_else(|| Error::InvalidArgument(format!("{s:?} is not a valid file:// URL")))?
-                .display()
-                .to_string()
-        } else {
-            s.clone()
-        };
-        let mut files = Vec::new();
-        expand_local(&local, &mut files, &mut d.skipped)?;
-        d.found.extend(files.into_iter().map(Found::Local));
     }
-    if !d.found.iter().any(|f| matches!(f, Found::Remote { .. })) {
+    if !d.found.iter().any(Found::in_store) {
         refuse_unused_options(options, "the path list")?;
     }
     let mut seen = std::collections::HashSet::new();
     for f in &d.found {
-        // paths compared as bytes: two names that are not UTF-8 may display alike
-        let key = match f {
-            Found::Local(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).into_os_string(),
-            Found::Remote { .. } => f.name().into(),
-        };
-        if !seen.insert(key) {
+        if !seen.insert(f.identity()) {
             return Err(Error::InvalidArgument(format!("{} is listed more than once", f.name())));
         }
     }

@@ -24,11 +24,10 @@ use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{FileEntry, PageSource, SavedTables, file_stamp};
+use crate::file::{FileEntry, PageSource, SavedTables};
 use crate::index::PageIndex;
 use crate::runtime::runtime;
-use crate::storage::remote::StoreSpec;
-use crate::storage::{Fetched, LocalFile, RemoteObject, Source};
+use crate::storage::{self, Fetched, ObjectVersion, Source, Storage};
 
 pub(crate) const MAGIC: &[u8; 8] = b"YOUMUIDX";
 /// 3: the INT96 unit, per file an object's ETag and version after its mtime, and the
@@ -133,11 +132,7 @@ impl PageIndex {
     /// (one PUT, with the index's `storage_options`).
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = self.to_bytes()?;
-        let name = path.to_string_lossy();
-        if crate::storage::remote::is_remote(&name)? {
-            return crate::storage::remote::write_object(&name, &self.storage_options, bytes);
-        }
-        crate::atomic::write(path, &bytes, "save(path)")
+        storage::write_whole(path, &self.storage_options, bytes, "save(path)")
     }
 
     pub fn load(path: &Path) -> Result<PageIndex> {
@@ -147,19 +142,10 @@ impl PageIndex {
     /// Load a saved index (a path, or the URL of an object); `storage_options` configure
     /// the stores of its objects (and of the index object itself).
     pub fn load_with(path: &Path, storage_options: &[(String, String)]) -> Result<PageIndex> {
-        let name = path.to_string_lossy();
-        let remote = crate::storage::remote::is_remote(&name)?;
-        let buf = if remote {
-            crate::storage::remote::read_object(&name, storage_options)?
-        } else {
-            std::fs::read(path).map_err(|e| Error::io(path, e))?
-        };
+        let buf = storage::read_whole(path, storage_options)?;
         let idx = Self::from_bytes_with(&buf, path, storage_options, true)?;
-        if !remote && !idx.is_remote() {
-            crate::storage::remote::refuse_unused_options(
-                storage_options,
-                &format!("{} (an index of local files)", name),
-            )?;
+        if !idx.over_network() {
+            storage::refuse_unused_options_at(path, storage_options, "an index of local files")?;
         }
         Ok(idx)
     }
@@ -182,13 +168,7 @@ impl PageIndex {
         w.u8(unit_code(self.int96_unit));
         w.u32(self.files.len() as u32);
         for f in &self.files {
-            match &f.source {
-                Source::Local(_) => {
-                    let abs = std::fs::canonicalize(&f.path).map_err(|e| Error::io(&f.path, e))?;
-                    w.bytes(abs.as_os_str().as_bytes());
-                }
-                Source::Remote(o) => w.bytes(o.url.as_bytes()),
-            }
+            w.bytes(&f.source.saved_name()?);
             w.u64(f.size);
             w.i64(f.mtime_ns);
             write_object_stamp(&mut w, &f.source);
@@ -330,60 +310,24 @@ impl PageIndex {
                 format!("{} bytes follow the last of its {nfiles} files", payload.len() - r.pos),
             ));
         }
-        let stale = |detail: String| Error::Stale { index: path.display().to_string(), detail };
-        // Objects: their stores (one per bucket), then one check of what they are now.
-        let mut specs: std::collections::HashMap<String, std::sync::Arc<StoreSpec>> = Default::default();
-        let mut sources: Vec<Option<Source>> = Vec::with_capacity(raws.len());
-        for raw in &raws {
-            let Some((etag, version)) = &raw.stamp else {
-                sources.push(None);
-                continue;
-            };
-            let (spec, key) = StoreSpec::parse(&raw.file, storage_options)?;
-            let spec = specs.entry(spec.root.clone()).or_insert(spec).clone();
-            let obj = RemoteObject {
-                path: spec.object_path(&key)?,
-                spec,
-                url: raw.file.clone(),
+        let saved: Vec<storage::Saved> = raws
+            .iter()
+            .map(|raw| storage::Saved {
+                name: raw.file.clone(),
+                local: raw.local.clone(),
                 size: raw.size,
-                etag: etag.clone(),
-                version: version.clone(),
                 mtime_ns: raw.mtime,
-            };
-            sources.push(Some(Source::Remote(std::sync::Arc::new(obj))));
-        }
-        if verify {
-            let objs: Vec<std::sync::Arc<RemoteObject>> = sources
-                .iter()
-                .filter_map(|s| if let Some(Source::Remote(o)) = s { Some(o.clone()) } else { None })
-                .collect();
-            if !objs.is_empty()
-                && let Err((url, why)) = crate::storage::aio::block_on(crate::storage::remote::verify(&objs))??
-            {
-                return Err(stale(format!("{url} changed since it was indexed ({why}): rebuild the index")));
-            }
-        }
+                object: raw.stamp.clone(),
+            })
+            .collect();
+        let sources = storage::reopen(&saved, storage_options, verify, path)?;
         let cols = columns.as_deref();
         let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
             raws.into_par_iter()
                 .zip(sources)
                 .map(|(raw, source)| {
                     let p = raw.local.as_path();
-                    let source = match source {
-                        Some(s) => s,
-                        None => {
-                            let (size, mtime) = file_stamp(p)
-                                .map_err(|e| stale(format!("indexed file is gone or unreadable: {e}")))?;
-                            if size != raw.size || mtime != raw.mtime {
-                                return Err(stale(format!(
-                                    "{} changed since it was indexed (size {} -> {size}, mtime {} -> {mtime}): rebuild the index",
-                                    raw.file, raw.size, raw.mtime
-                                )));
-                            }
-                            // opened on first read, through the handle cache
-                            Source::Local(std::sync::Arc::new(LocalFile::known(p.to_path_buf(), size, mtime)))
-                        }
-                    };
+                    let source = source?;
                     // what follows checks bytes of the index, not of the data file
                     let of_index = |e: Error| match e {
                         Error::Corrupt { path: p, detail } => {
@@ -414,12 +358,12 @@ impl PageIndex {
 }
 
 /// An object's ETag and version (`None`: a local file).
-type ObjectStamp = Option<(Option<String>, Option<String>)>;
+type ObjectStamp = Option<ObjectVersion>;
 
 fn write_object_stamp(w: &mut W, source: &Source) {
-    match source {
-        Source::Local(_) => w.u8(0),
-        Source::Remote(o) => {
+    match source.object_version() {
+        None => w.u8(0),
+        Some(o) => {
             w.u8(1);
             for v in [&o.etag, &o.version] {
                 match v {
@@ -451,7 +395,7 @@ fn read_object_stamp(r: &mut R<'_>) -> Result<ObjectStamp> {
     };
     let etag = opt()?;
     let version = opt()?;
-    Ok(Some((etag, version)))
+    Ok(Some(ObjectVersion { etag, version }))
 }
 
 fn unit_code(u: Option<arrow_schema::TimeUnit>) -> u8 {

@@ -27,7 +27,7 @@ use crate::index::PageIndex;
 use crate::io::CachingReader;
 use crate::runtime::runtime;
 use crate::storage::fetch::{coalesce, part};
-use crate::storage::{Fetched, Source, io_options};
+use crate::storage::{Fetched, Source, Storage, io_options};
 
 /// A window's reordered rows are gathered in parts of at least this many rows (smaller
 /// parts cost more in per-batch overhead than a thread saves).
@@ -46,7 +46,7 @@ impl PageIndex {
     /// Rows `[first, first + n)` of row group `rg` of file `file`, selected columns.
     pub fn read_rows_in_row_group(&self, file: usize, rg: usize, first: u64, n: u64) -> Result<RecordBatch> {
         let u = Unit { file, rg, first, n };
-        if self.files[file].source.is_remote() {
+        if self.files[file].source.over_network() {
             return self
                 .read_units(&[u], &|_| String::new())?
                 .pop()
@@ -193,7 +193,7 @@ impl PageIndex {
                 if c.is_empty() { e } else { e.context(&c) }
             })
         };
-        if !self.remote {
+        if !self.over_network {
             let one = |(i, u): (usize, &Unit)| {
                 with_ctx(i, self.decode(*u, Fetched::direct(self.files[u.file].source.clone())))
             };
@@ -207,7 +207,7 @@ impl PageIndex {
         let o = io_options();
         let needs: Vec<Vec<Range<u64>>> = units
             .iter()
-            .map(|u| if self.files[u.file].source.is_remote() { self.unit_ranges(u) } else { Vec::new() })
+            .map(|u| if self.files[u.file].source.over_network() { self.unit_ranges(u) } else { Vec::new() })
             .collect();
         let mut per_file: std::collections::BTreeMap<usize, Vec<Range<u64>>> = Default::default();
         for (u, rs) in units.iter().zip(&needs) {
@@ -260,51 +260,40 @@ impl PageIndex {
             for i in (0..units.len()).filter(|&i| remaining[i] == 0) {
                 spawn(i, Vec::new());
             }
-            crate::storage::aio::block_on(async {
-                use futures_util::StreamExt;
-                let mut stream = futures_util::stream::iter(requests.iter().cloned().enumerate())
-                    .map(|(q, (file, r))| async move {
-                        let res = match &self.files[file].source {
-                            Source::Remote(obj) => obj.get_range(r).await,
-                            Source::Local(_) => Err(Error::Internal("a local file in a remote plan".into())),
-                        };
-                        (q, res)
-                    })
-                    .buffer_unordered(o.max_inflight.max(1));
-                while let Some((q, res)) = stream.next().await {
-                    match res {
-                        Ok(b) => got[q] = Some(b),
-                        Err(e) => {
-                            // stop issuing requests; in-flight ones are dropped with the stream
-                            failed = Some(e);
-                            break;
-                        }
-                    }
-                    for &i in &waiting[q] {
-                        remaining[i] -= 1;
-                        if remaining[i] == 0 {
-                            let mut ranges = Vec::with_capacity(needs[i].len());
-                            for r in &needs[i] {
-                                if let Some(qi) = request_of(units[i].file, r)
-                                    && let Some(b) = &got[qi]
-                                {
-                                    ranges.push((r.start, part(requests[qi].1.start, b, r)));
-                                }
+            // every request's bytes handed to the units waiting for them as they arrive;
+            // a failed request stops the rest (in-flight ones are dropped)
+            let fetches: Vec<(Source, Range<u64>)> =
+                requests.iter().map(|(file, r)| (self.files[*file].source.clone(), r.clone())).collect();
+            let fetched = crate::storage::fetch_each(&fetches, |q, b| {
+                got[q] = Some(b);
+                for &i in &waiting[q] {
+                    remaining[i] -= 1;
+                    if remaining[i] == 0 {
+                        let mut ranges = Vec::with_capacity(needs[i].len());
+                        for r in &needs[i] {
+                            if let Some(qi) = request_of(units[i].file, r)
+                                && let Some(b) = &got[qi]
+                            {
+                                ranges.push((r.start, part(requests[qi].1.start, b, r)));
                             }
-                            ranges.sort_by_key(|x| x.0);
-                            ranges.dedup_by_key(|x| x.0);
-                            spawn(i, ranges);
-                            // a request's buffer is freed once every unit has its parts
-                            for &qi in &deps[i] {
-                                holders[qi] -= 1;
-                                if holders[qi] == 0 {
-                                    got[qi] = None;
-                                }
+                        }
+                        ranges.sort_by_key(|x| x.0);
+                        ranges.dedup_by_key(|x| x.0);
+                        spawn(i, ranges);
+                        // a request's buffer is freed once every unit has its parts
+                        for &qi in &deps[i] {
+                            holders[qi] -= 1;
+                            if holders[qi] == 0 {
+                                got[qi] = None;
                             }
                         }
                     }
                 }
-            })
+            });
+            if let Err(e) = fetched {
+                failed = Some(e);
+            }
+            Ok(())
         })?;
         if let Some(e) = failed {
             return Err(e);
@@ -389,7 +378,7 @@ impl PageIndex {
     /// rows instead of materialising them (random access without page-sized work).
     pub fn read_rows(&self, rows: &[u64]) -> Result<RecordBatch> {
         self.check_rows_fit(rows, "read_rows")?;
-        if self.remote {
+        if self.over_network {
             let mut units = Vec::with_capacity(rows.len());
             for &r in rows {
                 if r >= self.num_rows() {
@@ -452,7 +441,7 @@ impl PageIndex {
             }
         }
         self.check_pages_fit(ids, "reading pages")?;
-        if self.remote {
+        if self.over_network {
             let units = ids
                 .iter()
                 .map(|&id| {

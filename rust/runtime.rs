@@ -1,29 +1,26 @@
 //! Process-wide mutable state (the thread pool and the dictionary-page cache), made
-//! fork-safe the simple way: everything lives in a `Runtime` tagged with the pid that
-//! created it. A forked child (DataLoader worker) sees a different pid and builds its
-//! own runtime, so it never touches pool threads or mutexes that did not survive the
-//! fork. The parent's runtime is leaked in the child on purpose: dropping it would try
-//! to join threads that do not exist there.
+//! fork-safe by living in one [`PerProcess`] value: a forked child (DataLoader worker)
+//! builds its own runtime on first use, so it never touches pool threads or mutexes that
+//! did not survive the fork.
 
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cache::ByteLru;
 use crate::error::{Error, Result};
 use crate::limits::MAX_THREADS;
+use crate::perprocess::PerProcess;
 
 /// Default bound of the dictionary-page cache (bytes of compressed dictionary pages).
 pub const DEFAULT_DICT_CACHE_BYTES: usize = 256 << 20;
 
 pub struct Runtime {
-    pid: u32,
     pool: rayon::ThreadPool,
     pub dict_cache: Mutex<ByteLru>,
 }
 
-static CURRENT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+static CURRENT: PerProcess<Runtime> = PerProcess::new();
 
 /// `YOUMU_NUM_THREADS` if set: a number is clamped to 1..=[`MAX_THREADS`]; anything else
 /// is an error naming the variable (`storage::check_env` reports it; the pool then
@@ -54,7 +51,7 @@ fn build_pool(n: usize) -> std::result::Result<rayon::ThreadPool, rayon::ThreadP
 
 impl Runtime {
     fn with_pool(pool: rayon::ThreadPool) -> Self {
-        Runtime { pid: std::process::id(), pool, dict_cache: Mutex::new(ByteLru::new(DEFAULT_DICT_CACHE_BYTES)) }
+        Runtime { pool, dict_cache: Mutex::new(ByteLru::new(DEFAULT_DICT_CACHE_BYTES)) }
     }
 
     fn new() -> Self {
@@ -77,27 +74,7 @@ impl Runtime {
 
 /// The runtime of the current process, created on first use (and again after a fork).
 pub fn runtime() -> &'static Runtime {
-    let pid = std::process::id();
-    let cur = CURRENT.load(Ordering::Acquire);
-    // SAFETY: runtimes are leaked (never freed), so any pointer ever stored stays valid.
-    if let Some(rt) = unsafe { cur.as_ref() }
-        && rt.pid == pid
-    {
-        return rt;
-    }
-    let fresh = Box::into_raw(Box::new(Runtime::new()));
-    match CURRENT.compare_exchange(cur, fresh, Ordering::AcqRel, Ordering::Acquire) {
-        // SAFETY: just leaked above.
-        Ok(_) => unsafe { &*fresh },
-        Err(winner) => {
-            // Another thread of this process installed one first; use it, drop ours.
-            // SAFETY: `fresh` was never shared.
-            drop(unsafe { Box::from_raw(fresh) });
-            // SAFETY: leaked runtimes stay valid.
-            let rt = unsafe { &*winner };
-            if rt.pid == pid { rt } else { runtime() }
-        }
-    }
+    CURRENT.get(Runtime::new, |_| {})
 }
 
 /// Replace the current process's pool by one with `n` threads (n = 0: default), at most
@@ -113,8 +90,8 @@ pub fn set_num_threads(n: usize) -> Result<()> {
         path: "youmu's thread pool".into(),
         source: std::io::Error::other(format!("starting {threads} threads: {e}")),
     })?;
-    // The old runtime may still be in use by another thread: leak it rather than free it.
-    CURRENT.store(Box::into_raw(Box::new(Runtime::with_pool(pool))), Ordering::Release);
+    // The old runtime may still be in use by another thread: it is leaked, not freed.
+    CURRENT.replace(Runtime::with_pool(pool));
     Ok(())
 }
 

@@ -207,7 +207,7 @@ impl PyPageIndex {
     /// Whether any file is an object in a store (reads then go over the network).
     #[getter]
     fn is_remote(&self) -> bool {
-        self.inner.is_remote()
+        self.inner.over_network()
     }
 
     /// Entries discovery skipped, as `(path, reason)`: named like Parquet files but not
@@ -308,7 +308,7 @@ impl PyPageIndex {
         let ids = ids_from(ids, self.inner.len(), "page", "prefetch() argument 'ids'", 8)?;
         self.inner.check_pages_fit(&ids, "prefetch")?;
         let inner = self.inner.clone();
-        background(self.inner.is_remote(), move || inner.read_pages(&ids))
+        background(self.inner.over_network(), move || inner.read_pages(&ids))
     }
 
     /// Rows by global row id (in the given order) as one RecordBatch; each row is read
@@ -351,7 +351,7 @@ impl PyPageIndex {
             .transpose()?;
         self.inner.check_window_fits(&ids, take.as_deref())?;
         let inner = self.inner.clone();
-        background(self.inner.is_remote(), move || inner.read_window_parts(&ids, take.as_deref()))
+        background(self.inner.over_network(), move || inner.read_window_parts(&ids, take.as_deref()))
     }
 
     /// Per-file details for `youmu inspect`.
@@ -361,9 +361,9 @@ impl PyPageIndex {
         let d = PyDict::new(py);
         d.set_item("path", f.path.as_os_str())?;
         d.set_item("size", f.size)?;
-        if let crate::storage::Source::Remote(o) = &f.source {
-            d.set_item("etag", o.etag.clone())?;
-            d.set_item("version", o.version.clone())?;
+        if let Some(o) = crate::storage::Storage::object_version(&f.source) {
+            d.set_item("etag", o.etag)?;
+            d.set_item("version", o.version)?;
         }
         d.set_item("num_rows", f.num_rows())?;
         d.set_item("created_by", f.meta.metadata().file_metadata().created_by().map(str::to_string))?;

@@ -1,11 +1,13 @@
 //! youmu's async I/O runtime: a small multi-threaded tokio runtime that only moves
 //! bytes (object-store requests), plus the per-process state tied to it: the built
 //! stores (their connection pools belong to this runtime) and the `max_inflight` gate.
+//! A leaf module: it knows stores only as built clients keyed by an id, so the code
+//! that configures and calls them (`client.rs`) depends on it and not the other way.
 //!
 //! Tokio is not fork-safe: a runtime (or a connection pool) made before a fork-based
 //! DataLoader worker starts has no threads in the child and hangs there. Everything here
-//! is therefore made per process ([`PerProcess`]): a child sees a new pid and builds its
-//! own runtime and stores on first use; the parent's are leaked, never touched.
+//! is therefore made per process ([`PerProcess`]): a child builds its own runtime and
+//! stores on first use; the parent's are leaked, never touched.
 //!
 //! Callers wait with [`block_on`] on their own thread (a Python thread with the GIL
 //! released, or a youmu pool thread); it refuses to run on a runtime thread, where
@@ -18,8 +20,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use object_store::ObjectStore;
 use tokio::sync::Semaphore;
 
-use super::PerProcess;
 use crate::error::{Error, Result};
+use crate::perprocess::PerProcess;
 
 pub struct IoRuntime {
     rt: tokio::runtime::Runtime,
@@ -32,7 +34,7 @@ static IO: PerProcess<IoRuntime> = PerProcess::new();
 fn make() -> IoRuntime {
     // rustls needs a process-wide crypto provider; ring (no C toolchain beyond cc).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let o = super::io_options();
+    let o = super::options::io_options();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(o.io_threads)
         .thread_name("youmu-aio")
@@ -52,15 +54,15 @@ impl IoRuntime {
         self.permits.read().map(|p| p.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// The store for `spec` in this process, built on first use.
-    pub fn store(&self, spec: &super::remote::StoreSpec) -> Result<Arc<dyn ObjectStore>> {
-        if let Some(s) = self.stores.lock().map_err(|_| poisoned())?.get(&spec.id) {
+    /// The store with id `id` in this process, built with `build` on first use.
+    pub fn store(&self, id: u64, build: impl FnOnce() -> Result<Arc<dyn ObjectStore>>) -> Result<Arc<dyn ObjectStore>> {
+        if let Some(s) = self.stores.lock().map_err(|_| poisoned())?.get(&id) {
             return Ok(s.clone());
         }
         // Built inside the runtime's context: reqwest's pool binds to its reactor.
         let _guard = self.rt.enter();
-        let store = spec.build()?;
-        Ok(self.stores.lock().map_err(|_| poisoned())?.entry(spec.id).or_insert(store).clone())
+        let store = build()?;
+        Ok(self.stores.lock().map_err(|_| poisoned())?.entry(id).or_insert(store).clone())
     }
 }
 
@@ -69,7 +71,7 @@ fn poisoned() -> Error {
 }
 
 /// Run `fut` to completion on the I/O runtime, waiting on this thread.
-pub fn block_on<F: Future>(fut: F) -> Result<F::Output> {
+pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output> {
     if tokio::runtime::Handle::try_current().is_ok() {
         return Err(Error::Internal("a blocking read was attempted on an async runtime thread".into()));
     }

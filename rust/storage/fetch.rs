@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::RemoteObject;
+use super::remote::RemoteObject;
 use crate::error::{Error, Result, catch_panics};
 
 /// Requests for `ranges` of one object: a range joins the request before it when the
@@ -44,7 +44,7 @@ pub fn part(start: u64, got: &Bytes, want: &Range<u64>) -> Bytes {
 /// for each range as asked.
 pub async fn fetch_ranges(obj: &Arc<RemoteObject>, ranges: &[Range<u64>]) -> Result<Vec<(u64, Bytes)>> {
     use futures_util::StreamExt;
-    let o = super::io_options();
+    let o = super::options::io_options();
     let requests = coalesce(ranges, o.coalesce_gap, o.coalesce_max);
     let got: Vec<Result<(Range<u64>, Bytes)>> = futures_util::stream::iter(requests)
         .map(|r| async move { obj.get_range(r.clone()).await.map(|b| (r, b)) })
@@ -136,14 +136,14 @@ pub async fn with_fetched<T: Send + 'static>(
     obj: Arc<RemoteObject>,
     start: u64,
     tail: Bytes,
-    work: impl Fn(super::Fetched) -> Result<T> + Send + Sync + 'static,
+    work: impl Fn(super::fetched::Fetched) -> Result<T> + Send + Sync + 'static,
 ) -> Result<(T, u64)> {
-    let o = super::io_options();
+    let o = super::options::io_options();
     let work = Arc::new(work);
     let mut have = RangeSet::new(start, tail);
     let mut requests = 0u64;
     for round in 0..8 {
-        let reader = super::Fetched::new(super::Source::Remote(obj.clone()), have.as_vec(), true);
+        let reader = super::fetched::Fetched::new(super::source::Source::remote(obj.clone()), have.as_vec(), true);
         let w = work.clone();
         match on_pool(move || w(reader)).await {
             Err(Error::NeedData(wanted)) => {

@@ -25,8 +25,8 @@ use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
 
-use super::PerProcess;
 use crate::error::{Error, Result};
+use crate::perprocess::PerProcess;
 
 /// Bytes read from local files by this process: lets benchmarks report I/O
 /// amplification without OS counters.
@@ -34,15 +34,6 @@ pub static BYTES_READ: AtomicU64 = AtomicU64::new(0);
 /// Number of positioned reads issued.
 pub static READS: AtomicU64 = AtomicU64::new(0);
 static OPENS: AtomicU64 = AtomicU64::new(0);
-
-/// A quarter of the soft `RLIMIT_NOFILE` (the rest is left to Python, sockets, other
-/// libraries and forked workers that inherit the parent's handles), at least 16.
-pub fn default_max_open_files() -> usize {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes into the struct we pass.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
-    ((soft.min(1 << 20) / 4) as usize).clamp(16, 16384)
-}
 
 /// One indexed local file: where it is and what it looked like when indexed.
 #[derive(Debug)]
@@ -54,6 +45,12 @@ pub struct LocalFile {
 
 fn mtime_ns(m: &std::fs::Metadata) -> i64 {
     m.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// The size and mtime of the file at `path` now (what an index records of it).
+pub fn stamp(path: &Path) -> Result<(u64, i64)> {
+    let m = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    Ok((m.len(), mtime_ns(&m)))
 }
 
 fn is_fd_exhaustion(e: &std::io::Error) -> bool {
@@ -247,7 +244,7 @@ fn handles() -> &'static Mutex<HandleCache> {
     HANDLES.get(
         || {
             Mutex::new(HandleCache {
-                capacity: super::io_options().max_open_files,
+                capacity: super::options::io_options().max_open_files,
                 tick: 0,
                 map: HashMap::new(),
                 order: BTreeMap::new(),

@@ -125,7 +125,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, object_store::Error>>,
 {
-    let io = super::io_options();
+    let io = super::options::io_options();
     let start = Instant::now();
     let (mut retries, mut timeouts, mut refused) = (0usize, 0usize, 0usize);
     loop {

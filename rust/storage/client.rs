@@ -1,0 +1,331 @@
+//! Requests to object stores through the `object_store` crate: building a store's
+//! client (environment, then youmu's timeouts, then `storage_options`), listing, HEADs,
+//! GETs and PUTs, each behind the `max_inflight` gate and youmu's retry loop
+//! ([`super::retry`]), and the typed errors they end in. An `http://` endpoint (a local
+//! MinIO or moto) allows plain HTTP without a further option.
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientConfigKey, GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, ObjectStoreScheme, RetryConfig,
+};
+
+use super::aio::{block_on, io_runtime};
+use super::counters::{REMOTE_BYTES, REMOTE_REQUESTS, record_first_byte};
+use super::redact::redact;
+use super::retry::{Failed, retrying};
+use super::spec::{StoreSpec, config_error, env_sets, unknown_key};
+use crate::error::{Error, Result, StorageErrorKind};
+
+impl StoreSpec {
+    /// Build the store (environment, then youmu's timeouts and retries, then options).
+    fn build(&self) -> Result<Arc<dyn ObjectStore>> {
+        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+        use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+        use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+        use object_store::http::HttpBuilder;
+
+        let io = super::options::io_options();
+        // youmu retries every request itself (`super::retry`): one loop, one policy.
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                base: 2.0,
+            },
+            max_retries: 0,
+            retry_timeout: io.retry_timeout,
+        };
+        let env_prefix = match self.scheme {
+            ObjectStoreScheme::AmazonS3 => "AWS_",
+            ObjectStoreScheme::GoogleCloudStorage => "GOOGLE_",
+            ObjectStoreScheme::MicrosoftAzure => "AZURE_",
+            _ => "YOUMU_HTTP_",
+        };
+        // youmu's timeouts unless the environment or the options set the store's own.
+        let mut client: Vec<(ClientConfigKey, String)> = Vec::new();
+        for (key, ck, value) in [
+            ("timeout", ClientConfigKey::Timeout, io.request_timeout),
+            ("connect_timeout", ClientConfigKey::ConnectTimeout, io.connect_timeout),
+            ("read_timeout", ClientConfigKey::ReadTimeout, io.read_timeout),
+        ] {
+            if !self.user_sets(key) && !env_sets(env_prefix, key) {
+                client.push((ck, format!("{}ms", value.as_millis().max(1))));
+            }
+        }
+        let root = &self.root;
+        let err = |e: object_store::Error| config_error(root, e);
+        let store: Arc<dyn ObjectStore> = match self.scheme {
+            ObjectStoreScheme::AmazonS3 => {
+                let mut b = AmazonS3Builder::from_env().with_url(root.as_str()).with_retry(retry);
+                for (ck, v) in client {
+                    b = b.with_config(AmazonS3ConfigKey::Client(ck), v);
+                }
+                for (k, v) in &self.options {
+                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
+                }
+                // An http:// endpoint was asked for explicitly: allow it (local S3-compatible stores).
+                let http_endpoint =
+                    b.get_config_value(&AmazonS3ConfigKey::Endpoint).is_some_and(|e| e.starts_with("http://"));
+                if http_endpoint && !self.user_sets("allow_http") && !env_sets("AWS_", "allow_http") {
+                    b = b.with_allow_http(true);
+                }
+                Arc::new(b.build().map_err(err)?)
+            }
+            ObjectStoreScheme::GoogleCloudStorage => {
+                let mut b = GoogleCloudStorageBuilder::from_env().with_url(root.as_str()).with_retry(retry);
+                for (ck, v) in client {
+                    b = b.with_config(GoogleConfigKey::Client(ck), v);
+                }
+                for (k, v) in &self.options {
+                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
+                }
+                Arc::new(b.build().map_err(err)?)
+            }
+            ObjectStoreScheme::MicrosoftAzure => {
+                let mut b = MicrosoftAzureBuilder::from_env().with_url(root.as_str()).with_retry(retry);
+                for (ck, v) in client {
+                    b = b.with_config(AzureConfigKey::Client(ck), v);
+                }
+                for (k, v) in &self.options {
+                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
+                }
+                Arc::new(b.build().map_err(err)?)
+            }
+            _ => {
+                let base = root
+                    .split_once("://")
+                    .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
+                    .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"));
+                let mut b = HttpBuilder::new().with_url(base).with_retry(retry);
+                if root.starts_with("http://") {
+                    b = b.with_config(ClientConfigKey::AllowHttp, "true");
+                }
+                for (ck, v) in client {
+                    b = b.with_config(ck, v);
+                }
+                for (k, v) in &self.options {
+                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
+                }
+                Arc::new(b.build().map_err(err)?)
+            }
+        };
+        Ok(store)
+    }
+
+    fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        io_runtime().store(self.id, || self.build())
+    }
+
+    /// Every object under `prefix` (a key prefix ending in `/`, or empty), unsorted.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let url = format!("{}{prefix}", self.root);
+        if !self.can_list() {
+            return Err(self.cannot_list(&url));
+        }
+        let store = self.store()?;
+        let p = if prefix.is_empty() { None } else { Some(self.object_path(prefix.trim_end_matches('/'))?) };
+        retrying(&self.answered, || {
+            let (store, p) = (store.clone(), p.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.list(p.as_ref()).try_collect::<Vec<ObjectMeta>>().await
+            }
+        })
+        .await
+        .map_err(|e| classify(e, &url, "", false))
+    }
+
+    /// Every object under `prefix`, sorted by key (bytewise), waited for on this thread.
+    pub fn list_sorted(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let mut v = block_on(self.list(prefix))??;
+        v.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+        Ok(v)
+    }
+
+    /// The objects and "directories" right under `prefix` (one LIST request).
+    pub(super) async fn list_dir(&self, prefix: Option<&ObjectPath>) -> Result<object_store::ListResult> {
+        let url = format!("{}{}", self.root, prefix.map_or(String::new(), |p| format!("{p}/")));
+        if !self.can_list() {
+            return Err(self.cannot_list(&url));
+        }
+        let store = self.store()?;
+        retrying(&self.answered, || {
+            let (store, p) = (store.clone(), prefix.cloned());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.list_with_delimiter(p.as_ref()).await
+            }
+        })
+        .await
+        .map_err(|e| classify(e, &url, "", false))
+    }
+
+    /// Metadata of one object (a HEAD).
+    pub async fn head(&self, path: &ObjectPath) -> Result<ObjectMeta> {
+        let store = self.store()?;
+        retrying(&self.answered, || {
+            let (store, path) = (store.clone(), path.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.head(&path).await
+            }
+        })
+        .await
+        .map_err(|e| classify(e, &self.url_of(path), "", false))
+    }
+
+    /// One GET of `path` (the whole object, or `opts.range`), its body read in full (a
+    /// body cut short is retried like a failed request): the object as the response
+    /// describes it, where the bytes start, the bytes. Errors name `url` and `range`.
+    pub(super) async fn get(
+        &self,
+        path: &ObjectPath,
+        opts: GetOptions,
+        (url, range, indexed): (&str, &str, bool),
+    ) -> Result<(ObjectMeta, u64, Bytes)> {
+        let store = self.store()?;
+        retrying(&self.answered, || {
+            let (store, path, opts) = (store.clone(), path.clone(), opts.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                let sent = std::time::Instant::now();
+                let res = store.get_opts(&path, opts).await?;
+                record_first_byte(sent.elapsed());
+                let (meta, start) = (res.meta.clone(), res.range.start);
+                let bytes = res.bytes().await?;
+                REMOTE_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                Ok((meta, start, bytes))
+            }
+        })
+        .await
+        .map_err(|e| classify(e, url, range, indexed))
+    }
+}
+
+/// The whole object at `url` (a saved index kept in a store).
+pub fn read_object(url: &str, options: &[(String, String)]) -> Result<Vec<u8>> {
+    let (spec, key) = StoreSpec::parse(url, options)?;
+    let path = spec.object_path(&key)?;
+    block_on(async move {
+        let (_, _, bytes) = spec.get(&path, GetOptions::default(), (url, "", false)).await?;
+        Ok(bytes.to_vec())
+    })?
+}
+
+/// Write `data` as the object at `url` (one PUT: a reader sees the old object or the
+/// new one, never half of it).
+pub fn write_object(url: &str, options: &[(String, String)], data: Vec<u8>) -> Result<()> {
+    let (spec, key) = StoreSpec::parse(url, options)?;
+    let path = spec.object_path(&key)?;
+    let data = Bytes::from(data);
+    block_on(async move {
+        let store = spec.store()?;
+        // a PUT of the whole object is idempotent: sending it again is safe
+        retrying(&spec.answered, || {
+            let (store, path, data) = (store.clone(), path.clone(), data.clone());
+            async move {
+                let _permit = io_runtime().permits().acquire_owned().await;
+                REMOTE_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                store.put(&path, data.into()).await.map(|_| ())
+            }
+        })
+        .await
+        .map_err(|e| classify(e, url, "", false))
+    })?
+}
+
+/// Turn an `object_store` error into youmu's: what failed (URL and byte range) and a
+/// kind the caller can act on (retry later, fix credentials, rebuild the index...).
+/// `indexed`: the object was indexed, so "not found" or a failed `If-Match` means it
+/// changed since.
+pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) -> Error {
+    use object_store::Error as E;
+    let Failed { error: e, retries, elapsed } = failed;
+    let url = &redact(url);
+    let mut detail = redact(&error_chain(&e));
+    if retries > 0 {
+        let plural = if retries == 1 { "retry" } else { "retries" };
+        detail.push_str(&format!(" (after {retries} {plural} over {:.1} s)", elapsed.as_secs_f64()));
+    }
+    let kind = match &e {
+        E::Precondition { .. } => {
+            return Error::Changed {
+                path: url.to_string(),
+                detail: "its ETag no longer matches (the object was replaced)".into(),
+            };
+        }
+        // a listing's 404 arrives as a generic error: the S3 error code says which
+        _ if detail.contains("NoSuchBucket") || detail.contains("ContainerNotFound") => {
+            StorageErrorKind::BucketNotFound
+        }
+        E::NotFound { .. } if indexed => {
+            return Error::Changed { path: url.to_string(), detail: "the object no longer exists".into() };
+        }
+        E::NotFound { .. } => StorageErrorKind::NotFound,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => StorageErrorKind::Auth,
+        E::UnknownConfigurationKey { .. } => StorageErrorKind::Config,
+        // reqwest refuses to build the request: an http:// URL with allow_http off
+        _ if detail.contains("URL scheme is not allowed") => {
+            detail
+                .push_str(" (plain http:// needs storage_options[\"allow_http\"] = \"true\"; use https:// otherwise)");
+            StorageErrorKind::Config
+        }
+        _ if detail.contains("builder error") => StorageErrorKind::Config,
+        _ => transport_kind(&e, &detail),
+    };
+    Error::Storage { url: url.to_string(), range: range.to_string(), kind, detail }
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+fn transport_kind(e: &(dyn std::error::Error + 'static), detail: &str) -> StorageErrorKind {
+    use object_store::client::HttpErrorKind;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(h) = c.downcast_ref::<object_store::client::HttpError>() {
+            return match h.kind() {
+                HttpErrorKind::Timeout => StorageErrorKind::Timeout,
+                _ => StorageErrorKind::RetriesExhausted,
+            };
+        }
+        if let Some(r) = c.downcast_ref::<reqwest::Error>() {
+            return if r.is_timeout() { StorageErrorKind::Timeout } else { StorageErrorKind::RetriesExhausted };
+        }
+        cur = c.source();
+    }
+    // object_store's retry error is not public: read its status from the text
+    // (every message also says "retry_timeout", so look for the failure itself).
+    let lower = detail.to_ascii_lowercase();
+    if lower.contains("status code: 5") || lower.contains("status code: 429") || lower.contains("status code: 408") {
+        StorageErrorKind::RetriesExhausted
+    } else if lower.contains("status code: 403") || lower.contains("status code: 401") {
+        StorageErrorKind::Auth
+    } else if lower.contains("timed out") || lower.contains("operation timeout") {
+        StorageErrorKind::Timeout
+    } else if lower.contains(" retries") {
+        StorageErrorKind::RetriesExhausted
+    } else {
+        StorageErrorKind::Other
+    }
+}

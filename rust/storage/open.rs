@@ -1,0 +1,295 @@
+//! Opening what the user named: telling local paths from object URLs (once, here),
+//! opening found files and objects and running a parse over each, reading and writing
+//! whole files or objects, reopening a saved index's files, and fetching a plan's byte
+//! ranges. Everything that waits on the async runtime does so here, so callers outside
+//! `storage/` stay synchronous and never branch on the backend.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use object_store::ObjectMeta;
+use object_store::path::Path as ObjectPath;
+use rayon::prelude::*;
+
+use super::aio::block_on;
+use super::fetch::with_fetched;
+use super::fetched::Fetched;
+use super::local::{self, LocalFile};
+use super::options::io_options;
+use super::remote::{RemoteObject, verify};
+use super::source::Source;
+use super::spec::{StoreSpec, is_remote};
+use crate::error::{Error, Result};
+
+/// What a user's path or URL names, as far as its form tells.
+#[derive(Debug, Clone)]
+pub enum Location {
+    /// A local path (a `file://` URL decoded).
+    Local(PathBuf),
+    /// An object, a prefix or a glob in the store of an object-store URL.
+    Store,
+}
+
+impl Location {
+    /// Classify `spec`: an object-store URL, or a local path or `file://` URL; a URL of
+    /// any other scheme is an error saying which schemes are supported.
+    pub fn of(spec: &str) -> Result<Location> {
+        if is_remote(spec)? {
+            return Ok(Location::Store);
+        }
+        if spec.to_ascii_lowercase().starts_with("file://") {
+            let p = url::Url::parse(spec)
+                .ok()
+                .and_then(|u| u.to_file_path().ok())
+                .ok_or_else(|| Error::InvalidArgument(format!("{spec:?} is not a valid file:// URL")))?;
+            return Ok(Location::Local(p));
+        }
+        Ok(Location::Local(PathBuf::from(spec)))
+    }
+}
+
+/// One file or object found by discovery, not opened yet.
+#[derive(Debug, Clone)]
+pub enum Found {
+    Local(PathBuf),
+    Remote {
+        spec: Arc<StoreSpec>,
+        path: ObjectPath,
+        /// From the listing (size, ETag), when the object was listed.
+        meta: Option<ObjectMeta>,
+    },
+}
+
+impl Found {
+    pub fn name(&self) -> String {
+        match self {
+            Found::Local(p) => p.display().to_string(),
+            Found::Remote { spec, path, .. } => spec.url_of(path),
+        }
+    }
+
+    /// What tells two found entries apart: a local file's canonical path (so two
+    /// spellings of one file are one), an object's URL. Compared as bytes: two names
+    /// that are not UTF-8 may display alike.
+    pub fn identity(&self) -> std::ffi::OsString {
+        match self {
+            Found::Local(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).into_os_string(),
+            Found::Remote { .. } => self.name().into(),
+        }
+    }
+
+    /// Whether this is an object in a store.
+    pub fn in_store(&self) -> bool {
+        matches!(self, Found::Remote { .. })
+    }
+}
+
+/// Open every one of `found` and run `work` over its bytes: local files on youmu's pool
+/// (waited for interruptibly: Ctrl-C stops between files), objects with many requests
+/// in flight (a tail GET each, which also gives the size and ETag, then whatever the
+/// parse finds missing, fetched concurrently, the parse rerun on the pool). `done` is
+/// called after each; once `stop` is set, files not started are skipped (`None`).
+/// Returns, in the order of `found`, what `work` returned and the GETs it took.
+#[allow(clippy::type_complexity)]
+pub fn open_each<T: Send + 'static>(
+    found: &[Found],
+    work: impl Fn(Fetched) -> Result<T> + Send + Sync + 'static,
+    done: &(dyn Fn() + Sync),
+    stop: &AtomicBool,
+) -> Result<Vec<Option<Result<(T, u64)>>>> {
+    let work = Arc::new(work);
+    let mut out: Vec<Option<Result<(T, u64)>>> = (0..found.len()).map(|_| None).collect();
+    let local: Vec<(usize, &PathBuf)> = found
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| if let Found::Local(p) = f { Some((i, p)) } else { None })
+        .collect();
+    let read_local = || -> Vec<(usize, Result<(T, u64)>)> {
+        crate::runtime::runtime().pool().install(|| {
+            local
+                .par_iter()
+                .filter_map(|&(i, p)| {
+                    if stop.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    let r = LocalFile::open(p).and_then(|f| work(Fetched::direct(Source::local(Arc::new(f)))));
+                    done();
+                    Some((i, r.map(|t| (t, 0))))
+                })
+                .collect()
+        })
+    };
+    let read = crate::runtime::run_interruptible(read_local, || stop.store(true, Ordering::Relaxed))?;
+    for (i, r) in read {
+        out[i] = Some(r);
+    }
+    let remote: Vec<(usize, Found)> =
+        found.iter().enumerate().filter(|(_, f)| f.in_store()).map(|(i, f)| (i, f.clone())).collect();
+    if remote.is_empty() || stop.load(Ordering::Relaxed) {
+        return Ok(out);
+    }
+    use futures_util::StreamExt;
+    let width = io_options().max_inflight.max(1);
+    let read: Vec<(usize, Result<(T, u64)>)> = block_on(async {
+        let mut stream = futures_util::stream::iter(remote)
+            .map(|(i, f)| {
+                let work = work.clone();
+                async move { (i, open_remote(f, move |r| work(r)).await) }
+            })
+            .buffer_unordered(width);
+        let mut read = Vec::with_capacity(found.len());
+        while let Some(r) = stream.next().await {
+            read.push(r);
+            done();
+            if stop.load(Ordering::Relaxed) {
+                break; // dropping the stream cancels the reads in flight
+            }
+        }
+        read
+    })?;
+    for (i, r) in read {
+        out[i] = Some(r);
+    }
+    Ok(out)
+}
+
+/// One object: its tail first, then rounds of what `work` finds missing.
+async fn open_remote<T: Send + 'static>(
+    f: Found,
+    work: impl Fn(Fetched) -> Result<T> + Send + Sync + 'static,
+) -> Result<(T, u64)> {
+    let Found::Remote { spec, path, meta } = f else {
+        return Err(Error::Internal("a local file reached the object reader".into()));
+    };
+    if let Some(m) = &meta
+        && m.size < 12
+    {
+        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
+    }
+    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, io_options().tail_bytes).await?;
+    let (t, requests) = with_fetched(Arc::new(obj), start, tail, work).await?;
+    Ok((t, requests + 1))
+}
+
+/// The whole file or object at `path` (a saved index); `options` configure its store.
+pub fn read_whole(path: &Path, options: &[(String, String)]) -> Result<Vec<u8>> {
+    let name = path.to_string_lossy();
+    match Location::of(&name)? {
+        Location::Store => super::client::read_object(&name, options),
+        Location::Local(_) => std::fs::read(path).map_err(|e| Error::io(path, e)),
+    }
+}
+
+/// Write `data` as the file or object at `path`: a local file atomically (see
+/// `atomic.rs`), an object with one PUT (a reader sees the old object or the new one).
+pub fn write_whole(path: &Path, options: &[(String, String)], data: Vec<u8>, what: &str) -> Result<()> {
+    let name = path.to_string_lossy();
+    match Location::of(&name)? {
+        Location::Store => super::client::write_object(&name, options, data),
+        Location::Local(_) => crate::atomic::write(path, &data, what),
+    }
+}
+
+/// `storage_options` given for a local `path` whose content names no object store
+/// either (`what` says so) are a mistake: refused naming the first key.
+pub fn refuse_unused_options_at(path: &Path, options: &[(String, String)], what: &str) -> Result<()> {
+    let name = path.to_string_lossy();
+    match Location::of(&name)? {
+        Location::Store => Ok(()),
+        Location::Local(_) => super::spec::refuse_unused_options(options, &format!("{name} ({what})")),
+    }
+}
+
+/// A file or object as a saved index recorded it.
+pub struct Saved {
+    /// The path or URL, for messages.
+    pub name: String,
+    /// The local path as saved (bytes: file names need not be UTF-8).
+    pub local: PathBuf,
+    pub size: u64,
+    pub mtime_ns: i64,
+    /// The object's version (`None`: a local file).
+    pub object: Option<super::source::ObjectVersion>,
+}
+
+/// Sources for the files and objects a saved index (`index`, for messages) recorded:
+/// objects get one store per bucket and, with `verify`, one check of what they are now
+/// (a listing per "directory" or a HEAD each), the first that changed failing the whole
+/// load; local files are `stat`ed, each one's own `Err` if it changed (it is opened on
+/// first read, through the handle cache).
+pub fn reopen(
+    saved: &[Saved],
+    options: &[(String, String)],
+    verify_objects: bool,
+    index: &Path,
+) -> Result<Vec<Result<Source>>> {
+    let stale = |detail: String| Error::Stale { index: index.display().to_string(), detail };
+    let mut specs: std::collections::HashMap<String, Arc<StoreSpec>> = Default::default();
+    let mut objects: Vec<Option<Arc<RemoteObject>>> = Vec::with_capacity(saved.len());
+    for s in saved {
+        let Some(v) = &s.object else {
+            objects.push(None);
+            continue;
+        };
+        let (spec, key) = StoreSpec::parse(&s.name, options)?;
+        let spec = specs.entry(spec.root.clone()).or_insert(spec).clone();
+        objects.push(Some(Arc::new(RemoteObject {
+            path: spec.object_path(&key)?,
+            spec,
+            url: s.name.clone(),
+            size: s.size,
+            etag: v.etag.clone(),
+            version: v.version.clone(),
+            mtime_ns: s.mtime_ns,
+        })));
+    }
+    if verify_objects {
+        let objs: Vec<Arc<RemoteObject>> = objects.iter().flatten().cloned().collect();
+        if !objs.is_empty()
+            && let Err((url, why)) = block_on(verify(&objs))??
+        {
+            return Err(stale(format!("{url} changed since it was indexed ({why}): rebuild the index")));
+        }
+    }
+    Ok(crate::runtime::runtime().pool().install(|| {
+        saved
+            .par_iter()
+            .zip(objects)
+            .map(|(s, obj)| {
+                if let Some(o) = obj {
+                    return Ok(Source::remote(o));
+                }
+                let p = s.local.as_path();
+                let (size, mtime) =
+                    local::stamp(p).map_err(|e| stale(format!("indexed file is gone or unreadable: {e}")))?;
+                if size != s.size || mtime != s.mtime_ns {
+                    return Err(stale(format!(
+                        "{} changed since it was indexed (size {} -> {size}, mtime {} -> {mtime}): rebuild the index",
+                        s.name, s.size, s.mtime_ns
+                    )));
+                }
+                Ok(Source::local(Arc::new(LocalFile::known(p.to_path_buf(), size, mtime))))
+            })
+            .collect()
+    }))
+}
+
+/// Read `requests` (a source and a byte range each) with at most `max_inflight` in
+/// flight, calling `each(q, bytes)` on this thread as request `q` completes (in any
+/// order); the first failure stops it (requests in flight are dropped) and is returned.
+pub fn fetch_each(requests: &[(Source, Range<u64>)], mut each: impl FnMut(usize, Bytes)) -> Result<()> {
+    use futures_util::StreamExt;
+    let width = io_options().max_inflight.max(1);
+    block_on(async {
+        let mut stream = futures_util::stream::iter(requests.iter().enumerate())
+            .map(|(q, (source, r))| async move { (q, source.get(r.clone()).await) })
+            .buffer_unordered(width);
+        while let Some((q, res)) = stream.next().await {
+            each(q, res?);
+        }
+        Ok(())
+    })?
+}

@@ -1,0 +1,280 @@
+//! Object-store locations: which user strings are URLs of object stores (the one place
+//! a path is told from a URL), how a URL splits into a store and a key, and the checks
+//! of `storage_options` made before anything is sent.
+//!
+//! Configuration the way users of boto3, s3fs and pyarrow expect it: `AWS_*`,
+//! `GOOGLE_*` and `AZURE_*` environment variables (`AWS_ACCESS_KEY_ID`,
+//! `AWS_ENDPOINT_URL`, `AWS_REGION`, ...) are read, then `storage_options` (any key
+//! `object_store` accepts for that store, e.g. `endpoint`, `region`, `access_key_id`,
+//! `timeout`) override them; an unknown key is an error, not silently ignored, and so
+//! is any key given for local paths only. Messages never show credentials
+//! ([`super::redact`]).
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use object_store::path::Path as ObjectPath;
+use object_store::{ClientConfigKey, ObjectStoreScheme};
+
+use super::redact::{redact, remember_secrets};
+use crate::error::{Error, Result, StorageErrorKind};
+
+const URL_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https"];
+
+/// Whether `spec` names an object-store location (rather than a local path).
+pub fn is_url(spec: &str) -> bool {
+    spec.split_once("://").is_some_and(|(scheme, _)| URL_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
+/// The scheme of `spec` if it is written as a URL (`name://...`; a one-letter "scheme"
+/// is a Windows drive, not a URL).
+fn url_scheme(spec: &str) -> Option<String> {
+    let (scheme, _) = spec.split_once("://")?;
+    let ok = scheme.len() >= 2
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    ok.then(|| scheme.to_ascii_lowercase())
+}
+
+/// Whether `spec` is an object-store URL (`Ok(true)`) or a local path or `file://` URL
+/// (`Ok(false)`); a URL of any other scheme (`ftp://`, `hdfs://`, `memory://`...) is an
+/// error saying which schemes are supported, never a local path that does not exist.
+pub fn is_remote(spec: &str) -> Result<bool> {
+    match url_scheme(spec) {
+        Some(s) if URL_SCHEMES.contains(&s.as_str()) => Ok(true),
+        Some(s) if s == "file" => Ok(false),
+        Some(s) => Err(Error::InvalidArgument(format!(
+            "{:?}: the URL scheme {s:?} is not supported (supported: {}, file, or a local path)",
+            redact(spec),
+            URL_SCHEMES.join(", ")
+        ))),
+        None => Ok(false),
+    }
+}
+
+/// `storage_options` configure object stores: given where no object store is named
+/// (only local paths, or an index of local files), they are a mistake, refused naming
+/// the first key rather than ignored.
+pub fn refuse_unused_options(options: &[(String, String)], what: &str) -> Result<()> {
+    match options.first() {
+        Some((k, _)) => Err(Error::InvalidArgument(format!(
+            "storage_options key {k:?} does not apply: {what} names no object store (storage_options configure s3://, gs://, az://, abfs:// and http(s):// URLs)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+static NEXT_SPEC: AtomicU64 = AtomicU64::new(1);
+
+/// One store: its root URL (scheme and bucket/container/host) and the options it is
+/// built with. Built per process, lazily (see `aio::IoRuntime::store`).
+#[derive(Debug)]
+pub struct StoreSpec {
+    pub id: u64,
+    pub scheme: ObjectStoreScheme,
+    /// `scheme://bucket/` (or `https://host/bucket/` for path-style URLs), ending in `/`.
+    pub root: String,
+    pub options: Vec<(String, String)>,
+    /// Whether the store has answered this process yet (a store that never did and
+    /// refuses connections is a wrong endpoint, not a restart to wait out).
+    pub answered: AtomicBool,
+}
+
+pub(super) fn config_error(root: &str, e: impl std::fmt::Display) -> Error {
+    Error::Storage {
+        url: redact(root),
+        range: String::new(),
+        kind: StorageErrorKind::Config,
+        detail: redact(&e.to_string()),
+    }
+}
+
+pub(super) fn unknown_key(root: &str, key: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "storage_options key {key:?} is not an option of the store for {} (see object_store's config keys)",
+        redact(root)
+    ))
+}
+
+/// Options whose value is a URL the client connects to (`endpoint`, `aws_endpoint_url`,
+/// `proxy_url`, `azure_msi_endpoint`...): checked here, because `object_store` parses
+/// some of them only when a request is sent, and panics there on a bad port.
+fn check_url_option(key: &str, value: &str) -> Result<()> {
+    let url_valued = (key.contains("endpoint") || key.ends_with("url")) && !key.contains("use_");
+    if !url_valued {
+        return Ok(());
+    }
+    let bad = |why: String| {
+        Error::InvalidArgument(format!("storage_options[{key:?}] = {:?} is not a usable URL: {why}", redact(value)))
+    };
+    let u = url::Url::parse(value).map_err(|e| bad(e.to_string()))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(bad(format!("the scheme must be http or https, not {:?}", u.scheme())));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host".into()));
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        // object paths are appended to it: a query string would end up inside them
+        return Err(bad("a query string or fragment cannot be part of it".into()));
+    }
+    Ok(())
+}
+
+/// Whether an environment variable `PREFIX_KEY` sets `key` for a store.
+pub(super) fn env_sets(prefix: &str, key: &str) -> bool {
+    std::env::var_os(format!("{prefix}{}", key.to_ascii_uppercase())).is_some()
+}
+
+impl StoreSpec {
+    /// Split a URL into its store and the object key (or key pattern) inside it. The key
+    /// is taken as written (no percent-decoding), as s3fs and pyarrow do.
+    pub fn parse(spec: &str, options: &[(String, String)]) -> Result<(Arc<StoreSpec>, String)> {
+        let bad = |why: &str| Error::InvalidArgument(format!("{:?} is not a usable storage URL: {why}", redact(spec)));
+        let (scheme, rest) = spec.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        if !is_remote(spec)? {
+            return Err(bad("not an object-store URL"));
+        }
+        let (authority, mut key) = rest.split_once('/').unwrap_or((rest, ""));
+        if authority.is_empty() {
+            return Err(bad("no bucket or host"));
+        }
+        let base = format!("{scheme}://{authority}/");
+        // Which store, and whether the first path segment belongs to the root
+        // (path-style https URLs of S3 and Azure name the bucket there).
+        let probe = url::Url::parse(&format!("{base}seg/x")).map_err(|e| bad(&e.to_string()))?;
+        let (kind, probe_path) = ObjectStoreScheme::parse(&probe).map_err(|e| bad(&e.to_string()))?;
+        let mut root = base;
+        if probe_path.as_ref() == "x" {
+            let (bucket, k) = key.split_once('/').unwrap_or((key, ""));
+            if bucket.is_empty() {
+                return Err(bad("no bucket in the path"));
+            }
+            root = format!("{root}{bucket}/");
+            key = k;
+        }
+        if matches!(kind, ObjectStoreScheme::Local | ObjectStoreScheme::Memory) {
+            return Err(bad("not an object store"));
+        }
+        let options: Vec<(String, String)> = options.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+        remember_secrets(&options);
+        let spec = StoreSpec {
+            id: NEXT_SPEC.fetch_add(1, Ordering::Relaxed),
+            scheme: kind,
+            root,
+            options,
+            answered: AtomicBool::new(false),
+        };
+        spec.check_options()?;
+        Ok((Arc::new(spec), key.to_string()))
+    }
+
+    /// The same store with another id (a loaded index gets stores of its own).
+    pub fn with_options(root: &str, options: &[(String, String)]) -> Result<Arc<StoreSpec>> {
+        Ok(Self::parse(root, options)?.0)
+    }
+
+    fn check_options(&self) -> Result<()> {
+        use object_store::aws::AmazonS3ConfigKey;
+        use object_store::azure::AzureConfigKey;
+        use object_store::gcp::GoogleConfigKey;
+        for (k, _) in &self.options {
+            let ok = match self.scheme {
+                ObjectStoreScheme::AmazonS3 => k.parse::<AmazonS3ConfigKey>().is_ok(),
+                ObjectStoreScheme::GoogleCloudStorage => k.parse::<GoogleConfigKey>().is_ok(),
+                ObjectStoreScheme::MicrosoftAzure => k.parse::<AzureConfigKey>().is_ok(),
+                _ => k.parse::<ClientConfigKey>().is_ok(),
+            };
+            if !ok {
+                return Err(unknown_key(&self.root, k));
+            }
+        }
+        for (k, v) in &self.options {
+            check_url_option(k, v)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn user_sets(&self, client_key: &str) -> bool {
+        self.options.iter().any(|(k, _)| {
+            k == client_key
+                || k.strip_prefix("aws_").or_else(|| k.strip_prefix("google_")).or_else(|| k.strip_prefix("azure_"))
+                    == Some(client_key)
+        })
+    }
+    /// The object path of a key inside this store (`HttpStore` paths include the
+    /// path-style prefix of the root).
+    pub fn object_path(&self, key: &str) -> Result<ObjectPath> {
+        let full = match self.scheme {
+            ObjectStoreScheme::Http => {
+                let after_host = self.root.split_once("://").and_then(|(_, r)| r.split_once('/')).map_or("", |x| x.1);
+                format!("{after_host}{key}")
+            }
+            _ => key.to_string(),
+        };
+        ObjectPath::parse(&full)
+            .map_err(|e| Error::InvalidArgument(format!("{}{key:?} is not a valid object key: {e}", self.root)))
+    }
+
+    /// The URL of an object path of this store.
+    pub fn url_of(&self, path: &ObjectPath) -> String {
+        match self.scheme {
+            ObjectStoreScheme::Http => {
+                let host_end =
+                    self.root.split_once("://").map_or(0, |(s, r)| s.len() + 3 + r.find('/').unwrap_or(r.len()));
+                format!("{}/{}", &self.root[..host_end], path.as_ref())
+            }
+            _ => format!("{}{}", self.root, path.as_ref()),
+        }
+    }
+    /// Whether the store can list keys (a plain HTTP server cannot: WebDAV's PROPFIND
+    /// is all `object_store` could try, and web servers answer it 405 or 501).
+    pub fn can_list(&self) -> bool {
+        self.scheme != ObjectStoreScheme::Http
+    }
+
+    pub(super) fn cannot_list(&self, url: &str) -> Error {
+        Error::InvalidArgument(format!(
+            "{}: a plain http(s):// server cannot list objects, so a URL there must name one object \
+             (e.g. .../train-00000.parquet), not a prefix or a glob; list the objects' URLs instead",
+            redact(url)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_store_root_and_key() {
+        let (s, k) = StoreSpec::parse("s3://bkt/a/b.parquet", &[]).unwrap();
+        assert_eq!((s.root.as_str(), k.as_str()), ("s3://bkt/", "a/b.parquet"));
+        assert_eq!(s.url_of(&s.object_path(&k).unwrap()), "s3://bkt/a/b.parquet");
+        let (s, k) = StoreSpec::parse("https://s3.us-east-1.amazonaws.com/bkt/x/", &[]).unwrap();
+        assert_eq!((s.root.as_str(), k.as_str()), ("https://s3.us-east-1.amazonaws.com/bkt/", "x/"));
+        assert_eq!(s.scheme, ObjectStoreScheme::AmazonS3);
+        let (s, k) = StoreSpec::parse("http://127.0.0.1:9000/data/x.parquet", &[]).unwrap();
+        assert_eq!(s.scheme, ObjectStoreScheme::Http);
+        assert_eq!((s.root.as_str(), k.as_str()), ("http://127.0.0.1:9000/", "data/x.parquet"));
+        assert_eq!(s.url_of(&s.object_path(&k).unwrap()), "http://127.0.0.1:9000/data/x.parquet");
+        let (s, _) = StoreSpec::parse("gs://b/k", &[]).unwrap();
+        assert_eq!(s.scheme, ObjectStoreScheme::GoogleCloudStorage);
+        let (s, _) = StoreSpec::parse("az://c/k", &[]).unwrap();
+        assert_eq!(s.scheme, ObjectStoreScheme::MicrosoftAzure);
+        assert!(
+            is_url("S3://b/k") && is_url("abfs://c@a.dfs.core.windows.net/k") && !is_url("/tmp/x") && !is_url("a:b")
+        );
+    }
+
+    #[test]
+    fn unknown_storage_options_are_errors() {
+        let opts = |k: &str| vec![(k.to_string(), "x".to_string())];
+        assert!(StoreSpec::parse("s3://b/k", &[("endpoint".into(), "http://127.0.0.1:9000".into())]).is_ok());
+        assert!(matches!(StoreSpec::parse("s3://b/k", &opts("endpoint")), Err(Error::InvalidArgument(_))));
+        assert!(StoreSpec::parse("s3://b/k", &opts("AWS_ACCESS_KEY_ID")).is_ok());
+        assert!(StoreSpec::parse("s3://b/k", &opts("timeout")).is_ok());
+        assert!(matches!(StoreSpec::parse("s3://b/k", &opts("endpiont")), Err(Error::InvalidArgument(_))));
+        assert!(StoreSpec::parse("s3:///k", &[]).is_err());
+    }
+}
