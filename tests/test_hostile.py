@@ -459,6 +459,20 @@ def test_paths_and_columns_of_the_wrong_type_say_what_was_passed(small: Path) ->
         youmu.PageIndex(small, columns=[0])
     with pytest.raises(youmu.ArgumentTypeError, match="argument 'progress' must be callable"):
         youmu.PageIndex(small, progress="yes")
+    with pytest.raises(youmu.ArgumentTypeError, match="coerce_int96_timestamp_unit must be a str, got int"):
+        youmu.PageIndex(small, coerce_int96_timestamp_unit=5)
+
+
+def test_save_and_load_paths_of_the_wrong_type_name_the_argument(small: Path, tmp_path: Path) -> None:
+    """Not PyO3's builtin TypeError naming no argument: a youmu error that says which."""
+    index = youmu.PageIndex(small)
+    with pytest.raises(youmu.ArgumentTypeError, match=r"PageIndex.save\(\) argument 'path' must be a path .* got int"):
+        index.save(3)
+    with pytest.raises(youmu.ArgumentTypeError, match=r"PageIndex.load\(\) argument 'path' must be a path .* got list"):
+        youmu.PageIndex.load([str(tmp_path)])
+    for path in (tmp_path / "a.idx", str(tmp_path / "b.idx"), os.fsencode(tmp_path / "c.idx")):
+        index.save(path)
+        assert youmu.PageIndex.load(path).num_rows == index.num_rows
 
 
 # -- ambiguous names -----------------------------------------------------------------

@@ -80,6 +80,33 @@ pub fn ints_arg(obj: &Bound<'_, PyAny>, arg: &str, lo: u64, hi: u64) -> PyResult
     Ok(out)
 }
 
+/// A `str` argument; anything else is an `ArgumentTypeError` naming `arg` (not PyO3's
+/// builtin `TypeError`, which names no argument).
+pub fn str_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<String> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_str()?.to_owned());
+    }
+    Err(type_error(format!("{arg} must be a str, got {} {}", type_name(obj), short_repr(obj))))
+}
+
+/// A filesystem path or object-store URL: a `str`, `bytes` (as `open()` takes them) or
+/// an `os.PathLike`, decoded by `os.fsdecode`; anything else is an `ArgumentTypeError`
+/// naming `arg`.
+pub fn path_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<std::path::PathBuf> {
+    let pathlike = obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.hasattr("__fspath__").unwrap_or(false);
+    if !pathlike {
+        return Err(type_error(format!(
+            "{arg} must be a path (str, bytes or os.PathLike), got {} {}",
+            type_name(obj),
+            short_repr(obj)
+        )));
+    }
+    let decoded = obj.py().import("os")?.call_method1("fsdecode", (obj,))?;
+    Ok(std::path::PathBuf::from(str_arg(&decoded, arg)?))
+}
+
 /// A `bool` (or numpy bool) argument; anything else, even 0 or 1 or a string such as
 /// "no" (true as Python sees it), is an `ArgumentTypeError` naming `arg`.
 pub fn bool_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<bool> {

@@ -38,13 +38,16 @@ impl PyPageIndex {
         paths: &Bound<'_, PyAny>,
         columns: Option<&Bound<'_, PyAny>>,
         progress: Option<Py<PyAny>>,
-        coerce_int96_timestamp_unit: Option<&str>,
+        coerce_int96_timestamp_unit: Option<&Bound<'_, PyAny>>,
         storage_options: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         crate::storage::check_env()?;
         let specs = paths_from(paths, "PageIndex() argument 'paths'")?;
         let columns = columns_from(columns, "PageIndex() argument 'columns'")?;
-        let unit = coerce_int96_timestamp_unit.map(crate::int96::parse_unit).transpose()?;
+        let unit = match coerce_int96_timestamp_unit.filter(|u| !u.is_none()) {
+            Some(u) => Some(crate::int96::parse_unit(&super::convert::str_arg(u, "coerce_int96_timestamp_unit")?)?),
+            None => None,
+        };
         let options = storage_options_from(storage_options)?;
         let progress = progress.filter(|p| !p.is_none(py));
         if let Some(p) = &progress
@@ -86,8 +89,9 @@ impl PyPageIndex {
     /// Load an index written by `save`; raises `StaleIndexError` if a file changed.
     #[staticmethod]
     #[pyo3(signature = (path, storage_options=None))]
-    fn load(py: Python<'_>, path: PathBuf, storage_options: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    fn load(py: Python<'_>, path: &Bound<'_, PyAny>, storage_options: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         crate::storage::check_env()?;
+        let path = super::convert::path_arg(path, "PageIndex.load() argument 'path'")?;
         let options = storage_options_from(storage_options)?;
         let idx = super::detach(py, || PageIndex::load_with(&path, &options))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
@@ -120,7 +124,8 @@ impl PyPageIndex {
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+        let path = super::convert::path_arg(path, "PageIndex.save() argument 'path'")?;
         let inner = self.inner.clone();
         Ok(super::detach(py, move || inner.save(&path))?)
     }
