@@ -91,7 +91,6 @@ from youmu.errors import InvalidArgumentError, LoaderError
 from youmu.planning.checkpoint import (
     RESUME_MODES,
     STATE_FORMAT,
-    Resume,
     Snapshots,
     agree_on_start,
     parse_state,
@@ -99,6 +98,7 @@ from youmu.planning.checkpoint import (
     start_snapshot,
 )
 from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
+from youmu.planning.merge import is_merged, parse_merged
 from youmu.planning.microbatch import Assembler, MicroBatchInfo, default_docs
 from youmu.planning.rank_sources import (
     Held,
@@ -266,6 +266,7 @@ class BalancedLoader:
         self._sources: dict[str, Any] = sources
         self.planner = plan.planner()
         self._fingerprint = plan.fingerprint()
+        self._portable = plan.portable()
         stateless = [n for n, src in self._sources.items()
                      if not (hasattr(src, "state_dict") and hasattr(src, "load_state_dict"))]
         if resume_mode == "state" and stateless:
@@ -290,6 +291,7 @@ class BalancedLoader:
         self._resume: tuple[int, int] | None = None
         self._restored: dict[str, Any] | None = None
         self._loaded_state: dict[str, Any] | None = None
+        self._merged = False  # the loaded state is a merged one: every rank must restore
         self._delivered = (0, 0)
         self._producer: Producer[_StepOut] | None = None
         self._exchange: StepExchange | None = None
@@ -315,7 +317,7 @@ class BalancedLoader:
         step = 0  # replay: a resumed loader replays the plans before its resume point
         restored, self._restored = self._restored, None
         target, mb = self._resume if self._resume is not None else (0, 0)
-        strict = self.resume_mode == "state" and self._loaded_state is not None
+        strict = (self.resume_mode == "state" or self._merged) and self._loaded_state is not None
         if agree_on_start(self.channel, target, mb, restored is not None, self.config_fingerprint(),
                           strict=strict) and restored is not None:
             # every rank restores: the sources continue where step `target` began;
@@ -401,6 +403,7 @@ class BalancedLoader:
     def _reset_pass(self) -> None:
         """Forget the last pass's progress and any loaded resume point."""
         self._resume = self._restored = self._loaded_state = None
+        self._merged = False
         self._delivered = (0, 0)
         self.step = 0
         self._snapshots = Snapshots(self.resume_mode != "replay" and self._stateful, self.resume_mode)
@@ -526,7 +529,7 @@ class BalancedLoader:
             "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
             "epoch": (self._pass_epoch if self._iterating else self.epoch) or 0,
             "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
-            "step": step, "microbatch": mb,
+            "settings": self._portable, "step": step, "microbatch": mb,
         }
         snap: dict[str, Any] | None = None
         snapshots = self._snapshots
@@ -569,11 +572,17 @@ class BalancedLoader:
         ...
         youmu.errors.StateError: not a BalancedLoader state: ... saved by youmu.MapStream/1, not a ...
         """
-        resume: Resume = parse_state(
-            state, world_size=self.world_size, rank=self.rank, num_microbatches=self.num_microbatches,
-            config=self.config_fingerprint(), can_restore=self.resume_mode != "replay" and self._stateful,
-            resume_mode=self.resume_mode, names=self._names,
-        )
+        can_restore = self.resume_mode != "replay" and self._stateful
+        merged = is_merged(state)
+        if merged:
+            resume = parse_merged(state, settings=self._portable, names=self._names, rank=self.rank,
+                                  world_size=self.world_size, can_restore=can_restore)
+        else:
+            resume = parse_state(
+                state, world_size=self.world_size, rank=self.rank, num_microbatches=self.num_microbatches,
+                config=self.config_fingerprint(), can_restore=can_restore, resume_mode=self.resume_mode,
+                names=self._names,
+            )
         self.close()  # a pass in progress ends: the state is where the next one starts
         self._reset_pass()
         # the sources load their states when iteration starts, once every rank has
@@ -583,6 +592,7 @@ class BalancedLoader:
         self._resume = (step, mb) if (step, mb) != (0, 0) or resume.restored is not None else None
         self._delivered = (step, mb)
         self._loaded_state = dict(state)
+        self._merged = merged
         self.step = step
         self._iterating = False
 
