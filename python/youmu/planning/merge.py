@@ -64,13 +64,15 @@ __all__ = ["merge_balanced_states", "parse_merged", "is_merged"]
 
 _OWNER = "merge_states"
 _LOADER = "BalancedLoader"
-# fields every rank's state of one job at one point shares
-_SHARED = ("world_size", "epoch", "config", "num_microbatches", "step", "microbatch", "settings")
+# fields every rank's state of one job at one point shares ('settings' by setting, then
+# 'config': the batch size, token budget and schedule are in it)
+_SHARED = ("world_size", "epoch", "num_microbatches", "step", "microbatch")
 
 
 def is_merged(state: Any) -> bool:
-    """``state`` is a merged BalancedLoader state (:func:`merge_balanced_states`)."""
-    return isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT and state.get("stream") == STATE_FORMAT
+    """``state`` is a merged state (:func:`youmu.merge_states`; a BalancedLoader
+    loads only its own kind, :func:`parse_merged`)."""
+    return isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT
 
 
 def _same(states: list[Mapping[str, Any]], field: str) -> Any:
@@ -123,6 +125,10 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]
                              "could be merged): resume it on the same topology")
     for field in _SHARED:
         _same(states, field)
+    settings = [st["settings"] if isinstance(st["settings"], Mapping) else {} for st in states]
+    for key in sorted(set().union(*settings)):
+        _same([{"rank": st.get("rank"), key: s.get(key)} for st, s in zip(states, settings)], key)
+    _same(states, "config")
     first = states[0]
     world = state_int(first, "world_size", owner=_LOADER, minimum=1)
     by_rank = _ranks(states, world)
@@ -172,8 +178,12 @@ def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str
     step, each source's merged state, and its deal of the held samples. A setting that
     differs from ``settings`` (:meth:`PlanSettings.portable`) is a
     :class:`~youmu.errors.StateError` naming it."""
-    st = check_state(state, MERGED_FORMAT, owner=_LOADER,
-                     required=("stream", "step", "settings", "sources", "streams", "carry", "pending", "id_bound"))
+    st = check_state(state, MERGED_FORMAT, owner=_LOADER, required=("stream",))
+    if st["stream"] != STATE_FORMAT:
+        raise StateError(f"a merged state of {st['stream']!r} streams, not of BalancedLoader states: load it into "
+                         "each rank's stream (the BalancedLoader's source), or merge the BalancedLoader states")
+    check_state(st, MERGED_FORMAT, owner=_LOADER,
+                required=("step", "settings", "sources", "streams", "carry", "pending", "id_bound"))
     if not can_restore:
         raise StateError("a merged BalancedLoader state restores the sources' states: every source must be stateful "
                          "and resume_mode 'state' or 'auto'")
