@@ -34,18 +34,20 @@ repeated before that source's epoch ends); every other setting must match
 :class:`~youmu.errors.StateError` names the field. Save at a step boundary (after a
 step's last micro-batch): a step half delivered was planned for the old ranks.
 
-Example:
+Example (one rank here; a job of ``W`` ranks merges its ``W`` states):
     >>> from youmu.planning import BalancedLoader
     >>> from youmu.torch import MapStream
-    >>> data = [{"input_ids": [0] * (k % 5 + 1), "id": k} for k in range(12)]
-    >>> states = []
-    >>> for r in range(2):          # two ranks of a job (one process each; simulated here)
-    ...     loader = BalancedLoader(MapStream(data, rank=r, world_size=2), num_microbatches=1,
-    ...                             global_batch_size=2, prefetch=0, id_fn=lambda s: s["id"])
-    ...     states.append(loader.state_dict())   # step 0
-    >>> merged = merge_balanced_states(states)
-    >>> merged["format"], merged["step"], [s["name"] for s in merged["streams"]]
-    ('youmu.MergedState/1', 0, ['default'])
+    >>> data = [{"input_ids": [0] * (k % 5 + 1)} for k in range(10)]
+    >>> loader = BalancedLoader(MapStream(data), num_microbatches=1, global_batch_size=2, prefetch=0)
+    >>> from itertools import islice
+    >>> first = [len(batch) for batch, info in islice(loader, 2)]           # two steps
+    >>> merged = merge_balanced_states([loader.state_dict()])
+    >>> merged["format"], merged["step"], merged["streams"][0]["source_state"]["stream"]
+    ('youmu.MergedState/1', 2, 'youmu.MapStream/1')
+    >>> again = BalancedLoader(MapStream(data), num_microbatches=1, global_batch_size=3, prefetch=0)
+    >>> again.load_state_dict(merged)                                         # a new batch size from step 2
+    >>> [(info.step, len(batch)) for batch, info in again]
+    [(2, 3), (3, 3)]
 """
 
 from __future__ import annotations
@@ -135,9 +137,9 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]
     step = state_int(first, "step", owner=_LOADER)
     mb = state_int(first, "microbatch", owner=_LOADER)
     if mb:
-        raise StateError(f"{_OWNER}: the BalancedLoader states were saved inside step {step} (field 'microbatch'={mb}): "
-                         "that step was planned for the old ranks; save after a step's last micro-batch to resume "
-                         "on another topology")
+        raise StateError(f"{_OWNER}: the BalancedLoader states were saved inside step {step} "
+                         f"(field 'microbatch'={mb}): that step was planned for the old ranks; save after a "
+                         "step's last micro-batch to resume on another topology")
     raw = first.get("streams")
     names = [s.get("name") for s in raw] if isinstance(raw, list) and all(isinstance(s, Mapping) for s in raw) \
         else None

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
+from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.balance import METHODS, check_grid
-from youmu.distributed import describe
 from youmu.planning.checkpoint import _json_leaves, config_fingerprint
 from youmu.planning.planner import Planner
 from youmu.planning.rank_sources import resolve_sources
