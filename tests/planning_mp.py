@@ -407,3 +407,41 @@ def scenario_resume(rank: int, world: int, store: Any) -> dict[str, Any]:
 def scenario_extra(rank: int, world: int, store: Any) -> dict[str, Any]:
     """Resume and gradient scenarios in one world (one spawn of the ranks)."""
     return {"resume": scenario_resume(rank, world, store), "gradients": scenario_gradients(rank, world, store)}
+
+
+# ----------------------------------------------------------------------------------------
+# resume on another topology (youmu.merge_states)
+# ----------------------------------------------------------------------------------------
+def scenario_resize(rank: int, world: int, store: Any, workers: int, merged: Any, stop_steps: int | None,
+                    tag: str) -> dict[str, Any]:
+    """One job of a chain: a BalancedLoader over a StatefulDataLoader (``workers``
+    processes) over this rank's MapStream shard, resumed from ``merged`` (a merged
+    state of the previous job), run ``stop_steps`` steps (None: to the end); returns
+    each step's delivered sample ids and the state at the stop."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from youmu.distributed import GlooChannel
+    from youmu.planning import BalancedLoader
+    from youmu.torch import MapStream
+
+    ds = MapStream(dataset(), rank=rank, world_size=world, run=4)
+    dl = StatefulDataLoader(ds, batch_size=None, num_workers=workers,
+                            multiprocessing_context="fork" if workers else None)
+    loader = BalancedLoader(dl, num_microbatches=2, global_batch_size=16, capacity=1500, id_fn=_sid, prefetch=0,
+                            channel=GlooChannel.from_store(store, rank, world, prefix=f"youmu/test/rsz-{tag}",
+                                                           timeout=30))
+    if merged is not None:
+        loader.load_state_dict(merged)
+    steps: list[tuple[int, list[int]]] = []
+    ids: list[int] = []
+    for batch, info in loader:
+        if not info.is_padding:
+            ids.extend(int(s["id"]) for s in batch)
+        if info.is_last:
+            steps.append((info.step, ids))
+            ids = []
+            if stop_steps is not None and len(steps) == stop_steps:
+                break
+    state = loader.state_dict()
+    loader.close()
+    return {"steps": steps, "state": state}

@@ -6,7 +6,8 @@ Accepted per rank: the ``state_dict()`` of a youmu stream (``YoumuDataset``,
 ``MapStream`` / ``MixtureStream``, ``pack``), possibly itself resumed from a merged
 state, or of a torchdata ``StatefulDataLoader`` over one (each worker's dataset state
 is taken from its snapshot; save it with the default ``snapshot_every_n_steps=1`` so
-the snapshot is what was yielded).
+the snapshot is what was yielded). Loader states are merged by their own modules
+(``_MERGERS``): a ``BalancedLoader``'s by :mod:`youmu.planning.merge`.
 
 Loading: ``stream.load_state_dict(merged)`` on every rank of the new job, then iterate
 the stream, or build a fresh ``StatefulDataLoader`` over it (its workers copy the
@@ -37,6 +38,10 @@ _STREAMS = ("youmu.YoumuDataset/1", "youmu.MapStream/1", _PACK)
 # fields of a stream state that are not settings shared by all ranks
 _PER_RANK = ("format", "rank", "world_size", "epoch", "num_workers", "positions", "resumed", "dataset")
 _OWNER = "merge_states"
+# loader states merged by their own modules (format -> "module:function", imported on use)
+_MERGERS = {
+    "youmu.planning.BalancedLoader/2": "youmu.planning.merge:merge_balanced_states",
+}
 
 
 @dataclass
@@ -157,6 +162,13 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if isinstance(states, Mapping) or not isinstance(states, Sequence) or not states:
         raise StateError(f"{_OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
+    fmt0 = states[0].get("format") if isinstance(states[0], Mapping) else None
+    if fmt0 in _MERGERS:
+        import importlib
+
+        module, fn = _MERGERS[fmt0].split(":")
+        merged: dict[str, Any] = getattr(importlib.import_module(module), fn)(states)
+        return merged
     ranks = [_rank_state(s, i) for i, s in enumerate(states)]
     fmt = _same(ranks, "format", lambda r: r.fmt)
     _same(ranks, "data", lambda r: (r.inner_settings if fmt == _PACK else r.settings).get("data"))

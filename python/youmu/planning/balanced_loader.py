@@ -87,18 +87,16 @@ from typing import Any
 
 from youmu._args import choice_arg, int_arg, seconds_arg
 from youmu.distributed import Producer, channel_for
-from youmu.errors import InvalidArgumentError, LoaderError
+from youmu.errors import InvalidArgumentError
 from youmu.planning.checkpoint import (
     RESUME_MODES,
     STATE_FORMAT,
-    Resume,
     Snapshots,
     agree_on_start,
-    parse_state,
     restore_sources,
-    start_snapshot,
 )
 from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
+from youmu.planning.loader_state import LoaderState
 from youmu.planning.microbatch import Assembler, MicroBatchInfo, default_docs
 from youmu.planning.rank_sources import (
     Held,
@@ -112,7 +110,7 @@ from youmu.planning.rank_sources import (
 )
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
 from youmu.planning.settings import MAX_MICROBATCHES, PlanSettings
-from youmu.stateful import again_or_raise, check_epoch, keeps_resume_point
+from youmu.stateful import again_or_raise
 
 __all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]
 
@@ -125,7 +123,7 @@ class _StepOut:
     items: list[tuple[Any, MicroBatchInfo]]
 
 
-class BalancedLoader:
+class BalancedLoader(LoaderState):
     """Balanced global batches over ``W`` ranks × ``num_microbatches`` micro-batches.
 
     Args:
@@ -266,6 +264,7 @@ class BalancedLoader:
         self._sources: dict[str, Any] = sources
         self.planner = plan.planner()
         self._fingerprint = plan.fingerprint()
+        self._portable = plan.portable()
         stateless = [n for n, src in self._sources.items()
                      if not (hasattr(src, "state_dict") and hasattr(src, "load_state_dict"))]
         if resume_mode == "state" and stateless:
@@ -290,6 +289,7 @@ class BalancedLoader:
         self._resume: tuple[int, int] | None = None
         self._restored: dict[str, Any] | None = None
         self._loaded_state: dict[str, Any] | None = None
+        self._merged = False  # the loaded state is a merged one: every rank must restore
         self._delivered = (0, 0)
         self._producer: Producer[_StepOut] | None = None
         self._exchange: StepExchange | None = None
@@ -315,7 +315,7 @@ class BalancedLoader:
         step = 0  # replay: a resumed loader replays the plans before its resume point
         restored, self._restored = self._restored, None
         target, mb = self._resume if self._resume is not None else (0, 0)
-        strict = self.resume_mode == "state" and self._loaded_state is not None
+        strict = (self.resume_mode == "state" or self._merged) and self._loaded_state is not None
         if agree_on_start(self.channel, target, mb, restored is not None, self.config_fingerprint(),
                           strict=strict) and restored is not None:
             # every rank restores: the sources continue where step `target` began;
@@ -401,6 +401,7 @@ class BalancedLoader:
     def _reset_pass(self) -> None:
         """Forget the last pass's progress and any loaded resume point."""
         self._resume = self._restored = self._loaded_state = None
+        self._merged = False
         self._delivered = (0, 0)
         self.step = 0
         self._snapshots = Snapshots(self.resume_mode != "replay" and self._stateful, self.resume_mode)
@@ -469,132 +470,3 @@ class BalancedLoader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # -- the stream contract (youmu.stateful) ---------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` from the next pass on (youmu.stateful's loader contract): it is
-        forwarded to every source that has ``set_epoch`` (``YoumuDataset``,
-        ``MapStream``, ``DynamicBatchLoader``, ...; lists and iterators have no
-        epochs) now, or — called during a pass, which keeps its epoch — when the next
-        pass starts. A loaded resume point is kept if it was saved in ``epoch`` (or
-        does not say: states saved before loaders recorded their epoch), and cleared
-        otherwise.
-
-        >>> loader = BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1, prefetch=0)
-        >>> loader.set_epoch(3); loader.epoch
-        3
-        """
-        epoch = check_epoch(epoch)
-        loaded = self._loaded_state if not self._iterating else None
-        if loaded is not None and not keeps_resume_point(loaded.get("epoch"), epoch):
-            self._reset_pass()
-        self.epoch = epoch
-        if self._iterating:
-            self._epoch_due = True  # a pass in progress reads its sources at its own epoch
-        else:
-            self._forward_epoch(epoch)
-
-    def _forward_epoch(self, epoch: int) -> None:
-        for name in self._names:
-            src = self._sources[name]
-            if hasattr(src, "set_epoch"):
-                src.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the trainer is: the next step and how many of its micro-batches it
-        has taken (call it between micro-batches, on every rank, like a model
-        checkpoint).
-
-        A new loader with the same arguments on the same ranks continues, after
-        :meth:`load_state_dict`, with exactly the micro-batches the uninterrupted run
-        would have yielded next. Keys: ``format`` (``"youmu.planning.BalancedLoader/2"``),
-        ``mode`` (``"state"`` or ``"replay"``), ``world_size``, ``rank``,
-        ``num_microbatches``, ``config`` (see :meth:`config_fingerprint`), ``step``,
-        ``microbatch``; in ``"state"`` mode also ``streams`` (each source's
-        ``state_dict()``, its pending samples, whether it ended), ``carry`` (samples
-        held over: id, source, documents, tokens, payload) and ``next_index``.
-        Payloads are the samples themselves: save the state with ``torch.save``/pickle,
-        not JSON.
-
-        >>> BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1).state_dict()["mode"]
-        'replay'
-        """
-        if self._loaded_state is not None and not self._iterating:
-            return dict(self._loaded_state)  # loaded, not yet resumed: the same point
-        step, mb = self._delivered
-        state: dict[str, Any] = {
-            "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
-            "epoch": (self._pass_epoch if self._iterating else self.epoch) or 0,
-            "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
-            "step": step, "microbatch": mb,
-        }
-        snap: dict[str, Any] | None = None
-        snapshots = self._snapshots
-        if snapshots.enabled:
-            snap = snapshots.get(step)
-            if snap is None and not self._iterating:
-                try:  # not started: the sources' states now are step 0's start
-                    snap = start_snapshot(self._names, self._sources)
-                except Exception as e:  # noqa: BLE001 - as in Snapshots.record: replay instead (or say why not)
-                    snapshots.error = e
-        if snap is None and self.resume_mode == "state":
-            err = snapshots.error
-            why = f"{type(err).__name__}: {err}" if err else f"no resume point recorded for step {step}"
-            raise LoaderError(f"resume_mode='state': cannot save the sources' states ({why}); "
-                              "use resume_mode='replay' or 'auto'")
-        if snap is not None:
-            state["mode"] = "state"
-            state.update(snap)
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict` at the next pass (a pass in progress is
-        closed first; every rank loads its own state, all at the same step and
-        micro-batch).
-
-        A ``"state"``-mode state restores each source's state when iteration starts
-        (the sources must be the same datasets, not yet iterated), provided every
-        rank has one; otherwise — and for ``"replay"``-mode states — the loader needs
-        fresh sources and re-reads the steps before the resume point: every rank
-        reads the same samples again and gathers their metadata, but none is moved
-        or collated. Raises :class:`~youmu.errors.StateError` naming the field when
-        the state does not fit this loader (another object's state, ``None``, a
-        malformed field, another world size, rank, micro-batches per step, settings
-        or resume mode); ranks that start from different positions fail at their
-        first step.
-
-        >>> loader = BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1)
-        >>> loader.load_state_dict({"format": "youmu.MapStream/1"})
-        Traceback (most recent call last):
-        ...
-        youmu.errors.StateError: not a BalancedLoader state: ... saved by youmu.MapStream/1, not a ...
-        """
-        resume: Resume = parse_state(
-            state, world_size=self.world_size, rank=self.rank, num_microbatches=self.num_microbatches,
-            config=self.config_fingerprint(), can_restore=self.resume_mode != "replay" and self._stateful,
-            resume_mode=self.resume_mode, names=self._names,
-        )
-        self.close()  # a pass in progress ends: the state is where the next one starts
-        self._reset_pass()
-        # the sources load their states when iteration starts, once every rank has
-        # agreed to restore (if one cannot, all replay over the untouched sources)
-        self._restored = resume.restored
-        step, mb = resume.step, resume.microbatch
-        self._resume = (step, mb) if (step, mb) != (0, 0) or resume.restored is not None else None
-        self._delivered = (step, mb)
-        self._loaded_state = dict(state)
-        self.step = step
-        self._iterating = False
-
-    def config_fingerprint(self) -> int:
-        """63-bit hash of the settings that decide the plans (batch size or token
-        budget, capacity, micro-batches, schedule, cost model, balancing method and
-        placement, seed, ``drop_last``, sources, world size). A state saved under
-        other settings would silently change every later plan, so
-        :meth:`load_state_dict` refuses it, and the ranks compare it when they start.
-
-        >>> a = BalancedLoader([], num_microbatches=1, global_batch_size=4).config_fingerprint()
-        >>> a == BalancedLoader([], num_microbatches=1, global_batch_size=8).config_fingerprint()
-        False
-        """
-        return self._fingerprint

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from youmu.errors import StateError
 from youmu.planning.rank_sources import Held, RankReader
 from youmu.planning.schedule import MixingSchedule
 from youmu.planning.state import parse_carry
+from youmu.resume import MERGED_FORMAT
 from youmu.stateful import check_state, state_int
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "Snapshots",
     "agree_on_start",
     "config_fingerprint",
+    "load_source",
     "parse_state",
     "restore_sources",
     "start_snapshot",
@@ -281,10 +284,25 @@ def restore_sources(reader: RankReader, sources: Mapping[str, Any], restored: Ma
     each stream gets back its pending samples; returns the samples held then."""
     for s, st in zip(reader.streams, restored["streams"]):
         if not st["done"]:
-            sources[s.name].load_state_dict(st["source_state"])
-        s.restore(st["pending"], st["done"])
+            load_source(sources[s.name], st["source_state"])
+        s.restore(st["pending"], st["done"], st.get("end_state"))
     reader.measure.next_index = int(restored["next_index"])
     return list(restored["carry"])
+
+
+def load_source(source: Any, state: Any) -> None:
+    """Load a source's state: its own, or a merged stream state (:func:`youmu.merge_states`),
+    which a DataLoader's *dataset* loads (the loader is built fresh over it, and its
+    workers copy the loaded stream when iteration starts)."""
+    torch = sys.modules.get("torch")
+    merged = isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT
+    if merged and torch is not None and isinstance(source, torch.utils.data.DataLoader):
+        if not hasattr(source.dataset, "load_state_dict"):
+            raise StateError(f"a merged stream state needs a youmu stream under the DataLoader, got "
+                             f"{type(source.dataset).__name__}")
+        source.dataset.load_state_dict(state)
+        return
+    source.load_state_dict(state)
 
 
 def agree_on_start(channel: Any, step: int, microbatch: int, can_restore: bool, config: int, *,

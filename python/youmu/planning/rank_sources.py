@@ -165,16 +165,32 @@ class SourceStream:
         self._flatten = flatten_steps
         self._pending: list[Any] = []
         self.done = False
+        # the source's state when it ended: a merge of the ranks' states
+        # (youmu.merge_states) needs where every rank's shard stopped
+        self._end_state: Any = None
 
-    def restore(self, pending: list[Any], done: bool) -> None:
+    def restore(self, pending: list[Any], done: bool, end_state: Any = None) -> None:
         self._pending = list(pending)
         self.done = bool(done)
+        self._end_state = end_state if done else None
 
     def snapshot(self) -> dict[str, Any]:
         """The source's own state and what this stream holds beyond it (called between
-        items, in the thread that iterates the source)."""
-        return {"name": self.name, "done": self.done, "pending": list(self._pending),
+        items, in the thread that iterates the source); an ended source's state as it
+        ended is ``end_state``, when it has one."""
+        snap = {"name": self.name, "done": self.done, "pending": list(self._pending),
                 "source_state": None if self.done else self.iterable.state_dict()}  # type: ignore[attr-defined]
+        if self.done and self._end_state is not None:
+            snap["end_state"] = self._end_state
+        return snap
+
+    def _ended(self) -> None:
+        self.done = True
+        if hasattr(self.iterable, "state_dict"):
+            try:
+                self._end_state = self.iterable.state_dict()
+            except Exception:  # noqa: BLE001 - only a merge needs it, and says so when it is missing
+                self._end_state = None
 
     def next(self) -> tuple[bool, Any]:
         """``(True, sample)``, or ``(False, None)`` once the source has ended."""
@@ -188,7 +204,7 @@ class SourceStream:
             try:
                 item = next(self._it)
             except StopIteration:
-                self.done = True
+                self._ended()
                 return False, None
             if self._flatten and _is_step_pair(item):
                 if getattr(item[1], "is_padding", False):

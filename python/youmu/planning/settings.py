@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
+from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.balance import METHODS, check_grid
-from youmu.planning.checkpoint import config_fingerprint
+from youmu.planning.checkpoint import _json_leaves, config_fingerprint
 from youmu.planning.planner import Planner
 from youmu.planning.rank_sources import resolve_sources
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
@@ -181,6 +182,26 @@ class PlanSettings:
     def planner(self) -> Planner:
         """The planner chain ``mix → distribute → cost → balance`` of these settings."""
         return self._chain(self._ranks())
+
+    def portable(self) -> dict[str, Any]:
+        """The settings a resume on another topology keeps, by value (saved in every
+        state as ``settings``; a merged state loaded under others is refused naming
+        the field): everything but the world size, ``num_microbatches``,
+        ``global_batch_size`` / ``token_budget`` and the schedule, which may change at
+        a resume from :func:`youmu.merge_states`.
+
+        >>> s = PlanSettings.make(names=["web", "code"], world_size=2, num_microbatches=1, global_batch_size=4,
+        ...                       schedule={"web": 1, "code": 1}, capacity=512)
+        >>> s.portable()["sources"], s.portable()["capacity"], "global_batch_size" in s.portable()
+        (['code', 'web'], 512, False)
+        """
+        planner = self._chain(1)
+        return _json_leaves({
+            "sources": sorted(self.names), "capacity": self.capacity, "cost": describe(planner.cost_fn),
+            "method": self.method, "reorder_only": self.reorder_only, "placement": self.placement,
+            "group_size": self.group_size, "seed": self.seed, "drop_last": self.drop_last,
+            "encoder_cost": None if planner.encoder_cost_fn is None else describe(planner.encoder_cost_fn),
+        })
 
     def fingerprint(self) -> int:
         """63-bit hash of the settings (``BalancedLoader.config_fingerprint``): a state
