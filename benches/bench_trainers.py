@@ -5,10 +5,16 @@ Contenders:
 
 * ``youmu``: ``TrainerLoader(YoumuDataset(...))`` through ``youmu.integrations.hf``;
 * ``map-style``: a ``torch.utils.data.Dataset`` over the rows read into memory, given to
-  the Trainer as ``train_dataset`` (its ``RandomSampler`` + Accelerate sharding; what
-  Lightning's and PyTorch's docs suggest). HF ``datasets`` itself is not used: its pins
-  conflict with the project's venv (``make peers-venv`` keeps it apart), and a Trainer
-  needs it in the same process;
+  the Trainer as ``train_dataset`` (its ``RandomSampler`` + Accelerate sharding);
+* ``hf-map`` / ``hf-stream``: HF ``datasets`` as its docs suggest for the Trainer —
+  ``load_dataset("parquet")`` (Arrow conversion, per-rank cache) as ``train_dataset``, or
+  ``streaming=True`` split per rank by ``split_dataset_by_node`` (``dispatch_batches``
+  off, as for ``iterable``). ``datasets``' pins conflict with the project venv's, so these
+  two run in the peers' interpreter (``make peers-venv``: the same torch, transformers
+  and accelerate versions), on the same file; without it they are skipped with a line;
+* ``lightning-youmu`` / ``lightning-map``: Lightning with DDP, fed by ``YoumuDataModule``
+  or by a plain ``DataLoader(shuffle=True)`` over the in-memory rows (what Lightning's
+  docs suggest; it injects a ``DistributedSampler``);
 * ``iterable``: a ``torch.utils.data.IterableDataset`` streaming the Parquet file (what
   HF's docs suggest for data that does not fit in memory, as ``datasets``' streaming mode
   does), each rank keeping its split of the rows as ``split_dataset_by_node`` would:
@@ -20,6 +26,7 @@ Figures per contender: training samples/s over the run, the training loop's wait
 each batch (p50/p99 of the time ``next()`` on the loader takes), and the time a resume
 at 50 % of the epoch takes from ``train(resume_from_checkpoint=...)`` to the first
 batch of the resumed run (model, optimizer and data state loaded, data positioned).
+For Lightning the wait is the time between one step's end and the next one's start.
 
     python benches/bench_trainers.py --rows 20000
 """
