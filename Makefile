@@ -45,10 +45,11 @@ bench: build
 	$(PY) benches/bench_stream.py
 
 # Peer loaders for benches/compare_peers.py live in their own venv: their pins
-# (huggingface-hub, transformers) conflict with the project's.
+# (huggingface-hub, transformers) conflict with the project's. The HF `datasets` baselines
+# of bench_resume/bench_trainers/bench_vision run there too: a trainer stack of its own.
 peers-venv:
 	test -x .venv-peers/bin/python || python3 -m venv .venv-peers
-	.venv-peers/bin/pip install pyarrow numpy datasets pylance
+	.venv-peers/bin/pip install pyarrow numpy datasets pylance torch transformers accelerate pillow psutil
 	test -x .venv-mosaic/bin/python || python3 -m venv .venv-mosaic
 	.venv-mosaic/bin/pip install pyarrow numpy mosaicml-streaming
 

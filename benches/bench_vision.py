@@ -20,8 +20,17 @@ JPEG draft decoding on) and chat-templated/tokenized with a byte-level tokenizer
 * ``youmu`` — ``YoumuDataset(shuffle="page", memory_budget=budget, transform=VisionTransform)``.
 * ``pyarrow`` — a map-style torch dataset over (file, row group) pairs, shuffled by the
   DataLoader, each item read with ``ParquetFile.iter_batches(row_groups=[rg])`` and
-  transformed row by row in the worker (HF ``datasets`` is not installed in the main
-  venv; ``make peers-venv`` needs the network, which this machine does not have).
+  transformed row by row in the worker.
+* ``hf-map`` — HF ``datasets`` map-style: ``load_dataset("parquet")`` (its Arrow
+  conversion, timed apart, cache deleted after) and a torch dataset whose item i is
+  ``transform(ds[i])``, shuffled by the DataLoader.
+* ``hf-stream`` — HF ``datasets`` streaming, ``.shuffle(buffer_size=200)`` (the rows of
+  youmu's 2-page window), transformed in the workers (``datasets`` splits the files
+  between them).
+
+The HF loaders run in the peers' interpreter (``make peers-venv``: ``datasets`` is kept
+out of the project venv); without it they are skipped with a line saying so. The
+generated data is deleted after the run unless ``--keep``.
 
 Reported: images/s over the whole pass (start-up included), the training loop's
 wait for each sample (p50/p99/max, no simulated compute: the loader is the bottleneck),
@@ -36,6 +45,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -45,7 +55,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import run_phase  # noqa: E402
+from _util import PEERS_PYTHON, peers_python, run_phase  # noqa: E402
 
 ROWS_PER_GROUP = 100
 POOL = 48
@@ -172,6 +182,40 @@ class RowGroups:
         return out
 
 
+HF_BUFFER = 200  # rows in HF streaming's shuffle buffer: youmu's 2-page window at a 1 GiB budget
+
+
+class HFItems:
+    """Map-style: item i = the transformed row i of an HF ``datasets.Dataset``."""
+
+    def __init__(self, ds: Any, transform: Any) -> None:
+        self.ds, self.transform = ds, transform
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.transform(self.ds[i])
+
+
+def _hf_stream(paths: list[str], transform: Any) -> Any:
+    """HF streaming with a shuffle buffer, rows transformed in the DataLoader workers
+    (``datasets`` hands each worker its own files)."""
+    import datasets
+    import torch
+
+    datasets.disable_progress_bars()
+    ds = datasets.load_dataset("parquet", data_files=paths, split="train", streaming=True)
+    ds = ds.shuffle(seed=0, buffer_size=HF_BUFFER)
+
+    class Rows(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            for row in ds:
+                yield transform(row)
+
+    return Rows()
+
+
 def phase_loader(impl: str, paths: list[str], workers: int, budget: int) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader
@@ -191,6 +235,23 @@ def phase_loader(impl: str, paths: list[str], workers: int, budget: int) -> dict
         info = {"window_pages": ds.window_pages, "read_ahead": ds.read_ahead,
                 "largest_page_mb": round(int(ds.index.page_decoded_bytes().max()) / 2**20, 1)}
         source = iter(DataLoader(ds, batch_size=None, num_workers=workers))
+
+        def samples():
+            yield from source
+    elif impl == "hf-map":
+        import datasets
+
+        datasets.disable_progress_bars()
+        cache = str(Path(paths[0]).parent / "hf-cache")
+        ds = datasets.load_dataset("parquet", data_files=paths, split="train", cache_dir=cache)
+        info = {"arrow_conversion_s": round(time.perf_counter() - t0, 1),
+                "extra_disk_gib": round(sum(f.stat().st_size for f in Path(cache).rglob("*") if f.is_file()) / 2**30, 2)}
+        source = iter(DataLoader(HFItems(ds, transform), batch_size=None, shuffle=True, num_workers=workers))
+
+        def samples():
+            yield from source
+    elif impl == "hf-stream":
+        source = iter(DataLoader(_hf_stream(paths, transform), batch_size=None, num_workers=workers))
 
         def samples():
             yield from source
@@ -234,6 +295,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--budget-mb", type=int, default=1024, help="youmu's memory_budget per process")
     ap.add_argument("--out")
+    ap.add_argument("--peers-python", default=PEERS_PYTHON, help="runs the HF datasets loaders (make peers-venv)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated data (default: deleted after the run)")
     a = ap.parse_args()
     if a.phase == "loader":
         print(json.dumps(phase_loader(a.impl, a.paths, a.workers, a.budget_mb << 20)))
@@ -247,11 +310,21 @@ def main() -> None:
     size = sum(os.path.getsize(p) for p in paths)
     print(f"data: {len(paths)} files, {size / 2**30:.2f} GiB ({time.perf_counter() - t:.0f} s)", file=sys.stderr)
     results = []
-    for impl in ("youmu", "pyarrow"):
-        r = run_phase(__file__, "loader", "--impl", impl, "--workers", str(a.workers), "--budget-mb",
-                      str(a.budget_mb), "--paths", *paths, timeout=3600)
+    py = peers_python(a.peers_python)
+    impls = [("youmu", None), ("pyarrow", None)] + ([("hf-map", py), ("hf-stream", py)] if py else [])
+    for impl, python in impls:
+        try:
+            r = run_phase(__file__, "loader", "--impl", impl, "--workers", str(a.workers), "--budget-mb",
+                          str(a.budget_mb), "--paths", *paths, timeout=3600, python=python)
+        except RuntimeError as e:  # a baseline that fails is reported; the others stand
+            print(f"{impl} failed: {str(e)[-1500:]}", file=sys.stderr)
+            continue
+        finally:
+            shutil.rmtree(data / "hf-cache", ignore_errors=True)
         print(json.dumps(r), file=sys.stderr)
         results.append(r)
+    if not a.keep:
+        shutil.rmtree(data, ignore_errors=True)
     report = {"data_gib": round(size / 2**30, 2), "files": len(paths), "workers": a.workers,
               "budget_mb": a.budget_mb, "cpus": os.cpu_count(), "results": results}
     print(json.dumps(report, indent=1))

@@ -30,8 +30,9 @@ def _args(out: str, **kw: Any) -> Any:
     return transformers.TrainingArguments(**base)
 
 
-def _stream_loader() -> TrainerLoader:
-    return TrainerLoader(MapStream(dataset(), drop_last=True), batch_size=4, collate_fn=collate, source_key="src")
+def _stream_loader(batch_size: int = 4) -> TrainerLoader:
+    return TrainerLoader(MapStream(dataset(), drop_last=True), batch_size=batch_size, collate_fn=collate,
+                         source_key="src")
 
 
 class _StopAt(transformers.TrainerCallback):
@@ -94,6 +95,19 @@ def hf_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["c_steps"], res["c_predicted"], res["c_ids"] = trainer.state.global_step, steps, model.seen
     first = gather(model.batches[0])
     res["c_grad_exact"] = grads_match(probe.grads, reference_grad(first))
+    # (d) gradient accumulation, resumed mid-epoch from the Trainer's checkpoint: batches of 3
+    # make 8 micro-batches per rank and epoch, so GA=3 gives optimizer steps of 3, 3 and 2
+    # micro-batches (the Trainer's short last step); GA=2 divides the epoch (4 steps of 2)
+    for ga, stop in ((3, 1), (2, 3)):
+        kw: dict[str, Any] = dict(num_train_epochs=2, gradient_accumulation_steps=ga)
+        trainer, full = _train(f"{tmp}/ga{ga}-full", _stream_loader(3), **kw)
+        steps = trainer.state.global_step
+        _train(f"{tmp}/ga{ga}-cut", _stream_loader(3), stop=stop, save_strategy="steps", save_steps=stop, **kw)
+        trainer, resumed = _train(f"{tmp}/ga{ga}-cut", _stream_loader(3), resume=f"{tmp}/ga{ga}-cut/checkpoint-{stop}",
+                                  **kw)
+        res[f"d{ga}"] = dict(stop=stop, full=full.seen, resumed=resumed.seen, steps=steps,
+                             resumed_steps=trainer.state.global_step,
+                             params=all(torch.equal(a, b) for a, b in zip(params(full), params(resumed))))
     return res
 
 
@@ -123,6 +137,18 @@ def test_resume_continues_exactly(results) -> None:
         assert r["b_resumed"] == r["b_full"][9 * 4:]  # the samples after step 9, nothing skipped or replayed
         assert r["b_params"]
         assert r["b_steps"] == 2 * N // 8
+
+
+@pytest.mark.parametrize("ga", [3, 2])
+def test_gradient_accumulation_resumes_exactly(results, ga) -> None:
+    for r in results:
+        d = r[f"d{ga}"]
+        assert d["steps"] == 2 * (3 if ga == 3 else 4)  # 2 epochs of ceil(8 / ga) optimizer steps
+        assert len(d["full"]) == N and len(set(d["full"])) == N // 2  # this rank's half, once per epoch
+        # the micro-batches after the checkpoint's optimizer step, nothing skipped or replayed
+        assert d["resumed"] == d["full"][d["stop"] * ga * 3:]
+        assert d["resumed_steps"] == d["steps"]
+        assert d["params"]
 
 
 def test_dynamic_batches_same_steps_and_exact_scale(results) -> None:

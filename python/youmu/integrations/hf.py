@@ -13,7 +13,9 @@ batches from a :class:`~youmu.integrations.trainer_loader.TrainerLoader`:
 * each checkpoint (``checkpoint-N/``) gets ``youmu_loader_rank{r}.pkl``, every rank's
   own loader state, and ``train(resume_from_checkpoint=...)`` loads it: the stream
   continues exactly where it stopped. ``ignore_data_skip`` is forced on, so the Trainer
-  does not fast-forward the loader batch by batch (hours on a large epoch);
+  does not fast-forward the loader batch by batch (hours on a large epoch), and the
+  resumed epoch's pass is counted from where the loader stopped, so gradient accumulation
+  keeps its optimizer steps (the epoch's short last one included);
 * with a ``DynamicBatchLoader`` source, ``compute_loss`` multiplies the model's mean
   per-token loss by ``info.loss_scale`` (ODB, Eq. 2); gradient accumulation must be 1
   (each dynamic step is one optimizer step) and the loader should use ``uneven="pad"``
@@ -117,6 +119,27 @@ class YoumuTrainerMixin:
         if loader is None:
             return super().get_train_dataloader()  # type: ignore[misc]
         return loader
+
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
+        # transformers' one pass over the loader. After a mid-epoch resume the loader holds
+        # only the epoch's remaining batches, but with ignore_data_skip the Trainer counts
+        # the pass from the epoch's start: when gradient_accumulation_steps does not divide
+        # the epoch, its short last accumulation step then never steps the optimizer and
+        # its gradient leaks into the next epoch's first step. Count this pass as what is left.
+        loader = getattr(self, "youmu_loader", None)
+        if (
+            loader is not None
+            and kwargs.get("resume_from_checkpoint") is not None
+            and kwargs.get("epoch") == kwargs.get("epochs_trained")
+            and "steps_in_epoch" in kwargs
+            and loader.has_length()
+            and not loader._finished
+            and loader._taken > 0
+        ):
+            left = kwargs["steps_in_epoch"] - loader._taken
+            kwargs["steps_in_epoch"] = left
+            kwargs["num_update_steps_per_epoch"] = -(-left // self.args.gradient_accumulation_steps)  # type: ignore[attr-defined]
+        return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]
 
     def compute_loss(
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
