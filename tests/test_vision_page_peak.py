@@ -7,7 +7,7 @@ The peak is measured in a fresh interpreter (``VmHWM`` after resetting it, so im
 and set-up do not count) and checked as a ratio to the page's size with a margin, so
 the test does not depend on the machine: the floor is 2× (a binary column's values are
 copied out of the page); before youmu released page-sized buffers and kept the slices
-it hands on small, a stream of snappy pages peaked at 3.4–3.7×.
+it hands on small, a stream of such pages peaked at 2.7–5.7×.
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ def release_big_buffers() -> None:
     32 MiB), so after the first page of 25 images of 1 MB its page-sized buffers (the
     page's bytes, the decompressed page, the decoded values) come from the heaps of
     the decoding threads and stay resident once freed: measured, a stream of such
-    pages then peaked at 3.4× a page instead of 2.4× (``benches/bench_page_peak.py``).
+    pages then peaked at up to 5.7× a page instead of 2.45× (``benches/bench_page_peak.py``).
     Only streams whose windows are that large turn it on; buffers under 4 MiB (text
     pages) keep the heap, which is faster for them.
     """
