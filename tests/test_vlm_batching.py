@@ -325,3 +325,92 @@ def test_balanced_loader_with_encoder_cost_over_gloo() -> None:
     # the plain plan leaves rank 1 with the large images; the encoder-aware one evens them
     assert spreads["encoder"] < spreads["plain"]
     assert spreads["encoder"] < 1.5
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_balanced_loader_hybrid_balance_over_gloo(world) -> None:
+    """MegaScale-Data's hybrid balance end to end: every image encoded exactly once,
+    its payload delivered to its encoder rank, every backbone sample told where each
+    of its images' features comes from (the all-to-all's routes agree on both sides),
+    and the encoder's work more even over the ranks than colocated encoding when the
+    last rank reads all the huge images."""
+    import planning_mp
+    from vlm_mp import hybrid_images, hybrid_scenario
+
+    res = planning_mp.run_world(hybrid_scenario, world, timeout=200)
+    assert all(status == "ok" for status, _ in res), res
+    per_rank = [r for _, r in res]
+    shapes = sample_shapes(60, world)
+    everything = {(i, k) for i, (_, p, _) in enumerate(shapes) for k in range(len(hybrid_images(i, p)))}
+    vit = CostModel.from_config("vit-2b")
+    worst = {}
+    for mode in ("colocated", "hybrid"):
+        rows = [(r, row) for r, rr in enumerate(per_rank) for row in rr[mode]]
+        assert sorted(i for _, row in rows for i in row["ids"]) == list(range(60))  # every sample once
+        assert {row["method"] for _, row in rows} == {mode}
+        waits, ideal = 0.0, 0.0
+        for key in sorted({(row["step"], row["mb"]) for _, row in rows}):
+            at = {r: row for r, row in rows if (row["step"], row["mb"]) == key}
+            assert sorted(at) == list(range(world))  # every rank runs every slot
+            cost = [float(vit.of_lengths(at[r]["encoded_patches"]).sum()) for r in range(world)]
+            # the slot's encoder phase ends when its slowest rank is done (the
+            # all-to-all synchronises the ranks at every micro-batch)
+            waits, ideal = waits + max(cost), ideal + float(np.mean(cost))
+            if mode == "hybrid":
+                assert [at[r]["enc_cost"] for r in range(world)] == pytest.approx(cost)  # what info reports
+        worst[mode] = waits / ideal
+    # hybrid: each image encoded once, with its own payload
+    encoded = [(s, k) for r, rr in enumerate(per_rank) for row in rr["hybrid"] for _, s, k in row["encode"]]
+    assert sorted(encoded) == sorted(everything)
+    for rr in per_rank:
+        for row in rr["hybrid"]:
+            assert row["images"] == [("pixels", s, k) for _, s, k in row["encode"]]
+            assert not row["pixels_left"]  # the backbone part travels without its images
+    # routes: simulate the trainer's all-to-all of features for every slot
+    for key in sorted({(row["step"], row["mb"]) for row in per_rank[0]["hybrid"]}):
+        at = [next(row for row in rr["hybrid"] if (row["step"], row["mb"]) == key) for rr in per_rank]
+        for r in range(world):
+            want = [(s, k) for s in at[r]["ids"] for k in range(len(hybrid_images(s, shapes[s][1])))]
+            assert [(s, k) for s, k, _ in at[r]["receive"]] == want  # each image of each backbone sample
+            # what the encoder ranks send r, in all-to-all order (by encoder rank)
+            delivered = [(s, k) for e in range(world) for o, s, k in at[e]["encode"] if o == r]
+            assert len(delivered) == sum(at[r]["recv_counts"])
+            assert [at[e]["send_counts"][r] for e in range(world)] == at[r]["recv_counts"]
+            placed: list = [None] * len(delivered)
+            for got, idx in zip(delivered, at[r]["recv_order"]):
+                placed[idx] = got
+            assert placed == want  # every feature lands where the backbone expects it
+            for s, k, e in at[r]["receive"]:
+                assert [r, s, k] in at[e]["encode"]  # from exactly the rank that encodes it
+    assert worst["hybrid"] < worst["colocated"], worst
+    assert worst["hybrid"] < 1.25, worst
+
+
+def test_hybrid_balance_arguments_get_typed_errors() -> None:
+    from youmu.errors import ArgumentTypeError
+    from youmu.planning import BalancedLoader
+
+    data = [{"input_ids": [1, 2], "p": [16, 16], "px": ["a", "b"]}]
+    kw: dict = dict(num_microbatches=1, global_batch_size=1, prefetch=0)
+    vlm: dict = dict(encoder_cost="vit-1b", images_fn=lambda s: s["p"])
+    with pytest.raises(InvalidArgumentError, match="split_images_fn"):
+        BalancedLoader(data, encoder_balance="hybrid", **vlm, **kw)
+    with pytest.raises(InvalidArgumentError, match="split_images_fn"):
+        BalancedLoader(data, split_images_fn=lambda s: (s, []), **vlm, **kw)
+    with pytest.raises(InvalidArgumentError, match="encoder_cost"):
+        BalancedLoader(data, encoder_balance="hybrid", split_images_fn=lambda s: (s, []), **kw)
+    with pytest.raises(InvalidArgumentError, match="encoder_balance"):
+        BalancedLoader(data, encoder_balance="world", **vlm, **kw)
+    with pytest.raises(ArgumentTypeError, match="split_images_fn"):
+        BalancedLoader(data, encoder_balance="hybrid", split_images_fn="px", **vlm, **kw)
+    for split, exc in ((lambda s: (s, ["a"]), InvalidArgumentError), (lambda s: s, ArgumentTypeError),
+                       (lambda s: (s, "ab"), ArgumentTypeError)):
+        loader = BalancedLoader(data, encoder_balance="hybrid", split_images_fn=split, **vlm, **kw)
+        with pytest.raises(exc, match="split_images_fn"):
+            list(loader)
+    # one process: the batch carries both images, encoded here, and their routes
+    (batch, info), = BalancedLoader(data, encoder_balance="hybrid", split_images_fn=lambda s: (s["input_ids"], s["px"]),
+                                    **vlm, **kw)
+    assert (batch.backbone, batch.images, batch.encode, batch.receive) == (
+        [[1, 2]], ["a", "b"], ((0, 0, 0), (0, 0, 1)), ((0, 0, 0), (0, 1, 0)))
+    assert info.method == "hybrid" and info.encoder_cost > 0

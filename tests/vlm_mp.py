@@ -194,3 +194,54 @@ def balanced_scenario(rank: int, world: int, store: Any) -> dict[str, Any]:
                       "patches": [s["encoder_patches"] for s in b] if not i.is_padding else [],
                       "scale": i.loss_scale, "enc": i.encoder_cost} for b, i in loader]
     return out
+
+
+def hybrid_images(i: int, patches: int) -> list[int]:
+    """Sample ``i``'s images' patches: one to three images sharing its patches."""
+    n = 1 + i % 3
+    return [max(1, patches // n)] * n
+
+
+def split_images(s: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    return {k: v for k, v in s.items() if k != "pixels"}, s["pixels"]
+
+
+def hybrid_scenario(rank: int, world: int, store: Any) -> dict[str, Any]:
+    """BalancedLoader with ``encoder_balance`` "colocated" and "hybrid" over Gloo: the last
+    rank holds the huge images. Per micro-batch: the backbone ids, and for "hybrid" the
+    images this rank encodes (payloads tag their sample and index) and the routes."""
+    from youmu.distributed import GlooChannel
+    from youmu.planning import BalancedLoader, HybridBatch
+
+    shapes = sample_shapes(60, world)
+    mine = [{"id": i, "input_ids": [0] * (p // MERGE + t), "patches": hybrid_images(i, p),
+             "pixels": [("pixels", i, k) for k in range(len(hybrid_images(i, p)))]}
+            for i, (r, p, t) in enumerate(shapes) if r == rank]
+    out: dict[str, Any] = {}
+    for mode in ("colocated", "hybrid"):
+        kw: dict[str, Any] = {"split_images_fn": split_images} if mode == "hybrid" else {}
+        chan = GlooChannel.from_store(store, rank, world, prefix=f"youmu/test/vlm/hybrid/{mode}", timeout=60)
+        loader = BalancedLoader(iter(mine), num_microbatches=2, global_batch_size=10 * world, cost="llama-12b",
+                                id_fn=lambda s: s["id"], channel=chan, prefetch=1, encoder_cost="vit-2b",
+                                images_fn=lambda s: s["patches"], encoder_balance=mode, **kw)
+        rows = []
+        for b, info in loader:
+            row: dict[str, Any] = {"step": info.step, "mb": info.microbatch, "padding": info.is_padding,
+                                   "method": info.method, "enc_cost": info.encoder_cost}
+            if isinstance(b, HybridBatch):
+                row.update(ids=[] if info.is_padding else [s["id"] for s in b.backbone],
+                           pixels_left=any("pixels" in s for s in b.backbone), images=b.images,
+                           encode=[list(e) for e in b.encode], receive=[list(e) for e in b.receive],
+                           send_counts=b.send_counts(world), recv_counts=b.recv_counts(world),
+                           recv_order=b.recv_order(),
+                           encoded_patches=[shapes_patches(shapes, s, k) for _, s, k in b.encode])
+            else:
+                row.update(ids=[] if info.is_padding else [s["id"] for s in b],
+                           encoded_patches=[] if info.is_padding else [p for s in b for p in s["patches"]])
+            rows.append(row)
+        out[mode] = rows
+    return out
+
+
+def shapes_patches(shapes: list[tuple[int, int, int]], i: int, k: int) -> int:
+    return hybrid_images(i, shapes[i][1])[k]

@@ -13,6 +13,8 @@ Example:
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 
@@ -243,8 +245,11 @@ class RowStream:
             del table, batches  # not held while the next window is awaited
             i += 1
 
-    #: read_ahead 0: a window's shuffled rows are taken about this fraction at a time
+    #: read_ahead 0: a window's shuffled rows are taken about this fraction at a time ...
     ALONE_SLICES = 8
+    #: ... and at most about this many bytes at a time (image rows: the copy of the
+    #: slice the consumer still holds while the next page is decoded stays small)
+    ALONE_SLICE_BYTES = 1 << 20
 
     def _iter_alone(self, start: int) -> Iterator[pa.Table]:
         """``read_ahead`` 0: each window read when it is consumed, in file order, and its
@@ -253,15 +258,21 @@ class RowStream:
         plan = self.plan
         i, offset = plan.window_at(start)
         remaining = plan.total_rows - start
+        sizes = getattr(self.index, "page_decoded_bytes", None)
+        page_bytes = sizes() if callable(sizes) else None
         while remaining > 0 and i < len(plan.window_ids):
-            batches = self.index.prefetch_window(plan.pages_of(i), None).result()
+            pages = plan.pages_of(i)
+            if page_bytes is not None and int(np.sum(page_bytes[pages])) >= BIG_WINDOW_BYTES:
+                release_big_buffers()
+            batches = self.index.prefetch_window(pages, None).result()
             table = pa.Table.from_batches([self._conform(b) for b in batches], schema=self.schema)
             del batches
             begin = int(plan.window_skip[i]) + offset
             take = min(remaining, int(plan.window_rows[i]) - offset)
             order = plan.row_order(i)
             rows = order[begin:begin + take] if order is not None else np.arange(begin, begin + take)
-            step = max(1, -(-len(rows) // self.ALONE_SLICES))
+            row_bytes = table.nbytes // max(table.num_rows, 1)
+            step = max(1, min(-(-len(rows) // self.ALONE_SLICES), self.ALONE_SLICE_BYTES // max(row_bytes, 1)))
             for lo in range(0, len(rows), step):
                 yield table.take(pa.array(rows[lo:lo + step]))
             offset = 0
@@ -286,6 +297,40 @@ class RowStream:
                     have = rest.num_rows
         if have:
             yield pa.Table.from_batches(carry, schema=self.schema).combine_chunks().to_batches()[0]
+
+
+#: a window read alone of at least this many decoded bytes switches on
+#: :func:`release_big_buffers`
+BIG_WINDOW_BYTES = 8 << 20
+_RELEASED = False
+
+
+def release_big_buffers() -> None:
+    """Make glibc serve buffers of 4 MiB and more as their own mappings, returned to
+    the OS when freed (once per process; not where ``YOUMU_MMAP_THRESHOLD`` chose
+    already, see ``rust/runtime.rs``).
+
+    glibc raises its mmap threshold each time a large mapped block is freed (up to
+    32 MiB), so after the first page of 25 images of 1 MB its page-sized buffers (the
+    page's bytes, the decompressed page, the decoded values) come from the heaps of
+    the decoding threads and stay resident once freed: measured, a stream of such
+    pages then peaked at up to 5.7× a page instead of 2.45× (``benches/bench_page_peak.py``).
+    Only streams whose windows are that large turn it on; buffers under 4 MiB (text
+    pages) keep the heap, which is faster for them.
+    """
+    global _RELEASED
+    if _RELEASED:
+        return
+    _RELEASED = True
+    if os.environ.get("YOUMU_MMAP_THRESHOLD") or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 4 << 20)  # M_MMAP_THRESHOLD (malloc.h); a no-op where it is not glibc
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to tune
+        pass
 
 
 class _RowChunk:

@@ -50,7 +50,7 @@ from youmu.planning.hybrid import (
     balance_hybrid,
     module_imbalance,
 )
-from youmu.planning.microbatch import MicroBatchInfo, default_docs
+from youmu.planning.microbatch import HybridBatch, MicroBatchInfo, default_docs
 from youmu.planning.packing import pack_microbatch
 from youmu.planning.planner import Mesh, Planner, SampleMeta, StepPlan, gather_metadata
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
@@ -62,6 +62,7 @@ __all__ = [
     "CapacityError",
     "ColocatedResult",
     "CostModel",
+    "HybridBatch",
     "HybridResult",
     "Imbalance",
     "METHODS",

@@ -97,7 +97,7 @@ from youmu.planning.checkpoint import (
 )
 from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
 from youmu.planning.loader_state import LoaderState
-from youmu.planning.microbatch import Assembler, MicroBatchInfo, default_docs
+from youmu.planning.microbatch import Assembler, MicroBatchInfo, check_split_images, default_docs
 from youmu.planning.rank_sources import (
     Held,
     Measure,
@@ -174,6 +174,15 @@ class BalancedLoader(LoaderState):
             ``images_fn``.
         images_fn: sample → its images' encoder patches (a count, or a list with
             one count per image), e.g. ``lambda s: s["encoder_patches"]``.
+        encoder_balance: with ``encoder_cost``: ``"colocated"`` (default; each
+            image encoded on its sample's rank) or ``"hybrid"`` (MegaScale-Data's
+            hybrid balance: each slot's images balanced over every rank; batches are
+            :class:`~youmu.planning.microbatch.HybridBatch` es carrying the images
+            this rank encodes and the all-to-all routes of their features, see
+            :mod:`youmu.planning.microbatch`).
+        split_images_fn: with ``encoder_balance="hybrid"``: sample → ``(backbone
+            part, [image payload, ...])``, one payload per image ``images_fn``
+            counts; the loader moves each part to the rank that needs it.
         resume_mode: how :meth:`load_state_dict` resumes: ``"state"`` (sources'
             own states, nothing read twice; every source must be stateful),
             ``"replay"`` (re-read fresh streams up to the resume point) or ``"auto"``
@@ -222,6 +231,8 @@ class BalancedLoader(LoaderState):
         encoder_cost: Any = None,
         images_fn: Callable[[Any], Any] | None = None,
         settings: PlanSettings | None = None,
+        encoder_balance: str = "colocated",
+        split_images_fn: Callable[[Any], Any] | None = None,
     ) -> None:
         int_arg("prefetch", prefetch, minimum=0)
         timeout = seconds_arg("timeout", timeout)
@@ -234,10 +245,11 @@ class BalancedLoader(LoaderState):
         given = dict(num_microbatches=num_microbatches, global_batch_size=global_batch_size,
                      token_budget=token_budget, capacity=capacity, cost=cost, method=method,
                      reorder_only=reorder_only, placement=placement, schedule=schedule, group_size=group_size,
-                     seed=seed, drop_last=drop_last, encoder_cost=encoder_cost)
+                     seed=seed, drop_last=drop_last, encoder_cost=encoder_cost, encoder_balance=encoder_balance)
         given = PlanSettings.settings_or_keywords(settings, **given)
         # checked before the channel is made: a bad setting fails on every rank alike
         plan, sources = PlanSettings.resolve(source, world_size=None, **given)
+        check_split_images(plan.encoder_balance, split_images_fn)
 
         self.channel = channel_for(channel, timeout=timeout, name="channel")
         self.rank = self.channel.rank
@@ -295,7 +307,8 @@ class BalancedLoader(LoaderState):
         self._exchange: StepExchange | None = None
         self._stop = threading.Event()
         self._assembler = Assembler(rank=self.rank, world_size=self.world_size, names=self._names,
-                                    reorder_only=reorder_only, id_fn=id_fn, collate_fn=collate_fn)
+                                    reorder_only=reorder_only, id_fn=id_fn, collate_fn=collate_fn,
+                                    split_images_fn=split_images_fn)
 
     # -- one step ---------------------------------------------------------------------------
     def _produce(self) -> Generator[_StepOut, None, None]:
@@ -355,9 +368,7 @@ class BalancedLoader(LoaderState):
                 # themselves need neither moving nor collating
                 step += 1
                 continue
-            payloads = {h.id: h.payload for h in held}
-            payloads.update(ex.move_samples(plan, payloads))
-            items = self._assembler.assemble(plan, payloads)
+            items = self._assembler.deliver(plan, {h.id: h.payload for h in held}, ex)
             if self._resume is not None and step == self._resume[0]:
                 items = items[self._resume[1]:]
                 self._resume = None

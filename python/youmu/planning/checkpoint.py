@@ -157,7 +157,7 @@ def _json_leaves(value: Any) -> Any:
     return str(value)
 
 
-_LATER_SETTINGS = ("encoder_cost_fn",)
+_LATER_SETTINGS = ("encoder_cost_fn", "encoder_balance")
 
 
 def config_fingerprint(

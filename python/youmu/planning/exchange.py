@@ -15,6 +15,8 @@ every step, over the loader's :class:`~youmu.distributed.GlooChannel`.
    plan moves anything — a decision every rank makes alike). Each rank sends one
    pickle per destination behind a small index, and receivers unpickle only the
    segments addressed to them.
+3. **Images** (:meth:`StepExchange.move_images`), with MegaScale-Data's hybrid balance
+   only: the image payloads to the rank that encodes them, the same way.
 
 Every rank makes the same collectives in the same order; the plan is a pure function
 of what was gathered, so the ranks never need to agree on anything else.
@@ -91,7 +93,7 @@ class StepExchange:
         vec = np.array([status], dtype=np.int64)
         all_gather_varlen(self.channel, vec)
 
-    # -- samples --------------------------------------------------------------------------------
+    # -- samples ----------------------------------------------------------------------------------
     def move_samples(self, plan: Any, held: Mapping[int, Any]) -> dict[int, Any]:
         """Payloads this rank needs from the others, by sample id (``held``: this
         rank's payloads by id). Every rank calls it for the same steps."""
@@ -101,16 +103,42 @@ class StepExchange:
         if not moving.any():
             return {}
         outgoing = mine & moving
-        # per destination, one pickle: receivers unpickle only their segment
+        sends = {int(d): [(int(i), held[int(i)]) for i in meta.ids[outgoing & (plan.buckets == d)]]
+                 for d in np.unique(plan.buckets[outgoing]).tolist()}
+        return self._send(sends)
+
+    def move_images(self, plan: Any, held: Mapping[tuple[int, int], Any]) -> dict[tuple[int, int], Any]:
+        """With a hybrid plan (:attr:`~youmu.planning.planner.StepPlan.image_ranks`): the
+        image payloads this rank encodes that were read on another rank, by ``(sample
+        id, image index)`` (``held``: this rank's placed images by that key). Every rank
+        calls it for the same steps."""
+        meta, ranks = plan.meta, plan.image_ranks
+        p, o = meta.image_csr()
+        owner = np.repeat(np.arange(len(meta)), np.diff(o))
+        origin = meta.origin[owner]
+        moving = (ranks >= 0) & (ranks != origin)
+        if not moving.any():
+            return {}
+        outgoing = moving & (origin == self.rank)
+        k = np.arange(p.size) - o[owner]
+        sends: dict[int, list[tuple[Any, Any]]] = {}
+        for x in np.nonzero(outgoing)[0].tolist():
+            key = (int(meta.ids[owner[x]]), int(k[x]))
+            sends.setdefault(int(ranks[x]), []).append((key, held[key]))
+        return self._send(sends)
+
+    def _send(self, sends: Mapping[int, list[tuple[Any, Any]]]) -> dict[Any, Any]:
+        """One all-gather of ``{destination rank: [(key, payload), ...]}`` from every
+        rank: per destination one pickle behind a small index, so receivers unpickle
+        only the segments addressed to them."""
         index: list[int] = []
         bodies: list[bytes] = []
-        for dest in np.unique(plan.buckets[outgoing]).tolist():
-            rows = np.nonzero(outgoing & (plan.buckets == dest))[0]
-            blob = pickle.dumps([(int(i), held[int(i)]) for i in meta.ids[rows]], protocol=5)
+        for dest in sorted(sends):
+            blob = pickle.dumps(sends[dest], protocol=5)
             index += [dest, len(blob)]
             bodies.append(blob)
         head = np.array([len(bodies)] + index, dtype=np.int64).tobytes()
-        got: dict[int, Any] = {}
+        got: dict[Any, Any] = {}
         for k, message in enumerate(all_gather_bytes(self.channel, head + b"".join(bodies))):
             if k == self.rank:
                 continue

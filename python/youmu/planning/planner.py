@@ -16,10 +16,14 @@ all ranks agree on the plan without a central planner process.
   (:class:`~youmu.planning.cost.CostModel`, a :class:`~youmu.planning.cost.ModelConfig`
   or preset name, or any ``fn(seqs) -> costs``).
 * ``balance(method, reorder_only=)`` — :func:`~youmu.planning.balance.balance`.
-* ``encoder(fn)`` — vision-language samples: an image-encoder cost model over each
-  sample's image patches (``SampleMeta.image_patches``), and both modules balanced
-  together with :func:`~youmu.planning.hybrid.balance_colocated` (each image encoded
-  on its sample's rank; the cost model above is then the backbone's).
+* ``encoder(fn, balance=)`` — vision-language samples: an image-encoder cost model
+  over each sample's image patches (``SampleMeta.image_patches``; the cost model above
+  is then the backbone's), and both modules balanced together:
+  ``"colocated"`` (:func:`~youmu.planning.hybrid.balance_colocated`: each image encoded
+  on its sample's rank) or ``"hybrid"`` (MegaScale-Data's hybrid balance,
+  :func:`~youmu.planning.hybrid.balance_hybrid`: the images of each micro-batch slot
+  balanced over every rank, encoder data parallel over the world, and
+  :attr:`StepPlan.image_ranks` says which rank encodes each image).
 * ``plan(step, meta)`` → :class:`StepPlan`, a pure function of (seed, step, meta).
 
 Each builder call returns a new :class:`Planner` (the object is immutable, so a
@@ -49,14 +53,16 @@ import numpy as np
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
-from youmu.planning.cost import CostModel, ModelConfig
-from youmu.planning.hybrid import balance_colocated
+from youmu.planning.cost import CostModel, ModelConfig, segment_sums
+from youmu.planning.hybrid import balance_colocated, balance_hybrid
 from youmu.planning.meta import SampleMeta, gather_metadata
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
-__all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES"]
+__all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES", "ENCODER_BALANCES"]
 
 AXES = ("DP", "CP", "WORLD")
+#: how :meth:`Planner.encoder` places images: on their sample's rank, or over every rank
+ENCODER_BALANCES = ("colocated", "hybrid")
 
 
 # --------------------------------------------------------------------------------------
@@ -137,7 +143,10 @@ class StepPlan:
         source_counts: samples per source in the step (``{source number: count}``).
         encoder_costs, encoder_stats: with an encoder cost model, the encoder cost
             per row of ``meta`` and the encoder's :class:`~youmu.planning.balance.Imbalance`
-            (``None`` otherwise).
+            over ``(encoder rank, slot)`` (``None`` otherwise).
+        image_ranks: with ``encoder(..., balance="hybrid")``, the rank that encodes
+            each image of ``meta`` (in ``meta.image_patches`` order; ``-1``: its sample
+            is not in the step); ``None`` otherwise (each image on its sample's rank).
 
     >>> meta = SampleMeta.build(ids=range(6), lengths=[900, 100, 120, 880, 500, 510])
     >>> plan = Planner().distribute(2).cost("llama-12b").balance("greedy").plan(0, meta)
@@ -162,6 +171,7 @@ class StepPlan:
     source_counts: dict[int, int] = field(default_factory=dict)
     encoder_costs: np.ndarray | None = None
     encoder_stats: Imbalance | None = None
+    image_ranks: np.ndarray | None = None
 
     def microbatches(self, bucket: int) -> list[np.ndarray]:
         """Rows of ``meta`` in each of ``bucket``'s micro-batches, slot order; within a
@@ -226,6 +236,19 @@ def _encoder_cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
     return call
 
 
+def _image_cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
+    """Encoder cost per *image* (``meta.image_patches`` order): each image a sample of
+    its own to the encoder cost model."""
+    per_sample = _encoder_cost_fn(fn)
+
+    def call(meta: SampleMeta) -> np.ndarray:
+        p, _ = meta.image_csr()
+        alone = SampleMeta.build(ids=range(p.size), lengths=[1] * p.size, images=[[int(x)] for x in p])
+        return per_sample(alone)
+
+    return call
+
+
 def _cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
     if fn is None:
         fn = CostModel.from_config(None)
@@ -273,6 +296,7 @@ class Planner:
     on_overflow: str = "defer"
     placement: str | None = None
     encoder_cost_fn: Any = None
+    encoder_balance: str | None = None
 
     def __post_init__(self) -> None:
         # the builder stages check their own arguments; the seed is only read when a
@@ -339,20 +363,29 @@ class Planner:
             raise InvalidArgumentError("'interleave' places formed micro-batches: use it with reorder_only=True")
         return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
 
-    def encoder(self, fn: Any) -> Planner:
+    def encoder(self, fn: Any, balance: str = "colocated") -> Planner:
         """Balance an image encoder too: ``fn`` is its cost model over each sample's
         image patches (a :class:`CostModel`, ``ModelConfig``, preset name such as
         ``"vit-1b"``, or ``fn(image_patch_lists) -> costs``); :meth:`cost` stays the
-        backbone's. Plans then come from :func:`~youmu.planning.hybrid.balance_colocated`
-        (not with ``reorder_only`` or ``group_size``).
+        backbone's. ``balance``: ``"colocated"`` — plans from
+        :func:`~youmu.planning.hybrid.balance_colocated`, each image encoded on its
+        sample's rank — or ``"hybrid"`` — :func:`~youmu.planning.hybrid.balance_hybrid`,
+        the backbone balanced over samples and each slot's images over every rank
+        (:attr:`StepPlan.image_ranks`). Not with ``reorder_only`` or ``group_size``.
 
         >>> meta = SampleMeta.build(ids=range(4), lengths=[40, 40, 10, 10], images=[[], [], [900], [900]])
         >>> p = Planner().distribute(2).cost("llama-12b").encoder("vit-1b").plan(0, meta)
         >>> p.ids(0), p.ids(1), p.method
         ([[0, 2]], [[1, 3]], 'colocated')
+        >>> meta = SampleMeta.build(ids=range(2), lengths=[40, 40], images=[[], [900, 900]])
+        >>> h = Planner().distribute(2).cost("llama-12b").encoder("vit-1b", balance="hybrid").plan(0, meta)
+        >>> h.ids(0), h.ids(1), h.image_ranks.tolist(), h.method   # sample 1's two images on both ranks
+        ([[0]], [[1]], [0, 1], 'hybrid')
         """
         _encoder_cost_fn(fn)
-        return replace(self, encoder_cost_fn=fn)
+        choice_arg("balance", balance, ENCODER_BALANCES)
+        # None: colocated, the setting's value before hybrid existed (config fingerprints)
+        return replace(self, encoder_cost_fn=fn, encoder_balance=None if balance == "colocated" else balance)
 
     # -- planning -------------------------------------------------------------------------
     def _select(self, step: int, meta: SampleMeta) -> tuple[np.ndarray, dict[int, int]]:
@@ -391,6 +424,7 @@ class Planner:
             raise InvalidArgumentError(f"the cost function returned shape {costs.shape} for {len(sub)} samples")
         enc: np.ndarray | None = None
         enc_stats: Imbalance | None = None
+        sub_ranks: np.ndarray | None = None
         if self.encoder_cost_fn is not None:
             if self.reorder_only or self.group_size is not None:
                 raise InvalidArgumentError("encoder balancing places samples: not with reorder_only or group_size")
@@ -398,12 +432,26 @@ class Planner:
             if enc.shape != (len(sub),):
                 raise InvalidArgumentError(f"the encoder cost function returned shape {enc.shape} for {len(sub)} "
                                            "samples")
-            col = balance_colocated(costs, enc, self.num_buckets, self.num_bins, capacity=self.capacity,
-                                    sizes=sub.sizes, on_overflow=self.on_overflow)
-            res = BalanceResult(buckets=col.buckets, bins=col.bins, num_buckets=self.num_buckets,
-                                num_bins=self.num_bins, method="colocated", deferred=col.deferred,
-                                stats=col.backbone)
-            enc_stats = col.encoder
+            if self.encoder_balance == "hybrid":
+                img = _image_cost_fn(self.encoder_cost_fn)(sub)
+                p, o = sub.image_csr()
+                if img.shape != p.shape:
+                    raise InvalidArgumentError(f"the encoder cost function returned shape {img.shape} for "
+                                               f"{p.size} images")
+                hyb = balance_hybrid(costs, [img[o[i]:o[i + 1]] for i in range(len(sub))], self.num_buckets,
+                                     self.num_bins, method=self.method, capacity=self.capacity, sizes=sub.sizes,
+                                     placement=self.placement, on_overflow=self.on_overflow)
+                res = replace(hyb.backbone, method="hybrid")
+                enc = segment_sums(img, o)
+                enc_stats = hyb.encoder
+                sub_ranks = hyb.image_rank
+            else:
+                col = balance_colocated(costs, enc, self.num_buckets, self.num_bins, capacity=self.capacity,
+                                        sizes=sub.sizes, on_overflow=self.on_overflow)
+                res = BalanceResult(buckets=col.buckets, bins=col.bins, num_buckets=self.num_buckets,
+                                    num_bins=self.num_bins, method="colocated", deferred=col.deferred,
+                                    stats=col.backbone)
+                enc_stats = col.encoder
         else:
             res = balance_detailed(
                 costs, self.num_buckets, self.num_bins, self.method, self.capacity,
@@ -420,12 +468,19 @@ class Planner:
         if enc is not None:
             full_enc = np.zeros(n)
             full_enc[rows] = enc
+        image_ranks = None
+        if sub_ranks is not None:
+            # back from the selected rows' images to every image of `meta`
+            p, o = meta.image_csr()
+            image_ranks = np.full(p.size, -1, dtype=np.int64)
+            at = np.concatenate([np.arange(o[r], o[r + 1]) for r in rows] or [np.zeros(0, dtype=np.int64)])
+            image_ranks[at.astype(np.int64)] = sub_ranks
         unselected = np.setdiff1d(np.arange(n), rows)
         return StepPlan(
             step=int(step), meta=meta, selected=rows, buckets=buckets, bins=bins, deferred=rows[res.deferred],
             unselected=unselected, costs=full_costs, method=res.method, stats=res.stats,
             num_buckets=self.num_buckets, num_bins=self.num_bins, source_counts=counts,
-            encoder_costs=full_enc, encoder_stats=enc_stats,
+            encoder_costs=full_enc, encoder_stats=enc_stats, image_ranks=image_ranks,
         )
 
     def plan_distributed(self, step: int, local: SampleMeta, channel: Any) -> StepPlan:

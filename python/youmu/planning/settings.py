@@ -43,7 +43,7 @@ from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.balance import METHODS, check_grid
 from youmu.planning.checkpoint import _json_leaves, config_fingerprint
-from youmu.planning.planner import Planner
+from youmu.planning.planner import ENCODER_BALANCES, Planner
 from youmu.planning.rank_sources import resolve_sources
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
 
@@ -83,13 +83,15 @@ class PlanSettings:
     seed: int = 0
     drop_last: bool = False
     encoder_cost: Any = None
+    encoder_balance: str = "colocated"
 
     @classmethod
     def resolve(cls, source: Iterable[Any] | Mapping[str, Iterable[Any]], *, world_size: int | None,
                 num_microbatches: int, global_batch_size: int | None = None, token_budget: int | None = None,
                 capacity: int | None = None, cost: Any = None, method: str = "greedy", reorder_only: bool = False,
                 placement: str | None = None, schedule: Any = None, group_size: int | None = None, seed: int = 0,
-                drop_last: bool = False, encoder_cost: Any = None) -> tuple[PlanSettings, dict[str, Any]]:
+                drop_last: bool = False, encoder_cost: Any = None,
+                encoder_balance: str = "colocated") -> tuple[PlanSettings, dict[str, Any]]:
         """Check every setting and resolve a loader's ``source`` (one stream, or
         ``{name: stream}`` mixed by ``schedule``) against them; return the settings and
         ``{name: stream}`` in schedule order."""
@@ -107,10 +109,13 @@ class PlanSettings:
             opt_int_arg(name, v, minimum=1)
         if encoder_cost is not None and (reorder_only or group_size is not None):
             raise InvalidArgumentError("encoder_cost balances samples: not with reorder_only or group_size")
+        choice_arg("encoder_balance", encoder_balance, ENCODER_BALANCES)
+        if encoder_balance != "colocated" and encoder_cost is None:
+            raise InvalidArgumentError(f"encoder_balance={encoder_balance!r} places images: it needs encoder_cost=")
         names, sources, sched = resolve_sources(source, schedule=schedule, global_batch_size=global_batch_size,
                                                 token_budget=token_budget, reorder_only=reorder_only)
         s = cls(tuple(names), None, num_microbatches, global_batch_size, token_budget, capacity, cost, method,
-                reorder_only, placement, sched, group_size, seed, drop_last, encoder_cost)
+                reorder_only, placement, sched, group_size, seed, drop_last, encoder_cost, encoder_balance)
         if world_size is not None:
             s = s.on(world_size)
         # the cost model and balancing settings are checked now, not at the first step
@@ -172,7 +177,7 @@ class PlanSettings:
                    .cost(self.cost)
                    .balance(self.method, reorder_only=self.reorder_only, on_overflow="defer",
                             placement=self.placement))
-        return planner if self.encoder_cost is None else planner.encoder(self.encoder_cost)
+        return planner if self.encoder_cost is None else planner.encoder(self.encoder_cost, self.encoder_balance)
 
     def _ranks(self) -> int:
         if self.world_size is None:
