@@ -1,4 +1,4 @@
-"""Mixture figures (issue 4), one run; every phase in its own process (own peak RSS).
+"""Mixture figures, one run; every phase in its own process (own peak RSS).
 
     python benches/bench_mixture.py [--data bench-data/tokens-52] [--seconds 10] [--reps 2]
 

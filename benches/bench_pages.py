@@ -1,4 +1,4 @@
-"""Page-level I/O figures (issue 2), measured in one run on one machine.
+"""Page-level I/O figures, measured in one run on one machine.
 
     python benches/bench_pages.py [--data bench-data/tokens] [--gb 1.0]
 

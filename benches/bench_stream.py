@@ -1,4 +1,4 @@
-"""Streaming figures (issue 3), measured in one run on the same token dataset.
+"""Streaming figures, measured in one run on the same token dataset.
 
     python benches/bench_stream.py [--data bench-data/tokens] [--seconds 15]
 

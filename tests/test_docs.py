@@ -79,3 +79,14 @@ def test_comments_cite_papers_by_name_not_issue_numbers_or_unreachable_notes() -
             if _HISTORY.search(line) or unnamed:
                 offenders.append(f"{path.relative_to(root)}:{lineno}: {line.strip()}")
     assert not offenders, "cite papers and systems by name (docs/references.md):\n" + "\n".join(offenders[:60])
+
+
+def test_tests_benches_and_examples_cite_no_issue_numbers() -> None:
+    """Issue numbers mean nothing to a reader of a clone: the rule holds outside the package too."""
+    root = PACKAGE.parent.parent
+    issue = re.compile(r"\b[Ii]ssue #?\d+")
+    paths = [*(root / "tests").glob("*.py"), *(root / "benches").glob("*.py"), *(root / "examples").glob("*.py"),
+             root / "README.md", root / "benches" / "RESULTS.md"]
+    offenders = [f"{p.relative_to(root)}:{n}: {line.strip()}" for p in sorted(paths)
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if issue.search(line)]
+    assert not offenders, "\n".join(offenders[:40])

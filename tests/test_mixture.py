@@ -1,4 +1,4 @@
-"""Mixtures (issue 4).
+"""Mixtures.
 
 FlatMixture is a keyed permutation of a virtual concatenation; MixtureDataset allocates
 exactly (exact block sizes, monotone counts, every positive weight at its rate, window
