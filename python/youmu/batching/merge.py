@@ -222,10 +222,11 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         chain = decode_chain(chain_raw, _OWNER) if chain_raw is not None else []
         orders = [len(rank_order(settings, epoch, chain, rank=r, world_size=world)) if chain else None
                   for r in range(world)]
-        positions, pending = [], []
+        positions: list[int] = []
+        pending: list[tuple[int, ...]] = []
         for r, st in enumerate(ranks):
-            if st["done"]:
-                positions.append(orders[r] if chain else _first_len(settings, world, r))
+            if st["done"]:  # its whole order was delivered
+                positions.append(orders[r] or 0 if chain else _first_len(settings, world, r))
                 pending.append(())
             else:
                 positions.append(st["position"])
