@@ -254,3 +254,28 @@ def test_elastic_chain_over_a_youmu_dataset(parquet_ids):
     assert sorted(counts) == list(range(len(LENGTHS))) and max(counts.values()) == 1
     for out in jobs[:2]:
         assert len({len(r["steps"]) for r in out}) == 1
+
+
+def test_a_finished_rank_counts_as_delivered():
+    """A rank whose data ran out (join mode) saves a done state: all of its order was
+    delivered, and the new job deals only the live ranks' rest."""
+    _, steps, live = _steps(_loader(), 2)
+    _, _, done = _steps(_loader())
+    assert done["done"] and not live["done"]
+    states = [{**live, "world_size": 2, "rank": 0, "replay": [], "overflow": [], "position": 1},
+              {**done, "world_size": 2, "rank": 1}]
+    merged = youmu.merge_states(states)
+    assert not merged["done"] and merged["step"] == live["step"]
+    assert merged["resumed"][0]["positions"] == [1, len(range(1, len(LENGTHS), 2))]
+    loader = _loader()
+    loader.load_state_dict(merged)
+    rest = _steps(loader)[0]
+    assert sorted(rest) == sorted(rank_indices(len(LENGTHS), 2, 0, pad=False)[1:])
+
+
+def test_iterable_states_need_the_datasets_own_state():
+    from batching_mp import StatefulRankIterable
+
+    fresh = _loader(StatefulRankIterable([LENGTHS], 0)).state_dict()  # before any step: no dataset state yet
+    with pytest.raises(StateError, match="'source_state'"):
+        youmu.merge_states([fresh])
