@@ -2,12 +2,13 @@
 of a new job — any world size, any number of DataLoader workers — loads to deliver
 the rest of the epoch exactly once (the math: :mod:`youmu.resume`).
 
-Accepted per rank: the ``state_dict()`` of a youmu stream (``YoumuDataset``,
+Accepted per rank: the ``state_dict()`` of a ``DynamicBatchLoader`` (its own merge:
+:mod:`youmu.batching.merge`), of a youmu stream (``YoumuDataset``,
 ``MapStream`` / ``MixtureStream``, ``pack``), possibly itself resumed from a merged
 state, or of a torchdata ``StatefulDataLoader`` over one (each worker's dataset state
 is taken from its snapshot; save it with the default ``snapshot_every_n_steps=1`` so
 the snapshot is what was yielded). Loader states are merged by their own modules
-(``_MERGERS``): a ``BalancedLoader``'s by :mod:`youmu.planning.merge`.
+(``_loader_mergers``): a ``BalancedLoader``'s by :mod:`youmu.planning.merge`.
 
 Loading: ``stream.load_state_dict(merged)`` on every rank of the new job, then iterate
 the stream, or build a fresh ``StatefulDataLoader`` over it (its workers copy the
@@ -23,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +40,6 @@ _STREAMS = ("youmu.YoumuDataset/1", "youmu.MapStream/1", _PACK)
 _PER_RANK = ("format", "rank", "world_size", "epoch", "num_workers", "positions", "resumed", "dataset")
 _OWNER = "merge_states"
 # loader states merged by their own modules (format -> "module:function", imported on use)
-_MERGERS = {
-    "youmu.planning.BalancedLoader/2": "youmu.planning.merge:merge_balanced_states",
-}
-
-
 @dataclass
 class _Rank:
     """One rank's state, normalised."""
@@ -149,6 +145,15 @@ def _same_settings(ranks: list[_Rank], get: Any, what: str) -> dict[str, Any]:
     return dict(get(ranks[0]))
 
 
+def _loader_mergers() -> dict[str, Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]]]:
+    """Loaders' own merges, by the format of the states they save (imported on use:
+    the loaders' packages need not be loaded to merge a stream's states)."""
+    from youmu.batching.merge import merge_loader_states
+    from youmu.planning.merge import merge_balanced_states
+
+    return {"youmu.batching/1": merge_loader_states, "youmu.planning.BalancedLoader/2": merge_balanced_states}
+
+
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One state for any topology from the states every rank of a job saved (see the
     module doc). Raises :class:`~youmu.errors.StateError` naming the field for states
@@ -162,13 +167,10 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if isinstance(states, Mapping) or not isinstance(states, Sequence) or not states:
         raise StateError(f"{_OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
-    fmt0 = states[0].get("format") if isinstance(states[0], Mapping) else None
-    if fmt0 in _MERGERS:
-        import importlib
-
-        module, fn = _MERGERS[fmt0].split(":")
-        merged: dict[str, Any] = getattr(importlib.import_module(module), fn)(states)
-        return merged
+    first = states[0].get("format") if isinstance(states[0], Mapping) else None
+    merger = _loader_mergers().get(first) if isinstance(first, str) else None
+    if merger is not None:
+        return merger(states)
     ranks = [_rank_state(s, i) for i, s in enumerate(states)]
     fmt = _same(ranks, "format", lambda r: r.fmt)
     _same(ranks, "data", lambda r: (r.inner_settings if fmt == _PACK else r.settings).get("data"))

@@ -65,6 +65,7 @@ __all__ = [
     "data_fingerprint",
     "describe_data",
     "state_int",
+    "state_ints",
     "state_positions",
     "MAX_STATE_INT",
 ]
@@ -136,7 +137,8 @@ def check_state(
     got = state.get("format")
     if got not in accepted:
         raise StateError(
-            f"{owner}.load_state_dict got a state saved by {_describe(state)}, not a {' or '.join(accepted)} state"
+            f"{owner}.load_state_dict got a state saved by {_describe(state)}, not a {' or '.join(accepted)} state "
+            "(field 'format')"
         )
     for key in required:
         if key not in state:
@@ -171,6 +173,24 @@ def state_int(
         shown = f"a {value.bit_length()}-bit int" if value.bit_length() > 64 else f"{value:,}"
         raise StateError(f"{owner} state field {key!r} must be at most {maximum:,}, got {shown}")
     return value
+
+
+def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int = 0) -> list[int]:
+    """A list-of-integers field of a state (each an int, never a bool, in
+    ``[minimum, MAX_STATE_INT]``).
+
+    >>> state_ints({"keys": [3, 1]}, "keys", owner="DynamicBatchLoader")
+    [3, 1]
+    >>> state_ints({"keys": [1.5]}, "keys", owner="DynamicBatchLoader")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: DynamicBatchLoader state field 'keys' must be a list of ints >= 0, got [1.5]
+    """
+    raw = state.get(key)
+    if not isinstance(raw, (list, tuple)) or any(
+            isinstance(k, bool) or not isinstance(k, int) or not minimum <= k <= MAX_STATE_INT for k in raw):
+        raise StateError(f"{owner} state field {key!r} must be a list of ints >= {minimum}, got {raw!r:.80}")
+    return [int(k) for k in raw]
 
 
 def state_positions(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +41,9 @@ from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
 from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.stateful import check_state, state_int
+from youmu.stateful import check_state, data_fingerprint, state_int, state_ints
 
-__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_loader_state"]
+__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_loader_state", "check_saved_state"]
 
 #: The format tag of ``DynamicBatchLoader`` states.
 STATE_FORMAT = "youmu.batching/1"
@@ -241,8 +242,28 @@ class LoaderConfig:
                 "position": 0,
                 "source_state": None,
                 "payloads": {},
+                "settings": dict(self.resume_settings),
             }
         )
+
+    @functools.cached_property
+    def resume_settings(self) -> dict[str, Any]:
+        """The settings a state names in plain values (``settings``), so that
+        :func:`youmu.merge_states` compares them across ranks and a loader of another
+        world size checks them field by field; ``data`` fingerprints a map-style
+        dataset (an iterable one's own state carries its fingerprint)."""
+        return {
+            "kind": self.kind, "n": self.size, "data": data_fingerprint(self.dataset) if self.kind == "map" else None,
+            "seed": self.seed, "shuffle": self.shuffle, "join": self.join, "pad_sampler": self.pad_sampler,
+            "shuffle_steps": self.shuffle_steps, "loss_scaling": self.loss_scaling, "uneven": self.uneven,
+            "encoder_budget": self.encoder_budget, "quota": self.quota, "token_budget": self.token_budget,
+            "pool_size": self.pool_size,
+        }
+
+
+#: The fields every rank state holds (``settings`` and ``resumed`` are newer, optional).
+_REQUIRED = ("format", "kind", "world_size", "rank", "config", "epoch", "iteration", "round", "step", "emitted", "done",
+             "replay", "overflow", "position", "source_state", "payloads")
 
 
 def _kind_of(dataset: Any) -> str:
@@ -285,52 +306,34 @@ def _fingerprint(s: Mapping[str, Any], world_size: int) -> int:
     )
 
 
-def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
-    """``state`` validated for a loader with ``config`` (``load_state_dict``): a
-    :class:`~youmu.errors.StateError` naming the first field that does not fit, never an
-    ``AttributeError`` or ``KeyError`` later. Returns it as a new dict."""
-    owner = "DynamicBatchLoader"
-    if isinstance(state, Mapping) and state.get("format") != STATE_FORMAT:
-        raise StateError(
-            f"{owner}.load_state_dict got a state with format={state.get('format')!r}, not {STATE_FORMAT!r} "
-            "(saved by another kind of object?)"
-        )
-    st = check_state(
-        state, STATE_FORMAT, owner=owner, required=tuple(config.fresh_state(0)),
-        expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind},
-    )
-    if st["config"] != config.fingerprint:
-        raise StateError(
-            f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
-            f"(token_budget, pool_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
-        )
-    for key in ("epoch", "iteration", "round", "step", "emitted", "position"):
-        state_int(st, key, owner=owner)
+def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
+                      expect: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A rank's ``DynamicBatchLoader`` state checked field by field, without a loader
+    (``expect``: settings it must hold, see :func:`~youmu.stateful.check_state`): a
+    :class:`~youmu.errors.StateError` names the first field that does not fit. Returns
+    it as a new dict."""
+    st = check_state(state, STATE_FORMAT, owner=owner, required=_REQUIRED, expect=expect)
+    for key in ("world_size", "epoch", "iteration", "round", "step", "emitted", "position"):
+        state_int(st, key, owner=owner, minimum=1 if key == "world_size" else 0)
+    state_int(st, "rank", owner=owner, maximum=st["world_size"] - 1)
+    if st["kind"] not in ("map", "iterable"):
+        raise StateError(f"{owner} state field 'kind' must be 'map' or 'iterable', got {st['kind']!r:.40}")
     if not isinstance(st["done"], bool):
         raise StateError(f"{owner} state field 'done' must be a bool, got {type(st['done']).__name__}")
-    keys = _state_keys(st, "overflow", st["overflow"])
+    keys = state_ints(st, "overflow", owner=owner)
     replay = st["replay"]
     if not isinstance(replay, (list, tuple)):
         raise StateError(f"{owner} state field 'replay' must be a list, got {type(replay).__name__}")
     for i, entry in enumerate(replay):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("info"), Mapping):
             raise StateError(f"{owner} state field 'replay'[{i}] must be a dict with 'keys' and 'info'")
-        keys += _state_keys(st, f"replay[{i}].keys", entry.get("keys"))
+        keys += state_ints(entry, "keys", owner=f"{owner} 'replay'[{i}]")
         info = entry["info"]
         try:
             StepInfo(**{**info, "sample_indices": tuple(info.get("sample_indices", ()))})
         except (TypeError, ValueError) as e:
             raise StateError(f"{owner} state field 'replay'[{i}]['info'] is not a step's info: {e}") from None
-    if config.kind == "map":
-        n, w = config.size or 0, config.world_size
-        mine = -(-n // w) if config.pad_sampler else len(range(config.rank, n, w))
-        bad = [k for k in keys if k >= mine]
-        if bad or st["position"] > mine:
-            raise StateError(
-                f"{owner} state positions ({bad[:3] or st['position']}) are out of range for this rank's "
-                f"{mine} samples (another dataset?)"
-            )
-    else:
+    if st["kind"] == "iterable":
         payloads = st["payloads"]
         if not isinstance(payloads, Mapping):
             raise StateError(f"{owner} state field 'payloads' must be a dict, got {type(payloads).__name__}")
@@ -338,12 +341,42 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
             p = payloads.get(k)
             if not isinstance(p, (list, tuple)) or len(p) not in (3, 4):
                 raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
-        if st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
-            raise StateError("the state holds a dataset state but the dataset has no load_state_dict")
     return st
 
 
-def _state_keys(st: Mapping[str, Any], field: str, keys: Any) -> list[int]:
-    if not isinstance(keys, (list, tuple)) or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in keys):
-        raise StateError(f"DynamicBatchLoader state field {field!r} must be a list of ints >= 0, got {keys!r}")
-    return list(keys)
+def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
+    """``state`` validated for a loader with ``config`` (``load_state_dict``): a
+    :class:`~youmu.errors.StateError` naming the first field that does not fit, never an
+    ``AttributeError`` or ``KeyError`` later. A merged state
+    (:func:`youmu.merge_states`) becomes this rank's share
+    (:func:`youmu.batching.merge.resume_from_merged`). Returns a new dict."""
+    from youmu.batching.merge import decode_chain, rank_order, resume_from_merged
+    from youmu.resume import MERGED_FORMAT
+
+    owner = "DynamicBatchLoader"
+    if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
+        return resume_from_merged(state, config)
+    st = check_saved_state(state, expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind})
+    if st["config"] != config.fingerprint:
+        raise StateError(
+            f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
+            f"(token_budget, pool_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
+        )
+    keys = [k for entry in st["replay"] for k in entry["keys"]] + list(st["overflow"])
+    if config.kind == "map":
+        if st.get("resumed") is not None:  # a rank of a job resumed from a merged state
+            levels = decode_chain(st["resumed"], owner)
+            mine = len(rank_order(config.resume_settings, st["epoch"], levels, rank=config.rank,
+                                  world_size=config.world_size))
+        else:
+            n, w = config.size or 0, config.world_size
+            mine = -(-n // w) if config.pad_sampler else len(range(config.rank, n, w))
+        bad = [k for k in keys if k >= mine]
+        if bad or st["position"] > mine:
+            raise StateError(
+                f"{owner} state positions ({bad[:3] or st['position']}) are out of range for this rank's "
+                f"{mine} samples (another dataset?)"
+            )
+    elif st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
+        raise StateError("the state holds a dataset state but the dataset has no load_state_dict")
+    return st

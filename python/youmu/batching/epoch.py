@@ -218,10 +218,22 @@ class EpochIterator:
                 else:
                     break
 
+    def _fresh(self) -> dict[str, Any]:
+        """A state of this epoch to fill in; a job resumed on another topology keeps the
+        chain of the jobs before it (``resumed``: this rank's order depends on it)."""
+        st = self.config.fresh_state(self.epoch)
+        if self._start_state.get("resumed") is not None:
+            st["resumed"] = self._start_state["resumed"]
+        return st
+
     def _done_state(self) -> dict[str, Any]:
         a = self._aligner
-        st = self.config.fresh_state(self.epoch)
+        st = self._fresh()
         st.update(done=True, step=a.steps_consumed, emitted=a.emitted)
+        c = self.config
+        if c.kind == "iterable" and c.num_workers == 0 and hasattr(c.dataset, "state_dict"):
+            # the dataset's end of pass: what a merge of this rank's state needs (unused by a plain resume)
+            st["source_state"] = c.dataset.state_dict()
         with a.records_lock:
             if a.records:
                 rec = a.records[-1]
@@ -250,7 +262,7 @@ class EpochIterator:
         j = self._consumed[2]
         done_steps = rec.steps[: j + 1]
         replay = rec.steps[j + 1 :]
-        st = c.fresh_state(self.epoch)
+        st = self._fresh()
         st.update(
             iteration=rec.iteration,
             round=rec.round_after,

@@ -137,10 +137,17 @@ def map_positions(
 ) -> tuple[list[tuple[int, int]], int]:
     """``(position, dataset index)`` pairs a map-style source reads in this logical
     iteration, and how many of them are a resumed round's samples (read first)."""
-    indices = rank_indices(
-        len(config.dataset), config.world_size, config.rank, seed=config.seed, epoch=epoch, iteration=iteration,
-        shuffle=config.shuffle, pad=config.pad_sampler,
-    )
+    if resume is not None and resume.get("resumed") is not None:
+        # a job resumed on another topology: this rank's share of what the old jobs left
+        from youmu.batching.merge import decode_chain, rank_order
+
+        indices = rank_order(config.resume_settings, epoch, decode_chain(resume["resumed"], "DynamicBatchLoader"),
+                             rank=config.rank, world_size=config.world_size).tolist()
+    else:
+        indices = rank_indices(
+            len(config.dataset), config.world_size, config.rank, seed=config.seed, epoch=epoch, iteration=iteration,
+            shuffle=config.shuffle, pad=config.pad_sampler,
+        )
     if resume is None:
         return list(enumerate(indices)), 0
     pre = resume_keys(resume)
