@@ -63,6 +63,7 @@ __all__ = [
     "MAX_PAGE_SLICES",
     "dropped_rows",
     "positions_to_rows",
+    "shuffle_args",
 ]
 
 ShuffleMode = Literal["page", "row", "local", "none"]
@@ -80,6 +81,25 @@ MAX_PAGE_SLICES = 64
 # Permutation key of page slices (whole pages keep "pages", so page_slices=1 is the
 # stream it always was).
 _SLICES_PURPOSE = "page-slices"
+
+def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[str, int]:
+    """``(shuffle, page_slices)`` checked together (the one place they are): a mode of
+    :data:`SHUFFLE_MODES`, and 1 to :data:`MAX_PAGE_SLICES` slices per page, more than
+    one only in page mode.
+
+    >>> shuffle_args("page", 4)
+    ('page', 4)
+    >>> shuffle_args("row", 2)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: page_slices=2 needs shuffle='page' (got shuffle='row')
+    """
+    choice_arg("shuffle", shuffle, SHUFFLE_MODES)
+    k = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
+    if k > 1 and shuffle != "page":
+        raise InvalidArgumentError(f"page_slices={k} needs shuffle='page' (got shuffle={shuffle!r})")
+    return shuffle, k
+
 
 #: Windows alive at once while streaming with one window read ahead (the default for
 #: local files): the one being consumed, the next one (read ahead by Rust threads)
@@ -213,12 +233,9 @@ class ShardPlan:
         balanced: bool = False,
         page_slices: int = 1,
     ) -> ShardPlan:
-        choice_arg("shuffle", mode, SHUFFLE_MODES)
+        mode, k = shuffle_args(mode, page_slices)
         shard = Shard(rank, world_size, worker, num_workers)
         int_arg("window_pages", window_pages, minimum=1)
-        k = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
-        if k > 1 and mode != "page":
-            raise InvalidArgumentError(f"page_slices={k} needs shuffle='page' (got shuffle={mode!r})")
         page_rows = np.asarray(page_rows, dtype=np.int64)
         n_pages = len(page_rows)
         n_rows = int(page_rows.sum())

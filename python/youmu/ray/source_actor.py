@@ -5,7 +5,7 @@ file access states from worker processes").
 
 * :class:`Source` — how a loader builds one source's stream for each origin rank: the
   rows a :class:`~youmu.torch.YoumuDataset` over the source's Parquet files would
-  yield (its arguments, less the rank and world size; read by :class:`ParquetRows`,
+  yield (its settings, a :class:`youmu.spec.StreamSpec`; read by :class:`ParquetRows`,
   without importing torch), or any position-addressable stream a function builds (a
   :class:`~youmu.torch.MapStream` over a ``RowDataset``/``MixtureDataset``).
 * :class:`SourceLoader` — holds the :class:`~youmu.PageIndex` of each of its sources
@@ -53,11 +53,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from youmu._args import bool_arg, callable_arg, choice_arg, index_of, int_arg, opt_int_arg, storage_options_arg
+from youmu._args import callable_arg, index_of, int_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.rank_sources import Measure
-from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES
+from youmu.spec import SpecAttributes, StreamSpec, describe_paths
 
 __all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "Records", "MeasureFns"]
 
@@ -132,20 +132,24 @@ class MeasureFns:
         return {k: None if v is None else describe(v) for k, v in self.__dict__.items()}
 
 
-_OUTPUTS = ("torch", "numpy", "arrow", "python")
-
-
-@dataclass(frozen=True)
-class Source:
+@dataclass(frozen=True, init=False)
+class Source(SpecAttributes):
     """One data source, as a loader opens it for every origin rank.
 
     Either ``paths`` — a file, directory, glob or URL (or a list of them) or a ready
     :class:`~youmu.PageIndex` — read as ``YoumuDataset(index, rank=r,
-    world_size=W, **the other arguments)`` (they mean what they mean there); or
-    ``stream`` — a function ``(rank, world_size) -> stream`` returning a youmu stream
-    with ``iter_positions(start)`` and ``set_epoch`` (e.g. a ``MapStream``).
+    world_size=W, **settings)``; or ``stream`` — a function ``(rank, world_size) ->
+    stream`` returning a youmu stream with ``iter_positions(start)`` and ``set_epoch``
+    (e.g. a ``MapStream``).
 
-    The same source, seed and arguments give the same stream as the in-process
+    ``settings`` are ``YoumuDataset``'s (``columns``, ``shuffle``, ``buffer_size``,
+    ``seed``, ``transform``, ``drop_last``, ``output``, ``memory_budget``,
+    ``read_ahead``, ``page_slices``, ``storage_options``: they mean what they mean
+    there), given as keywords or as a ready :class:`youmu.spec.StreamSpec`
+    (``spec=dataset.spec``); they are checked by the spec, when the ``Source`` is
+    built, and read as its attributes (``source.shuffle``).
+
+    The same source, seed and settings give the same stream as the in-process
     ``YoumuDataset``: a loader only moves where it is read. ``output="numpy"`` (or
     ``"arrow"``) reaches the trainer zero-copy through Ray's object store; ``"torch"``
     tensors are pickled. ``storage_options`` (object-store settings for URL
@@ -158,76 +162,44 @@ class Source:
     ['a.parquet', 'b.parquet']
     """
 
-    paths: Any = None
-    columns: Sequence[str] | None = None
-    shuffle: str = "page"
-    buffer_size: int | None = None
-    seed: int = 0
-    transform: Callable[[Any], Any] | None = None
-    drop_last: bool = False
-    output: str = "torch"
-    memory_budget: int | None = None
-    read_ahead: int | None = None
-    page_slices: int = 1
-    stream: Callable[[int, int], Any] | None = None
-    storage_options: Mapping[str, Any] | None = None
+    paths: Any
+    stream: Callable[[int, int], Any] | None
+    spec: StreamSpec
 
-    def __post_init__(self) -> None:
-        if (self.paths is None) == (self.stream is None):
+    def __init__(self, paths: Any = None, *, stream: Callable[[int, int], Any] | None = None,
+                 spec: StreamSpec | None = None, **settings: Any) -> None:
+        if (paths is None) == (stream is None):
             raise InvalidArgumentError("a Source needs exactly one of paths= (Parquet files or a PageIndex) or "
                                        "stream= (a function (rank, world_size) -> stream)")
-        callable_arg("stream", self.stream, optional=True)
-        choice_arg("shuffle", self.shuffle, SHUFFLE_MODES)
-        storage_options_arg(self.storage_options)
-        if self.storage_options is not None and (self.paths is None or _is_index(self.paths)):
-            raise InvalidArgumentError("Source storage_options apply to paths and URLs (a PageIndex or a stream "
-                                       "function brings its own)")
-        callable_arg("transform", self.transform, optional=True)
-        opt_int_arg("buffer_size", self.buffer_size, minimum=1)
-        int_arg("seed", self.seed, minimum=0, maximum=(1 << 64) - 1)
-        bool_arg("drop_last", self.drop_last)
-        choice_arg("output", self.output, _OUTPUTS)
-        opt_int_arg("memory_budget", self.memory_budget, minimum=1)
-        opt_int_arg("read_ahead", self.read_ahead, minimum=1)
-        int_arg("page_slices", self.page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
-        if self.page_slices > 1 and self.shuffle != "page":
-            raise InvalidArgumentError(f"page_slices={self.page_slices} needs shuffle='page' (got "
-                                       f"shuffle={self.shuffle!r})")
-        if self.columns is not None and (isinstance(self.columns, (str, bytes)) or not isinstance(
-                self.columns, (list, tuple)) or not all(isinstance(c, str) for c in self.columns)):
-            raise ArgumentTypeError(f"columns must be a list of column names, got {self.columns!r}")
-        if self.paths is not None and not _is_index(self.paths):
-            ok = isinstance(self.paths, (str, os.PathLike)) or (
-                isinstance(self.paths, (list, tuple)) and self.paths
-                and all(isinstance(p, (str, os.PathLike)) for p in self.paths))
-            if not ok:
-                raise ArgumentTypeError("Source paths must be a path, URL or glob, a non-empty list of them, or a "
-                                        f"PageIndex; got {type(self.paths).__name__}")
+        callable_arg("stream", stream, optional=True)
+        if spec is None:
+            spec = StreamSpec.of(settings)
+        elif not isinstance(spec, StreamSpec):
+            raise ArgumentTypeError(f"spec must be a youmu.spec.StreamSpec, got {type(spec).__name__}")
+        elif settings:
+            raise InvalidArgumentError(f"pass a Source's settings as spec= or as keywords, not both (got spec= and "
+                                       f"{sorted(settings)})")
+        spec.check_paths(paths, portable=True)
+        object.__setattr__(self, "paths", paths)
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "spec", spec)
 
     @classmethod
-    def of(cls, spec: Any, what: str = "source") -> Source:
+    def of(cls, value: Any, what: str = "source") -> Source:
         """A :class:`Source` from a ``Source``, paths, a ``PageIndex`` or a stream function."""
-        if isinstance(spec, Source):
-            return spec
-        if isinstance(spec, (str, os.PathLike, list, tuple)) or _is_index(spec):
-            return cls(paths=list(spec) if isinstance(spec, tuple) else spec)
-        if callable(spec):
-            return cls(stream=spec)
+        if isinstance(value, Source):
+            return value
+        if isinstance(value, (str, os.PathLike, list, tuple)) or type(value).__name__ == "PageIndex":
+            return cls(paths=list(value) if isinstance(value, tuple) else value)
+        if callable(value):
+            return cls(stream=value)
         raise ArgumentTypeError(f"{what} must be a youmu.ray.Source, Parquet paths, a PageIndex or a function "
-                                f"(rank, world_size) -> stream; got {type(spec).__name__}")
+                                f"(rank, world_size) -> stream; got {type(value).__name__}")
 
     def open(self) -> Any:
         """The source's page index (``None`` for a ``stream`` source): built once per
         loader from the files' footers, or the given one."""
-        if self.paths is None:
-            return None
-        if _is_index(self.paths):
-            return self.paths
-        from youmu._core import PageIndex
-
-        paths = [str(p) for p in self.paths] if isinstance(self.paths, (list, tuple)) else str(self.paths)
-        return PageIndex(paths, columns=list(self.columns) if self.columns else None,
-                         storage_options=storage_options_arg(self.storage_options))
+        return None if self.paths is None else self.spec.open(self.paths)
 
     def build(self, index: Any, rank: int, world_size: int) -> Any:
         """Rank ``rank``'s stream of this source."""
@@ -241,27 +213,15 @@ class Source:
 
     def describe(self) -> dict[str, Any]:
         """The settings that shape the stream, by value (for fingerprints)."""
-        if self.paths is None:
-            where: Any = ["stream", describe(self.stream)]
-        elif _is_index(self.paths):
-            where = ["index", self.paths.files, self.paths.columns, self.paths.num_rows]
-        else:
-            where = [str(p) for p in self.paths] if isinstance(self.paths, (list, tuple)) else str(self.paths)
-        out = {k: getattr(self, k) for k in ("shuffle", "buffer_size", "seed", "drop_last", "output",
-                                               "memory_budget", "page_slices")}
-        # where the data is (the endpoint, region), not the credentials: a rotated key is the same source
-        where_opts = {k: str(v) for k, v in sorted((self.storage_options or {}).items())
-                      if not any(s in k.lower() for s in ("key", "secret", "token", "password", "credential"))}
-        out.update(paths=where, columns=list(self.columns) if self.columns else None, storage=where_opts,
-                   transform=None if self.transform is None else describe(self.transform))
-        return out
+        where = ["stream", describe(self.stream)] if self.paths is None else describe_paths(self.paths)
+        return self.spec.describe(where)
 
 
 class ParquetRows:
     """Rank ``rank``'s rows of a Parquet source by position: what
     ``YoumuDataset(index, rank=rank, world_size=W, ...).iter_positions(start)`` yields,
-    read with the same pieces — :func:`youmu.stream.window_layout`,
-    :class:`youmu.stream.RowStream`, :func:`youmu.convert.rows` — but without torch: a
+    read with the same pieces — the source's :class:`youmu.spec.StreamLayout` (its
+    windows and ``RowStream``) and :func:`youmu.convert.rows` — but without torch: a
     loader actor that imported it would carry hundreds of MB more (the CUDA build of
     torch costs ~520 MB of private memory per process), and holding sources in few
     processes is the point of disaggregation (MegaScale-Data, §2.4).
@@ -275,33 +235,21 @@ class ParquetRows:
     """
 
     def __init__(self, index: Any, source: Source, rank: int, world_size: int) -> None:
-        from youmu.stream import window_layout
-
-        if source.columns is not None and list(source.columns) != index.columns:
-            raise InvalidArgumentError(f"columns={list(source.columns)} but the given index reads {index.columns}")
-        self.index, self.source = index, source
+        self.source, self.spec = source, source.spec
+        self.layout = source.spec.layout(index, world_size)
+        self.index = self.layout.index
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
-        self._page_rows = index.page_num_rows()
-        self._page_starts = np.concatenate([[0], np.cumsum(self._page_rows)])
+        self._page_starts = np.concatenate([[0], np.cumsum(self.layout.page_rows)])
         self._plan_epoch: int | None = None
         self._rowstream: Any = None
-        self._wp, self._read_ahead = window_layout(index, source.buffer_size, world_size,
-                                                   memory_budget=source.memory_budget, read_ahead=source.read_ahead,
-                                                   page_slices=source.page_slices)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int_arg("epoch", epoch, minimum=0)
 
     def _stream(self) -> Any:
-        from youmu.stream import RowStream
-
         if self._plan_epoch != self.epoch:
-            s = self.source
-            self._rowstream = RowStream(
-                self.index, s.shuffle, s.buffer_size, s.seed, self.epoch, rank=self.rank, world_size=self.world_size,
-                worker=0, num_workers=1, page_rows=self._page_rows, window_pages=self._wp, drop_last=s.drop_last,
-                read_ahead=self._read_ahead, page_slices=s.page_slices)
+            self._rowstream = self.layout.stream(self.rank, epoch=self.epoch)
             self._plan_epoch = self.epoch
         return self._rowstream
 
@@ -310,7 +258,7 @@ class ParquetRows:
         row), ...])``, transformed (rows the transform drops are left out)."""
         from youmu.convert import rows
 
-        s = self.source
+        s = self.spec
         pos = int_arg("start", start, minimum=0)
         for table in self._stream().iter_tables(pos):
             out = []
@@ -341,7 +289,7 @@ class ParquetRows:
             ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
         else:
             starts = self._page_starts
-            ids = [int(starts[p]) + r for p, r in positions_to_rows(plan, self._page_rows, positions)]
+            ids = [int(starts[p]) + r for p, r in positions_to_rows(plan, self.layout.page_rows, positions)]
         batch = self.index.read_rows(ids)
         schema = self.index.schema
         if not batch.schema.equals(schema):  # files may differ in nullability, as RowStream conforms them
@@ -349,7 +297,7 @@ class ParquetRows:
 
             batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
         out = []
-        s = self.source
+        s = self.spec
         for pos, row in zip(positions, rows(batch, s.output, compact=False)):
             if s.transform is not None:
                 row = s.transform(row)
@@ -358,10 +306,6 @@ class ParquetRows:
                                       "transform must be a pure function of the row)")
             out.append(row)
         return out
-
-
-def _is_index(x: Any) -> bool:
-    return type(x).__name__ == "PageIndex" and hasattr(x, "page_num_rows")
 
 
 class SourceLoader:

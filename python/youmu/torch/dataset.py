@@ -14,34 +14,22 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, storage_options_arg
-from youmu.convert import OUTPUTS
 from youmu.convert import rows as convert_rows
 from youmu.distributed.world import rank_and_world
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, YoumuWarning
-from youmu.resume import Origin, shard_plan
-from youmu.sharding import Shard
-from youmu.shuffle import MAX_PAGE_SLICES, SHUFFLE_MODES, all_window_rows, dropped_rows, row_chunk_rows
-from youmu.stateful import data_fingerprint, state_int
-from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
+from youmu.resume import Origin
+from youmu.spec import SpecAttributes, StreamLayout, StreamSpec
+from youmu.stateful import state_int
+from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
 from youmu.torch.sharded import PositionalStream, in_worker_process
 from youmu.torch.skips import SkipLog, locate, reporting_pass
 
 __all__ = ["YoumuDataset"]
 
 
-def _map_style(obj: Any) -> bool:
-    """A map-style dataset (``len`` and ``[i]``) that is not a path list."""
-    return hasattr(obj, "__len__") and hasattr(obj, "__getitem__") and not isinstance(obj, (str, bytes, list, tuple))
-
-
-class YoumuDataset(PositionalStream[Any]):
+class YoumuDataset(SpecAttributes, PositionalStream[Any]):
     """Rows of Parquet files, shuffled at page granularity.
 
     Args:
@@ -117,100 +105,37 @@ class YoumuDataset(PositionalStream[Any]):
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        from youmu._core import PageIndex
-
-        choice_arg("shuffle", shuffle, SHUFFLE_MODES)
-        choice_arg("output", output, OUTPUTS)
-        buffer_size = opt_int_arg("buffer_size", buffer_size, minimum=1)
-        seed = int_arg("seed", seed, minimum=0, maximum=(1 << 64) - 1)
-        callable_arg("transform", transform, optional=True)
-        drop_last = bool_arg("drop_last", drop_last)
-        opt_int_arg("memory_budget", memory_budget, minimum=1)
-        opt_int_arg("read_ahead", read_ahead, minimum=0)
-        page_slices = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
-        if page_slices > 1 and shuffle != "page":
-            raise InvalidArgumentError(f"page_slices={page_slices} needs shuffle='page' (got shuffle={shuffle!r})")
-        if isinstance(columns, (str, bytes)):
-            raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}")
+        #: the settings, checked once (youmu.spec); ``ds.shuffle``, ``ds.seed``, ... read them
+        self.spec = StreamSpec(columns=columns, shuffle=shuffle, buffer_size=buffer_size, seed=seed,
+                               transform=transform, drop_last=drop_last, output=output, memory_budget=memory_budget,
+                               read_ahead=read_ahead, page_slices=page_slices, storage_options=storage_options)
         self.rank, self.world_size = rank_and_world(rank, world_size)
-        storage_options = storage_options_arg(storage_options)
-        if storage_options is not None and not isinstance(paths, (str, bytes, list, tuple)) and \
-                not hasattr(paths, "__fspath__"):
-            raise InvalidArgumentError(f"storage_options apply to paths and URLs; a {type(paths).__name__} was "
-                                       "built with its own (pass them where it was built)")
-        if isinstance(paths, PageIndex):
-            self.index = paths
-        elif hasattr(paths, "page_index") and callable(paths.page_index):
-            # a FlatMixture of Parquet sources: shuffle pages across all of them
-            self.index = paths.page_index()
-        elif isinstance(getattr(paths, "index", None), PageIndex):
-            self.index = paths.index  # a youmu.RowDataset: same files, streamed by pages
-        elif _map_style(paths):
-            # A weighted MixtureDataset (or any map-style dataset) has no page space to
-            # shuffle: its order is already the mixture's. Say what to use instead
-            # rather than failing later on "expected a path".
-            raise ArgumentTypeError(
-                f"YoumuDataset reads Parquet files, a PageIndex or a FlatMixture of Parquet sources; "
-                f"got a map-style {type(paths).__name__}. Stream it with youmu.torch.MixtureStream "
-                "(runs of indices, page-friendly) or youmu.torch.MapStream (index by index)"
-            )
-        else:
-            self.index = PageIndex(paths, columns=list(columns) if columns else None,
-                                   storage_options=storage_options)
-        if columns is not None and list(columns) != self.index.columns:
-            raise InvalidArgumentError(
-                f"columns={list(columns)} but the given index reads {self.index.columns}; "
-                "build the PageIndex with those columns (or omit columns=)"
-            )
-        self.shuffle = shuffle
-        self.buffer_size = buffer_size
-        self.page_slices = page_slices
-        self.seed = seed
-        self.transform = transform
-        self.drop_last = drop_last
-        self.output = output
-        self._page_rows = self.index.page_num_rows()
-        self._fingerprint: str | None = None
+        #: the windows over these files for this world size (a pure function of both: computed once)
+        self.layout: StreamLayout = self.spec.layout(paths, self.world_size)
         # a resumed epoch reads the windows of the job that started it (youmu.resume)
         self._resumed_wp: int | None = None
-        self._resumed_rows: tuple[int, int, Any] | None = None
-        self.memory_budget = memory_budget
-        # a pure function of the files, world size, buffer_size and budget: computed once
-        self._wp, self.read_ahead = window_layout(self.index, self.buffer_size, self.world_size,
-                                                  memory_budget=memory_budget, read_ahead=read_ahead,
-                                                  page_slices=page_slices)
         #: rows the transform skipped in this process (``on_error="skip"``; see youmu.torch.skips)
         self.skip_log = SkipLog()
-        self._check_rank_gets_rows()
+        self.layout.check_rank_gets_rows(self.rank, stacklevel=2)
 
-    def _check_rank_gets_rows(self) -> None:
-        """A rank with no rows would leave its DDP peers waiting in their collectives."""
-        if self.drop_last and self.index.num_rows < self.world_size:
-            raise InvalidArgumentError(
-                f"drop_last=True with {self.index.num_rows} rows over world_size={self.world_size} ranks leaves every "
-                "rank with nothing"
-            )
-        if not self.drop_last and self.index.num_rows and len(self) == 0:
-            warnings.warn(
-                f"rank {self.rank} of {self.world_size} gets no rows ({self.index.num_rows} rows in {len(self.index)} "
-                f"pages): a DDP job would wait for it; use drop_last=True (every rank the same number of rows) or "
-                "fewer ranks",
-                YoumuWarning,
-                stacklevel=3,
-            )
+    @property
+    def index(self) -> Any:
+        """The :class:`youmu.PageIndex` the rows are read from."""
+        return self.layout.index
+
+    @property
+    def read_ahead(self) -> int:
+        """Windows read ahead of the one being consumed (the default resolved, and
+        lowered where ``memory_budget`` binds)."""
+        return self.layout.read_ahead
+
+    @property
+    def transform(self) -> Callable[[Any], Any] | None:  # type: ignore[override]  # read-only: the spec's
+        return self.spec.transform
 
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
-        return {"seed": self.seed, "shuffle": self.shuffle, "world_size": self.world_size, "rank": self.rank,
-                "window_pages": self._window_pages(), "drop_last": self.drop_last, "page_slices": self.page_slices,
-                "data": self._data_fingerprint()}
-
-    def _data_fingerprint(self) -> str:
-        # computed once (state_dict may be called per row): a pure function of the index
-        if self._fingerprint is None:
-            self._fingerprint = data_fingerprint(self.index)
-        return self._fingerprint
-
+        return self.layout.settings(self.rank, self._window_pages())
 
     def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
         return len(self._stream(worker, num_workers, epoch))
@@ -226,7 +151,7 @@ class YoumuDataset(PositionalStream[Any]):
         return self._window_pages()
 
     def _window_pages(self) -> int:
-        return self._resumed_wp if self._levels and self._resumed_wp else self._wp
+        return self._resumed_wp if self._levels and self._resumed_wp else self.layout.window_pages
 
     # -- resumed epochs (youmu.merge_states) ------------------------------------------------
     def _adopt(self, state: Mapping[str, Any]) -> None:
@@ -238,27 +163,12 @@ class YoumuDataset(PositionalStream[Any]):
     def _restore_adopted(self, saved: Any) -> None:
         self._resumed_wp = saved
 
-    def _window_rows(self) -> Any:
-        """Rows of every window of the resumed epoch (page modes; computed once)."""
-        key = (self.epoch, self._window_pages())
-        if self._resumed_rows is None or self._resumed_rows[:2] != key:
-            rows = all_window_rows(self._page_rows, self.shuffle, key[1], self.seed, key[0],
-                                   page_slices=self.page_slices)
-            self._resumed_rows = (*key, rows)
-        return self._resumed_rows[2]
-
     def _origin(self, levels: Any) -> Origin:
-        if self.shuffle == "row":
-            return Origin(np.array([self.index.num_rows], dtype=np.int64),
-                          "block-balanced" if self.drop_last else "block")
-        return Origin(self._window_rows(), "balanced" if self.drop_last else "rr")
-
-    def _row_chunk(self) -> int | None:
-        return row_chunk_rows(self._window_pages()) if self.shuffle == "row" else None
+        return self.layout.origin(self.epoch, self._window_pages())
 
     def dropped_rows(self) -> int:
         """Rows ``drop_last`` leaves out of this epoch (0 without ``drop_last``)."""
-        return dropped_rows(self.index.num_rows, self.world_size) if self.drop_last else 0
+        return self.layout.dropped_rows()
 
     def __len__(self) -> int:
         """Rows this rank delivers in the current epoch."""
@@ -267,23 +177,13 @@ class YoumuDataset(PositionalStream[Any]):
     # -- iteration ------------------------------------------------------------------------
     def _stream(self, worker: int, num_workers: int, epoch: int | None = None) -> RowStream:
         epoch = self.epoch if epoch is None else epoch
-        units = self._resumed_units(worker, num_workers, epoch)
-        plan = None if units is None else shard_plan(
-            units, None if self.shuffle == "row" else self._window_rows(), mode=self.shuffle,
-            page_rows=self._page_rows, window_pages=self._window_pages(), seed=self.seed, epoch=epoch,
-            shard=Shard(self.rank, self.world_size, worker, num_workers), drop_last=self.drop_last,
-            page_slices=self.page_slices)
-        return RowStream(
-            self.index, self.shuffle, self.buffer_size, self.seed, epoch,
-            rank=self.rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
-            page_rows=self._page_rows, window_pages=self._window_pages(), drop_last=self.drop_last,
-            read_ahead=self.read_ahead, page_slices=self.page_slices, plan=plan,
-        )
+        return self.layout.stream(self.rank, worker, num_workers, epoch, window_pages=self._window_pages(),
+                                  units=self._resumed_units(worker, num_workers, epoch))
 
     def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
         compact = in_worker_process()
         for table in self._stream(worker, num_workers).iter_tables(start):
-            yield from convert_rows(table, self.output, compact=compact)
+            yield from convert_rows(table, self.spec.output, compact=compact)
             del table  # not held while the next window is read (image windows are large)
 
     def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
@@ -295,5 +195,5 @@ class YoumuDataset(PositionalStream[Any]):
         stream = self._stream(worker, num_workers)
         yield from reporting_pass(
             self._items(worker, num_workers, start), self.transform, start,  # type: ignore[arg-type]
-            lambda pos: locate(self.index, stream.plan, self._page_rows, pos), self.skip_log,
+            lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos), self.skip_log,
         )
