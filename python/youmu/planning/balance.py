@@ -83,6 +83,24 @@ _OVERFLOW = ("error", "defer")
 # --------------------------------------------------------------------------------------
 # public entry points
 # --------------------------------------------------------------------------------------
+def sizes_and_capacity(
+    sizes: Sequence[float] | np.ndarray | None, capacity: float | None, n: int, of: str
+) -> tuple[np.ndarray | None, float | None]:
+    """The per-sample ``sizes`` (one per entry of ``of``) and the per-bin ``capacity``
+    in the same unit, checked together: a capacity needs sizes to be measured against."""
+    s: np.ndarray | None = None
+    if sizes is not None:
+        s = _costs(sizes, "sizes")
+        if s.size != n:
+            raise InvalidArgumentError(f"sizes has {s.size} entries for {n} {of}")
+    cap: float | None = None
+    if capacity is not None:
+        cap = float_arg("capacity", capacity, positive=True)
+        if s is None:
+            raise InvalidArgumentError("capacity is in tokens: pass sizes= (tokens per sample) with it")
+    return s, cap
+
+
 def balance_detailed(
     costs: Sequence[float] | np.ndarray,
     num_buckets: int,
@@ -112,16 +130,7 @@ def balance_detailed(
     if placement is None:
         placement = method if reorder_only else "interleave"
     choice_arg("placement", placement, METHODS)
-    s: np.ndarray | None = None
-    if sizes is not None:
-        s = _costs(sizes, "sizes")
-        if s.size != c.size:
-            raise InvalidArgumentError(f"sizes has {s.size} entries for {c.size} costs")
-    cap: float | None = None
-    if capacity is not None:
-        cap = float_arg("capacity", capacity, positive=True)
-        if s is None:
-            raise InvalidArgumentError("capacity is in tokens: pass sizes= (tokens per sample) with it")
+    s, cap = sizes_and_capacity(sizes, capacity, c.size, "costs")
     n, m = int(num_buckets), int(num_bins)
     g = n if group_size is None else opt_int_arg("group_size", group_size, minimum=1)
     assert g is not None

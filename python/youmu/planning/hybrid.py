@@ -53,9 +53,16 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import choice_arg, float_arg, float_array, int_arg, opt_int_arg
+from youmu._args import choice_arg, float_array, int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
-from youmu.planning.balance import BalanceResult, Imbalance, balance_detailed, check_grid, imbalance
+from youmu.planning.balance import (
+    BalanceResult,
+    Imbalance,
+    balance_detailed,
+    check_grid,
+    imbalance,
+    sizes_and_capacity,
+)
 
 __all__ = ["HybridResult", "ColocatedResult", "balance_hybrid", "balance_colocated", "module_imbalance",
            "image_lists"]
@@ -307,16 +314,7 @@ def balance_colocated(
     check_grid(num_buckets, num_bins)
     choice_arg("on_overflow", on_overflow, ("error", "defer"))
     n, m = int(num_buckets), int(num_bins)
-    s: np.ndarray | None = None
-    if sizes is not None:
-        s = _costs(sizes, "sizes")
-        if s.size != c1.size:
-            raise InvalidArgumentError(f"sizes has {s.size} entries for {c1.size} samples")
-    cap: float | None = None
-    if capacity is not None:
-        cap = float_arg("capacity", capacity, positive=True)
-        if s is None:
-            raise InvalidArgumentError("capacity is in tokens: pass sizes= (tokens per sample) with it")
+    s, cap = sizes_and_capacity(sizes, capacity, c1.size, "samples")
     opt_int_arg("num_bins", num_bins, minimum=1)
     k = n * m
     x1 = c1 / (c1.sum() / k) if c1.sum() > 0 else np.zeros_like(c1)
