@@ -225,6 +225,12 @@ class TrainerLoader:
             )
         return steps
 
+    @property
+    def epoch_steps(self) -> int | None:
+        """The current epoch's steps when they differ from a full epoch's — an epoch
+        resumed on another number of ranks, until it ends — else ``None``."""
+        return None if self._finished else self._epoch_steps
+
     def check_equal_steps(self, trainer: str) -> None:
         """Refuse a ``DynamicBatchLoader`` whose ranks may stop at different steps (join
         mode with ``uneven="stop"``) for a trainer that cannot ``Join`` them: its DDP
