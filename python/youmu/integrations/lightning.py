@@ -117,7 +117,7 @@ class YoumuDataModule(pl.LightningDataModule):
     def _load(self, state: Mapping[str, Any]) -> None:
         assert self.loader is not None
         self.loader.load_state_dict(state)
-        trainer = self.trainer
+        trainer: Any = self.trainer  # its reload setting is set at run time, not declared
         resized = self.loader.epoch_steps is not None
         if resized and trainer is not None and not trainer.reload_dataloaders_every_n_epochs:
             # Lightning measures len(train_dataloader) when it loads it, once per fit by
