@@ -394,6 +394,7 @@ class TrainerLoader:
         self._finished = bool(st["finished"])
         self._epoch_steps = state_int(st, "epoch_steps", owner="TrainerLoader") if "epoch_steps" in st else None
         self._pending = st["source"]
+        self._positioned = False
 
     def _load_resized(self, ranks: list[Any]) -> None:
         """Every rank's state of a job of another world size (see :meth:`load_state_dict`)."""
