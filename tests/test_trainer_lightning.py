@@ -51,10 +51,11 @@ def _mixture_loader() -> TrainerLoader:
     return TrainerLoader(MapStream(mix, drop_last=True), batch_size=4, collate_fn=collate, source_key="src")
 
 
-def _fit(tmp: str, make_loader: Any, *, ckpt: str | None = None, callbacks: tuple = (), **kw: Any) -> tuple[Any, Module]:
+def _fit(tmp: str, make_loader: Any, *, ckpt: str | None = None, callbacks: tuple = (), devices: int = 2,
+         **kw: Any) -> tuple[Any, Module]:
     module = Module()
     trainer = pl.Trainer(
-        accelerator="cpu", devices=2, num_nodes=1, strategy=DDPStrategy(process_group_backend="gloo"),
+        accelerator="cpu", devices=devices, num_nodes=1, strategy=DDPStrategy(process_group_backend="gloo"),
         logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp,
         enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks), callbacks=list(callbacks), **kw,
     )
@@ -89,6 +90,22 @@ def lightning_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["c_steps"], res["c_predicted"], res["c_ids"] = trainer.global_step, box["steps"], module.model.seen
     res["c_grad_exact"] = grads_match(module.first_grads, reference_grad(gather(module.model.batches[0])))
     return res
+
+
+def _plain_loader() -> TrainerLoader:
+    return TrainerLoader(MapStream(dataset(), drop_last=True), batch_size=3, collate_fn=collate)
+
+
+def lightning_resize_world(rank: int, world: int, tmp: str, save: bool) -> dict[str, Any]:
+    """3 ranks save at step 2 (``ModelCheckpoint``); 2 ranks resume from that file."""
+    torchrun_env(rank, world)
+    if save:
+        saver = ModelCheckpoint(dirpath=f"{tmp}/ckpt", every_n_train_steps=2, save_top_k=-1)
+        _, module = _fit(f"{tmp}/three", _plain_loader, devices=world, max_epochs=2, max_steps=2, callbacks=(saver,))
+        return {"seen": module.model.seen}
+    path = sorted(glob.glob(f"{tmp}/ckpt/*step=2*.ckpt"))[0]
+    trainer, module = _fit(f"{tmp}/two", _plain_loader, devices=world, max_epochs=2, ckpt=path)
+    return {"seen": module.model.seen, "steps": trainer.global_step}
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +144,15 @@ def test_data_module_refuses_other_loaders() -> None:
     dm = YoumuDataModule(lambda: [1, 2, 3])
     with pytest.raises(ArgumentTypeError, match="TrainerLoader"):
         dm.setup("fit")
+
+
+def test_checkpoint_of_three_ranks_resumes_on_two(tmp_path) -> None:
+    old = run_world(lightning_resize_world, 3, str(tmp_path), True, timeout=300)
+    new = run_world(lightning_resize_world, 2, str(tmp_path), False, timeout=300)
+    # 3 ranks x 2 steps x 3 samples trained; the other 30 are 15 per rank of the 2-rank job:
+    # 5 more steps, so the resumed epoch has 7; the next epoch is a full one of 8 steps on 2
+    # ranks, which Lightning sees only if it re-reads the loader's length after the resize
+    resumed = [i for r in old for i in r["seen"]] + [i for r in new for i in r["seen"][:15]]
+    assert sorted(resumed) == list(range(N))
+    assert sorted(i for r in new for i in r["seen"][15:]) == list(range(N))
+    assert [r["steps"] for r in new] == [2 + 5 + 8] * 2

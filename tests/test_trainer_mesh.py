@@ -2,7 +2,8 @@
 tensor-parallel on 4 CPU processes over Gloo. Tensor-parallel peers get identical batches
 and data-parallel ranks disjoint ones (fixed-size and dynamic batches), and a
 ``torch.distributed.checkpoint`` save/load resumes the stream exactly (same samples after
-the resume, same final parameters — the model's output layer is tensor-parallel)."""
+the resume, same final parameters — the model's output layer is tensor-parallel), also in
+a job of 3 data-parallel ranks (the rest of the epoch exactly once)."""
 
 from __future__ import annotations
 
@@ -106,9 +107,24 @@ def mesh_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     return res
 
 
+def mesh_resize_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
+    """3 data-parallel ranks resume the checkpoint 2 x 2 ranks saved (the loader's key only)."""
+    mesh = init_device_mesh("cpu", (3,), mesh_dim_names=("dp",))
+    loader = _loader(mesh)
+    dcp.load({"loader": LoaderState(loader, mesh)}, checkpoint_id=f"{tmp}/dcp")
+    res = {"len": len(loader), "epoch": loader.epoch}
+    res["seen"] = [batch["id"].tolist() for batch in loader]
+    return res
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> list[dict[str, Any]]:
-    return run_world(mesh_world, 4, str(tmp_path_factory.mktemp("mesh")), timeout=300)
+def mesh_tmp(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("mesh"))
+
+
+@pytest.fixture(scope="module")
+def results(mesh_tmp) -> list[dict[str, Any]]:
+    return run_world(mesh_world, 4, mesh_tmp, timeout=300)
 
 
 def _by_coord(results: list[dict[str, Any]], key: str) -> dict[tuple[int, int], Any]:
@@ -136,3 +152,18 @@ def test_dcp_resume_continues_exactly(results) -> None:
 
 def test_loader_state_refuses_a_loader_of_another_rank(results) -> None:
     assert all(r["refused"] for r in results)
+
+
+def test_dcp_resume_on_another_data_parallel_size(results, mesh_tmp) -> None:
+    resized = run_world(mesh_resize_world, 3, mesh_tmp, timeout=300)
+    full = _by_coord(results, "full")
+    per_epoch = N // 2 // 4
+    # the 2 x 2 job saved after step 8: 2 steps into its second epoch on each data-parallel rank
+    before = [i for dp in (0, 1) for b in full[(dp, 0)][per_epoch:8] for i in b]
+    after = [i for r in resized for b in r["seen"] for i in b]
+    # the rest of the epoch exactly once, less what drop_last=True drops to even out 3 ranks
+    assert len(set(before + after)) == len(before + after)
+    assert len(set(range(N)) - set(before + after)) == (N - len(before)) % 3
+    steps = {len(r["seen"]) for r in resized}
+    assert len(steps) == 1 and [r["len"] for r in resized] == [8 - per_epoch + steps.pop()] * 3
+    assert [r["epoch"] for r in resized] == [1] * 3

@@ -11,7 +11,10 @@ accelerator and hands it back — without wrapping it:
 * ``accelerator.save_state(dir)`` saves every rank's loader state (gathered into the
   checkpoint's ``custom_checkpoint_<i>.pkl``) and ``accelerator.load_state(dir)`` gives
   each rank its own back: the stream continues exactly, in constant time, instead of
-  ``skip_first_batches`` reading and dropping the consumed batches;
+  ``skip_first_batches`` reading and dropping the consumed batches. A job of another
+  number of processes loads the same checkpoint: every rank merges all the saved ranks'
+  states and the epoch's rest is delivered once over the new ranks, with equal steps
+  (:meth:`TrainerLoader.load_state_dict`);
 * batches land on ``accelerator.device``.
 
 The loop (``split_info``/``scale_loss`` apply a dynamic batch's token-level loss scale;

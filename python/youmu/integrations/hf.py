@@ -15,7 +15,10 @@ batches from a :class:`~youmu.integrations.trainer_loader.TrainerLoader`:
   continues exactly where it stopped. ``ignore_data_skip`` is forced on, so the Trainer
   does not fast-forward the loader batch by batch (hours on a large epoch), and the
   resumed epoch's pass is counted from where the loader stopped, so gradient accumulation
-  keeps its optimizer steps (the epoch's short last one included);
+  keeps its optimizer steps (the epoch's short last one included). A job of another
+  world size reads every rank's file and resumes from all of them
+  (:func:`load_loader_state`); the Trainer's own step and epoch counts are its own then
+  (set ``max_steps`` for such a job: ``num_train_epochs`` counts in the new epoch length);
 * with a ``DynamicBatchLoader`` source, ``compute_loss`` multiplies the model's mean
   per-token loss by ``info.loss_scale`` (ODB, Eq. 2); gradient accumulation must be 1
   (each dynamic step is one optimizer step) and the loader should use ``uneven="pad"``
@@ -35,14 +38,16 @@ Example (with a stand-in base class; a real one is ``transformers.Trainer``):
 
 from __future__ import annotations
 
+import glob
 import os
 import pickle
+import re
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.trainer_loader import TrainerLoader, scale_loss, split_info
 
-__all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "STATE_FILE"]
+__all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "load_loader_state", "STATE_FILE"]
 
 #: Per-rank loader state inside a Trainer checkpoint folder.
 STATE_FILE = "youmu_loader_rank{rank}.pkl"
@@ -51,6 +56,47 @@ STATE_FILE = "youmu_loader_rank{rank}.pkl"
 def loader_state_path(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
     """Where rank ``rank``'s loader state lives in a Trainer checkpoint folder."""
     return os.path.join(os.fspath(checkpoint_dir), STATE_FILE.format(rank=rank))
+
+
+def _read_state(path: str) -> Any:
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def load_loader_state(loader: TrainerLoader, checkpoint_dir: str | os.PathLike[str]) -> None:
+    """Load a Trainer checkpoint's youmu loader state into ``loader``: this rank's file
+    when the checkpoint was saved by a job of this world size (as before), else every
+    rank's file of the saving job, merged by :meth:`TrainerLoader.load_state_dict`
+    (collective then: every rank calls it). A missing file is a
+    :class:`~youmu.errors.StateError` naming the rank and the path."""
+    own = loader_state_path(checkpoint_dir, loader.rank)
+    state = _read_state(own) if os.path.exists(own) else None
+    saved = state.get("world_size") if isinstance(state, dict) else None
+    if state is not None and saved in (loader.world_size, None):
+        loader.load_state_dict(state)  # this job's size (or not a loader state: refused there)
+        return
+    if saved is None:
+        # this rank's file is absent: a job of another size saved it, or it is lost
+        pattern = STATE_FILE.format(rank="*")
+        found = sorted(int(m.group(1)) for p in glob.glob(os.path.join(os.fspath(checkpoint_dir), pattern))
+                       if (m := re.search(r"rank(\d+)\.pkl$", p)))
+        if not found:
+            raise StateError(
+                f"checkpoint {checkpoint_dir} has no youmu loader state ({own}): saved by a Trainer without the youmu "
+                "integration?"
+            )
+        first = _read_state(loader_state_path(checkpoint_dir, found[0]))
+        saved = first.get("world_size") if isinstance(first, dict) else None
+        if not isinstance(saved, int) or saved == loader.world_size:
+            raise StateError(f"checkpoint {checkpoint_dir} has no youmu loader state for rank {loader.rank} ({own})")
+    missing = [r for r in range(saved) if not os.path.exists(loader_state_path(checkpoint_dir, r))]
+    if missing:
+        raise StateError(
+            f"checkpoint {checkpoint_dir} was saved by {saved} ranks but has no youmu loader state for rank(s) "
+            f"{missing} ({loader_state_path(checkpoint_dir, missing[0])}): resuming on {loader.world_size} ranks needs "
+            "every rank's state"
+        )
+    loader.load_state_dict([_read_state(loader_state_path(checkpoint_dir, r)) for r in range(saved)])
 
 
 def _callback_class() -> Any:
@@ -171,14 +217,7 @@ class YoumuTrainerMixin:
                     raise InvalidArgumentError(
                         f"no checkpoint found in {self.args.output_dir}"  # type: ignore[attr-defined]
                     )
-            path = loader_state_path(resume_from_checkpoint, loader.rank)
-            if not os.path.exists(path):
-                raise StateError(
-                    f"checkpoint {resume_from_checkpoint} has no youmu loader state for rank {loader.rank} ({path}): "
-                    "saved by a Trainer without the youmu integration?"
-                )
-            with open(path, "rb") as f:
-                loader.load_state_dict(pickle.load(f))
+            load_loader_state(loader, resume_from_checkpoint)
         try:
             return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
         finally:

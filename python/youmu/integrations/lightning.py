@@ -15,7 +15,11 @@ returns it from ``train_dataloader``:
   each rank its own back: the epoch continues exactly where it stopped, in constant time.
   (Lightning's own loader-state saving keeps rank 0's state only and would give it to
   every rank; the data module hands Lightning a view without state methods so that
-  cannot happen.)
+  cannot happen.) A job of another number of ranks resumes from that checkpoint too:
+  the epoch continues on the new ranks, every sample of it once. The data module then
+  has Lightning re-read the loader's length each epoch
+  (``reload_dataloaders_every_n_epochs=1``, unless set): the resumed epoch and the full
+  ones after it differ in length, and Lightning would otherwise keep the first;
 * :class:`LoaderMetrics` logs tokens/s, padding ratio, data wait and mixture shares
   through ``LightningModule.log_dict``.
 
@@ -83,7 +87,7 @@ class YoumuDataModule(pl.LightningDataModule):
             loader.check_equal_steps("Lightning")
             self.loader = loader
             if self._pending is not None:
-                loader.load_state_dict(self._pending)
+                self._load(self._pending)
                 self._pending = None
 
     def train_dataloader(self) -> LoaderView:
@@ -108,7 +112,18 @@ class YoumuDataModule(pl.LightningDataModule):
         if self.loader is None:
             self._pending = state_dict
         else:
-            self.loader.load_state_dict(state_dict)
+            self._load(state_dict)
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        assert self.loader is not None
+        self.loader.load_state_dict(state)
+        trainer: Any = self.trainer  # its reload setting is set at run time, not declared
+        resized = self.loader.epoch_steps is not None
+        if resized and trainer is not None and not trainer.reload_dataloaders_every_n_epochs:
+            # Lightning measures len(train_dataloader) when it loads it, once per fit by
+            # default: loading it each epoch gives the full epochs after a resized one
+            # their own length (else they would stop at the resumed epoch's)
+            trainer.reload_dataloaders_every_n_epochs = 1
 
     def teardown(self, stage: str) -> None:
         if self.loader is not None:

@@ -9,10 +9,16 @@ channel over the data-parallel group (for youmu's small collectives: equal step 
 ``DynamicBatchLoader``'s alignment, gathering states); on GPUs the mesh's own groups
 are NCCL, so the channel is a separate Gloo group over the same ranks.
 
-:class:`LoaderState` puts the loader into a DCP state dict the way torchtitan does:
-under one key per data-parallel rank (``"dp_rank_<r>"``), pickled. Tensor-parallel peers
-write the same key with the same bytes, which DCP de-duplicates; on load each rank reads
-its own data-parallel rank's key and continues the stream exactly.
+:class:`LoaderState` puts the loader into a DCP state dict: every data-parallel rank's
+state, gathered over the data-parallel channel, pickled under one key (``"dp_ranks"``).
+Every rank writes the same key with the same bytes, which DCP de-duplicates (so the
+checkpoint holds them once). One key that every job reads, whatever its size, is what
+lets a job of another data-parallel size resume: DCP loads only the keys the loading
+job's state dict names, and a job of 3 data-parallel ranks could not name the keys of
+the 2 that saved (torchtitan's one key per rank, ``"dp_rank_<r>"``, refuses a resize for
+that reason). On load, a job of the same data-parallel size takes its own rank's part
+and continues the stream exactly; a job of another size resumes the rest of the epoch
+from every rank's state (:meth:`TrainerLoader.load_state_dict`).
 
 Example (4 processes, 2 data-parallel × 2 tensor-parallel)::
 
@@ -22,11 +28,11 @@ Example (4 processes, 2 data-parallel × 2 tensor-parallel)::
                            batch_size=8, channel=channel)
     state = {"model": model.state_dict(), "loader": LoaderState(loader, mesh)}
     dcp.save(state, checkpoint_id=path)     # ... later, in a new job:
-    dcp.load(state, checkpoint_id=path)     # the loader continues where it stopped
+    dcp.load(state, checkpoint_id=path)     # the loader continues where it stopped (any dp size)
 
 Example:
-    >>> LoaderState.key(3)
-    'dp_rank_3'
+    >>> LoaderState.KEY
+    'dp_ranks'
 """
 
 from __future__ import annotations
@@ -60,7 +66,11 @@ def data_parallel(mesh: Any, dim: str = "dp") -> tuple[int, int, Any]:
 
 
 class LoaderState:
-    """A DCP ``Stateful`` over a :class:`TrainerLoader`: one key per data-parallel rank."""
+    """A DCP ``Stateful`` over a :class:`TrainerLoader`: every data-parallel rank's state
+    under one key (``state_dict`` is collective over the data-parallel channel; DCP calls
+    it on every rank, in ``save`` and in ``load``)."""
+
+    KEY = "dp_ranks"
 
     def __init__(self, loader: TrainerLoader, mesh: Any = None, dim: str = "dp") -> None:
         if not isinstance(loader, TrainerLoader):
@@ -73,20 +83,13 @@ class LoaderState:
                 "build it with data_parallel(mesh)'s channel"
             )
 
-    @staticmethod
-    def key(dp_rank: int) -> str:
-        return f"dp_rank_{dp_rank}"
-
     def state_dict(self) -> dict[str, Any]:
-        return {self.key(self.dp_rank): pickle.dumps(self.loader.state_dict(), protocol=pickle.HIGHEST_PROTOCOL),
+        gathered = self.loader.gathered_state_dict()
+        return {self.KEY: pickle.dumps(gathered, protocol=pickle.HIGHEST_PROTOCOL),
                 "dp_world_size": self.loader.world_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        saved = state.get("dp_world_size")
-        if saved != self.loader.world_size:
-            raise StateError(f"the checkpoint's loader state was saved with {saved} data-parallel ranks; this job has "
-                             f"{self.loader.world_size}")
-        blob = state.get(self.key(self.dp_rank))
+        blob = state.get(self.KEY)
         if not isinstance(blob, (bytes, bytearray)):
-            raise StateError(f"the checkpoint has no loader state for data-parallel rank {self.dp_rank}")
+            raise StateError(f"the checkpoint has no youmu loader state under {self.KEY!r}")
         self.loader.load_state_dict(pickle.loads(blob))

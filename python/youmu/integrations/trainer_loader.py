@@ -20,6 +20,10 @@ What it guarantees, whatever the source:
   position (the source's own state, or torchdata ``StatefulDataLoader``'s over a stream);
   :meth:`gathered_state_dict` collects every rank's in one dict for trainers that save
   one checkpoint file from rank 0 (Accelerate, Lightning). Nothing is skipped or replayed.
+* **Resume on another number of ranks**: :meth:`load_state_dict` also takes every rank's
+  state of a job of another world size (the gathered dict, or the list of per-rank
+  states): :func:`youmu.merge_states` turns them into one state for this topology, and
+  the new job delivers the rest of the epoch exactly once (see :meth:`load_state_dict`).
 * **Metrics**: :meth:`metrics` gives tokens/s, samples/s, padding ratio, the wait for
   data (p50/p99) and mixture shares, ready for a trainer's logger.
 
@@ -42,22 +46,20 @@ Example:
 from __future__ import annotations
 
 import math
-import pickle
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
+from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
 from youmu.stateful import check_state, state_int
 
 __all__ = ["TrainerLoader", "INFO_KEY", "STATE_FORMAT", "GATHERED_FORMAT", "split_info", "scale_loss"]
 
 #: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
 INFO_KEY = "youmu_info"
-STATE_FORMAT = "youmu.TrainerLoader/1"
-GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
 
 
 def split_info(batch: Any) -> tuple[Any, Any]:
@@ -92,21 +94,6 @@ def _default_channel() -> Any:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return GlooChannel.from_default_group()
     return GlooChannel.local()
-
-
-def gather_objects(channel: Any, obj: Any) -> list[Any]:
-    """Every rank's picklable ``obj``, in rank order (two all-gathers on ``channel``)."""
-    import numpy as np
-
-    if channel.world_size == 1:
-        return [obj]
-    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sizes = [int(t[0]) for t in channel.all_gather_int64([len(blob)])]
-    width = -(-max(sizes) // 8)
-    buf = np.zeros(width * 8, dtype=np.uint8)
-    buf[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
-    rows = channel.all_gather_int64(buf.view(np.int64))
-    return [pickle.loads(r.numpy().view(np.uint8)[:n].tobytes()) for r, n in zip(rows, sizes)]
 
 
 def _batches_per_epoch(source: Any, batch_size: int, num_workers: int) -> int | None:
@@ -171,6 +158,7 @@ class TrainerLoader:
         callable_arg("collate_fn", collate_fn, optional=True)
         num_workers = int_arg("num_workers", num_workers, minimum=0)
         self._steps = opt_int_arg("steps_per_epoch", steps_per_epoch, minimum=1)
+        self._user_steps = steps_per_epoch is not None
         self.even = bool_arg("even", even)
         self.source_key = source_key
         self.device = device
@@ -196,10 +184,12 @@ class TrainerLoader:
             from youmu.torch.collate import collate_pad
 
             self.channel = channel if channel is not None else _default_channel()
-            self._loader = StatefulDataLoader(
-                source, batch_size=batch_size, collate_fn=collate_fn or collate_pad, num_workers=num_workers,
-            )
+            # kept to build a fresh loader over a stream resumed from a merged state
+            self._loader_args = {"batch_size": batch_size, "collate_fn": collate_fn or collate_pad,
+                                 "num_workers": num_workers}
+            self._loader = StatefulDataLoader(source, **self._loader_args)
         self.batch_size = batch_size
+        self.num_workers = num_workers
         self.rank, self.world_size = self.channel.rank, self.channel.world_size
         if not self.pairs and self._steps is None:
             mine = _batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
@@ -209,18 +199,37 @@ class TrainerLoader:
         self._taken = 0  # steps delivered in the current epoch
         self._finished = False  # the current epoch's pass ran out
         self._pending: dict[str, Any] | None = None  # a loaded source state for the next pass
+        # the current epoch's steps when they differ from a full epoch's: an epoch resumed on
+        # another number of ranks is the steps taken before plus what is left
+        self._epoch_steps: int | None = None
+        self._positioned = False  # the source was loaded from a merged state: no set_epoch
         self._reset_metrics()
 
     # -- sizes and epochs -----------------------------------------------------------------
+    def _limit(self) -> int | None:
+        """Steps of the epoch the next batch belongs to (``None``: unknown)."""
+        if self._epoch_steps is not None and not self._finished:
+            return self._epoch_steps
+        return self._steps
+
     def __len__(self) -> int:
-        """Steps per epoch on every rank (known for sized streams or ``steps_per_epoch``)."""
-        if self._steps is None:
+        """Steps per epoch on every rank (known for sized streams or ``steps_per_epoch``).
+        An epoch resumed on another number of ranks has ``steps taken + steps left`` (see
+        :meth:`load_state_dict`) until it ends; the epochs after it are full ones."""
+        steps = self._limit()
+        if steps is None:
             # a TypeError (ArgumentTypeError is one) is len()'s protocol for "no length":
             # trainers (HF's has_length, Lightning's has_len) catch it and use max_steps
             raise ArgumentTypeError(
                 f"{type(self.source).__name__} has no known number of steps per epoch; pass steps_per_epoch"
             )
-        return self._steps
+        return steps
+
+    @property
+    def epoch_steps(self) -> int | None:
+        """The current epoch's steps when they differ from a full epoch's — an epoch
+        resumed on another number of ranks, until it ends — else ``None``."""
+        return None if self._finished else self._epoch_steps
 
     def check_equal_steps(self, trainer: str) -> None:
         """Refuse a ``DynamicBatchLoader`` whose ranks may stop at different steps (join
@@ -235,7 +244,7 @@ class TrainerLoader:
 
     def has_length(self) -> bool:
         """Whether ``len()`` is known (sized streams, or ``steps_per_epoch`` given)."""
-        return self._steps is not None
+        return self._limit() is not None
 
     def set_epoch(self, epoch: int) -> None:
         """Ignored: the loader counts its epochs itself (see the module doc), so that a
@@ -252,8 +261,10 @@ class TrainerLoader:
             self._taken = 0
             self._finished = False
             self._pending = None
+            self._epoch_steps = None
+            self._positioned = False
             self._source_set_epoch(self.epoch)
-        elif self._pending is None and self._taken == 0:
+        elif self._pending is None and self._taken == 0 and not self._positioned:
             self._source_set_epoch(self.epoch)
         if self._pending is not None:
             self._loader.load_state_dict(self._pending)
@@ -268,8 +279,9 @@ class TrainerLoader:
 
     def _batches(self) -> Iterator[Any]:
         it = iter(self._loader)
+        limit = self._limit()
         while True:
-            if self._steps is not None and self._taken >= self._steps:
+            if limit is not None and self._taken >= limit:
                 break
             t0 = time.perf_counter()
             try:
@@ -277,15 +289,16 @@ class TrainerLoader:
                 have = True
             except StopIteration:
                 item, have = None, False
-            if not self.pairs and self._steps is None:
+            if not self.pairs and limit is None:
                 have = self._agree(have)
             if not have:
                 break
             wait = time.perf_counter() - t0
             batch = self._wrap(item)
             self._taken += 1
+            self._positioned = False
             self._record(batch, wait)
-            if self._steps is not None and self._taken >= self._steps:
+            if limit is not None and self._taken >= limit:
                 # trainers stop asking after len() batches: the epoch is over now, not at a
                 # next() that never comes
                 self._finished = True
@@ -309,31 +322,110 @@ class TrainerLoader:
     def state_dict(self) -> dict[str, Any]:
         """This rank's resume point: the epoch, steps taken and the source's state."""
         source = self._pending if self._pending is not None else self._loader.state_dict()
-        return {"format": STATE_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
-                "steps": self._taken, "finished": self._finished, "source": source}
+        state = {"format": STATE_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
+                 "steps": self._taken, "finished": self._finished, "source": source}
+        if self._epoch_steps is not None:
+            state["epoch_steps"] = self._epoch_steps
+        return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict` (this rank's) or :meth:`gathered_state_dict`
-        (every rank's) at the next ``iter()``."""
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Continue at the next ``iter()`` from :meth:`state_dict` (this rank's), or from
+        every rank's: :meth:`gathered_state_dict` or the list of each rank's
+        :meth:`state_dict`.
+
+        Every rank's states of a job of **another world size** resume here too (call it on
+        every rank: it is collective then). They must form one complete job — each rank of
+        it once, else :class:`~youmu.errors.StateError` names the missing or repeated
+        rank. Their sources' states are merged with :func:`youmu.merge_states` and loaded
+        into the source (a stream gets a fresh ``StatefulDataLoader`` with the same
+        arguments, whose workers copy it; a loader gets ``load_state_dict(merged)``), so
+        this job delivers every sample of the epoch that the old one did not deliver,
+        exactly once. The epoch carries over, and so do the steps taken in it: the
+        resumed epoch's ``len()`` is the steps taken before the resize plus the batches
+        left, the smallest count over this job's ranks (one all-gather, as the
+        constructor does for a full epoch), so every rank takes the same number of steps.
+        With ``steps_per_epoch`` given, or an unsized stream, the epoch ends at that cap or
+        when the ranks agree that one is out, as usual. The epochs after it are full
+        epochs of this job.
+
+        Example (the states of two ranks that took one step of 2 rows each, simulated,
+        resumed by a job of one rank):
+
+        >>> from youmu.torch import MapStream
+        >>> rows = [{"id": i, "input_ids": [i]} for i in range(12)]
+        >>> def rank_state(r):
+        ...     stream = MapStream(rows, rank=r, world_size=2)
+        ...     it = iter(stream)
+        ...     _ = [next(it) for _ in range(2)]
+        ...     return {"format": STATE_FORMAT, "rank": r, "world_size": 2, "epoch": 0, "steps": 1,
+        ...             "finished": False, "source": stream.state_dict()}
+        >>> loader = TrainerLoader(MapStream(rows), batch_size=4)
+        >>> loader.load_state_dict([rank_state(0), rank_state(1)])
+        >>> len(loader), sorted(i for b in loader for i in b["id"].tolist())
+        (3, [4, 5, 6, 7, 8, 9, 10, 11])
+        """
+        ranks: Any = None
         if isinstance(state, Mapping) and state.get("format") == GATHERED_FORMAT:
             ranks = state.get("ranks")
-            if not isinstance(ranks, list) or len(ranks) != self.world_size:
-                n = len(ranks) if isinstance(ranks, list) else "no"
-                raise StateError(f"the gathered TrainerLoader state holds {n} ranks' states; this job has "
-                                 f"world_size={self.world_size}")
+            if not isinstance(ranks, list) or not ranks:
+                raise StateError(f"the gathered TrainerLoader state must hold a non-empty list of the ranks' states, "
+                                 f"got {type(ranks).__name__}")
+        elif isinstance(state, Sequence) and not isinstance(state, (str, bytes)):
+            ranks = list(state)
+            if not ranks:
+                raise StateError("TrainerLoader.load_state_dict got an empty list of rank states")
+        if ranks is not None:
+            if len(ranks) != self.world_size or any(saved_world(r) != self.world_size for r in ranks):
+                self._load_resized(ranks)
+                return
             state = ranks[self.rank]
+        elif isinstance(state, Mapping) and state.get("format") == STATE_FORMAT and saved_world(state) not in (
+                self.world_size, None):
+            raise StateError(
+                f"the TrainerLoader state is rank {state.get('rank')!r}'s of a job of world_size="
+                f"{state.get('world_size')!r}; this job has world_size={self.world_size}: resuming on another number "
+                "of ranks needs every rank's state (gathered_state_dict(), or the list of every rank's state_dict())"
+            )
         st = check_state(state, STATE_FORMAT, owner="TrainerLoader",
                          expect={"rank": self.rank, "world_size": self.world_size},
                          required=("epoch", "steps", "finished", "source"))
         self.epoch = state_int(st, "epoch", owner="TrainerLoader")
         self._taken = state_int(st, "steps", owner="TrainerLoader")
         self._finished = bool(st["finished"])
+        self._epoch_steps = state_int(st, "epoch_steps", owner="TrainerLoader") if "epoch_steps" in st else None
         self._pending = st["source"]
+        self._positioned = False
+
+    def _load_resized(self, ranks: list[Any]) -> None:
+        """Every rank's state of a job of another world size (see :meth:`load_state_dict`)."""
+        from youmu.merge import merge_states
+
+        states = job_states(ranks)
+        epochs = {state_int(s, "epoch", owner="TrainerLoader") for s in states}
+        if len(epochs) > 1:
+            raise StateError(f"the ranks' TrainerLoader states are of different epochs {sorted(epochs)}: they were not "
+                             "saved by one job at one point")
+        taken = max(state_int(s, "steps", owner="TrainerLoader") for s in states)
+        finished = all(bool(s["finished"]) for s in states)
+        merged = merge_states([s["source"] for s in states])
+        if self.pairs:
+            self._loader.load_state_dict(merged)
+        else:
+            from torchdata.stateful_dataloader import StatefulDataLoader
+
+            self.source.load_state_dict(merged)
+            self._loader = StatefulDataLoader(self.source, **self._loader_args)
+        self.epoch, self._taken, self._finished = epochs.pop(), taken, finished
+        self._pending, self._positioned, self._epoch_steps = None, True, None
+        if not (finished or self.pairs or self._user_steps):
+            left = _batches_per_epoch(self.source, self.batch_size, self.num_workers)  # type: ignore[arg-type]
+            if left is not None:  # a sized stream: what is left of the epoch on every rank
+                self._epoch_steps = taken + min(int(t[0]) for t in self.channel.all_gather_int64([left]))
 
     def gathered_state_dict(self) -> dict[str, Any]:
         """Every rank's :meth:`state_dict` in one dict (collective: call it on every rank,
         as trainers do when they save a checkpoint); :meth:`load_state_dict` picks this
-        rank's part."""
+        rank's part, or merges them all on another world size."""
         return {"format": GATHERED_FORMAT, "ranks": gather_objects(self.channel, self.state_dict())}
 
     # -- metrics ----------------------------------------------------------------------------

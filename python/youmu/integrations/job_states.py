@@ -1,0 +1,73 @@
+"""The states every rank of a job saved: :class:`~youmu.integrations.TrainerLoader`'s
+state formats, gathering every rank's state into one, and checking that a set of
+per-rank states is one complete job before :func:`youmu.merge_states` turns them into
+one state for another number of ranks.
+
+Example:
+    >>> states = [{"format": STATE_FORMAT, "rank": r, "world_size": 3, "epoch": 0, "steps": 2, "finished": False,
+    ...            "source": {}} for r in (0, 2)]
+    >>> try:
+    ...     job_states(states)
+    ... except StateError as e:
+    ...     print(str(e).split(":")[0])
+    the TrainerLoader states of rank(s) [1] of the saving job (world_size=3) are missing
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from youmu.errors import StateError
+from youmu.stateful import check_state, state_int
+
+__all__ = ["STATE_FORMAT", "GATHERED_FORMAT", "gather_objects", "job_states", "saved_world"]
+
+STATE_FORMAT = "youmu.TrainerLoader/1"
+GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
+
+
+def saved_world(state: Any) -> Any:
+    """The ``world_size`` a rank's state records (``None`` for anything else)."""
+    return state.get("world_size") if isinstance(state, Mapping) else None
+
+
+def gather_objects(channel: Any, obj: Any) -> list[Any]:
+    """Every rank's picklable ``obj``, in rank order (two all-gathers on ``channel``)."""
+    import numpy as np
+
+    if channel.world_size == 1:
+        return [obj]
+    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sizes = [int(t[0]) for t in channel.all_gather_int64([len(blob)])]
+    width = -(-max(sizes) // 8)
+    buf = np.zeros(width * 8, dtype=np.uint8)
+    buf[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+    rows = channel.all_gather_int64(buf.view(np.int64))
+    return [pickle.loads(r.numpy().view(np.uint8)[:n].tobytes()) for r, n in zip(rows, sizes)]
+
+
+def job_states(ranks: Sequence[Any]) -> list[dict[str, Any]]:
+    """The ``TrainerLoader`` states of every rank of one job, in rank order; a
+    :class:`~youmu.errors.StateError` names a missing or repeated rank, or a state of
+    another kind (the rows a rank delivered are only in its state)."""
+    states = [check_state(s, STATE_FORMAT, owner="TrainerLoader",
+                          required=("rank", "world_size", "epoch", "steps", "finished", "source")) for s in ranks]
+    worlds = {state_int(s, "world_size", owner="TrainerLoader", minimum=1) for s in states}
+    if len(worlds) > 1:
+        raise StateError(f"the ranks' TrainerLoader states are of jobs of different world sizes {sorted(worlds)}")
+    world = worlds.pop()
+    by_rank: dict[int, dict[str, Any]] = {}
+    for s in states:
+        r = state_int(s, "rank", owner="TrainerLoader")
+        if r >= world:
+            raise StateError(f"a TrainerLoader state has rank={r}, not in range(world_size={world})")
+        if r in by_rank:
+            raise StateError(f"the TrainerLoader state of rank {r} appears twice (a job of world_size={world})")
+        by_rank[r] = s
+    missing = sorted(set(range(world)) - set(by_rank))
+    if missing:
+        raise StateError(f"the TrainerLoader states of rank(s) {missing} of the saving job (world_size={world}) are "
+                         "missing: resuming on another number of ranks needs every rank's state")
+    return [by_rank[r] for r in range(world)]
