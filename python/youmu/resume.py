@@ -35,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ import numpy as np
 from youmu.errors import StateError
 from youmu.sharding import Shard, round_robin
 from youmu.shuffle import ShardPlan, _balanced_windows, _row_range, row_chunk_rows
-from youmu.stateful import MAX_STATE_INT
+from youmu.stateful import MAX_STATE_INT, state_levels
 
 __all__ = [
     "Units", "Origin", "Level", "resolve", "remaining", "remaining_after", "deal", "encode_levels", "decode_levels",
@@ -253,7 +253,7 @@ def _int(value: Any, field: str, owner: str, minimum: int = 0) -> int:
     return int(value)
 
 
-def _grid(lv: dict[str, Any], name: str, f: str, ks: tuple[int, ...], owner: str) -> tuple[tuple[int, ...], ...]:
+def _grid(lv: Mapping[str, Any], name: str, f: str, ks: tuple[int, ...], owner: str) -> tuple[tuple[int, ...], ...]:
     g = lv.get(name)
     if not isinstance(g, (list, tuple)) or len(g) != len(ks) or any(
             not isinstance(row, (list, tuple)) or len(row) != k for row, k in zip(g, ks)):
@@ -265,13 +265,8 @@ def _grid(lv: dict[str, Any], name: str, f: str, ks: tuple[int, ...], owner: str
 def decode_levels(raw: Any, owner: str) -> list[Level]:
     """Validate and parse the ``resumed`` field of a state; a :class:`StateError`
     names the first field that does not fit."""
-    if not isinstance(raw, (list, tuple)) or not raw:
-        raise StateError(f"{owner} state field 'resumed' must be a non-empty list of levels, got {raw!r:.80}")
     levels = []
-    for i, lv in enumerate(raw):
-        f = f"'resumed'[{i}]"
-        if not isinstance(lv, dict):
-            raise StateError(f"{owner} state field {f} must be a dict, got {type(lv).__name__}")
+    for f, lv in state_levels({"resumed": raw}, "resumed", owner=owner):
         w = _int(lv.get("world_size"), f + "['world_size']", owner, 1)
         nw = lv.get("num_workers")
         if not isinstance(nw, (list, tuple)) or len(nw) != w:

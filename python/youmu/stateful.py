@@ -193,6 +193,30 @@ def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int =
     return [int(k) for k in raw]
 
 
+def state_levels(state: Mapping[str, Any], key: str, *, owner: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The chain of resumed jobs a merged state carries (``youmu.merge_states``): a
+    non-empty list of dicts, one per job of the epoch, each returned with the name of
+    its field for the caller's own checks.
+
+    >>> state_levels({"resumed": [{"world_size": 2}]}, "resumed", owner="YoumuDataset")
+    [("'resumed'[0]", {'world_size': 2})]
+    >>> state_levels({"resumed": []}, "resumed", owner="YoumuDataset")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: YoumuDataset state field 'resumed' must be a non-empty list of levels, got []
+    """
+    raw = state.get(key)
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise StateError(f"{owner} state field {key!r} must be a non-empty list of levels, got {raw!r:.80}")
+    out = []
+    for i, lv in enumerate(raw):
+        f = f"{key!r}[{i}]"
+        if not isinstance(lv, Mapping):
+            raise StateError(f"{owner} state field {f} must be a dict, got {type(lv).__name__}")
+        out.append((f, lv))
+    return out
+
+
 def state_positions(
     state: Mapping[str, Any], key: str, *, owner: str, width: int = 1
 ) -> dict[int, int | tuple[int, ...]]:

@@ -47,7 +47,7 @@ import numpy as np
 
 from youmu.errors import StateError
 from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, state_int, state_ints
+from youmu.stateful import check_state, state_int, state_ints, state_levels
 
 __all__ = ["Level", "rank_order", "merge_loader_states", "resume_from_merged", "decode_chain", "encode_chain",
            "FIXED_SETTINGS"]
@@ -131,13 +131,8 @@ def encode_chain(levels: Sequence[Level]) -> list[dict[str, Any]]:
 def decode_chain(raw: Any, owner: str) -> list[Level]:
     """The ``resumed`` field of a ``DynamicBatchLoader`` state, validated (a
     :class:`StateError` names the first field that does not fit)."""
-    if not isinstance(raw, (list, tuple)) or not raw:
-        raise StateError(f"{owner} state field 'resumed' must be a non-empty list of levels, got {raw!r:.80}")
     out = []
-    for i, lv in enumerate(raw):
-        f = f"'resumed'[{i}]"
-        if not isinstance(lv, Mapping):
-            raise StateError(f"{owner} state field {f} must be a dict, got {type(lv).__name__}")
+    for f, lv in state_levels({"resumed": raw}, "resumed", owner=owner):
         w = state_int(lv, "world_size", owner=f"{owner} {f}", minimum=1)
         positions = state_ints(lv, "positions", owner=f"{owner} {f}")
         pending = lv.get("pending")
