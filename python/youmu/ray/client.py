@@ -56,9 +56,9 @@ from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
 from youmu.planning.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
+from youmu.ray.merge import is_merged, parse_merged
 from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
 from youmu.ray.state import CLIENT_FORMAT, Chain, PlannerState, Ref
-from youmu.ray.merge import is_merged, parse_merged
 from youmu.stateful import check_epoch, check_state, keeps_resume_point, state_int
 
 __all__ = ["RayBalancedLoader", "Deployment", "STATE_FORMAT"]

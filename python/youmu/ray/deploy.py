@@ -192,8 +192,8 @@ class RayLoaders:
                                       hedge_after=hedge_after).attach(handles))
         # what a resume on another topology must find unchanged (youmu.ray.merge)
         data = fingerprint({"sources": described, "measure": fns.describe()})
-        self.deployment = Deployment(name, tuple(names), world, settings.num_microbatches, None,
-                                     self.loaders, group_of, self.config, timeout, collate_fn, settings.portable(), data)
+        self.deployment = Deployment(name, tuple(names), world, settings.num_microbatches, None, self.loaders,
+                                     group_of, self.config, timeout, collate_fn, settings.portable(), data)
         if local:
             planner = StepPlanner(settings, self.loaders, group_of, timeout=timeout, config=self.config)
             self.deployment.planner = Actor.local(self.planner_name, planner, kind="step planner")

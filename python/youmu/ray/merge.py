@@ -25,7 +25,7 @@ Example (the states of a deployment's two clients after one step):
     >>> from youmu.ray import RayLoaders, Source
     >>> from youmu.torch import MapStream
     >>> rows = [{"input_ids": [0] * (k % 5 + 1)} for k in range(24)]
-    >>> src = {"web": Source(stream=lambda r, w: MapStream(rows, rank=r, world_size=w))}
+    >>> src = Source(stream=lambda r, w: MapStream(rows, rank=r, world_size=w))
     >>> two = RayLoaders(src, world_size=2, num_microbatches=1, global_batch_size=4, local=True)
     >>> clients = [two.client(r, prefetch=0) for r in range(2)]
     >>> _ = [next(c.iter_steps()) for c in clients]
@@ -37,7 +37,7 @@ Example (the states of a deployment's two clients after one step):
     >>> for c in again:
     ...     c.load_state_dict(merged)
     >>> [(info.step, info.global_num_samples) for _, info in again[0]]
-    [(1, 6), (2, 6), (3, 2)]
+    [(1, 6), (2, 6), (3, 6), (4, 2)]
 """
 
 from __future__ import annotations
@@ -93,13 +93,13 @@ def merge_ray_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     names = first["sources"]
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise StateError(f"{_OWNER}: RayBalancedLoader state field 'sources' must be a list of source names")
-    st = PlannerState.from_dict(planner, world_size=world, num_sources=len(names))
-    if st.step != step:
-        raise StateError(f"{_OWNER}: RayBalancedLoader state field 'planner' is as of step {st.step}, not the "
+    ps = PlannerState.from_dict(planner, world_size=world, num_sources=len(names))
+    if ps.step != step:
+        raise StateError(f"{_OWNER}: RayBalancedLoader state field 'planner' is as of step {ps.step}, not the "
                          f"resume step {step} (a state loaded and not yet iterated): iterate a step first, or merge "
                          "the states that were loaded")
-    return {"format": MERGED_FORMAT, "stream": CLIENT_FORMAT, "epoch": st.epoch, "step": step, "world_size": world,
-            "sources": names, "settings": first["settings"], "data": first["data"], "planner": st.to_dict()}
+    return {"format": MERGED_FORMAT, "stream": CLIENT_FORMAT, "epoch": ps.epoch, "step": step, "world_size": world,
+            "sources": names, "settings": first["settings"], "data": first["data"], "planner": ps.to_dict()}
 
 
 def parse_merged(state: Any, deployment: Deployment) -> tuple[PlannerState, int, int]:

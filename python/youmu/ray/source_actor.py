@@ -501,7 +501,8 @@ class SourceLoader:
         positions of that stream (as in :meth:`records`), in that order."""
         epoch = int_arg("epoch", epoch, minimum=0)
         with self._lock:
-            return [self._payloads((name, int(stream), epoch, chain), positions) for name, stream, positions in requests]
+            return [self._payloads((name, int(stream), epoch, chain), positions)
+                    for name, stream, positions in requests]
 
     def _payloads(self, key: _Key, positions: Sequence[int]) -> list[Any]:
         got: dict[int, Any] = {}
@@ -544,9 +545,9 @@ class SourceLoader:
 
     def _lost(self, key: _Key, position: int) -> LoaderError:
         name, stream, epoch, _ = key
-        return LoaderError(f"source {name!r}, stream {stream}, epoch {epoch}: position {position} yields no sample (the "
-                           "stream differs from the one the planner measured: the same Source settings and files on "
-                           "every loader?)")
+        return LoaderError(f"source {name!r}, stream {stream}, epoch {epoch}: position {position} yields no sample "
+                           "(the stream differs from the one the planner measured: the same Source settings and "
+                           "files on every loader?)")
 
     def ping(self) -> dict[str, Any]:
         """Who answers: the process, its sources and their sizes (readiness checks);
