@@ -19,8 +19,8 @@ sample (arrival ids ``k·W + r``, capacity checks). The ranks' candidates are
 concatenated in rank order (:func:`~youmu.planning.rank_sources.step_meta`, what the
 all-gather gives), planned by :meth:`Planner.plan <youmu.planning.Planner.plan>`, and
 each rank's micro-batches are put together by planning's
-:class:`~youmu.planning.microbatch.Assembler` with *references* ``(source, origin rank,
-position)`` in place of samples: every :class:`~youmu.planning.MicroBatchInfo` field
+:class:`~youmu.planning.microbatch.Assembler` with *references* ``(source, origin stream,
+position)`` (the origin rank's stream; after a resize, :mod:`youmu.ray.state`) in place of samples: every :class:`~youmu.planning.MicroBatchInfo` field
 (loss scale, padding slots, fingerprint) is the in-process one.
 
 **State.** After step ``s`` the planner's state (:class:`PlannerState`) is the step,
@@ -48,7 +48,7 @@ as actors):
     >>> step = planner.plans(0, 0, 0, 1, PlannerState.initial(0, 2, 2).to_dict())[0]
     >>> [(info.microbatch, info.num_samples) for refs, info in step.microbatches]
     [(0, 1), (1, 3)]
-    >>> step.microbatches[0][0]                              # (source, origin rank, position)
+    >>> step.microbatches[0][0]                              # (source, origin stream, position)
     ((0, 1, 2),)
 """
 
