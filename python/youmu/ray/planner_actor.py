@@ -20,8 +20,9 @@ concatenated in rank order (:func:`~youmu.planning.rank_sources.step_meta`, what
 all-gather gives), planned by :meth:`Planner.plan <youmu.planning.Planner.plan>`, and
 each rank's micro-batches are put together by planning's
 :class:`~youmu.planning.microbatch.Assembler` with *references* ``(source, origin stream,
-position)`` (the origin rank's stream; after a resize, :mod:`youmu.ray.state`) in place of samples: every :class:`~youmu.planning.MicroBatchInfo` field
-(loss scale, padding slots, fingerprint) is the in-process one.
+position)`` (the origin rank's stream; after a resize, :mod:`youmu.ray.state`) in
+place of samples: every :class:`~youmu.planning.MicroBatchInfo` field (loss scale,
+padding slots, fingerprint) is the in-process one.
 
 **State.** After step ``s`` the planner's state (:class:`PlannerState`) is the step,
 every (rank, source) stream position, every rank's arrival counter, the carried
