@@ -151,7 +151,13 @@ def _loader_mergers() -> dict[str, Callable[[Sequence[Mapping[str, Any]]], dict[
     from youmu.batching.merge import merge_loader_states
     from youmu.planning.merge import merge_balanced_states
 
-    return {"youmu.batching/1": merge_loader_states, "youmu.planning.BalancedLoader/2": merge_balanced_states}
+    def merge_ray_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        from youmu.ray.merge import merge_ray_states  # imports Ray: only for its clients' states
+
+        return merge_ray_states(states)
+
+    return {"youmu.batching/1": merge_loader_states, "youmu.planning.BalancedLoader/2": merge_balanced_states,
+            "youmu.ray.RayBalancedLoader/1": merge_ray_states}
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

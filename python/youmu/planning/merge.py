@@ -62,7 +62,7 @@ from youmu.planning.state import parse_carry
 from youmu.resume import MERGED_FORMAT
 from youmu.stateful import check_state, state_int
 
-__all__ = ["merge_balanced_states", "parse_merged", "is_merged"]
+__all__ = ["merge_balanced_states", "parse_merged", "is_merged", "same_field", "by_rank"]
 
 _OWNER = "merge_states"
 _LOADER = "BalancedLoader"
@@ -77,22 +77,25 @@ def is_merged(state: Any) -> bool:
     return isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT
 
 
-def _same(states: list[Mapping[str, Any]], field: str) -> Any:
+def same_field(states: list[Mapping[str, Any]], field: str, kind: str = _LOADER) -> Any:
+    """``field`` of the ranks' states (of a ``kind`` loader), which must all hold the
+    same value (else a :class:`~youmu.errors.StateError` names it and the ranks)."""
     first = states[0].get(field)
     for st in states[1:]:
         v = st.get(field)
         if v != first or type(v) is not type(first):
-            raise StateError(f"{_OWNER}: BalancedLoader states of rank {states[0].get('rank')!r} and rank "
+            raise StateError(f"{_OWNER}: {kind} states of rank {states[0].get('rank')!r} and rank "
                              f"{st.get('rank')!r} differ in {field!r} ({first!r:.60} vs {v!r:.60}): they were not "
                              "saved by one job at one step")
     return first
 
 
-def _ranks(states: list[Mapping[str, Any]], world: int) -> list[Mapping[str, Any]]:
-    """The states in rank order; a missing or repeated rank is an error naming it."""
+def by_rank(states: list[Mapping[str, Any]], world: int, kind: str = _LOADER) -> list[Mapping[str, Any]]:
+    """The states (of a ``kind`` loader's ranks) in rank order; a missing or repeated
+    rank is a :class:`~youmu.errors.StateError` naming it."""
     seen: dict[int, int] = {}
     for i, st in enumerate(states):
-        r = state_int(st, "rank", owner=_LOADER)
+        r = state_int(st, "rank", owner=kind)
         if r >= world:
             raise StateError(f"{_OWNER}: states[{i}] field 'rank'={r} is not in range(world_size={world})")
         if r in seen:
@@ -126,14 +129,14 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]
             raise StateError(f"{_OWNER}: states[{i}] has no 'settings' field (saved before BalancedLoader states "
                              "could be merged): resume it on the same topology")
     for field in _SHARED:
-        _same(states, field)
+        same_field(states, field)
     settings = [st["settings"] if isinstance(st["settings"], Mapping) else {} for st in states]
     for key in sorted(set().union(*settings)):
-        _same([{"rank": st.get("rank"), key: s.get(key)} for st, s in zip(states, settings)], key)
-    _same(states, "config")
+        same_field([{"rank": st.get("rank"), key: s.get(key)} for st, s in zip(states, settings)], key)
+    same_field(states, "config")
     first = states[0]
     world = state_int(first, "world_size", owner=_LOADER, minimum=1)
-    by_rank = _ranks(states, world)
+    ranks = by_rank(states, world)
     step = state_int(first, "step", owner=_LOADER)
     mb = state_int(first, "microbatch", owner=_LOADER)
     if mb:
@@ -145,7 +148,7 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]
         else None
     if names is None or not all(isinstance(n, str) for n in names):
         raise StateError(f"{_OWNER}: BalancedLoader state field 'streams' must be a list of per-source dicts")
-    parsed = [_parse_restored(st, names) for st in by_rank]
+    parsed = [_parse_restored(st, names) for st in ranks]
     streams = []
     for c, name in enumerate(names):
         done = [p["streams"][c]["done"] for p in parsed]

@@ -56,14 +56,15 @@ from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
 from youmu.planning.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
+from youmu.ray.merge import is_merged, parse_merged
 from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
-from youmu.ray.state import PlannerState, Ref
+from youmu.ray.state import CLIENT_FORMAT, Chain, PlannerState, Ref
 from youmu.stateful import check_epoch, check_state, keeps_resume_point, state_int
 
 __all__ = ["RayBalancedLoader", "Deployment", "STATE_FORMAT"]
 
 #: tag of :meth:`RayBalancedLoader.state_dict`
-STATE_FORMAT = "youmu.ray.RayBalancedLoader/1"
+STATE_FORMAT = CLIENT_FORMAT
 _OWNER = "RayBalancedLoader"
 
 
@@ -82,6 +83,10 @@ class Deployment:
     config: int
     timeout: float
     collate_fn: Callable[[list[Any]], Any] | None = None
+    #: the plan settings a resume on another topology keeps (``PlanSettings.portable``)
+    portable: dict[str, Any] | None = None
+    #: the fingerprint of the sources' stream settings and the measuring functions
+    data: int | None = None
 
 
 @dataclass
@@ -89,6 +94,7 @@ class _StepOut:
     step: int
     items: list[tuple[Any, MicroBatchInfo]]
     state: dict[str, Any]
+    after: dict[str, Any] | None = None
 
 
 class RayBalancedLoader:
@@ -141,7 +147,8 @@ class RayBalancedLoader:
             first = m - len(out.items)  # > 0 in a resumed step
             for j, item in enumerate(out.items, start=first + 1):
                 self._delivered = (out.step, j) if j < m else (out.step + 1, 0)
-                self._delivered_state = out.state
+                # once a step is delivered, the state as of the next one: a merge needs it
+                self._delivered_state = out.after if j == m and out.after is not None else out.state
                 self.step = out.step + 1
                 yield item
 
@@ -149,7 +156,7 @@ class RayBalancedLoader:
         """Whole steps: lists of ``(batch, info)``."""
         for out in self._steps():
             self._delivered = (out.step + 1, 0)
-            self._delivered_state = out.state
+            self._delivered_state = out.after if out.after is not None else out.state
             self.step = out.step + 1
             yield out.items
 
@@ -199,12 +206,12 @@ class RayBalancedLoader:
                 if rs.step < target_step:
                     continue  # replayed up to the resume point: metadata only
                 first = target_mb if rs.step == target_step else 0
-                fetches.append((rs, _Fetch(d, epoch, rs.microbatches[first:], first)))
+                fetches.append((rs, _Fetch(d, epoch, rs.microbatches[first:], rs.chain)))
             for rs, fetch in fetches:
                 if fetch is None:
                     return
                 assert rs.state is not None
-                yield _StepOut(rs.step, fetch.assemble(self.collate_fn), rs.state)
+                yield _StepOut(rs.step, fetch.assemble(self.collate_fn), rs.state, rs.after)
             step = reply[-1].step + 1
 
     def _ask(self, epoch: int, step: int, latest: dict[str, Any]) -> list[RankStep]:
@@ -259,17 +266,28 @@ class RayBalancedLoader:
         at or before it (a resume re-plans from there — metadata only — and skips what
         was delivered). Keys: ``format`` (``"youmu.ray.RayBalancedLoader/1"``),
         ``world_size``, ``rank``, ``num_microbatches``, ``config``, ``epoch``, ``step``,
-        ``microbatch``, ``planner``. Integers and lists only (JSON works)."""
+        ``microbatch``, ``planner``, and for a resume on another topology
+        (:func:`youmu.merge_states`, :mod:`youmu.ray.merge`) ``sources`` (the planner's
+        source order), ``settings`` (the plan settings such a resume keeps) and ``data``
+        (the sources' and measuring functions' fingerprint). Integers, strings and lists
+        only (JSON works)."""
         step, mb = self._delivered
+        d = self.deployment
         return {"format": STATE_FORMAT, "world_size": self.world_size, "rank": self.rank,
                 "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
                 "epoch": self.epoch if self._pass_epoch is None else self._pass_epoch,
-                "step": step, "microbatch": mb, "planner": self._delivered_state}
+                "step": step, "microbatch": mb, "planner": self._delivered_state,
+                "sources": list(d.names), "settings": d.portable, "data": d.data}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume at ``state`` on the next pass (on this deployment or a new one with the
-        same settings). Raises :class:`~youmu.errors.StateError` naming the field that
-        does not fit."""
+        """Resume at ``state`` on the next pass: a rank's own state (on this deployment or
+        a new one with the same settings), or the states of every rank of a deployment
+        merged by :func:`youmu.merge_states` (any world size, micro-batches, batch size,
+        token budget or mixing schedule here, from the merged step on). Raises
+        :class:`~youmu.errors.StateError` naming the field that does not fit."""
+        if is_merged(state):
+            self._install(*parse_merged(state, self.deployment))
+            return
         st = check_state(state, STATE_FORMAT, owner=_OWNER,
                          expect={"world_size": self.world_size, "num_microbatches": self.num_microbatches},
                          required=("epoch", "step", "microbatch", "planner"))
@@ -287,6 +305,10 @@ class RayBalancedLoader:
         if planner.epoch != epoch or planner.step > step:
             raise StateError(f"{_OWNER} state field 'planner' is for epoch {planner.epoch} step {planner.step}, "
                              f"which cannot lead to epoch {epoch} step {step}")
+        self._install(planner, step, mb)
+
+    def _install(self, planner: PlannerState, step: int, mb: int) -> None:
+        epoch = planner.epoch
         self.close()
         self.epoch = epoch
         self._start, self._resume = planner, (step, mb)
@@ -300,7 +322,7 @@ class _Fetch:
     call per loader actor)."""
 
     def __init__(self, d: Deployment, epoch: int,
-                 microbatches: Sequence[tuple[tuple[Ref, ...] | None, MicroBatchInfo]], first: int) -> None:
+                 microbatches: Sequence[tuple[tuple[Ref, ...] | None, MicroBatchInfo]], chain: Chain | None) -> None:
         self.microbatches = microbatches
         wanted: dict[int, dict[tuple[int, int], list[int]]] = {}
         for refs, _ in microbatches:
@@ -309,7 +331,7 @@ class _Fetch:
         self.calls: list[tuple[Call, list[tuple[int, int, list[int]]]]] = []
         for g, by_stream in wanted.items():
             reqs = [(src, origin, sorted(set(ps))) for (src, origin), ps in by_stream.items()]
-            call = d.loaders[g].submit("payloads", epoch, [(d.names[s], o, ps) for s, o, ps in reqs],
+            call = d.loaders[g].submit("payloads", epoch, [(d.names[s], o, ps) for s, o, ps in reqs], chain,
                                        timeout=d.timeout)
             self.calls.append((call, reqs))
 

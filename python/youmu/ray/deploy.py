@@ -39,6 +39,7 @@ from typing import Any
 import ray
 
 from youmu._args import bool_arg, float_arg, int_arg, seconds_arg
+from youmu.distributed import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, LoaderUnavailableError, YoumuError
 from youmu.planning.rank_sources import check_sample_fns
 from youmu.planning.settings import PlanSettings
@@ -157,7 +158,8 @@ class RayLoaders:
         self.name, self.namespace = name, namespace
         self.settings = settings
         self.sources = {n: specs[n] for n in names}
-        self.config = fingerprint_of(settings, {n: s.describe() for n, s in self.sources.items()}, fns.describe())
+        described = {n: s.describe() for n, s in self.sources.items()}
+        self.config = fingerprint_of(settings, described, fns.describe())
         groups = [names[k:k + per] for k in range(0, len(names), per)]
         group_of = [k for k, g in enumerate(groups) for _ in g]
         self.loader_names = [f"{name}.loader{k}" for k in range(len(groups))]
@@ -188,8 +190,10 @@ class RayLoaders:
             handles = [make(k)] + ([make(k, ".standby")] if standby else [])
             self.loaders.append(Actor(self.loader_names[k], names_k, kind="source loader", namespace=namespace,
                                       hedge_after=hedge_after).attach(handles))
-        self.deployment = Deployment(name, tuple(names), world, settings.num_microbatches, None,
-                                     self.loaders, group_of, self.config, timeout, collate_fn)
+        # what a resume on another topology must find unchanged (youmu.ray.merge)
+        data = fingerprint({"sources": described, "measure": fns.describe()})
+        self.deployment = Deployment(name, tuple(names), world, settings.num_microbatches, None, self.loaders,
+                                     group_of, self.config, timeout, collate_fn, settings.portable(), data)
         if local:
             planner = StepPlanner(settings, self.loaders, group_of, timeout=timeout, config=self.config)
             self.deployment.planner = Actor.local(self.planner_name, planner, kind="step planner")

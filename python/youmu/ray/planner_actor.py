@@ -19,9 +19,10 @@ sample (arrival ids ``k·W + r``, capacity checks). The ranks' candidates are
 concatenated in rank order (:func:`~youmu.planning.rank_sources.step_meta`, what the
 all-gather gives), planned by :meth:`Planner.plan <youmu.planning.Planner.plan>`, and
 each rank's micro-batches are put together by planning's
-:class:`~youmu.planning.microbatch.Assembler` with *references* ``(source, origin rank,
-position)`` in place of samples: every :class:`~youmu.planning.MicroBatchInfo` field
-(loss scale, padding slots, fingerprint) is the in-process one.
+:class:`~youmu.planning.microbatch.Assembler` with *references* ``(source, origin stream,
+position)`` (the origin rank's stream; after a resize, :mod:`youmu.ray.state`) in
+place of samples: every :class:`~youmu.planning.MicroBatchInfo` field (loss scale,
+padding slots, fingerprint) is the in-process one.
 
 **State.** After step ``s`` the planner's state (:class:`PlannerState`) is the step,
 every (rank, source) stream position, every rank's arrival counter, the carried
@@ -48,7 +49,7 @@ as actors):
     >>> step = planner.plans(0, 0, 0, 1, PlannerState.initial(0, 2, 2).to_dict())[0]
     >>> [(info.microbatch, info.num_samples) for refs, info in step.microbatches]
     [(0, 1), (1, 3)]
-    >>> step.microbatches[0][0]                              # (source, origin rank, position)
+    >>> step.microbatches[0][0]                              # (source, origin stream, position)
     ((0, 1, 2),)
 """
 
@@ -68,7 +69,7 @@ from youmu.planning.microbatch import Assembler, MicroBatchInfo
 from youmu.planning.rank_sources import Held, RankReader, SourceStream, carry_after, rank_meta, step_meta
 from youmu.planning.settings import PlanSettings
 from youmu.ray.calls import Actor
-from youmu.ray.state import PlannerState, Ref
+from youmu.ray.state import Chain, PlannerState, Ref
 from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, RecordMeasure, _Fetcher, _View
 
 __all__ = ["NEED_STATE", "PlannerState", "RankStep", "RecordMeasure", "StepPlanner", "Ref"]
@@ -94,6 +95,10 @@ class RankStep:
     state: dict[str, Any] | None
     microbatches: tuple[tuple[tuple[Ref, ...] | None, MicroBatchInfo], ...] = ()
     end: bool = False
+    #: the state as of the next step's start (what a client saves once this step is delivered)
+    after: dict[str, Any] | None = None
+    #: what the loaders need to read the references of a resized epoch
+    chain: Chain | None = None
 
 
 @dataclass
@@ -102,9 +107,12 @@ class _StepResult:
     state: dict[str, Any] | None
     per_rank: list[tuple[tuple[tuple[Ref, ...] | None, MicroBatchInfo], ...]] = field(default_factory=list)
     end: bool = False
+    after: dict[str, Any] | None = None
+    chain: Chain | None = None
 
     def for_rank(self, rank: int) -> RankStep:
-        return RankStep(self.step, self.state, () if self.end else self.per_rank[rank], self.end)
+        return RankStep(self.step, self.state, () if self.end else self.per_rank[rank], self.end, self.after,
+                        self.chain)
 
 
 # ------------------------------------------------------------------------------------------
@@ -232,16 +240,17 @@ class StepPlanner:
         self.seeded += 1
         self._results.clear()
         self._end = None
-        self._fetcher = _Fetcher(self.loaders, self.group_of, st.epoch, self.timeout)
+        self._chain = st.chain(cfg.names)
+        self._fetcher = _Fetcher(self.loaders, self.group_of, st.epoch, self.timeout, self._chain)
         self._views: list[list[_View]] = []
         self._readers: list[RankReader] = []
         self._assemblers: list[Assembler] = []
         for r in range(self.world_size):
-            views = [_View(self._fetcher, n, c, r, st.positions[r][c]) for c, n in enumerate(cfg.names)]
+            views = [_View(self._fetcher, n, c, st.origin(r), st.positions[r][c]) for c, n in enumerate(cfg.names)]
             streams = [SourceStream(n, c, v, flatten_steps=True) for c, (n, v) in enumerate(zip(cfg.names, views))]
             for s, done in zip(streams, st.done[r]):
                 s.restore([], done)
-            measure = RecordMeasure(rank=r, world_size=self.world_size, capacity=cfg.capacity)
+            measure = RecordMeasure(rank=r, world_size=self.world_size, capacity=cfg.capacity, origin=st.origin(r))
             measure.next_index = st.next_index[r]
             self._views.append(views)
             self._readers.append(RankReader(streams, measure, num_microbatches=cfg.num_microbatches,
@@ -251,7 +260,9 @@ class StepPlanner:
             last = st.last[r]
             asm.last_batch = None if last is None else list(last)
             self._assemblers.append(asm)
-        self._carry = [[Held(i, s, list(d), t, p) for i, s, d, t, p in st.carry[r]] for r in range(self.world_size)]
+        # a carried record's payload: (origin stream, position), as RecordMeasure holds one
+        self._carry = [[Held(i, s, list(d), t, (o, p)) for i, s, d, t, p, o in st.carry[r]]
+                       for r in range(self.world_size)]
         self._used = [[0] * len(cfg.names) for _ in range(self.world_size)]
         self._cursor = st
 
@@ -262,9 +273,10 @@ class StepPlanner:
             tuple(tuple(v.position for v in views) for views in self._views),
             tuple(tuple(s.done for s in reader.streams) for reader in self._readers),
             tuple(reader.measure.next_index for reader in self._readers),
-            tuple(tuple((h.id, h.source, tuple(h.docs), h.tokens, int(h.payload)) for h in carry)
-                  for carry in self._carry),
+            tuple(tuple((h.id, h.source, tuple(h.docs), h.tokens, int(h.payload[1]), int(h.payload[0]))
+                        for h in carry) for carry in self._carry),
             tuple(None if a.last_batch is None else tuple(tuple(x) for x in a.last_batch) for a in self._assemblers),
+            self._cursor.resumed,
         )
 
     def _read_ahead(self, step: int) -> None:
@@ -302,6 +314,7 @@ class StepPlanner:
             self._cursor = None
         else:
             self._cursor = self._snapshot(s + 1)
+            res.after = self._cursor.to_dict()
         return res
 
     def _plan_step(self, s: int, start: PlannerState) -> _StepResult:
@@ -316,18 +329,18 @@ class StepPlanner:
             shorts.append(short)
         self._used = [[v.position - b for v, b in zip(views, bs)] for views, bs in zip(self._views, before)]
         if cfg.drop_last and any(shorts):
-            return _StepResult(s, start.to_dict(), end=True)
+            return _StepResult(s, start.to_dict(), end=True, chain=self._chain)
         meta = step_meta(rank_meta(held, r).encode() for r, held in enumerate(helds))
         if len(meta) == 0:
-            return _StepResult(s, start.to_dict(), end=True)
+            return _StepResult(s, start.to_dict(), end=True, chain=self._chain)
         plan = self._planner.plan(s, meta)
         self._carry = [carry_after(plan, helds[r], leftovers[r]) for r in range(self.world_size)]
-        refs = {h.id: (h.source, r, int(h.payload)) for r, held in enumerate(helds) for h in held}
+        refs = {h.id: (h.source, *h.payload) for held in helds for h in held}
         per_rank = []
         for asm in self._assemblers:
             items = asm.assemble(plan, refs)
             per_rank.append(tuple((None if b is None else tuple(b), info) for b, info in items))
-        return _StepResult(s, start.to_dict(), per_rank)
+        return _StepResult(s, start.to_dict(), per_rank, chain=self._chain)
 
     def _forget(self) -> None:
         """Drop plans no rank can still ask for (and, past a bound, plans of ranks that

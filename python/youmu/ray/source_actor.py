@@ -57,6 +57,8 @@ from youmu._args import callable_arg, index_of, int_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.rank_sources import Measure
+from youmu.ray.state import Chain
+from youmu.resume import Level, resolve
 from youmu.spec import SpecAttributes, StreamSpec, describe_paths
 
 __all__ = ["Source", "SourceLoader", "ParquetRows", "Record", "Records", "MeasureFns"]
@@ -201,15 +203,49 @@ class Source(SpecAttributes):
         loader from the files' footers, or the given one."""
         return None if self.paths is None else self.spec.open(self.paths)
 
-    def build(self, index: Any, rank: int, world_size: int) -> Any:
-        """Rank ``rank``'s stream of this source."""
-        if self.stream is not None:
-            stream = self.stream(rank, world_size)
-            if not hasattr(stream, "iter_positions"):
-                raise ArgumentTypeError(f"the stream function returned a {type(stream).__name__}, which has no "
-                                        "iter_positions(start): return a youmu stream (MapStream, YoumuDataset, ...)")
-            return stream
-        return ParquetRows(index, self, rank, world_size)
+    def build(self, index: Any, rank: int, world_size: int, *, epoch: int = 0, levels: Sequence[Level] = (),
+              first_world_size: int | None = None) -> Any:
+        """Rank ``rank``'s stream of this source in ``epoch``; with ``levels``, the
+        stream of a job that resumed the epoch after those jobs (:mod:`youmu.resume`;
+        ``first_world_size``: the world size of the epoch's first job)."""
+        if self.stream is None:
+            rows = ParquetRows(index, self, rank, world_size, levels=levels, first_world_size=first_world_size)
+            rows.set_epoch(epoch)
+            return rows
+        if not levels:
+            return self._function_stream(rank, world_size, epoch)
+        # a stream function's youmu stream resumes from a merged state (youmu.merge_states)
+        # of the previous job's streams, each at its position: built job by job
+        from youmu.merge import merge_states
+
+        worlds = [lv.world_size for lv in levels] + [world_size]
+        merged: dict[int, Any] = {}
+
+        def stream_at(depth: int, r: int) -> Any:
+            s = self._function_stream(r, worlds[depth], epoch)
+            if depth:
+                if depth not in merged:
+                    lv = levels[depth - 1]
+                    states = []
+                    for k in range(lv.world_size):
+                        st = dict(stream_at(depth - 1, k).state_dict())
+                        st.update(positions={0: lv.positions[k][0]}, num_workers=1)
+                        states.append(st)
+                    merged[depth] = merge_states(states)
+                s.load_state_dict(merged[depth])
+            return s
+
+        return stream_at(len(levels), rank)
+
+    def _function_stream(self, rank: int, world_size: int, epoch: int) -> Any:
+        assert self.stream is not None
+        stream = self.stream(rank, world_size)
+        if not hasattr(stream, "iter_positions"):
+            raise ArgumentTypeError(f"the stream function returned a {type(stream).__name__}, which has no "
+                                    "iter_positions(start): return a youmu stream (MapStream, YoumuDataset, ...)")
+        if hasattr(stream, "set_epoch"):
+            stream.set_epoch(epoch)
+        return stream
 
     def describe(self) -> dict[str, Any]:
         """The settings that shape the stream, by value (for fingerprints)."""
@@ -234,11 +270,17 @@ class ParquetRows:
     [(2, 6), (3, 7)]
     """
 
-    def __init__(self, index: Any, source: Source, rank: int, world_size: int) -> None:
+    def __init__(self, index: Any, source: Source, rank: int, world_size: int, *, levels: Sequence[Level] = (),
+                 first_world_size: int | None = None) -> None:
         self.source, self.spec = source, source.spec
         self.layout = source.spec.layout(index, world_size)
         self.index = self.layout.index
         self.rank, self.world_size = rank, world_size
+        # a resumed epoch (youmu.resume): the rows the jobs of ``levels`` left, read with
+        # the windows of the epoch's first job, as YoumuDataset reads them
+        self.levels = list(levels)
+        self._window_pages = None if not self.levels else source.spec.layout(
+            self.index, first_world_size or self.levels[0].world_size).window_pages
         self.epoch = 0
         self._page_starts = np.concatenate([[0], np.cumsum(self.layout.page_rows)])
         self._plan_epoch: int | None = None
@@ -249,7 +291,13 @@ class ParquetRows:
 
     def _stream(self) -> Any:
         if self._plan_epoch != self.epoch:
-            self._rowstream = self.layout.stream(self.rank, epoch=self.epoch)
+            units = None
+            if self.levels:
+                origin = self.layout.origin(self.epoch, self._window_pages)
+                units = resolve(origin, self.levels, rank=self.rank, world_size=self.world_size, worker=0,
+                                num_workers=1, drop_last=self.spec.drop_last)
+            self._rowstream = self.layout.stream(self.rank, epoch=self.epoch, window_pages=self._window_pages,
+                                                 units=units)
             self._plan_epoch = self.epoch
         return self._rowstream
 
@@ -348,25 +396,32 @@ class SourceLoader:
         self.id_fn = fns.id_fn
         self._measure = Measure(rank=0, world_size=1, length_fn=fns.length_fn, docs_fn=fns.docs_fn,
                                 token_count_fn=fns.token_count_fn)
-        self._streams: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
-        self._passes: OrderedDict[tuple[str, int, int], tuple[int, Iterator[tuple[int, Any]]]] = OrderedDict()
-        self._rows: OrderedDict[tuple[str, int, int, int], Any] = OrderedDict()
+        # streams are keyed by (source, stream number, epoch, chain): a resized epoch's
+        # stream numbers mean other streams (youmu.ray.state)
+        self._streams: OrderedDict[_Key, Any] = OrderedDict()
+        self._passes: OrderedDict[_Key, tuple[int, Iterator[tuple[int, Any]]]] = OrderedDict()
+        self._rows: OrderedDict[tuple[_Key, int], Any] = OrderedDict()
         #: rows read by each pass (metadata, payload misses): how much work failover costs
         self.rows_read = {"records": 0, "payload_misses": 0}
         self._lock = threading.Lock()  # in process, the planner and clients call from their own threads
 
     # -- streams ---------------------------------------------------------------------------
-    def _stream(self, name: str, rank: int, epoch: int) -> Any:
-        key = (name, rank, epoch)
+    def _stream(self, key: _Key) -> Any:
         s = self._streams.get(key)
         if s is None:
+            name, number, epoch, chain = key
             if name not in self.sources:
                 raise InvalidArgumentError(f"this loader serves {sorted(self.sources)}, not {name!r}")
-            if not 0 <= rank < self.world_size:
-                raise InvalidArgumentError(f"rank {rank} outside range({self.world_size})")
-            s = self.sources[name].build(self.indexes[name], rank, self.world_size)
-            if hasattr(s, "set_epoch"):
-                s.set_epoch(epoch)
+            if chain is None:
+                if not 0 <= number < self.world_size:
+                    raise InvalidArgumentError(f"rank {number} outside range({self.world_size})")
+                depth, rank, world = 0, number, self.world_size
+            else:
+                depth, rank, world = chain.locate(number, self.world_size)
+            levels = [] if chain is None else chain.levels(name, depth)
+            first = None if chain is None else chain.first_world_size
+            s = self.sources[name].build(self.indexes[name], rank, world, epoch=epoch, levels=levels,
+                                         first_world_size=first)
             self._streams[key] = s
             while len(self._streams) > 2 * len(self.sources) * self.world_size:
                 self._streams.popitem(last=False)
@@ -374,56 +429,58 @@ class SourceLoader:
             self._streams.move_to_end(key)
         return s
 
-    def _pass_at(self, name: str, rank: int, epoch: int, start: int) -> Iterator[tuple[int, Any]]:
+    def _pass_at(self, key: _Key, start: int) -> Iterator[tuple[int, Any]]:
         """A pass over the stream from ``start``: the open one if it stopped there."""
-        key = (name, rank, epoch)
         kept = self._passes.pop(key, None)
         if kept is not None and kept[0] == start:
             return kept[1]
-        return self._stream(name, rank, epoch).iter_positions(start)
+        return self._stream(key).iter_positions(start)
 
-    def _keep_pass(self, key: tuple[str, int, int], next_start: int, it: Iterator[tuple[int, Any]]) -> None:
+    def _keep_pass(self, key: _Key, next_start: int, it: Iterator[tuple[int, Any]]) -> None:
         self._passes[key] = (next_start, it)
         while len(self._passes) > self.open_passes:
             self._passes.popitem(last=False)
 
-    def _cache(self, key: tuple[str, int, int, int], item: Any) -> None:
+    def _cache(self, key: tuple[_Key, int], item: Any) -> None:
         self._rows[key] = item
         while len(self._rows) > self.cache_rows:
             self._rows.popitem(last=False)
 
     # -- the two pure methods --------------------------------------------------------------
-    def records(self, epoch: int, requests: Sequence[tuple[str, int, int, int]]) -> list[Records]:
-        """For each ``(source, rank, start, count)``: the :class:`Records` of at least
-        ``count`` samples of rank ``rank``'s stream from position ``start`` (positions a
-        transform drops are skipped; a Parquet source's records run to the end of the
-        last window read), unless the stream ends first."""
+    def records(self, epoch: int, requests: Sequence[tuple[str, int, int, int]],
+                chain: Chain | None = None) -> list[Records]:
+        """For each ``(source, stream, start, count)``: the :class:`Records` of at least
+        ``count`` samples of that stream (rank ``stream``'s, or with ``chain`` the
+        stream so numbered in a resized epoch, :mod:`youmu.ray.state`) from position
+        ``start`` (positions a transform drops are skipped; a Parquet source's records
+        run to the end of the last window read), unless the stream ends first."""
         epoch = int_arg("epoch", epoch, minimum=0)
         with self._lock:
-            return [self._records(name, int(rank), epoch, start, count) for name, rank, start, count in requests]
+            return [self._records((name, int(stream), epoch, chain), start, count)
+                    for name, stream, start, count in requests]
 
-    def _measure_row(self, name: str, rank: int, epoch: int, pos: int, item: Any) -> Record:
+    def _measure_row(self, key: _Key, pos: int, item: Any) -> Record:
         docs, tokens = self._measure.measured(item)
         uid = None if self.id_fn is None else index_of(self.id_fn(item), "id_fn's result")
-        self._cache((name, rank, epoch, pos), item)
+        self._cache((key, pos), item)
         return Record(pos, docs, tokens, uid)
 
-    def _records(self, name: str, rank: int, epoch: int, start: int, count: int) -> Records:
+    def _records(self, key: _Key, start: int, count: int) -> Records:
         int_arg("start", start, minimum=0)
         int_arg("count", count, minimum=0)
-        stream = self._stream(name, rank, epoch)
+        stream = self._stream(key)
         recs: list[Record] = []
         nxt, ended = start, True
         if hasattr(stream, "iter_windows"):
             # whole windows: nothing of the pass is kept, the next call starts at a window
             for after, window in stream.iter_windows(start):
                 nxt = after
-                recs += [self._measure_row(name, rank, epoch, pos, item) for pos, item in window]
+                recs += [self._measure_row(key, pos, item) for pos, item in window]
                 if len(recs) >= count:
                     ended = False
                     break
         else:
-            it = self._pass_at(name, rank, epoch, start)
+            it = self._pass_at(key, start)
             ended = False
             while len(recs) < count:
                 try:
@@ -431,27 +488,29 @@ class SourceLoader:
                 except StopIteration:
                     ended = True
                     break
-                recs.append(self._measure_row(name, rank, epoch, pos, item))
+                recs.append(self._measure_row(key, pos, item))
                 nxt = pos + 1
             if not ended:
-                self._keep_pass((name, rank, epoch), nxt, it)
+                self._keep_pass(key, nxt, it)
         self.rows_read["records"] += len(recs)
         return Records.of(recs, next=nxt, ended=ended)
 
-    def payloads(self, epoch: int, requests: Sequence[tuple[str, int, Sequence[int]]]) -> list[list[Any]]:
-        """For each ``(source, rank, positions)``: the (transformed) samples at those
-        positions of rank ``rank``'s stream, in that order."""
+    def payloads(self, epoch: int, requests: Sequence[tuple[str, int, Sequence[int]]],
+                 chain: Chain | None = None) -> list[list[Any]]:
+        """For each ``(source, stream, positions)``: the (transformed) samples at those
+        positions of that stream (as in :meth:`records`), in that order."""
         epoch = int_arg("epoch", epoch, minimum=0)
         with self._lock:
-            return [self._payloads(name, int(rank), epoch, positions) for name, rank, positions in requests]
+            return [self._payloads((name, int(stream), epoch, chain), positions)
+                    for name, stream, positions in requests]
 
-    def _payloads(self, name: str, rank: int, epoch: int, positions: Sequence[int]) -> list[Any]:
+    def _payloads(self, key: _Key, positions: Sequence[int]) -> list[Any]:
         got: dict[int, Any] = {}
         missing = []
         for p in map(int, positions):
             # a delivered row leaves the cache: each is fetched once (a padding slot or a
             # repeated call reads it again)
-            item = self._rows.pop((name, rank, epoch, p), _MISSING)
+            item = self._rows.pop((key, p), _MISSING)
             if item is not _MISSING:
                 got[p] = item
             elif p not in got:
@@ -459,14 +518,14 @@ class SourceLoader:
         if missing:
             missing = sorted(set(missing))
             self.rows_read["payload_misses"] += len(missing)
-            stream = self._stream(name, rank, epoch)
+            stream = self._stream(key)
             if hasattr(stream, "rows_at"):
                 got.update(zip(missing, stream.rows_at(missing)))
             else:
-                got.update(self._reread(stream, name, rank, epoch, missing))
+                got.update(self._reread(stream, key, missing))
         return [got[int(p)] for p in positions]
 
-    def _reread(self, stream: Any, name: str, rank: int, epoch: int, wanted: list[int]) -> dict[int, Any]:
+    def _reread(self, stream: Any, key: _Key, wanted: list[int]) -> dict[int, Any]:
         """Items of a stream without a row map, no longer cached, read again by position."""
         found: dict[int, Any] = {}
         i = 0
@@ -475,19 +534,20 @@ class SourceLoader:
                 if pos < wanted[i]:
                     continue  # reading through to the next wanted row
                 if pos > wanted[i]:
-                    raise self._lost(name, rank, epoch, wanted[i])
+                    raise self._lost(key, wanted[i])
                 found[pos] = item
                 i += 1
                 if i == len(wanted) or wanted[i] - pos > _SEEK_GAP:
                     break  # done, or seek with a new pass rather than read the gap
             else:
-                raise self._lost(name, rank, epoch, wanted[i])
+                raise self._lost(key, wanted[i])
         return found
 
-    def _lost(self, name: str, rank: int, epoch: int, position: int) -> LoaderError:
-        return LoaderError(f"source {name!r}, rank {rank}, epoch {epoch}: position {position} yields no sample (the "
-                           "stream differs from the one the planner measured: the same Source settings and files on "
-                           "every loader?)")
+    def _lost(self, key: _Key, position: int) -> LoaderError:
+        name, stream, epoch, _ = key
+        return LoaderError(f"source {name!r}, stream {stream}, epoch {epoch}: position {position} yields no sample "
+                           "(the stream differs from the one the planner measured: the same Source settings and "
+                           "files on every loader?)")
 
     def ping(self) -> dict[str, Any]:
         """Who answers: the process, its sources and their sizes (readiness checks);
@@ -504,6 +564,8 @@ class SourceLoader:
 
 
 _MISSING: Any = object()
+#: a stream of a loader: (source, stream number, epoch, resized epoch's chain or None)
+_Key = tuple[str, int, int, "Chain | None"]
 
 
 def _node_id() -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 from youmu.planning.rank_sources import Held, Measure
 from youmu.ray.calls import Actor, Call
 from youmu.ray.source_actor import Record, Records
+from youmu.ray.state import Chain
 
 __all__ = ["RecordMeasure"]
 
@@ -26,24 +27,31 @@ MIN_CHUNK = 4
 class RecordMeasure(Measure):
     """A rank's :class:`~youmu.planning.rank_sources.Measure` over records: the loader
     measured the sample; this holds it (capacity check, arrival id ``k·W + r`` or the
-    ``id_fn`` id) with its position as the payload.
+    ``id_fn`` id) with ``(origin stream, position)`` as the payload (``origin``: the
+    number of the rank's streams, :class:`youmu.ray.state.PlannerState`; its rank when
+    the epoch was never resized).
 
     >>> m = RecordMeasure(rank=1, world_size=2)
     >>> m.measure(Record(7, [30, 70], 100, None), source=2)
-    Held(id=1, source=2, docs=[30, 70], tokens=100, payload=7)
+    Held(id=1, source=2, docs=[30, 70], tokens=100, payload=(1, 7))
     """
+
+    def __init__(self, *, origin: int | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.origin = self.rank if origin is None else int(origin)
 
     def measure(self, sample: Any, source: int) -> Held:
         rec: Record = sample
-        return self.hold(list(rec.docs), int(rec.tokens), source, int(rec.position), uid=rec.uid)
+        return self.hold(list(rec.docs), int(rec.tokens), source, (self.origin, int(rec.position)), uid=rec.uid)
 
 
 class _View:
-    """Rank ``rank``'s stream of one source as the planner reads it: records fetched
-    from the source's loader ahead of use. ``position``: the next record not consumed."""
+    """A rank's stream of one source as the planner reads it (``stream``: its number,
+    the rank's in an epoch never resized): records fetched from the source's loader
+    ahead of use. ``position``: the next record not consumed."""
 
-    def __init__(self, fetcher: _Fetcher, name: str, number: int, rank: int, position: int) -> None:
-        self.fetcher, self.name, self.number, self.rank = fetcher, name, number, rank
+    def __init__(self, fetcher: _Fetcher, name: str, number: int, stream: int, position: int) -> None:
+        self.fetcher, self.name, self.number, self.stream = fetcher, name, number, stream
         self.position = position
         self.fetch_at = position
         self.ended = False
@@ -90,8 +98,10 @@ class _Batch:
 class _Fetcher:
     """Metadata requests of the planner's views, one ``records`` call per loader actor."""
 
-    def __init__(self, loaders: Sequence[Actor], group_of: Sequence[int], epoch: int, timeout: float) -> None:
+    def __init__(self, loaders: Sequence[Actor], group_of: Sequence[int], epoch: int, timeout: float,
+                 chain: Chain | None = None) -> None:
         self.loaders, self.group_of, self.epoch, self.timeout = loaders, group_of, epoch, timeout
+        self.chain = chain
 
     def fetch(self, wants: Sequence[tuple[_View, int]]) -> None:
         by_group: dict[int, list[tuple[_View, int]]] = {}
@@ -99,8 +109,8 @@ class _Fetcher:
             if v.pending is None and not v.ended:
                 by_group.setdefault(self.group_of[v.number], []).append((v, n))
         for g, items in by_group.items():
-            call = self.loaders[g].submit("records", self.epoch, [(v.name, v.rank, v.fetch_at, n) for v, n in items],
-                                          timeout=self.timeout)
+            call = self.loaders[g].submit("records", self.epoch, [(v.name, v.stream, v.fetch_at, n) for v, n in items],
+                                          self.chain, timeout=self.timeout)
             batch = _Batch(call, [v for v, _ in items])
             for v in batch.views:
                 v.pending = batch

@@ -1,0 +1,137 @@
+"""Resume a :class:`~youmu.ray.RayBalancedLoader` deployment on another number of
+ranks: :func:`youmu.merge_states` over the states every client saved at one step
+boundary gives ONE state that every client of a new deployment — any world size —
+loads to deliver the rest of the epoch exactly once, from the same step.
+
+The planner's state is already global (every client holds the same one), so the
+merge checks that the states are one deployment's at one step — every rank's, the
+same settings, step and planner state, saved after a step's last micro-batch — and
+keeps that state with the deployment's world size; the client that loads it lays it
+out for its own world size (:meth:`PlannerState.resized
+<youmu.ray.state.PlannerState.resized>`: the old positions become one more job of the
+epoch's chain, carried samples keep their references and are dealt round-robin; the
+rules are :mod:`youmu.ray.state`'s).
+
+As for a :class:`~youmu.planning.BalancedLoader` (:mod:`youmu.planning.merge`), the
+world size, ``num_microbatches``, ``global_batch_size`` / ``token_budget`` and the
+mixing schedule may change at the resume and apply from the resume step (a new
+mixture draws from every source where its streams stood: no source row is repeated
+before that source's epoch ends); every other plan setting
+(:meth:`PlanSettings.portable <youmu.planning.PlanSettings.portable>`), the sources'
+stream settings and the measuring functions must match, else a
+:class:`~youmu.errors.StateError` names the field.
+
+Example (the states of a deployment's two clients after one step):
+    >>> from youmu.ray import RayLoaders, Source
+    >>> from youmu.torch import MapStream
+    >>> rows = [{"input_ids": [0] * (k % 5 + 1)} for k in range(24)]
+    >>> src = Source(stream=lambda r, w: MapStream(rows, rank=r, world_size=w))
+    >>> two = RayLoaders(src, world_size=2, num_microbatches=1, global_batch_size=4, local=True)
+    >>> clients = [two.client(r, prefetch=0) for r in range(2)]
+    >>> _ = [next(c.iter_steps()) for c in clients]
+    >>> merged = merge_ray_states([c.state_dict() for c in clients])
+    >>> merged["step"], merged["world_size"]
+    (1, 2)
+    >>> three = RayLoaders(src, world_size=3, num_microbatches=1, global_batch_size=6, local=True)
+    >>> again = [three.client(r, prefetch=0) for r in range(3)]
+    >>> for c in again:
+    ...     c.load_state_dict(merged)
+    >>> [(info.step, info.global_num_samples) for _, info in again[0]]
+    [(1, 6), (2, 6), (3, 6), (4, 2)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from youmu.errors import StateError
+from youmu.planning.merge import by_rank, is_merged, same_field
+from youmu.ray.state import CLIENT_FORMAT, PlannerState
+from youmu.resume import MERGED_FORMAT
+from youmu.stateful import check_state, state_int
+
+if TYPE_CHECKING:
+    from youmu.ray.client import Deployment
+
+__all__ = ["merge_ray_states", "parse_merged", "is_merged"]
+
+_OWNER = "merge_states"
+_KIND = "RayBalancedLoader"
+# fields every client's state of one deployment at one step shares
+_SHARED = ("world_size", "epoch", "num_microbatches", "step", "microbatch", "config", "sources", "settings", "data")
+
+
+def merge_ray_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One state for a deployment of any world size from the states every client of a
+    deployment saved at one step boundary (see the module doc). Raises
+    :class:`~youmu.errors.StateError` for a state of another kind, a missing or
+    repeated rank, states of different deployments, settings or steps, or states
+    saved inside a step."""
+    states = list(states)
+    for i, st in enumerate(states):
+        if not isinstance(st, Mapping) or st.get("format") != CLIENT_FORMAT:
+            fmt = st.get("format") if isinstance(st, Mapping) else type(st).__name__
+            raise StateError(f"{_OWNER}: states[{i}] is a {fmt} state, not a {CLIENT_FORMAT} state: one merge takes "
+                             "the states of one kind of loader")
+        for key in ("sources", "settings", "data"):
+            if st.get(key) is None:
+                raise StateError(f"{_OWNER}: states[{i}] has no {key!r} field (saved before RayBalancedLoader "
+                                 "states could be merged): resume it on the same topology")
+    for key in _SHARED:
+        same_field(states, key, _KIND)
+    first = states[0]
+    world = state_int(first, "world_size", owner=_KIND, minimum=1)
+    by_rank(states, world, _KIND)
+    step = state_int(first, "step", owner=_KIND)
+    mb = state_int(first, "microbatch", owner=_KIND)
+    if mb:
+        raise StateError(f"{_OWNER}: the RayBalancedLoader states were saved inside step {step} (field "
+                         f"'microbatch'={mb}): that step was planned for the old ranks; save after a step's last "
+                         "micro-batch to resume on another topology")
+    planner = same_field(states, "planner", _KIND)
+    names = first["sources"]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise StateError(f"{_OWNER}: RayBalancedLoader state field 'sources' must be a list of source names")
+    ps = PlannerState.from_dict(planner, world_size=world, num_sources=len(names))
+    if ps.step != step:
+        raise StateError(f"{_OWNER}: RayBalancedLoader state field 'planner' is as of step {ps.step}, not the "
+                         f"resume step {step} (a state loaded and not yet iterated): iterate a step first, or merge "
+                         "the states that were loaded")
+    return {"format": MERGED_FORMAT, "stream": CLIENT_FORMAT, "epoch": ps.epoch, "step": step, "world_size": world,
+            "sources": names, "settings": first["settings"], "data": first["data"], "planner": ps.to_dict()}
+
+
+def parse_merged(state: Any, deployment: Deployment) -> tuple[PlannerState, int, int]:
+    """The planner state, step and micro-batch a client of ``deployment`` resumes
+    from, laid out for its world size; a field that does not fit is a
+    :class:`~youmu.errors.StateError` naming it."""
+    st = check_state(state, MERGED_FORMAT, owner=_KIND, required=("stream",))
+    if st["stream"] != CLIENT_FORMAT:
+        raise StateError(f"a merged state of {st['stream']!r}, not of RayBalancedLoader states: merge the "
+                         "RayBalancedLoader clients' states")
+    check_state(st, MERGED_FORMAT, owner=_KIND,
+                required=("epoch", "step", "world_size", "sources", "settings", "data", "planner"))
+    saved, mine = st["settings"], deployment.portable or {}
+    if not isinstance(saved, Mapping):
+        raise StateError(f"merged RayBalancedLoader state field 'settings' must be a dict, got {type(saved).__name__}")
+    for key in sorted(set(saved) | set(mine)):
+        if saved.get(key) != mine.get(key):
+            raise StateError(f"merged RayBalancedLoader state was saved with {key}={saved.get(key)!r} but this "
+                             f"deployment has {key}={mine.get(key)!r} (at a resume on another topology only the "
+                             "world size, num_microbatches, global_batch_size / token_budget and the schedule may "
+                             "change)")
+    if st["data"] != deployment.data:
+        raise StateError(f"merged RayBalancedLoader state field 'data' is {st['data']!r}, this deployment's is "
+                         f"{deployment.data!r}: its sources (files, stream settings) or measuring functions differ")
+    names = st["sources"]
+    if not isinstance(names, list) or sorted(map(str, names)) != sorted(deployment.names):
+        raise StateError(f"merged RayBalancedLoader state field 'sources' is {names!r:.80}, this deployment reads "
+                         f"{list(deployment.names)}")
+    world = state_int(st, "world_size", owner=_KIND, minimum=1)
+    step = state_int(st, "step", owner=_KIND)
+    planner = PlannerState.from_dict(st["planner"], world_size=world, num_sources=len(names))
+    if planner.step != step or planner.epoch != state_int(st, "epoch", owner=_KIND):
+        raise StateError(f"merged RayBalancedLoader state field 'planner' is as of epoch {planner.epoch} step "
+                         f"{planner.step}, not the state's epoch {st['epoch']!r} step {step}")
+    return planner.renumbered(names, deployment.names).resized(deployment.world_size), step, 0
