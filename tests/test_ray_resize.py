@@ -204,7 +204,7 @@ def test_stream_function_sources_resize_exactly_once(all_ids: Counter[int], path
 
 def test_resumed_parquet_rows_are_what_youmu_dataset_resumes_to(paths: dict[str, str]) -> None:
     """A loader's resumed ParquetRows is YoumuDataset loaded with the same merged state."""
-    from youmu.ray.source_actor import ParquetRows
+    from youmu.ray.source import ParquetRows
     from youmu.resume import Level
     from youmu.torch import YoumuDataset
 

@@ -158,7 +158,7 @@ CASES = [
 @pytest.mark.parametrize("world", [1, 3])
 def test_dataset_and_ray_source_with_the_same_settings_are_one_spec_and_one_stream(
         path: str, kw: dict[str, Any], world: int) -> None:
-    from youmu.ray.source_actor import ParquetRows
+    from youmu.ray.source import ParquetRows
 
     Source = _ray_source()
     settings = dict(kw, columns=["id", "tokens"], output="python", transform=_double)
@@ -227,7 +227,7 @@ _CHECKERS = {"int_arg", "opt_int_arg", "choice_arg", "bool_arg", "callable_arg",
              "shuffle_args"}
 # what lays out, plans or builds a Parquet source's stream: the spec's business
 _BUILDERS = {"RowStream", "window_layout", "window_pages_for", "shard_plan", "all_window_rows", "ShardPlan"}
-_WRAPPERS = ["torch/dataset.py", "ray/source_actor.py"]
+_WRAPPERS = ["torch/dataset.py", "ray/source.py", "ray/source_actor.py"]
 
 
 def _calls(path: Path) -> list[tuple[str, str | None, int]]:

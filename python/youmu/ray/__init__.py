@@ -53,6 +53,7 @@ from __future__ import annotations
 from youmu.ray.client import Deployment, RayBalancedLoader
 from youmu.ray.deploy import RayLoaders
 from youmu.ray.planner_actor import PlannerState, StepPlanner
-from youmu.ray.source_actor import Source, SourceLoader
+from youmu.ray.source import Source
+from youmu.ray.source_actor import SourceLoader
 
 __all__ = ["Deployment", "PlannerState", "RayBalancedLoader", "RayLoaders", "Source", "SourceLoader", "StepPlanner"]

@@ -46,7 +46,8 @@ from youmu.planning.settings import PlanSettings
 from youmu.ray.calls import Actor
 from youmu.ray.client import Deployment, RayBalancedLoader
 from youmu.ray.planner_actor import StepPlanner, fingerprint_of
-from youmu.ray.source_actor import MeasureFns, Source, SourceLoader
+from youmu.ray.source import MeasureFns, Source
+from youmu.ray.source_actor import SourceLoader
 
 __all__ = ["RayLoaders"]
 

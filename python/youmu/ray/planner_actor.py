@@ -12,7 +12,7 @@ small plan, and owns the state a mixing controller would keep.
 
 **How a step is planned.** For each rank ``r`` the planner runs planning's
 :class:`~youmu.planning.rank_sources.RankReader` over *remote stream views*: rank ``r``'s
-stream of each source is a sequence of :class:`~youmu.ray.source_actor.Record`\\ s fetched
+stream of each source is a sequence of :class:`~youmu.ray.source.Record`\\ s fetched
 from that source's loader in chunks (a couple of steps ahead, all loaders at once),
 and a :class:`RecordMeasure` holds each record as the rank's loader would hold the
 sample (arrival ids ``k·W + r``, capacity checks). The ranks' candidates are
@@ -37,7 +37,8 @@ Example (in process, with a local loader; :class:`youmu.ray.RayLoaders` deploys 
 as actors):
     >>> from youmu.torch import MapStream
     >>> from youmu.ray.calls import Actor
-    >>> from youmu.ray.source_actor import Source, SourceLoader
+    >>> from youmu.ray.source import Source
+    >>> from youmu.ray.source_actor import SourceLoader
     >>> rows = {n: [{"input_ids": [0] * (k % 7 + 1)} for k in range(40)] for n in ("web", "code")}
     >>> loader = SourceLoader({n: Source(stream=lambda r, w, n=n: MapStream(rows[n], rank=r, world_size=w))
     ...                        for n in rows}, world_size=2)

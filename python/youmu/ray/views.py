@@ -1,5 +1,5 @@
 """The Ray step planner's remote stream views: rank ``r``'s stream of each source as
-a sequence of :class:`~youmu.ray.source_actor.Record`\\ s fetched from that source's loader in
+a sequence of :class:`~youmu.ray.source.Record`\\ s fetched from that source's loader in
 chunks, a few steps ahead (:class:`_View`, :class:`_Fetcher`: one ``records`` call per
 loader actor), and :class:`RecordMeasure`, which holds each record as the rank's
 loader would hold the sample. The planner (:mod:`youmu.ray.planner_actor`) runs planning's
@@ -14,7 +14,7 @@ from typing import Any
 
 from youmu.planning.rank_sources import Held, Measure
 from youmu.ray.calls import Actor, Call
-from youmu.ray.source_actor import Record, Records
+from youmu.ray.source import Record, Records
 from youmu.ray.state import Chain
 
 __all__ = ["RecordMeasure"]
