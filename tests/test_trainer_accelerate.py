@@ -6,6 +6,7 @@ rank (what ``dispatch_batches`` cannot carry) with the exact token-level gradien
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +35,7 @@ from youmu.batching import DynamicBatchLoader
 from youmu.errors import ArgumentTypeError
 from youmu.integrations import TrainerLoader, scale_loss, split_info
 from youmu.integrations.accelerate import log_metrics, prepare
-from youmu.torch import YoumuDataset, collate_packed, pack
+from youmu.torch import MapStream, YoumuDataset, collate_packed, pack
 
 
 def _with_labels(row: dict[str, Any]) -> dict[str, Any]:
@@ -47,8 +48,11 @@ def _rows(path: str) -> TrainerLoader:
 
 
 def _run(path: str, *, epochs: int = 2, stop: int | None = None, save: str | None = None,
-         load: str | None = None, loader: TrainerLoader | None = None) -> tuple[TinyLM, int]:
-    accelerator = Accelerator(cpu=True)
+         load: str | None = None, loader: TrainerLoader | None = None, ga: int | None = None) -> tuple[TinyLM, list[int]]:
+    """Train; the samples seen at each optimizer step (their count is the steps). With ``ga``,
+    Accelerate's gradient accumulation (``accelerator.accumulate``); ``stop``: save and return
+    after that many optimizer steps."""
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ga or 1)
     model = TinyLM()
     raw = model
     loader = prepare(accelerator, loader or _rows(path))
@@ -56,19 +60,25 @@ def _run(path: str, *, epochs: int = 2, stop: int | None = None, save: str | Non
     model, opt = accelerator.prepare(model, opt)
     if load:
         accelerator.load_state(load)
-    steps = 0
+    steps: list[int] = []
     for _ in range(loader.epoch, epochs):
         for batch in loader:
-            inputs, info = split_info(batch)
-            accelerator.backward(scale_loss(model(**inputs)["loss"], info))
-            opt.step()
-            opt.zero_grad()
-            steps += 1
-            if steps == stop:
-                accelerator.save_state(save)
-                return raw, steps
+            with accelerator.accumulate(model) if ga else contextlib.nullcontext():
+                inputs, info = split_info(batch)
+                accelerator.backward(scale_loss(model(**inputs)["loss"], info))
+                opt.step()
+                opt.zero_grad()
+            if accelerator.sync_gradients:
+                steps.append(len(raw.seen))
+                if len(steps) == stop:
+                    accelerator.save_state(save)
+                    return raw, steps
     log_metrics(accelerator, loader)
     return raw, steps
+
+
+def _stream() -> TrainerLoader:
+    return TrainerLoader(MapStream(dataset(), drop_last=True), batch_size=3, collate_fn=collate)
 
 
 def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
@@ -88,7 +98,7 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["pack_local"] = sum(1 for _ in TrainerLoader(packed, batch_size=2, collate_fn=collate_packed, even=False))
     # (b) two epochs uninterrupted vs stopped at step 8 (mid epoch 2), save_state, load_state
     full, steps = _run(path)
-    res["a_ids"], res["a_steps"] = full.seen[: N // 2], steps
+    res["a_ids"], res["a_steps"] = full.seen[: N // 2], len(steps)
     _run(path, stop=8, save=f"{tmp}/ckpt")
     resumed, _ = _run(path, load=f"{tmp}/ckpt")
     res["b_full"], res["b_resumed"] = full.seen, resumed.seen
@@ -112,6 +122,18 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
         steps += 1
     res["c_steps"], res["c_ids"], res["c_shapes"] = steps, model.seen, shapes
     res["c_grad_exact"] = grads_match(grads, reference_grad(gather(model.batches[0])))
+    # (d) gradient accumulation, resumed mid-epoch from save_state: batches of 3 make 8 micro-batches
+    # per rank and epoch, so GA=3 gives optimizer steps of 3, 3 and 2 micro-batches (the short last
+    # one on the epoch's end, as Accelerate's own DataLoaders sync there); stopped after optimizer
+    # step 1 (micro-batch 3) and after step 4 (micro-batch 11, 3 into epoch 2). GA=2 divides the epoch
+    for ga, stops in ((3, (1, 4)), (2, (3,))):
+        full, steps = _run(path, loader=_stream(), ga=ga)
+        for stop in stops:
+            ckpt = f"{tmp}/ga{ga}-{stop}"
+            _, head = _run(path, loader=_stream(), ga=ga, stop=stop, save=ckpt)
+            resumed, tail = _run(path, loader=_stream(), ga=ga, load=ckpt)
+            res[f"d{ga}-{stop}"] = dict(full=full.seen, steps=steps, resumed=resumed.seen, head=head, tail=tail,
+                                        params=all(torch.equal(a, b) for a, b in zip(params(full), params(resumed))))
     return res
 
 
@@ -145,6 +167,24 @@ def test_dynamic_batches_same_steps_and_exact_scale(results) -> None:
     assert results[0]["c_grad_exact"] and results[1]["c_grad_exact"]
 
 
+@pytest.mark.parametrize("ga, stop", [(3, 1), (3, 4), (2, 3)])
+def test_gradient_accumulation_resumes_exactly(results, ga, stop) -> None:
+    for r in results:
+        d = r[f"d{ga}-{stop}"]
+        # the samples seen at each optimizer step: the epoch's 8 micro-batches of 3 in steps of ga,
+        # the last one short, and the next epoch's first step of its own micro-batches only
+        epoch = [min(8, i * ga) * 3 for i in range(1, -(-8 // ga) + 1)]
+        assert d["steps"] == epoch + [24 + n for n in epoch]
+        assert len(d["full"]) == N and len(set(d["full"])) == N // 2  # this rank's half, once per epoch
+        # after the resume: the micro-batches after the checkpoint's optimizer step, nothing
+        # skipped or replayed, and the uninterrupted run's optimizer steps
+        done = d["steps"][stop - 1]
+        assert d["head"] == d["steps"][:stop]
+        assert d["resumed"] == d["full"][done:]
+        assert [done + n for n in d["tail"]] == d["steps"][stop:]
+        assert d["params"]
+
+
 def test_prepare_refuses_a_raw_stream() -> None:
     with pytest.raises(ArgumentTypeError, match="TrainerLoader"):
         prepare(Accelerator(cpu=True), [sample(0)])  # type: ignore[arg-type]
@@ -172,8 +212,6 @@ def test_balanced_loader_micro_batches_resume_exactly() -> None:
 
 @pytest.mark.timeout(120)
 def test_dataloader_workers_batch_their_own_shares() -> None:
-    from youmu.torch import MapStream
-
     def loader() -> TrainerLoader:
         return TrainerLoader(MapStream(dataset(), drop_last=True), batch_size=7, collate_fn=collate, num_workers=2)
 

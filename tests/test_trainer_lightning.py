@@ -31,12 +31,14 @@ class Module(pl.LightningModule):
         super().__init__()
         self.model = TinyLM()
         self.first_grads: list[torch.Tensor] | None = None
+        self.steps: list[int] = []  # the samples seen at each optimizer step
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         inputs, info = split_info(batch)
         return scale_loss(self.model(**inputs)["loss"], info)
 
     def on_before_optimizer_step(self, optimizer: Any) -> None:
+        self.steps.append(len(self.model.seen))
         if self.first_grads is None:
             self.first_grads = [p.grad.detach().clone() for p in self.model.parameters()]
 
@@ -89,6 +91,23 @@ def lightning_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     trainer, module = _fit(f"{tmp}/odb", odb, max_epochs=1)
     res["c_steps"], res["c_predicted"], res["c_ids"] = trainer.global_step, box["steps"], module.model.seen
     res["c_grad_exact"] = grads_match(module.first_grads, reference_grad(gather(module.model.batches[0])))
+    # (d) gradient accumulation, resumed mid-epoch from a ModelCheckpoint file: batches of 3 make 8
+    # micro-batches per rank and epoch, so accumulate_grad_batches=3 gives optimizer steps of 3, 3
+    # and 2 micro-batches (the short last one on the epoch's end); stopped after optimizer step 1
+    # (micro-batch 3) and after step 4 (micro-batch 11, 3 into epoch 2). 2 divides the epoch
+    for ga, stops in ((3, (1, 4)), (2, (3,))):
+        trainer, full = _fit(f"{tmp}/ga{ga}", _plain_loader, max_epochs=2, accumulate_grad_batches=ga)
+        for stop in stops:
+            saver = ModelCheckpoint(dirpath=f"{tmp}/ga{ga}-{stop}", every_n_train_steps=stop, save_top_k=-1)
+            _, head = _fit(f"{tmp}/ga{ga}-{stop}", _plain_loader, max_epochs=2, max_steps=stop, callbacks=(saver,),
+                           accumulate_grad_batches=ga)
+            path = sorted(glob.glob(f"{tmp}/ga{ga}-{stop}/*step={stop}.ckpt"))[0]
+            resumed_trainer, resumed = _fit(f"{tmp}/ga{ga}-{stop}", _plain_loader, max_epochs=2, ckpt=path,
+                                            accumulate_grad_batches=ga)
+            res[f"d{ga}-{stop}"] = dict(
+                full=full.model.seen, steps=full.steps, global_step=trainer.global_step, head=head.steps,
+                resumed=resumed.model.seen, tail=resumed.steps, resumed_global_step=resumed_trainer.global_step,
+                params=all(torch.equal(a, b) for a, b in zip(params(full.model), params(resumed.model))))
     return res
 
 
@@ -138,6 +157,25 @@ def test_dynamic_batches_same_steps_and_exact_scale(results) -> None:
     assert results[0]["c_steps"] == results[1]["c_steps"] == results[0]["c_predicted"]
     assert sorted(i for r in results for i in r["c_ids"]) == list(range(N))
     assert results[0]["c_grad_exact"] and results[1]["c_grad_exact"]
+
+
+@pytest.mark.parametrize("ga, stop", [(3, 1), (3, 4), (2, 3)])
+def test_gradient_accumulation_resumes_exactly(results, ga, stop) -> None:
+    for r in results:
+        d = r[f"d{ga}-{stop}"]
+        # the samples seen at each optimizer step: the epoch's 8 micro-batches of 3 in steps of ga,
+        # the last one short, and the next epoch's first step of its own micro-batches only
+        epoch = [min(8, i * ga) * 3 for i in range(1, -(-8 // ga) + 1)]
+        assert d["steps"] == epoch + [24 + n for n in epoch]
+        assert d["global_step"] == d["resumed_global_step"] == len(d["steps"])
+        assert len(d["full"]) == N and len(set(d["full"])) == N // 2  # this rank's half, once per epoch
+        # after the resume: the micro-batches after the checkpoint's optimizer step, nothing
+        # skipped or replayed, and the uninterrupted run's optimizer steps
+        done = d["steps"][stop - 1]
+        assert d["head"] == d["steps"][:stop]
+        assert d["resumed"] == d["full"][done:]
+        assert [done + n for n in d["tail"]] == d["steps"][stop:]
+        assert d["params"]
 
 
 def test_data_module_refuses_other_loaders() -> None:

@@ -15,6 +15,11 @@ accelerator and hands it back — without wrapping it:
   number of processes loads the same checkpoint: every rank merges all the saved ranks'
   states and the epoch's rest is delivered once over the new ranks, with equal steps
   (:meth:`TrainerLoader.load_state_dict`);
+* gradient accumulation (``Accelerator(gradient_accumulation_steps=k)`` with
+  ``accelerator.accumulate(model)``) steps the optimizer on each epoch's last batch, as
+  for Accelerate's own DataLoaders: the epoch's short last step is taken and its gradient
+  does not leak into the next epoch. For an unsized stream pass ``steps_per_epoch``, or
+  the epoch's end is known only after its last batch and the accumulation runs on;
 * batches land on ``accelerator.device``.
 
 The loop (``split_info``/``scale_loss`` apply a dynamic batch's token-level loss scale;
@@ -37,7 +42,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from youmu.errors import ArgumentTypeError
@@ -60,9 +65,39 @@ class CheckpointedLoader:
         self.loader.load_state_dict(state)
 
 
+class _PassEntry:
+    """A pass of the loader as Accelerate's ``GradientState`` sees a dataloader it iterates."""
+
+    remainder = -1  # no duplicated samples padding the last batch (youmu's ranks take equal steps)
+
+    def __init__(self) -> None:
+        self.end_of_dataloader = False
+
+
+def _follow_passes(gradient_state: Any, loader: TrainerLoader) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    # Accelerate's accumulate() steps the optimizer every k batches and on the dataloader's
+    # last one, which it learns from GradientState: its own DataLoaderShard registers itself
+    # there for each pass and flags the last batch. youmu's loader is not wrapped by
+    # accelerator.prepare, so it registers each pass the same way; without it the epoch's
+    # short last accumulation step never steps the optimizer and its gradient leaks into the
+    # next epoch's first step (and the step count runs across epochs, off the epoch's own)
+    def on_pass(batches: Iterator[Any]) -> Iterator[Any]:
+        entry = _PassEntry()
+        gradient_state._add_dataloader(entry)
+        try:
+            for batch in batches:
+                entry.end_of_dataloader = loader.epoch_ended
+                yield batch
+        finally:
+            gradient_state._remove_dataloader(entry)
+
+    return on_pass
+
+
 def prepare(accelerator: Any, loader: TrainerLoader) -> TrainerLoader:
-    """Register ``loader`` for ``save_state``/``load_state`` and move its batches to the
-    accelerator's device; returns the loader itself (iterate it as a DataLoader)."""
+    """Register ``loader`` for ``save_state``/``load_state``, have its passes mark the
+    epoch's end for gradient accumulation, and move its batches to the accelerator's
+    device; returns the loader itself (iterate it as a DataLoader)."""
     if not isinstance(loader, TrainerLoader):
         raise ArgumentTypeError(
             f"loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}; do not pass a youmu "
@@ -71,6 +106,7 @@ def prepare(accelerator: Any, loader: TrainerLoader) -> TrainerLoader:
     if loader.device is None and str(accelerator.device) != "cpu":
         loader.device = accelerator.device
     accelerator.register_for_checkpointing(CheckpointedLoader(loader))
+    loader.on_pass = _follow_passes(accelerator.gradient_state, loader)
     return loader
 
 

@@ -203,6 +203,9 @@ class TrainerLoader:
         # another number of ranks is the steps taken before plus what is left
         self._epoch_steps: int | None = None
         self._positioned = False  # the source was loaded from a merged state: no set_epoch
+        #: An integration that follows each pass (Accelerate's GradientState, see
+        #: youmu.integrations.accelerate): it gets the pass's batches and returns what the trainer iterates.
+        self.on_pass: Callable[[Iterator[Any]], Iterator[Any]] | None = None
         self._reset_metrics()
 
     # -- sizes and epochs -----------------------------------------------------------------
@@ -224,6 +227,12 @@ class TrainerLoader:
                 f"{type(self.source).__name__} has no known number of steps per epoch; pass steps_per_epoch"
             )
         return steps
+
+    @property
+    def epoch_ended(self) -> bool:
+        """Whether the current pass has delivered its epoch's last batch: known as that batch
+        is delivered when ``len()`` is (an unsized stream learns it one request later)."""
+        return self._finished
 
     @property
     def epoch_steps(self) -> int | None:
@@ -269,7 +278,7 @@ class TrainerLoader:
         if self._pending is not None:
             self._loader.load_state_dict(self._pending)
             self._pending = None
-        return self._batches()
+        return self._batches() if self.on_pass is None else self.on_pass(self._batches())
 
     def _agree(self, have: bool) -> bool:
         """Whether every rank has a batch (unsized streams; one all-reduce)."""
