@@ -179,7 +179,7 @@ class YoumuTrainerMixin:
             and kwargs.get("epoch") == kwargs.get("epochs_trained")
             and "steps_in_epoch" in kwargs
             and loader.has_length()
-            and not loader._finished
+            and not loader.epoch_ended
             and loader._taken > 0
         ):
             left = kwargs["steps_in_epoch"] - loader._taken
