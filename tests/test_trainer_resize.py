@@ -215,7 +215,7 @@ def _fresh(tmp: str) -> TrainerLoader:
 def test_an_incomplete_or_repeated_job_is_refused(jobs) -> None:
     tmp, old, _ = jobs
     ranks = old[0]["rows_state"]["ranks"]
-    with pytest.raises(StateError, match=r"rank\(s\) \[1\] of the saving job \(world_size=2\) are missing"):
+    with pytest.raises(StateError, match=r"world_size=2 but the states of rank\(s\) \[1\] are missing"):
         _fresh(tmp).load_state_dict({"format": GATHERED_FORMAT, "ranks": ranks[:1]})
     with pytest.raises(StateError, match="rank 0 appears twice"):
         _fresh(tmp).load_state_dict([ranks[0], ranks[0]])

@@ -30,7 +30,7 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.resume import MERGED_FORMAT, Level, decode_levels, encode_levels
-from youmu.stateful import state_int, state_positions
+from youmu.stateful import job_ranks, state_int, state_positions
 
 __all__ = ["merge_states", "MERGED_FORMAT"]
 
@@ -186,17 +186,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     inner = _same_settings(ranks, lambda r: r.inner_settings, "the wrapped stream's ") if fmt == _PACK else {}
     if fmt == _PACK:
         _same(ranks, "format", lambda r: r.inner_fmt, "the wrapped stream's ")
-    seen: dict[int, int] = {}
-    for i, r in enumerate(ranks):
-        if r.rank >= world:
-            raise StateError(f"{_OWNER}: states[{i}] field 'rank'={r.rank} is not in range(world_size={world})")
-        if r.rank in seen:
-            raise StateError(f"{_OWNER}: rank {r.rank} appears twice (states[{seen[r.rank]}] and states[{i}])")
-        seen[r.rank] = i
-    missing = sorted(set(range(world)) - set(seen))
-    if missing:
-        raise StateError(f"{_OWNER}: the job had world_size={world} but the states of rank(s) {missing} are missing: "
-                         "every rank's state is needed (the rows a rank delivered are only in its state)")
+    job_ranks([r.rank for r in ranks], world, owner=_OWNER, holds="the rows a rank delivered")
     chain_raw = _same(ranks, "resumed", lambda r: r.chain)
     chain: list[Level] = decode_levels(chain_raw, _OWNER) if chain_raw is not None else []
     by_rank = sorted(ranks, key=lambda r: r.rank)

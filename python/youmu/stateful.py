@@ -193,6 +193,33 @@ def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int =
     return [int(k) for k in raw]
 
 
+def job_ranks(ranks: Sequence[int], world: int, *, owner: str, holds: str) -> list[int]:
+    """The order that puts the states of one job's ranks in rank order (``ranks[i]`` is
+    the rank of ``states[i]``): every rank of ``range(world)`` exactly once, or a
+    :class:`StateError` naming the rank out of range, repeated or missing — a merge
+    without one rank's state would lose ``holds`` (what only that state records).
+
+    >>> job_ranks([1, 0], 2, owner="merge_states", holds="its rows")
+    [1, 0]
+    >>> job_ranks([0, 2, 3], 4, owner="merge_states", holds="its rows")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: merge_states: the job had world_size=4 but the states of rank(s) [1] are missing: ...
+    """
+    seen: dict[int, int] = {}
+    for i, r in enumerate(ranks):
+        if r >= world:
+            raise StateError(f"{owner}: states[{i}] field 'rank'={r} is not in range(world_size={world})")
+        if r in seen:
+            raise StateError(f"{owner}: rank {r} appears twice (states[{seen[r]}] and states[{i}])")
+        seen[r] = i
+    missing = sorted(set(range(world)) - set(seen))
+    if missing:
+        raise StateError(f"{owner}: the job had world_size={world} but the states of rank(s) {missing} are missing: "
+                         f"every rank's state is needed ({holds} are only in its state)")
+    return [seen[r] for r in range(world)]
+
+
 def state_levels(state: Mapping[str, Any], key: str, *, owner: str) -> list[tuple[str, Mapping[str, Any]]]:
     """The chain of resumed jobs a merged state carries (``youmu.merge_states``): a
     non-empty list of dicts, one per job of the epoch, each returned with the name of

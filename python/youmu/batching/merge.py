@@ -47,7 +47,7 @@ import numpy as np
 
 from youmu.errors import StateError
 from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, state_int, state_ints, state_levels
+from youmu.stateful import check_state, job_ranks, state_int, state_ints, state_levels
 
 __all__ = ["Level", "rank_order", "merge_loader_states", "resume_from_merged", "decode_chain", "encode_chain",
            "FIXED_SETTINGS"]
@@ -191,17 +191,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if not settings.get("join"):
         raise StateError(f"{_OWNER}: DynamicBatchLoader states with join=False resume only on their own topology "
                          "(non-join mode drops the samples fetched at each logical stop)")
-    seen: dict[int, int] = {}
-    for i, st in enumerate(checked):
-        if st["rank"] >= world:
-            raise StateError(f"{_OWNER}: states[{i}] field 'rank'={st['rank']} is not in range(world_size={world})")
-        if st["rank"] in seen:
-            raise StateError(f"{_OWNER}: rank {st['rank']} appears twice (states[{seen[st['rank']]}] and states[{i}])")
-        seen[st["rank"]] = i
-    missing = sorted(set(range(world)) - set(seen))
-    if missing:
-        raise StateError(f"{_OWNER}: the job had world_size={world} but the states of rank(s) {missing} are missing: "
-                         "every rank's state is needed (the samples a rank delivered are only in its state)")
+    job_ranks([st["rank"] for st in checked], world, owner=_OWNER, holds="the samples a rank delivered")
     ranks = sorted(checked, key=lambda s: s["rank"])
     live = [s for s in ranks if not s["done"]]
     _same(live or ranks, "iteration", lambda s: s["iteration"])

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.stateful import check_state, state_int
+from youmu.stateful import check_state, job_ranks, state_int
 
 __all__ = ["STATE_FORMAT", "GATHERED_FORMAT", "gather_objects", "job_states", "saved_world"]
 
@@ -58,16 +58,7 @@ def job_states(ranks: Sequence[Any]) -> list[dict[str, Any]]:
     if len(worlds) > 1:
         raise StateError(f"the ranks' TrainerLoader states are of jobs of different world sizes {sorted(worlds)}")
     world = worlds.pop()
-    by_rank: dict[int, dict[str, Any]] = {}
-    for s in states:
-        r = state_int(s, "rank", owner="TrainerLoader")
-        if r >= world:
-            raise StateError(f"a TrainerLoader state has rank={r}, not in range(world_size={world})")
-        if r in by_rank:
-            raise StateError(f"the TrainerLoader state of rank {r} appears twice (a job of world_size={world})")
-        by_rank[r] = s
-    missing = sorted(set(range(world)) - set(by_rank))
-    if missing:
-        raise StateError(f"the TrainerLoader states of rank(s) {missing} of the saving job (world_size={world}) are "
-                         "missing: resuming on another number of ranks needs every rank's state")
-    return [by_rank[r] for r in range(world)]
+    ranks = [state_int(s, "rank", owner="TrainerLoader") for s in states]
+    order = job_ranks(ranks, world, owner="TrainerLoader",
+                      holds="the rows a rank delivered")
+    return [states[i] for i in order]

@@ -60,7 +60,7 @@ from youmu.errors import StateError
 from youmu.planning.checkpoint import STATE_FORMAT, Resume, _parse_restored
 from youmu.planning.state import parse_carry
 from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, state_int
+from youmu.stateful import check_state, job_ranks, state_int
 
 __all__ = ["merge_balanced_states", "parse_merged", "is_merged", "same_field", "by_rank"]
 
@@ -93,19 +93,9 @@ def same_field(states: list[Mapping[str, Any]], field: str, kind: str = _LOADER)
 def by_rank(states: list[Mapping[str, Any]], world: int, kind: str = _LOADER) -> list[Mapping[str, Any]]:
     """The states (of a ``kind`` loader's ranks) in rank order; a missing or repeated
     rank is a :class:`~youmu.errors.StateError` naming it."""
-    seen: dict[int, int] = {}
-    for i, st in enumerate(states):
-        r = state_int(st, "rank", owner=kind)
-        if r >= world:
-            raise StateError(f"{_OWNER}: states[{i}] field 'rank'={r} is not in range(world_size={world})")
-        if r in seen:
-            raise StateError(f"{_OWNER}: rank {r} appears twice (states[{seen[r]}] and states[{i}])")
-        seen[r] = i
-    missing = sorted(set(range(world)) - set(seen))
-    if missing:
-        raise StateError(f"{_OWNER}: the job had world_size={world} but the states of rank(s) {missing} are missing: "
-                         "every rank's state is needed (its sources' positions and held samples are only there)")
-    return [states[seen[r]] for r in range(world)]
+    ranks = [state_int(st, "rank", owner=kind) for st in states]
+    order = job_ranks(ranks, world, owner=_OWNER, holds="its sources' positions and held samples")
+    return [states[i] for i in order]
 
 
 def merge_balanced_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
