@@ -193,6 +193,25 @@ def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int =
     return [int(k) for k in raw]
 
 
+def same_settings(saved: Any, mine: Mapping[str, Any], *, owner: str, what: str, may_change: str) -> None:
+    """A merged state's ``settings`` against the loader that loads it: equal key by key,
+    else a :class:`StateError` naming the first that differs (``may_change``: what a
+    resume on another topology may change instead).
+
+    >>> same_settings({"seed": 0}, {"seed": 1}, owner="merged BalancedLoader state", what="BalancedLoader",
+    ...               may_change="the world size")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: merged BalancedLoader state was saved with seed=0 but this BalancedLoader has seed=1 ...
+    """
+    if not isinstance(saved, Mapping):
+        raise StateError(f"{owner} field 'settings' must be a dict, got {type(saved).__name__}")
+    for key in sorted(set(saved) | set(mine)):
+        if saved.get(key) != mine.get(key):
+            raise StateError(f"{owner} was saved with {key}={saved.get(key)!r} but this {what} has "
+                             f"{key}={mine.get(key)!r} (at a resume on another topology only {may_change} may change)")
+
+
 def job_ranks(ranks: Sequence[int], world: int, *, owner: str, holds: str) -> list[int]:
     """The order that puts the states of one job's ranks in rank order (``ranks[i]`` is
     the rank of ``states[i]``): every rank of ``range(world)`` exactly once, or a

@@ -60,7 +60,7 @@ from youmu.errors import StateError
 from youmu.planning.checkpoint import STATE_FORMAT, Resume, _parse_restored
 from youmu.planning.state import parse_carry
 from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, job_ranks, state_int
+from youmu.stateful import check_state, job_ranks, same_settings, state_int
 
 __all__ = ["merge_balanced_states", "parse_merged", "is_merged", "same_field", "by_rank"]
 
@@ -182,15 +182,8 @@ def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str
     if not can_restore:
         raise StateError("a merged BalancedLoader state restores the sources' states: every source must be stateful "
                          "and resume_mode 'state' or 'auto'")
-    saved = st["settings"]
-    if not isinstance(saved, Mapping):
-        raise StateError(f"merged BalancedLoader state field 'settings' must be a dict, got {type(saved).__name__}")
-    for key in sorted(set(saved) | set(settings)):
-        if saved.get(key) != settings.get(key):
-            raise StateError(f"merged BalancedLoader state was saved with {key}={saved.get(key)!r} but this "
-                             f"BalancedLoader has {key}={settings.get(key)!r} (at a resume on another topology only "
-                             "the world size, num_microbatches, global_batch_size / token_budget and the schedule "
-                             "may change)")
+    same_settings(st["settings"], settings, owner="merged BalancedLoader state", what="BalancedLoader",
+                  may_change="the world size, num_microbatches, global_batch_size / token_budget and the schedule")
     step = state_int(st, "step", owner=_LOADER)
     id_bound = state_int(st, "id_bound", owner=_LOADER)
     by_name: dict[str, Mapping[str, Any]] = {}

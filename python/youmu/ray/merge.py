@@ -49,7 +49,7 @@ from youmu.errors import StateError
 from youmu.planning.merge import by_rank, is_merged, same_field
 from youmu.ray.state import CLIENT_FORMAT, PlannerState
 from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, state_int
+from youmu.stateful import check_state, same_settings, state_int
 
 if TYPE_CHECKING:
     from youmu.ray.client import Deployment
@@ -112,15 +112,9 @@ def parse_merged(state: Any, deployment: Deployment) -> tuple[PlannerState, int,
                          "RayBalancedLoader clients' states")
     check_state(st, MERGED_FORMAT, owner=_KIND,
                 required=("epoch", "step", "world_size", "sources", "settings", "data", "planner"))
-    saved, mine = st["settings"], deployment.portable or {}
-    if not isinstance(saved, Mapping):
-        raise StateError(f"merged RayBalancedLoader state field 'settings' must be a dict, got {type(saved).__name__}")
-    for key in sorted(set(saved) | set(mine)):
-        if saved.get(key) != mine.get(key):
-            raise StateError(f"merged RayBalancedLoader state was saved with {key}={saved.get(key)!r} but this "
-                             f"deployment has {key}={mine.get(key)!r} (at a resume on another topology only the "
-                             "world size, num_microbatches, global_batch_size / token_budget and the schedule may "
-                             "change)")
+    same_settings(st["settings"], deployment.portable or {}, owner="merged RayBalancedLoader state",
+                  what="deployment",
+                  may_change="the world size, num_microbatches, global_batch_size / token_budget and the schedule")
     if st["data"] != deployment.data:
         raise StateError(f"merged RayBalancedLoader state field 'data' is {st['data']!r}, this deployment's is "
                          f"{deployment.data!r}: its sources (files, stream settings) or measuring functions differ")
