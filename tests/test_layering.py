@@ -97,3 +97,21 @@ def test_storage_modules_form_no_import_cycle() -> None:
 def test_storage_modules_stay_small() -> None:
     big = {p.name: n for p in STORAGE.glob("*.rs") if (n := len(p.read_text().splitlines())) > 500}
     assert not big, f"split these storage modules by idea (over 500 lines): {big}"
+
+
+# Past this many lines a Rust module holds several ideas, to be split by idea, unless the
+# first line of its doc comment says it is one algorithm (and which).
+MODULE_LINES = 520
+
+
+def test_rust_modules_stay_small_unless_one_algorithm() -> None:
+    big = {}
+    for path in sorted(RUST.rglob("*.rs")):
+        lines = path.read_text().splitlines()
+        first_doc = next((line for line in lines if line.startswith("//!")), "")
+        if len(lines) > MODULE_LINES and "one algorithm" not in first_doc.lower():
+            big[str(path.relative_to(ROOT))] = len(lines)
+    assert not big, (
+        f"split these Rust modules by idea (over {MODULE_LINES} lines), or say in the first line of the "
+        f"module's doc comment that it is one algorithm and which: {big}"
+    )

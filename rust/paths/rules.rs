@@ -67,7 +67,11 @@ mod tests {
     #[test]
     fn extensions_and_patterns() {
         assert!(has_data_extension("a.PARQ") && !has_data_extension(".parquet") && !has_data_extension("a.txt"));
-        assert!(pattern_spells_extension("d/part-*.bin") && !pattern_spells_extension("d/*") && !pattern_spells_extension("d/*.*"));
+        assert!(
+            pattern_spells_extension("d/part-*.bin")
+                && !pattern_spells_extension("d/*")
+                && !pattern_spells_extension("d/*.*")
+        );
         assert!(hidden_for("_a", "*") && !hidden_for("_a", "_*") && !hidden_for("a", "*"));
     }
 }

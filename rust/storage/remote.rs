@@ -13,7 +13,9 @@ use super::found::Found;
 use super::redact::redact;
 use super::spec::StoreSpec;
 use crate::error::{Error, Result, StorageErrorKind, range_text};
-use crate::paths::rules::{GLOB_OPTIONS, has_data_extension, hidden_in_match, listed_is_data, pattern_spells_extension};
+use crate::paths::rules::{
+    GLOB_OPTIONS, has_data_extension, hidden_in_match, listed_is_data, pattern_spells_extension,
+};
 
 /// One indexed object and what it looked like when indexed.
 #[derive(Debug)]
