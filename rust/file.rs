@@ -1,30 +1,38 @@
-//! One Parquet file of an index: its parsed footer, the projection of the selected
-//! columns, and its page table (where each of the index's pages starts, per row group).
+//! One Parquet file of an index: its parsed footer (`file/footer.rs`), the projection of
+//! the selected columns (`file/projection.rs`), and its page table (where each of the
+//! index's pages starts, per row group: `file/pagetable.rs`), put together and checked
+//! here.
 //!
 //! A *page* of the index is the finest row range that can be read on its own: a data
 //! page of the page column (the first leaf of the first selected column), or several
 //! data pages merged when one does not start on a row (it continues its predecessor's
 //! last record), or the whole column chunk when nothing finer is known. Every page of
 //! the index therefore starts on a row. Pages are stored as one `u32` (first row within
-//! the row group) each; the
-//! byte locations live in the (possibly synthesized) OffsetIndex of the footer, so a
-//! page costs ~28 bytes in all (24 for its location, 4 for its page-table entry).
+//! the row group) each; the byte locations live in the (possibly synthesized)
+//! OffsetIndex of the footer, so a page costs ~28 bytes in all (24 for its location, 4
+//! for its page-table entry).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_schema::{FieldRef, SchemaRef, TimeUnit};
+use arrow_schema::{FieldRef, TimeUnit};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::file::metadata::{
-    PageIndexPolicy, ParquetMetaData, ParquetMetaDataBuilder, ParquetMetaDataOptions, ParquetMetaDataReader,
-    ParquetOffsetIndex, ParquetStatisticsPolicy,
-};
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataBuilder, ParquetOffsetIndex};
 use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation};
 
 use crate::error::{Error, Result};
-use crate::scan::scan_chunk;
 use crate::storage::{Fetched, Source, Storage};
+
+mod footer;
+mod pagetable;
+mod projection;
+
+pub use footer::read_metadata;
+pub(crate) use footer::{arrow_metadata, check_footer_thrift};
+pub(crate) use pagetable::{SavedTables, Tables, build_tables, scan_ranges};
+use pagetable::{check_locations, saved_within_chunks};
+use projection::{Projection, resolve_projection};
 
 /// How the pages of a row group were found (reported by `youmu inspect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,190 +84,6 @@ pub struct Int96Check {
     pub mask: ProjectionMask,
     /// Per such column: its position in a decoded batch (file order), and its name.
     pub columns: Vec<(usize, String)>,
-}
-
-/// Arrow reader metadata of a file. The Arrow schema a writer embeds (`ARROW:schema`,
-/// base64 of an Arrow IPC message) is decoded here by arrow-ipc, which panics on some
-/// malformed messages instead of returning an error: either way the file is corrupt.
-pub(crate) fn arrow_metadata(
-    path: &Path,
-    md: Arc<ParquetMetaData>,
-    options: ArrowReaderOptions,
-) -> Result<ArrowReaderMetadata> {
-    match crate::error::catch_quietly(|| ArrowReaderMetadata::try_new(md, options)) {
-        Ok(r) => r.map_err(|e| Error::from_parquet(path, "schema", e)),
-        Err(panic) => Err(Error::corrupt(
-            path,
-            format!("the embedded Arrow schema (ARROW:schema key-value metadata) is malformed: {panic}"),
-        )),
-    }
-}
-
-fn metadata_options() -> ParquetMetaDataOptions {
-    // Statistics are the bulk of a footer and youmu never uses them.
-    ParquetMetaDataOptions::new()
-        .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
-        .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
-}
-
-/// Parse the footer (and the OffsetIndex when present and sound).
-pub fn read_metadata(path: &Path, reader: &Fetched) -> Result<ParquetMetaData> {
-    let parse = |policy| {
-        ParquetMetaDataReader::new()
-            .with_offset_index_policy(policy)
-            .with_column_index_policy(PageIndexPolicy::Skip)
-            .with_metadata_options(Some(metadata_options()))
-            .parse_and_finish(reader)
-    };
-    // arrow-rs sizes its vectors from the footer's counts before reading the elements:
-    // walk the Thrift first so a corrupt count is an error, not an aborting allocation.
-    check_footer_thrift(path, reader)?;
-    let footer = parse(PageIndexPolicy::Skip).map_err(|e| Error::from_parquet(path, "footer", e))?;
-    if !has_offset_index(&footer) {
-        return Ok(footer);
-    }
-    // A damaged OffsetIndex should not make a readable file unreadable: keep the footer
-    // alone and scan page headers instead.
-    if !offset_indexes_well_formed(reader, &footer)? {
-        return Ok(footer);
-    }
-    Ok(parse(PageIndexPolicy::Optional).unwrap_or(footer))
-}
-
-/// Check the footer's Thrift (see `read_metadata`); `reader` is the file, or a saved
-/// copy of its tail.
-pub(crate) fn check_footer_thrift<R: parquet::file::reader::ChunkReader>(path: &Path, reader: &R) -> Result<()> {
-    let len = reader.len();
-    if len < 12 {
-        return Err(Error::corrupt(path, format!("{len} bytes is too small for a Parquet file")));
-    }
-    let tail = reader.get_bytes(len - 8, 8).map_err(|e| Error::from_parquet(path, "footer", e))?;
-    if &tail[4..] != b"PAR1" {
-        return Ok(()); // encrypted footer ("PARE") or not Parquet: arrow-rs says which
-    }
-    let meta_len = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as u64;
-    if meta_len + 8 > len {
-        return Err(Error::corrupt(path, format!("footer length {meta_len} exceeds the file ({len} bytes)")));
-    }
-    let bytes =
-        reader.get_bytes(len - 8 - meta_len, meta_len as usize).map_err(|e| Error::from_parquet(path, "footer", e))?;
-    crate::thrift::check_struct(&bytes).map(|_| ()).map_err(|e| {
-        let why = match e {
-            crate::thrift::ThriftError::NeedMore => "a count or length runs past the end of the footer".to_string(),
-            crate::thrift::ThriftError::Invalid(s) => s,
-        };
-        Error::corrupt(path, format!("footer metadata is malformed: {why}"))
-    })
-}
-
-fn has_offset_index(md: &ParquetMetaData) -> bool {
-    md.row_groups().iter().any(|rg| rg.columns().iter().any(|c| c.offset_index_offset().is_some()))
-}
-
-/// Whether every column chunk's OffsetIndex bytes lie in the file and hold one
-/// well-formed struct (read in one range: writers put them together). Errors only when
-/// the bytes are not at hand (a remote build fetches them and asks again).
-fn offset_indexes_well_formed(reader: &Fetched, md: &ParquetMetaData) -> Result<bool> {
-    use parquet::file::reader::Length;
-    let ranges: Vec<(u64, u64)> = md
-        .row_groups()
-        .iter()
-        .flat_map(|rg| rg.columns().iter())
-        .filter_map(|c| {
-            Some((u64::try_from(c.offset_index_offset()?).ok()?, u64::try_from(c.offset_index_length()?).ok()?))
-        })
-        .collect();
-    let (Some(lo), Some(hi)) = (
-        ranges.iter().map(|r| r.0).min(),
-        ranges.iter().map(|r| r.0.checked_add(r.1)).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().max()),
-    ) else {
-        return Ok(false);
-    };
-    if hi > reader.len() || hi - lo > (1 << 30) {
-        return Ok(false);
-    }
-    let bytes = match reader.read_range(lo, (hi - lo) as usize) {
-        Ok(b) => b,
-        Err(e @ Error::NeedData(_)) => return Err(e),
-        Err(_) => return Ok(false),
-    };
-    Ok(ranges.iter().all(|&(off, n)| {
-        let start = (off - lo) as usize;
-        bytes.get(start..start + n as usize).is_some_and(|b| crate::thrift::check_struct(b).is_ok())
-    }))
-}
-
-/// The selected columns of one file, resolved against its schema.
-struct Projection {
-    mask: ProjectionMask,
-    /// Leaf column indices of the projection (file order).
-    leaves: Vec<usize>,
-    /// The leaf whose data pages define the index's pages.
-    page_leaf: usize,
-    /// Columns of a read batch, in the user's order (`None`: already in order).
-    reorder: Option<Vec<usize>>,
-    /// Projected fields in the user's order.
-    fields: Vec<FieldRef>,
-}
-
-/// Resolve `columns` (top-level names; None = all) against a file.
-fn resolve_projection(path: &Path, meta: &ArrowReaderMetadata, columns: Option<&[String]>) -> Result<Projection> {
-    let descr = meta.parquet_schema();
-    let roots = descr.root_schema().get_fields();
-    let root_names: Vec<&str> = roots.iter().map(|f| f.name()).collect();
-    let chosen: Vec<usize> = match columns {
-        None => (0..roots.len()).collect(),
-        Some(cols) => {
-            if cols.is_empty() {
-                return Err(Error::InvalidArgument("columns must name at least one column".into()));
-            }
-            let mut out = Vec::with_capacity(cols.len());
-            for c in cols {
-                let i = root_names.iter().position(|n| n == c).ok_or_else(|| Error::ColumnNotFound {
-                    path: path.display().to_string(),
-                    column: c.clone(),
-                    available: root_names.join(", "),
-                })?;
-                // pyarrow refuses such a name too ("Multiple matches"); taking the first
-                // would read a column the user may not have meant
-                let count = root_names.iter().filter(|n| *n == c).count();
-                if count > 1 {
-                    return Err(Error::AmbiguousColumn { path: path.display().to_string(), column: c.clone(), count });
-                }
-                if out.contains(&i) {
-                    return Err(Error::InvalidArgument(format!("column {c:?} selected twice")));
-                }
-                out.push(i);
-            }
-            out
-        }
-    };
-    if chosen.is_empty() {
-        return Err(Error::corrupt(path, "schema has no columns"));
-    }
-    let leaves: Vec<usize> =
-        (0..descr.num_columns()).filter(|&l| chosen.contains(&descr.get_column_root_idx(l))).collect();
-    let page_leaf = (0..descr.num_columns()).find(|&l| descr.get_column_root_idx(l) == chosen[0]).ok_or_else(|| {
-        Error::Unsupported {
-            path: path.display().to_string(),
-            detail: format!("column {:?} has no leaf columns", root_names[chosen[0]]),
-        }
-    })?;
-    let mask = ProjectionMask::roots(descr, chosen.iter().copied());
-    // A projected batch lists the chosen roots in file order; map to the user's order.
-    let mut file_order = chosen.clone();
-    file_order.sort_unstable();
-    let reorder: Vec<usize> = chosen.iter().map(|c| file_order.iter().position(|x| x == c).unwrap_or(0)).collect();
-    let reorder = if reorder.iter().enumerate().all(|(i, &r)| i == r) { None } else { Some(reorder) };
-    let schema: &SchemaRef = meta.schema();
-    if schema.fields().len() != roots.len() {
-        return Err(Error::Unsupported {
-            path: path.display().to_string(),
-            detail: "Arrow schema and Parquet schema disagree on the number of top-level columns".into(),
-        });
-    }
-    let fields = chosen.iter().map(|&i| schema.fields()[i].clone()).collect();
-    Ok(Projection { mask, leaves, page_leaf, reorder, fields })
 }
 
 impl FileEntry {
@@ -537,252 +361,5 @@ impl FileEntry {
             }
         }
         out
-    }
-}
-
-/// Page locations (per row group: None, or per projected leaf) and page starts, as persisted.
-pub(crate) struct SavedTables {
-    pub locations: Vec<Option<Vec<Vec<PageLocation>>>>,
-    pub page_starts: Vec<Vec<u64>>,
-    pub sources: Vec<PageSource>,
-}
-
-pub(crate) type Tables = (Vec<Option<Vec<Vec<PageLocation>>>>, Vec<Vec<u64>>, Vec<PageSource>);
-
-/// The page locations of a row group of `rows` rows, per leaf, as youmu lists them:
-/// every leaf's pages in file order without overlapping, the first starting row 0,
-/// each later one a later row within the row group (a saved index must hold what a
-/// build would have made).
-fn check_locations(per_leaf: &[Vec<PageLocation>], rows: u64) -> std::result::Result<(), String> {
-    if rows == 0 {
-        return Err("page locations for a row group of 0 rows".into());
-    }
-    for (leaf, locs) in per_leaf.iter().enumerate() {
-        let mut end = 0i64;
-        for (k, l) in locs.iter().enumerate() {
-            let row_ok = if k == 0 {
-                l.first_row_index == 0
-            } else {
-                l.first_row_index > locs[k - 1].first_row_index && (l.first_row_index as u64) < rows
-            };
-            if !row_ok || l.compressed_page_size <= 0 || l.offset < end {
-                return Err(format!(
-                    "page locations of column {leaf} of the projection: page {k} (offset {}, {} bytes, first row {}) \
-                     is not after the page before it within the row group's {rows} rows",
-                    l.offset, l.compressed_page_size, l.first_row_index
-                ));
-            }
-            end = l.offset.saturating_add(l.compressed_page_size as i64);
-        }
-        if locs.is_empty() {
-            return Err(format!("no page locations for column {leaf} of the projection"));
-        }
-    }
-    Ok(())
-}
-
-/// Saved page locations against the footer saved with them: every page within its
-/// column chunk. The chunk's start is taken leniently (writers disagree on whether a
-/// dictionary page moves `data_page_offset`), its end from its compressed size.
-fn saved_within_chunks(
-    per_leaf: &[Vec<PageLocation>],
-    chunks: &[&parquet::file::metadata::ColumnChunkMetaData],
-) -> std::result::Result<(), String> {
-    for (leaf, (locs, chunk)) in per_leaf.iter().zip(chunks).enumerate() {
-        let data = chunk.data_page_offset();
-        let lo = chunk.dictionary_page_offset().filter(|&d| d > 0).map_or(data, |d| d.min(data));
-        let hi = lo.max(data).saturating_add(chunk.compressed_size());
-        for (k, l) in locs.iter().enumerate() {
-            let end = l.offset.saturating_add(l.compressed_page_size as i64);
-            if l.offset < lo || end > hi {
-                return Err(format!(
-                    "page {k} of column {leaf} of the projection ([{}, {end})) lies outside its column chunk \
-                     ([{lo}, {hi}) per the saved footer)",
-                    l.offset
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Check a native OffsetIndex for one leaf chunk; None if it cannot be trusted.
-pub(crate) fn native_locations(
-    md: &ParquetMetaData,
-    rg: usize,
-    leaf: usize,
-    rows: u64,
-    file_len: u64,
-) -> Option<Vec<PageLocation>> {
-    let oi = md.offset_index()?;
-    let locs = &oi.get(rg)?.get(leaf)?.page_locations;
-    if locs.is_empty() {
-        return None;
-    }
-    let mut prev_row = -1i64;
-    for (i, l) in locs.iter().enumerate() {
-        let ok_row = if i == 0 { l.first_row_index == 0 } else { l.first_row_index > prev_row };
-        let ok_pos = l.offset >= 0
-            && l.compressed_page_size > 0
-            && (l.offset as u64).checked_add(l.compressed_page_size as u64).is_some_and(|e| e <= file_len);
-        if !ok_row || !ok_pos || l.first_row_index as u64 >= rows {
-            return None;
-        }
-        prev_row = l.first_row_index;
-    }
-    Some(locs.clone())
-}
-
-/// The column chunks `build_tables` walks page by page for the projection `leaves`: every
-/// leaf's chunk in the row groups where some leaf has no usable OffsetIndex.
-pub(crate) fn scan_ranges(
-    md: &ParquetMetaData,
-    size: u64,
-    leaves: &[usize],
-    rg_row_start: &[u64],
-) -> Vec<std::ops::Range<u64>> {
-    let mut scans = Vec::new();
-    for rg in 0..md.num_row_groups() {
-        let rows = rg_row_start[rg + 1] - rg_row_start[rg];
-        if rows > 0 && leaves.iter().any(|&l| native_locations(md, rg, l, rows, size).is_none()) {
-            for &leaf in leaves {
-                let (start, len) = md.row_group(rg).column(leaf).byte_range();
-                if let Some(end) = start.checked_add(len).filter(|&e| e <= size) {
-                    scans.push(start..end);
-                }
-            }
-        }
-    }
-    scans
-}
-
-pub(crate) fn build_tables(
-    path: &Path,
-    reader: &Fetched,
-    size: u64,
-    md: &ParquetMetaData,
-    leaves: &[usize],
-    page_leaf: usize,
-    rg_row_start: &[u64],
-) -> Result<Tables> {
-    let descr = md.file_metadata().schema_descr();
-    let n = md.num_row_groups();
-    // The column chunks a header scan will walk, asked for at once: a remote build
-    // fetches them in one round of concurrent GETs instead of one header at a time.
-    reader.require(&scan_ranges(md, size, leaves, rg_row_start))?;
-    let (mut locations, mut page_starts, mut sources) =
-        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    for rg in 0..n {
-        let rows = rg_row_start[rg + 1] - rg_row_start[rg];
-        if rows == 0 {
-            locations.push(None);
-            page_starts.push(vec![]);
-            sources.push(PageSource::OffsetIndex);
-            continue;
-        }
-        let native: Option<Vec<Vec<PageLocation>>> =
-            leaves.iter().map(|&l| native_locations(md, rg, l, rows, size)).collect();
-        if let Some(per_leaf) = native {
-            let pos = leaves.iter().position(|&l| l == page_leaf).unwrap_or(0);
-            page_starts.push(per_leaf[pos].iter().map(|l| l.first_row_index as u64).collect());
-            locations.push(Some(per_leaf));
-            sources.push(PageSource::OffsetIndex);
-            continue;
-        }
-        // Header scan of every projected leaf of this row group.
-        let mut per_leaf = Vec::with_capacity(leaves.len());
-        let mut all_aligned = true;
-        let mut key_pages = vec![];
-        let mut merged = false;
-        for &leaf in leaves {
-            let col = md.row_group(rg).column(leaf);
-            let ctx = format!("row group {rg}, column {}", col.column_path());
-            let chunk = scan_chunk(path, reader, size, col, descr.column(leaf).max_rep_level(), &ctx)?;
-            let total: u64 = chunk.pages.iter().map(|p| p.rows).sum();
-            if total != rows {
-                return Err(Error::corrupt(
-                    path,
-                    format!("{ctx}: pages hold {total} rows but the row group has {rows}"),
-                ));
-            }
-            if let Some(first) = chunk.pages.first()
-                && !first.starts_on_boundary
-            {
-                return Err(Error::corrupt(path, format!("{ctx}: first page does not start a row")));
-            }
-            let (leaf_pages, locs, aligned) = row_aligned_pages(&chunk.pages);
-            if !aligned {
-                all_aligned = false;
-                merged |= leaf == page_leaf;
-            }
-            if leaf == page_leaf {
-                key_pages = leaf_pages;
-            }
-            per_leaf.push(locs);
-        }
-        if all_aligned {
-            locations.push(Some(per_leaf));
-            sources.push(PageSource::HeaderScan);
-        } else {
-            // Pages that continue a row cannot be listed as page locations, so this row
-            // group is read by walking its column chunks (correct, coarser I/O).
-            locations.push(None);
-            sources.push(if merged { PageSource::HeaderScanMerged } else { PageSource::HeaderScan });
-        }
-        page_starts.push(key_pages);
-    }
-    Ok((locations, page_starts, sources))
-}
-
-/// Pages of a scanned column chunk: the first row of every index page, the data-page locations
-/// (first row = rows started before the page), and whether every page starts a row. A
-/// data page that continues its predecessor's last row starts no index page: it joins the
-/// index page of the data page before it, so every index page starts on a row.
-pub(crate) fn row_aligned_pages(pages: &[crate::scan::ScannedPage]) -> (Vec<u64>, Vec<PageLocation>, bool) {
-    let mut page_starts = vec![];
-    let mut locs = Vec::with_capacity(pages.len());
-    let mut aligned = true;
-    let mut row = 0u64;
-    for p in pages {
-        if p.starts_on_boundary {
-            page_starts.push(row);
-        } else {
-            aligned = false;
-        }
-        locs.push(PageLocation {
-            offset: p.offset as i64,
-            compressed_page_size: p.total_len as i32,
-            first_row_index: row as i64,
-        });
-        row += p.rows;
-    }
-    (page_starts, locs, aligned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scan::ScannedPage;
-
-    fn page(rows: u64, starts_on_boundary: bool) -> ScannedPage {
-        ScannedPage { offset: 0, total_len: 10, rows, starts_on_boundary }
-    }
-
-    #[test]
-    fn a_page_continuing_a_row_joins_the_page_before_it() {
-        // rows 0-2 in page 0; page 1 finishes row 2 and starts rows 3-4; page 2 only
-        // continues row 4; page 3 starts rows 5-9
-        let pages = [page(3, true), page(2, false), page(0, false), page(5, true)];
-        let (page_starts, locs, aligned) = row_aligned_pages(&pages);
-        assert!(!aligned);
-        assert_eq!(page_starts, vec![0, 5]); // data pages 0-2 are one index page (rows 0-4), data page 3 the next
-        assert_eq!(locs.iter().map(|l| l.first_row_index).collect::<Vec<_>>(), vec![0, 3, 5, 5]);
-    }
-
-    #[test]
-    fn aligned_pages_are_their_own_pages() {
-        let (page_starts, _, aligned) = row_aligned_pages(&[page(4, true), page(4, true), page(1, true)]);
-        assert!(aligned);
-        assert_eq!(page_starts, vec![0, 4, 8]);
     }
 }

@@ -1,23 +1,20 @@
 //! `youmu.PageIndex`: a thin wrapper; all work happens in `crate::index` with the GIL
-//! released.
+//! released (pages read in the background are `pending.rs`).
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
 
-use arrow_array::RecordBatch;
 use arrow_pyarrow::ToPyArrow;
 use numpy::PyArray1;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use super::convert::{batches_to_py, columns_from, ids_from, index_from, paths_from, storage_options_from};
+use super::pending::{PendingPages, background};
 use crate::error::Result;
 use crate::file::PageSource;
 use crate::index::PageIndex;
-use crate::runtime::runtime;
 
 /// Two numpy int64 arrays of equal length (pages and offsets of rows).
 type ArrayPair<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
@@ -418,28 +415,6 @@ impl PyPageIndex {
     }
 }
 
-/// Run `work` in the background. Local pages are read by a pool task. Remote pages
-/// get a thread of their own that waits on the network (the pool's threads stay free to
-/// decode), so several windows prefetched at once all have their requests in flight.
-fn background(
-    remote: bool,
-    work: impl FnOnce() -> Result<Vec<RecordBatch>> + Send + 'static,
-) -> PyResult<PendingPages> {
-    let (tx, rx) = sync_channel(1);
-    let job = move || {
-        let _ = tx.send(super::guard(work));
-    };
-    if remote {
-        std::thread::Builder::new()
-            .name("youmu-prefetch".into())
-            .spawn(job)
-            .map_err(|e| PyRuntimeError::new_err(format!("cannot start a prefetch thread: {e}")))?;
-    } else {
-        runtime().pool().spawn(job);
-    }
-    Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
-}
-
 /// `UserWarning` naming what discovery skipped (also in `PageIndex.skipped`).
 fn warn_skipped(py: Python<'_>, idx: &PageIndex) -> PyResult<()> {
     if idx.skipped().is_empty() {
@@ -457,52 +432,4 @@ fn warn_skipped(py: Python<'_>, idx: &PageIndex) -> PyResult<()> {
     let cat = py.get_type::<pyo3::exceptions::PyUserWarning>();
     let cmsg = std::ffi::CString::new(msg).unwrap_or_default();
     PyErr::warn(py, &cat, &cmsg, 1)
-}
-
-enum State {
-    Waiting(Receiver<Result<Vec<RecordBatch>>>),
-    Ready(Result<Vec<RecordBatch>>),
-    Taken,
-}
-
-/// Pages being read in the background (see `PageIndex.prefetch`).
-#[pyclass(module = "youmu._core", frozen)]
-pub struct PendingPages {
-    state: Mutex<State>,
-    pid: u32,
-}
-
-#[pymethods]
-impl PendingPages {
-    /// Wait for the pages (GIL released) and return them as a list of RecordBatches.
-    fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        if self.pid != std::process::id() {
-            return Err(PyRuntimeError::new_err(
-                "this prefetch was started in another process (before a fork); start it again here",
-            ));
-        }
-        let state = {
-            let mut g = self.state.lock().map_err(|_| PyRuntimeError::new_err("prefetch state poisoned"))?;
-            std::mem::replace(&mut *g, State::Taken)
-        };
-        let out = match state {
-            State::Waiting(rx) => py
-                .detach(move || rx.recv())
-                .map_err(|_| PyRuntimeError::new_err("youmu's reader thread stopped before delivering the pages"))?,
-            State::Ready(r) => r,
-            State::Taken => return Err(PyRuntimeError::new_err("result() was already taken")),
-        };
-        batches_to_py(py, out?)
-    }
-
-    /// Whether the pages are ready (never blocks).
-    fn done(&self) -> PyResult<bool> {
-        let mut g = self.state.lock().map_err(|_| PyRuntimeError::new_err("prefetch state poisoned"))?;
-        if let State::Waiting(rx) = &*g
-            && let Ok(r) = rx.try_recv()
-        {
-            *g = State::Ready(r);
-        }
-        Ok(!matches!(&*g, State::Waiting(_)))
-    }
 }

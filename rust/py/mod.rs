@@ -5,6 +5,7 @@ mod convert;
 mod errors;
 mod index;
 mod mixture;
+mod pending;
 mod permute;
 
 use numpy::PyArray1;
@@ -294,7 +295,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         crate::tokens::set_enabled(false);
     }
     m.add_class::<index::PyPageIndex>()?;
-    m.add_class::<index::PendingPages>()?;
+    m.add_class::<pending::PendingPages>()?;
     m.add_class::<permute::PyPermutation>()?;
     m.add_class::<mixture::PyFlatMap>()?;
     m.add_class::<mixture::PyMixtureMap>()?;

@@ -11,9 +11,11 @@
 //!   ranged GETs through the `object_store` crate ([`client`], [`remote`]) on youmu's
 //!   own async runtime ([`aio`]), conditional on the ETag recorded when it was indexed.
 //!
-//! Whether a user's string names a local path or an object (`spec.rs`), and how a set
-//! of found files is opened and read, saved and reopened (`open.rs`), is decided here
-//! too, so no caller branches on the backend or waits on the async runtime itself.
+//! Whether a user's string names a local path or an object (`spec.rs`), how it is
+//! listed (a local walk in `walk.rs`, an object listing in `remote.rs`, by the naming
+//! rules of `paths::rules`), and how a set of found files is opened and read, saved and
+//! reopened (`open.rs`), is decided here too, so no caller branches on the backend or
+//! waits on the async runtime itself.
 //!
 //! Remote reads are planned before they are made: a batch of pages (or an index build
 //! step) names the byte ranges it needs, [`fetch`] issues them concurrently (bounded by
@@ -29,6 +31,7 @@ pub mod client;
 pub mod counters;
 pub mod fetch;
 pub mod fetched;
+pub mod found;
 pub mod local;
 pub mod open;
 pub mod options;
@@ -37,6 +40,7 @@ pub mod remote;
 pub mod retry;
 pub mod source;
 pub mod spec;
+pub mod walk;
 
 use std::sync::atomic::Ordering;
 
@@ -44,6 +48,7 @@ use crate::error::{Error, Result};
 
 pub use counters::{FIRST_BYTE_US, REMOTE_BYTES, REMOTE_REQUESTS, UNPLANNED_READS};
 pub use fetched::{Fetched, FetchedCursor};
+pub use found::{Found, Listing};
 pub use open::*;
 pub use options::*;
 pub use source::{ObjectVersion, Source, Storage};

@@ -1,7 +1,7 @@
 //! Opening what the user named: telling local paths from object URLs (once, here),
-//! opening found files and objects and running a parse over each, reading and writing
-//! whole files or objects, reopening a saved index's files, and fetching a plan's byte
-//! ranges. Everything that waits on the async runtime does so here, so callers outside
+//! listing them, opening found files and objects and running a parse over each, reading
+//! and writing whole files or objects, reopening a saved index's files, and fetching a
+//! plan's byte ranges. Everything that waits on the async runtime does so here, so callers outside
 //! `storage/` stay synchronous and never branch on the backend.
 
 use std::ops::Range;
@@ -10,18 +10,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
-use object_store::ObjectMeta;
-use object_store::path::Path as ObjectPath;
 use rayon::prelude::*;
 
 use super::aio::block_on;
 use super::fetch::with_fetched;
 use super::fetched::Fetched;
+use super::found::{Found, Listing};
 use super::local::{self, LocalFile};
 use super::options::io_options;
-use super::remote::{RemoteObject, verify};
+use super::remote::{RemoteObject, list_objects, verify};
 use super::source::Source;
 use super::spec::{StoreSpec, is_remote};
+use super::walk::list_local;
 use crate::error::{Error, Result};
 
 /// What a user's path or URL names, as far as its form tells.
@@ -51,40 +51,21 @@ impl Location {
     }
 }
 
-/// One file or object found by discovery, not opened yet.
-#[derive(Debug, Clone)]
-pub enum Found {
-    Local(PathBuf),
-    Remote {
-        spec: Arc<StoreSpec>,
-        path: ObjectPath,
-        /// From the listing (size, ETag), when the object was listed.
-        meta: Option<ObjectMeta>,
-    },
-}
-
-impl Found {
-    pub fn name(&self) -> String {
-        match self {
-            Found::Local(p) => p.display().to_string(),
-            Found::Remote { spec, path, .. } => spec.url_of(path),
+/// List every user path or URL, in order, by the rules of [`crate::paths`]: local paths
+/// walked ([`super::walk`]), object URLs listed ([`super::remote`]). `options` configure
+/// the object stores (`storage_options`), refused when nothing listed is in a store.
+pub fn list(specs: &[String], options: &[(String, String)]) -> Result<Listing> {
+    let mut out = Listing::default();
+    for s in specs {
+        match Location::of(s)? {
+            Location::Store => list_objects(s, options, &mut out.found)?,
+            Location::Local(local) => list_local(&local.display().to_string(), &mut out)?,
         }
     }
-
-    /// What tells two found entries apart: a local file's canonical path (so two
-    /// spellings of one file are one), an object's URL. Compared as bytes: two names
-    /// that are not UTF-8 may display alike.
-    pub fn identity(&self) -> std::ffi::OsString {
-        match self {
-            Found::Local(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).into_os_string(),
-            Found::Remote { .. } => self.name().into(),
-        }
+    if !out.found.iter().any(Found::in_store) {
+        super::spec::refuse_unused_options(options, "the path list")?;
     }
-
-    /// Whether this is an object in a store.
-    pub fn in_store(&self) -> bool {
-        matches!(self, Found::Remote { .. })
-    }
+    Ok(out)
 }
 
 /// Open every one of `found` and run `work` over its bytes: local files on youmu's pool

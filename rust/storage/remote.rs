@@ -1,6 +1,7 @@
 //! One indexed object and what it looked like when indexed (size, ETag, version,
 //! Last-Modified): its ranged GETs, conditional on the recorded ETag, and the checks that
-//! tell an object replaced since it was indexed from the one indexed.
+//! tell an object replaced since it was indexed from the one indexed; and listing a URL
+//! for discovery (one object, a prefix or a glob over a prefix's keys).
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -8,9 +9,13 @@ use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStoreScheme};
 
+use super::found::Found;
 use super::redact::redact;
 use super::spec::StoreSpec;
 use crate::error::{Error, Result, StorageErrorKind, range_text};
+use crate::paths::rules::{
+    GLOB_OPTIONS, has_data_extension, hidden_in_match, listed_is_data, pattern_spells_extension,
+};
 
 /// One indexed object and what it looked like when indexed.
 #[derive(Debug)]
@@ -208,4 +213,70 @@ pub async fn verify(objs: &[Arc<RemoteObject>]) -> Result<std::result::Result<()
         }
     }
     Ok(Ok(()))
+}
+
+/// List the object-store URL `spec` into `out` by the rules of [`crate::paths`]: an
+/// object, a prefix listed in key order, or a glob matched against a prefix's keys.
+pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut Vec<Found>) -> Result<()> {
+    let (store, key) = StoreSpec::parse(spec, options)?;
+    let listed = |prefix: &str| -> Result<Vec<ObjectMeta>> { store.list_sorted(prefix) };
+    let push = |out: &mut Vec<Found>, m: ObjectMeta| {
+        out.push(Found::Remote { spec: store.clone(), path: m.location.clone(), meta: Some(m) })
+    };
+    if let Some(first_glob) = key.find(['*', '?', '[']) {
+        let prefix = &key[..key[..first_glob].rfind('/').map_or(0, |i| i + 1)];
+        let pattern =
+            glob::Pattern::new(&key).map_err(|e| Error::InvalidArgument(format!("bad glob {spec:?}: {e}")))?;
+        let opts = GLOB_OPTIONS;
+        let own_extension = pattern_spells_extension(&key);
+        let before = out.len();
+        for m in listed(prefix)? {
+            let k = m.location.as_ref();
+            if pattern.matches_with(k, opts)
+                && !hidden_in_match(&key, k)
+                && (own_extension || k.rsplit('/').next().is_some_and(has_data_extension))
+            {
+                push(out, m);
+            } else if !pattern.matches_with(k, opts) {
+                // a "directory" matched by the pattern: its objects, by rules 2 and 3
+                let dir_match = k.char_indices().filter(|&(_, c)| c == '/').any(|(i, _)| {
+                    pattern.matches_with(&k[..i], opts)
+                        && !hidden_in_match(&key, &k[..i])
+                        && listed_is_data(&k[i + 1..])
+                });
+                if dir_match {
+                    push(out, m);
+                }
+            }
+        }
+        if out.len() == before {
+            return Err(Error::InvalidArgument(format!("glob {spec:?} matched no Parquet objects")));
+        }
+        return Ok(());
+    }
+    let last = key.rsplit('/').next().unwrap_or("");
+    // plain HTTP cannot list: a URL there names one object, whatever its name
+    let names_object = has_data_extension(last) || !store.can_list();
+    if !key.is_empty() && !key.ends_with('/') && names_object {
+        out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
+        return Ok(());
+    }
+    let prefix = if key.is_empty() || key.ends_with('/') { key.clone() } else { format!("{key}/") };
+    let before = out.len();
+    for m in listed(&prefix)? {
+        if listed_is_data(&m.location.as_ref()[prefix.len().min(m.location.as_ref().len())..]) {
+            push(out, m);
+        }
+    }
+    if out.len() == before {
+        if !key.is_empty() && !key.ends_with('/') {
+            // not a prefix of anything: an object named without an extension
+            out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
+            return Ok(());
+        }
+        return Err(Error::InvalidArgument(format!(
+            "{spec} holds no Parquet objects (*.parquet, *.parq, *.pq; hidden names skipped)"
+        )));
+    }
+    Ok(())
 }
