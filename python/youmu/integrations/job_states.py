@@ -9,8 +9,8 @@ Example:
     >>> try:
     ...     job_states(states)
     ... except StateError as e:
-    ...     print(str(e).split(":")[0])
-    the TrainerLoader states of rank(s) [1] of the saving job (world_size=3) are missing
+    ...     print(str(e).split(": every")[0])
+    TrainerLoader: the job had world_size=3 but the states of rank(s) [1] are missing
 """
 
 from __future__ import annotations
