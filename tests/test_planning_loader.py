@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planning_mp as mp  # noqa: E402
 
 from youmu.planning import BalancedLoader, CostModel, MicroBatchInfo, pack_microbatch  # noqa: E402
-from youmu.planning.balanced_loader import STATE_FORMAT  # noqa: E402
+from youmu.planning.checkpoint import STATE_FORMAT  # noqa: E402
 
 
 def _sid(s: dict[str, Any]) -> int:

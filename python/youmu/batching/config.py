@@ -43,7 +43,7 @@ from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.stateful import check_state, data_fingerprint, state_int, state_ints
 
-__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_loader_state", "check_saved_state"]
+__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_saved_state"]
 
 #: The format tag of ``DynamicBatchLoader`` states.
 STATE_FORMAT = "youmu.batching/1"
@@ -343,40 +343,3 @@ def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
                 raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
     return st
 
-
-def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
-    """``state`` validated for a loader with ``config`` (``load_state_dict``): a
-    :class:`~youmu.errors.StateError` naming the first field that does not fit, never an
-    ``AttributeError`` or ``KeyError`` later. A merged state
-    (:func:`youmu.merge_states`) becomes this rank's share
-    (:func:`youmu.batching.merge.resume_from_merged`). Returns a new dict."""
-    from youmu.batching.merge import decode_chain, rank_order, resume_from_merged
-    from youmu.resume import MERGED_FORMAT
-
-    owner = "DynamicBatchLoader"
-    if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
-        return resume_from_merged(state, config)
-    st = check_saved_state(state, expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind})
-    if st["config"] != config.fingerprint:
-        raise StateError(
-            f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
-            f"(token_budget, pool_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
-        )
-    keys = [k for entry in st["replay"] for k in entry["keys"]] + list(st["overflow"])
-    if config.kind == "map":
-        if st.get("resumed") is not None:  # a rank of a job resumed from a merged state
-            levels = decode_chain(st["resumed"], owner)
-            mine = len(rank_order(config.resume_settings, st["epoch"], levels, rank=config.rank,
-                                  world_size=config.world_size))
-        else:
-            n, w = config.size or 0, config.world_size
-            mine = -(-n // w) if config.pad_sampler else len(range(config.rank, n, w))
-        bad = [k for k in keys if k >= mine]
-        if bad or st["position"] > mine:
-            raise StateError(
-                f"{owner} state positions ({bad[:3] or st['position']}) are out of range for this rank's "
-                f"{mine} samples (another dataset?)"
-            )
-    elif st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
-        raise StateError("the state holds a dataset state but the dataset has no load_state_dict")
-    return st

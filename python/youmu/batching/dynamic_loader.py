@@ -39,14 +39,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_loader_state
+from youmu.batching.config import LoaderConfig
 from youmu.batching.epoch import EpochHandle, EpochIterator
+from youmu.batching.merge import check_loader_state
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
 from youmu.stateful import check_epoch, keeps_resume_point
 
-__all__ = ["DynamicBatchLoader", "STATE_FORMAT"]
+__all__ = ["DynamicBatchLoader"]
 
 T = TypeVar("T")
 

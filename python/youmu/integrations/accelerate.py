@@ -35,7 +35,7 @@ they do nothing for fixed-size batches)::
         log_metrics(accelerator, loader)
 
 Example:
-    >>> from youmu.integrations.trainer_loader import GATHERED_FORMAT
+    >>> from youmu.integrations.job_states import GATHERED_FORMAT
     >>> GATHERED_FORMAT
     'youmu.TrainerLoader.ranks/1'
 """

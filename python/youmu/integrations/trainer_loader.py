@@ -56,7 +56,7 @@ from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
 from youmu.stateful import check_state, state_int
 
-__all__ = ["TrainerLoader", "INFO_KEY", "STATE_FORMAT", "GATHERED_FORMAT", "split_info", "scale_loss"]
+__all__ = ["TrainerLoader", "INFO_KEY", "split_info", "scale_loss"]
 
 #: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
 INFO_KEY = "youmu_info"

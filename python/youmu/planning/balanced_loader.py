@@ -87,17 +87,17 @@ from typing import Any
 
 from youmu._args import choice_arg, int_arg, seconds_arg
 from youmu.distributed import Producer, channel_for
+from youmu.distributed.status import CLOSED, FAILED
 from youmu.errors import InvalidArgumentError
 from youmu.planning.checkpoint import (
     RESUME_MODES,
-    STATE_FORMAT,
     Snapshots,
     agree_on_start,
     restore_sources,
 )
-from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
+from youmu.planning.exchange import EXHAUSTED, OK, StepExchange
 from youmu.planning.loader_state import LoaderState
-from youmu.planning.microbatch import Assembler, MicroBatchInfo, check_split_images, default_docs
+from youmu.planning.microbatch import Assembler, MicroBatchInfo, check_split_images
 from youmu.planning.rank_sources import (
     Held,
     Measure,
@@ -109,10 +109,10 @@ from youmu.planning.rank_sources import (
     step_meta,
 )
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
-from youmu.planning.settings import MAX_MICROBATCHES, PlanSettings
+from youmu.planning.settings import PlanSettings
 from youmu.stateful import again_or_raise
 
-__all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]
+__all__ = ["BalancedLoader"]
 
 log = logging.getLogger("youmu.planning")
 
@@ -134,7 +134,7 @@ class BalancedLoader(LoaderState):
             ``reorder_only=True``, a stream of formed micro-batches.
         num_microbatches: micro-batches per rank per step (gradient accumulation / PP);
             at most :data:`MAX_MICROBATCHES`, and ``W × num_microbatches`` at most
-            :data:`~youmu.planning.balance.MAX_SLOTS`.
+            :data:`~youmu.planning.metrics.MAX_SLOTS`.
         global_batch_size: samples per step over all ranks.
         token_budget: tokens per step over all ranks (instead of a sample count).
         capacity: tokens per micro-batch (activation memory); samples that fit in no

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from youmu.errors import LoaderError
+from youmu.jobstates import is_merged
 from youmu.planning.checkpoint import STATE_FORMAT, Snapshots, parse_state, start_snapshot
-from youmu.planning.merge import is_merged, parse_merged
+from youmu.planning.merge import parse_merged
 from youmu.stateful import check_epoch, keeps_resume_point
 
 __all__ = ["LoaderState"]

@@ -52,13 +52,14 @@ import numpy as np
 
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
-from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
+from youmu.planning.balance import METHODS, balance_detailed
 from youmu.planning.cost import CostModel, ModelConfig, segment_sums
 from youmu.planning.hybrid import balance_colocated, balance_hybrid
 from youmu.planning.meta import SampleMeta, gather_metadata
+from youmu.planning.metrics import BalanceResult, Imbalance, check_grid
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
-__all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES", "ENCODER_BALANCES"]
+__all__ = ["Mesh", "Planner", "StepPlan", "AXES", "ENCODER_BALANCES"]
 
 AXES = ("DP", "CP", "WORLD")
 #: how :meth:`Planner.encoder` places images: on their sample's rank, or over every rank
@@ -138,11 +139,11 @@ class StepPlan:
         unselected: rows ``mix`` left in the buffer.
         costs: modelled cost per row of ``meta`` (0 for unselected rows).
         method: the balancing method used (after fallbacks).
-        stats: :class:`~youmu.planning.balance.Imbalance` of the placement.
+        stats: :class:`~youmu.planning.metrics.Imbalance` of the placement.
         num_buckets, num_bins: the grid.
         source_counts: samples per source in the step (``{source number: count}``).
         encoder_costs, encoder_stats: with an encoder cost model, the encoder cost
-            per row of ``meta`` and the encoder's :class:`~youmu.planning.balance.Imbalance`
+            per row of ``meta`` and the encoder's :class:`~youmu.planning.metrics.Imbalance`
             over ``(encoder rank, slot)`` (``None`` otherwise).
         image_ranks: with ``encoder(..., balance="hybrid")``, the rank that encodes
             each image of ``meta`` (in ``meta.image_patches`` order; ``-1``: its sample

@@ -41,8 +41,9 @@ from typing import Any
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
-from youmu.planning.balance import METHODS, check_grid
-from youmu.planning.checkpoint import _json_leaves, config_fingerprint
+from youmu.planning.balance import METHODS
+from youmu.planning.checkpoint import config_fingerprint, json_leaves
+from youmu.planning.metrics import check_grid
 from youmu.planning.planner import ENCODER_BALANCES, Planner
 from youmu.planning.rank_sources import resolve_sources
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
@@ -201,7 +202,7 @@ class PlanSettings:
         (['code', 'web'], 512, False)
         """
         planner = self._chain(1)
-        return _json_leaves({
+        return json_leaves({
             "sources": sorted(self.names), "capacity": self.capacity, "cost": describe(planner.cost_fn),
             "method": self.method, "reorder_only": self.reorder_only, "placement": self.placement,
             "group_size": self.group_size, "seed": self.seed, "drop_last": self.drop_last,

@@ -54,17 +54,16 @@ from typing import Any
 from youmu._args import int_arg
 from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
+from youmu.jobstates import is_merged
 from youmu.planning.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
-from youmu.ray.merge import is_merged, parse_merged
+from youmu.ray.merge import parse_merged
 from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
 from youmu.ray.state import CLIENT_FORMAT, Chain, PlannerState, Ref
 from youmu.stateful import check_epoch, check_state, keeps_resume_point, state_int
 
-__all__ = ["RayBalancedLoader", "Deployment", "STATE_FORMAT"]
+__all__ = ["RayBalancedLoader", "Deployment"]
 
-#: tag of :meth:`RayBalancedLoader.state_dict`
-STATE_FORMAT = CLIENT_FORMAT
 _OWNER = "RayBalancedLoader"
 
 
@@ -273,7 +272,7 @@ class RayBalancedLoader:
         only (JSON works)."""
         step, mb = self._delivered
         d = self.deployment
-        return {"format": STATE_FORMAT, "world_size": self.world_size, "rank": self.rank,
+        return {"format": CLIENT_FORMAT, "world_size": self.world_size, "rank": self.rank,
                 "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
                 "epoch": self.epoch if self._pass_epoch is None else self._pass_epoch,
                 "step": step, "microbatch": mb, "planner": self._delivered_state,
@@ -286,9 +285,11 @@ class RayBalancedLoader:
         token budget or mixing schedule here, from the merged step on). Raises
         :class:`~youmu.errors.StateError` naming the field that does not fit."""
         if is_merged(state):
-            self._install(*parse_merged(state, self.deployment))
+            d = self.deployment
+            self._install(*parse_merged(state, portable=d.portable or {}, data=d.data, names=d.names,
+                                        world_size=d.world_size))
             return
-        st = check_state(state, STATE_FORMAT, owner=_OWNER,
+        st = check_state(state, CLIENT_FORMAT, owner=_OWNER,
                          expect={"world_size": self.world_size, "num_microbatches": self.num_microbatches},
                          required=("epoch", "step", "microbatch", "planner"))
         if st.get("config") != self.config_fingerprint():

@@ -71,9 +71,9 @@ from youmu.planning.rank_sources import Held, RankReader, SourceStream, carry_af
 from youmu.planning.settings import PlanSettings
 from youmu.ray.calls import Actor
 from youmu.ray.state import Chain, PlannerState, Ref
-from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, RecordMeasure, _Fetcher, _View
+from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, Fetcher, RecordMeasure, View
 
-__all__ = ["NEED_STATE", "PlannerState", "RankStep", "RecordMeasure", "StepPlanner", "Ref"]
+__all__ = ["NEED_STATE", "RankStep", "StepPlanner"]
 
 #: a planner's answer when it cannot serve a step without a client's state
 NEED_STATE = "youmu.ray/need-state"
@@ -168,9 +168,9 @@ class StepPlanner:
     def ping(self) -> dict[str, Any]:
         import os
 
-        from youmu.ray.source_actor import _node_id
+        from youmu.ray.source_actor import node_id
 
-        return {"pid": os.getpid(), "node": _node_id(), "seeded": self.seeded,
+        return {"pid": os.getpid(), "node": node_id(), "seeded": self.seeded,
                 "cursor": None if self._cursor is None else (self._cursor.epoch, self._cursor.step),
                 "busy_s": self.busy_s}
 
@@ -242,12 +242,12 @@ class StepPlanner:
         self._results.clear()
         self._end = None
         self._chain = st.chain(cfg.names)
-        self._fetcher = _Fetcher(self.loaders, self.group_of, st.epoch, self.timeout, self._chain)
-        self._views: list[list[_View]] = []
+        self._fetcher = Fetcher(self.loaders, self.group_of, st.epoch, self.timeout, self._chain)
+        self._views: list[list[View]] = []
         self._readers: list[RankReader] = []
         self._assemblers: list[Assembler] = []
         for r in range(self.world_size):
-            views = [_View(self._fetcher, n, c, st.origin(r), st.positions[r][c]) for c, n in enumerate(cfg.names)]
+            views = [View(self._fetcher, n, c, st.origin(r), st.positions[r][c]) for c, n in enumerate(cfg.names)]
             streams = [SourceStream(n, c, v, flatten_steps=True) for c, (n, v) in enumerate(zip(cfg.names, views))]
             for s, done in zip(streams, st.done[r]):
                 s.restore([], done)

@@ -23,7 +23,8 @@ import numpy as np
 from youmu._args import callable_arg, int_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
-from youmu.resume import Level, resolve
+from youmu.jobstates import Level
+from youmu.resume import resolve
 from youmu.spec import SpecAttributes, StreamSpec, describe_paths
 
 __all__ = ["Source", "ParquetRows", "Record", "Records", "MeasureFns"]

@@ -56,7 +56,7 @@ from youmu.planning.rank_sources import Measure
 from youmu.ray.source import MeasureFns, Record, Records, Source
 from youmu.ray.state import Chain
 
-__all__ = ["SourceLoader"]
+__all__ = ["SourceLoader", "node_id"]
 
 #: a row position further than this past the last one read is re-read by a new pass
 #: (seeking) rather than by reading through the rows in between
@@ -261,7 +261,7 @@ class SourceLoader:
         raises the error that kept this loader from opening its sources."""
         if self._init_error is not None:
             raise self._init_error
-        return {"pid": os.getpid(), "node": _node_id(), "sources": sorted(self.sources),
+        return {"pid": os.getpid(), "node": node_id(), "sources": sorted(self.sources),
                 "rows": {n: (None if i is None else int(i.num_rows)) for n, i in self.indexes.items()}}
 
     def stats(self) -> dict[str, Any]:
@@ -275,7 +275,7 @@ _MISSING: Any = object()
 _Key = tuple[str, int, int, "Chain | None"]
 
 
-def _node_id() -> str | None:
+def node_id() -> str | None:
     """The Ray node this runs on (``None`` in process)."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():

@@ -19,8 +19,8 @@ import torch
 
 from youmu._args import int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, StateError, ValueOverflowError
-from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, state_int
+from youmu.jobstates import is_merged, load_merged
+from youmu.stateful import state_int
 from youmu.torch.sharded import SKIP, ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
@@ -108,13 +108,11 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
 
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
+        if is_merged(state):
             # youmu.merge_states: the wrapped stream holds the resumed chain (with the
             # tokens of partly packed rows); every worker of this job packs afresh
-            st = check_state(state, MERGED_FORMAT, owner="PackedDataset", expect=self._settings(),
-                             required=("stream", "epoch", "dataset"))
-            if st["stream"] != self.state_format:
-                raise StateError(f"PackedDataset.load_state_dict got a merged state of {st['stream']!r} streams")
+            st = load_merged(state, self.state_format, owner="PackedDataset", expect=self._settings(),
+                             required=("epoch", "dataset"))
             epoch = state_int(st, "epoch", owner="PackedDataset")
             if not isinstance(st["dataset"], Mapping):
                 raise StateError("PackedDataset merged state has no 'dataset' state")
@@ -199,6 +197,11 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                 )
             first = False
             off = skip if pos == row_pos and skip else heads.get(pos, 0)
+            if off >= len(toks) and off and not (pos == row_pos and skip):
+                # a merged state's tokens of a partly packed row: as checked as a direct
+                # load's (the rest of the row must exist), else the row would vanish
+                raise StateError(f"PackedDataset merged state field 'tokens' says {off} tokens of row {pos} were "
+                                 f"packed, but that row has {len(toks)}: an edited state or other data")
             while off < len(toks):
                 take = min(self.seq_len - have, len(toks) - off)
                 pieces.append(toks[off : off + take])

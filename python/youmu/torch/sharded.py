@@ -40,7 +40,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from youmu._args import int_arg
 from youmu.errors import StateError
-from youmu.resume import MERGED_FORMAT, Level, Origin, Units, deal, decode_levels, encode_levels, remaining_after
+from youmu.jobstates import Level, is_merged, load_merged
+from youmu.resume import Origin, Units, deal, decode_levels, encode_levels, remaining_after
 from youmu.sharding import Shard
 from youmu.stateful import MAX_STATE_INT, SharedEpoch, SharedInt, check_state, state_int, state_positions
 
@@ -171,7 +172,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         """Continue from ``state`` on the next ``iter()`` (the pass after that starts
         the epoch over)."""
         owner = type(self).__name__
-        if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
+        if is_merged(state):
             self._load_merged(state)
             return
         resumed = isinstance(state, Mapping) and "resumed" in state
@@ -193,10 +194,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         """A state of ``youmu.merge_states``: the rest of the epoch, on this topology."""
         owner = type(self).__name__
         expect = {k: v for k, v in self._settings().items() if k not in ("rank", "world_size", *self.resume_adopts)}
-        st = check_state(state, MERGED_FORMAT, owner=owner, expect=expect, required=("stream", "epoch", "resumed"))
-        if st["stream"] != self.state_format:
-            raise StateError(f"{owner}.load_state_dict got a merged state of {st['stream']!r} streams, not of "
-                             f"{self.state_format!r}")
+        st = load_merged(state, self.state_format, owner=owner, expect=expect, required=("epoch", "resumed"))
         epoch = state_int(st, "epoch", owner=owner)
         self._install(st, epoch, decode_levels(st["resumed"], owner), lambda: None)
 
