@@ -267,3 +267,36 @@ def test_a_re_export_is_caught() -> None:
     sources = {"youmu.a": "X = 1\n", "youmu.b": "from youmu.a import X\n__all__ = ['X', 'y']\ny = 2\n",
                "youmu.p": "from youmu.p.m import X\n__all__ = ['X']\n", "youmu.p.m": "X = 1\n"}
     assert _pass_through_exports(sources) == ["youmu.b re-exports X"]
+
+
+# the one rule per setting that every loader shares: (function that holds it, its module)
+_ONE_RULE = {"seed": ("seed_arg", "youmu._args"), "epoch": ("check_epoch", "youmu.stateful")}
+
+
+def _own_checks(sources: dict[str, str]) -> list[str]:
+    """Calls of the generic int checkers on a setting that has its one rule, outside
+    the function that holds that rule."""
+    found = []
+    for name, text in sources.items():
+        tree = ast.parse(text)
+        allowed = {id(c) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                   for setting, (holder, module) in _ONE_RULE.items() if f.name == holder and name == module
+                   for c in ast.walk(f)}
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                    and n.func.id in ("int_arg", "opt_int_arg", "state_int") and n.args
+                    and isinstance(n.args[0], ast.Constant) and n.args[0].value in _ONE_RULE
+                    and id(n) not in allowed):
+                found.append(f"{name}:{n.lineno} checks {n.args[0].value!r} itself")
+    return sorted(found)
+
+
+def test_each_shared_setting_has_one_rule() -> None:
+    bad = _own_checks(_python_sources())
+    assert not bad, "use youmu._args.seed_arg / youmu.stateful.check_epoch: " + "; ".join(bad)
+
+
+def test_a_setting_checked_by_hand_is_caught() -> None:
+    sources = {"youmu.a": "def f(seed):\n    return int_arg('seed', seed, minimum=0)\n",
+               "youmu._args": "def seed_arg(seed):\n    return int_arg('seed', seed, minimum=0)\n"}
+    assert _own_checks(sources) == ["youmu.a:2 checks 'seed' itself"]

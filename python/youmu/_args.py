@@ -29,6 +29,8 @@ import numpy as np
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
+    "MAX_SEED",
+    "seed_arg",
     "int_arg",
     "opt_int_arg",
     "float_arg",
@@ -43,6 +45,24 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+#: The largest seed: seeds are u64 everywhere (the Rust permutations, the mixtures,
+#: the planner's tie-breaking), so one range holds for every loader.
+MAX_SEED = (1 << 64) - 1
+
+
+def seed_arg(seed: Any, name: str = "seed") -> int:
+    """The one seed rule: an int in ``[0, 2**64)``.
+
+    >>> seed_arg(7)
+    7
+    >>> seed_arg(-1)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: seed must be >= 0, got -1
+    """
+    return int_arg(name, seed, minimum=0, maximum=MAX_SEED)
 
 
 def int_arg(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, storage_options_arg
+from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seed_arg, storage_options_arg
 from youmu.convert import OUTPUTS
 from youmu.distributed.fingerprint import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, YoumuWarning
@@ -57,8 +57,6 @@ from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 
 __all__ = ["StreamSpec", "StreamLayout", "SpecAttributes", "SETTINGS", "describe_paths"]
 
-#: Seeds are keys of youmu's 64-bit keyed permutations.
-MAX_SEED = (1 << 64) - 1
 # Storage option keys that hold credentials: left out of descriptions (a rotated key
 # reads the same source).
 _SECRETS = ("key", "secret", "token", "password", "credential")
@@ -101,7 +99,7 @@ class StreamSpec:
             "columns": _columns_arg(self.columns),
             "shuffle": shuffle,
             "buffer_size": opt_int_arg("buffer_size", self.buffer_size, minimum=1),
-            "seed": int_arg("seed", self.seed, minimum=0, maximum=MAX_SEED),
+            "seed": seed_arg(self.seed),
             "transform": callable_arg("transform", self.transform, optional=True),
             "drop_last": bool_arg("drop_last", self.drop_last),
             "output": choice_arg("output", self.output, OUTPUTS),

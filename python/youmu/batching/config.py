@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg
+from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg, seed_arg
 from youmu.batching.loss import LOSS_SCALING_MODES
 from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
@@ -145,7 +145,7 @@ class LoaderConfig:
         s["shuffle"] = bool_arg("shuffle", a["shuffle"])
         s["shuffle_steps"] = bool_arg("shuffle_steps", a["shuffle_steps"])
         s["pad_sampler"] = bool_arg("pad_sampler", a["pad_sampler"])
-        s["seed"] = int_arg("seed", a["seed"])
+        s["seed"] = seed_arg(a["seed"])
         s["heartbeat"] = float_arg("heartbeat", a["heartbeat"], positive=True)
         if not s["heartbeat"] < s["timeout"]:
             raise InvalidArgumentError(f"heartbeat must be in (0, timeout={s['timeout']:g}), got {s['heartbeat']!r}")

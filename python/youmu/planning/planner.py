@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
+from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, balance_detailed
 from youmu.planning.cost import CostModel, ModelConfig, segment_sums
@@ -302,7 +302,7 @@ class Planner:
     def __post_init__(self) -> None:
         # the builder stages check their own arguments; the seed is only read when a
         # step selects at random, so check it here rather than at that step
-        int_arg("seed", self.seed, minimum=0)
+        seed_arg(self.seed)
 
     # -- builder stages -------------------------------------------------------------------
     def mix(self, schedule: Any, global_batch_size: int | None = None, *, select: str = "fifo",

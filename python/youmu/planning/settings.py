@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
+from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.balance import METHODS
@@ -101,7 +101,7 @@ class PlanSettings:
         int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
         reorder_only = bool_arg("reorder_only", reorder_only)
         drop_last = bool_arg("drop_last", drop_last)
-        int_arg("seed", seed, minimum=0)
+        seed_arg(seed)
         choice_arg("method", method, METHODS)
         if placement is not None:
             choice_arg("placement", placement, METHODS)
@@ -120,7 +120,7 @@ class PlanSettings:
         if world_size is not None:
             s = s.on(world_size)
         # the cost model and balancing settings are checked now, not at the first step
-        s._chain(world_size if world_size is not None else 1)
+        s._chain(world_size if world_size is not None else 1)  # cached: the loader's planner
         return s, sources
 
     @classmethod
@@ -173,6 +173,16 @@ class PlanSettings:
         return dataclasses.replace(self, world_size=int(world_size))
 
     def _chain(self, world_size: int) -> Planner:
+        """The planner chain over ``world_size`` ranks, built once per settings object
+        and world size (settings are frozen, planners immutable)."""
+        key = f"_planner_{world_size}"
+        cached = self.__dict__.get(key)
+        if cached is None:
+            cached = self._build(world_size)
+            object.__setattr__(self, key, cached)
+        return cached
+
+    def _build(self, world_size: int) -> Planner:
         planner = (Planner(seed=self.seed)
                    .distribute(world_size, self.num_microbatches, capacity=self.capacity, group_size=self.group_size)
                    .cost(self.cost)

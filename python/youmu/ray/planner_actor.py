@@ -72,6 +72,7 @@ from youmu.planning.settings import PlanSettings
 from youmu.ray.calls import Actor
 from youmu.ray.state import Chain, PlannerState, Ref
 from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, Fetcher, RecordMeasure, View
+from youmu.stateful import check_epoch
 
 __all__ = ["NEED_STATE", "RankStep", "StepPlanner"]
 
@@ -190,7 +191,7 @@ class StepPlanner:
     def _plans(self, rank: int, epoch: int, step: int, count: int, state: Mapping[str, Any] | None
                ) -> list[RankStep] | str:
         int_arg("rank", rank, minimum=0, maximum=self.world_size - 1)
-        int_arg("epoch", epoch, minimum=0)
+        check_epoch(epoch)
         int_arg("step", step, minimum=0)
         int_arg("count", count, minimum=1, maximum=MAX_STEPS_PER_CALL)
         self._low[rank] = step

@@ -26,6 +26,7 @@ from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.jobstates import Level
 from youmu.resume import resolve
 from youmu.spec import SpecAttributes, StreamSpec, describe_paths
+from youmu.stateful import check_epoch
 
 __all__ = ["Source", "ParquetRows", "Record", "Records", "MeasureFns"]
 
@@ -249,7 +250,7 @@ class ParquetRows:
         self._rowstream: Any = None
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int_arg("epoch", epoch, minimum=0)
+        self.epoch = check_epoch(epoch)
 
     def _stream(self) -> Any:
         if self._plan_epoch != self.epoch:

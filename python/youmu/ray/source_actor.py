@@ -55,6 +55,7 @@ from youmu.errors import InvalidArgumentError, LoaderError
 from youmu.planning.rank_sources import Measure
 from youmu.ray.source import MeasureFns, Record, Records, Source
 from youmu.ray.state import Chain
+from youmu.stateful import check_epoch
 
 __all__ = ["SourceLoader", "node_id"]
 
@@ -161,7 +162,7 @@ class SourceLoader:
         stream so numbered in a resized epoch, :mod:`youmu.ray.state`) from position
         ``start`` (positions a transform drops are skipped; a Parquet source's records
         run to the end of the last window read), unless the stream ends first."""
-        epoch = int_arg("epoch", epoch, minimum=0)
+        epoch = check_epoch(epoch)
         with self._lock:
             return [self._records((name, int(stream), epoch, chain), start, count)
                     for name, stream, start, count in requests]
@@ -206,7 +207,7 @@ class SourceLoader:
                  chain: Chain | None = None) -> list[list[Any]]:
         """For each ``(source, stream, positions)``: the (transformed) samples at those
         positions of that stream (as in :meth:`records`), in that order."""
-        epoch = int_arg("epoch", epoch, minimum=0)
+        epoch = check_epoch(epoch)
         with self._lock:
             return [self._payloads((name, int(stream), epoch, chain), positions)
                     for name, stream, positions in requests]

@@ -43,7 +43,7 @@ from youmu.errors import StateError
 from youmu.jobstates import Level, is_merged, load_merged
 from youmu.resume import Origin, Units, deal, decode_levels, encode_levels, remaining_after
 from youmu.sharding import Shard
-from youmu.stateful import MAX_STATE_INT, SharedEpoch, SharedInt, check_state, state_int, state_positions
+from youmu.stateful import SharedEpoch, SharedInt, check_epoch, check_state, state_int, state_positions
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 
@@ -121,7 +121,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle for ``epoch`` and start it from the beginning (clears the resume
         point). Reaches DataLoader workers that already run."""
-        epoch = int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
+        epoch = check_epoch(epoch)
         self._shared_epoch.value = epoch
         self._epoch_seen = epoch
         self._resume, self._progress = {}, {}
