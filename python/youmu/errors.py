@@ -28,7 +28,9 @@ from collections.abc import Sequence
 __all__ = [
     "YoumuError",
     "CorruptFileError",
+    "RowError",
     "ImageError",
+    "TextError",
     "UnsupportedError",
     "SchemaMismatchError",
     "ColumnNotFoundError",
@@ -80,57 +82,108 @@ class UnsupportedError(YoumuError):
     """A valid file uses a feature this build cannot read (encryption, LZO, ...)."""
 
 
-class ImageError(YoumuError, ValueError):
+class RowError(YoumuError, ValueError):
+    """A row's value cannot be turned into a sample. ``reason`` says why; ``column``
+    says where in the row; ``batch_row`` is the row's index in the batch a batched
+    transform was given (:mod:`youmu.transform`); ``file``, ``row`` (row within that
+    Parquet file) and ``position`` (in the shard's stream) are filled in by the dataset
+    that read the row (:meth:`located`). ``skip`` marks an error a transform's
+    ``on_error="skip"`` policy wants skipped rather than raised. Subclasses say what
+    kind of value it was (:class:`ImageError`, :class:`TextError`).
+
+    >>> e = TextError("text is null", column="text")
+    >>> str(e.located(file="part-0.parquet", row=7, position=3))
+    "text is null (column 'text', file part-0.parquet, row 7, stream position 3)"
+    """
+
+    #: the keyword fields of this kind, in the order its message names them
+    _FIELDS: tuple[str, ...] = ("column", "batch_row", "file", "row", "position", "skip")
+    column: str | None
+    batch_row: int | None
+    file: str | None
+    row: int | None
+    position: int | None
+    skip: bool
+
+    def __init__(self, reason: str, **fields) -> None:
+        unknown = set(fields) - set(self._FIELDS)
+        if unknown:
+            raise ArgumentTypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        super().__init__(reason)
+        self.reason = reason
+        for k in self._FIELDS:
+            setattr(self, k, fields.get(k, False if k == "skip" else None))
+
+    def _fields(self) -> dict:
+        return {k: getattr(self, k) for k in self._FIELDS}
+
+    def __reduce__(self):  # keyword fields survive pickling (DataLoader workers send errors)
+        return (_rebuild_row_error, (type(self), self.reason, self._fields()))
+
+    def located(self, **where) -> RowError:
+        """A copy with ``file``/``row``/``position`` (or any other field) filled in."""
+        return type(self)(self.reason, **{**self._fields(), **where})
+
+    def _where(self) -> list[str]:
+        """What the message names besides the column and the file position."""
+        return []
+
+    def __str__(self) -> str:
+        parts = [f"column {self.column!r}"] if self.column is not None else []
+        parts += self._where()
+        if self.file is not None:
+            parts.append(f"file {self.file}")
+        if self.row is not None:
+            parts.append(f"row {self.row}")
+        elif self.batch_row is not None and self.position is None:
+            parts.append(f"row {self.batch_row} of the batch")
+        if self.position is not None:
+            parts.append(f"stream position {self.position}")
+        return self.reason + (f" ({', '.join(parts)})" if parts else "")
+
+
+class ImageError(RowError):
     """An image in a row cannot be used: bytes no decoder reads, a truncated file, more
     pixels than the decode limit (a decompression bomb), an absurd aspect ratio.
     ``reason`` says which; ``column``, ``image`` (index in a list of images) and
     ``path`` (the image's own name, where the row stores one) say where in the row;
-    ``file``, ``row`` (row within that Parquet file) and ``position`` (in the
-    shard's stream) are filled in by the dataset that read the row
-    (:meth:`located`). ``skip`` marks an error a transform's ``on_error="skip"``
-    policy wants skipped rather than raised.
+    the rest is :class:`RowError`'s.
 
     >>> e = ImageError("cannot identify image file", column="image", path="a.jpg")
     >>> str(e.located(file="part-0.parquet", row=7, position=3))
     "cannot identify image file (column 'image', image 'a.jpg', file part-0.parquet, row 7, stream position 3)"
     """
 
-    def __init__(self, reason: str, *, column: str | None = None, image: int | None = None,
-                 path: str | None = None, file: str | None = None, row: int | None = None,
-                 position: int | None = None, skip: bool = False) -> None:
-        super().__init__(reason)
-        self.reason, self.column, self.image, self.path = reason, column, image, path
-        self.file, self.row, self.position, self.skip = file, row, position, skip
+    _FIELDS = ("column", "image", "path", "batch_row", "file", "row", "position", "skip")
+    image: int | None
+    path: str | None
 
-    def _fields(self) -> dict:
-        return {k: getattr(self, k) for k in ("column", "image", "path", "file", "row", "position", "skip")}
-
-    def __reduce__(self):  # keyword fields survive pickling (DataLoader workers send errors)
-        return (_rebuild_image_error, (self.reason, self._fields()))
-
-    def located(self, **where) -> ImageError:
-        """A copy with ``file``/``row``/``position`` (or any other field) filled in."""
-        return ImageError(self.reason, **{**self._fields(), **where})
-
-    def __str__(self) -> str:
-        parts = []
-        if self.column is not None:
-            parts.append(f"column {self.column!r}")
+    def _where(self) -> list[str]:
         if self.path:
-            parts.append(f"image {self.path!r}")
-        elif self.image is not None:
-            parts.append(f"image #{self.image}")
-        if self.file is not None:
-            parts.append(f"file {self.file}")
-        if self.row is not None:
-            parts.append(f"row {self.row}")
-        if self.position is not None:
-            parts.append(f"stream position {self.position}")
-        return self.reason + (f" ({', '.join(parts)})" if parts else "")
+            return [f"image {self.path!r}"]
+        return [f"image #{self.image}"] if self.image is not None else []
 
 
-def _rebuild_image_error(reason: str, fields: dict) -> ImageError:
-    return ImageError(reason, **fields)
+class TextError(RowError):
+    """A row's text or chat cannot be tokenized: null or non-string text, a conversation
+    that is not a list of messages, a message without a role or with a role the
+    template does not know, a chat template that raises, a row over ``cutoff_len``
+    where that is refused. ``message`` is the index of the message at fault within
+    the row's conversation; the rest is :class:`RowError`'s.
+
+    >>> str(TextError("message has no role", column="messages", message=2, batch_row=5))
+    "message has no role (column 'messages', message 2, row 5 of the batch)"
+    """
+
+    _FIELDS = ("column", "message", "batch_row", "file", "row", "position", "skip")
+    message: int | None
+
+    def _where(self) -> list[str]:
+        return [f"message {self.message}"] if self.message is not None else []
+
+
+def _rebuild_row_error(cls: type, reason: str, fields: dict) -> RowError:
+    return cls(reason, **fields)
 
 
 class SchemaMismatchError(YoumuError, ValueError):
