@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 __all__ = [
     "YoumuError",
@@ -82,6 +83,9 @@ class UnsupportedError(YoumuError):
     """A valid file uses a feature this build cannot read (encryption, LZO, ...)."""
 
 
+_R = TypeVar("_R", bound="RowError")
+
+
 class RowError(YoumuError, ValueError):
     """A row's value cannot be turned into a sample. ``reason`` says why; ``column``
     says where in the row; ``batch_row`` is the row's index in the batch a batched
@@ -120,7 +124,7 @@ class RowError(YoumuError, ValueError):
     def __reduce__(self):  # keyword fields survive pickling (DataLoader workers send errors)
         return (_rebuild_row_error, (type(self), self.reason, self._fields()))
 
-    def located(self, **where) -> RowError:
+    def located(self: _R, **where) -> _R:
         """A copy with ``file``/``row``/``position`` (or any other field) filled in."""
         return type(self)(self.reason, **{**self._fields(), **where})
 
