@@ -31,6 +31,17 @@ def test_a_null_text_names_its_file_and_row(tmp_path: Path) -> None:
     assert "text is null" in str(err) and "row 3" in str(err) and "t.parquet" in str(err)
 
 
+def test_a_null_text_is_named_through_dataloader_workers_after_the_rows_before_it(tmp_path: Path) -> None:
+    path = write_texts(tmp_path / "t.parquet", ["a", "b", "c", None, "e"], row_group_size=2)
+    ds = YoumuDataset(path, shuffle="none", output="numpy", transform=Tokenize(bpe_tokenizer()))
+    got = []
+    with pytest.raises(TextError) as e:
+        for x in DataLoader(ds, batch_size=None, num_workers=1):
+            got.append(x["input_ids"].tolist())
+    assert (e.value.column, e.value.file, e.value.row) == ("text", str(path), 3)
+    assert got == [bpe_tokenizer().encode(t).ids for t in "abc"]
+
+
 def test_a_null_text_is_located_in_a_shuffled_stream(tmp_path: Path) -> None:
     texts = [f"row {i}" for i in range(50)]
     texts[37] = None

@@ -90,12 +90,14 @@ def apply_batched(table: pa.Table, transform: Callable[[pa.Table], Any], output:
 
 
 def batched_pass(tables: Iterable[pa.Table], transform: Callable[[pa.Table], Any], output: str, start: int, *,
-                 where: Callable[[int], dict[str, Any]] | None = None,
-                 compact: bool = False) -> Iterator[tuple[int, Any]]:
+                 where: Callable[[int], dict[str, Any]] | None = None, compact: bool = False,
+                 in_worker: bool = False) -> Iterator[tuple[int, Any]]:
     """``(position after the row, item or None)`` of the stream rows in ``tables``
     (which begin at position ``start``) through a batched ``transform``, ``batch_rows``
     rows at a time. A :class:`~youmu.errors.RowError` naming its ``batch_row`` is
-    raised located: ``where(position)`` gives its ``file`` and ``row``."""
+    raised located, after the rows before it: ``where(position)`` gives its ``file`` and ``row`` (``in_worker``: in
+    a DataLoader worker, whose errors torch rebuilds from their message,
+    :meth:`~youmu.errors.RowError.for_worker`)."""
     step = int_arg("batch_rows", getattr(transform, "batch_rows", BATCH_ROWS), minimum=1)
     pos = start
     for table in tables:
@@ -107,7 +109,12 @@ def batched_pass(tables: Iterable[pa.Table], transform: Callable[[pa.Table], Any
                 if e.batch_row is None or not 0 <= e.batch_row < chunk.num_rows:
                     raise
                 at = pos + e.batch_row
-                raise e.located(**{"position": at, **(where(at) if where is not None else {})}) from e
+                located = e.located(**{"position": at, **(where(at) if where is not None else {})})
+                # the good rows before the bad one are delivered, as a per-row transform's would be
+                for item in apply_batched(chunk.slice(0, e.batch_row), transform, output, compact=compact):
+                    pos += 1
+                    yield pos, item
+                raise (located.for_worker() if in_worker else located) from e
             for item in items:
                 pos += 1
                 yield pos, item
