@@ -293,3 +293,28 @@ def test_merged_state_into_a_different_stream_is_refused(corpus):
     with pytest.raises(StateError):
         s.load_state_dict(edited)
     assert sorted(_ids(s)) == list(range(sum(ROWS)))
+
+
+# -- states saved before the job-states layer still load ---------------------------------------
+def test_merged_states_saved_by_the_previous_layout_resume_to_the_same_rows() -> None:
+    """``merged_states_v1.json`` holds merged states made by youmu before its merges
+    shared one job-states layer (a ``MapStream`` epoch resumed twice: 2 ranks → 3 → 2;
+    a ``pack`` with rows partly packed: 2 ranks → 3), with the rows every new rank
+    then read. Today's code loads them and reads the same rows."""
+    cases = json.loads((Path(__file__).parent / "merged_states_v1.json").read_text())
+    data = list(range(50))
+    chain = cases["mapstream_chain"]
+    got = []
+    for r in range(chain["world_size"]):
+        s = MapStream(data, rank=r, world_size=chain["world_size"])
+        s.load_state_dict(chain["merged"])
+        got.append([int(x) for x in s])
+    assert got == chain["rows"]
+    rows = [{"input_ids": np.arange(1, 2 + i % 7).tolist()} for i in range(40)]
+    packed = cases["pack"]
+    got = []
+    for r in range(packed["world_size"]):
+        p = pack(MapStream(rows, rank=r, world_size=packed["world_size"]), seq_len=5, eos_id=0)
+        p.load_state_dict(packed["merged"])
+        got.append([x["input_ids"].tolist() for x in p])
+    assert got == packed["rows"]
