@@ -421,9 +421,31 @@ class Loader(Stream, Protocol):
       progress and sets the resume point of the next pass.
     * ``close()`` stops the pass in progress (its background thread; peers learn it
       at their next exchange) and is idempotent; the loader stays usable.
+
+    A loader whose passes yield ``(batch, info)`` pairs (a whole batch and its step
+    information, :class:`~youmu.batching.StepInfo` or
+    :class:`~youmu.planning.MicroBatchInfo`) declares it with a class attribute
+    ``yields_pairs = True`` (:func:`yields_pairs`): what the trainer integrations dispatch on.
     """
 
     def close(self) -> None: ...
+
+
+def yields_pairs(source: Any) -> bool:
+    """Whether ``source`` is a :class:`Loader` whose passes yield ``(batch, info)`` pairs
+    (it declares ``yields_pairs = True``), as against a stream of samples.
+
+    >>> class Pairs:
+    ...     yields_pairs = True
+    ...     def __iter__(self): return iter([])
+    ...     def state_dict(self): return {}
+    ...     def load_state_dict(self, state): pass
+    ...     def set_epoch(self, epoch): pass
+    ...     def close(self): pass
+    >>> yields_pairs(Pairs()), yields_pairs([1, 2])
+    (True, False)
+    """
+    return getattr(source, "yields_pairs", False) is True and isinstance(source, Loader)
 
 
 def check_epoch(epoch: Any) -> int:
@@ -466,4 +488,4 @@ def again_or_raise(owner: str, sources: Mapping[str, Any]) -> None:
                           "DataLoader) or make a new loader")
 
 
-__all__ += ["LOADER_STATE_KEYS", "Loader", "again_or_raise", "check_epoch", "keeps_resume_point"]
+__all__ += ["LOADER_STATE_KEYS", "Loader", "again_or_raise", "check_epoch", "keeps_resume_point", "yields_pairs"]

@@ -201,6 +201,9 @@ class DynamicBatchLoader:
     encoder_budget = _Setting["int | None"]()
     encoder_fn = _Setting["Callable[[Any], int] | None"]()
 
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    yields_pairs = True
+
     def __init__(
         self,
         dataset: Any,

@@ -203,6 +203,9 @@ class BalancedLoader(LoaderState):
         2
     """
 
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    yields_pairs = True
+
     def __init__(
         self,
         source: Iterable[Any] | Mapping[str, Iterable[Any]],

@@ -108,6 +108,9 @@ class RayBalancedLoader:
         steps_per_call: plans asked of the planner per call.
     """
 
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    yields_pairs = True
+
     def __init__(self, deployment: Deployment, rank: int, *, prefetch: int = 2, steps_per_call: int = 2) -> None:
         if not isinstance(deployment, Deployment):
             raise ArgumentTypeError(f"deployment must be a youmu.ray Deployment (RayLoaders(...).deployment or "
