@@ -1,7 +1,9 @@
 """What it costs a ``TrainerLoader`` to checkpoint what the trainer *consumed* rather than
-what it fetched (``follow_consumption``, on under Lightning): the state as of each batch
-handed out is kept (one ``state_dict()`` of the source per batch), against the plain
-loader, which takes its state only when a checkpoint asks.
+what it fetched (``follow_consumption``, on under Lightning): in an epoch of unknown
+length the state as of each batch handed out is kept (one ``state_dict()`` of the source
+per batch), against the plain loader, which takes its state only when a checkpoint asks.
+A sized loader keeps none (trainers count its batches instead of fetching ahead): its
+row shows that following costs nothing there.
 
 Per loader kind (sized rows through ``StatefulDataLoader`` with 0 and 2 workers, ``pack``,
 a ``DynamicBatchLoader``, a ``BalancedLoader``; one process, one rank): batches/s of a
@@ -45,9 +47,15 @@ def loaders(path: str) -> dict[str, Any]:
     def length(r: Any) -> int:
         return len(r["input_ids"])
 
+    def unsized(loader: Any) -> Any:
+        loader._steps = None  # as if its length were unknown: what the per-batch states cost
+        return loader
+
     return {
-        "rows, 0 workers": lambda: TrainerLoader(rows(), batch_size=32, collate_fn=collate_pad),
-        "rows, 2 workers": lambda: TrainerLoader(rows(), batch_size=32, collate_fn=collate_pad, num_workers=2),
+        "rows (sized)": lambda: TrainerLoader(rows(), batch_size=32, collate_fn=collate_pad),
+        "rows, 0 workers": lambda: unsized(TrainerLoader(rows(), batch_size=32, collate_fn=collate_pad)),
+        "rows, 2 workers": lambda: unsized(TrainerLoader(rows(), batch_size=32, collate_fn=collate_pad,
+                                                         num_workers=2)),
         "pack": lambda: TrainerLoader(pack(rows(columns=["input_ids"]), seq_len=2048), batch_size=8,
                                       collate_fn=collate_packed),
         "DynamicBatchLoader": lambda: TrainerLoader(DynamicBatchLoader(rows(), token_budget=16384, length_fn=length,

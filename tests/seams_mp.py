@@ -86,13 +86,25 @@ def make_loader(kind: str, tmp: str, *, workers: int = 0, channel: Any = None, r
 
         from youmu.ray import RayBalancedLoader, RayLoaders
 
-        address, name = ray
+        address, name = ray  # each job has a deployment of its own: nothing survives a kill but the states
         if not ray_mod.is_initialized():
             ray_mod.init(address=address, log_to_driver=False)
         deployment = RayLoaders.connect(name, namespace="youmu-seams")
         rank = channel.rank if channel is not None else int(os.environ.get("RANK", "0"))
         return TrainerLoader(RayBalancedLoader(deployment, rank), channel=channel)
     raise ValueError(kind)
+
+
+def deploy_ray(tmp: str, name: str) -> Any:
+    """A Ray deployment serving the corpus as one source to 2 ranks (balanced steps of 2
+    micro-batches, as the ``balanced`` row), named ``name`` in the namespace the ``ray``
+    row's clients look in; call it after ``ray.init``."""
+    from youmu.ray import RayLoaders, Source
+    from youmu.torch import collate_pad
+
+    return RayLoaders({"default": Source(corpus(tmp), shuffle="page", buffer_size=8, seed=1, output="numpy")},
+                      world_size=2, num_microbatches=2, global_batch_size=8, length_fn=_row_len,
+                      collate_fn=collate_pad, seed=3, drop_last=True, name=name, namespace="youmu-seams", timeout=60.0)
 
 
 def items(batch: Any) -> list[int]:

@@ -10,7 +10,8 @@ size, a second epoch.
 
 The full product (9 rows x 7 columns x 3 events) would take hours on CI's 2 cores, so the
 trainer cells are a covering design: every row meets every trainer, and every (row, event)
-and (trainer, event) pair is covered (``TRAINER_CELLS``). Each trainer cell runs three jobs
+and (trainer, event) pair is covered (``TRAINER_CELLS``; the Ray client, which needs a
+Ray cluster, in HF and Lightning: ``test_a_killed_trainer_fed_by_ray_resumes_exactly``). Each trainer cell runs three jobs
 of real trainer processes (spawned Gloo ranks): an uninterrupted reference, a job that
 checkpoints every ``SAVE`` optimizer steps and is SIGKILLed (not stopped politely) at a step
 drawn after a checkpoint, and the job resumed from that checkpoint. The property:
@@ -24,7 +25,8 @@ drawn after a checkpoint, and the job resumed from that checkpoint. The property
 The stream cells (plain loop, ``StatefulDataLoader``) run in this process: they resume
 from a saved state in a new loader, which is what a killed process leaves behind.
 
-The trainer cells are ``slow`` (``make test-seams``, which CI runs too).
+The trainer cells are marked ``slow`` and ``seams``: ``make test`` leaves them out and
+``make test-seams`` runs them (CI runs both).
 """
 
 from __future__ import annotations
@@ -67,17 +69,23 @@ def _per_step(kind: str) -> int:
 
 
 def _cell(tmp: str, trainer: str, kind: str, old: int, new: int, workers: int, ray: Any = None) -> None:
+    """``ray``: ``deploy(run) -> (address, deployment name)``, a deployment per job."""
     name = f"{trainer}-{kind}-{old}-{new}"
     kill = _kill_step(name)
     m = _per_step(kind)
     epochs = 2 if old == new else 1
     corpus(tmp)
+
+    def serve(run: str) -> Any:
+        return None if ray is None else ray(run)
+
     if old == new:
-        run_world(job, old, trainer, kind, tmp, "ref", SAVE, None, None, epochs, workers, ray, timeout=400)
-    died = run_world(job, old, trainer, kind, tmp, "cut", SAVE, kill * m + 1, None, epochs, workers, ray,
+        run_world(job, old, trainer, kind, tmp, "ref", SAVE, None, None, epochs, workers, serve("ref"), timeout=400)
+    died = run_world(job, old, trainer, kind, tmp, "cut", SAVE, kill * m + 1, None, epochs, workers, serve("cut"),
                      timeout=400, allow_errors=True)
     assert all(d == ("dead", -9) for d in died), f"{name}: the job was not killed at step {kill}: {died}"
-    run_world(job, new, trainer, kind, tmp, "resumed", SAVE, None, ("cut", SAVE), epochs, workers, ray, timeout=400)
+    run_world(job, new, trainer, kind, tmp, "resumed", SAVE, None, ("cut", SAVE), epochs, workers, serve("resumed"),
+              timeout=400)
     before = [read_log(f"{tmp}/cut/rank{r}.jsonl", upto=SAVE * m) for r in range(old)]
     after = [read_log(f"{tmp}/resumed/rank{r}.jsonl") for r in range(new)]
     if old == new:
@@ -110,11 +118,51 @@ def _epoch_items(kind: str, tmp: str) -> Counter[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.seams
 @pytest.mark.parametrize(("trainer", "kind", "old", "new", "workers"), TRAINER_CELLS,
                          ids=[f"{t}-{k}-{a}to{b}" for t, k, a, b, _ in TRAINER_CELLS])
 def test_a_killed_trainer_resumes_exactly(tmp_path, trainer: str, kind: str, old: int, new: int,
                                           workers: int) -> None:
     _cell(str(tmp_path), trainer, kind, old, new, workers)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    """A local Ray cluster (a head and one node for the loaders), started once."""
+    ray = pytest.importorskip("ray")
+    import seams_mp
+    from ray.cluster_utils import Cluster
+
+    ray.cloudpickle.register_pickle_by_value(seams_mp)  # its functions reach the actors by value
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
+                                                      "object_store_memory": 100 << 20})
+    ray.init(address=c.address, log_to_driver=False)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.seams
+@pytest.mark.parametrize("trainer", ["hf", "lightning"])
+def test_a_killed_trainer_fed_by_ray_resumes_exactly(tmp_path, ray_cluster: Any, trainer: str) -> None:
+    """A RayBalancedLoader client feeds the trainer through TrainerLoader like any loader
+    of (batch, info) pairs; the resumed job's clients belong to a new deployment."""
+    from seams_mp import deploy_ray
+
+    tmp = str(tmp_path)
+    deployments = []
+
+    def serve(run: str) -> Any:
+        deployments.append(deploy_ray(tmp, f"{trainer}-{run}"))
+        return ray_cluster.address, f"{trainer}-{run}"
+
+    try:
+        _cell(tmp, trainer, "ray", 2, 2, 0, ray=serve)
+    finally:
+        for d in deployments:
+            d.shutdown()
 
 
 

@@ -296,8 +296,9 @@ class TrainerLoader:
         while True:
             if limit is not None and self._taken >= limit:
                 break
-            if self._consumed is not None:
+            if self._consumed is not None and limit is None:
                 # the resume point should the trainer stop after the batches handed out so far
+                # (an unsized epoch: trainers fetch ahead only where they cannot count)
                 self._before.append((self._fetched, self._fetched_state()))
             t0 = time.perf_counter()
             try:
@@ -338,11 +339,15 @@ class TrainerLoader:
     # -- consumed, not fetched -------------------------------------------------------------
     def follow_consumption(self, depth: int = 8) -> None:
         """Save what the trainer consumed, not what it fetched: for a trainer that fetches
-        up to ``depth`` batches ahead of the one it trains (Lightning's prefetching fetcher
-        pulls one ahead of an unsized loader), which then reports each batch it trains with
-        :meth:`mark_consumed`. The loader keeps its state as of each handed-out batch (the
-        last ``depth + 1``), and :meth:`state_dict` gives the one after the last batch
-        consumed, so the batches fetched but not trained come again after a resume."""
+        up to ``depth`` batches ahead of the one it trains where it does not know the
+        epoch's length (Lightning's prefetching fetcher pulls one ahead of an unsized
+        loader, to learn that a batch is the last), which then reports each batch it
+        trains with :meth:`mark_consumed`. In an epoch of unknown length the loader keeps
+        its state as of each handed-out batch (the last ``depth + 1``: one source
+        ``state_dict()`` per batch), and :meth:`state_dict` gives the one after the last
+        batch consumed, so the batches fetched but not trained come again after a
+        resume. (A trainer that fetches ahead of a sized loader would need the same: none
+        of the integrated ones does, and that saves the per-batch state.)"""
         self._depth = int_arg("depth", depth, minimum=1, maximum=1 << 16)
         self._consumed = self._fetched
         self._before = deque(maxlen=self._depth + 1)
@@ -379,7 +384,8 @@ class TrainerLoader:
                     return state
             raise StateError(
                 f"the trainer consumed {self._consumed} batches but fetched {self._fetched}: more than the "
-                f"{self._depth} batches ahead that follow_consumption(depth={self._depth}) keeps states for"
+                f"{self._depth} batches ahead that follow_consumption(depth={self._depth}) keeps states for, or "
+                "ahead of a loader of known length (for which no states are kept)"
             )
         return self._fetched_state()
 
