@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import struct
 import subprocess
 import sys
 import textwrap
+import warnings
 import zlib
 from pathlib import Path
 
@@ -21,15 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from PIL import Image
 from torch.utils.data import DataLoader
 
 import youmu
 from youmu.stream import RowStream, window_layout
 from youmu.torch import YoumuDataset
-from youmu.vision import ByteTokenizer, VisionTransform, load_image, smart_resize, tokenize_chat, visual_cost
+from youmu.vision import ByteTokenizer, VisionTransform, load_image, tokenize_chat
 
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 TURN = pa.struct([("from", pa.string()), ("value", pa.string())])
@@ -196,7 +194,7 @@ def rss(field):
 
 path, budget = sys.argv[1], int(sys.argv[2])
 # what a YoumuDataset (or a DataLoader worker) runs, without importing torch (fast)
-ds = RowStream(youmu.PageIndex(path), "page", memory_budget=budget or None, seed=1)
+ds = RowStream(youmu.PageIndex(path), "page", memory_budget=budget or 1 << 50, seed=1)  # 0: unbounded
 try:  # restart the high-water mark from here (Linux >= 4.0)
     open("/proc/self/clear_refs", "w").write("5")
 except OSError:
@@ -237,6 +235,24 @@ def test_peak_memory_stays_within_the_budget_with_20mb_and_1kb_images(big_images
     assert small["rows"] == 2000 and small["window_pages"] == 40 and small["added"] < 16 << 20, small
 
 
+def test_large_rows_get_a_budget_by_default_and_say_so(big_images, tmp_path) -> None:
+    """No memory_budget: rows of 20 MB images would make windows of all 5 pages of 40 MB
+    (3 in flight: 600 MB); youmu reads them with its default budget, and warns."""
+    from youmu.stream import DEFAULT_MEMORY_BUDGET
+
+    with pytest.warns(youmu.YoumuWarning, match=r"no memory_budget given and rows of 20,97\d,\d{3} decoded bytes.*"
+                                                r"windows of 4 pages; pass memory_budget="):
+        ds = YoumuDataset(big_images, output="python")
+    page = int(ds.index.page_decoded_bytes().max())
+    assert ds.window_pages == 4 and 3 * ds.window_pages * page <= DEFAULT_MEMORY_BUDGET
+    assert YoumuDataset(big_images, output="python", memory_budget=1 << 40).window_pages == 5  # a given budget decides
+    # small rows: no budget, no warning, the windows the rows ask for
+    small = _image_file(tmp_path / "1kb.parquet", 2000, 1 << 10, 50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert YoumuDataset(small, output="python").window_pages == 40
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
 def test_a_page_over_the_budget_is_read_alone_at_about_its_size(big_images) -> None:
     m = _rss(big_images, 64 << 20)  # a 40 MB page, 3 windows in flight would need 120 MB
@@ -253,49 +269,7 @@ def test_a_page_over_the_budget_is_read_alone_at_about_its_size(big_images) -> N
         assert pa.Table.from_batches([index.read_page(page)]).equals(want)
 
 
-# -- the resize rule -------------------------------------------------------------------------
-def _reference_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Qwen2-VL's smart_resize as qwen_vl_utils publishes it (round/ceil/floor helpers)."""
-    def round_by(n: float) -> int:
-        return round(n / factor) * factor
-
-    def ceil_by(n: float) -> int:
-        return math.ceil(n / factor) * factor
-
-    def floor_by(n: float) -> int:
-        return math.floor(n / factor) * factor
-
-    h_bar, w_bar = max(factor, round_by(height)), max(factor, round_by(width))
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar, w_bar = max(factor, floor_by(height / beta)), max(factor, floor_by(width / beta))
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar, w_bar = ceil_by(height * beta), ceil_by(width * beta)
-    return h_bar, w_bar
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.integers(1, 20000), st.integers(1, 20000), st.sampled_from([(3136, 1003520), (4 * 784, 16384 * 784),
-                                                                       (256 * 784, 1280 * 784)]))
-def test_smart_resize_matches_the_reference_and_its_guarantees(h, w, limits) -> None:
-    lo, hi = limits
-    if max(h, w) / min(h, w) > 200:
-        with pytest.raises(youmu.ImageError, match="aspect ratio"):
-            smart_resize(h, w, min_pixels=lo, max_pixels=hi)
-        return
-    got = smart_resize(h, w, min_pixels=lo, max_pixels=hi)
-    assert got == _reference_resize(h, w, 28, lo, hi)
-    rh, rw = got
-    assert rh % 28 == 0 and rw % 28 == 0 and rh >= 28 and rw >= 28
-    if max(h, w) / min(h, w) <= hi / lo:  # the range holds unless one side is clamped to 28
-        assert rh * rw <= hi or min(rh, rw) == 28
-        assert rh * rw >= lo
-    cost = visual_cost(h, w, min_pixels=lo, max_pixels=hi)
-    assert cost.encoder_patches == (rh // 14) * (rw // 14) and cost.backbone_tokens * 4 == cost.encoder_patches
-    m = min(rh, rw)
-    if m >= 56:  # no side clamped: each side within 28 of its exact scaled size
-        assert abs(math.log((rh / rw) / (h / w))) <= 2 * math.log(m / (m - 28)) + 1e-9
+# -- the resize rule: see tests/test_vision_tokens.py (transformers' processor as the oracle)
 
 
 # -- bad images --------------------------------------------------------------------------------
