@@ -228,7 +228,7 @@ def _own_loop(probe: Probe, loader: TrainerLoader, epochs: int, save: Any, opt: 
     """The loop a user writes: ``epochs`` passes (from the loader's epoch on), a
     checkpoint through ``save(step)`` after each optimizer step."""
     per_step = int(getattr(loader.source, "num_microbatches", 1)) if loader.pairs else 1
-    while loader.epoch < epochs:
+    while True:
         k = 0
         for batch in loader:
             inputs, info = split_info(batch)
@@ -239,9 +239,9 @@ def _own_loop(probe: Probe, loader: TrainerLoader, epochs: int, save: Any, opt: 
                 opt.zero_grad()
                 step += 1
                 save(step)
-        if not loader.epoch_ended:
-            break
-    return step
+        # after a whole pass loader.epoch is still the epoch it finished
+        if not loader.epoch_ended or loader.epoch + 1 >= epochs:
+            return step
 
 
 def _accelerate(probe: Probe, make: Any, ckpt: str, save_every: int, resume: tuple[str, int] | None, epochs: int) -> int:
