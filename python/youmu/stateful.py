@@ -23,9 +23,12 @@ already know:
 * ``state_dict()`` in the main process of a stream that DataLoader workers iterate is
   a :class:`~youmu.errors.StateError`: the progress is in the workers' copies, and
   the loader (torchdata's ``StatefulDataLoader``) is what to checkpoint.
-* ``set_epoch(epoch)`` reshuffles for ``epoch`` and clears any resume point. It
-  reaches DataLoader workers that already run (``persistent_workers=True``): the
-  epoch lives in shared memory (:class:`SharedEpoch`).
+* ``set_epoch(epoch)`` reshuffles for ``epoch`` and starts it fresh — the one epoch
+  rule, the same for streams and loaders: a loaded state of ``epoch`` whose pass has
+  not begun is kept (the usual loop, load then ``set_epoch(e)`` for each epoch,
+  continues the loaded epoch), a state of any other epoch is cleared. It reaches
+  DataLoader workers that already run (``persistent_workers=True``): the epoch lives
+  in shared memory (:class:`SharedEpoch`).
 
 Wrappers (``pack``, loaders over youmu streams) use only these methods.
 

@@ -42,7 +42,7 @@ from youmu._args import int_arg
 from youmu.errors import StateError
 from youmu.resume import MERGED_FORMAT, Level, Origin, Units, deal, decode_levels, encode_levels, remaining_after
 from youmu.sharding import Shard
-from youmu.stateful import MAX_STATE_INT, SharedEpoch, SharedInt, check_state, state_int, state_positions
+from youmu.stateful import SharedEpoch, SharedInt, check_epoch, check_state, state_int, state_positions
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 
@@ -97,6 +97,9 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         self._levels: list[Level] | None = None
         self._left: Units | None = None
         self._origin_block = False  # row mode: resumed jobs deal blocks of positions
+        # the epoch of a loaded state whose resume point awaits the next pass (None:
+        # none loaded, or a pass began since): set_epoch of that epoch keeps it
+        self._loaded_epoch: int | None = None
 
     # -- subclass hooks -----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -118,9 +121,14 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         return self._shared_epoch.value
 
     def set_epoch(self, epoch: int) -> None:
-        """Reshuffle for ``epoch`` and start it from the beginning (clears the resume
-        point). Reaches DataLoader workers that already run."""
-        epoch = int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
+        """Reshuffle for ``epoch`` and start it from the beginning; reaches DataLoader
+        workers that already run. The one epoch rule (:mod:`youmu.stateful`): a loaded
+        state of ``epoch`` whose pass has not begun is kept, so the usual loop — load,
+        then ``set_epoch(e)`` for each epoch — continues the loaded epoch."""
+        epoch = check_epoch(epoch)
+        if self._loaded_epoch == epoch and not self._in_workers.value:
+            return  # no pass began since the load, here or in a DataLoader worker
+        self._loaded_epoch = None
         self._shared_epoch.value = epoch
         self._epoch_seen = epoch
         self._resume, self._progress = {}, {}
@@ -222,6 +230,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
         self._resume, self._progress = {}, {}
         self._num_workers_seen = None
         self._in_workers.value = 0
+        self._loaded_epoch = epoch
 
     # -- resumed epochs (youmu.merge_states) ------------------------------------------------
     def _adopt(self, state: Mapping[str, Any]) -> None:
@@ -259,6 +268,9 @@ class ShardedStream(IterableDataset, Generic[T, P]):
     def resume_heads(self, worker: int, num_workers: int) -> dict[int, int]:
         """Positions of this shard whose row was partly packed before a resume, and the
         tokens of it already delivered (:func:`youmu.torch.pack` skips them)."""
+        # a persistent worker's copy may still hold the resumed chain of an earlier
+        # epoch: the heads are the current epoch's (none, unless it is the resumed one)
+        self._sync_epoch()
         units = self._resumed_units(worker, num_workers)
         if units is None or not units.head.any():
             return {}
@@ -282,6 +294,7 @@ class ShardedStream(IterableDataset, Generic[T, P]):
             )
         self._num_workers_seen = num_workers
         self._in_workers.value = 1 if in_worker_process() else 0
+        self._loaded_epoch = None  # this pass takes the resume point
         # the resume point applies to the next pass only; later passes start the epoch over
         return worker, num_workers, self._resume.pop(worker, self._start())
 
