@@ -3,11 +3,12 @@ follows from them — the window layout, each epoch's shard plans, the
 :class:`~youmu.stream.RowStream` of any (rank, worker, epoch) and the description
 that states and fingerprints compare.
 
-A spec is torch-free and Ray-free. :class:`~youmu.torch.YoumuDataset` (rows in
-DataLoader workers) and :mod:`youmu.ray`'s ``Source`` / ``ParquetRows`` (rows in a
-loader actor, MegaScale-Data's disaggregated source loaders) are thin wrappers over
-one, so the same settings read the same windows of the same pages in the same order
-wherever they are read (Youmu's page-level shuffle, :mod:`youmu.shuffle`).
+A spec is torch-free and Ray-free. :class:`youmu.parquet.ParquetStream` reads a spec's
+rows — adapted for torch as :class:`~youmu.torch.YoumuDataset` (rows in DataLoader
+workers), served by :mod:`youmu.ray`'s ``Source`` (rows in a loader actor,
+MegaScale-Data's disaggregated source loaders) — so the same settings read the same
+windows of the same pages in the same order wherever they are read (Youmu's page-level
+shuffle, :mod:`youmu.shuffle`).
 
 * :class:`StreamSpec` — the settings (``shuffle``, ``buffer_size``, ``seed``,
   ``page_slices``, ``memory_budget``, ``read_ahead``, ``drop_last``, ``output``,
@@ -125,6 +126,23 @@ class StreamSpec:
         if unknown:
             raise ArgumentTypeError(f"unknown stream setting(s) {unknown}; the settings are {', '.join(SETTINGS)}")
         return cls(**settings)
+
+    @classmethod
+    def given(cls, spec: Any, settings: Mapping[str, Any], owner: str) -> StreamSpec:
+        """The spec of an object built with ``spec=`` (a ready spec) or with keyword
+        ``settings`` (checked by :meth:`of`), never both; ``owner`` names it in errors.
+
+        >>> StreamSpec.given(None, {"seed": 2}, "a Source").seed
+        2
+        """
+        if spec is None:
+            return cls.of(settings)
+        if not isinstance(spec, StreamSpec):
+            raise ArgumentTypeError(f"spec must be a youmu.spec.StreamSpec, got {type(spec).__name__}")
+        if settings:
+            raise InvalidArgumentError(f"pass {owner}'s settings as spec= or as keywords, not both (got spec= and "
+                                       f"{sorted(settings)})")
+        return spec
 
     # -- where the rows are -----------------------------------------------------------
     def check_paths(self, paths: Any, *, portable: bool = False) -> str:

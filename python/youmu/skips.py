@@ -13,7 +13,7 @@ came before. Only a pass with no good row at all leaves its reports solely in th
 worker's own :attr:`SkipLog.rows`.
 
 Example:
-    >>> from youmu.torch.skips import SkipLog
+    >>> from youmu.skips import SkipLog
     >>> SkipLog().count
     0
 """
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from youmu.errors import ImageError
+from youmu.positional import SKIP
 from youmu.shuffle import positions_to_rows
-from youmu.torch.sharded import SKIP
 
 __all__ = ["SkipLog", "locate", "reporting_pass"]
 
