@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 __all__ = [
@@ -90,27 +91,57 @@ class ImageError(YoumuError, ValueError):
     (:meth:`located`). ``skip`` marks an error a transform's ``on_error="skip"``
     policy wants skipped rather than raised.
 
+    The fields survive pickling, and a PyTorch ``DataLoader`` worker too: torch
+    re-raises a worker's error as ``type(error)(formatted_traceback)``, from the
+    message alone, so an error raised in a worker (:meth:`for_worker`) ends its
+    message with one line of its fields that the rebuilt error reads back (the
+    worker's traceback is kept as ``worker_traceback``).
+
     >>> e = ImageError("cannot identify image file", column="image", path="a.jpg")
     >>> str(e.located(file="part-0.parquet", row=7, position=3))
     "cannot identify image file (column 'image', image 'a.jpg', file part-0.parquet, row 7, stream position 3)"
+    >>> back = ImageError("Caught ImageError in DataLoader worker process 0. ..." + str(e.for_worker()))
+    >>> (back.path, back.reason)
+    ('a.jpg', 'cannot identify image file')
     """
+
+    #: the traceback text a DataLoader rebuilt this error from (None if not rebuilt)
+    worker_traceback: str | None = None
 
     def __init__(self, reason: str, *, column: str | None = None, image: int | None = None,
                  path: str | None = None, file: str | None = None, row: int | None = None,
                  position: int | None = None, skip: bool = False) -> None:
+        carried = _carried_fields(reason) if column is image is path is file is row is position is None else None
+        if carried is not None:
+            worker_traceback, (reason, fields) = reason, carried
+            column, image, path, file, row, position = (
+                fields.get(k) for k in ("column", "image", "path", "file", "row", "position"))
+            skip = bool(fields.get("skip"))
         super().__init__(reason)
         self.reason, self.column, self.image, self.path = reason, column, image, path
-        self.file, self.row, self.position, self.skip = file, row, position, skip
+        self.file, self.row, self.position, self.skip = file, row, position, bool(skip)
+        self._carry = False
+        if carried is not None:
+            self.worker_traceback = worker_traceback
+            header = worker_traceback.split("\n", 1)[0]
+            if hasattr(self, "add_note"):  # Python 3.11+: shown under the error
+                self.add_note(f"{header} (the worker's traceback is in .worker_traceback)")
 
     def _fields(self) -> dict:
         return {k: getattr(self, k) for k in ("column", "image", "path", "file", "row", "position", "skip")}
 
-    def __reduce__(self):  # keyword fields survive pickling (DataLoader workers send errors)
+    def __reduce__(self):  # keyword fields survive pickling (Ray, multiprocessing queues)
         return (_rebuild_image_error, (self.reason, self._fields()))
 
     def located(self, **where) -> ImageError:
         """A copy with ``file``/``row``/``position`` (or any other field) filled in."""
         return ImageError(self.reason, **{**self._fields(), **where})
+
+    def for_worker(self) -> ImageError:
+        """A copy whose message carries its fields for a DataLoader to rebuild it from."""
+        e = self.located()
+        e._carry = True
+        return e
 
     def __str__(self) -> str:
         parts = []
@@ -126,7 +157,29 @@ class ImageError(YoumuError, ValueError):
             parts.append(f"row {self.row}")
         if self.position is not None:
             parts.append(f"stream position {self.position}")
-        return self.reason + (f" ({', '.join(parts)})" if parts else "")
+        text = self.reason + (f" ({', '.join(parts)})" if parts else "")
+        if self._carry:
+            text += "\n" + _FIELDS_LINE + json.dumps({"reason": self.reason, **self._fields()})
+        return text
+
+
+#: how an ImageError raised in a DataLoader worker carries its fields in its message
+_FIELDS_LINE = "youmu.ImageError fields: "
+
+
+def _carried_fields(message: str) -> tuple[str, dict] | None:
+    """``(reason, fields)`` from the last fields line of a message (None without one)."""
+    at = message.rfind("\n" + _FIELDS_LINE)
+    if at < 0:
+        return None
+    line = message[at + 1 + len(_FIELDS_LINE):].split("\n", 1)[0]
+    try:
+        fields = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or not isinstance(fields.get("reason"), str):
+        return None
+    return fields.pop("reason"), fields
 
 
 def _rebuild_image_error(reason: str, fields: dict) -> ImageError:

@@ -103,7 +103,11 @@ def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[str, int]:
 
 #: Windows alive at once while streaming with one window read ahead (the default for
 #: local files): the one being consumed, the next one (read ahead by Rust threads)
-#: and, while that is assembled, its shuffled copy. Deeper read-ahead adds one each.
+#: and, while that is assembled, its shuffled copy. A ``memory_budget`` sizes windows
+#: for this many, whatever the read-ahead, the storage or the I/O options, so the
+#: window layout (the shuffle) depends on the data and the settings alone; deeper
+#: read-ahead fits only where the budget leaves room for it
+#: (:func:`youmu.stream.window_layout`).
 WINDOWS_IN_FLIGHT = 3
 
 
@@ -133,8 +137,8 @@ def window_pages_for(
     With ``memory_budget`` (bytes) and ``page_bytes`` (estimated decoded bytes per page,
     :meth:`PageIndex.page_decoded_bytes`), windows are sized in bytes, not rows: small
     enough that ``in_flight`` windows of the largest pages fit the budget
-    (:data:`WINDOWS_IN_FLIGHT` with one window read ahead; a stream reading ``k`` ahead
-    holds ``k + 2``), so 64 rows of 8 MB images make a smaller window than 64 text
+    (:data:`WINDOWS_IN_FLIGHT`, whatever the read-ahead: the window is part of the
+    shuffle, the read-ahead only of how it is read), so 64 rows of 8 MB images make a smaller window than 64 text
     rows. A budget that cannot hold ``in_flight`` single pages gives windows of one
     page: the stream then reads them one at a time, without read-ahead
     (:func:`youmu.stream.window_layout`), rather than refusing the data.

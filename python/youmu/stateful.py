@@ -295,18 +295,17 @@ def state_positions(
 
 def describe_data(data: Any) -> Any:
     """What identifies the data a stream reads, cheaply: from a page index, per file its
-    name (not its directory: a copy moved elsewhere, or to an object store, is the same
-    data), size and rows, plus the columns and every page's row count; from a youmu
-    mixture or ``RowDataset``, its own description; from anything else, its type and
-    length."""
+    name relative to the directory all the files are in (:func:`_relative_names`: a
+    copy moved elsewhere, or to an object store, is the same data), size and rows, plus
+    the columns and every page's row count; from a youmu mixture or ``RowDataset``, its
+    own description; from anything else, its type and length."""
     own = getattr(data, "_state_fingerprint", None)
     if callable(own):
         return own()
     if callable(getattr(data, "page_num_rows", None)) and callable(getattr(data, "file_info", None)):
-        files = []
-        for i in range(data.num_files):
-            info = data.file_info(i)
-            files.append([str(info["path"]).rstrip("/").rsplit("/", 1)[-1], info["size"], info["num_rows"]])
+        infos = [data.file_info(i) for i in range(data.num_files)]
+        names = _relative_names([str(info["path"]) for info in infos])
+        files = [[name, info["size"], info["num_rows"]] for name, info in zip(names, infos)]
         pages = hashlib.sha256(data.page_num_rows().astype("<i8").tobytes()).hexdigest()
         return {"files": files, "columns": list(data.columns), "pages": pages}
     try:
@@ -314,6 +313,28 @@ def describe_data(data: Any) -> Any:
     except TypeError:
         n = None
     return {"type": f"{type(data).__module__}.{type(data).__qualname__}", "len": n}
+
+
+def _relative_names(paths: Sequence[str]) -> list[str]:
+    """The files' names below the deepest directory that holds them all: where the
+    data is (its root directory, local or in a bucket) is left out, how it is arranged
+    below is kept. A URL's query string (a presigned URL's signature) is not part of
+    its name.
+
+    >>> _relative_names(["/data/a.parquet", "/data/sub/b.parquet"])
+    ['a.parquet', 'sub/b.parquet']
+    >>> _relative_names(["s3://bucket/x/a.parquet", "s3://bucket/x/sub/b.parquet"])
+    ['a.parquet', 'sub/b.parquet']
+    >>> _relative_names(["https://host/b/c.parquet?X-Amz-Signature=0f"])
+    ['c.parquet']
+    """
+    parts = [(p.split("?", 1)[0] if "://" in p else p).rstrip("/").split("/") for p in paths]
+    common = 0
+    if parts:
+        shortest = min(len(p) for p in parts) - 1  # directories only: a name is always kept
+        while common < shortest and all(p[common] == parts[0][common] for p in parts):
+            common += 1
+    return ["/".join(p[common:]) for p in parts]
 
 
 def data_fingerprint(data: Any) -> str:

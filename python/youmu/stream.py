@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 
@@ -22,8 +23,14 @@ import numpy as np
 import pyarrow as pa
 
 from youmu._args import int_arg
-from youmu.errors import ArgumentTypeError
-from youmu.shuffle import ShardPlan, row_chunk_rows, window_pages_for
+from youmu.errors import ArgumentTypeError, YoumuWarning
+from youmu.shuffle import (
+    DEFAULT_WINDOW_PAGES,
+    WINDOWS_IN_FLIGHT,
+    ShardPlan,
+    row_chunk_rows,
+    window_pages_for,
+)
 
 __all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "default_read_ahead", "window_layout"]
 
@@ -66,21 +73,27 @@ def default_read_ahead(index: object, window_pages: int) -> int:
 
 def window_layout(index: object, buffer_size: int | None, world_size: int, *, memory_budget: int | None = None,
                   read_ahead: int | None = None, page_slices: int = 1) -> tuple[int, int]:
-    """``(window pages, windows read ahead)`` of a sharded stream over ``index``: a pure
-    function of the files, ``buffer_size``, the world size, ``memory_budget`` (windows
-    shrink so the one consumed, those in flight and ``page_slices - 1`` more while a
-    window is assembled fit) and ``read_ahead`` (default :func:`default_read_ahead`).
+    """``(window pages, windows read ahead)`` of a sharded stream over ``index``.
     What :class:`~youmu.torch.YoumuDataset` and :mod:`youmu.ray`'s source loaders read
     with, so both read the same windows.
 
+    The window size shapes the shuffle, so it is a pure function of the files,
+    ``buffer_size``, the world size, ``page_slices`` and ``memory_budget`` alone —
+    never of where the files are or how they are read: with a budget, windows are
+    sized so :data:`~youmu.shuffle.WINDOWS_IN_FLIGHT` of them (plus ``page_slices - 1``
+    while a window is assembled) fit, whatever ``read_ahead``, the storage or
+    ``set_io_options(max_inflight=...)``. Only the read-ahead adapts: ``read_ahead``
+    (default :func:`default_read_ahead`) goes down to what the budget leaves besides
+    the window consumed and those being assembled. A budget too small for the windows
+    the settings ask for is said (a :class:`~youmu.errors.YoumuWarning`), not hidden.
+
     The budget is in bytes (the pages' decoded sizes from the footers,
     :meth:`PageIndex.page_decoded_bytes`), so image rows make windows of fewer pages
-    than text rows. Where even windows of one page do not fit with the read-ahead
-    asked for, fewer windows are read ahead; where the largest page alone is over
-    what the budget allows (a writer that put a row group of 25 images of 1 MB into
-    one page), windows are single pages read one at a time with nothing ahead
-    (``read_ahead`` 0): the peak is then about that one page, not a multiple, and
-    the shuffle draws from one page per window (see the README on ``page_slices``).
+    than text rows. Where the largest page alone is over what the budget allows (a
+    writer that put a row group of 25 images of 1 MB into one page), windows are
+    single pages read one at a time with nothing ahead (``read_ahead`` 0): the peak is
+    then about that one page, not a multiple, and the shuffle draws from one page per
+    window (see the README on ``page_slices``).
 
     >>> import numpy as np
     >>> class Index:
@@ -88,21 +101,44 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     ...     def page_decoded_bytes(self): return np.full(100, 25 << 20)
     >>> window_layout(Index(), buffer_size=500, world_size=2)
     (10, 1)
-    >>> window_layout(Index(), buffer_size=500, world_size=2, memory_budget=64 << 20)
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     window_layout(Index(), buffer_size=500, world_size=2, memory_budget=64 << 20)
     (1, 0)
+    >>> str(caught[0].message).split(" (")[0]
+    'memory_budget=67108864 holds windows of 1 pages, not the 10 the settings ask for'
     """
     page_rows = index.page_num_rows()  # type: ignore[attr-defined]
-    ahead = read_ahead if read_ahead is not None else default_read_ahead(index, 1)
     page_bytes = index.page_decoded_bytes() if memory_budget is not None else None  # type: ignore[attr-defined]
+    in_flight = WINDOWS_IN_FLIGHT + page_slices - 1
     wp = window_pages_for(page_rows, buffer_size, world_size, page_bytes=page_bytes, memory_budget=memory_budget,
-                          in_flight=ahead + 1 + page_slices)
+                          in_flight=in_flight)
     ahead = read_ahead if read_ahead is not None else default_read_ahead(index, wp)
     if memory_budget is not None and page_bytes is not None and len(page_bytes):
+        asked = window_pages_for(page_rows, buffer_size, world_size)
+        biggest = max(int(np.max(page_bytes)), 1)
+        if wp < asked:
+            _warn_shrunk(memory_budget, wp, asked, biggest * asked * in_flight)
         # windows of `wp` of the largest pages: how many fit besides the one consumed
         # and the `page_slices` being assembled
-        window = wp * max(int(np.max(page_bytes)), 1)
-        ahead = min(ahead, max(0, int(memory_budget) // window - 1 - page_slices))
+        ahead = min(ahead, max(0, int(memory_budget) // (wp * biggest) - 1 - page_slices))
     return wp, ahead
+
+
+def _warn_shrunk(memory_budget: int, got: int, asked: int, needs: int) -> None:
+    """A budget that cannot hold the windows the settings ask for shrinks the shuffle:
+    said once per layout, with what the shuffle-quality rule needs."""
+    rule = (f"windows of fewer than {DEFAULT_WINDOW_PAGES} pages shuffle less well than a full row shuffle"
+            if got < DEFAULT_WINDOW_PAGES else
+            f"still at least the {DEFAULT_WINDOW_PAGES} pages the shuffle-quality rule needs")
+    warnings.warn(
+        f"memory_budget={memory_budget} holds windows of {got} pages, not the {asked} the settings ask for "
+        f"({WINDOWS_IN_FLIGHT} windows of the largest pages in flight); {rule} (README: \"Shuffling: how many "
+        f"pages per window\"); windows of {asked} pages need memory_budget >= {needs}",
+        YoumuWarning,
+        stacklevel=5,  # the line that built the dataset: _warn_shrunk, window_layout, layout, __init__
+    )
 
 
 class RowStream:
@@ -121,7 +157,9 @@ class RowStream:
             rows (see :class:`youmu.shuffle.ShardPlan`).
         memory_budget: bytes of decoded data the stream may hold at once (windows in
             flight, row mode's page cache); windows shrink to fit (see
-            :func:`youmu.shuffle.window_pages_for`). Default: about ``read_ahead + 2``
+            :func:`window_layout`: sized for
+            :data:`~youmu.shuffle.WINDOWS_IN_FLIGHT` windows whatever the read-ahead,
+            which goes down to what is left). Default: about ``read_ahead + 2``
             windows of ``buffer_size`` rows, whatever their size.
         read_ahead: windows read ahead of the one being consumed (default
             :func:`default_read_ahead`: 1 for local files, more for object stores;

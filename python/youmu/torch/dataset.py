@@ -50,7 +50,10 @@ class YoumuDataset(ParquetStream, IterableDataset):
             may hold for reading: windows shrink so the one being consumed and the one
             read ahead fit (estimated from the files' metadata,
             :meth:`youmu.PageIndex.page_decoded_bytes`) — sized in bytes, so image rows
-            make windows of fewer pages than text rows. A page over what the budget
+            make windows of fewer pages than text rows; the same windows on local
+            files and on an object store, whatever ``read_ahead`` (only the read-ahead
+            goes down to what the budget leaves). A budget that shrinks the windows
+            below what ``buffer_size`` asks for warns. A page over what the budget
             allows is read alone, without read-ahead (peak about that page). Default
             ``None``: windows of about ``buffer_size`` rows, whatever their bytes: set
             it for image data. Part of the shuffle, like ``buffer_size``: resume with
