@@ -271,6 +271,21 @@ def test_close(make: Callable[[], Any]) -> None:
     assert _pass(loader) == full
 
 
+def test_close_has_one_signature_and_every_loader_is_a_context_manager(make: Callable[[], Any]) -> None:
+    import inspect
+
+    loader = make()
+    params = inspect.signature(loader.close).parameters
+    assert list(params) == ["timeout"] and params["timeout"].default is None
+    full = _pass(loader)
+    with loader as same:
+        assert same is loader
+        it = iter(loader)
+        _take(it, 2)
+    loader.close(timeout=1.0)  # the block closed the pass already: a no-op
+    assert _pass(loader) == full
+
+
 def test_passes_on_two_gloo_ranks() -> None:
     """Across ranks, passes are collective: every rank starts the next one together,
     after the last ran out or every rank closed it."""

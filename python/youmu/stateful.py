@@ -443,11 +443,18 @@ class Loader(Stream, Protocol):
       :func:`youmu.planning.state.parse_carry`. ``load_state_dict`` checks the state
       (a :class:`~youmu.errors.StateError` naming the field), closes a pass in
       progress and sets the resume point of the next pass.
-    * ``close()`` stops the pass in progress (its background thread; peers learn it
-      at their next exchange) and is idempotent; the loader stays usable.
+    * ``close(timeout=None)`` stops the pass in progress (its background thread;
+      peers learn it at their next exchange), waiting at most ``timeout`` seconds for
+      the thread (``None``: the loader's default), and is idempotent; the loader stays
+      usable. Every loader is a context manager that closes its pass on exit
+      (:class:`youmu.passes.ClosingLoader`).
     """
 
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
 
 
 def check_epoch(epoch: Any) -> int:
