@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from youmu._args import int_arg
+from youmu.batched import batched_pass, is_batched
 from youmu.convert import rows as convert_rows
 from youmu.distributed.world import rank_and_world
 from youmu.errors import LoaderError
-from youmu.positional import PositionalStream, current_worker, in_worker_process
+from youmu.positional import SKIP, PositionalStream, current_worker, in_worker_process
 from youmu.resume import Level, Origin
 from youmu.shuffle import positions_to_rows
 from youmu.skips import SkipLog, locate, reporting_pass
@@ -158,6 +159,16 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
             del table  # not held while the next window is read (image windows are large)
 
     def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+        if is_batched(self.transform):
+            # a page's rows at a time (youmu.batched: tokenizers); positions still count rows
+            stream = self._stream(worker, num_workers)
+            for pos, item in batched_pass(
+                stream.iter_tables(start), self.transform, self.spec.output, start,  # type: ignore[arg-type]
+                where=lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos),
+                compact=in_worker_process(), in_worker=in_worker_process(),
+            ):
+                yield pos, SKIP if item is None else item
+            return
         if not getattr(self.transform, "reports_rows", False):
             yield from super()._pass(worker, num_workers, start)
             return

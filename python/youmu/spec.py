@@ -50,6 +50,7 @@ from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg
 from youmu.convert import OUTPUTS
 from youmu.distributed.fingerprint import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, YoumuWarning
+from youmu.page_grid import warn_small_page_column
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
 from youmu.shuffle import all_window_rows, dropped_rows, shuffle_args
@@ -198,6 +199,8 @@ class StreamSpec:
         as is) for ``world_size`` ranks: its windows, computed once."""
         index = self.open(paths)
         world_size = int_arg("world_size", world_size, minimum=1)
+        if self.columns is None:  # the first column's pages are the grid: said where it holds little
+            warn_small_page_column(index, stacklevel=3)
         window_pages, read_ahead = window_layout(index, self.buffer_size, world_size,
                                                  memory_budget=self.memory_budget, read_ahead=self.read_ahead,
                                                  page_slices=self.page_slices)

@@ -41,6 +41,9 @@ class YoumuDataset(ParquetStream, IterableDataset):
         seed: shuffle seed; ``set_epoch`` reshuffles.
         rank, world_size: default from ``torch.distributed`` when initialised.
         transform: called on each row in the worker; returning ``None`` drops the row.
+            A batched transform (:mod:`youmu.batched`, e.g. :class:`youmu.text.Tokenize`)
+            is called with a page's rows at a time as an Arrow table instead, and its
+            result converted with ``output``; states still count rows.
         drop_last: every rank delivers exactly ``⌊rows / world_size⌋`` rows (fewer than
             ``world_size`` rows are left out, reported by ``dropped_rows()``); without
             it ranks differ by up to a window of rows, and a rank that would get no rows
