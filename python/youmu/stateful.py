@@ -64,6 +64,7 @@ __all__ = [
     "check_state",
     "data_fingerprint",
     "describe_data",
+    "state_bool",
     "state_int",
     "state_ints",
     "state_positions",
@@ -172,6 +173,20 @@ def state_int(
     if value > maximum:
         shown = f"a {value.bit_length()}-bit int" if value.bit_length() > 64 else f"{value:,}"
         raise StateError(f"{owner} state field {key!r} must be at most {maximum:,}, got {shown}")
+    return value
+
+
+def state_bool(state: Mapping[str, Any], key: str, *, owner: str) -> bool:
+    """A bool field of a state: ``"no"`` or ``0`` would read as a truth value.
+
+    >>> state_bool({"finished": "no"}, "finished", owner="TrainerLoader")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: TrainerLoader state field 'finished' must be a bool, got str 'no'
+    """
+    value = state.get(key)
+    if not isinstance(value, bool):
+        raise StateError(f"{owner} state field {key!r} must be a bool, got {type(value).__name__} {value!r:.80}")
     return value
 
 

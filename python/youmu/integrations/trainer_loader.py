@@ -54,7 +54,7 @@ from typing import Any
 from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
-from youmu.stateful import check_state, state_int
+from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int
 
 __all__ = ["TrainerLoader", "INFO_KEY", "STATE_FORMAT", "GATHERED_FORMAT", "MAX_BATCH_SIZE", "split_info", "scale_loss"]
 
@@ -392,7 +392,8 @@ class TrainerLoader:
             if not ranks:
                 raise StateError("TrainerLoader.load_state_dict got an empty list of rank states")
         if ranks is not None:
-            if len(ranks) != self.world_size or any(saved_world(r) != self.world_size for r in ranks):
+            if (len(ranks) != self.world_size or any(saved_world(r) != self.world_size for r in ranks)
+                    or any(self._other_workers(r) for r in ranks)):
                 self._load_resized(ranks)
                 return
             state = ranks[self.rank]
@@ -403,27 +404,76 @@ class TrainerLoader:
                 f"{state.get('world_size')!r}; this job has world_size={self.world_size}: resuming on another number "
                 "of ranks needs every rank's state (gathered_state_dict(), or the list of every rank's state_dict())"
             )
-        st = check_state(state, STATE_FORMAT, owner="TrainerLoader",
-                         expect={"rank": self.rank, "world_size": self.world_size},
-                         required=("epoch", "steps", "finished", "source"))
-        self.epoch = state_int(st, "epoch", owner="TrainerLoader")
-        self._taken = state_int(st, "steps", owner="TrainerLoader")
-        self._finished = bool(st["finished"])
-        self._epoch_steps = state_int(st, "epoch_steps", owner="TrainerLoader") if "epoch_steps" in st else None
+        st = self._checked(state)
+        saved = self._other_workers(st)
+        if saved is not None:
+            if self.world_size > 1:  # one rank's positions: re-splitting them needs every rank's state
+                raise StateError(
+                    f"the TrainerLoader state was saved with num_workers={saved}; this loader has num_workers="
+                    f"{self.num_workers}: resuming on another number of DataLoader workers needs every rank's state "
+                    "(gathered_state_dict(), or the list of every rank's state_dict())"
+                )
+            self._load_resized([st])  # the whole job's positions: re-split over this loader's workers
+            return
+        self.epoch = st["epoch"]
+        self._taken = st["steps"]
+        self._finished = st["finished"]
+        self._epoch_steps = st.get("epoch_steps")
         self._pending = st["source"]
         self._positioned = False
+
+    def _checked(self, state: Any, expect_shard: bool = True) -> dict[str, Any]:
+        """A TrainerLoader state with every field checked and bounded by this loader's
+        epoch: a step count beyond it would skip the rest of the epoch, a ``finished``
+        that is not a bool or a missing source state would restart it."""
+        owner = "TrainerLoader"
+        st = check_state(state, STATE_FORMAT, owner=owner,
+                         expect={"rank": self.rank, "world_size": self.world_size} if expect_shard else None,
+                         required=("epoch", "steps", "finished", "source"))
+        st["epoch"] = state_int(st, "epoch", owner=owner)
+        st["finished"] = state_bool(st, "finished", owner=owner)
+        if not isinstance(st["source"], Mapping):
+            raise StateError(f"{owner} state field 'source' must be the source's state dict, got "
+                             f"{type(st['source']).__name__}")
+        # a rank's steps are at most a full epoch of this job (when known): the loader's own,
+        # or, for a state saved with another number of workers, the epoch they batched
+        full: int | None = None
+        if expect_shard:
+            saved = self._other_workers(st)
+            full = self._steps if saved is None or self._user_steps else _batches_per_epoch(
+                self.source, self.batch_size, saved)  # type: ignore[arg-type]
+        if "epoch_steps" in st:
+            st["epoch_steps"] = state_int(st, "epoch_steps", owner=owner, minimum=1)
+            steps = state_int(st, "steps", owner=owner, maximum=st["epoch_steps"])
+            if full is not None and st["epoch_steps"] > steps + full:
+                raise StateError(f"{owner} state field 'epoch_steps'={st['epoch_steps']} exceeds the steps taken "
+                                 f"({steps}) plus a full epoch of this loader ({full})")
+        else:
+            steps = state_int(st, "steps", owner=owner, maximum=MAX_STATE_INT if full is None else full)
+        st["steps"] = steps
+        return st
+
+    def _other_workers(self, state: Any) -> int | None:
+        """The number of DataLoader workers a stream's state was saved with, when it is
+        not this loader's (``None``: the same, or a loader that batches itself)."""
+        source = state.get("source") if isinstance(state, Mapping) else None
+        if self.pairs or not isinstance(source, Mapping):
+            return None
+        snapshot = source.get("_snapshot")  # torchdata StatefulDataLoader's state with workers
+        saved = snapshot.get("_main_snapshot", {}).get("_num_workers") if isinstance(snapshot, Mapping) else 0
+        return saved if isinstance(saved, int) and saved != self.num_workers else None
 
     def _load_resized(self, ranks: list[Any]) -> None:
         """Every rank's state of a job of another world size (see :meth:`load_state_dict`)."""
         from youmu.merge import merge_states
 
-        states = job_states(ranks)
-        epochs = {state_int(s, "epoch", owner="TrainerLoader") for s in states}
+        states = [self._checked(s, expect_shard=False) for s in job_states(ranks)]
+        epochs = {s["epoch"] for s in states}
         if len(epochs) > 1:
             raise StateError(f"the ranks' TrainerLoader states are of different epochs {sorted(epochs)}: they were not "
                              "saved by one job at one point")
-        taken = max(state_int(s, "steps", owner="TrainerLoader") for s in states)
-        finished = all(bool(s["finished"]) for s in states)
+        taken = max(s["steps"] for s in states)
+        finished = all(s["finished"] for s in states)
         merged = merge_states([s["source"] for s in states])
         if self.pairs:
             self._loader.load_state_dict(merged)
