@@ -49,7 +49,7 @@ import numpy as np
 from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, storage_options_arg
 from youmu.convert import OUTPUTS
 from youmu.distributed.fingerprint import describe
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, YoumuWarning
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, YoumuWarning
 from youmu.page_grid import warn_small_page_column
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
@@ -201,10 +201,22 @@ class StreamSpec:
         world_size = int_arg("world_size", world_size, minimum=1)
         if self.columns is None:  # the first column's pages are the grid: said where it holds little
             warn_small_page_column(index, stacklevel=3)
+        self._check_transform_columns(index.columns)
         window_pages, read_ahead = window_layout(index, self.buffer_size, world_size,
                                                  memory_budget=self.memory_budget, read_ahead=self.read_ahead,
                                                  page_slices=self.page_slices)
         return StreamLayout(self, index, world_size, index.page_num_rows(), window_pages, read_ahead)
+
+    def _check_transform_columns(self, have: list[str]) -> None:
+        """A transform that names the columns it reads (``required_columns``, e.g.
+        :class:`youmu.vision.VisionTransform`) is checked against the data's columns
+        here, before any worker starts, rather than at its first row."""
+        needed = getattr(self.transform, "required_columns", None)
+        missing = [c for c in (needed or ()) if c not in have]
+        if missing:
+            where = " (columns= leaves them out)" if self.columns is not None else ""
+            raise ColumnNotFoundError(f"{type(self.transform).__name__} reads column(s) {missing} that the rows do "
+                                      f"not have{where}; they have {have}")
 
     # -- descriptions -----------------------------------------------------------------
     def describe(self, where: Any) -> dict[str, Any]:
