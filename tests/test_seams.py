@@ -194,14 +194,11 @@ STREAM_CELLS = [
     ("mixture", "plain", 1, 1),
     ("dbl", "plain", 1, 1),
     ("balanced", "plain", 1, 1),
+    # set_epoch(e) right after loading a state of epoch e keeps the resume point
+    ("rows-page", "plain-set-epoch", 1, 1),
+    # pack resumed from a merged state with persistent workers: the next epoch whole
+    ("pack", "sdl-persistent", 2, 1),
 ]
-# cells whose fix is the stream core's: they fail today, strictly
-STREAM_XFAIL = {
-    ("rows-page", "plain-set-epoch", 1, 1): "set_epoch(e) after load_state_dict(a state of epoch e) replays epoch e",
-    ("pack", "sdl-persistent", 2, 1): "pack with persistent workers loses tokens in the epoch after a resumed epoch",
-}
-
-
 def _source(kind: str, tmp: str, rank: int = 0, world: int = 1) -> Any:
     from trainers_mp import dataset
 
@@ -322,9 +319,7 @@ def _diff(got: list[int], want: list[int]) -> str:
     return f"{len(got)} delivered, {len(want)} expected; twice or foreign {sorted(extra)[:8]}, lost {sorted(missing)[:8]}"
 
 
-_CELLS = [pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}") for c in STREAM_CELLS] + [
-    pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}", marks=pytest.mark.xfail(strict=True, reason=why))
-    for c, why in STREAM_XFAIL.items()]
+_CELLS = [pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}") for c in STREAM_CELLS]
 
 
 @pytest.mark.parametrize(("kind", "column", "old", "new"), _CELLS)
