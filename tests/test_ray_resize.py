@@ -291,7 +291,7 @@ def test_bad_states_are_refused_naming_the_field(paths: dict[str, str], two_stat
     with pytest.raises(StateError, match="capacity=330"):
         deploy(paths, 3, capacity=400, local=True).client(0).load_state_dict(merged)
     # a merged state of another kind, a broken planner state
-    with pytest.raises(StateError, match="not of RayBalancedLoader states"):
+    with pytest.raises(StateError, match="not of a 'youmu.ray.RayBalancedLoader/1'"):
         deploy(paths, 3, local=True).client(0).load_state_dict(dict(merged, stream="youmu.MapStream/1"))
     bad = dict(merged, planner=dict(merged["planner"], carry=[[[1, 0, [3], 3, 5, 9]], []]))
     with pytest.raises(StateError, match=r"'carry'\[0\]\[0\] names origin stream 9"):
