@@ -203,8 +203,8 @@ def test_stream_function_sources_resize_exactly_once(all_ids: Counter[int], path
 
 
 def test_resumed_parquet_rows_are_what_youmu_dataset_resumes_to(paths: dict[str, str]) -> None:
-    """A loader's resumed ParquetRows is YoumuDataset loaded with the same merged state."""
-    from youmu.ray.source import ParquetRows
+    """A loader's resumed ParquetStream is YoumuDataset loaded with the same merged state."""
+    from youmu.parquet import ParquetStream
     from youmu.resume import Level
     from youmu.torch import YoumuDataset
 
@@ -223,8 +223,8 @@ def test_resumed_parquet_rows_are_what_youmu_dataset_resumes_to(paths: dict[str,
         ds = YoumuDataset(index, rank=rank, world_size=3, **kw)
         ds.load_state_dict(merged)
         want = [(p, int(r["id"])) for p, r in ds.iter_positions(0)]
-        mine = ParquetRows(index, Source(index, **kw), rank, 3, levels=[level], first_world_size=2)
-        mine.set_epoch(1)
+        mine = Source(index, **kw).build(index, rank, 3, epoch=1, levels=[level])
+        assert isinstance(mine, ParquetStream)
         assert [(p, int(r["id"])) for p, r in mine.iter_positions(0)] == want and want
         some = want[::4][::-1]
         assert [int(r["id"]) for r in mine.rows_at([p for p, _ in some])] == [i for _, i in some]

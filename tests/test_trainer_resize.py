@@ -12,14 +12,13 @@ import os
 import pickle
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.distributed as dist
 from batching_mp import run_world
 from torchdata.stateful_dataloader import StatefulDataLoader
-from trainers_mp import N, TinyLM, collate, dataset, torchrun_env
+from trainers_mp import N, TinyLM, collate, dataset, torchrun_env, write_corpus
 
 import youmu
 from youmu.errors import StateError
@@ -35,11 +34,7 @@ EOS, PAD = -2, -1
 
 
 def _write(path: str, rows: int = ROWS, first: int = 0) -> None:
-    ids = list(range(first, first + rows))
-    # token t of row r is r * 1000 + t: every token of the corpus is unique
-    toks = [[r * 1000 + t for t in range(1 + r % 7)] for r in ids]
-    pq.write_table(pa.table({"id": ids, "input_ids": pa.array(toks, pa.list_(pa.int64()))}), path,
-                   data_page_size=64, write_page_index=True, row_group_size=8)
+    write_corpus(path, rows, first)
 
 
 def _rows(path: str, workers: int) -> TrainerLoader:

@@ -23,9 +23,12 @@ already know:
 * ``state_dict()`` in the main process of a stream that DataLoader workers iterate is
   a :class:`~youmu.errors.StateError`: the progress is in the workers' copies, and
   the loader (torchdata's ``StatefulDataLoader``) is what to checkpoint.
-* ``set_epoch(epoch)`` reshuffles for ``epoch`` and clears any resume point. It
-  reaches DataLoader workers that already run (``persistent_workers=True``): the
-  epoch lives in shared memory (:class:`SharedEpoch`).
+* ``set_epoch(epoch)`` reshuffles for ``epoch`` and starts it fresh — the one epoch
+  rule, the same for streams and loaders: a loaded state of ``epoch`` whose pass has
+  not begun is kept (the usual loop, load then ``set_epoch(e)`` for each epoch,
+  continues the loaded epoch), a state of any other epoch is cleared. It reaches
+  DataLoader workers that already run (``persistent_workers=True``): the epoch lives
+  in shared memory (:class:`SharedEpoch`).
 
 Wrappers (``pack``, loaders over youmu streams) use only these methods.
 
@@ -455,11 +458,42 @@ class Loader(Stream, Protocol):
       :func:`youmu.planning.state.parse_carry`. ``load_state_dict`` checks the state
       (a :class:`~youmu.errors.StateError` naming the field), closes a pass in
       progress and sets the resume point of the next pass.
-    * ``close()`` stops the pass in progress (its background thread; peers learn it
-      at their next exchange) and is idempotent; the loader stays usable.
+    * ``close(timeout=None)`` stops the pass in progress (its background thread;
+      peers learn it at their next exchange), waiting at most ``timeout`` seconds for
+      the thread (``None``: the loader's default), and is idempotent; the loader stays
+      usable. Every loader is a context manager that closes its pass on exit
+      (:class:`youmu.passes.ClosingLoader`).
+
+    A loader whose passes yield ``(batch, info)`` pairs (a whole batch and its step
+    information, :class:`~youmu.batching.StepInfo` or
+    :class:`~youmu.planning.MicroBatchInfo`) declares it with a class attribute
+    ``yields_pairs = True`` (:func:`yields_pairs`): what the trainer integrations dispatch on.
     """
 
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+def yields_pairs(source: Any) -> bool:
+    """Whether ``source`` is a :class:`Loader` whose passes yield ``(batch, info)`` pairs
+    (it declares ``yields_pairs = True``), as against a stream of samples.
+
+    >>> class Pairs:
+    ...     yields_pairs = True
+    ...     def __iter__(self): return iter([])
+    ...     def state_dict(self): return {}
+    ...     def load_state_dict(self, state): pass
+    ...     def set_epoch(self, epoch): pass
+    ...     def close(self, timeout=None): pass
+    ...     def __enter__(self): return self
+    ...     def __exit__(self, *exc): self.close()
+    >>> yields_pairs(Pairs()), yields_pairs([1, 2])
+    (True, False)
+    """
+    return getattr(source, "yields_pairs", False) is True and isinstance(source, Loader)
 
 
 def check_epoch(epoch: Any) -> int:
@@ -502,4 +536,4 @@ def again_or_raise(owner: str, sources: Mapping[str, Any]) -> None:
                           "DataLoader) or make a new loader")
 
 
-__all__ += ["LOADER_STATE_KEYS", "Loader", "again_or_raise", "check_epoch", "keeps_resume_point"]
+__all__ += ["LOADER_STATE_KEYS", "Loader", "again_or_raise", "check_epoch", "keeps_resume_point", "yields_pairs"]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from youmu.errors import LoaderError
+from youmu.passes import ClosingLoader
 from youmu.planning.checkpoint import STATE_FORMAT, Snapshots, parse_state, start_snapshot
 from youmu.planning.merge import is_merged, parse_merged
 from youmu.stateful import check_epoch, keeps_resume_point
@@ -25,7 +26,7 @@ from youmu.stateful import check_epoch, keeps_resume_point
 __all__ = ["LoaderState"]
 
 
-class LoaderState:
+class LoaderState(ClosingLoader):
     """The stream contract of :class:`~youmu.planning.BalancedLoader` (a mixin: the
     loader sets these attributes in its constructor)."""
 
@@ -34,14 +35,14 @@ class LoaderState:
     num_microbatches: int
     resume_mode: str
     step: int
-    epoch: int | None
+    epoch: int
     _names: list[str]
     _sources: dict[str, Any]
     _portable: dict[str, Any]
     _fingerprint: int
     _stateful: bool
     _iterating: bool
-    _pass_epoch: int | None
+    _pass_epoch: int
     _epoch_due: bool
     _snapshots: Snapshots
     _delivered: tuple[int, int]
@@ -50,8 +51,6 @@ class LoaderState:
     _loaded_state: dict[str, Any] | None
     _merged: bool
 
-    def close(self, timeout: float = 5.0) -> None:
-        raise NotImplementedError
 
     def _reset_pass(self) -> None:
         raise NotImplementedError
@@ -111,7 +110,7 @@ class LoaderState:
         step, mb = self._delivered
         state: dict[str, Any] = {
             "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
-            "epoch": (self._pass_epoch if self._iterating else self.epoch) or 0,
+            "epoch": self._pass_epoch if self._iterating else self.epoch,
             "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
             "settings": self._portable, "step": step, "microbatch": mb,
         }

@@ -54,6 +54,7 @@ from typing import Any
 from youmu._args import int_arg
 from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
+from youmu.passes import CLOSE_TIMEOUT, ClosingLoader, microbatches
 from youmu.planning.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
 from youmu.ray.merge import is_merged, parse_merged
@@ -97,7 +98,7 @@ class _StepOut:
     after: dict[str, Any] | None = None
 
 
-class RayBalancedLoader:
+class RayBalancedLoader(ClosingLoader):
     """This rank's balanced micro-batches from a deployment (see the module doc);
     get one with :meth:`youmu.ray.RayLoaders.client`.
 
@@ -107,6 +108,9 @@ class RayBalancedLoader:
         prefetch: steps prepared ahead by a background thread (0: in the caller).
         steps_per_call: plans asked of the planner per call.
     """
+
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    yields_pairs = True
 
     def __init__(self, deployment: Deployment, rank: int, *, prefetch: int = 2, steps_per_call: int = 2) -> None:
         if not isinstance(deployment, Deployment):
@@ -142,15 +146,13 @@ class RayBalancedLoader:
     def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
         """``(batch, info)`` from the resume point (a loaded state, or the epoch's
         start), as :class:`~youmu.planning.BalancedLoader` yields them."""
-        m = self.num_microbatches
-        for out in self._steps():
-            first = m - len(out.items)  # > 0 in a resumed step
-            for j, item in enumerate(out.items, start=first + 1):
-                self._delivered = (out.step, j) if j < m else (out.step + 1, 0)
-                # once a step is delivered, the state as of the next one: a merge needs it
-                self._delivered_state = out.after if j == m and out.after is not None else out.state
-                self.step = out.step + 1
-                yield item
+        def delivered(out: _StepOut, at: tuple[int, int]) -> None:
+            self._delivered = at
+            # once a step is delivered, the state as of the next one: a merge needs it
+            self._delivered_state = out.after if at[1] == 0 and out.after is not None else out.state
+            self.step = out.step + 1
+
+        yield from microbatches(self._steps(), self.num_microbatches, delivered)
 
     def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
         """Whole steps: lists of ``(batch, info)``."""
@@ -226,18 +228,14 @@ class RayBalancedLoader:
             raise ProtocolError(f"planner {self._planner.name!r} answered {reply!r:.80} for step {step}")
         return reply
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the pass in progress (its background thread), if any; idempotent. The
-        next ``iter()`` starts a new pass (youmu.stateful's loader contract)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the pass in progress (its background thread, waited for at most
+        ``timeout`` seconds, default :data:`~youmu.stateful.CLOSE_TIMEOUT`), if any;
+        idempotent. The next ``iter()`` starts a new pass (youmu.stateful's loader
+        contract)."""
         if self._producer is not None:
-            self._producer.stop(timeout)
+            self._producer.stop(CLOSE_TIMEOUT if timeout is None else timeout)
             self._producer = None
-
-    def __enter__(self) -> RayBalancedLoader:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     # -- the stream contract (youmu.stateful) ---------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

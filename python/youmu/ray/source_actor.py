@@ -5,9 +5,10 @@ file access states from worker processes").
 
 * :class:`Source` — how a loader builds one source's stream for each origin rank: the
   rows a :class:`~youmu.torch.YoumuDataset` over the source's Parquet files would
-  yield (its settings, a :class:`youmu.spec.StreamSpec`; read by :class:`ParquetRows`,
-  without importing torch), or any position-addressable stream a function builds (a
-  :class:`~youmu.torch.MapStream` over a ``RowDataset``/``MixtureDataset``).
+  yield (its settings, a :class:`youmu.spec.StreamSpec`; read by a
+  :class:`youmu.parquet.ParquetStream`, without importing torch), or any
+  position-addressable stream a function builds (a :class:`~youmu.torch.MapStream`
+  over a ``RowDataset``/``MixtureDataset``).
 * :class:`SourceLoader` — holds the :class:`~youmu.PageIndex` of each of its sources
   and builds rank ``r``'s stream on demand. Its two methods are **pure functions of
   their arguments**: :meth:`SourceLoader.records` measures positions
@@ -126,9 +127,7 @@ class SourceLoader:
             else:
                 depth, rank, world = chain.locate(number, self.world_size)
             levels = [] if chain is None else chain.levels(name, depth)
-            first = None if chain is None else chain.first_world_size
-            s = self.sources[name].build(self.indexes[name], rank, world, epoch=epoch, levels=levels,
-                                         first_world_size=first)
+            s = self.sources[name].build(self.indexes[name], rank, world, epoch=epoch, levels=levels)
             self._streams[key] = s
             while len(self._streams) > 2 * len(self.sources) * self.world_size:
                 self._streams.popitem(last=False)

@@ -110,11 +110,6 @@ class Chain:
         c = self.names.index(name)
         return [Level(w, (1,) * w, tuple((p[c],) for p in pos)) for w, pos in self.jobs[:depth]]
 
-    @property
-    def first_world_size(self) -> int | None:
-        """The world size of the epoch's first job (its windows are kept)."""
-        return self.jobs[0][0] if self.jobs else None
-
 
 @dataclass(frozen=True)
 class PlannerState:
