@@ -223,7 +223,7 @@ def test_one_epoch_rule_for_streams_and_loaders(make_any: Callable[[], Any], req
     ref.set_epoch(1)
     it = iter(ref)
     _take(it, 3)
-    state = pickle.loads(pickle.dumps(ref.state_dict()))
+    state = statefile.loads(statefile.dumps(ref.state_dict()), where="checkpoint")
     if merged:
         state = youmu.merge_states([state])
     del it
