@@ -228,3 +228,12 @@ def test_python_dash_m_youmu_runs_the_command_line(tmp_path: Any) -> None:
     assert "rows 2" in run.stdout and "input_ids" in run.stdout
     bad = subprocess.run([sys.executable, "-m", "youmu", "nonsense"], capture_output=True, text=True, timeout=100)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2**70, 10**6])
+def test_an_absurd_number_of_workers_is_refused_by_name_not_started(workers: int) -> None:
+    with pytest.raises(InvalidArgumentError, match="num_workers must be at most 1,024"):
+        TrainerLoader(MapStream(ROWS), batch_size=2, num_workers=workers)
+    with pytest.raises(InvalidArgumentError, match="num_workers must be at most 1,024"):
+        DynamicBatchLoader(ROWS, token_budget=16, length_fn=lengths, num_workers=workers)

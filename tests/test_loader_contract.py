@@ -15,7 +15,6 @@ deployment refuse the same bad settings with the same error.
 
 from __future__ import annotations
 
-import pickle
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).parent))
 import ray_streams as rs  # noqa: E402
 
+from youmu import statefile  # noqa: E402
 from youmu.errors import LoaderError, StateError, YoumuError  # noqa: E402
 from youmu.stateful import LOADER_STATE_KEYS, Loader  # noqa: E402
 
@@ -150,7 +150,7 @@ def test_a_loaded_state_starts_the_next_pass_then_the_epoch_start_again(make: Ca
     full = _pass(loader)
     it = iter(loader)
     _take(it, 3)
-    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    state = statefile.loads(statefile.dumps(loader.state_dict()), where="checkpoint")
     resumed = make()
     resumed.load_state_dict(state)
     assert _pass(resumed) == full[3:]
@@ -223,7 +223,7 @@ def test_one_epoch_rule_for_streams_and_loaders(make_any: Callable[[], Any], req
     ref.set_epoch(1)
     it = iter(ref)
     _take(it, 3)
-    state = pickle.loads(pickle.dumps(ref.state_dict()))
+    state = statefile.loads(statefile.dumps(ref.state_dict()), where="checkpoint")
     if merged:
         state = youmu.merge_states([state])
     del it

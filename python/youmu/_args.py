@@ -42,7 +42,13 @@ __all__ = [
     "int_array",
     "float_array",
     "storage_options_arg",
+    "workers_arg",
+    "MAX_WORKERS",
 ]
+
+#: The most DataLoader workers a loader starts: each is a process, and asking for more
+#: than any machine runs would start processes until the system refuses (a hang first).
+MAX_WORKERS = 1 << 10
 
 T = TypeVar("T")
 
@@ -82,6 +88,15 @@ def int_arg(name: str, value: Any, *, minimum: int | None = None, maximum: int |
     if maximum is not None and v > maximum:
         raise InvalidArgumentError(f"{name} must be at most {maximum:,}, got {v:,}")
     return v
+
+
+def workers_arg(value: Any, name: str = "num_workers") -> int:
+    """A number of DataLoader worker processes: ``0 <= value <= MAX_WORKERS``.
+
+    >>> workers_arg(2)
+    2
+    """
+    return int_arg(name, value, minimum=0, maximum=MAX_WORKERS)
 
 
 def opt_int_arg(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int | None:

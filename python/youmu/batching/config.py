@@ -35,7 +35,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg, seed_arg
+from youmu._args import (
+    bool_arg,
+    callable_arg,
+    choice_arg,
+    float_arg,
+    int_arg,
+    opt_int_arg,
+    seconds_arg,
+    seed_arg,
+    workers_arg,
+)
 from youmu.batching.loss import LOSS_SCALING_MODES
 from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
@@ -132,7 +142,7 @@ class LoaderConfig:
         token_count_fn = callable_arg("token_count_fn", a["token_count_fn"], optional=True)
         s["token_count_fn"] = token_count_fn if token_count_fn is not None else s["length_fn"]
         s["pool_size"] = int_arg("pool_size", a["pool_size"], minimum=1)
-        s["num_workers"] = int_arg("num_workers", a["num_workers"], minimum=0)
+        s["num_workers"] = workers_arg(a["num_workers"])
         s["prefetch_factor"] = opt_int_arg("prefetch_factor", a["prefetch_factor"], minimum=1)
         if s["prefetch_factor"] is not None and s["num_workers"] == 0:
             raise InvalidArgumentError("prefetch_factor needs num_workers > 0")

@@ -54,6 +54,7 @@ import lightning.pytorch as pl
 from youmu._args import bool_arg
 from youmu.errors import ArgumentTypeError, StateError
 from youmu.integrations.trainer_loader import INFO_KEY, TrainerLoader, split_info
+from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
 
@@ -142,11 +143,14 @@ class YoumuDataModule(pl.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         """Every rank's loader state (collective: Lightning calls it on every rank)."""
-        return {} if self.loader is None else self.loader.gathered_state_dict()
+        # plain data (youmu.statefile): the checkpoint holds no object a load would construct
+        return {} if self.loader is None else envelope(self.loader.gathered_state_dict())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not state_dict:
             raise StateError("the checkpoint holds no youmu loader state (saved before the loader was built?)")
+        if is_plain_state(state_dict):  # else a checkpoint of an older youmu: the state itself
+            state_dict = open_envelope(state_dict, where="the Lightning checkpoint's youmu loader state")
         self._restored = True
         if self.loader is None:
             self._pending = state_dict

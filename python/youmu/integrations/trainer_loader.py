@@ -51,7 +51,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg
+from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
 from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int, yields_pairs
@@ -151,7 +151,7 @@ class TrainerLoader:
         channel: Any = None,
     ) -> None:
         callable_arg("collate_fn", collate_fn, optional=True)
-        num_workers = int_arg("num_workers", num_workers, minimum=0)
+        num_workers = workers_arg(num_workers)
         self._steps = opt_int_arg("steps_per_epoch", steps_per_epoch, minimum=1)
         self._user_steps = steps_per_epoch is not None
         self.even = bool_arg("even", even)

@@ -99,8 +99,8 @@ class LoaderState(ClosingLoader):
         ``microbatch``; in ``"state"`` mode also ``streams`` (each source's
         ``state_dict()``, its pending samples, whether it ended), ``carry`` (samples
         held over: id, source, documents, tokens, payload) and ``next_index``.
-        Payloads are the samples themselves: save the state with ``torch.save``/pickle,
-        not JSON.
+        Payloads are the samples themselves: :mod:`youmu.statefile` writes them as data
+        (numpy arrays and tensors by dtype, shape and bytes), never as a pickle.
 
         >>> from youmu.planning import BalancedLoader
         >>> BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1).state_dict()["mode"]
