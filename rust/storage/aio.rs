@@ -31,14 +31,9 @@ pub struct IoRuntime {
 
 static IO: PerProcess<IoRuntime> = PerProcess::new();
 
-/// rustls needs a process-wide crypto provider before any client is built; ring (no C
-/// toolchain beyond cc).
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 fn make() -> IoRuntime {
-    install_crypto();
+    // rustls needs a process-wide crypto provider; ring (no C toolchain beyond cc).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let o = super::options::io_options();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(o.io_threads)

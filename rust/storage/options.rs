@@ -159,7 +159,9 @@ pub fn http_env() -> Result<Vec<(object_store::ClientConfigKey, String)>> {
         .collect();
     vars.sort();
     if !vars.is_empty() {
-        super::aio::install_crypto();
+        // building the client below needs rustls's process provider, which the I/O
+        // runtime installs too (ring); checking may come first
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
     for (var, value) in vars {
         let key = var[HTTP_ENV_PREFIX.len()..].to_ascii_lowercase();
