@@ -15,7 +15,10 @@ What it guarantees, whatever the source:
   ``uneven="pad"`` so that holds in join mode's tail too.
 * **Epochs are the loader's own**: each new ``iter()`` after a finished pass starts the
   next epoch (``set_epoch`` on the source), so a resumed run continues the loader's epoch
-  whatever epoch number the trainer believes in; the trainer's ``set_epoch`` is ignored.
+  whatever epoch number the trainer believes in. A loop may call :meth:`TrainerLoader.set_epoch`
+  itself, under the one epoch rule (:mod:`youmu.stateful`); the trainer integrations
+  never forward a trainer's own epoch count (the Hugging Face ``Trainer`` restarts it at
+  0 when it resumes a loader of unknown length).
 * **Exact resume, per rank, in constant time**: ``state_dict()`` is this rank's
   position (the source's own state, or torchdata ``StatefulDataLoader``'s over a stream);
   :meth:`gathered_state_dict` collects every rank's in one dict for trainers that save
@@ -54,7 +57,7 @@ from typing import Any
 from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
-from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int, yields_pairs
+from youmu.stateful import MAX_STATE_INT, check_epoch, check_state, state_bool, state_int, yields_pairs
 
 __all__ = ["TrainerLoader", "INFO_KEY", "MAX_BATCH_SIZE", "split_info", "scale_loss"]
 
@@ -91,6 +94,35 @@ def _default_channel() -> Any:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return GlooChannel.from_default_group()
     return GlooChannel.local()
+
+
+def _pairs_channel(source: Any, channel: Any) -> Any:
+    """The channel of a ``TrainerLoader`` over a loader of (batch, info) pairs.
+
+    A loader that runs its collectives in a background thread (``BalancedLoader`` with
+    ``prefetch > 0`` plans its steps ahead) cannot share its channel: the trainer's
+    checkpoint gathers every rank's state from the main thread, and two threads' all-gathers
+    on one Gloo group pair up differently on different ranks (a size message matched
+    against a payload: "Received data size doesn't match expected size"). Such a loader's
+    ``TrainerLoader`` gets ``channel`` when it is another one, else a new group over the
+    default one. A loader that communicates in the caller's thread (``DynamicBatchLoader``)
+    shares its own; one without a channel (a Ray client: its peers meet in the planner)
+    uses ``channel`` or the default group's."""
+    own = getattr(source, "channel", None)
+    if own is None:
+        return channel if channel is not None else _default_channel()
+    if not getattr(source, "prefetch", 0):
+        return own
+    if channel is not None and channel is not own:
+        return channel
+    fresh = _default_channel()
+    if fresh.world_size != own.world_size:
+        raise InvalidArgumentError(
+            f"{type(source).__name__} plans steps in a background thread on its channel ({own.world_size} ranks), so "
+            "the TrainerLoader needs a channel of its own over the same ranks: pass channel= (another Gloo group "
+            "than the loader's)"
+        )
+    return fresh
 
 
 def _batches_per_epoch(source: Any, batch_size: int, num_workers: int) -> int | None:
@@ -165,10 +197,7 @@ class TrainerLoader:
                     f"{type(source).__name__} forms its own batches: pass collate_fn to it, not "
                     "batch_size/collate_fn here"
                 )
-            # a loader without a channel of its own (a Ray client: its peers meet in the
-            # planner) shares the job's for the loader's small collectives
-            own = getattr(source, "channel", None)
-            self.channel = own if own is not None else channel if channel is not None else _default_channel()
+            self.channel = _pairs_channel(source, channel)
             where = (getattr(source, "rank", self.channel.rank), getattr(source, "world_size", self.channel.world_size))
             if where != (self.channel.rank, self.channel.world_size):
                 raise InvalidArgumentError(
@@ -210,6 +239,7 @@ class TrainerLoader:
         # another number of ranks is the steps taken before plus what is left
         self._epoch_steps: int | None = None
         self._positioned = False  # the source was loaded from a merged state: no set_epoch
+        self._loaded = False  # a state was loaded and no pass began since (the one epoch rule)
         # what the trainer consumed, as against what it fetched (see follow_consumption)
         self._fetched = 0  # batches handed out since the last load
         self._consumed: int | None = None  # batches the trainer reported consumed (None: = fetched)
@@ -268,8 +298,23 @@ class TrainerLoader:
         return self._limit() is not None
 
     def set_epoch(self, epoch: int) -> None:
-        """Ignored: the loader counts its epochs itself (see the module doc), so that a
-        trainer restarting its epoch count after a resume cannot reset the data."""
+        """The one epoch rule (:mod:`youmu.stateful`), as for streams: ``set_epoch`` of the
+        epoch a state was loaded for, before the pass from it begins, keeps the resume point
+        (the usual loop: load, then ``set_epoch(e)`` for each epoch ``e`` from the state's
+        on); any other call starts ``epoch`` fresh at the next ``iter()``. Without calls the
+        loader counts its epochs itself (see the module doc). The trainer integrations do
+        not forward a trainer's own calls: its epoch count may restart at a resume."""
+        epoch = check_epoch(epoch)
+        if self._loaded and epoch == self.epoch:
+            return
+        self.epoch = epoch
+        self._taken = 0
+        self._finished = False
+        self._pending = None
+        self._epoch_steps = None
+        self._positioned = False
+        self._loaded = False
+        self._restart_consumption()
 
     def _source_set_epoch(self, epoch: int) -> None:
         if hasattr(self.source, "set_epoch"):
@@ -277,6 +322,7 @@ class TrainerLoader:
 
     # -- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        self._loaded = False  # this pass takes the resume point
         if self._finished:  # the previous pass (maybe one before a resume) ended: next epoch
             self.epoch += 1
             self._taken = 0
@@ -474,6 +520,7 @@ class TrainerLoader:
         self._pending = st["source"]
         self._positioned = False
         self._restart_consumption()
+        self._loaded = True
 
     def _checked(self, state: Any, expect_shard: bool = True) -> dict[str, Any]:
         """A TrainerLoader state with every field checked and bounded by this loader's
@@ -538,6 +585,7 @@ class TrainerLoader:
         self.epoch, self._taken, self._finished = epochs.pop(), taken, finished
         self._pending, self._positioned, self._epoch_steps = None, True, None
         self._restart_consumption()
+        self._loaded = True
         if not (finished or self.pairs or self._user_steps):
             left = _batches_per_epoch(self.source, self.batch_size, self.num_workers)  # type: ignore[arg-type]
             if left is not None:  # a sized stream: what is left of the epoch on every rank
