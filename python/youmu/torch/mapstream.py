@@ -44,6 +44,7 @@ from youmu.jobstates import Level
 from youmu.resume import Origin
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.stateful import MAX_STATE_INT, data_fingerprint
+from youmu.streamformats import MAPSTREAM_FORMAT
 from youmu.torch.sharded import PositionalStream
 
 __all__ = ["MapStream", "MixtureStream"]
@@ -70,7 +71,7 @@ class MapStream(PositionalStream[Any]):
     order unless the dataset changes it).
     """
 
-    state_format = "youmu.MapStream/1"
+    state_format = MAPSTREAM_FORMAT
 
     def __init__(
         self,
