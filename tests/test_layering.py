@@ -198,9 +198,9 @@ def test_python_modules_are_found() -> None:
     assert "youmu.jobstates" in graph["youmu.merge"], graph["youmu.merge"]
 
 
-# Past this many lines a Python module holds several ideas, to be split by idea, unless the
-# first line of its docstring says it is one algorithm (and which).
-PY_MODULE_LINES = 500
+# The Python package keeps the Rust modules' rule (MODULE_LINES): past it a module is split
+# by idea unless the first line of its docstring says it is one algorithm (and which).
+PY_MODULE_LINES = MODULE_LINES
 
 
 def test_python_modules_stay_small_unless_one_algorithm() -> None:

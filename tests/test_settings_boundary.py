@@ -58,10 +58,16 @@ BAD_PLAN = [
 
 
 @pytest.mark.parametrize(("setting", "bad"), BAD_PLAN, ids=lambda v: repr(v))
-def test_a_bad_plan_setting_is_refused_alike_by_every_entry_point(setting: str, bad: Any) -> None:
+def test_a_bad_plan_setting_is_refused_alike_by_every_entry_point(tmp_path, setting: str, bad: Any) -> None:
     given = {"num_microbatches": 1, "global_batch_size": 4, setting: bad}
     at_boundary = _refusal(lambda: PlanSettings.make(names=["default"], world_size=1, **given))
     assert _refusal(lambda: BalancedLoader([{"input_ids": [1]}] * 4, **given)) == at_boundary
+    ray_loaders = _plan_loaders()[1:]
+    if ray_loaders and setting in inspect.signature(ray_loaders[0].__init__).parameters:
+        # refused before any actor starts: no Ray cluster needed
+        path = str(tmp_path / "t.parquet")
+        pq.write_table(pa.table({"input_ids": [[1, 2]] * 8}), path)
+        assert _refusal(lambda: ray_loaders[0](path, world_size=1, **given)) == at_boundary
 
 
 def test_an_unknown_plan_setting_is_refused_by_the_settings() -> None:
