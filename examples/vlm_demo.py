@@ -304,11 +304,12 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     batch_sizes = [r["samples"] for r in rows if r["samples"]]
     # the loss curve: every step's per-token mean over both ranks, against samples seen,
     # optimizer steps and wall time (the slower rank's clock at the end of the step)
-    curve, by_step, by_time, seen = [], [], [], 0
+    curve, by_step, by_time, seen, step_tokens = [], [], [], 0, []
     for k in range(steps):
         step = [res["rows"][k] for res in per_rank if k < len(res["rows"])]
         seen += sum(r["samples"] for r in step)
         t = sum(r["t"] for r in step)
+        step_tokens.append(t)
         if t:
             loss = sum(r["loss"] * r["t"] for r in step) / t
             curve.append((seen, loss))
@@ -323,6 +324,10 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "max_patches_per_batch": max(r["patches"] for r in rows),
         "peak_rss_mb": round(max(res["rss_mb"] for res in per_rank), 1),
         "heldout_loss": per_rank[0]["heldout_loss"],
+        # supervised (caption) tokens per optimizer step over all ranks: what each update
+        # averages over; ODB sizes steps by backbone tokens, most of them image tokens
+        "loss_tokens_per_step_mean": round(float(np.mean(step_tokens)), 1),
+        "loss_tokens_per_step_cv": round(float(np.std(step_tokens) / max(np.mean(step_tokens), 1e-9)), 3),
         "final_loss": round(float(np.mean([c[1] for c in curve[-5:]])), 4), "loss_curve": curve,
         "loss_by_step": by_step, "loss_by_time": by_time,
     }
