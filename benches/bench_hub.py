@@ -104,7 +104,7 @@ def main() -> None:
         "local_rows_per_s": round(med["local"]), "hub_rows_per_s": round(med["hub"]),
         "ratio_hub_to_local": round(med["hub"] / med["local"], 3),
         "ratio_per_round": [round(h / loc, 3) for h, loc in zip(runs["hub"], runs["local"])],
-        "read_ahead": youmu.io_options()["max_inflight"],
+        "max_inflight": youmu.io_options()["max_inflight"],
     }, indent=1))
 
 
