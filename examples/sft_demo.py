@@ -148,18 +148,28 @@ def make_dataset(out: Path, args: argparse.Namespace) -> tuple[Path, Path, dict[
     tok = train_tokenizer(words, tok_dir, args.seed)
     probe = [sentences(words, 200, rng) for _ in range(20)]
     per_word = float(np.mean([len(tok(p, add_special_tokens=False)["input_ids"]) / 200 for p in probe]))
-    targets = draw_lengths(profile, args.rows, args.scale, rng)
-    convs = [conversation(int(n), words, per_word, rng) for n in targets]
+    cutoff = int(profile["cutoff_len"] * args.scale)
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
-    table = pa.table({"id": pa.array(range(args.rows), pa.int64()), "messages": pa.array(convs, pa.list_(message))})
+
+    def chats(targets: np.ndarray, rng: np.random.Generator) -> tuple[pa.Table, np.ndarray, int]:
+        convs = [conversation(int(n), words, per_word, rng) for n in targets]
+        table = pa.table({"id": pa.array(range(args.rows), pa.int64()),
+                          "messages": pa.array(convs, pa.list_(message))})
+        # the lengths the trainer will see: the same template, in this process
+        samples = ChatTemplate(tok, cutoff_len=cutoff)(table)[0]
+        lengths = np.array([len(x) for x in samples.column("input_ids").to_pylist()])
+        labels = sum(int((np.asarray(x)[1:] != -100).sum()) for x in samples.column("labels").to_pylist())
+        return table, lengths, labels
+
+    # the words per token and the template's tokens only approximate a target: fit the
+    # tokenized lengths against the targets once (a line) and draw again through it
+    targets = draw_lengths(profile, args.rows, args.scale, rng)
+    _, first, _ = chats(targets, np.random.default_rng(args.seed + 1))
+    slope, icept = np.polyfit(targets, first, 1)
+    table, lengths, labels = chats(np.maximum((targets - icept) / slope, 1), np.random.default_rng(args.seed + 1))
     path = out / "data" / f"{args.profile}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, row_group_size=256, write_page_index=True)
-    # the lengths the trainer will see: the same template, in this process
-    cutoff = int(profile["cutoff_len"] * args.scale)
-    samples = ChatTemplate(tok, cutoff_len=cutoff)(table)[0]
-    lengths = np.array([len(x) for x in samples.column("input_ids").to_pylist()])
-    labels = sum(int((np.asarray(x)[1:] != -100).sum()) for x in samples.column("labels").to_pylist())
     stats = length_stats(lengths)
     target = {k: round(profile[k] * args.scale, 1) for k in ("mean", "median", "p95", "p99", "max")}
     return path, tok_dir, {
