@@ -183,7 +183,7 @@ def make_dataset(out: Path, args: argparse.Namespace) -> tuple[Path, Path, dict[
 
 def length_stats(lengths: np.ndarray) -> dict[str, float]:
     return {"mean": round(float(lengths.mean()), 1), "median": float(np.median(lengths)),
-            "p95": float(np.percentile(lengths, 95)), "p99": float(np.percentile(lengths, 99)),
+            "p95": round(float(np.percentile(lengths, 95)), 1), "p99": round(float(np.percentile(lengths, 99)), 1),
             "max": int(lengths.max()), "min": int(lengths.min()),
             "cv": round(float(lengths.std() / lengths.mean()), 3)}
 
