@@ -246,11 +246,8 @@ class BalancedLoader(LoaderState):
         if (encoder_cost is None) != (images_fn is None):
             raise InvalidArgumentError("pass encoder_cost= (the image encoder's cost model) and images_fn= "
                                        "(a sample's image patches) together")
-        given = dict(num_microbatches=num_microbatches, global_batch_size=global_batch_size,
-                     token_budget=token_budget, capacity=capacity, cost=cost, method=method,
-                     reorder_only=reorder_only, placement=placement, schedule=schedule, group_size=group_size,
-                     seed=seed, drop_last=drop_last, encoder_cost=encoder_cost, encoder_balance=encoder_balance)
-        given = PlanSettings.settings_or_keywords(settings, **given)
+        # the plan keywords of this signature, as PlanSettings declares them (and checks them)
+        given = PlanSettings.settings_or_keywords(settings, **PlanSettings.pick(locals()))
         # checked before the channel is made: a bad setting fails on every rank alike
         plan, sources = PlanSettings.resolve(source, world_size=None, **given)
         check_split_images(plan.encoder_balance, split_images_fn)

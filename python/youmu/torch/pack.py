@@ -24,6 +24,7 @@ from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgument
 from youmu.jobstates import is_merged, load_merged
 from youmu.positional import SKIP
 from youmu.stateful import state_int
+from youmu.streamformats import PACK_FORMAT
 from youmu.torch.sharded import ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
@@ -71,7 +72,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     ``shard_length``, ``column_types`` and the stream contract.
     """
 
-    state_format = "youmu.PackedDataset/1"
+    state_format = PACK_FORMAT
     position_width = 2
 
     def __init__(
