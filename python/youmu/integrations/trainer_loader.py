@@ -94,9 +94,12 @@ class TrainerLoader:
             for a ``BalancedLoader``), when the trainer needs it and youmu cannot know it
             without reading the data (a dynamic-batch epoch:
             :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it). An epoch
-            ends after this many batches at the latest.
-        even: unsized streams: agree each step (one all-reduce) so every rank stops at
-            the same step. Turn off only when the ranks are known to have equal counts.
+            ends after this many batches at the latest; a stream's ranks still agree each
+            step (``even``), so with a bound above the data they stop together when one
+            runs out.
+        even: unsized streams (or ``steps_per_epoch`` given): agree each step (one
+            all-reduce) so every rank stops at the same step. Turn off only when the
+            ranks are known to have equal counts.
         source_key: batch field naming each sample's source (a mixture's child), for the
             ``mixture/<name>`` shares in :meth:`metrics`.
         device: move tensors of each batch there (default: leave them on the CPU).
@@ -163,10 +166,16 @@ class TrainerLoader:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.rank, self.world_size = self.channel.rank, self.channel.world_size
+        # a stream whose ranks' batch counts are not known here (unsized, or a bound given
+        # as steps_per_epoch) agrees each step: a rank out of data early would leave the
+        # others in a collective it never joins
+        self._agree_each_step = not self.pairs and self._steps is not None
         if not self.pairs and self._steps is None:
             mine = stream_batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
             if mine is not None:
                 self._steps = min(int(t[0]) for t in self.channel.all_gather_int64([mine]))
+            else:
+                self._agree_each_step = True
         self.epoch = 0
         self._taken = 0  # steps delivered in the current epoch
         self._finished = False  # the current epoch's pass ran out
@@ -284,7 +293,7 @@ class TrainerLoader:
                 have = True
             except StopIteration:
                 item, have = None, False
-            if not self.pairs and limit is None:
+            if self._agree_each_step:
                 have = self._agree(have)
             if not have:
                 break

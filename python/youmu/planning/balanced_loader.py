@@ -106,8 +106,8 @@ from youmu.planning.rank_sources import (
     SourceStream,
     carry_after,
     check_sample_fns,
+    plan_step,
     rank_meta,
-    step_meta,
 )
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
 from youmu.planning.settings import PlanSettings
@@ -355,12 +355,10 @@ class BalancedLoader(LoaderState):
                 ex.announce(FAILED)
                 raise
             gathered = ex.gather(EXHAUSTED if short else OK, vec)
-            if self.drop_last and any(status == EXHAUSTED for status, _ in gathered):
-                return
-            meta = step_meta(v for _, v in gathered)
-            if len(meta) == 0:
-                return  # every rank is out of data: the same decision everywhere
-            plan = self.planner.plan(step, meta)
+            plan = plan_step(self.planner, step, ((status == EXHAUSTED, v) for status, v in gathered),
+                             drop_last=self.drop_last)
+            if plan is None:
+                return  # the same decision on every rank
             carry = carry_after(plan, held, leftover)
             self._record(step + 1, reader, carry)
             if self._resume is not None and step < self._resume[0]:
