@@ -127,11 +127,12 @@ def test_map_stream_over_a_mixture_fingerprints_its_settings() -> None:
     take(iter(s), 7)
     state = s.state_dict()
     MapStream(mix()).load_state_dict(state)
-    # same length, other mixture: other items at the same positions
-    for other in (mix(seed=1), mix(block_size=7), MixtureDataset(children, {"a": 0.5, "b": 0.5}, block_size=10,
-                                                                 length=70)):
+    # same length, other mixture: other items at the same positions (new weights need
+    # the job's merged state: youmu.mixture_change)
+    for other, match in ((mix(seed=1), "seed=0 but this one has seed=1"), (mix(block_size=7), "block_size=10"),
+                         (MixtureDataset(children, {"a": 0.5, "b": 0.5}, block_size=10, length=70), "merge_states")):
         assert len(other) == 70
-        with pytest.raises(StateError, match="data="):
+        with pytest.raises(StateError, match=match):
             MapStream(other).load_state_dict(state)
     flat = MapStream(FlatMixture(children, seed=0))
     take(iter(flat), 3)
@@ -263,6 +264,31 @@ def test_pack_refuses_float_and_scalar_tokens_a_transform_makes() -> None:
     missing = MapStream([{"tokens": [1, 2]}] * 4)
     with pytest.raises(youmu.ColumnNotFoundError, match="'input_ids'"):
         list(pack(missing, seq_len=2))
+
+
+def test_pack_refuses_labels_out_of_step_with_the_ids_or_missing() -> None:
+    short = MapStream([{"input_ids": [1, 2, 3], "labels": [-100, 2]}] * 4)
+    with pytest.raises(InvalidArgumentError, match="3 'input_ids' but 2 'labels'"):
+        list(pack(short, seq_len=2, label_column="labels"))
+    missing = MapStream([{"input_ids": [1, 2]}] * 4)
+    with pytest.raises(youmu.ColumnNotFoundError, match="'labels'"):
+        list(pack(missing, seq_len=2, label_column="labels"))
+    floats = MapStream([{"input_ids": [1, 2], "labels": [0.5, 1.0]}] * 4)
+    with pytest.raises(ArgumentTypeError, match="'labels'.*integer"):
+        list(pack(floats, seq_len=2, label_column="labels"))
+    for bad in ("input_ids", 3, ""):
+        with pytest.raises(ArgumentTypeError, match="label_column"):
+            pack(short, seq_len=2, label_column=bad)
+
+
+def test_pack_state_without_labels_is_refused_by_a_stream_that_packs_them() -> None:
+    rows = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}] * 6
+    plain = pack(MapStream(rows), seq_len=2)
+    it = iter(plain)
+    next(it)
+    state = plain.state_dict()
+    with pytest.raises(StateError, match="label_column"):
+        pack(MapStream(rows), seq_len=2, label_column="labels").load_state_dict(state)
 
 
 def test_pack_refuses_uint64_tokens_beyond_int64(tmp_path) -> None:

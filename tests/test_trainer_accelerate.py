@@ -96,6 +96,9 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     it = TrainerLoader(packed, batch_size=2, collate_fn=collate_packed)
     res["pack_steps"] = sum(1 for _ in it)
     res["pack_local"] = sum(1 for _ in TrainerLoader(packed, batch_size=2, collate_fn=collate_packed, even=False))
+    # a bound on the steps (what a trainer's len() wants) is no count: the ranks still agree
+    res["pack_bounded"] = sum(1 for _ in TrainerLoader(packed, batch_size=2, collate_fn=collate_packed,
+                                                       steps_per_epoch=10_000))
     # (b) two epochs uninterrupted vs stopped at step 8 (mid epoch 2), save_state, load_state
     full, steps = _run(path)
     res["a_ids"], res["a_steps"] = full.seen[: N // 2], len(steps)
@@ -149,6 +152,8 @@ def test_every_row_once_per_epoch(results) -> None:
 
 def test_packed_ranks_take_the_same_steps(results) -> None:
     assert results[0]["pack_steps"] == results[1]["pack_steps"] == min(r["pack_local"] for r in results)
+    assert results[0]["pack_local"] != results[1]["pack_local"]  # the ranks' sequences differ
+    assert [r["pack_bounded"] for r in results] == [r["pack_steps"] for r in results]
 
 
 def test_resume_continues_exactly(results) -> None:
@@ -208,6 +213,19 @@ def test_balanced_loader_micro_batches_resume_exactly() -> None:
     assert head + [b["id"].tolist() for b in batches] == full
     assert all(split_info(b)[1].num_microbatches == 2 for b in batches)
     assert sorted(i for ids in full for i in ids) == list(range(16))
+
+
+def test_a_prefetching_loaders_channel_is_not_shared() -> None:
+    """A BalancedLoader plans steps ahead in a thread, all-gathering on its channel; the
+    checkpoint's gather of every rank's state runs in the main thread, so it needs another
+    channel (on one, the two threads' messages pair up differently on different ranks:
+    the seam matrix's Accelerate x BalancedLoader cell crashed in save_state)."""
+    from youmu.planning import BalancedLoader
+
+    ahead = BalancedLoader(dataset(8), num_microbatches=2, global_batch_size=4, collate_fn=collate, prefetch=1)
+    assert TrainerLoader(ahead).channel is not ahead.channel
+    inline = BalancedLoader(dataset(8), num_microbatches=2, global_batch_size=4, collate_fn=collate, prefetch=0)
+    assert TrainerLoader(inline).channel is inline.channel
 
 
 @pytest.mark.timeout(120)

@@ -11,7 +11,8 @@ covers a whole row group, while the image column beside it has hundreds of pages
 stream's pages and order are a pure function of the files and the settings, and
 existing streams and saved states stay valid — and :func:`warn_small_page_column`
 says when it is likely a poor one: with ``columns=None``, the page column holds under
-:data:`SMALL_SHARE` of the uncompressed bytes while another column holds the most and
+:data:`SMALL_SHARE` of the stored bytes (from the footer the index holds: local files
+and objects in stores alike) while another column holds the most and
 averages at least :data:`SPLIT_BYTES` a row group (so a writer's default 1 MiB pages
 split it into several pages per row group: token corpora whose every column is one
 page per row group stay quiet); ``columns=[that column, ...]`` (the first listed
@@ -21,7 +22,7 @@ Example:
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os, youmu
     >>> path = os.path.join(tempfile.mkdtemp(), "t.parquet")
     >>> t = pa.table({"id": list(range(5000)), "text": ["x" * 1000] * 5000})
-    >>> pq.write_table(t, path, use_dictionary=False)   # 5 MB of text: 5 pages; 1 page of id
+    >>> pq.write_table(t, path, use_dictionary=False, compression="none")  # 5 MB of text: 5 pages
     >>> small_page_column(youmu.PageIndex(path))
     ('id', 'text', 0.008)
 """
@@ -37,40 +38,33 @@ __all__ = ["SMALL_SHARE", "SPLIT_BYTES", "column_bytes", "small_page_column", "w
 
 #: A page column holding less than this share of the bytes is said ...
 SMALL_SHARE = 0.1
-#: ... where the largest column averages at least this many uncompressed bytes per row
-#: group: twice the 1 MiB data page size pyarrow and arrow-rs write by default.
+#: ... where the largest column averages at least this many stored bytes per row group:
+#: twice the 1 MiB data page size pyarrow and arrow-rs write by default.
 SPLIT_BYTES = 2 << 20
 
 
-def column_bytes(path: str) -> tuple[list[tuple[str, int]], int]:
-    """Uncompressed bytes of every top-level column of a local Parquet file, in file
-    order, and its row groups (its footer alone)."""
-    import pyarrow.parquet as pq
-
-    md = pq.read_metadata(path)
+def column_bytes(index: Any, file: int = 0) -> tuple[list[tuple[str, int]], int]:
+    """Bytes (as stored: compressed) of every top-level column of file ``file`` of
+    ``index``, in file order, and its row groups — from the footer the index already
+    holds (:meth:`PageIndex.column_chunks`), so objects in stores cost no read."""
     out: dict[str, int] = {}
-    for rg in range(md.num_row_groups):
-        group = md.row_group(rg)
-        for c in range(group.num_columns):
-            col = group.column(c)
-            root = col.path_in_schema.split(".", 1)[0]
-            out[root] = out.get(root, 0) + max(int(col.total_uncompressed_size), 0)
-    return list(out.items()), md.num_row_groups
+    groups: set[int] = set()
+    for chunk in index.column_chunks(file):
+        out[chunk["column"]] = out.get(chunk["column"], 0) + max(int(chunk["compressed_bytes"]), 0)
+        groups.add(int(chunk["row_group"]))
+    return list(out.items()), len(groups)
 
 
 def small_page_column(index: Any) -> tuple[str, str, float] | None:
     """``(page column, largest column, the page column's share of the bytes)`` where the
-    index's page column (its first column) holds under :data:`SMALL_SHARE` of the
-    uncompressed bytes of its columns in its first file while another holds the most,
-    at least :data:`SPLIT_BYTES` a row group, else ``None``. From the first file's
-    footer; ``None`` for objects in stores (their footers are not read again for this)."""
-    columns, files = list(getattr(index, "columns", []) or []), getattr(index, "files", None)
-    if getattr(index, "is_remote", True) or not columns or not files:
+    index's page column (its first column) holds under :data:`SMALL_SHARE` of the bytes
+    of its columns in its first file while another holds the most, at least
+    :data:`SPLIT_BYTES` a row group, else ``None``. From the first file's footer, local
+    or in a store."""
+    columns = list(getattr(index, "columns", []) or [])
+    if not columns or not getattr(index, "num_files", 0):
         return None
-    try:
-        all_sizes, row_groups = column_bytes(files[0])
-    except (OSError, ValueError):  # the file changed since it was indexed: reading it will say so
-        return None
+    all_sizes, row_groups = column_bytes(index)
     sizes = [(c, b) for c, b in all_sizes if c in columns]
     page, total = columns[0], sum(b for _, b in sizes)
     largest, most = max(sizes, key=lambda cb: cb[1], default=(page, 0))

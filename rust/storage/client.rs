@@ -18,6 +18,7 @@ use super::aio::{block_on, io_runtime};
 use super::counters::{REMOTE_BYTES, REMOTE_REQUESTS, record_first_byte};
 use super::redact::redact;
 use super::retry::{Failed, retrying};
+use super::retry_after::RetryAfterConnector;
 use super::spec::{HTTP_CREDENTIALS, StoreSpec, config_error, env_sets, unknown_key};
 use crate::error::{Error, Result, StorageErrorKind};
 
@@ -61,7 +62,10 @@ impl StoreSpec {
         let err = |e: object_store::Error| config_error(root, e);
         let store: Arc<dyn ObjectStore> = match self.scheme {
             ObjectStoreScheme::AmazonS3 => {
-                let mut b = AmazonS3Builder::from_env().with_url(root.as_str()).with_retry(retry);
+                let mut b = AmazonS3Builder::from_env()
+                    .with_url(root.as_str())
+                    .with_retry(retry)
+                    .with_http_connector(RetryAfterConnector);
                 for (ck, v) in client {
                     b = b.with_config(AmazonS3ConfigKey::Client(ck), v);
                 }
@@ -77,7 +81,10 @@ impl StoreSpec {
                 Arc::new(b.build().map_err(err)?)
             }
             ObjectStoreScheme::GoogleCloudStorage => {
-                let mut b = GoogleCloudStorageBuilder::from_env().with_url(root.as_str()).with_retry(retry);
+                let mut b = GoogleCloudStorageBuilder::from_env()
+                    .with_url(root.as_str())
+                    .with_retry(retry)
+                    .with_http_connector(RetryAfterConnector);
                 for (ck, v) in client {
                     b = b.with_config(GoogleConfigKey::Client(ck), v);
                 }
@@ -87,7 +94,10 @@ impl StoreSpec {
                 Arc::new(b.build().map_err(err)?)
             }
             ObjectStoreScheme::MicrosoftAzure => {
-                let mut b = MicrosoftAzureBuilder::from_env().with_url(root.as_str()).with_retry(retry);
+                let mut b = MicrosoftAzureBuilder::from_env()
+                    .with_url(root.as_str())
+                    .with_retry(retry)
+                    .with_http_connector(RetryAfterConnector);
                 for (ck, v) in client {
                     b = b.with_config(AzureConfigKey::Client(ck), v);
                 }
@@ -104,8 +114,22 @@ impl StoreSpec {
                         .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
                         .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"))
                 };
-                let mut b = HttpBuilder::new().with_url(base).with_retry(retry);
-                if let Some(auth) = self.basic_auth() {
+                let mut b =
+                    HttpBuilder::new().with_url(base).with_retry(retry).with_http_connector(RetryAfterConnector);
+                // first: the client options replace any set before them
+                let token = super::bearer::token(&self.options, root)?;
+                let basic = self.basic_auth();
+                if token.is_some() && basic.is_some() {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: a bearer token and Basic credentials (user info or username/password) both \
+                         authenticate the requests: give one",
+                        redact(root)
+                    )));
+                }
+                if let Some(token) = token {
+                    let headers = super::bearer::headers(&token, root)?;
+                    b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));
+                } else if let Some(auth) = basic {
                     let mut value = reqwest::header::HeaderValue::from_str(&auth).map_err(|e| config_error(root, e))?;
                     value.set_sensitive(true);
                     let headers = reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
@@ -117,7 +141,11 @@ impl StoreSpec {
                 for (ck, v) in client.into_iter().chain(super::options::http_env()?) {
                     b = b.with_config(ck, v);
                 }
-                for (k, v) in self.options.iter().filter(|(k, _)| !HTTP_CREDENTIALS.contains(&k.as_str())) {
+                for (k, v) in self
+                    .options
+                    .iter()
+                    .filter(|(k, _)| !HTTP_CREDENTIALS.contains(&k.as_str()) && !super::bearer::is_bearer_key(k))
+                {
                     b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
                 }
                 Arc::new(b.build().map_err(err)?)
