@@ -58,7 +58,7 @@ impl Fetched {
         if let Some(b) = self.find(start, len) {
             return Ok(b);
         }
-        if self.source.over_network() {
+        if !self.source.reads_in_place() {
             if self.strict {
                 return Err(Error::NeedData(vec![(start, start.saturating_add(len as u64))]));
             }

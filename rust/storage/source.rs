@@ -42,9 +42,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// What a saved index records to find it again: a local file's absolute path, an
     /// object's URL.
     fn saved_name(&self) -> Result<Vec<u8>>;
-    /// Whether reads are network round trips, planned ahead and issued concurrently,
-    /// rather than local `pread`s made as a decode needs them.
-    fn over_network(&self) -> bool;
     /// Bytes `[start, start + len)`, which the caller checked lie inside (blocking:
     /// never call it from an I/O runtime thread).
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes>;
@@ -73,9 +70,6 @@ impl Storage for LocalFile {
     fn saved_name(&self) -> Result<Vec<u8>> {
         let abs = std::fs::canonicalize(&self.path).map_err(|e| Error::io(&self.path, e))?;
         Ok(abs.as_os_str().as_bytes().to_vec())
-    }
-    fn over_network(&self) -> bool {
-        false
     }
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes> {
         self.read_range(start, len)
@@ -109,9 +103,6 @@ impl Storage for RemoteObject {
     }
     fn saved_name(&self) -> Result<Vec<u8>> {
         Ok(self.url.as_bytes().to_vec())
-    }
-    fn over_network(&self) -> bool {
-        true
     }
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes> {
         let end = start.saturating_add(len as u64);
@@ -163,6 +154,14 @@ impl Source {
         self.read_at(start, len)
     }
 
+    /// Whether this source's bytes are best read in place, as a decode asks for them (a
+    /// local `pread`), rather than fetched ahead in planned, concurrent requests. Only
+    /// storage asks: callers hand it the ranges a read needs ([`Source::fetch`],
+    /// `storage::fetch_reads`) and it decides.
+    pub(super) fn reads_in_place(&self) -> bool {
+        matches!(self.0, Backend::Local(_))
+    }
+
     /// Bytes `range` from async code (a plan's fetch): a conditional GET, or a `pread`.
     pub(super) async fn get(&self, range: Range<u64>) -> Result<Bytes> {
         match &self.0 {
@@ -194,9 +193,6 @@ impl Storage for Source {
     }
     fn saved_name(&self) -> Result<Vec<u8>> {
         self.backend().saved_name()
-    }
-    fn over_network(&self) -> bool {
-        self.backend().over_network()
     }
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes> {
         self.backend().read_at(start, len)
