@@ -12,7 +12,7 @@ use arrow_schema::{Field, Schema, SchemaRef, TimeUnit};
 use crate::error::{Error, Result};
 use crate::file::FileEntry;
 use crate::paths;
-use crate::storage::{Fetched, Storage};
+use crate::storage::Fetched;
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
