@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import struct
 import subprocess
@@ -21,15 +20,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from PIL import Image
 from torch.utils.data import DataLoader
 
 import youmu
 from youmu.stream import RowStream, window_layout
 from youmu.torch import YoumuDataset
-from youmu.vision import ByteTokenizer, VisionTransform, load_image, smart_resize, tokenize_chat, visual_cost
+from youmu.vision import ByteTokenizer, VisionTransform, load_image, tokenize_chat
 
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 TURN = pa.struct([("from", pa.string()), ("value", pa.string())])
@@ -253,49 +250,7 @@ def test_a_page_over_the_budget_is_read_alone_at_about_its_size(big_images) -> N
         assert pa.Table.from_batches([index.read_page(page)]).equals(want)
 
 
-# -- the resize rule -------------------------------------------------------------------------
-def _reference_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Qwen2-VL's smart_resize as qwen_vl_utils publishes it (round/ceil/floor helpers)."""
-    def round_by(n: float) -> int:
-        return round(n / factor) * factor
-
-    def ceil_by(n: float) -> int:
-        return math.ceil(n / factor) * factor
-
-    def floor_by(n: float) -> int:
-        return math.floor(n / factor) * factor
-
-    h_bar, w_bar = max(factor, round_by(height)), max(factor, round_by(width))
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar, w_bar = max(factor, floor_by(height / beta)), max(factor, floor_by(width / beta))
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar, w_bar = ceil_by(height * beta), ceil_by(width * beta)
-    return h_bar, w_bar
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.integers(1, 20000), st.integers(1, 20000), st.sampled_from([(3136, 1003520), (4 * 784, 16384 * 784),
-                                                                       (256 * 784, 1280 * 784)]))
-def test_smart_resize_matches_the_reference_and_its_guarantees(h, w, limits) -> None:
-    lo, hi = limits
-    if max(h, w) / min(h, w) > 200:
-        with pytest.raises(youmu.ImageError, match="aspect ratio"):
-            smart_resize(h, w, min_pixels=lo, max_pixels=hi)
-        return
-    got = smart_resize(h, w, min_pixels=lo, max_pixels=hi)
-    assert got == _reference_resize(h, w, 28, lo, hi)
-    rh, rw = got
-    assert rh % 28 == 0 and rw % 28 == 0 and rh >= 28 and rw >= 28
-    if max(h, w) / min(h, w) <= hi / lo:  # the range holds unless one side is clamped to 28
-        assert rh * rw <= hi or min(rh, rw) == 28
-        assert rh * rw >= lo
-    cost = visual_cost(h, w, min_pixels=lo, max_pixels=hi)
-    assert cost.encoder_patches == (rh // 14) * (rw // 14) and cost.backbone_tokens * 4 == cost.encoder_patches
-    m = min(rh, rw)
-    if m >= 56:  # no side clamped: each side within 28 of its exact scaled size
-        assert abs(math.log((rh / rw) / (h / w))) <= 2 * math.log(m / (m - 28)) + 1e-9
+# -- the resize rule: see tests/test_vision_tokens.py (transformers' processor as the oracle)
 
 
 # -- bad images --------------------------------------------------------------------------------

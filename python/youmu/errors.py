@@ -23,12 +23,16 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import TypeVar
 
 __all__ = [
     "YoumuError",
     "CorruptFileError",
+    "RowError",
     "ImageError",
+    "TextError",
     "UnsupportedError",
     "SchemaMismatchError",
     "ColumnNotFoundError",
@@ -80,57 +84,163 @@ class UnsupportedError(YoumuError):
     """A valid file uses a feature this build cannot read (encryption, LZO, ...)."""
 
 
-class ImageError(YoumuError, ValueError):
-    """An image in a row cannot be used: bytes no decoder reads, a truncated file, more
-    pixels than the decode limit (a decompression bomb), an absurd aspect ratio.
-    ``reason`` says which; ``column``, ``image`` (index in a list of images) and
-    ``path`` (the image's own name, where the row stores one) say where in the row;
-    ``file``, ``row`` (row within that Parquet file) and ``position`` (in the
-    shard's stream) are filled in by the dataset that read the row
-    (:meth:`located`). ``skip`` marks an error a transform's ``on_error="skip"``
-    policy wants skipped rather than raised.
+_R = TypeVar("_R", bound="RowError")
 
-    >>> e = ImageError("cannot identify image file", column="image", path="a.jpg")
+
+class RowError(YoumuError, ValueError):
+    """A row's value cannot be turned into a sample. ``reason`` says why; ``column``
+    says where in the row; ``batch_row`` is the row's index in the batch a batched
+    transform was given (:mod:`youmu.batched`); ``file``, ``row`` (row within that
+    Parquet file) and ``position`` (in the shard's stream) are filled in by the dataset
+    that read the row (:meth:`located`). ``skip`` marks an error a transform's
+    ``on_error="skip"`` policy wants skipped rather than raised. Subclasses say what
+    kind of value it was (:class:`ImageError`, :class:`TextError`).
+
+    The fields survive pickling, and a PyTorch ``DataLoader`` worker too: torch
+    re-raises a worker's error as ``type(error)(formatted_traceback)``, from the
+    message alone, so an error raised in a worker (:meth:`for_worker`) ends its
+    message with one line of its fields that the rebuilt error reads back (the
+    worker's traceback is kept as ``worker_traceback``).
+
+    >>> e = TextError("text is null", column="text")
     >>> str(e.located(file="part-0.parquet", row=7, position=3))
-    "cannot identify image file (column 'image', image 'a.jpg', file part-0.parquet, row 7, stream position 3)"
+    "text is null (column 'text', file part-0.parquet, row 7, stream position 3)"
+    >>> back = TextError("Caught TextError in DataLoader worker process 0. ..." + str(e.for_worker()))
+    >>> (back.column, back.reason)
+    ('text', 'text is null')
     """
 
-    def __init__(self, reason: str, *, column: str | None = None, image: int | None = None,
-                 path: str | None = None, file: str | None = None, row: int | None = None,
-                 position: int | None = None, skip: bool = False) -> None:
+    #: the keyword fields of this kind, in the order its message names them
+    _FIELDS: tuple[str, ...] = ("column", "batch_row", "file", "row", "position", "skip")
+    column: str | None
+    batch_row: int | None
+    file: str | None
+    row: int | None
+    position: int | None
+    skip: bool
+    #: the traceback text a DataLoader rebuilt this error from (None if not rebuilt)
+    worker_traceback: str | None = None
+
+    def __init__(self, reason: str, **fields) -> None:
+        unknown = set(fields) - set(self._FIELDS)
+        if unknown:
+            raise ArgumentTypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        carried = _carried_fields(self._fields_line(), reason) if not fields else None
+        if carried is not None:
+            worker_traceback, (reason, fields) = reason, carried
+            fields = {k: v for k, v in fields.items() if k in self._FIELDS}
         super().__init__(reason)
-        self.reason, self.column, self.image, self.path = reason, column, image, path
-        self.file, self.row, self.position, self.skip = file, row, position, skip
+        self.reason = reason
+        for k in self._FIELDS:
+            setattr(self, k, bool(fields.get(k)) if k == "skip" else fields.get(k))
+        self._carry = False
+        if carried is not None:
+            self.worker_traceback = worker_traceback
+            header = worker_traceback.split("\n", 1)[0]
+            if hasattr(self, "add_note"):  # Python 3.11+: shown under the error
+                self.add_note(f"{header} (the worker's traceback is in .worker_traceback)")
+
+    @classmethod
+    def _fields_line(cls) -> str:
+        return f"youmu.{cls.__name__} fields: "
 
     def _fields(self) -> dict:
-        return {k: getattr(self, k) for k in ("column", "image", "path", "file", "row", "position", "skip")}
+        return {k: getattr(self, k) for k in self._FIELDS}
 
-    def __reduce__(self):  # keyword fields survive pickling (DataLoader workers send errors)
-        return (_rebuild_image_error, (self.reason, self._fields()))
+    def __reduce__(self):  # keyword fields survive pickling (Ray, multiprocessing queues)
+        return (_rebuild_row_error, (type(self), self.reason, self._fields()))
 
-    def located(self, **where) -> ImageError:
+    def located(self: _R, **where) -> _R:
         """A copy with ``file``/``row``/``position`` (or any other field) filled in."""
-        return ImageError(self.reason, **{**self._fields(), **where})
+        return type(self)(self.reason, **{**self._fields(), **where})
+
+    def for_worker(self: _R) -> _R:
+        """A copy whose message carries its fields for a DataLoader to rebuild it from."""
+        e = self.located()
+        e._carry = True
+        return e
+
+    def _where(self) -> list[str]:
+        """What the message names besides the column and the file position."""
+        return []
 
     def __str__(self) -> str:
-        parts = []
-        if self.column is not None:
-            parts.append(f"column {self.column!r}")
-        if self.path:
-            parts.append(f"image {self.path!r}")
-        elif self.image is not None:
-            parts.append(f"image #{self.image}")
+        parts = [f"column {self.column!r}"] if self.column is not None else []
+        parts += self._where()
         if self.file is not None:
             parts.append(f"file {self.file}")
         if self.row is not None:
             parts.append(f"row {self.row}")
+        elif self.batch_row is not None and self.position is None:
+            parts.append(f"row {self.batch_row} of the batch")
         if self.position is not None:
             parts.append(f"stream position {self.position}")
-        return self.reason + (f" ({', '.join(parts)})" if parts else "")
+        text = self.reason + (f" ({', '.join(parts)})" if parts else "")
+        if self._carry:
+            text += "\n" + self._fields_line() + json.dumps({"reason": self.reason, **self._fields()})
+        return text
 
 
-def _rebuild_image_error(reason: str, fields: dict) -> ImageError:
-    return ImageError(reason, **fields)
+def _carried_fields(marker: str, message: str) -> tuple[str, dict] | None:
+    """``(reason, fields)`` from the last ``marker`` line of a message (None without one)."""
+    at = message.rfind("\n" + marker)
+    if at < 0:
+        return None
+    line = message[at + 1 + len(marker):].split("\n", 1)[0]
+    try:
+        fields = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or not isinstance(fields.get("reason"), str):
+        return None
+    return fields.pop("reason"), fields
+
+
+class ImageError(RowError):
+    """An image in a row cannot be used: bytes no decoder reads, a truncated file, more
+    pixels than the decode limit (a decompression bomb), an absurd aspect ratio.
+    ``reason`` says which; ``column``, ``image`` (index in a list of images) and
+    ``path`` (the image's own name, where the row stores one) say where in the row;
+    the rest is :class:`RowError`'s (fields that survive DataLoader workers included).
+
+    >>> e = ImageError("cannot identify image file", column="image", path="a.jpg")
+    >>> str(e.located(file="part-0.parquet", row=7, position=3))
+    "cannot identify image file (column 'image', image 'a.jpg', file part-0.parquet, row 7, stream position 3)"
+    >>> back = ImageError("Caught ImageError in DataLoader worker process 0. ..." + str(e.for_worker()))
+    >>> (back.path, back.reason)
+    ('a.jpg', 'cannot identify image file')
+    """
+
+    _FIELDS = ("column", "image", "path", "batch_row", "file", "row", "position", "skip")
+    image: int | None
+    path: str | None
+
+    def _where(self) -> list[str]:
+        if self.path:
+            return [f"image {self.path!r}"]
+        return [f"image #{self.image}"] if self.image is not None else []
+
+
+class TextError(RowError):
+    """A row's text or chat cannot be tokenized: null or non-string text, a conversation
+    that is not a list of messages, a message without a role or with a role the
+    template does not know, a chat template that raises, a row over ``cutoff_len``
+    where that is refused. ``message`` is the index of the message at fault within
+    the row's conversation; the rest is :class:`RowError`'s.
+
+    >>> str(TextError("message has no role", column="messages", message=2, batch_row=5))
+    "message has no role (column 'messages', message 2, row 5 of the batch)"
+    """
+
+    _FIELDS = ("column", "message", "batch_row", "file", "row", "position", "skip")
+    message: int | None
+
+    def _where(self) -> list[str]:
+        return [f"message {self.message}"] if self.message is not None else []
+
+
+def _rebuild_row_error(cls: type, reason: str, fields: dict) -> RowError:
+    return cls(reason, **fields)
 
 
 class SchemaMismatchError(YoumuError, ValueError):

@@ -342,9 +342,14 @@ class Aligner:
             if x is None:
                 stalled = feed.stalled_for()
                 if stalled > c.data_timeout:
+                    where = (f"its {c.num_workers} DataLoader workers" if c.num_workers
+                             else "the fetcher thread (num_workers=0)")
                     return DataStallError(
                         f"rank {c.rank}: the data source produced nothing for {stalled:.0f}s "
-                        f"(data_timeout {c.data_timeout:.0f}s)"
+                        f"(data_timeout {c.data_timeout:.0f}s) while making the sample after position "
+                        f"{feed.position} in {where}: the dataset's __getitem__/__iter__ or a transform is "
+                        "blocked (storage, a lock, a worker waiting on another process); a failure would have "
+                        "been raised instead"
                     )
                 if time.monotonic() >= deadline:
                     break

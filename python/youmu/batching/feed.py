@@ -160,9 +160,11 @@ def map_positions(
 def _dataloader(config: LoaderConfig, dataset: Any, sampler: Sequence[Any] | None = None) -> Any:
     from torch.utils.data import DataLoader
 
+    from youmu.torch.sendable import SendCollate
+
     kw: dict[str, Any] = dict(
         batch_size=None,
-        collate_fn=_keep,
+        collate_fn=SendCollate(_keep),  # a sample that cannot leave its worker fails there, not silently
         num_workers=config.num_workers,
         worker_init_fn=config.worker_init_fn,
         multiprocessing_context=config.multiprocessing_context,

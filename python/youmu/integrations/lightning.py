@@ -47,6 +47,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from youmu._args import bool_arg
 from youmu.errors import ArgumentTypeError, StateError
 from youmu.integrations.trainer_loader import INFO_KEY, TrainerLoader, split_info
 
@@ -69,15 +70,26 @@ class LoaderView:
 
 class YoumuDataModule(pl.LightningDataModule):
     """A data module over a youmu :class:`TrainerLoader` built by ``make_loader()``
-    (called once, on every rank, in ``setup``)."""
+    (called once, on every rank, in ``setup``).
 
-    def __init__(self, make_loader: Callable[[], TrainerLoader | None]) -> None:
+    A fit resumed from a checkpoint that holds no loader state under this data module's
+    key (saved without it, or with another data module class) is a
+    :class:`~youmu.errors.StateError` when the trainer asks for its data: Lightning
+    would restore the model's step and silently start the data over, replaying what the
+    model already saw (HF's integration refuses the same case). ``restart_data=True``
+    starts the data at the loader's beginning on purpose.
+    """
+
+    def __init__(self, make_loader: Callable[[], TrainerLoader | None], *, restart_data: bool = False) -> None:
         super().__init__()
         if not callable(make_loader):
             raise ArgumentTypeError(f"make_loader must be a callable returning a TrainerLoader, got {make_loader!r}")
         self.make_loader = make_loader
+        self.restart_data = bool_arg("restart_data", restart_data)
         self.loader: TrainerLoader | None = None
         self._pending: Mapping[str, Any] | None = None
+        self._restored = False  # a checkpoint's loader state reached load_state_dict
+        self._checked = False  # the first train_dataloader() after fit started checked that
 
     def setup(self, stage: str) -> None:
         if self.loader is None and stage == "fit":
@@ -94,7 +106,23 @@ class YoumuDataModule(pl.LightningDataModule):
         if self.loader is None:
             self.setup("fit")
         assert self.loader is not None
+        if not self._checked:
+            self._checked = True
+            self._check_restored()
         return LoaderView(self.loader)
+
+    def _check_restored(self) -> None:
+        """Refuse a resumed fit whose checkpoint gave the data nothing (see the class doc):
+        Lightning asks for the data after it restored the checkpoint."""
+        trainer: Any = self.trainer
+        ckpt = getattr(trainer, "ckpt_path", None) if trainer is not None else None
+        if ckpt and not self._restored and not self.restart_data:
+            raise StateError(
+                f"checkpoint {ckpt} holds no youmu loader state (no {type(self).__qualname__!r} entry: saved without "
+                f"this data module, or with another data module class): the model resumes at step "
+                f"{trainer.global_step} but the data would start over, replaying samples it already trained on; pass "
+                f"{type(self).__name__}(..., restart_data=True) to restart the data on purpose"
+            )
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
         # the step info is a frozen dataclass, which Lightning's collection mapping refuses
@@ -109,6 +137,7 @@ class YoumuDataModule(pl.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not state_dict:
             raise StateError("the checkpoint holds no youmu loader state (saved before the loader was built?)")
+        self._restored = True
         if self.loader is None:
             self._pending = state_dict
         else:

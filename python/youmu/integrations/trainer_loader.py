@@ -56,10 +56,15 @@ from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
 from youmu.stateful import check_state, state_int
 
-__all__ = ["TrainerLoader", "INFO_KEY", "STATE_FORMAT", "GATHERED_FORMAT", "split_info", "scale_loss"]
+__all__ = ["TrainerLoader", "INFO_KEY", "STATE_FORMAT", "GATHERED_FORMAT", "MAX_BATCH_SIZE", "split_info", "scale_loss"]
 
 #: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
 INFO_KEY = "youmu_info"
+
+#: The largest ``batch_size`` taken: torch's batch sampler lists every index of a batch
+#: before the first sample is read (an iterable source's are ``batch_size`` Nones), so an
+#: absurd size allocates without end instead of failing.
+MAX_BATCH_SIZE = 1 << 20
 
 
 def split_info(batch: Any) -> tuple[Any, Any]:
@@ -178,15 +183,18 @@ class TrainerLoader:
                     f"source must be a youmu stream (YoumuDataset, MapStream, pack(...)) or a DynamicBatchLoader/"
                     f"BalancedLoader, got {type(source).__name__}"
                 )
-            batch_size = int_arg("batch_size", 1 if batch_size is None else batch_size, minimum=1)
+            batch_size = int_arg("batch_size", 1 if batch_size is None else batch_size, minimum=1,
+                                 maximum=MAX_BATCH_SIZE)
             from torchdata.stateful_dataloader import StatefulDataLoader
 
             from youmu.torch.collate import collate_pad
+            from youmu.torch.sendable import SendCollate
 
             self.channel = channel if channel is not None else _default_channel()
             # kept to build a fresh loader over a stream resumed from a merged state
-            self._loader_args = {"batch_size": batch_size, "collate_fn": collate_fn or collate_pad,
-                                 "num_workers": num_workers}
+            collate = collate_fn or collate_pad
+            self._loader_args = {"batch_size": batch_size, "num_workers": num_workers,
+                                 "collate_fn": SendCollate(collate) if num_workers else collate}
             self._loader = StatefulDataLoader(source, **self._loader_args)
         self.batch_size = batch_size
         self.num_workers = num_workers

@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from youmu.batched import batched_pass, is_batched
 from youmu.convert import rows as convert_rows
 from youmu.distributed.world import rank_and_world
 from youmu.resume import Origin
 from youmu.spec import SpecAttributes, StreamLayout, StreamSpec
 from youmu.stateful import state_int
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream
-from youmu.torch.sharded import PositionalStream, in_worker_process
+from youmu.torch.sharded import SKIP, PositionalStream, in_worker_process
 from youmu.torch.skips import SkipLog, locate, reporting_pass
 
 __all__ = ["YoumuDataset"]
@@ -44,6 +45,9 @@ class YoumuDataset(SpecAttributes, PositionalStream[Any]):
         seed: shuffle seed; ``set_epoch`` reshuffles.
         rank, world_size: default from ``torch.distributed`` when initialised.
         transform: called on each row in the worker; returning ``None`` drops the row.
+            A batched transform (:mod:`youmu.batched`, e.g. :class:`youmu.text.Tokenize`)
+            is called with a page's rows at a time as an Arrow table instead, and its
+            result converted with ``output``; states still count rows.
         drop_last: every rank delivers exactly ``⌊rows / world_size⌋`` rows (fewer than
             ``world_size`` rows are left out, reported by ``dropped_rows()``); without
             it ranks differ by up to a window of rows, and a rank that would get no rows
@@ -190,6 +194,16 @@ class YoumuDataset(SpecAttributes, PositionalStream[Any]):
             del table  # not held while the next window is read (image windows are large)
 
     def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+        if is_batched(self.transform):
+            # a page's rows at a time (youmu.batched: tokenizers); positions still count rows
+            stream = self._stream(worker, num_workers)
+            for pos, item in batched_pass(
+                stream.iter_tables(start), self.transform, self.spec.output, start,  # type: ignore[arg-type]
+                where=lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos),
+                compact=in_worker_process(), in_worker=in_worker_process(),
+            ):
+                yield pos, SKIP if item is None else item
+            return
         if not getattr(self.transform, "reports_rows", False):
             yield from super()._pass(worker, num_workers, start)
             return

@@ -9,8 +9,18 @@ A transform signals a bad row by raising :class:`youmu.errors.ImageError`
 state moves past it); its report is a dict ``{"position", "file", "row", "reason",
 "column", "image", "path"}`` in the ``"skipped"`` list of a delivered sample: the
 last sample before it in the worker's shard, or the first one after it where none
-came before. Only a pass with no good row at all leaves its reports solely in the
-worker's own :attr:`SkipLog.rows`.
+came before.
+
+A pass with no good row at all is not quiet: a whole pass (from the start of the
+worker's shard) whose every row was skipped raises an :class:`ImageError` with the
+count and the first reason — a skip policy is there to drop the rare bad row, and a
+shard where not one image decodes is a wrong column or wrong data, which training on
+zero samples would only hide. A resumed pass that only saw bad rows (the tail of a
+shard) warns with the count (:class:`youmu.errors.YoumuWarning`) instead.
+
+A row that raises is delivered after the good sample before it: that sample is
+yielded first, then the error surfaces (in a DataLoader worker with its fields
+carried through the message: :meth:`ImageError.for_worker`).
 
 Example:
     >>> from youmu.torch.skips import SkipLog
@@ -20,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
@@ -27,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from youmu.errors import ImageError
+from youmu.errors import ImageError, YoumuWarning
 from youmu.shuffle import positions_to_rows
-from youmu.torch.sharded import SKIP
+from youmu.torch.sharded import SKIP, in_worker_process
 
 __all__ = ["SkipLog", "locate", "reporting_pass"]
 
@@ -81,6 +92,8 @@ def reporting_pass(rows: Iterator[Any], transform: Callable[[Any], Any], start: 
         return pos_item
 
     pos = start
+    skipped = 0
+    delivered = False
     for row in rows:
         pos += 1
         try:
@@ -88,7 +101,11 @@ def reporting_pass(rows: Iterator[Any], transform: Callable[[Any], Any], start: 
         except ImageError as e:
             located = e.located(**where(pos - 1))
             if not e.skip:
-                raise located from None
+                if held is not None:  # the good sample before it is not lost with it
+                    yield deliver(held)
+                    held = None
+                raise (located.for_worker() if in_worker_process() else located) from None
+            skipped += 1
             report = {"position": located.position, "file": located.file, "row": located.row,
                       "reason": located.reason, "column": located.column, "image": located.image,
                       "path": located.path}
@@ -104,5 +121,23 @@ def reporting_pass(rows: Iterator[Any], transform: Callable[[Any], Any], start: 
         if held is not None:
             yield deliver(held)
         held = (pos, item)
+        delivered = True
     if held is not None:
         yield deliver(held)
+    if skipped and not delivered:
+        _no_good_row(reports, skipped, start, pos)
+
+
+def _no_good_row(reports: list[dict[str, Any]], skipped: int, start: int, end: int) -> None:
+    """A pass that skipped rows and delivered none: an error for a whole pass, a
+    warning for the tail a resumed pass saw (see the module doc)."""
+    first = reports[0] if reports else {}
+    what = (f"on_error='skip' skipped all {skipped} rows of this {'pass' if start == 0 else 'resumed pass'} "
+            f"(stream positions {start}-{end - 1}) and delivered none")
+    if start > 0:
+        warnings.warn(f"{what}; first: {first.get('reason')}", YoumuWarning, stacklevel=3)
+        return
+    e = ImageError(f"{what}: the image column or its data is likely wrong; the first: {first.get('reason')}",
+                   column=first.get("column"), image=first.get("image"), path=first.get("path"),
+                   file=first.get("file"), row=first.get("row"), position=first.get("position"))
+    raise e.for_worker() if in_worker_process() else e

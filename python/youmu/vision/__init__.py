@@ -12,14 +12,16 @@ Example:
     1222
 """
 
-from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image, open_image, to_rgb
+from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image, open_image, to_rgb, upright_size
 from youmu.vision.resize import (
     FACTOR,
     MAX_PIXELS,
     MERGE_SIZE,
     MIN_PIXELS,
     PATCH_SIZE,
+    TEMPORAL_PATCH_SIZE,
     VisualCost,
+    processor_geometry,
     smart_resize,
     visual_cost,
 )
@@ -32,12 +34,15 @@ __all__ = [
     "load_image",
     "open_image",
     "to_rgb",
+    "upright_size",
     "FACTOR",
     "MAX_PIXELS",
     "MERGE_SIZE",
     "MIN_PIXELS",
     "PATCH_SIZE",
+    "TEMPORAL_PATCH_SIZE",
     "VisualCost",
+    "processor_geometry",
     "smart_resize",
     "visual_cost",
     "IMAGE_PLACEHOLDER",

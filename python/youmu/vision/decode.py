@@ -14,6 +14,9 @@ decoder identifies, truncated files, and images with more than ``max_image_pixel
 pixels — checked from the header, before any pixel is decoded, so a 40,000×40,000
 PNG of 100 KB (a decompression bomb) costs nothing. Pillow's own bomb check (a
 warning above ``Image.MAX_IMAGE_PIXELS``, an error above twice that) is not relied on.
+The EXIF orientation is applied (as ``transformers``' ``load_image`` and Hugging Face
+``datasets`` apply it, with ``ImageOps.exif_transpose``): a phone photo stored sideways
+with orientation 6 is fed upright, and its cost is that of the upright size.
 Modes other than RGB are converted: CMYK and palette images by Pillow, 16-bit and
 32-bit grey scaled to 8 bits, transparency composited on white; animated images
 (GIF, WebP, APNG) give their first frame.
@@ -38,12 +41,20 @@ import numpy as np
 
 from youmu._args import int_arg
 from youmu.errors import ImageError
-from youmu.vision.resize import MAX_PIXELS, MIN_PIXELS, VisualCost, visual_cost
+from youmu.vision.resize import (
+    MAX_PIXELS,
+    MERGE_SIZE,
+    MIN_PIXELS,
+    PATCH_SIZE,
+    TEMPORAL_PATCH_SIZE,
+    VisualCost,
+    visual_cost,
+)
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-__all__ = ["MAX_IMAGE_PIXELS", "open_image", "image_cost", "to_rgb", "load_image"]
+__all__ = ["MAX_IMAGE_PIXELS", "open_image", "upright_size", "image_cost", "to_rgb", "load_image"]
 
 #: Default limit on an image's pixels before decoding (64 Mi pixels: 192 MiB of RGB).
 MAX_IMAGE_PIXELS = 64 << 20
@@ -82,21 +93,45 @@ def open_image(data: bytes, *, max_image_pixels: int = MAX_IMAGE_PIXELS) -> Imag
     if w * h > max_image_pixels:
         raise ImageError(
             f"image of {w}×{h} = {w * h:,} pixels is over max_image_pixels={max_image_pixels:,} "
-            "(a decompression bomb, or raise the limit)"
+            "(a decompression bomb?). If such images are expected, raise the limit: "
+            "VisionTransform(..., max_image_pixels=N) or load_image(..., max_image_pixels=N); "
+            "decoding one takes about 3·N bytes of RGB"
         )
     if w < 1 or h < 1:
         raise ImageError(f"image of {w}×{h} pixels has no pixels")
     return img
 
 
+#: EXIF orientations that turn the image a quarter (width and height swap)
+_QUARTER_TURNS = (5, 6, 7, 8)
+_ORIENTATION = 0x0112
+
+
+def _orientation(img: Image) -> int:
+    try:
+        value = img.getexif().get(_ORIENTATION, 1)
+    except Exception:  # a malformed EXIF block: Pillow's exif_transpose ignores it too
+        return 1
+    return value if isinstance(value, int) else 1
+
+
+def upright_size(img: Image) -> tuple[int, int]:
+    """``(width, height)`` of an opened image once its EXIF orientation is applied
+    (from the header: no pixel decoded)."""
+    w, h = img.size
+    return (h, w) if _orientation(img) in _QUARTER_TURNS else (w, h)
+
+
 def image_cost(data: bytes, *, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS,
-               max_image_pixels: int = MAX_IMAGE_PIXELS) -> VisualCost:
+               max_image_pixels: int = MAX_IMAGE_PIXELS, patch_size: int = PATCH_SIZE,
+               merge_size: int = MERGE_SIZE, temporal_patch_size: int = TEMPORAL_PATCH_SIZE) -> VisualCost:
     """The cost of an image from its header alone (no pixel decoded): what a planner
     needs before committing a sample to a batch. Corrupt pixel data past the header is
     only found by :func:`load_image`.
     """
-    w, h = open_image(data, max_image_pixels=max_image_pixels).size
-    return visual_cost(h, w, min_pixels=min_pixels, max_pixels=max_pixels)
+    w, h = upright_size(open_image(data, max_image_pixels=max_image_pixels))
+    return visual_cost(h, w, min_pixels=min_pixels, max_pixels=max_pixels, patch_size=patch_size,
+                       merge_size=merge_size, temporal_patch_size=temporal_patch_size)
 
 
 def to_rgb(img: Image) -> Image:
@@ -124,8 +159,11 @@ def to_rgb(img: Image) -> Image:
 
 
 def load_image(data: bytes, *, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS,
-               max_image_pixels: int = MAX_IMAGE_PIXELS, draft: bool = True) -> tuple[np.ndarray, VisualCost]:
-    """Decode, convert to RGB and resize by the Qwen2-VL rule: ``(pixels, cost)`` with
+               max_image_pixels: int = MAX_IMAGE_PIXELS, draft: bool = True, patch_size: int = PATCH_SIZE,
+               merge_size: int = MERGE_SIZE,
+               temporal_patch_size: int = TEMPORAL_PATCH_SIZE) -> tuple[np.ndarray, VisualCost]:
+    """Decode, turn upright (EXIF orientation), convert to RGB and resize by the
+    Qwen2-VL rule: ``(pixels, cost)`` with
     ``pixels`` a ``(height, width, 3)`` uint8 array of the resized size. Normalising and
     cutting into patches is left to the model side (4× smaller to ship as uint8).
 
@@ -133,14 +171,19 @@ def load_image(data: bytes, *, min_pixels: int = MIN_PIXELS, max_pixels: int = M
     the target size (the cost is computed from the original size either way).
     """
     Image = _pil()
+    from PIL import ImageOps
+
     img = open_image(data, max_image_pixels=max_image_pixels)
-    w, h = img.size
-    cost = visual_cost(h, w, min_pixels=min_pixels, max_pixels=max_pixels)
+    w, h = upright_size(img)
+    turned = (w, h) != img.size
+    cost = visual_cost(h, w, min_pixels=min_pixels, max_pixels=max_pixels, patch_size=patch_size,
+                       merge_size=merge_size, temporal_patch_size=temporal_patch_size)
     try:
-        if draft and img.format == "JPEG":
-            img.draft("RGB", (cost.width, cost.height))
+        if draft and img.format == "JPEG":  # the decoder's sides are the stored (unturned) ones
+            img.draft("RGB", (cost.height, cost.width) if turned else (cost.width, cost.height))
         img.load()
-        rgb = to_rgb(img)
+        upright = ImageOps.exif_transpose(img) if _orientation(img) != 1 else img
+        rgb = to_rgb(upright)
         if rgb.size != (cost.width, cost.height):
             rgb = rgb.resize((cost.width, cost.height), Image.BICUBIC)
         pixels = np.asarray(rgb, dtype=np.uint8)

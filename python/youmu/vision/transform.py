@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from youmu._args import bool_arg, choice_arg, int_arg
-from youmu.errors import ArgumentTypeError, ImageError
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, ImageError
 from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image
-from youmu.vision.resize import MAX_PIXELS, MIN_PIXELS
+from youmu.vision.resize import MAX_PIXELS, MERGE_SIZE, MIN_PIXELS, PATCH_SIZE, TEMPORAL_PATCH_SIZE, processor_geometry
 from youmu.vision.template import DEFAULT_SYSTEM, tokenize_chat
 
 __all__ = ["ON_ERROR", "VisionTransform", "images_of"]
@@ -65,6 +65,9 @@ class VisionTransform:
         image_column, text_column: the row's columns (images: see :func:`images_of`;
             text: a LLaVA ``conversations`` list, chat ``messages`` or a caption).
         min_pixels, max_pixels: the resize rule's range (Qwen2-VL's defaults).
+        patch_size, merge_size, temporal_patch_size: the vision encoder's geometry
+            (Qwen2-VL's: 14, 2, 2); :meth:`from_processor` takes all five from the
+            ``transformers`` image processor the model is served with.
         max_image_pixels: images with more pixels are refused before decoding.
         draft: let JPEG decode at a reduced scale that is still at least the target.
         pixels: decode and resize (``False``: sizes from the headers only, the costs
@@ -79,6 +82,12 @@ class VisionTransform:
     what the image encoder computes on), ``backbone_tokens`` (visual tokens in the LLM
     sequence), ``num_tokens`` (the whole sequence) and ``skipped`` (rows skipped before
     it, filled in by the dataset).
+
+    Both columns must be in every row: a row without ``image_column`` or
+    ``text_column`` (a misspelt name, or a ``columns=`` selection that left it out) is
+    a :class:`~youmu.errors.ColumnNotFoundError` naming the columns the row has —
+    never a silent text-only sample or one with nothing to learn. A ``None`` value
+    (a text-only row, a row with no text) is data, not an error.
     """
 
     #: YoumuDataset locates this transform's ImageErrors and reports the rows it skips
@@ -87,12 +96,19 @@ class VisionTransform:
     def __init__(self, tokenizer: Any, *, image_column: str = "image", text_column: str = "conversations",
                  min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS,
                  max_image_pixels: int = MAX_IMAGE_PIXELS, draft: bool = True, pixels: bool = True,
-                 system: str | None = DEFAULT_SYSTEM, on_error: str = "raise") -> None:
+                 system: str | None = DEFAULT_SYSTEM, on_error: str = "raise", patch_size: int = PATCH_SIZE,
+                 merge_size: int = MERGE_SIZE, temporal_patch_size: int = TEMPORAL_PATCH_SIZE) -> None:
         if not (hasattr(tokenizer, "encode") or callable(tokenizer)):
             raise ArgumentTypeError(f"tokenizer must have encode(text) -> list[int], got {type(tokenizer).__name__}")
+        if not isinstance(image_column, str) or not isinstance(text_column, str):
+            raise ArgumentTypeError(f"image_column and text_column must be column names (str), got "
+                                    f"{type(image_column).__name__} and {type(text_column).__name__}")
         self.tokenizer = tokenizer
         self.image_column = image_column
         self.text_column = text_column
+        self.geometry = {"patch_size": int_arg("patch_size", patch_size, minimum=1),
+                         "merge_size": int_arg("merge_size", merge_size, minimum=1),
+                         "temporal_patch_size": int_arg("temporal_patch_size", temporal_patch_size, minimum=1)}
         self.min_pixels = int_arg("min_pixels", min_pixels, minimum=1)
         self.max_pixels = int_arg("max_pixels", max_pixels, minimum=self.min_pixels)
         self.max_image_pixels = int_arg("max_image_pixels", max_image_pixels, minimum=1)
@@ -100,6 +116,22 @@ class VisionTransform:
         self.pixels = bool_arg("pixels", pixels)
         self.system = system
         self.on_error = choice_arg("on_error", on_error, ON_ERROR)
+
+    @classmethod
+    def from_processor(cls, tokenizer: Any, processor: Any, **kwargs: Any) -> VisionTransform:
+        """A transform that resizes and counts as ``processor`` does (a ``transformers``
+        Qwen2-VL-style image processor, or a processor holding one): its pixel limits,
+        patch, merge and temporal patch sizes (see
+        :func:`~youmu.vision.processor_geometry`); ``kwargs`` as the constructor's."""
+        return cls(tokenizer, **{**processor_geometry(processor), **kwargs})
+
+    def _check_columns(self, row: Mapping[str, Any]) -> None:
+        for role, name in (("image_column", self.image_column), ("text_column", self.text_column)):
+            if name not in row:
+                raise ColumnNotFoundError(
+                    f"VisionTransform({role}={name!r}): the rows have no column {name!r}; they have "
+                    f"{sorted(row)} (check the name, and that columns= selects it)"
+                )
 
     def __call__(self, row: Mapping[str, Any]) -> dict[str, Any]:
         try:
@@ -112,16 +144,17 @@ class VisionTransform:
     def _sample(self, row: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(row, Mapping):
             raise ArgumentTypeError(f"VisionTransform takes rows as dicts (output='python'), got {type(row).__name__}")
+        self._check_columns(row)
         pixels, costs = [], []
         for i, (data, path) in enumerate(images_of(row.get(self.image_column), self.image_column)):
             try:
                 if self.pixels:
                     p, c = load_image(data, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
-                                      max_image_pixels=self.max_image_pixels, draft=self.draft)
+                                      max_image_pixels=self.max_image_pixels, draft=self.draft, **self.geometry)
                     pixels.append(p)
                 else:
                     c = image_cost(data, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
-                                   max_image_pixels=self.max_image_pixels)
+                                   max_image_pixels=self.max_image_pixels, **self.geometry)
             except ImageError as e:
                 raise e.located(column=self.image_column, image=i, path=path) from None
             costs.append(c)

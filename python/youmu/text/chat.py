@@ -1,0 +1,234 @@
+"""``ChatTemplate``: chat rows templated and tokenized the way trainers do it — the
+tokenizer's own ``chat_template`` through ``transformers``' ``apply_chat_template``,
+labels ``-100`` except on the tokens ``transformers`` marks as the assistant's
+(``return_assistant_tokens_mask``, a template with ``{% generation %}`` blocks), cut
+to ``cutoff_len`` as LLaMA-Factory cuts (:mod:`youmu.text.cutoff`) — a page's rows
+at a time in the DataLoader workers (a batched transform, :mod:`youmu.batched`).
+
+Rows come in either published layout: UltraChat's ``messages`` (a list of
+``{"role", "content"}``) or ShareGPT / OpenHermes' ``conversations`` (a list of
+``{"from", "value"}`` with ``human`` / ``gpt`` / ``system``), with system turns and
+any number of turns.
+
+Example:
+    >>> conversation_of([{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}], DEFAULT_ROLES)
+    [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello'}]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
+from youmu.batched import BATCH_ROWS
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, TextError
+from youmu.text.cutoff import keep_lengths, turn_pairs
+from youmu.text.tokenizer import TokenizerRef, token_column
+
+__all__ = ["ChatTemplate", "DEFAULT_ROLES", "OVERFLOW", "IGNORE_INDEX", "conversation_of", "assistant_labels"]
+
+#: The label of tokens the loss ignores (PyTorch's cross-entropy ``ignore_index``).
+IGNORE_INDEX = -100
+#: Stored speaker names → the template's roles: the chat roles, and ShareGPT's names.
+DEFAULT_ROLES: Mapping[str, str] = {
+    "system": "system", "user": "user", "assistant": "assistant",
+    "human": "user", "gpt": "assistant",
+}
+#: What a row longer than ``cutoff_len`` gets: cut as LLaMA-Factory cuts, refused with
+#: a :class:`~youmu.errors.TextError` naming it, or dropped (its position counted).
+OVERFLOW = ("truncate", "raise", "drop")
+_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def conversation_of(value: Any, roles: Mapping[str, str]) -> list[dict[str, str]]:
+    """A row's conversation as ``[{"role", "content"}, ...]`` with ``roles`` mapping the
+    stored speakers (``role`` or ShareGPT's ``from``; content in ``content`` or
+    ``value``). Anything else is a :class:`~youmu.errors.TextError` (with the message's
+    index where one is at fault)."""
+    if value is None:
+        raise TextError("conversation is null")
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TextError(f"conversation must be a list of messages, got {type(value).__name__}")
+    if not value:
+        raise TextError("conversation has no messages")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, Mapping):
+            raise TextError(f"message must be a mapping, got {type(m).__name__}", message=i)
+        role = m.get("role")
+        if role is None:
+            role = m.get("from")
+        content = m.get("content") if m.get("content") is not None else m.get("value")
+        if role is None:
+            raise TextError(f"message has no role (no 'role' or 'from'; it has {sorted(m)})", message=i)
+        if role not in roles:
+            raise TextError(f"message has role {role!r}, which is not one of {sorted(roles)} (pass roles= to map it)",
+                            message=i)
+        if not isinstance(content, str):
+            raise TextError(f"message content must be a string, got {type(content).__name__}", message=i)
+        out.append({"role": roles[role], "content": content})
+    return out
+
+
+def assistant_labels(ids: Sequence[int], mask: Sequence[int], cutoff_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(input_ids, labels)`` of one templated conversation: labels are the ids where
+    ``mask`` marks the assistant's tokens and ``-100`` elsewhere, both cut to
+    ``cutoff_len`` turn by turn as LLaMA-Factory cuts (:mod:`youmu.text.cutoff`).
+
+    >>> ids, labels = assistant_labels([1, 2, 3, 4, 5], [0, 0, 1, 1, 0], None)
+    >>> labels.tolist()
+    [-100, -100, 3, 4, -100]
+    >>> [a.tolist() for a in assistant_labels(list(range(10)), [0] * 6 + [1] * 4, 6)]
+    [[0, 1, 2, 3, 6, 7], [-100, -100, -100, -100, 6, 7]]
+    """
+    ids_a = np.asarray(ids, dtype=np.int64)
+    marked = np.asarray(mask, dtype=bool)
+    labels = np.where(marked, ids_a, IGNORE_INDEX)
+    if cutoff_len is None or len(ids_a) <= cutoff_len:
+        return ids_a, labels
+    take, at = [], 0
+    for (source, target), (s, t) in zip(turn_pairs(marked), keep_lengths(turn_pairs(marked), cutoff_len)):
+        take.append(np.arange(at, at + s))
+        take.append(np.arange(at + source, at + source + t))
+        at += source + target
+    keep = np.concatenate(take) if take else np.zeros(0, dtype=np.int64)
+    return ids_a[keep], labels[keep]
+
+
+class ChatTemplate:
+    """Template and tokenize a chat column into ``input_ids`` and ``labels`` (a batched
+    transform: ``YoumuDataset(..., transform=ChatTemplate(tok))``).
+
+    Args:
+        tokenizer: a ``transformers`` fast tokenizer with a ``chat_template`` whose
+            assistant turns are ``{% generation %}`` blocks (how ``transformers`` tells
+            which tokens are the assistant's), or the path of a saved one (loaded once
+            per worker process).
+        column: the conversation column: UltraChat's ``messages`` or ShareGPT's
+            ``conversations`` (either layout is read from any column).
+        roles: stored speaker names → template roles (default :data:`DEFAULT_ROLES`:
+            ``system``/``user``/``assistant`` and ShareGPT's ``human``/``gpt``); a
+            speaker not in it is a :class:`~youmu.errors.TextError`.
+        chat_template: a template to use instead of the tokenizer's own.
+        cutoff_len: the most tokens a sample keeps, cut turn by turn as LLaMA-Factory
+            does (:mod:`youmu.text.cutoff`: prompt and answer of each turn share what
+            the earlier turns left). ``None``: no limit.
+        overflow: a row over ``cutoff_len``: ``"truncate"`` (default), ``"raise"`` (a
+            :class:`~youmu.errors.TextError` naming the file and row) or ``"drop"``.
+        template_kwargs: passed to the template (e.g. ``{"enable_thinking": False}``).
+        keep_columns: keep the row's other columns (the conversation column is dropped).
+        batch_rows: rows templated per call.
+
+    A sample: ``input_ids`` and ``labels`` (``list<int64>``, as tensors with
+    ``output="torch"``); ``len(input_ids)`` is its length for
+    ``DynamicBatchLoader``'s ``length_fn``, and
+    :func:`~youmu.batching.loss.label_token_count` its loss tokens.
+    """
+
+    #: called with a table of rows (youmu.batched)
+    batched = True
+
+    def __init__(self, tokenizer: Any, column: str = "messages", *, roles: Mapping[str, str] | None = None,
+                 chat_template: str | None = None, cutoff_len: int | None = None, overflow: str = "truncate",
+                 template_kwargs: Mapping[str, Any] | None = None, keep_columns: bool = True,
+                 batch_rows: int = BATCH_ROWS) -> None:
+        if not isinstance(column, str) or not column:
+            raise ArgumentTypeError(f"column must be a column name, got {column!r}")
+        self.tokenizer = TokenizerRef(tokenizer)
+        tok = self.tokenizer.get()
+        if self.tokenizer.kind == "tokenizers" or not callable(getattr(tok, "apply_chat_template", None)):
+            raise ArgumentTypeError(
+                f"ChatTemplate needs a transformers tokenizer with a chat template, got {type(tok).__name__}; wrap a "
+                "tokenizers.Tokenizer as transformers.PreTrainedTokenizerFast(tokenizer_object=..., chat_template=...)"
+            )
+        if not getattr(tok, "is_fast", False):
+            raise ArgumentTypeError(f"ChatTemplate needs a fast tokenizer (token offsets mark the assistant's tokens), "
+                                    f"got {type(tok).__name__}; load it with use_fast=True")
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise ArgumentTypeError(f"chat_template must be a str, got {type(chat_template).__name__}")
+        try:
+            template = tok.get_chat_template(chat_template)
+        except ValueError as e:
+            raise InvalidArgumentError(f"the tokenizer has no chat template ({e}); pass chat_template=") from None
+        if not _GENERATION.search(template):
+            raise InvalidArgumentError(
+                "the chat template has no {% generation %} block, so transformers cannot mark the assistant's tokens "
+                "(every label would be -100): wrap each assistant answer in {% generation %}...{% endgeneration %} "
+                "and pass it as chat_template="
+            )
+        roles = DEFAULT_ROLES if roles is None else roles
+        if not isinstance(roles, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in roles.items()):
+            raise ArgumentTypeError(f"roles must map stored speaker names to template roles (str -> str), "
+                                    f"got {roles!r}")
+        if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
+            raise ArgumentTypeError(f"template_kwargs must be a mapping, got {type(template_kwargs).__name__}")
+        self.column = column
+        self.roles = dict(roles)
+        self.chat_template = chat_template
+        self.cutoff_len = opt_int_arg("cutoff_len", cutoff_len, minimum=1)
+        self.overflow = choice_arg("overflow", overflow, OVERFLOW)
+        self.template_kwargs = dict(template_kwargs or {})
+        self.keep_columns = bool_arg("keep_columns", keep_columns)
+        self.batch_rows = int_arg("batch_rows", batch_rows, minimum=1)
+
+    def __repr__(self) -> str:
+        return (f"ChatTemplate({type(self.tokenizer.get()).__name__}, column={self.column!r}, "
+                f"cutoff_len={self.cutoff_len})")
+
+    def _conversations(self, table: pa.Table) -> list[list[dict[str, str]]]:
+        if self.column not in table.column_names:
+            raise ColumnNotFoundError(f"chat column {self.column!r} is not in the rows (they have "
+                                      f"{table.column_names}; read it with columns=[...] that include it)")
+        out = []
+        for i, value in enumerate(table.column(self.column).to_pylist()):
+            try:
+                out.append(conversation_of(value, self.roles))
+            except TextError as e:
+                raise e.located(column=self.column, batch_row=i) from None
+        return out
+
+    def _template(self, conversations: list[list[dict[str, str]]]) -> Any:
+        tok = self.tokenizer.get()
+        kwargs = {"chat_template": self.chat_template, **self.template_kwargs}
+        try:
+            return tok.apply_chat_template(conversations, tokenize=True, return_dict=True,
+                                           return_assistant_tokens_mask=True, **kwargs)
+        except Exception as e:  # whatever the template raises (jinja's raise_exception, a bad key)
+            for i, conv in enumerate(conversations):  # which row: render them one by one
+                try:
+                    tok.apply_chat_template(conv, tokenize=False, **kwargs)
+                except Exception as row_error:
+                    raise TextError(f"the chat template raised {type(row_error).__name__}: {row_error}",
+                                    column=self.column, batch_row=i) from row_error
+            raise TextError(f"the chat template raised {type(e).__name__}: {e}", column=self.column) from e
+
+    def __call__(self, table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        conversations = self._conversations(table)
+        keep = np.ones(table.num_rows, dtype=bool)
+        if not conversations:
+            ids_rows: list[np.ndarray] = []
+            label_rows: list[np.ndarray] = []
+        else:
+            out = self._template(conversations)
+            ids_rows, label_rows = [], []
+            for i, (ids, mask) in enumerate(zip(out["input_ids"], out["assistant_masks"])):
+                if self.cutoff_len is not None and len(ids) > self.cutoff_len:
+                    if self.overflow == "raise":
+                        raise TextError(f"conversation of {len(ids)} tokens is over cutoff_len={self.cutoff_len}",
+                                        column=self.column, batch_row=i)
+                    if self.overflow == "drop":
+                        keep[i] = False
+                a, b = assistant_labels(ids, mask, self.cutoff_len)
+                ids_rows.append(a)
+                label_rows.append(b)
+        rest = table.drop_columns([self.column]) if self.keep_columns else pa.table({})
+        rest = rest.drop_columns([c for c in ("input_ids", "labels") if c in rest.column_names])
+        cols = {name: rest.column(name) for name in rest.column_names}
+        cols.update(input_ids=token_column(ids_rows), labels=token_column(label_rows))
+        return pa.table(cols), keep

@@ -1,0 +1,100 @@
+"""``Tokenize``: a text column tokenized in the DataLoader workers, a page's rows at a
+time (a batched transform, :mod:`youmu.batched`), for pretraining corpora published
+as text (FineWeb, DCLM: a ``text`` column) — into :func:`youmu.torch.pack`, or into
+``DynamicBatchLoader`` / ``BalancedLoader`` as it is.
+
+Example:
+    >>> import pyarrow as pa
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> tok = Tokenizer(models.WordLevel({"hello": 0, "world": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    >>> tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    >>> out = Tokenize(tok)(pa.table({"text": ["hello world", "", "hi"], "id": [7, 8, 9]}))
+    >>> out.column_names, out.column("input_ids").to_pylist()
+    (['id', 'input_ids'], [[0, 1], [], [2]])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from youmu._args import bool_arg, int_arg
+from youmu.batched import BATCH_ROWS
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, TextError
+from youmu.text.tokenizer import TokenizerRef, encode_texts, token_column
+
+__all__ = ["Tokenize", "text_values"]
+
+
+def text_values(table: pa.Table, column: str) -> list[str]:
+    """The strings of ``table``'s ``column``; a missing column, a column that does not
+    hold strings or a null row is a typed error naming the column (and the row)."""
+    if column not in table.column_names:
+        raise ColumnNotFoundError(f"text column {column!r} is not in the rows (they have {table.column_names}; "
+                                  "read it with columns=[...] that include it)")
+    col = table.column(column)
+    typ = col.type
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)):
+        raise TextError(f"text column holds {col.type}, not strings", column=column)
+    if col.null_count:
+        first = int(pc.index(pc.is_null(col), True).as_py())
+        raise TextError("text is null", column=column, batch_row=first)
+    return col.to_pylist()
+
+
+class Tokenize:
+    """Tokenize a text column into ``input_ids`` (a batched transform: pass it as
+    ``YoumuDataset(..., transform=Tokenize(tok))``).
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer`` (encoded with its Rust batch encoder), any
+            ``transformers`` tokenizer (called on the batch's texts), or the path of a
+            ``tokenizer.json`` or a saved tokenizer directory (loaded once per worker
+            process: what to pass when workers are spawned and the tokenizer does not
+            pickle).
+        column: the text column (strings; a null is a :class:`~youmu.errors.TextError`
+            naming the file and row).
+        output_column: where the token ids go (``list<int64>``).
+        add_special_tokens: BOS/EOS as the tokenizer defines them (its post-processor;
+            ``transformers``' ``add_special_tokens``). A tokenizer that adds no EOS
+            (most LLaMA-style ones) gets one from ``pack(..., eos_id=...)``.
+        keep_columns: keep the row's other columns (the text column is dropped).
+        batch_rows: rows tokenized per call (a page's rows or less; default
+            :data:`youmu.batched.BATCH_ROWS`).
+
+    The result is exactly what the tokenizer gives for each text on its own: the batch
+    only decides how many texts its threads share. The stream's state counts rows,
+    so a resume re-tokenizes from the first row not delivered.
+    """
+
+    #: called with a table of rows (youmu.batched)
+    batched = True
+
+    def __init__(self, tokenizer: Any, column: str = "text", *, output_column: str = "input_ids",
+                 add_special_tokens: bool = True, keep_columns: bool = True, batch_rows: int = BATCH_ROWS) -> None:
+        for name, value in (("column", column), ("output_column", output_column)):
+            if not isinstance(value, str) or not value:
+                raise ArgumentTypeError(f"{name} must be a column name, got {value!r}")
+        self.tokenizer = TokenizerRef(tokenizer)
+        self.column = column
+        self.output_column = output_column
+        self.add_special_tokens = bool_arg("add_special_tokens", add_special_tokens)
+        self.keep_columns = bool_arg("keep_columns", keep_columns)
+        self.batch_rows = int_arg("batch_rows", batch_rows, minimum=1)
+
+    def __repr__(self) -> str:
+        return f"Tokenize({self.tokenizer.path or type(self.tokenizer.get()).__name__}, column={self.column!r})"
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        texts = text_values(table, self.column)
+        ids = token_column(encode_texts(self.tokenizer.get(), texts, add_special_tokens=self.add_special_tokens))
+        rest = table.drop_columns([self.column]) if self.keep_columns else pa.table({})
+        if self.output_column in rest.column_names:
+            rest = rest.drop_columns([self.output_column])
+        if not rest.num_columns:
+            return pa.table({self.output_column: ids})
+        return rest.append_column(self.output_column, ids)

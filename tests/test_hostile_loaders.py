@@ -1,0 +1,159 @@
+"""Hostile use of the loaders that trainers iterate: workers whose batches cannot leave
+them, absurd batch sizes, edited or foreign ``TrainerLoader`` states, a resume on
+another number of DataLoader workers, and arguments of the wrong type.
+
+Each case ends in a typed youmu error naming what is wrong — never a hang (every test
+here has a hard timeout well below CI's), a silent restart, a skip, or an untyped
+error from deep inside a dependency.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from youmu.batching import DynamicBatchLoader
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, StateError
+from youmu.integrations.lightning import YoumuDataModule
+from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.planning import BalancedLoader
+from youmu.torch import MapStream
+from youmu.torch.sendable import SendCollate, unpicklable_field
+
+ROWS = [{"id": i, "input_ids": [i] * (1 + i % 5)} for i in range(24)]
+
+
+class Unpicklable:
+    """What a careless transform returns: it lives fine in its process but cannot cross to another."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Unpicklable objects stay in their process")
+
+
+def with_unpicklable(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "handle": Unpicklable()}
+
+
+def lengths(sample: dict[str, Any]) -> int:
+    return len(sample["input_ids"])
+
+
+def keep(samples: list[Any]) -> dict[str, Any]:
+    return {"samples": samples}
+
+
+# -- a worker's batch that cannot leave it ----------------------------------------------------
+@pytest.mark.timeout(60)
+def test_a_trainer_loader_worker_whose_batch_cannot_be_pickled_fails_the_loop_at_once() -> None:
+    loader = TrainerLoader(MapStream(ROWS, transform=with_unpicklable), batch_size=4, num_workers=2, collate_fn=keep)
+    with pytest.raises(LoaderError, match=r"cannot send its batch.*\['samples'\]\[0\]\['handle'\].*TypeError"):
+        next(iter(loader))
+
+
+@pytest.mark.timeout(60)
+def test_a_dynamic_batch_loader_worker_whose_sample_cannot_be_pickled_fails_at_once_with_the_cause() -> None:
+    data = [with_unpicklable(r) for r in ROWS]
+    # data_timeout above the test's timeout: a stall would fail the test, not turn into an error
+    loader = DynamicBatchLoader(data, token_budget=16, length_fn=lengths, num_workers=2, collate_fn=None,
+                                data_timeout=300)
+    with pytest.raises(LoaderError, match=r"cannot send its batch.*\[2\]\['handle'\].*Unpicklable objects stay"):
+        next(iter(loader))
+    loader.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_balanced_loader_over_such_a_dynamic_batch_loader_fails_at_once() -> None:
+    data = [with_unpicklable(r) for r in ROWS]
+    dbl = DynamicBatchLoader(data, token_budget=16, length_fn=lengths, num_workers=2, collate_fn=None,
+                             data_timeout=300)
+    loader = BalancedLoader(dbl, num_microbatches=2, global_batch_size=4, cost="llama-12b", length_fn=lengths)
+    with pytest.raises(LoaderError, match="cannot send its batch"):
+        next(iter(loader))
+    loader.close()
+    dbl.close()
+
+
+def test_the_unpicklable_field_is_found_by_its_path() -> None:
+    batch = {"ids": [1, 2], "meta": [{"ok": 1}, {"ok": 2, "gen": (x for x in ())}]}
+    assert unpicklable_field(batch) == "['meta'][1]['gen']"
+    assert unpicklable_field(lambda: 0) == ""
+    loop: list[Any] = [threading.Lock()]
+    loop.append(loop)  # a self-reference does not send the search round in circles
+    assert unpicklable_field(loop) == "[0]"
+
+
+def test_a_batch_made_in_a_worker_reaches_the_trainer_unchanged() -> None:
+    loader = TrainerLoader(MapStream(ROWS), batch_size=4, num_workers=2)
+    got = sorted(i for b in loader for i in b["id"].tolist())
+    assert got == list(range(24))
+    assert pickle.loads(pickle.dumps(SendCollate(keep)))([1]) == {"samples": [1]}
+    assert isinstance(next(iter(loader))["input_ids"], torch.Tensor)
+
+
+# -- absurd sizes -----------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [2**70, 2**40, 10**12])
+def test_an_absurd_batch_size_is_refused_by_name(size: int) -> None:
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
+        TrainerLoader(MapStream(ROWS), batch_size=size)
+
+
+# -- a checkpoint that cannot resume the data ---------------------------------------------------
+class _Linear:
+    """A Lightning module that records the ids it trains on."""
+
+    @staticmethod
+    def make() -> Any:
+        class Module(pl.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.zeros(1))
+                self.seen: list[int] = []
+
+            def training_step(self, batch: dict[str, Any], batch_idx: int) -> Any:
+                self.seen += batch["id"].tolist()
+                return (self.w * batch["id"].float()).sum()
+
+            def configure_optimizers(self) -> Any:
+                return torch.optim.SGD(self.parameters(), lr=0.0)
+
+        return Module()
+
+
+def _fit(tmp: Any, ckpt: str | None = None, **dm_kw: Any) -> Any:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    module = _Linear.make()
+    saver = ModelCheckpoint(dirpath=str(tmp / "ckpt"), every_n_train_steps=4, save_top_k=-1)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, max_steps=-1 if ckpt else 4, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[saver],
+                         default_root_dir=str(tmp))
+    dm = YoumuDataModule(lambda: TrainerLoader(MapStream(ROWS[:16]), batch_size=2), **dm_kw)
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
+    return module
+
+
+@pytest.mark.timeout(240)
+def test_a_lightning_checkpoint_without_the_loader_state_is_refused_not_replayed(tmp_path: Any) -> None:
+    assert _fit(tmp_path).seen == list(range(8))
+    path = str(next((tmp_path / "ckpt").glob("*step=4*.ckpt")))
+    ckpt = torch.load(path, weights_only=False)
+    assert "YoumuDataModule" in ckpt
+    assert _fit(tmp_path, ckpt=path).seen == list(range(8, 16))  # with the entry: the rest of the epoch, once
+    del ckpt["YoumuDataModule"]
+    stripped = str(tmp_path / "no_loader.ckpt")
+    torch.save(ckpt, stripped)
+    with pytest.raises(StateError, match=r"no youmu loader state.*step 4.*restart_data=True"):
+        _fit(tmp_path, ckpt=stripped)
+    # asked for: the data starts over (Lightning counts the 4 steps done and takes the epoch's 4 others)
+    assert _fit(tmp_path, ckpt=stripped, restart_data=True).seen == list(range(8))
+
+
+def test_restart_data_must_be_a_bool() -> None:
+    with pytest.raises(ArgumentTypeError, match="restart_data"):
+        YoumuDataModule(lambda: None, restart_data="yes")

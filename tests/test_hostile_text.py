@@ -1,0 +1,166 @@
+"""The hostile user, text and chat family: bad text and chat rows, bad templates, rows
+over ``cutoff_len`` and tokenizers that cannot reach worker processes come back as
+typed errors naming the column, the Parquet file and the row (or the fix) — never
+wrong ids, a silent skip or an opaque pickling failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from textutil import CHATML, bpe_tokenizer, chat_tokenizer, ultrachat, write_chats, write_texts
+from torch.utils.data import DataLoader
+
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, TextError
+from youmu.text import ChatTemplate, Tokenize
+from youmu.torch import YoumuDataset
+
+
+def _first_error(ds) -> TextError:
+    with pytest.raises(TextError) as e:
+        list(ds)
+    return e.value
+
+
+def test_a_null_text_names_its_file_and_row(tmp_path: Path) -> None:
+    path = write_texts(tmp_path / "t.parquet", ["a", "b", "c", None, "e"], row_group_size=2)
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=Tokenize(bpe_tokenizer())))
+    assert (err.column, err.file, err.row, err.position) == ("text", str(path), 3, 3)
+    assert "text is null" in str(err) and "row 3" in str(err) and "t.parquet" in str(err)
+
+
+def test_a_null_text_is_named_through_dataloader_workers_after_the_rows_before_it(tmp_path: Path) -> None:
+    path = write_texts(tmp_path / "t.parquet", ["a", "b", "c", None, "e"], row_group_size=2)
+    ds = YoumuDataset(path, shuffle="none", output="numpy", transform=Tokenize(bpe_tokenizer()))
+    got = []
+    with pytest.raises(TextError) as e:
+        for x in DataLoader(ds, batch_size=None, num_workers=1):
+            got.append(x["input_ids"].tolist())
+    assert (e.value.column, e.value.file, e.value.row) == ("text", str(path), 3)
+    assert got == [bpe_tokenizer().encode(t).ids for t in "abc"]
+
+
+def test_a_null_text_is_located_in_a_shuffled_stream(tmp_path: Path) -> None:
+    texts = [f"row {i}" for i in range(50)]
+    texts[37] = None
+    path = write_texts(tmp_path / "t.parquet", texts, row_group_size=5)
+    err = _first_error(YoumuDataset(path, shuffle="page", buffer_size=10, seed=1,
+                                    transform=Tokenize(bpe_tokenizer(), batch_rows=3)))
+    assert (err.file, err.row) == (str(path), 37)
+
+
+@pytest.mark.parametrize("values, typ", [([1, 2], pa.int64()), ([b"a", b"b"], pa.binary()),
+                                         ([["a"], ["b"]], pa.list_(pa.string()))])
+def test_a_text_column_that_is_not_strings_is_refused(tmp_path: Path, values, typ) -> None:
+    pq.write_table(pa.table({"text": pa.array(values, type=typ)}), tmp_path / "t.parquet")
+    err = _first_error(YoumuDataset(tmp_path / "t.parquet", transform=Tokenize(bpe_tokenizer())))
+    assert err.column == "text" and "not strings" in str(err)
+
+
+def test_a_missing_text_column_names_the_columns_there_are(tmp_path: Path) -> None:
+    path = write_texts(tmp_path / "t.parquet", ["a"])
+    with pytest.raises(ColumnNotFoundError, match="'body'.*\\['text'\\]"):
+        list(YoumuDataset(path, transform=Tokenize(bpe_tokenizer(), "body")))
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"content": "hi"}, "has no role"),
+    ({"role": None, "content": "hi"}, "has no role"),
+    ({"role": "narrator", "content": "hi"}, "role 'narrator'"),
+    ({"role": "user", "content": None}, "content must be a string"),
+])
+def test_a_bad_message_names_the_message_file_and_row(tmp_path: Path, bad, why: str) -> None:
+    convs = ultrachat(6)
+    bad = {"role": bad.get("role"), "content": bad.get("content")}
+    convs[4] = [convs[4][0], bad] if convs[4][0]["role"] != "system" else [convs[4][1], bad]
+    path = write_chats(tmp_path / "c.parquet", convs, row_group_size=2)
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(chat_tokenizer())))
+    assert why in str(err)
+    assert (err.column, err.message, err.file, err.row) == ("messages", 1, str(path), 4)
+
+
+@pytest.mark.parametrize("value, why", [(None, "conversation is null"), ([], "has no messages")])
+def test_a_null_or_empty_conversation_is_refused(value, why: str) -> None:
+    t = pa.table({"messages": pa.array([ultrachat(1)[0], value],
+                                       type=pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))})
+    with pytest.raises(TextError, match=why) as e:
+        ChatTemplate(chat_tokenizer())(t)
+    assert e.value.batch_row == 1
+
+
+def test_a_template_that_raises_names_the_row(tmp_path: Path) -> None:
+    template = ("{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
+                "{{ raise_exception('a system turn must come first') }}{% endif %}"
+                "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}{% endgeneration %}"
+                "{% else %}{{ m['content'] }}{% endif %}{% endfor %}")
+    convs = [[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}] for _ in range(5)]
+    convs[2] = [{"role": "user", "content": "a"}, {"role": "system", "content": "late"}]
+    path = write_chats(tmp_path / "c.parquet", convs)
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(chat_tokenizer(template))))
+    assert "a system turn must come first" in str(err) and (err.file, err.row) == (str(path), 2)
+
+
+def test_a_row_over_cutoff_len_is_refused_when_asked(tmp_path: Path) -> None:
+    tok = chat_tokenizer()
+    convs = ultrachat(10)
+    cutoff = max(len(tok.apply_chat_template(c)["input_ids"]) for c in convs)
+    convs[6] = [{"role": "user", "content": "long " * cutoff}, {"role": "assistant", "content": "ok"}]
+    path = write_chats(tmp_path / "c.parquet", convs, row_group_size=3)
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(tok, cutoff_len=cutoff,
+                                                                                  overflow="raise")))
+    assert f"over cutoff_len={cutoff}" in str(err) and (err.file, err.row) == (str(path), 6)
+
+
+def test_a_template_without_generation_blocks_is_refused_up_front() -> None:
+    no_generation = CHATML.replace("{% generation %}", "").replace("{% endgeneration %}", "")
+    with pytest.raises(InvalidArgumentError, match="generation"):
+        ChatTemplate(chat_tokenizer(no_generation))
+
+
+def test_a_tokenizer_without_a_chat_template_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="chat template"):
+        ChatTemplate(chat_tokenizer(None))
+    with pytest.raises(ArgumentTypeError, match="PreTrainedTokenizerFast"):
+        ChatTemplate(bpe_tokenizer())
+
+
+@pytest.mark.parametrize("bad", [None, 3, object()])
+def test_something_that_is_not_a_tokenizer_is_refused(bad) -> None:
+    with pytest.raises(ArgumentTypeError, match="tokenizer must be"):
+        Tokenize(bad)
+
+
+@pytest.mark.parametrize("kw", [{"cutoff_len": 0}, {"overflow": "wrap"}, {"batch_rows": 0}])
+def test_bad_chat_settings_are_named(kw) -> None:
+    with pytest.raises((InvalidArgumentError, ArgumentTypeError), match=next(iter(kw))):
+        ChatTemplate(chat_tokenizer(), **kw)
+
+
+def test_a_tokenizer_that_cannot_be_pickled_names_the_fix_for_spawned_workers(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, pre_tokenizers
+
+    class Whole:  # a custom Python pre-tokenizer: tokenizers refuses to pickle it
+        def pre_tokenize(self, pretok):
+            pretok.split(lambda i, s: [s])
+
+    tok = Tokenizer.from_str(bpe_tokenizer().to_str())
+    tok.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(Whole())
+    path = write_texts(tmp_path / "t.parquet", ["a", "b"])
+    ds = YoumuDataset(path, shuffle="none", transform=Tokenize(tok))
+    assert len(list(DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="fork"))) == 2
+    with pytest.raises(ArgumentTypeError, match=r"cannot be pickled.*path of a saved copy.*fork"):
+        list(DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn"))
+
+
+def test_a_batched_transform_that_returns_the_wrong_rows_is_named(tmp_path: Path) -> None:
+    class Halves:
+        batched = True
+
+        def __call__(self, table):
+            return table.slice(0, table.num_rows // 2)
+
+    path = write_texts(tmp_path / "t.parquet", ["a", "b", "c", "d"])
+    with pytest.raises(ArgumentTypeError, match="Halves returned 2 rows for 4"):
+        list(YoumuDataset(path, transform=Halves()))
