@@ -190,8 +190,8 @@ impl PageIndex {
         };
         if let [u] = units {
             // one unit: decoded here, without a hop to the pool
-            let source = &self.files[u.file].source;
-            return Ok(vec![with_ctx(0, source.fetch(|| self.unit_ranges(u)).and_then(|src| self.decode(*u, src)))?]);
+            let src = self.files[u.file].source.fetch(|| self.unit_ranges(u))?;
+            return Ok(vec![with_ctx(0, self.decode(*u, src))?]);
         }
         let reads: Vec<(usize, &Source)> = units.iter().map(|u| (u.file, &self.files[u.file].source)).collect();
         let slots: Vec<OnceLock<Result<RecordBatch>>> = (0..units.len()).map(|_| OnceLock::new()).collect();
