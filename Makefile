@@ -5,7 +5,7 @@ PIP      := $(PY) -m pip
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-python lint demo bench peers-venv compare clean
+.PHONY: setup build test test-rust test-python test-seams lint demo bench peers-venv compare clean
 
 setup: $(VENV)/.deps-installed
 
@@ -23,7 +23,12 @@ test-rust:
 	cargo test --release --locked
 
 test-python: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests -m "not seams"
+
+# The seam matrix's trainer jobs (tests/test_seams.py: real trainers SIGKILLed and
+# resumed), the slow part of the matrix; CI runs it after `make test`.
+test-seams: build
+	$(PY) -m pytest -q tests/test_seams.py -m seams
 
 test: test-rust test-python
 

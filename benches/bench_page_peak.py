@@ -1,7 +1,7 @@
 """Peak memory of reading one Parquet page that is larger than the memory budget.
 
     PYTHONPATH=python .venv/bin/python benches/bench_page_peak.py [--images 25] [--image-mb 1] \\
-        [--pages 2] [--out benches/page_peak.json]
+        [--pages 2] [--budget-mb 4] [--allocators] [--out benches/page_peak.json]
 
 A writer's default can put a whole row group of images in one page (25 images of 1 MB
 is common). youmu reads such a page alone, without read-ahead
@@ -14,6 +14,15 @@ interpreter. The process's peak resident memory during the pass (``VmHWM`` after
 resetting it through ``/proc/self/clear_refs``, so imports and set-up — a small file
 read first — do not count) minus its resident memory before the pass, divided by the page's decoded size, is the
 ratio reported: 1.0 would be one copy of the page and nothing else.
+
+``--allocators`` repeats every case under other allocator settings, to see how much of
+the excess is glibc keeping freed page-sized buffers: ``YOUMU_MMAP_THRESHOLD=262144``
+(youmu's knob: buffers above 256 KB are mmapped and returned when freed),
+``MALLOC_ARENA_MAX=2`` (fewer per-thread heaps), and jemalloc and mimalloc (the
+system's ``libjemalloc.so.2`` / ``libmimalloc.so.2``, where installed) through
+``LD_PRELOAD`` — which replaces the allocator of the whole process, a fair stand-in
+for linking one into the extension since the page buffers are the extension's
+allocations. Each case also reports the pass's wall time (the allocators' speed).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,18 +80,33 @@ def measure(path: str, warm: str, budget: int) -> dict[str, Any]:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
     rows = 0
+    t0 = time.perf_counter()
     for row in ds:
         rows += 1
         del row
+    wall = time.perf_counter() - t0
     peak = _rss_kb("VmHWM")
     return {"rows": rows, "rss_before_mb": before / 1024, "peak_mb": peak / 1024,
-            "added_mb": (peak - before) / 1024}
+            "added_mb": (peak - before) / 1024, "wall_s": round(wall, 3)}
 
 
-def run_case(path: Path, warm: Path, page_bytes: int, budget: int) -> dict[str, Any]:
+LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+#: name -> environment additions
+ALLOCATORS: dict[str, dict[str, str]] = {
+    "glibc": {},
+    "glibc YOUMU_MMAP_THRESHOLD=262144": {"YOUMU_MMAP_THRESHOLD": "262144"},
+    "glibc MALLOC_ARENA_MAX=2": {"MALLOC_ARENA_MAX": "2"},
+    "jemalloc": {"LD_PRELOAD": str(LIBDIR / "libjemalloc.so.2")},
+    "mimalloc": {"LD_PRELOAD": str(LIBDIR / "libmimalloc.so.2")},
+}
+
+
+def run_case(path: Path, warm: Path, page_bytes: int, budget: int,
+             extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    env = {**os.environ, **(extra_env or {})}
     out = subprocess.run([sys.executable, __file__, "--phase", str(path), "--warm", str(warm),
                           "--budget", str(budget)],
-                         capture_output=True, text=True, check=True, env=os.environ.copy())
+                         capture_output=True, text=True, check=True, env=env)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["page_mb"] = page_bytes / 2**20
     res["peak_over_page"] = round(res["added_mb"] * 2**20 / page_bytes, 2)
@@ -92,7 +117,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase")
     ap.add_argument("--warm")
-    ap.add_argument("--budget", type=int, default=4 << 20)
+    ap.add_argument("--budget", type=int, default=4 << 20, help="bytes (the measuring phase)")
+    ap.add_argument("--budget-mb", type=float, help="memory_budget in MiB (default 4)")
+    ap.add_argument("--allocators", action="store_true", help="repeat under other allocator settings")
     ap.add_argument("--images", type=int, default=25)
     ap.add_argument("--image-mb", type=float, default=1.0)
     ap.add_argument("--pages", type=int, default=2)
@@ -101,15 +128,20 @@ def main() -> None:
     if a.phase:
         print(json.dumps(measure(a.phase, a.warm, a.budget)))
         return
-    results = {}
+    budget = int(a.budget_mb * 2**20) if a.budget_mb else a.budget
+    variants = {k: v for k, v in ALLOCATORS.items()
+                if "LD_PRELOAD" not in v or Path(v["LD_PRELOAD"]).exists()} if a.allocators else {"glibc": {}}
+    results: dict[str, Any] = {"budget_mb": budget / 2**20}
     with tempfile.TemporaryDirectory() as tmp:
         for codec in ("none", "snappy"):
             p, warm = Path(tmp) / f"{codec}.parquet", Path(tmp) / f"warm-{codec}.parquet"
             page = write(p, a.images, int(a.image_mb * 2**20), a.pages, codec)
             write(warm, 2, 1000, 1, codec)
-            results[codec] = r = run_case(p, warm, page, a.budget)
-            print(f"{codec:7s} page {r['page_mb']:.1f} MB  peak +{r['added_mb']:.1f} MB  "
-                  f"peak/page {r['peak_over_page']:.2f}", flush=True)
+            for name, env in variants.items():
+                results[f"{codec} / {name}"] = r = run_case(p, warm, page, budget, env)
+                print(f"{codec:7s} {name:34s} page {r['page_mb']:.1f} MB  budget {budget / 2**20:.0f} MiB  "
+                      f"peak +{r['added_mb']:.1f} MB  peak/page {r['peak_over_page']:.2f}  "
+                      f"peak/budget {r['added_mb'] * 2**20 / budget:.2f}  pass {r['wall_s']:.2f} s", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=1) + "\n")
 

@@ -12,6 +12,9 @@ CPU time as a finished child), which stays comparable on a machine shared with
 other jobs. The tokenizer is a byte-level BPE trained here on
 the generated corpus (no download); the texts are Zipf-distributed English-like words.
 
+The DataLoader worker tokenizes on one thread whatever ``--threads`` says (see the
+comment in ``main``): compare it with ``--threads 1``.
+
 Usage: python benches/bench_text.py [--docs 4000] [--threads 1] [--repeat 3]
 """
 
@@ -96,7 +99,9 @@ def main() -> None:
     args = ap.parse_args()
     if os.environ.get("RAYON_NUM_THREADS") != str(args.threads):  # rayon reads it once, at its pool's start
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)
-        os.environ["TOKENIZERS_PARALLELISM"] = "true"  # workers keep the threads asked for
+        # not TOKENIZERS_PARALLELISM=true: a fork worker of a process whose tokenizer
+        # threads ran would wait forever on threads it does not have (tokenizers turns
+        # them off there unless told otherwise), so the worker tokenizes on 1 thread
         os.execv(sys.executable, [sys.executable, *sys.argv])
 
     import pyarrow as pa

@@ -14,7 +14,10 @@ fed from an image-text Parquet file, with online dynamic batching vs fixed batch
    second budget on encoder patches, exact per-token loss scaling) and once with
    fixed-size batches (``DistributedSampler``), one epoch each;
 4. writes ``summary.json`` (samples/s, padding, batch sizes, loss, memory) and
-   ``vlm.png`` into ``--out``.
+   ``vlm.png`` into ``--out``: the per-token loss of both runs against samples seen
+   (what the data buys), optimizer steps (ODB's steps hold as many samples as fit its
+   budgets, fixed ones 8 per rank, so the same samples can take a different number of
+   steps) and wall time (what the speed buys), beside samples/s, padding and steps.
 
     python examples/vlm_demo.py --out vlm-out [--rows 3000] [--epochs 1]
     python examples/demo.py --vlm --out vlm-out          # the same, from the main demo
@@ -244,7 +247,7 @@ def train(rank: int, world: int, port: int, mode: str, path: str, args: argparse
         rows.append({"samples": 0 if padding else n, "real": 0 if padding else int(batch["lengths"].sum()),
                      "padded": 0 if padding else n * int(batch["input_ids"].shape[1]),
                      "patches": 0 if padding else int(batch["patches"]), "loss": mean.item(), "t": t,
-                     "ids": [] if padding else batch["ids"]})
+                     "ids": [] if padding else batch["ids"], "at": time.perf_counter() - t0})
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     results.put((rank, {"rows": rows, "wall": wall, "rss_mb": rss}))
@@ -282,14 +285,18 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     steps = len(per_rank[0]["rows"])
     ids = [i for r in rows for i in r["ids"]]
     batch_sizes = [r["samples"] for r in rows if r["samples"]]
-    # the loss curve: every step's per-token mean over both ranks, against samples seen
-    curve, seen = [], 0
+    # the loss curve: every step's per-token mean over both ranks, against samples seen,
+    # optimizer steps and wall time (the slower rank's clock at the end of the step)
+    curve, by_step, by_time, seen = [], [], [], 0
     for k in range(steps):
         step = [res["rows"][k] for res in per_rank if k < len(res["rows"])]
         seen += sum(r["samples"] for r in step)
         t = sum(r["t"] for r in step)
         if t:
-            curve.append((seen, sum(r["loss"] * r["t"] for r in step) / t))
+            loss = sum(r["loss"] * r["t"] for r in step) / t
+            curve.append((seen, loss))
+            by_step.append((k + 1, loss))
+            by_time.append((round(max(r["at"] for r in step), 3), loss))
     return {
         "steps": steps, "samples": samples, "unique_samples": len(set(ids)), "wall_s": round(wall, 2),
         "samples_per_s": round(samples / wall, 2), "backbone_tokens_per_s": round(real / wall, 1),
@@ -299,6 +306,7 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "max_patches_per_batch": max(r["patches"] for r in rows),
         "peak_rss_mb": round(max(res["rss_mb"] for res in per_rank), 1),
         "final_loss": round(float(np.mean([c[1] for c in curve[-5:]])), 4), "loss_curve": curve,
+        "loss_by_step": by_step, "loss_by_time": by_time,
     }
 
 
@@ -309,19 +317,27 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     modes = summary["modes"]
-    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
-    for name, m in modes.items():
-        xs, ys = zip(*m["loss_curve"])
-        ax[0].plot(xs, ys, label=name)
-    ax[0].set_xlabel("samples seen")
-    ax[0].set_ylabel("per-token loss")
-    ax[0].set_title("loss")
-    ax[0].legend()
+    # the same runs, three clocks: samples seen (data efficiency), optimizer steps (a
+    # step of ODB holds as many samples as fit its budgets, so ODB's steps differ in
+    # size) and wall time (what a training budget is counted in)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    curves = [("loss_curve", "samples seen"), ("loss_by_step", "optimizer steps"), ("loss_by_time", "wall time (s)")]
+    for a, (key, label) in zip(axes[0], curves):
+        for name, m in modes.items():
+            xs, ys = zip(*m[key])
+            a.plot(xs, ys, label=name, lw=0.8)
+        a.set_xlabel(label)
+        a.set_ylabel("per-token loss")
+        a.set_title(f"loss against {label}")
+        a.legend()
     names = list(modes)
-    ax[1].bar(names, [modes[n]["samples_per_s"] for n in names], color=["tab:blue", "tab:orange"])
-    ax[1].set_title("emitted samples/s (2 ranks, CPU)")
-    ax[2].bar(names, [100 * modes[n]["padding_ratio"] for n in names], color=["tab:blue", "tab:orange"])
-    ax[2].set_title("backbone padding (%)")
+    colours = ["tab:blue", "tab:orange"][:len(names)]
+    axes[1][0].bar(names, [modes[n]["samples_per_s"] for n in names], color=colours)
+    axes[1][0].set_title("emitted samples/s (2 ranks, CPU)")
+    axes[1][1].bar(names, [100 * modes[n]["padding_ratio"] for n in names], color=colours)
+    axes[1][1].set_title("backbone padding (%)")
+    axes[1][2].bar(names, [modes[n]["steps"] for n in names], color=colours)
+    axes[1][2].set_title("optimizer steps per epoch")
     d = summary["dataset"]
     fig.suptitle(f"{d['rows']} image-text rows; encoder patches {d['patches_min']}..{d['patches_max']} "
                  f"(median {d['patches_median']})")

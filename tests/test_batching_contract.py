@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import pickle
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ import pytest
 from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
 
 import youmu.batching
+from youmu import statefile
 from youmu.batching import DynamicBatchLoader, simulate
 from youmu.batching.synthetic import synthetic_lengths
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, StateError
@@ -140,7 +140,7 @@ def _mid_epoch_state(loader) -> dict:
     it = iter(loader)
     for _ in range(3):
         next(it)
-    st = pickle.loads(pickle.dumps(loader.state_dict()))
+    st = statefile.loads(statefile.dumps(loader.state_dict()), where="checkpoint")
     loader.close()
     return st
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import importlib.util  # noqa: E402
 if importlib.util.find_spec("youmu._core") is None:  # pragma: no cover
     pytest.skip("the native core is not built", allow_module_level=True)
 
+from youmu import statefile  # noqa: E402
 from youmu.batching import DynamicBatchLoader, lm_collate  # noqa: E402
 from youmu.mixture import MixtureDataset  # noqa: E402
 from youmu.torch import YoumuDataset  # noqa: E402
@@ -71,7 +71,7 @@ def test_youmu_dataset_resume(parquet_dir: Path) -> None:
     first = make()
     it = iter(first)
     head = [_ids(b) for _, (b, _) in zip(range(9), it)]
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = statefile.loads(statefile.dumps(first.state_dict()), where="checkpoint")
     first.close()
     second = make()
     second.load_state_dict(state)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import pickle
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import youmu
+from youmu import statefile
 from youmu.torch import MapStream, MixtureStream, YoumuDataset, pack
 
 GOLDEN_PATH = Path(__file__).with_name("golden_streams.json")
@@ -191,7 +191,7 @@ def stateful_resume(make: Callable[[], Any], workers: int, after: int, key: Call
         head.append(key(item))
         if len(head) == after:
             break
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = statefile.loads(statefile.dumps(first.state_dict()), where="checkpoint")
     del first
     second = sdl(make())
     second.load_state_dict(state)
@@ -207,7 +207,7 @@ def direct_resume(make: Callable[[], Any], after: int, key: Callable[[Any], Any]
         head.append(key(item))
         if len(head) == after:
             break
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = statefile.loads(statefile.dumps(first.state_dict()), where="checkpoint")
     second = make()
     second.load_state_dict(state)
     return head, [key(x) for x in second]
@@ -481,7 +481,7 @@ def test_collated_batches(index: youmu.PageIndex, golden: GoldenBook) -> None:
         head.append(g.tensors_key(b))
         if len(head) == 5:
             break
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = statefile.loads(statefile.dumps(first.state_dict()), where="checkpoint")
     first.close()
     second = Prefetcher(padded_loader(StatefulDataLoader))
     second.load_state_dict(state)

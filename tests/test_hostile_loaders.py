@@ -20,7 +20,7 @@ import torch
 from youmu.batching import DynamicBatchLoader
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, StateError
 from youmu.integrations.lightning import YoumuDataModule
-from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.integrations.trainer_loader import GATHERED_FORMAT, STATE_FORMAT, TrainerLoader
 from youmu.planning import BalancedLoader
 from youmu.torch import MapStream
 from youmu.torch.sendable import SendCollate, unpicklable_field
@@ -103,6 +103,58 @@ def test_an_absurd_batch_size_is_refused_by_name(size: int) -> None:
         TrainerLoader(MapStream(ROWS), batch_size=size)
 
 
+# -- TrainerLoader states that would skip or replay ------------------------------------------------
+def _saved_after(steps: int, num_workers: int = 0) -> dict[str, Any]:
+    loader = TrainerLoader(MapStream(ROWS), batch_size=2, num_workers=num_workers)
+    it = iter(loader)
+    for _ in range(steps):
+        next(it)
+    return loader.state_dict()
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("finished", "no", "'finished' must be a bool"),
+    ("finished", 0, "'finished' must be a bool"),
+    ("steps", 10**6, "'steps' must be at most 12"),
+    ("steps", -1, "'steps' must be >= 0"),
+    ("epoch_steps", 2, "'steps' must be at most 2"),
+    ("epoch_steps", 0, "'epoch_steps' must be >= 1"),
+    ("epoch_steps", 10**9, "exceeds the steps taken"),
+    ("source", None, "'source' must be the source's state dict, got NoneType"),
+    ("source", [], "'source' must be the source's state dict, got list"),
+])
+def test_an_edited_trainer_loader_state_is_refused_by_field(field: str, value: Any, match: str) -> None:
+    state = {**_saved_after(3), field: value}
+    loader = TrainerLoader(MapStream(ROWS), batch_size=2)
+    with pytest.raises(StateError, match=match):
+        loader.load_state_dict(state)
+    with pytest.raises(StateError, match=match):  # every rank's states: the same checks
+        loader.load_state_dict({"format": GATHERED_FORMAT, "ranks": [state]})
+
+
+def test_a_trainer_loader_state_with_an_epoch_count_resumes_its_rest() -> None:
+    state = {**_saved_after(3), "epoch_steps": 12}
+    loader = TrainerLoader(MapStream(ROWS), batch_size=2)
+    loader.load_state_dict(state)
+    assert len(loader) == 12 and [i for b in loader for i in b["id"].tolist()] == list(range(6, 24))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("saved_workers, workers", [(0, 2), (2, 0), (2, 1)])
+def test_a_trainer_loader_state_resumes_on_another_number_of_workers_exactly(saved_workers: int,
+                                                                             workers: int) -> None:
+    before = TrainerLoader(MapStream(ROWS), batch_size=2, num_workers=saved_workers)
+    it = iter(before)
+    seen = [i for _ in range(3) for i in next(it)["id"].tolist()]
+    state = before.state_dict()
+    assert state["format"] == STATE_FORMAT
+    loader = TrainerLoader(MapStream(ROWS), batch_size=2, num_workers=workers)
+    loader.load_state_dict(state)
+    rest = [i for b in loader for i in b["id"].tolist()]
+    assert sorted(seen + rest) == list(range(24))  # every row of the epoch once: nothing skipped or replayed
+    assert loader.epoch_ended and sorted(i for b in loader for i in b["id"].tolist()) == list(range(24))  # epoch 1
+
+
 # -- a checkpoint that cannot resume the data ---------------------------------------------------
 class _Linear:
     """A Lightning module that records the ids it trains on."""
@@ -157,3 +209,31 @@ def test_a_lightning_checkpoint_without_the_loader_state_is_refused_not_replayed
 def test_restart_data_must_be_a_bool() -> None:
     with pytest.raises(ArgumentTypeError, match="restart_data"):
         YoumuDataModule(lambda: None, restart_data="yes")
+
+
+# -- the command line -------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_python_dash_m_youmu_runs_the_command_line(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"input_ids": [[1, 2], [3]]}), path, write_page_index=True)
+    run = subprocess.run([sys.executable, "-m", "youmu", "inspect", str(path)], capture_output=True, text=True,
+                         timeout=100)
+    assert run.returncode == 0, run.stderr
+    assert "rows 2" in run.stdout and "input_ids" in run.stdout
+    bad = subprocess.run([sys.executable, "-m", "youmu", "nonsense"], capture_output=True, text=True, timeout=100)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2**70, 10**6])
+def test_an_absurd_number_of_workers_is_refused_by_name_not_started(workers: int) -> None:
+    with pytest.raises(InvalidArgumentError, match="num_workers must be at most 1,024"):
+        TrainerLoader(MapStream(ROWS), batch_size=2, num_workers=workers)
+    with pytest.raises(InvalidArgumentError, match="num_workers must be at most 1,024"):
+        DynamicBatchLoader(ROWS, token_budget=16, length_fn=lengths, num_workers=workers)

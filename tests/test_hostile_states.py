@@ -175,6 +175,63 @@ def test_pack_position_inside_a_row_resumes() -> None:
     assert [x["input_ids"].tolist() for x in p] == full[1:]
 
 
+@pytest.mark.parametrize("position", [(3, 10**9), (10**9, 0), (3, 7)])
+def test_pack_position_past_a_row_is_refused_through_merge_states_as_on_a_direct_load(files, position) -> None:
+    """A merged state resumes the packing position as the wrapped stream's chain: a
+    position a direct load refuses must not pack a different epoch after a merge."""
+    def packed() -> Any:
+        return pack(YoumuDataset(files["a"], buffer_size=40, shuffle="none"), seq_len=8, eos_id=0)
+
+    state = packed().state_dict()
+    state["positions"] = {0: list(position)}
+    with pytest.raises(StateError, match=r"past the end|tokens of row \d+ were packed"):
+        p = packed()
+        p.load_state_dict(youmu.merge_states([state]))
+        list(p)
+
+
+# ----------------------------------------------------------------------------------------
+# forged sizes: a small state never makes youmu allocate what it claims
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("field", ["num_workers", "world_size"])
+def test_a_forged_job_size_is_refused_by_merge_states_before_it_allocates(field) -> None:
+    state = {**MapStream(list(range(10))).state_dict(), field: 10**12, "positions": {0: 3}}
+    with pytest.raises(StateError, match=rf"{field}.*1,?000,?000,?000,?000"):
+        youmu.merge_states([state])
+
+
+def test_a_forged_worker_count_is_refused_by_a_direct_load_too() -> None:
+    stream = MapStream(list(range(10)))
+    take(iter(stream), 2)
+    state = {**stream.state_dict(), "num_workers": 10**12}
+    with pytest.raises(StateError, match=r"'positions'\[0\]=2 is past the end of worker 0's shard \(1 items"):
+        MapStream(list(range(10))).load_state_dict(state)  # worker 0 of 10**12: index math only
+
+
+def test_a_forged_dataset_size_in_a_loader_state_is_merged_without_allocating_and_refused_at_load() -> None:
+    from batching_mp import LengthDataset, collate_ids, sample_len, sample_tok, token_counts
+
+    from youmu.batching import DynamicBatchLoader
+
+    lengths = [8 + i % 5 for i in range(40)]
+
+    def loader() -> Any:
+        return DynamicBatchLoader(LengthDataset(lengths, token_counts(lengths)), token_budget=64, length_fn=sample_len,
+                                  token_count_fn=sample_tok, collate_fn=collate_ids, pool_size=8, num_workers=0,
+                                  timeout=20, heartbeat=0.1)
+
+    first = loader()
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    first.close()
+    forged = {**state, "settings": {**state["settings"], "n": 10**10}}
+    merged = youmu.merge_states([forged])  # the claimed size is index math here, never an array
+    assert merged["n"] == 10**10
+    with pytest.raises(StateError, match=r"n=10000000000 but this DynamicBatchLoader has n=40"):
+        loader().load_state_dict(merged)
+
+
 # ----------------------------------------------------------------------------------------
 # pack: token columns that are not token ids
 # ----------------------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""The Rust storage layer stays one abstraction.
+"""The layers stay layers: the Python package is acyclic, and the Rust storage layer
+stays one abstraction.
+
+Every module of ``python/youmu`` imports only modules below it (a lazy import inside a
+function is still a dependency); the job-states layer (``youmu.jobstates``) that every
+merge uses sits at the bottom, and no loader's merge imports the top-level
+``merge_states``. No module takes another module's private names.
 
 Code outside ``rust/storage/`` holds a ``storage::Source`` (one ``Storage`` trait, local
 files and objects in stores behind it) and calls storage functions that are synchronous:
@@ -10,6 +16,7 @@ fails here rather than in review.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -165,3 +172,181 @@ def test_rust_modules_stay_small_unless_one_algorithm() -> None:
         f"split these Rust modules by idea (over {MODULE_LINES} lines), or say in the first line of the "
         f"module's doc comment that it is one algorithm and which: {big}"
     )
+
+
+# -- the Python package -------------------------------------------------------------------------
+PACKAGE = ROOT / "python" / "youmu"
+
+
+def _python_sources() -> dict[str, str]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    out = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        name = ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        out[name] = p.read_text(encoding="utf-8")
+    return out
+
+
+def _imports(name: str, tree: ast.AST, modules: set[str]) -> set[str]:
+    """The package's modules ``name`` imports, anywhere in its body (``from pkg import
+    mod`` counts as importing ``mod``)."""
+    is_package = any(m.startswith(name + ".") for m in modules)
+    deps: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom):
+            if n.level:
+                parts = name.split(".")
+                base = parts[: len(parts) - n.level + (1 if is_package else 0)]
+                module = ".".join(base + ([n.module] if n.module else []))
+            else:
+                module = n.module or ""
+            if not module.startswith("youmu"):
+                continue
+            subs = {f"{module}.{a.name}" for a in n.names} & modules
+            deps |= subs or {module}
+        elif isinstance(n, ast.Import):
+            deps |= {a.name for a in n.names if a.name.startswith("youmu")}
+    return {d for d in deps if d in modules and d != name}
+
+
+def _import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    modules = set(sources)
+    return {m: _imports(m, ast.parse(text), modules) for m, text in sources.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph``, or ``None``. A package and its own submodules do
+    not count: a package's ``__init__`` names what it holds."""
+    done: set[str] = set()
+
+    def related(a: str, b: str) -> bool:
+        return a.startswith(b + ".") or b.startswith(a + ".")
+
+    def visit(m: str, path: list[str]) -> list[str] | None:
+        if m in path:
+            return [*path[path.index(m):], m]
+        if m in done:
+            return None
+        for d in sorted(graph.get(m, ())):
+            if not related(m, d) and (found := visit(d, [*path, m])):
+                return found
+        done.add(m)
+        return None
+
+    for m in sorted(graph):
+        if found := visit(m, []):
+            return found
+    return None
+
+
+def test_python_modules_are_found() -> None:
+    graph = _import_graph(_python_sources())
+    assert {"youmu.merge", "youmu.jobstates", "youmu.batching.merge"} <= set(graph)
+    assert "youmu.jobstates" in graph["youmu.merge"], graph["youmu.merge"]
+
+
+def test_python_package_has_no_import_cycle() -> None:
+    cycle = _cycle(_import_graph(_python_sources()))
+    assert cycle is None, "import cycle in python/youmu: " + " -> ".join(cycle or [])
+
+
+def test_an_import_cycle_through_a_lazy_import_is_caught() -> None:
+    sources = {"youmu.a": "from youmu.b import f\n",
+               "youmu.b": "def f():\n    from youmu import a\n    return a\n"}
+    assert _cycle(_import_graph(sources)) == ["youmu.a", "youmu.b", "youmu.a"]
+
+
+def test_job_states_sit_at_the_bottom_and_merges_never_call_back_up() -> None:
+    graph = _import_graph(_python_sources())
+    assert graph["youmu.jobstates"] <= {"youmu.stateful", "youmu.errors", "youmu._args"}, graph["youmu.jobstates"]
+    merges = [m for m in graph if m.endswith(".merge") and m != "youmu.merge"]
+    assert len(merges) >= 3, merges
+    for m in merges:
+        assert "youmu.merge" not in graph[m], f"{m} imports the top-level merge: take it as the merge callback"
+
+
+def _private_imports(sources: dict[str, str]) -> list[str]:
+    """``from youmu.x import _name`` where ``_name`` is not itself a module."""
+    modules = set(sources) | {"youmu._core"}
+    found = []
+    for name, text in sources.items():
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").startswith("youmu"):
+                found += [f"{name}:{n.lineno} takes {n.module}.{a.name}" for a in n.names
+                          if a.name.startswith("_") and f"{n.module}.{a.name}" not in modules]
+    return found
+
+
+def test_no_module_takes_another_modules_private_names() -> None:
+    bad = _private_imports(_python_sources())
+    assert not bad, "a name another module needs is not private; or the two modules are one idea: " + "; ".join(bad)
+
+
+def test_a_private_import_is_caught() -> None:
+    sources = {"youmu.a": "def _helper():\n    pass\n", "youmu.b": "from youmu.a import _helper\n",
+               "youmu.c": "from youmu import _core\n"}
+    assert _private_imports(sources) == ["youmu.b:1 takes youmu.a._helper"]
+
+
+def _pass_through_exports(sources: dict[str, str]) -> list[str]:
+    """Names a module that is not a package lists in its ``__all__`` but imports."""
+    found = []
+    for name, text in sources.items():
+        if any(m.startswith(name + ".") for m in sources):
+            continue  # a package's __init__ is its face: it names what its modules hold
+        tree = ast.parse(text)
+        imported: set[str] = set()
+        exported: list[str] = []
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                imported |= {(a.asname or a.name).split(".")[0] for a in n.names}
+            elif isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                target = n.targets[0] if isinstance(n, ast.Assign) else n.target
+                if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(n.value, (ast.List, ast.Tuple)):
+                    exported += [e.value for e in n.value.elts if isinstance(e, ast.Constant)]
+        found += [f"{name} re-exports {x}" for x in exported if x in imported]
+    return found
+
+
+def test_no_module_but_a_package_re_exports_another_modules_names() -> None:
+    bad = _pass_through_exports(_python_sources())
+    assert not bad, "import each name from the module that defines it: " + "; ".join(bad)
+
+
+def test_a_re_export_is_caught() -> None:
+    sources = {"youmu.a": "X = 1\n", "youmu.b": "from youmu.a import X\n__all__ = ['X', 'y']\ny = 2\n",
+               "youmu.p": "from youmu.p.m import X\n__all__ = ['X']\n", "youmu.p.m": "X = 1\n"}
+    assert _pass_through_exports(sources) == ["youmu.b re-exports X"]
+
+
+# the one rule per setting that every loader shares: (function that holds it, its module)
+_ONE_RULE = {"seed": ("seed_arg", "youmu._args"), "epoch": ("check_epoch", "youmu.stateful")}
+
+
+def _own_checks(sources: dict[str, str]) -> list[str]:
+    """Calls of the generic int checkers on a setting that has its one rule, outside
+    the function that holds that rule."""
+    found = []
+    for name, text in sources.items():
+        tree = ast.parse(text)
+        allowed = {id(c) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                   for setting, (holder, module) in _ONE_RULE.items() if f.name == holder and name == module
+                   for c in ast.walk(f)}
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                    and n.func.id in ("int_arg", "opt_int_arg", "state_int") and n.args
+                    and isinstance(n.args[0], ast.Constant) and n.args[0].value in _ONE_RULE
+                    and id(n) not in allowed):
+                found.append(f"{name}:{n.lineno} checks {n.args[0].value!r} itself")
+    return sorted(found)
+
+
+def test_each_shared_setting_has_one_rule() -> None:
+    bad = _own_checks(_python_sources())
+    assert not bad, "use youmu._args.seed_arg / youmu.stateful.check_epoch: " + "; ".join(bad)
+
+
+def test_a_setting_checked_by_hand_is_caught() -> None:
+    sources = {"youmu.a": "def f(seed):\n    return int_arg('seed', seed, minimum=0)\n",
+               "youmu._args": "def seed_arg(seed):\n    return int_arg('seed', seed, minimum=0)\n"}
+    assert _own_checks(sources) == ["youmu.a:2 checks 'seed' itself"]

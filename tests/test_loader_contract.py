@@ -5,13 +5,16 @@ Ray cluster). Each is one rank over the same shuffled Parquet source
 (``YoumuDataset``, ``shuffle="page"``: another epoch, another order), so a pass is
 compared by the ids it delivers.
 
+The one epoch rule (``set_epoch(e)`` on the epoch a state was loaded for keeps the
+resume point, another epoch starts that epoch fresh) is checked with the same test
+against the streams too: ``YoumuDataset``, ``MapStream`` and ``pack``.
+
 Also: the plan's settings are checked in one place, so ``BalancedLoader`` and the Ray
 deployment refuse the same bad settings with the same error.
 """
 
 from __future__ import annotations
 
-import pickle
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,10 +28,12 @@ pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).parent))
 import ray_streams as rs  # noqa: E402
 
+from youmu import statefile  # noqa: E402
 from youmu.errors import LoaderError, StateError, YoumuError  # noqa: E402
 from youmu.stateful import LOADER_STATE_KEYS, Loader  # noqa: E402
 
 KINDS = ["dynamic", "balanced", "ray"]
+STREAMS = ["youmu_dataset", "map_stream", "pack"]
 _STREAM = {k: v for k, v in rs.STREAM.items() if k != "columns"}
 _PLAN = dict(num_microbatches=2, global_batch_size=16, cost="llama-12b", seed=3)
 
@@ -52,12 +57,9 @@ def _dataset(path: str) -> Any:
     return YoumuDataset(youmu.PageIndex(path, columns=rs.STREAM["columns"]), rank=0, world_size=1, **_STREAM)
 
 
-@pytest.fixture(params=KINDS)
-def make(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any]]:
-    """A factory of equally configured loaders of one kind (closed at the end)."""
+def _factory(request: pytest.FixtureRequest, path: str, kind: str) -> Iterator[Callable[[], Any]]:
     made: list[Any] = []
     deployments: list[Any] = []
-    kind = request.param
     if kind == "ray":
         request.getfixturevalue("cluster")
         from youmu.ray import RayLoaders, Source
@@ -75,8 +77,18 @@ def make(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any
             from youmu.planning import BalancedLoader
 
             loader = BalancedLoader({"web": _dataset(path)}, schedule={"web": 1}, prefetch=1, **_PLAN)
-        else:
+        elif kind == "ray":
             loader = deployments[0].client(0, prefetch=1)
+        elif kind == "youmu_dataset":
+            return _dataset(path)
+        elif kind == "map_stream":
+            from youmu.torch import MapStream
+
+            return MapStream([{"id": i} for i in range(40)], rank=0, world_size=1, chunk=3)
+        else:
+            from youmu.torch import pack
+
+            return pack(_dataset(path), seq_len=48)
         made.append(loader)
         return loader
 
@@ -87,7 +99,25 @@ def make(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any
         d.shutdown()
 
 
+@pytest.fixture(params=KINDS)
+def make(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any]]:
+    """A factory of equally configured loaders of one kind (closed at the end)."""
+    yield from _factory(request, path, request.param)
+
+
+@pytest.fixture(params=KINDS + STREAMS)
+def make_any(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any]]:
+    """A factory of equally configured loaders or streams of one kind."""
+    yield from _factory(request, path, request.param)
+
+
 def _ids(item: Any) -> tuple[int, ...]:
+    """What a delivered item is compared by: a loader's ``(batch, info)`` by its samples'
+    ids, a stream's row by its id, a packed sequence by its tokens."""
+    if not isinstance(item, tuple):
+        if "cu_seqlens" in item:
+            return tuple(item["input_ids"].tolist())
+        return (int(item["id"]),)
     batch = item[0]
     return () if batch is None else tuple(int(s["id"]) for s in batch)
 
@@ -120,7 +150,7 @@ def test_a_loaded_state_starts_the_next_pass_then_the_epoch_start_again(make: Ca
     full = _pass(loader)
     it = iter(loader)
     _take(it, 3)
-    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    state = statefile.loads(statefile.dumps(loader.state_dict()), where="checkpoint")
     resumed = make()
     resumed.load_state_dict(state)
     assert _pass(resumed) == full[3:]
@@ -174,6 +204,45 @@ def test_set_epoch_keeps_a_resume_point_of_its_epoch_and_clears_another(make: Ca
     assert _pass(cleared) == _pass(other)
 
 
+@pytest.mark.parametrize("merged", [False, True], ids=["own state", "merged state"])
+def test_one_epoch_rule_for_streams_and_loaders(make_any: Callable[[], Any], request: pytest.FixtureRequest,
+                                                merged: bool) -> None:
+    """The usual loop after a resume (load the state, then ``set_epoch(e)`` for each
+    epoch) continues the loaded epoch where it stopped; ``set_epoch`` of any other
+    epoch starts that epoch fresh."""
+    kind = request.node.callspec.params["make_any"]
+    if merged and kind not in STREAMS:
+        pytest.skip("a loader's merged state resumes on another topology: tests/test_resume_*.py")
+    import youmu
+
+    ref = make_any()
+    ref.set_epoch(1)
+    full1 = _pass(ref)
+    ref.set_epoch(0)
+    full0 = _pass(ref)
+    ref.set_epoch(1)
+    it = iter(ref)
+    _take(it, 3)
+    state = statefile.loads(statefile.dumps(ref.state_dict()), where="checkpoint")
+    if merged:
+        state = youmu.merge_states([state])
+    del it
+    kept = make_any()
+    kept.load_state_dict(state)
+    kept.set_epoch(1)
+    kept.set_epoch(1)  # as often as a training loop likes
+    assert _pass(kept) == full1[3:]
+    if not merged:  # (a merged state's epoch is what its jobs left: its passes start there)
+        assert _pass(kept) == full1  # the pass after it: the epoch's start
+    kept.set_epoch(2)
+    kept.set_epoch(1)  # once cleared, the epoch starts fresh
+    assert _pass(kept) == full1
+    other = make_any()
+    other.load_state_dict(state)
+    other.set_epoch(0)
+    assert _pass(other) == full0
+
+
 # -- state_dict: one schema ------------------------------------------------------------------------
 def test_state_dict_schema(make: Callable[[], Any]) -> None:
     loader = make()
@@ -199,6 +268,21 @@ def test_close(make: Callable[[], Any]) -> None:
     _take(it, 2)
     loader.close()
     loader.close()
+    assert _pass(loader) == full
+
+
+def test_close_has_one_signature_and_every_loader_is_a_context_manager(make: Callable[[], Any]) -> None:
+    import inspect
+
+    loader = make()
+    params = inspect.signature(loader.close).parameters
+    assert list(params) == ["timeout"] and params["timeout"].default is None
+    full = _pass(loader)
+    with loader as same:
+        assert same is loader
+        it = iter(loader)
+        _take(it, 2)
+    loader.close(timeout=1.0)  # the block closed the pass already: a no-op
     assert _pass(loader) == full
 
 

@@ -38,8 +38,10 @@ from youmu.planning import (
     imbalance,
     pack_microbatch,
 )
-from youmu.planning.balance import MAX_SLOTS, balance_detailed
-from youmu.planning.balanced_loader import MAX_MICROBATCHES, STATE_FORMAT
+from youmu.planning.balance import balance_detailed
+from youmu.planning.checkpoint import STATE_FORMAT
+from youmu.planning.metrics import MAX_SLOTS
+from youmu.planning.settings import MAX_MICROBATCHES
 from youmu.planning.workloads import arrival_assignment
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -16,8 +15,9 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planning_mp as mp  # noqa: E402
 
+from youmu import statefile  # noqa: E402
 from youmu.planning import BalancedLoader, CostModel, MicroBatchInfo, pack_microbatch  # noqa: E402
-from youmu.planning.balanced_loader import STATE_FORMAT  # noqa: E402
+from youmu.planning.checkpoint import STATE_FORMAT  # noqa: E402
 
 
 def _sid(s: dict[str, Any]) -> int:
@@ -206,7 +206,7 @@ def _key(info: MicroBatchInfo) -> tuple:
 
 def _resumed(make: Any, stop_after: int, prefetch: int, key: Any) -> tuple[list, list, dict]:
     """(what the first loader yielded before stopping, what a new loader yields after
-    load_state_dict, the state) — the state goes through pickle as a checkpoint would."""
+    load_state_dict, the state) — the state goes through the state file codec as a checkpoint would."""
     first = make(prefetch)
     head: list = []
     if stop_after:
@@ -214,7 +214,7 @@ def _resumed(make: Any, stop_after: int, prefetch: int, key: Any) -> tuple[list,
             head.append(key(batch, info))
             if len(head) == stop_after:
                 break
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = statefile.loads(statefile.dumps(first.state_dict()), where="checkpoint")
     first.close()
     second = make(0)
     second.load_state_dict(state)

@@ -129,10 +129,10 @@ def test_reference_exercises_what_matters(reference: list[list[Any]]) -> None:
 @pytest.mark.parametrize("world,drop_last,budget", [(1, False, None), (2, True, None), (3, False, 60_000)])
 def test_loaders_read_the_rows_youmu_dataset_yields(paths: dict[str, str], shuffle: str, world: int,
                                                     drop_last: bool, budget: int | None) -> None:
-    """A loader's torch-free ParquetRows is YoumuDataset.iter_positions, position for
+    """A loader's torch-free ParquetStream is YoumuDataset.iter_positions, position for
     position, and reads the same rows back one by one."""
     import youmu
-    from youmu.ray.source import ParquetRows
+    from youmu.parquet import ParquetStream
     from youmu.torch import YoumuDataset
 
     index = youmu.PageIndex(paths["web"], columns=["id", "input_ids"])
@@ -143,7 +143,8 @@ def test_loaders_read_the_rows_youmu_dataset_yields(paths: dict[str, str], shuff
         kw.update(shuffle="page", page_slices=3)
     for rank in range(world):
         ds = YoumuDataset(index, rank=rank, world_size=world, **kw)
-        mine = ParquetRows(index, Source(index, **kw), rank, world)
+        mine = Source(index, **kw).build(index, rank, world)
+        assert isinstance(mine, ParquetStream)
         for epoch in (0, 2):
             ds.set_epoch(epoch)
             mine.set_epoch(epoch)

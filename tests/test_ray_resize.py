@@ -203,9 +203,9 @@ def test_stream_function_sources_resize_exactly_once(all_ids: Counter[int], path
 
 
 def test_resumed_parquet_rows_are_what_youmu_dataset_resumes_to(paths: dict[str, str]) -> None:
-    """A loader's resumed ParquetRows is YoumuDataset loaded with the same merged state."""
-    from youmu.ray.source import ParquetRows
-    from youmu.resume import Level
+    """A loader's resumed ParquetStream is YoumuDataset loaded with the same merged state."""
+    from youmu.jobstates import Level
+    from youmu.parquet import ParquetStream
     from youmu.torch import YoumuDataset
 
     index = youmu.PageIndex(paths["web"], columns=["id", "input_ids"])
@@ -223,8 +223,8 @@ def test_resumed_parquet_rows_are_what_youmu_dataset_resumes_to(paths: dict[str,
         ds = YoumuDataset(index, rank=rank, world_size=3, **kw)
         ds.load_state_dict(merged)
         want = [(p, int(r["id"])) for p, r in ds.iter_positions(0)]
-        mine = ParquetRows(index, Source(index, **kw), rank, 3, levels=[level], first_world_size=2)
-        mine.set_epoch(1)
+        mine = Source(index, **kw).build(index, rank, 3, epoch=1, levels=[level])
+        assert isinstance(mine, ParquetStream)
         assert [(p, int(r["id"])) for p, r in mine.iter_positions(0)] == want and want
         some = want[::4][::-1]
         assert [int(r["id"]) for r in mine.rows_at([p for p, _ in some])] == [i for _, i in some]
@@ -291,7 +291,7 @@ def test_bad_states_are_refused_naming_the_field(paths: dict[str, str], two_stat
     with pytest.raises(StateError, match="capacity=330"):
         deploy(paths, 3, capacity=400, local=True).client(0).load_state_dict(merged)
     # a merged state of another kind, a broken planner state
-    with pytest.raises(StateError, match="not of RayBalancedLoader states"):
+    with pytest.raises(StateError, match="not of a 'youmu.ray.RayBalancedLoader/1'"):
         deploy(paths, 3, local=True).client(0).load_state_dict(dict(merged, stream="youmu.MapStream/1"))
     bad = dict(merged, planner=dict(merged["planner"], carry=[[[1, 0, [3], 3, 5, 9]], []]))
     with pytest.raises(StateError, match=r"'carry'\[0\]\[0\] names origin stream 9"):

@@ -199,7 +199,7 @@ def test_bad_merges_name_the_problem() -> None:
     other = [dict(s, id=s["id"], input_ids=s["input_ids"][:3]) for s in DATA[:50]]
     with pytest.raises(StateError, match="source 'default'.*'data'"):
         youmu.merge_states([states[0], _states(data=other)[1]])
-    with pytest.raises(StateError, match="not a youmu.planning.BalancedLoader/2 state"):
+    with pytest.raises(StateError, match=r"not a BalancedLoader \(youmu.planning.BalancedLoader/2\) state"):
         youmu.merge_states([states[0], MapStream(DATA, rank=1, world_size=2).state_dict()])
     with pytest.raises(StateError, match="field 'mode' is 'replay'"):
         youmu.merge_states([states[0], dict(states[1], mode="replay")])

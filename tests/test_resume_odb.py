@@ -18,9 +18,10 @@ from resume_odb_mp import job_scenario
 
 import youmu
 from youmu.batching import DynamicBatchLoader, rank_indices
-from youmu.batching.merge import Level, rank_order
+from youmu.batching.merge import rank_order, sampler_level
 from youmu.batching.synthetic import synthetic_lengths
 from youmu.errors import StateError
+from youmu.jobstates import Level
 
 LENGTHS = synthetic_lengths("uniform-wide", 300, seed=2)
 
@@ -54,7 +55,7 @@ def test_the_first_job_reads_the_samplers_order(n, world, seed, shuffle, pad, ep
     """A level where nothing was read leaves the first job's order itself: its ranks
     read exactly what :func:`rank_indices` (``DistributedSampler``) gives them."""
     s = {"n": n, "seed": seed, "shuffle": shuffle, "pad_sampler": pad}
-    untouched = Level(world, (0,) * world, ((),) * world)
+    untouched = sampler_level(world, (0,) * world, ((),) * world)
     for r in range(world):
         want = rank_indices(n, world, r, seed=seed, epoch=epoch, shuffle=shuffle, pad=pad)
         assert rank_order(s, epoch, [untouched], rank=r, world_size=world).tolist() == want
@@ -74,7 +75,7 @@ def _chains(draw):
             keys = draw(st.lists(st.integers(0, max(p - 1, 0)), unique=True, max_size=min(p, 6))) if p else []
             positions.append(p)
             pending.append(tuple(keys))
-        levels.append(Level(world, tuple(positions), tuple(pending)))
+        levels.append(sampler_level(world, tuple(positions), tuple(pending)))
     return s, levels, draw(st.integers(1, 7))
 
 
@@ -91,7 +92,7 @@ def test_a_chain_of_jobs_delivers_every_sample_once(chain):
             order = (rank_order(s, 0, levels[:depth], rank=r, world_size=lv.world_size) if depth else
                      np.asarray(rank_indices(s["n"], lv.world_size, r, seed=s["seed"], shuffle=s["shuffle"],
                                              pad=False)))
-            delivered += [int(x) for k, x in enumerate(order[: lv.positions[r]]) if k not in lv.pending[r]]
+            delivered += [int(x) for k, x in enumerate(order[: lv.positions[r][0]]) if k not in lv.pending[r]]
     shares = [rank_order(s, 0, levels, rank=r, world_size=new_world).tolist() for r in range(new_world)]
     assert sorted(delivered + [x for sh in shares for x in sh]) == list(range(s["n"]))
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
@@ -100,11 +101,11 @@ def test_a_chain_of_jobs_delivers_every_sample_once(chain):
 def test_pending_keys_must_be_read_and_distinct():
     s = {"n": 10, "seed": 0, "shuffle": False, "pad_sampler": False}
     with pytest.raises(StateError, match="pending"):
-        rank_order(s, 0, [Level(1, (3,), ((5,),))], rank=0, world_size=1)
+        rank_order(s, 0, [sampler_level(1, (3,), ((5,),))], rank=0, world_size=1)
     with pytest.raises(StateError, match="pending"):
-        rank_order(s, 0, [Level(1, (3,), ((1, 1),))], rank=0, world_size=1)
+        rank_order(s, 0, [sampler_level(1, (3,), ((1, 1),))], rank=0, world_size=1)
     with pytest.raises(StateError, match="position"):
-        rank_order(s, 0, [Level(2, (6, 0), ((), ()))], rank=0, world_size=1)
+        rank_order(s, 0, [sampler_level(2, (6, 0), ((), ()))], rank=0, world_size=1)
 
 
 # -- one process: a chain of single-rank jobs with new settings ------------------------------------

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.errors import StateError
+from youmu.jobstates import Level
 from youmu.resume import (
-    Level,
     Origin,
     Units,
     deal,
@@ -23,7 +23,7 @@ from youmu.resume import (
     shard_plan,
 )
 from youmu.sharding import Shard
-from youmu.shuffle import ShardPlan, _row_range
+from youmu.shuffle import ShardPlan, row_range
 
 
 def _rows_of(units: Units, count: int) -> list[tuple[int, int]]:
@@ -139,7 +139,7 @@ def test_first_level_is_what_the_stream_plans(rows, world, workers, drop_last, c
                                        window_rows=chunk) if n else None
             ru = Origin(np.array([n]), "block-balanced" if drop_last else "block").units(shard)
             if row_plan is not None and row_plan.total_rows:
-                lo, hi = _row_range(n, shard, drop_last)
+                lo, hi = row_range(n, shard, drop_last)
                 assert (ru.lo.tolist(), ru.hi.tolist()) == ([lo], [hi])
                 # what the stream reads from the block, chunk by chunk, is that range
                 rows = np.concatenate([row_plan.rows_of(i) for i in range(len(row_plan.window_ids))])

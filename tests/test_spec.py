@@ -1,6 +1,6 @@
 """The stream spec (:mod:`youmu.spec`): a Parquet source's settings are checked once,
 by the spec, and every reader of a Parquet source — ``YoumuDataset`` in DataLoader
-workers, the Ray ``Source`` / ``ParquetRows`` in loader actors — is a wrapper over it:
+workers, the Ray ``Source`` / ``ParquetStream`` in loader actors — is a wrapper over it:
 the same settings give equal specs, equal descriptions and identical streams, and the
 wrappers hold no setting checks and build no ``RowStream`` of their own."""
 
@@ -158,7 +158,7 @@ CASES = [
 @pytest.mark.parametrize("world", [1, 3])
 def test_dataset_and_ray_source_with_the_same_settings_are_one_spec_and_one_stream(
         path: str, kw: dict[str, Any], world: int) -> None:
-    from youmu.ray.source import ParquetRows
+    from youmu.parquet import ParquetStream
 
     Source = _ray_source()
     settings = dict(kw, columns=["id", "tokens"], output="python", transform=_double)
@@ -168,7 +168,8 @@ def test_dataset_and_ray_source_with_the_same_settings_are_one_spec_and_one_stre
         ds = YoumuDataset(path, rank=rank, world_size=world, **settings)
         assert ds.spec == src.spec
         assert ds.spec.describe(describe_paths(path)) == src.describe()
-        rows = ParquetRows(src.open(), src, rank, world)
+        rows = src.build(src.open(), rank, world)
+        assert isinstance(rows, ParquetStream)
         state = ds.state_dict()
         assert rows.layout.settings(rank) == {k: state[k] for k in rows.layout.settings(rank)}
         assert (rows.layout.window_pages, rows.layout.read_ahead) == (ds.window_pages, ds.read_ahead)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from textutil import bpe_tokenizer, chat_tokenizer, sharegpt, ultrachat, write_chats, write_texts
+from textutil import CHATML, bpe_tokenizer, chat_tokenizer, sharegpt, ultrachat, write_chats, write_texts
 from torch.utils.data import DataLoader
 
 from youmu.text import ChatTemplate, Tokenize, infer_seqlen
@@ -291,3 +291,29 @@ def test_workers_started_by_spawn_load_a_tokenizer_path(tmp_path: Path, corpus) 
                       transform=Tokenize(tmp_path / "tokenizer.json"))
     dl = DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn")
     assert [x["input_ids"].tolist() for x in dl] == [tok.encode(t).ids for t in texts]
+
+
+# -- image-text chats take the same path ----------------------------------------------------
+def test_image_text_chats_take_the_tokenizers_chat_template_as_text_chats_do() -> None:
+    from youmu.vision import tokenize_chat
+
+    tok = chat_tokenizer("{{ bos_token }}" + CHATML)  # the template's own BOS, which a hand-made ChatML lacks
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    conv = [{"from": "human", "value": "<image>\nWhat is it?"}, {"from": "gpt", "value": "A cat."},
+            {"from": "human", "value": "And <image>?"}, {"from": "gpt", "value": "A dog."}]
+    out = tokenize_chat(conv, [5, 3], tok, system=None)
+    assert out["input_ids"].count(pad) == 8
+    assert all(lab == -100 for i, lab in zip(out["input_ids"], out["labels"]) if i == pad)
+    # each image's pads collapsed to one: what transformers gives for the same chat
+    vision = "<|vision_start|><|image_pad|><|vision_end|>"
+    messages = [{"role": "user", "content": vision + "\nWhat is it?"}, {"role": "assistant", "content": "A cat."},
+                {"role": "user", "content": f"And {vision}?"}, {"role": "assistant", "content": "A dog."}]
+    collapsed = [(i, lab) for k, (i, lab) in enumerate(zip(out["input_ids"], out["labels"]))
+                 if not (i == pad and k and out["input_ids"][k - 1] == pad)]
+    ids, labels = _reference(tok, [messages])[0]
+    assert collapsed == list(zip(ids, labels)) and ids[0] == tok.bos_token_id
+    # a chat without images is the text path's sample
+    text_only = [m for m in conv if "<image>" not in m["value"]] + [{"from": "human", "value": "bye"}]
+    sample, _ = ChatTemplate(tok, column="conversations")(pa.table({"conversations": [text_only]}))
+    got = tokenize_chat(text_only, [], tok, system=None)
+    assert [got["input_ids"], got["labels"]] == [sample.column("input_ids")[0].as_py(), sample.column("labels")[0].as_py()]

@@ -9,17 +9,15 @@ an incomplete job, repeated ranks, states of other data, states of a foreign kin
 from __future__ import annotations
 
 import os
-import pickle
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.distributed as dist
 from batching_mp import run_world
 from torchdata.stateful_dataloader import StatefulDataLoader
-from trainers_mp import N, TinyLM, collate, dataset, torchrun_env
+from trainers_mp import N, TinyLM, collate, dataset, torchrun_env, write_corpus
 
 import youmu
 from youmu.errors import StateError
@@ -27,6 +25,7 @@ from youmu.integrations import TrainerLoader
 from youmu.integrations.accelerate import prepare
 from youmu.integrations.hf import load_loader_state, loader_state_path
 from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT
+from youmu.statefile import write_state
 from youmu.torch import MapStream, YoumuDataset, collate_packed, collate_pad, pack
 
 ROWS = 75  # rows of the Parquet corpus, pages of a few rows
@@ -35,11 +34,7 @@ EOS, PAD = -2, -1
 
 
 def _write(path: str, rows: int = ROWS, first: int = 0) -> None:
-    ids = list(range(first, first + rows))
-    # token t of row r is r * 1000 + t: every token of the corpus is unique
-    toks = [[r * 1000 + t for t in range(1 + r % 7)] for r in ids]
-    pq.write_table(pa.table({"id": ids, "input_ids": pa.array(toks, pa.list_(pa.int64()))}), path,
-                   data_page_size=64, write_page_index=True, row_group_size=8)
+    write_corpus(path, rows, first)
 
 
 def _rows(path: str, workers: int) -> TrainerLoader:
@@ -82,8 +77,7 @@ def old_job(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["rows"], _ = _steps(iter(loader), TAKE, _ids)
     res["rows_state"] = loader.gathered_state_dict()
     os.makedirs(f"{tmp}/hf", exist_ok=True)
-    with open(loader_state_path(f"{tmp}/hf", rank), "wb") as f:
-        pickle.dump(loader.state_dict(), f)  # what the HF callback writes in checkpoint-N/
+    write_state(loader_state_path(f"{tmp}/hf", rank), loader.state_dict())  # what the HF callback writes
     packed = _packed(f"{tmp}/rows.parquet", workers=2)
     res["pack"], _ = _steps(iter(packed), TAKE, _tokens)
     res["pack_state"] = packed.gathered_state_dict()
@@ -225,9 +219,8 @@ def test_an_incomplete_or_repeated_job_is_refused(jobs) -> None:
         _fresh(tmp).load_state_dict([ranks[0], {**ranks[1], "epoch": 1}])
     # the per-rank files of a Trainer checkpoint: the missing one is named
     os.makedirs(f"{tmp}/partial", exist_ok=True)
-    with open(loader_state_path(f"{tmp}/partial", 0), "wb") as f:
-        pickle.dump(ranks[0], f)
-    with pytest.raises(StateError, match=r"no youmu loader state for rank\(s\) \[1\] .*youmu_loader_rank1.pkl"):
+    write_state(loader_state_path(f"{tmp}/partial", 0), ranks[0])
+    with pytest.raises(StateError, match=r"no youmu loader state for rank\(s\) \[1\] .*youmu_loader_rank1.json"):
         load_loader_state(_fresh(tmp), f"{tmp}/partial")
     # a refused state leaves the loader as it was: a whole epoch from the start
     loader = _fresh(tmp)
@@ -246,7 +239,7 @@ def test_states_of_other_data_are_refused(jobs, tmp_path) -> None:
     with pytest.raises(StateError, match="'data'"):
         _fresh(tmp).load_state_dict([ranks[0], {**ranks[1], "source": other.state_dict()}])
     # the job's states, resumed by a loader over another stream
-    with pytest.raises(StateError, match="MapStream state"):
+    with pytest.raises(StateError, match="MapStream.load_state_dict got a merged state of a 'youmu.YoumuDataset/1'"):
         TrainerLoader(MapStream(list(range(ROWS))), batch_size=4).load_state_dict(old[0]["rows_state"])
     with pytest.raises(StateError, match="seed"):
         TrainerLoader(YoumuDataset(f"{tmp}/rows.parquet", shuffle="page", buffer_size=8, seed=2),

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import warnings
 import zlib
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def rss(field):
 
 path, budget = sys.argv[1], int(sys.argv[2])
 # what a YoumuDataset (or a DataLoader worker) runs, without importing torch (fast)
-ds = RowStream(youmu.PageIndex(path), "page", memory_budget=budget or None, seed=1)
+ds = RowStream(youmu.PageIndex(path), "page", memory_budget=budget or 1 << 50, seed=1)  # 0: unbounded
 try:  # restart the high-water mark from here (Linux >= 4.0)
     open("/proc/self/clear_refs", "w").write("5")
 except OSError:
@@ -232,6 +233,24 @@ def test_peak_memory_stays_within_the_budget_with_20mb_and_1kb_images(big_images
     assert unbounded["window_pages"] == 5 and unbounded["added"] > 1.5 * budget, unbounded
     small = _rss(_image_file(tmp_path / "1kb.parquet", 2000, 1 << 10, 50), budget)
     assert small["rows"] == 2000 and small["window_pages"] == 40 and small["added"] < 16 << 20, small
+
+
+def test_large_rows_get_a_budget_by_default_and_say_so(big_images, tmp_path) -> None:
+    """No memory_budget: rows of 20 MB images would make windows of all 5 pages of 40 MB
+    (3 in flight: 600 MB); youmu reads them with its default budget, and warns."""
+    from youmu.stream import DEFAULT_MEMORY_BUDGET
+
+    with pytest.warns(youmu.YoumuWarning, match=r"no memory_budget given and rows of 20,97\d,\d{3} decoded bytes.*"
+                                                r"windows of 4 pages; pass memory_budget="):
+        ds = YoumuDataset(big_images, output="python")
+    page = int(ds.index.page_decoded_bytes().max())
+    assert ds.window_pages == 4 and 3 * ds.window_pages * page <= DEFAULT_MEMORY_BUDGET
+    assert YoumuDataset(big_images, output="python", memory_budget=1 << 40).window_pages == 5  # a given budget decides
+    # small rows: no budget, no warning, the windows the rows ask for
+    small = _image_file(tmp_path / "1kb.parquet", 2000, 1 << 10, 50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert YoumuDataset(small, output="python").window_pages == 40
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")

@@ -80,27 +80,27 @@ def test_the_good_row_before_a_bad_one_is_delivered_before_the_error(row_7_bad, 
 
 
 def test_a_misspelt_image_column_is_an_error_naming_the_columns(row_7_bad) -> None:
-    ds = YoumuDataset(row_7_bad, output="python", shuffle="none",
-                      transform=VisionTransform(ByteTokenizer(), image_column="images", text_column="caption"))
+    # when the dataset is built, before any worker starts
+    with pytest.raises(youmu.ColumnNotFoundError, match=r"\['images'\].*\['id', 'image', 'caption'\]"):
+        YoumuDataset(row_7_bad, output="python", shuffle="none",
+                     transform=VisionTransform(ByteTokenizer(), image_column="images", text_column="caption"))
+    # and at a row, wherever the transform runs (a skip policy does not skip it)
+    t = VisionTransform(ByteTokenizer(), image_column="images", text_column="caption", on_error="skip")
     with pytest.raises(youmu.ColumnNotFoundError, match=r"image_column='images'.*\['caption', 'id', 'image'\]"):
-        next(iter(ds))
-    # a skip policy does not turn a configuration error into skipped rows
-    ds = YoumuDataset(row_7_bad, output="python", shuffle="none", transform=VisionTransform(
-        ByteTokenizer(), image_column="images", text_column="caption", on_error="skip"))
-    with pytest.raises(youmu.ColumnNotFoundError):
-        list(DataLoader(ds, batch_size=None, num_workers=1))
+        t({"id": 0, "image": None, "caption": "x"})
 
 
 def test_a_missing_text_column_is_an_error_not_samples_without_loss_tokens(row_7_bad) -> None:
-    ds = YoumuDataset(row_7_bad, output="python", shuffle="none",
-                      transform=VisionTransform(ByteTokenizer()))  # text_column="conversations"
-    with pytest.raises(youmu.ColumnNotFoundError, match=r"text_column='conversations'.*'caption'"):
-        next(iter(ds))
+    with pytest.raises(youmu.ColumnNotFoundError, match=r"\['conversations'\].*'caption'"):
+        YoumuDataset(row_7_bad, output="python", shuffle="none",
+                     transform=VisionTransform(ByteTokenizer()))  # text_column="conversations"
     # columns= that leaves the text out is named too
-    ds = YoumuDataset(row_7_bad, output="python", shuffle="none", columns=["image"],
-                      transform=VisionTransform(ByteTokenizer(), text_column="caption"))
-    with pytest.raises(youmu.ColumnNotFoundError, match=r"\['image'\].*columns="):
-        next(iter(ds))
+    with pytest.raises(youmu.ColumnNotFoundError, match=r"\['caption'\].*columns= leaves them out.*\['image'\]"):
+        YoumuDataset(row_7_bad, output="python", shuffle="none", columns=["image"],
+                     transform=VisionTransform(ByteTokenizer(), text_column="caption"))
+    t = VisionTransform(ByteTokenizer())
+    with pytest.raises(youmu.ColumnNotFoundError, match=r"text_column='conversations'.*columns="):
+        t({"image": None, "caption": "x"})
 
 
 def test_a_null_image_or_text_is_data_not_an_error() -> None:
@@ -121,7 +121,7 @@ def test_a_skip_policy_under_which_no_row_is_good_is_an_error_with_the_count(tmp
 def test_a_resumed_pass_that_only_sees_bad_rows_warns() -> None:
     """A pass resumed past its shard's last good row (as after resharding) that only
     finds bad rows warns with the count rather than failing the run."""
-    from youmu.torch.skips import SkipLog, reporting_pass
+    from youmu.skips import SkipLog, reporting_pass
 
     def where(pos):
         return {"file": "f.parquet", "row": pos, "position": pos}

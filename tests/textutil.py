@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SPECIALS = ["<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"]
+SPECIALS = ["<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
 
 #: ChatML, as Qwen's templates write it, with the assistant's answer and its end token
 #: in {% generation %} so transformers can mark them.

@@ -29,6 +29,8 @@ import numpy as np
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
+    "MAX_SEED",
+    "seed_arg",
     "int_arg",
     "opt_int_arg",
     "float_arg",
@@ -40,9 +42,33 @@ __all__ = [
     "int_array",
     "float_array",
     "storage_options_arg",
+    "workers_arg",
+    "MAX_WORKERS",
 ]
 
+#: The most DataLoader workers a loader starts: each is a process, and asking for more
+#: than any machine runs would start processes until the system refuses (a hang first).
+MAX_WORKERS = 1 << 10
+
 T = TypeVar("T")
+
+
+#: The largest seed: seeds are u64 everywhere (the Rust permutations, the mixtures,
+#: the planner's tie-breaking), so one range holds for every loader.
+MAX_SEED = (1 << 64) - 1
+
+
+def seed_arg(seed: Any, name: str = "seed") -> int:
+    """The one seed rule: an int in ``[0, 2**64)``.
+
+    >>> seed_arg(7)
+    7
+    >>> seed_arg(-1)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: seed must be >= 0, got -1
+    """
+    return int_arg(name, seed, minimum=0, maximum=MAX_SEED)
 
 
 def int_arg(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -62,6 +88,15 @@ def int_arg(name: str, value: Any, *, minimum: int | None = None, maximum: int |
     if maximum is not None and v > maximum:
         raise InvalidArgumentError(f"{name} must be at most {maximum:,}, got {v:,}")
     return v
+
+
+def workers_arg(value: Any, name: str = "num_workers") -> int:
+    """A number of DataLoader worker processes: ``0 <= value <= MAX_WORKERS``.
+
+    >>> workers_arg(2)
+    2
+    """
+    return int_arg(name, value, minimum=0, maximum=MAX_WORKERS)
 
 
 def opt_int_arg(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int | None:

@@ -7,8 +7,12 @@ Accepted per rank: the ``state_dict()`` of a ``DynamicBatchLoader`` (its own mer
 ``MapStream`` / ``MixtureStream``, ``pack``), possibly itself resumed from a merged
 state, or of a torchdata ``StatefulDataLoader`` over one (each worker's dataset state
 is taken from its snapshot; save it with the default ``snapshot_every_n_steps=1`` so
-the snapshot is what was yielded). Loader states are merged by their own modules
-(``_loader_mergers``): a ``BalancedLoader``'s by :mod:`youmu.planning.merge`.
+the snapshot is what was yielded). Loader states are merged by their own modules, found
+in a table keyed by each loader's own format constant: a ``DynamicBatchLoader``'s by
+:mod:`youmu.batching.merge`, a ``BalancedLoader``'s by :mod:`youmu.planning.merge`, a
+``RayBalancedLoader``'s by :mod:`youmu.ray.merge`. Each gets :func:`merge_states` itself
+for the stream states nested in its own, and every merge checks through
+:mod:`youmu.jobstates`.
 
 Loading: ``stream.load_state_dict(merged)`` on every rank of the new job, then iterate
 the stream, or build a fresh ``StatefulDataLoader`` over it (its workers copy the
@@ -29,17 +33,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.resume import MERGED_FORMAT, Level, decode_levels, encode_levels
-from youmu.stateful import job_ranks, state_int, state_positions
+from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Level, Merge, check_shards
+from youmu.resume import decode_levels, encode_levels
+from youmu.stateful import state_int, state_positions
 
-__all__ = ["merge_states", "MERGED_FORMAT"]
+__all__ = ["merge_states"]
 
-_PACK = "youmu.PackedDataset/1"
-_STREAMS = ("youmu.YoumuDataset/1", "youmu.MapStream/1", _PACK)
 # fields of a stream state that are not settings shared by all ranks
 _PER_RANK = ("format", "rank", "world_size", "epoch", "num_workers", "positions", "resumed", "dataset")
-_OWNER = "merge_states"
-# loader states merged by their own modules (format -> "module:function", imported on use)
+_OWNER = OWNER
+
+
+def _stream_formats() -> tuple[str, str, str]:
+    """The stream owners' format tags: (one of a row stream, another, the packing
+    wrapper's) — the streams are torch datasets, imported when their states are merged."""
+    from youmu.torch.dataset import YoumuDataset
+    from youmu.torch.mapstream import MapStream
+    from youmu.torch.pack import PackedDataset
+
+    return YoumuDataset.state_format, MapStream.state_format, PackedDataset.state_format
+
+
 @dataclass
 class _Rank:
     """One rank's state, normalised."""
@@ -82,7 +96,7 @@ def _unwrap_loader(state: Mapping[str, Any], i: int) -> tuple[Any, int | None, d
     return state, None, {}
 
 
-def _rank_state(state: Any, i: int) -> _Rank:
+def _rank_state(state: Any, i: int, streams: tuple[str, ...], pack_format: str) -> _Rank:
     if not isinstance(state, Mapping):
         raise StateError(f"{_OWNER}: states[{i}] must be a state dict, got {type(state).__name__}")
     single, loader_workers, per_worker = _unwrap_loader(state, i)
@@ -91,7 +105,7 @@ def _rank_state(state: Any, i: int) -> _Rank:
         if not got:
             raise StateError(f"{_OWNER}: states[{i}]: no worker of the StatefulDataLoader holds a stream state")
         base = dict(got[0])
-        width = 2 if base.get("format") == _PACK else 1
+        width = 2 if base.get("format") == pack_format else 1
         positions: dict[int, Any] = {}
         for w, s in per_worker.items():
             if isinstance(s, Mapping):
@@ -102,12 +116,12 @@ def _rank_state(state: Any, i: int) -> _Rank:
         base["positions"] = positions
         base["num_workers"] = loader_workers
         single = base
-    if not isinstance(single, Mapping) or single.get("format") not in _STREAMS:
+    if not isinstance(single, Mapping) or single.get("format") not in streams:
         fmt = single.get("format") if isinstance(single, Mapping) else type(single).__name__
         raise StateError(f"{_OWNER}: states[{i}] is a {fmt} state, not the state of a youmu stream "
-                         f"({', '.join(_STREAMS)}) or of a StatefulDataLoader over one")
+                         f"({', '.join(streams)}) or of a StatefulDataLoader over one")
     fmt = single["format"]
-    pack = fmt == _PACK
+    pack = fmt == pack_format
     shard = single.get("dataset") if pack else single
     if not isinstance(shard, Mapping):
         raise StateError(f"{_OWNER}: states[{i}] (a {fmt} state) has no 'dataset' state")
@@ -117,6 +131,7 @@ def _rank_state(state: Any, i: int) -> _Rank:
     raw_pos = state_positions(single, "positions", owner=_OWNER, width=2 if pack else 1)
     nw = single.get("num_workers")
     nw = 1 if nw is None else state_int(single, "num_workers", owner=_OWNER, minimum=1)
+    check_shards([nw], owner=_OWNER, where=f"states[{i}] field 'num_workers'")
     if any(w >= nw for w in raw_pos):
         raise StateError(f"{_OWNER}: states[{i}] field 'positions' has workers {sorted(raw_pos)} but num_workers={nw}")
     positions = {w: (p[0] if isinstance(p, tuple) else p) for w, p in raw_pos.items()}
@@ -128,36 +143,18 @@ def _rank_state(state: Any, i: int) -> _Rank:
                  positions, tokens, chain)
 
 
-def _same(ranks: list[_Rank], field: str, get: Any, what: str = "") -> Any:
-    first = get(ranks[0])
-    for r in ranks[1:]:
-        v = get(r)
-        if v != first or type(v) is not type(first):
-            raise StateError(f"{_OWNER}: states of rank {ranks[0].rank} and rank {r.rank} differ in {what}{field!r} "
-                             f"({first!r:.60} vs {v!r:.60}): they were not saved by one job at one point")
-    return first
-
-
-def _same_settings(ranks: list[_Rank], get: Any, what: str) -> dict[str, Any]:
-    keys = sorted(set().union(*(get(r).keys() for r in ranks)))
-    for k in keys:
-        _same(ranks, k, lambda r, k=k: get(r).get(k), what)
-    return dict(get(ranks[0]))
-
-
-def _loader_mergers() -> dict[str, Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]]]:
-    """Loaders' own merges, by the format of the states they save (imported on use:
-    the loaders' packages need not be loaded to merge a stream's states)."""
+def _mergers() -> dict[str, Callable[[Sequence[Mapping[str, Any]], Merge], dict[str, Any]]]:
+    """Loaders' own merges, by the format constant of the states they save (imported
+    on use: the loaders' packages need not be loaded to merge a stream's states)."""
+    from youmu.batching.config import STATE_FORMAT as BATCHING_FORMAT
     from youmu.batching.merge import merge_loader_states
+    from youmu.planning.checkpoint import STATE_FORMAT as BALANCED_FORMAT
     from youmu.planning.merge import merge_balanced_states
+    from youmu.ray.merge import merge_ray_states
+    from youmu.ray.state import CLIENT_FORMAT
 
-    def merge_ray_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        from youmu.ray.merge import merge_ray_states  # imports Ray: only for its clients' states
-
-        return merge_ray_states(states)
-
-    return {"youmu.batching/1": merge_loader_states, "youmu.planning.BalancedLoader/2": merge_balanced_states,
-            "youmu.ray.RayBalancedLoader/1": merge_ray_states}
+    return {BATCHING_FORMAT: merge_loader_states, BALANCED_FORMAT: merge_balanced_states,
+            CLIENT_FORMAT: merge_ray_states}
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -174,30 +171,37 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if isinstance(states, Mapping) or not isinstance(states, Sequence) or not states:
         raise StateError(f"{_OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
     first = states[0].get("format") if isinstance(states[0], Mapping) else None
-    merger = _loader_mergers().get(first) if isinstance(first, str) else None
+    merger = _mergers().get(first) if isinstance(first, str) else None
     if merger is not None:
-        return merger(states)
-    ranks = [_rank_state(s, i) for i, s in enumerate(states)]
-    fmt = _same(ranks, "format", lambda r: r.fmt)
-    _same(ranks, "data", lambda r: (r.inner_settings if fmt == _PACK else r.settings).get("data"))
-    _same(ranks, "epoch", lambda r: r.epoch)
-    world = _same(ranks, "world_size", lambda r: r.world_size)
-    settings = _same_settings(ranks, lambda r: r.settings, "")
-    inner = _same_settings(ranks, lambda r: r.inner_settings, "the wrapped stream's ") if fmt == _PACK else {}
-    if fmt == _PACK:
-        _same(ranks, "format", lambda r: r.inner_fmt, "the wrapped stream's ")
-    job_ranks([r.rank for r in ranks], world, owner=_OWNER, holds="the rows a rank delivered")
-    chain_raw = _same(ranks, "resumed", lambda r: r.chain)
+        return merger(states, merge_states)
+    return _merge_streams(states)
+
+
+def _merge_streams(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The stream merge: one level more on the epoch's chain (:mod:`youmu.resume`)."""
+    *rows, pack_format = _stream_formats()
+    ranks = [_rank_state(s, i, (*rows, pack_format), pack_format) for i, s in enumerate(states)]
+    pack = ranks[0].fmt == pack_format
+    job = JobStates(ranks, kind="stream", rank=lambda r: r.rank)
+    fmt = job.same("format", lambda r: r.fmt)
+    job.same("data", lambda r: (r.inner_settings if pack else r.settings).get("data"))
+    epoch = job.same("epoch", lambda r: r.epoch)
+    world = job.same("world_size", lambda r: r.world_size)
+    settings = job.same_settings(lambda r: r.settings)
+    inner = job.same_settings(lambda r: r.inner_settings, "the wrapped stream's ") if pack else {}
+    if pack:
+        job.same("format", lambda r: r.inner_fmt, "the wrapped stream's ")
+    by_rank = job.in_rank_order(world, holds="the rows a rank delivered")
+    chain_raw = job.same("resumed", lambda r: r.chain)
     chain: list[Level] = decode_levels(chain_raw, _OWNER) if chain_raw is not None else []
-    by_rank = sorted(ranks, key=lambda r: r.rank)
+    check_shards([r.num_workers for r in by_rank], owner=_OWNER, where="the states' 'num_workers'")
     level = Level(
         world, tuple(r.num_workers for r in by_rank),
         tuple(tuple(r.positions.get(k, 0) for k in range(r.num_workers)) for r in by_rank),
-        tuple(tuple(r.tokens.get(k, 0) for k in range(r.num_workers)) for r in by_rank) if fmt == _PACK else None,
+        tuple(tuple(r.tokens.get(k, 0) for k in range(r.num_workers)) for r in by_rank) if pack else None,
     )
     levels = encode_levels([*chain, level])
-    epoch = ranks[0].epoch
-    if fmt != _PACK:
+    if not pack:
         return {"format": MERGED_FORMAT, "stream": fmt, **settings, "epoch": epoch, "resumed": levels}
     inner_fmt = ranks[0].inner_fmt
     return {"format": MERGED_FORMAT, "stream": fmt, **settings, "epoch": epoch,

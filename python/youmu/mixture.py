@@ -47,7 +47,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg
+from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg, seed_arg
 from youmu._core import FlatMap, MixtureMap
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PageOutOfRangeError, UnknownNameError
 from youmu.stateful import describe_data
@@ -97,7 +97,7 @@ _MAX_INDEX = (1 << 63) - 1
 
 
 def _seed(seed: int) -> int:
-    return int_arg("seed", seed, minimum=0, maximum=(1 << 64) - 1)
+    return seed_arg(seed)
 
 
 def _rows_per_page(ds: Any) -> int:

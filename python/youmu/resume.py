@@ -42,17 +42,15 @@ from typing import Any
 import numpy as np
 
 from youmu.errors import StateError
+from youmu.jobstates import Level, state_levels
 from youmu.sharding import Shard, round_robin
-from youmu.shuffle import ShardPlan, _balanced_windows, _row_range, row_chunk_rows
-from youmu.stateful import MAX_STATE_INT, state_levels
+from youmu.shuffle import ShardPlan, balanced_windows, row_chunk_rows, row_range
+from youmu.stateful import MAX_STATE_INT
 
 __all__ = [
-    "Units", "Origin", "Level", "resolve", "remaining", "remaining_after", "deal", "encode_levels", "decode_levels",
-    "MERGED_FORMAT", "shard_plan",
+    "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "encode_levels", "decode_levels",
+    "shard_plan",
 ]
-
-#: The format tag of a merged state (:func:`youmu.merge_states`).
-MERGED_FORMAT = "youmu.MergedState/1"
 
 _I64 = np.int64
 
@@ -119,22 +117,10 @@ class Origin:
             ids = np.arange(r.start, r.stop, r.step, dtype=_I64)
             return Units.make(ids, np.zeros(len(ids), dtype=_I64), rows[ids])
         if self.dealing == "balanced":
-            ids, skip, take = _balanced_windows(rows, shard)
+            ids, skip, take = balanced_windows(rows, shard)
             return Units.make(ids, skip, skip + take)
-        lo, hi = _row_range(int(rows.sum()), shard, self.dealing == "block-balanced")
+        lo, hi = row_range(int(rows.sum()), shard, self.dealing == "block-balanced")
         return Units.make([0], [lo], [hi], key=[0]).take(slice(0, 1 if hi > lo else 0))
-
-
-@dataclass(frozen=True)
-class Level:
-    """One job's layout and progress: ``num_workers[r]`` workers on rank ``r``,
-    ``positions[r][k]`` rows delivered by its worker ``k`` (``tokens[r][k]``: tokens of
-    the next row already packed, or ``None``)."""
-
-    world_size: int
-    num_workers: tuple[int, ...]
-    positions: tuple[tuple[int, ...], ...]
-    tokens: tuple[tuple[int, ...], ...] | None = None
 
 
 def _cut(units: Units, cum: np.ndarray, lo: int, hi: int) -> Units:

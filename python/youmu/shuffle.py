@@ -64,6 +64,8 @@ __all__ = [
     "dropped_rows",
     "positions_to_rows",
     "shuffle_args",
+    "row_range",
+    "balanced_windows",
 ]
 
 ShuffleMode = Literal["page", "row", "local", "none"]
@@ -249,7 +251,7 @@ class ShardPlan:
             # A chunk of c random rows touches ~c distinct pages, and every one is read
             # and decoded whole: size chunks by pages in memory, not by rows.
             size = int(window_rows) if window_rows else max(1, window_pages)
-            lo, hi = _row_range(n_rows, shard, balanced)
+            lo, hi = row_range(n_rows, shard, balanced)
             starts = np.arange(lo, hi, size, dtype=np.int64)
             rows = np.minimum(starts + size, hi) - starts
             ids = np.arange(len(starts), dtype=np.int64)  # chunk number within the block
@@ -257,7 +259,7 @@ class ShardPlan:
             size = 0
             rows_all = all_window_rows(page_rows, mode, window_pages, seed, epoch, page_slices=k)
             if balanced:
-                ids, skip, rows = _balanced_windows(rows_all, shard)
+                ids, skip, rows = balanced_windows(rows_all, shard)
             else:
                 mine = round_robin(len(rows_all), shard)
                 ids = np.arange(mine.start, mine.stop, mine.step, dtype=np.int64)
@@ -344,13 +346,13 @@ class ShardPlan:
         if self.row_starts is not None:
             start = int(self.row_starts[i])
         else:
-            lo, _ = _row_range(self.num_rows, shard, self.balanced)
+            lo, _ = row_range(self.num_rows, shard, self.balanced)
             start = lo + int(self.cum_rows[i])
         stop = start + int(self.window_rows[i])
         return _permutation(self.num_rows, self.seed, self.epoch, "rows").range(start, stop)
 
 
-def _row_range(n_rows: int, shard: Shard, balanced: bool) -> tuple[int, int]:
+def row_range(n_rows: int, shard: Shard, balanced: bool) -> tuple[int, int]:
     """Row mode: the shard's block of the permuted positions; with ``balanced`` every
     rank's block has exactly ``⌊n / world_size⌋`` positions (the rest is dropped)."""
     if not balanced:
@@ -360,7 +362,7 @@ def _row_range(n_rows: int, shard: Shard, balanced: bool) -> tuple[int, int]:
     return lo + per_rank * shard.worker // shard.num_workers, lo + per_rank * (shard.worker + 1) // shard.num_workers
 
 
-def _balanced_windows(rows_all: np.ndarray, shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def balanced_windows(rows_all: np.ndarray, shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``drop_last`` in page modes: (window ids, rows skipped at each window's start,
     rows taken from each) of the shard. Rank ``r`` takes rows ``[r·T, (r+1)·T)`` of the
     epoch's window sequence, ``T = ⌊N / world_size⌋``; its k-th window goes to worker

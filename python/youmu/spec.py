@@ -3,11 +3,12 @@ follows from them — the window layout, each epoch's shard plans, the
 :class:`~youmu.stream.RowStream` of any (rank, worker, epoch) and the description
 that states and fingerprints compare.
 
-A spec is torch-free and Ray-free. :class:`~youmu.torch.YoumuDataset` (rows in
-DataLoader workers) and :mod:`youmu.ray`'s ``Source`` / ``ParquetRows`` (rows in a
-loader actor, MegaScale-Data's disaggregated source loaders) are thin wrappers over
-one, so the same settings read the same windows of the same pages in the same order
-wherever they are read (Youmu's page-level shuffle, :mod:`youmu.shuffle`).
+A spec is torch-free and Ray-free. :class:`youmu.parquet.ParquetStream` reads a spec's
+rows — adapted for torch as :class:`~youmu.torch.YoumuDataset` (rows in DataLoader
+workers), served by :mod:`youmu.ray`'s ``Source`` (rows in a loader actor,
+MegaScale-Data's disaggregated source loaders) — so the same settings read the same
+windows of the same pages in the same order wherever they are read (Youmu's page-level
+shuffle, :mod:`youmu.shuffle`).
 
 * :class:`StreamSpec` — the settings (``shuffle``, ``buffer_size``, ``seed``,
   ``page_slices``, ``memory_budget``, ``read_ahead``, ``drop_last``, ``output``,
@@ -45,10 +46,11 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, storage_options_arg
+from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg, seed_arg, storage_options_arg
 from youmu.convert import OUTPUTS
 from youmu.distributed.fingerprint import describe
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, YoumuWarning
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, YoumuWarning
+from youmu.page_grid import warn_small_page_column
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
 from youmu.shuffle import all_window_rows, dropped_rows, shuffle_args
@@ -57,8 +59,6 @@ from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 
 __all__ = ["StreamSpec", "StreamLayout", "SpecAttributes", "SETTINGS", "describe_paths"]
 
-#: Seeds are keys of youmu's 64-bit keyed permutations.
-MAX_SEED = (1 << 64) - 1
 # Storage option keys that hold credentials: left out of descriptions (a rotated key
 # reads the same source).
 _SECRETS = ("key", "secret", "token", "password", "credential")
@@ -101,7 +101,7 @@ class StreamSpec:
             "columns": _columns_arg(self.columns),
             "shuffle": shuffle,
             "buffer_size": opt_int_arg("buffer_size", self.buffer_size, minimum=1),
-            "seed": int_arg("seed", self.seed, minimum=0, maximum=MAX_SEED),
+            "seed": seed_arg(self.seed),
             "transform": callable_arg("transform", self.transform, optional=True),
             "drop_last": bool_arg("drop_last", self.drop_last),
             "output": choice_arg("output", self.output, OUTPUTS),
@@ -125,6 +125,23 @@ class StreamSpec:
         if unknown:
             raise ArgumentTypeError(f"unknown stream setting(s) {unknown}; the settings are {', '.join(SETTINGS)}")
         return cls(**settings)
+
+    @classmethod
+    def given(cls, spec: Any, settings: Mapping[str, Any], owner: str) -> StreamSpec:
+        """The spec of an object built with ``spec=`` (a ready spec) or with keyword
+        ``settings`` (checked by :meth:`of`), never both; ``owner`` names it in errors.
+
+        >>> StreamSpec.given(None, {"seed": 2}, "a Source").seed
+        2
+        """
+        if spec is None:
+            return cls.of(settings)
+        if not isinstance(spec, StreamSpec):
+            raise ArgumentTypeError(f"spec must be a youmu.spec.StreamSpec, got {type(spec).__name__}")
+        if settings:
+            raise InvalidArgumentError(f"pass {owner}'s settings as spec= or as keywords, not both (got spec= and "
+                                       f"{sorted(settings)})")
+        return spec
 
     # -- where the rows are -----------------------------------------------------------
     def check_paths(self, paths: Any, *, portable: bool = False) -> str:
@@ -180,10 +197,24 @@ class StreamSpec:
         as is) for ``world_size`` ranks: its windows, computed once."""
         index = self.open(paths)
         world_size = int_arg("world_size", world_size, minimum=1)
+        if self.columns is None:  # the first column's pages are the grid: said where it holds little
+            warn_small_page_column(index, stacklevel=3)
+        self._check_transform_columns(index.columns)
         window_pages, read_ahead = window_layout(index, self.buffer_size, world_size,
                                                  memory_budget=self.memory_budget, read_ahead=self.read_ahead,
                                                  page_slices=self.page_slices)
         return StreamLayout(self, index, world_size, index.page_num_rows(), window_pages, read_ahead)
+
+    def _check_transform_columns(self, have: list[str]) -> None:
+        """A transform that names the columns it reads (``required_columns``, e.g.
+        :class:`youmu.vision.VisionTransform`) is checked against the data's columns
+        here, before any worker starts, rather than at its first row."""
+        needed = getattr(self.transform, "required_columns", None)
+        missing = [c for c in (needed or ()) if c not in have]
+        if missing:
+            where = " (columns= leaves them out)" if self.columns is not None else ""
+            raise ColumnNotFoundError(f"{type(self.transform).__name__} reads column(s) {missing} that the rows do "
+                                      f"not have{where}; they have {have}")
 
     # -- descriptions -----------------------------------------------------------------
     def describe(self, where: Any) -> dict[str, Any]:

@@ -23,15 +23,18 @@ already know:
 * ``state_dict()`` in the main process of a stream that DataLoader workers iterate is
   a :class:`~youmu.errors.StateError`: the progress is in the workers' copies, and
   the loader (torchdata's ``StatefulDataLoader``) is what to checkpoint.
-* ``set_epoch(epoch)`` reshuffles for ``epoch`` and clears any resume point. It
-  reaches DataLoader workers that already run (``persistent_workers=True``): the
-  epoch lives in shared memory (:class:`SharedEpoch`).
+* ``set_epoch(epoch)`` reshuffles for ``epoch`` and starts it fresh — the one epoch
+  rule, the same for streams and loaders: a loaded state of ``epoch`` whose pass has
+  not begun is kept (the usual loop, load then ``set_epoch(e)`` for each epoch,
+  continues the loaded epoch), a state of any other epoch is cleared. It reaches
+  DataLoader workers that already run (``persistent_workers=True``): the epoch lives
+  in shared memory (:class:`SharedEpoch`).
 
 Wrappers (``pack``, loaders over youmu streams) use only these methods.
 
 A state resumes the job that saved it, rank by rank. For a job of another shape,
-:func:`youmu.merge_states` turns all ranks' states into one ``"youmu.MergedState/1"``
-state that any rank of any topology loads (:mod:`youmu.resume`).
+:func:`youmu.merge_states` turns all ranks' states into one merged state that any
+rank of any topology loads (:mod:`youmu.jobstates`, :mod:`youmu.resume`).
 
 Example:
     >>> state = {"format": "youmu.MapStream/1", "world_size": 2, "run": 1, "epoch": 0,
@@ -64,10 +67,17 @@ __all__ = [
     "check_state",
     "data_fingerprint",
     "describe_data",
+    "state_bool",
     "state_int",
     "state_ints",
     "state_positions",
     "MAX_STATE_INT",
+    "LOADER_STATE_KEYS",
+    "Loader",
+    "again_or_raise",
+    "check_epoch",
+    "keeps_resume_point",
+    "yields_pairs",
 ]
 
 #: The largest integer a state field may hold: epochs and positions live in int64
@@ -175,6 +185,20 @@ def state_int(
     return value
 
 
+def state_bool(state: Mapping[str, Any], key: str, *, owner: str) -> bool:
+    """A bool field of a state: ``"no"`` or ``0`` would read as a truth value.
+
+    >>> state_bool({"finished": "no"}, "finished", owner="TrainerLoader")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: TrainerLoader state field 'finished' must be a bool, got str 'no'
+    """
+    value = state.get(key)
+    if not isinstance(value, bool):
+        raise StateError(f"{owner} state field {key!r} must be a bool, got {type(value).__name__} {value!r:.80}")
+    return value
+
+
 def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int = 0) -> list[int]:
     """A list-of-integers field of a state (each an int, never a bool, in
     ``[minimum, MAX_STATE_INT]``).
@@ -191,76 +215,6 @@ def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int =
             isinstance(k, bool) or not isinstance(k, int) or not minimum <= k <= MAX_STATE_INT for k in raw):
         raise StateError(f"{owner} state field {key!r} must be a list of ints >= {minimum}, got {raw!r:.80}")
     return [int(k) for k in raw]
-
-
-def same_settings(saved: Any, mine: Mapping[str, Any], *, owner: str, what: str, may_change: str) -> None:
-    """A merged state's ``settings`` against the loader that loads it: equal key by key,
-    else a :class:`StateError` naming the first that differs (``may_change``: what a
-    resume on another topology may change instead).
-
-    >>> same_settings({"seed": 0}, {"seed": 1}, owner="merged BalancedLoader state", what="BalancedLoader",
-    ...               may_change="the world size")
-    Traceback (most recent call last):
-    ...
-    youmu.errors.StateError: merged BalancedLoader state was saved with seed=0 but this BalancedLoader has seed=1 ...
-    """
-    if not isinstance(saved, Mapping):
-        raise StateError(f"{owner} field 'settings' must be a dict, got {type(saved).__name__}")
-    for key in sorted(set(saved) | set(mine)):
-        if saved.get(key) != mine.get(key):
-            raise StateError(f"{owner} was saved with {key}={saved.get(key)!r} but this {what} has "
-                             f"{key}={mine.get(key)!r} (at a resume on another topology only {may_change} may change)")
-
-
-def job_ranks(ranks: Sequence[int], world: int, *, owner: str, holds: str) -> list[int]:
-    """The order that puts the states of one job's ranks in rank order (``ranks[i]`` is
-    the rank of ``states[i]``): every rank of ``range(world)`` exactly once, or a
-    :class:`StateError` naming the rank out of range, repeated or missing — a merge
-    without one rank's state would lose ``holds`` (what only that state records).
-
-    >>> job_ranks([1, 0], 2, owner="merge_states", holds="its rows")
-    [1, 0]
-    >>> job_ranks([0, 2, 3], 4, owner="merge_states", holds="its rows")
-    Traceback (most recent call last):
-    ...
-    youmu.errors.StateError: merge_states: the job had world_size=4 but the states of rank(s) [1] are missing: ...
-    """
-    seen: dict[int, int] = {}
-    for i, r in enumerate(ranks):
-        if r >= world:
-            raise StateError(f"{owner}: states[{i}] field 'rank'={r} is not in range(world_size={world})")
-        if r in seen:
-            raise StateError(f"{owner}: rank {r} appears twice (states[{seen[r]}] and states[{i}])")
-        seen[r] = i
-    missing = sorted(set(range(world)) - set(seen))
-    if missing:
-        raise StateError(f"{owner}: the job had world_size={world} but the states of rank(s) {missing} are missing: "
-                         f"every rank's state is needed ({holds} are only in its state)")
-    return [seen[r] for r in range(world)]
-
-
-def state_levels(state: Mapping[str, Any], key: str, *, owner: str) -> list[tuple[str, Mapping[str, Any]]]:
-    """The chain of resumed jobs a merged state carries (``youmu.merge_states``): a
-    non-empty list of dicts, one per job of the epoch, each returned with the name of
-    its field for the caller's own checks.
-
-    >>> state_levels({"resumed": [{"world_size": 2}]}, "resumed", owner="YoumuDataset")
-    [("'resumed'[0]", {'world_size': 2})]
-    >>> state_levels({"resumed": []}, "resumed", owner="YoumuDataset")
-    Traceback (most recent call last):
-    ...
-    youmu.errors.StateError: YoumuDataset state field 'resumed' must be a non-empty list of levels, got []
-    """
-    raw = state.get(key)
-    if not isinstance(raw, (list, tuple)) or not raw:
-        raise StateError(f"{owner} state field {key!r} must be a non-empty list of levels, got {raw!r:.80}")
-    out = []
-    for i, lv in enumerate(raw):
-        f = f"{key!r}[{i}]"
-        if not isinstance(lv, Mapping):
-            raise StateError(f"{owner} state field {f} must be a dict, got {type(lv).__name__}")
-        out.append((f, lv))
-    return out
 
 
 def state_positions(
@@ -440,11 +394,42 @@ class Loader(Stream, Protocol):
       :func:`youmu.planning.state.parse_carry`. ``load_state_dict`` checks the state
       (a :class:`~youmu.errors.StateError` naming the field), closes a pass in
       progress and sets the resume point of the next pass.
-    * ``close()`` stops the pass in progress (its background thread; peers learn it
-      at their next exchange) and is idempotent; the loader stays usable.
+    * ``close(timeout=None)`` stops the pass in progress (its background thread;
+      peers learn it at their next exchange), waiting at most ``timeout`` seconds for
+      the thread (``None``: the loader's default), and is idempotent; the loader stays
+      usable. Every loader is a context manager that closes its pass on exit
+      (:class:`youmu.passes.ClosingLoader`).
+
+    A loader whose passes yield ``(batch, info)`` pairs (a whole batch and its step
+    information, :class:`~youmu.batching.StepInfo` or
+    :class:`~youmu.planning.MicroBatchInfo`) declares it with a class attribute
+    ``yields_pairs = True`` (:func:`yields_pairs`): what the trainer integrations dispatch on.
     """
 
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+def yields_pairs(source: Any) -> bool:
+    """Whether ``source`` is a :class:`Loader` whose passes yield ``(batch, info)`` pairs
+    (it declares ``yields_pairs = True``), as against a stream of samples.
+
+    >>> class Pairs:
+    ...     yields_pairs = True
+    ...     def __iter__(self): return iter([])
+    ...     def state_dict(self): return {}
+    ...     def load_state_dict(self, state): pass
+    ...     def set_epoch(self, epoch): pass
+    ...     def close(self, timeout=None): pass
+    ...     def __enter__(self): return self
+    ...     def __exit__(self, *exc): self.close()
+    >>> yields_pairs(Pairs()), yields_pairs([1, 2])
+    (True, False)
+    """
+    return getattr(source, "yields_pairs", False) is True and isinstance(source, Loader)
 
 
 def check_epoch(epoch: Any) -> int:
@@ -486,5 +471,3 @@ def again_or_raise(owner: str, sources: Mapping[str, Any]) -> None:
                           "(the first pass consumed it); give a re-iterable source (a list, a dataset, a "
                           "DataLoader) or make a new loader")
 
-
-__all__ += ["LOADER_STATE_KEYS", "Loader", "again_or_raise", "check_epoch", "keeps_resume_point"]

@@ -31,11 +31,41 @@ from youmu.shuffle import (
     window_pages_for,
 )
 
-__all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "default_read_ahead", "window_layout"]
+__all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "DEFAULT_MEMORY_BUDGET", "default_budget", "default_read_ahead",
+           "window_layout"]
 
 #: ``buffer_size`` left to youmu: windows of about 8,192 rows and at least 32 pages
 #: (see :data:`youmu.shuffle.DEFAULT_WINDOW_PAGES`).
 DEFAULT_BUFFER_SIZE: int | None = None
+#: The budget of a stream given none whose windows would hold more decoded bytes
+#: than this (see :func:`default_budget`): per stream, i.e. per DataLoader worker.
+DEFAULT_MEMORY_BUDGET = 512 << 20
+
+
+def default_budget(page_rows: np.ndarray, page_bytes: np.ndarray | None, buffer_size: int | None,
+                   world_size: int, in_flight: int = WINDOWS_IN_FLIGHT) -> int | None:
+    """The ``memory_budget`` a stream given none reads with: ``None`` (windows sized in
+    rows alone, as always) unless the windows the settings ask for, ``in_flight`` of
+    them at the files' mean decoded bytes per page (footers:
+    :meth:`PageIndex.page_decoded_bytes`), would hold more than
+    :data:`DEFAULT_MEMORY_BUDGET` — large rows, images above all: 8,192 rows of 300 KB
+    images are 2.4 GB a window. Then the budget is :data:`DEFAULT_MEMORY_BUDGET`.
+    Text and token rows (under about 21 KB a row at the default ``buffer_size``) never
+    reach it, so their windows, and their streams, are what they were.
+
+    >>> rows = np.full(1000, 100)
+    >>> default_budget(rows, np.full(1000, 1 << 20), None, 1) is None  # 10 KB rows
+    True
+    >>> default_budget(rows, np.full(1000, 30 << 20), None, 1) == DEFAULT_MEMORY_BUDGET  # 300 KB rows
+    True
+    """
+    if page_bytes is None or len(page_bytes) == 0:
+        return None
+    wanted = window_pages_for(page_rows, buffer_size, world_size)
+    mean = float(np.mean(page_bytes))
+    return DEFAULT_MEMORY_BUDGET if in_flight * wanted * mean > DEFAULT_MEMORY_BUDGET else None
+
+
 def default_read_ahead(index: object, window_pages: int) -> int:
     """Windows a stream reads ahead of the one being consumed by default: what the
     files' storage suggests (:meth:`youmu.PageIndex.suggested_read_ahead`) — 1 for
@@ -78,11 +108,16 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     then about that one page, not a multiple, and the shuffle draws from one page per
     window (see the README on ``page_slices``).
 
+    Without ``memory_budget``, large rows get one (:func:`default_budget`), and a
+    :class:`~youmu.errors.YoumuWarning` says so with the window size it gives: a
+    loader is safe by default, and a budget that changes the windows is never silent.
+    Passing ``memory_budget`` (any value) decides instead.
+
     >>> import numpy as np
     >>> class Index:
     ...     def page_num_rows(self): return np.full(100, 50)
     ...     def page_decoded_bytes(self): return np.full(100, 25 << 20)
-    >>> window_layout(Index(), buffer_size=500, world_size=2)
+    >>> window_layout(Index(), buffer_size=500, world_size=2, memory_budget=1 << 40)
     (10, 1)
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as caught:
@@ -93,20 +128,39 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     'memory_budget=67108864 holds windows of 1 pages, not the 10 the settings ask for'
     """
     page_rows = index.page_num_rows()  # type: ignore[attr-defined]
-    page_bytes = index.page_decoded_bytes() if memory_budget is not None else None  # type: ignore[attr-defined]
     in_flight = WINDOWS_IN_FLIGHT + page_slices - 1
+    sizes = getattr(index, "page_decoded_bytes", None)
+    page_bytes = sizes() if callable(sizes) else None
+    derived = memory_budget is None and default_budget(page_rows, page_bytes, buffer_size, world_size, in_flight)
+    if derived:
+        memory_budget = DEFAULT_MEMORY_BUDGET
     wp = window_pages_for(page_rows, buffer_size, world_size, page_bytes=page_bytes, memory_budget=memory_budget,
                           in_flight=in_flight)
     ahead = read_ahead if read_ahead is not None else default_read_ahead(index, wp)
     if memory_budget is not None and page_bytes is not None and len(page_bytes):
         asked = window_pages_for(page_rows, buffer_size, world_size)
         biggest = max(int(np.max(page_bytes)), 1)
-        if wp < asked:
+        if derived and wp < asked:
+            _warn_derived(wp, asked, int(np.sum(page_bytes)) // max(int(np.sum(page_rows)), 1))
+        elif wp < asked:
             _warn_shrunk(memory_budget, wp, asked, biggest * asked * in_flight)
         # windows of `wp` of the largest pages: how many fit besides the one consumed
         # and the `page_slices` being assembled
         ahead = min(ahead, max(0, int(memory_budget) // (wp * biggest) - 1 - page_slices))
     return wp, ahead
+
+
+def _warn_derived(got: int, asked: int, row_bytes: int) -> None:
+    """No budget given, rows large enough that the default windows would not fit one:
+    youmu's default budget is used, and said."""
+    warnings.warn(
+        f"no memory_budget given and rows of {row_bytes:,} decoded bytes on average (from the footers): "
+        f"{WINDOWS_IN_FLIGHT} windows of the {asked} pages the settings ask for would not fit in memory_budget="
+        f"{DEFAULT_MEMORY_BUDGET} (youmu.stream.DEFAULT_MEMORY_BUDGET), which this stream now reads with: windows "
+        f"of {got} pages; pass memory_budget= to choose (README: \"Image-text data\")",
+        YoumuWarning,
+        stacklevel=5,  # the line that built the dataset: _warn_derived, window_layout, layout, __init__
+    )
 
 
 def _warn_shrunk(memory_budget: int, got: int, asked: int, needs: int) -> None:

@@ -59,14 +59,14 @@ from youmu.batching.alignment import (
     second_gather_bytes,
 )
 from youmu.batching.config import LoaderConfig
-from youmu.batching.feed import END, Failure, SampleFeed
+from youmu.batching.feed import SampleFeed
 from youmu.batching.metrics import BatchingMetrics
 from youmu.batching.protocol import EmittedStep, Item, RankProtocol
 from youmu.batching.step_info import IDLE, StepInfo
-from youmu.distributed.producer import Credits
+from youmu.distributed.producer import END, Credits, Failure
 from youmu.errors import DataStallError, LoaderError, ProtocolError, RankFailedError
 
-__all__ = ["Aligner", "RoundRecord", "Filler", "PEER_CLOSED", "END", "Failure"]
+__all__ = ["Aligner", "RoundRecord", "Filler", "PEER_CLOSED"]
 
 log = logging.getLogger("youmu.batching")
 

@@ -38,8 +38,6 @@ from youmu.errors import InvalidArgumentError, ProtocolError
 __all__ = [
     "NOT_READY",
     "FINISHED",
-    "FAILED",
-    "CLOSED",
     "RankReport",
     "AlignedSizes",
     "RoundPlan",
@@ -59,7 +57,6 @@ __all__ = [
     "second_gather_bytes",
     "encode_report",
     "decode_report",
-    "ProtocolError",
 ]
 
 T = TypeVar("T")

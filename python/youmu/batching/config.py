@@ -35,7 +35,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, choice_arg, float_arg, int_arg, opt_int_arg, seconds_arg
+from youmu._args import (
+    bool_arg,
+    callable_arg,
+    choice_arg,
+    float_arg,
+    int_arg,
+    opt_int_arg,
+    seconds_arg,
+    seed_arg,
+    workers_arg,
+)
 from youmu.batching.loss import LOSS_SCALING_MODES
 from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
@@ -43,7 +53,7 @@ from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.stateful import check_state, data_fingerprint, state_int, state_ints
 
-__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_loader_state", "check_saved_state"]
+__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_saved_state"]
 
 #: The format tag of ``DynamicBatchLoader`` states.
 STATE_FORMAT = "youmu.batching/1"
@@ -132,7 +142,7 @@ class LoaderConfig:
         token_count_fn = callable_arg("token_count_fn", a["token_count_fn"], optional=True)
         s["token_count_fn"] = token_count_fn if token_count_fn is not None else s["length_fn"]
         s["pool_size"] = int_arg("pool_size", a["pool_size"], minimum=1)
-        s["num_workers"] = int_arg("num_workers", a["num_workers"], minimum=0)
+        s["num_workers"] = workers_arg(a["num_workers"])
         s["prefetch_factor"] = opt_int_arg("prefetch_factor", a["prefetch_factor"], minimum=1)
         if s["prefetch_factor"] is not None and s["num_workers"] == 0:
             raise InvalidArgumentError("prefetch_factor needs num_workers > 0")
@@ -145,7 +155,7 @@ class LoaderConfig:
         s["shuffle"] = bool_arg("shuffle", a["shuffle"])
         s["shuffle_steps"] = bool_arg("shuffle_steps", a["shuffle_steps"])
         s["pad_sampler"] = bool_arg("pad_sampler", a["pad_sampler"])
-        s["seed"] = int_arg("seed", a["seed"])
+        s["seed"] = seed_arg(a["seed"])
         s["heartbeat"] = float_arg("heartbeat", a["heartbeat"], positive=True)
         if not s["heartbeat"] < s["timeout"]:
             raise InvalidArgumentError(f"heartbeat must be in (0, timeout={s['timeout']:g}), got {s['heartbeat']!r}")
@@ -343,40 +353,3 @@ def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
                 raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
     return st
 
-
-def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
-    """``state`` validated for a loader with ``config`` (``load_state_dict``): a
-    :class:`~youmu.errors.StateError` naming the first field that does not fit, never an
-    ``AttributeError`` or ``KeyError`` later. A merged state
-    (:func:`youmu.merge_states`) becomes this rank's share
-    (:func:`youmu.batching.merge.resume_from_merged`). Returns a new dict."""
-    from youmu.batching.merge import decode_chain, rank_order, resume_from_merged
-    from youmu.resume import MERGED_FORMAT
-
-    owner = "DynamicBatchLoader"
-    if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
-        return resume_from_merged(state, config)
-    st = check_saved_state(state, expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind})
-    if st["config"] != config.fingerprint:
-        raise StateError(
-            f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
-            f"(token_budget, pool_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
-        )
-    keys = [k for entry in st["replay"] for k in entry["keys"]] + list(st["overflow"])
-    if config.kind == "map":
-        if st.get("resumed") is not None:  # a rank of a job resumed from a merged state
-            levels = decode_chain(st["resumed"], owner)
-            mine = len(rank_order(config.resume_settings, st["epoch"], levels, rank=config.rank,
-                                  world_size=config.world_size))
-        else:
-            n, w = config.size or 0, config.world_size
-            mine = -(-n // w) if config.pad_sampler else len(range(config.rank, n, w))
-        bad = [k for k in keys if k >= mine]
-        if bad or st["position"] > mine:
-            raise StateError(
-                f"{owner} state positions ({bad[:3] or st['position']}) are out of range for this rank's "
-                f"{mine} samples (another dataset?)"
-            )
-    elif st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
-        raise StateError("the state holds a dataset state but the dataset has no load_state_dict")
-    return st

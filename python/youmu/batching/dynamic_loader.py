@@ -39,14 +39,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_loader_state
+from youmu.batching.config import LoaderConfig
 from youmu.batching.epoch import EpochHandle, EpochIterator
+from youmu.batching.merge import check_loader_state
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
+from youmu.passes import ClosingLoader
 from youmu.stateful import check_epoch, keeps_resume_point
 
-__all__ = ["DynamicBatchLoader", "STATE_FORMAT"]
+__all__ = ["DynamicBatchLoader"]
 
 T = TypeVar("T")
 
@@ -74,7 +76,7 @@ class _Setting(Generic[T]):
         obj._config = obj._config.replace(**{self.name: value})
 
 
-class DynamicBatchLoader:
+class DynamicBatchLoader(ClosingLoader):
     """Variable-size, length-grouped batches with the same number of steps on every rank.
 
     Args:
@@ -200,6 +202,9 @@ class DynamicBatchLoader:
     pad_sampler = _Setting[bool]()
     encoder_budget = _Setting["int | None"]()
     encoder_fn = _Setting["Callable[[Any], int] | None"]()
+
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    yields_pairs = True
 
     def __init__(
         self,
@@ -337,12 +342,13 @@ class DynamicBatchLoader:
         self._epoch = int(st["epoch"])
 
     # -- shutdown -------------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop the current iteration (as when a training loop breaks out early);
-        idempotent, and the next ``iter()`` starts a new pass (youmu.stateful's loader
-        contract)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the current iteration (as when a training loop breaks out early),
+        waiting at most ``timeout`` seconds for the aligner thread (``None``: the
+        collective ``timeout`` plus ten heartbeats); idempotent, and the next ``iter()``
+        starts a new pass (youmu.stateful's loader contract)."""
         if self._current is not None:
-            self._current.close()
+            self._current.close(timeout)
 
     def wait_finished(self, timeout: float | None = None) -> bool:
         """Wait until the current iteration's aligner has exchanged its last round.

@@ -26,12 +26,12 @@ import queue
 import time
 from typing import Any
 
-from youmu.batching.aligner import END, PEER_CLOSED, Aligner, Failure, Filler, RoundRecord
+from youmu.batching.aligner import PEER_CLOSED, Aligner, Filler, RoundRecord
 from youmu.batching.config import LoaderConfig
 from youmu.batching.metrics import BatchingMetrics
 from youmu.batching.shutdown import register
 from youmu.batching.step_info import IDLE, StepInfo
-from youmu.distributed.producer import Credits
+from youmu.distributed.producer import END, Credits, Failure
 from youmu.errors import LoaderError, PeerClosedError
 
 __all__ = ["EpochIterator", "EpochHandle"]

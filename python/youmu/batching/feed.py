@@ -45,9 +45,7 @@ from youmu.errors import ArgumentTypeError, DataStallError, InvalidArgumentError
 if TYPE_CHECKING:  # pragma: no cover
     from youmu.batching.config import LoaderConfig
 
-__all__ = [
-    "measure", "MeasuredMap", "measured_iterable", "map_positions", "resume_keys", "Failure", "SampleFeed", "END",
-]
+__all__ = ["measure", "MeasuredMap", "measured_iterable", "map_positions", "resume_keys", "SampleFeed"]
 
 
 def measure(fn: Callable[[Any], Any], sample: Any, what: str) -> int:

@@ -30,7 +30,7 @@ drops samples at every logical stop by design, ODB Lemma 4).
 
 Example (map-style, the order rank 1 of 3 reads after a 2-rank job):
     >>> settings = {"n": 10, "seed": 0, "shuffle": False, "pad_sampler": False}
-    >>> level = Level(world_size=2, positions=(3, 2), pending=((1,), ()))   # rank 0 still holds its key 1
+    >>> level = sampler_level(2, (3, 2), ((1,), ()))   # rank 0 still holds its key 1
     >>> rank_order(settings, 0, [level], rank=0, world_size=1).tolist()   # its pending sample 2, then the tails
     [2, 5, 6, 7, 8, 9]
     >>> rank_order(settings, 0, [level], rank=1, world_size=3).tolist()
@@ -40,20 +40,29 @@ Example (map-style, the order rank 1 of 3 reads after a 2-rank job):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_saved_state
 from youmu.errors import StateError
-from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, job_ranks, state_int, state_ints, state_levels
+from youmu.jobstates import (
+    MERGED_FORMAT,
+    OWNER,
+    JobStates,
+    Level,
+    Merge,
+    is_merged,
+    load_merged,
+    one_kind,
+    state_levels,
+)
+from youmu.stateful import state_int, state_ints
 
-__all__ = ["Level", "rank_order", "merge_loader_states", "resume_from_merged", "decode_chain", "encode_chain",
-           "FIXED_SETTINGS"]
+__all__ = ["sampler_level", "rank_order", "chain_length", "merge_loader_states", "resume_from_merged",
+           "check_loader_state", "decode_chain", "encode_chain", "FIXED_SETTINGS"]
 
-_OWNER = "merge_states"
-_STATE_FORMAT = "youmu.batching/1"  # youmu.batching.config.STATE_FORMAT (imported lazily there: torch-free here)
+_KIND = "DynamicBatchLoader"
 
 #: Settings a merged state must share with the loader that loads it (``token_budget``
 #: and ``pool_size`` may change: they take effect from the resume step).
@@ -61,15 +70,11 @@ FIXED_SETTINGS = ("kind", "n", "data", "seed", "shuffle", "join", "pad_sampler",
                   "uneven", "encoder_budget")
 
 
-@dataclass(frozen=True)
-class Level:
-    """One job's layout over a map-style dataset: ``positions[r]`` samples of rank
-    ``r``'s order were read, of which ``pending[r]`` (sampler positions) were not
-    delivered."""
-
-    world_size: int
-    positions: tuple[int, ...]
-    pending: tuple[tuple[int, ...], ...]
+def sampler_level(world_size: int, positions: Sequence[int], pending: Sequence[Sequence[int]]) -> Level:
+    """A map-style job: one sampler position per rank (one "worker"), and the sampler
+    positions each rank read but did not deliver."""
+    return Level(world_size, (1,) * world_size, tuple((int(p),) for p in positions),
+                 pending=tuple(tuple(k) for k in pending))
 
 
 # -- map-style orders ------------------------------------------------------------------------
@@ -87,25 +92,57 @@ def _first_sequence(settings: Mapping[str, Any], epoch: int, world_size: int) ->
     return perm
 
 
+def _check_level(length: int, level: Level, depth: int) -> list[int]:
+    """Each rank's share of a sequence of ``length`` samples that ``level`` strided,
+    after checking the level's positions and pending keys against it (without the
+    sequence: a forged dataset size allocates nothing)."""
+    w = level.world_size
+    shares = []
+    for r in range(w):
+        mine = len(range(r, length, w))
+        p, keys = level.positions[r][0], level.pending[r] if level.pending is not None else ()
+        where = f"'resumed'[{depth}] rank {r}"
+        if p > mine:
+            raise StateError(f"{OWNER}: state field 'position' of {where} is {p}, past the end of that rank's "
+                             f"{mine} samples (another dataset?)")
+        if len(set(keys)) != len(keys) or any(k >= p for k in keys):
+            raise StateError(f"{OWNER}: state field 'pending' of {where} must list distinct sampler positions "
+                             f"below its position {p}, got {list(keys)[:8]}")
+        shares.append(mine)
+    return shares
+
+
+def _first_length(settings: Mapping[str, Any], world_size: int) -> int:
+    """Sampler views of the epoch's first job: the dataset, padded as ``DistributedSampler``."""
+    from youmu.batching.sampling import sampler_quota
+
+    n = state_int(settings, "n", owner=f"{_KIND} state field 'settings'")
+    return sampler_quota(n, world_size).views if settings.get("pad_sampler") and n else n
+
+
+def chain_length(settings: Mapping[str, Any], levels: Sequence[Level]) -> int:
+    """Samples left after ``levels`` (every level checked, :func:`_check_level`): index
+    math only, so a state is validated before anything of its claimed size exists."""
+    if not levels:
+        raise StateError(f"{OWNER}: a merged DynamicBatchLoader state holds no level")
+    length = _first_length(settings, levels[0].world_size)
+    for depth, lv in enumerate(levels):
+        shares = _check_level(length, lv, depth)
+        length = sum(m - lv.positions[r][0] + len(lv.pending[r] if lv.pending is not None else ())
+                     for r, m in enumerate(shares))
+    return length
+
+
 def _after(seq: np.ndarray, level: Level, depth: int) -> np.ndarray:
     """The samples a level left, in the order the next job strides over: every rank's
     pending ones (rank order, then their order in the state), then the unread tails in
     ``seq`` order."""
+    _check_level(len(seq), level, depth)
     w = level.world_size
     idx = np.arange(len(seq), dtype=np.int64)
-    pending = []
-    for r in range(w):
-        mine = len(range(r, len(seq), w))
-        p, keys = level.positions[r], level.pending[r]
-        where = f"'resumed'[{depth}] rank {r}"
-        if p > mine:
-            raise StateError(f"{_OWNER}: state field 'position' of {where} is {p}, past the end of that rank's "
-                             f"{mine} samples (another dataset?)")
-        if len(set(keys)) != len(keys) or any(k >= p for k in keys):
-            raise StateError(f"{_OWNER}: state field 'pending' of {where} must list distinct sampler positions "
-                             f"below its position {p}, got {list(keys)[:8]}")
-        pending.append(r + w * np.asarray(keys, dtype=np.int64))
-    positions = np.asarray(level.positions, dtype=np.int64)
+    pending = [r + w * np.asarray(level.pending[r] if level.pending is not None else (), dtype=np.int64)
+               for r in range(w)]
+    positions = np.asarray([p[0] for p in level.positions], dtype=np.int64)
     tail = idx // w >= positions[idx % w]
     return np.concatenate([seq[np.concatenate([np.zeros(0, np.int64), *pending])], seq[tail]])
 
@@ -114,8 +151,7 @@ def rank_order(settings: Mapping[str, Any], epoch: int, levels: Sequence[Level],
                world_size: int) -> np.ndarray:
     """The dataset indices rank ``rank`` of ``world_size`` reads in a job resumed after
     ``levels`` (map-style), in order."""
-    if not levels:
-        raise StateError(f"{_OWNER}: a merged DynamicBatchLoader state holds no level")
+    chain_length(settings, levels)  # every level checked before the epoch's order is drawn
     seq = _first_sequence(settings, epoch, levels[0].world_size)
     for depth, lv in enumerate(levels):
         seq = _after(seq, lv, depth)
@@ -124,8 +160,8 @@ def rank_order(settings: Mapping[str, Any], epoch: int, levels: Sequence[Level],
 
 def encode_chain(levels: Sequence[Level]) -> list[dict[str, Any]]:
     """Levels as plain lists (JSON- and ``torch.save``-friendly)."""
-    return [{"world_size": lv.world_size, "positions": list(lv.positions), "pending": [list(p) for p in lv.pending]}
-            for lv in levels]
+    return [{"world_size": lv.world_size, "positions": [p[0] for p in lv.positions],
+             "pending": [list(p) for p in lv.pending or ((),) * lv.world_size]} for lv in levels]
 
 
 def decode_chain(raw: Any, owner: str) -> list[Level]:
@@ -140,7 +176,7 @@ def decode_chain(raw: Any, owner: str) -> list[Level]:
             raise StateError(f"{owner} state field {f} must hold one position and one 'pending' list per rank "
                              f"({w}), got {len(positions)} positions and {pending!r:.60}")
         keys = tuple(tuple(state_ints({"pending": p}, "pending", owner=f"{owner} {f}")) for p in pending)
-        out.append(Level(w, tuple(positions), keys))
+        out.append(sampler_level(w, positions, keys))
     return out
 
 
@@ -149,83 +185,64 @@ def _pending(st: Mapping[str, Any]) -> list[int]:
     return [k for step in st["replay"] for k in step["keys"]] + list(st["overflow"])
 
 
-def _same(states: list[dict[str, Any]], field: str, get: Any) -> Any:
-    first = get(states[0])
-    for st in states[1:]:
-        v = get(st)
-        if v != first or type(v) is not type(first):
-            raise StateError(f"{_OWNER}: DynamicBatchLoader states of rank {states[0]['rank']} and rank {st['rank']} "
-                             f"differ in {field!r} ({first!r:.60} vs {v!r:.60}): they were not saved by one job "
-                             "at one point")
-    return first
-
-
-def _checked(state: Any, i: int) -> dict[str, Any]:
-    from youmu.batching.config import check_saved_state
-
-    if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
-        fmt = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-        raise StateError(f"{_OWNER}: states[{i}] is a {fmt} state, not a DynamicBatchLoader ({_STATE_FORMAT}) "
-                         "state like states[0]: one merge takes the states of one kind of loader")
-    st = check_saved_state(state, owner=f"{_OWNER}: states[{i}]")
+def _checked(state: Mapping[str, Any], i: int) -> dict[str, Any]:
+    st = check_saved_state(state, owner=f"{OWNER}: states[{i}]")
     if not isinstance(st.get("settings"), Mapping):
-        raise StateError(f"{_OWNER}: states[{i}] has no 'settings' field (saved by an older youmu): it resumes "
+        raise StateError(f"{OWNER}: states[{i}] has no 'settings' field (saved by an older youmu): it resumes "
                          "its own rank only")
     return st
 
 
-def merge_loader_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> dict[str, Any]:
     """One ``"youmu.MergedState/1"`` state of a ``DynamicBatchLoader`` from the
-    states all ranks of a job saved at one step (see the module doc). A
+    states all ranks of a job saved at one step (see the module doc; ``merge``: the
+    stream merge for an iterable dataset's states, :func:`youmu.merge_states`). A
     :class:`~youmu.errors.StateError` names the field for states of different
     datasets, seeds, epochs or settings, a missing or repeated rank, or a state of
     another kind."""
-    checked = [_checked(s, i) for i, s in enumerate(states)]
-    _same(checked, "kind", lambda s: s["kind"])
-    for key in sorted(set().union(*(s["settings"] for s in checked))):  # name the setting that differs
-        _same(checked, key, lambda s, key=key: s["settings"].get(key))
-    settings = dict(checked[0]["settings"])
-    epoch = _same(checked, "epoch", lambda s: s["epoch"])
-    world = _same(checked, "world_size", lambda s: s["world_size"])
-    _same(checked, "config", lambda s: s["config"])
+    checked = [_checked(s, i) for i, s in enumerate(one_kind(states, STATE_FORMAT, kind=_KIND))]
+    job = JobStates(checked, kind=_KIND)
+    job.same("kind")
+    settings = job.same_settings(lambda s: s["settings"])
+    epoch = job.same("epoch")
+    world = job.same("world_size")
+    job.same("config")
     if not settings.get("join"):
-        raise StateError(f"{_OWNER}: DynamicBatchLoader states with join=False resume only on their own topology "
+        raise StateError(f"{OWNER}: DynamicBatchLoader states with join=False resume only on their own topology "
                          "(non-join mode drops the samples fetched at each logical stop)")
-    job_ranks([st["rank"] for st in checked], world, owner=_OWNER, holds="the samples a rank delivered")
-    ranks = sorted(checked, key=lambda s: s["rank"])
-    live = [s for s in ranks if not s["done"]]
-    _same(live or ranks, "iteration", lambda s: s["iteration"])
+    ranks = job.in_rank_order(world, holds="the samples a rank delivered")
+    live = JobStates([s for s in ranks if not s["done"]], kind=_KIND)
+    (live if live.states else job).same("iteration")
     # the first step not consumed: the same on every live rank (DGAP keeps ranks in step)
-    step = _same(live, "step", lambda s: s["step"] - len(s["replay"])) if live else max(s["step"] for s in ranks)
+    step = live.same("step", lambda s: s["step"] - len(s["replay"])) if live.states else max(s["step"] for s in ranks)
     out: dict[str, Any] = {
-        "format": MERGED_FORMAT, "stream": _STATE_FORMAT, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
+        "format": MERGED_FORMAT, "stream": STATE_FORMAT, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
         "iteration": ranks[0]["iteration"], "round": max(s["round"] for s in ranks), "step": step,
-        "emitted": max(s["emitted"] for s in ranks), "done": not live,
+        "emitted": max(s["emitted"] for s in ranks), "done": not live.states,
     }
     if ranks[0]["kind"] == "map":
-        chain_raw = _same(ranks, "resumed", lambda s: s.get("resumed"))
-        chain = decode_chain(chain_raw, _OWNER) if chain_raw is not None else []
-        orders = [len(rank_order(settings, epoch, chain, rank=r, world_size=world)) if chain else None
-                  for r in range(world)]
+        chain_raw = job.same("resumed")
+        chain = decode_chain(chain_raw, OWNER) if chain_raw is not None else []
+        # what each rank's whole order holds: a finished rank delivered all of it
+        left = chain_length(settings, chain) if chain else _first_length(settings, world)
         positions: list[int] = []
         pending: list[tuple[int, ...]] = []
         for r, st in enumerate(ranks):
-            if st["done"]:  # its whole order was delivered
-                positions.append(orders[r] or 0 if chain else _first_len(settings, world, r))
+            if st["done"]:
+                positions.append(len(range(r, left, world)) if chain or not settings.get("pad_sampler")
+                                 else left // world)
                 pending.append(())
             else:
                 positions.append(st["position"])
                 pending.append(tuple(_pending(st)))
-        levels = [*chain, Level(world, tuple(positions), tuple(pending))]
-        rank_order(settings, epoch, levels, rank=0, world_size=1)  # validates every level
+        levels = [*chain, sampler_level(world, positions, pending)]
+        chain_length(settings, levels)  # validates every level
         out["resumed"] = encode_chain(levels)
         return out
-    from youmu.merge import merge_states
-
     sources = []
     for st in ranks:
         if st["source_state"] is None:
-            raise StateError(f"{_OWNER}: the state of rank {st['rank']} holds no dataset state (field "
+            raise StateError(f"{OWNER}: the state of rank {st['rank']} holds no dataset state (field "
                              "'source_state'): save iterable-dataset states after the first step, with num_workers=0 "
                              "and a dataset with state_dict() (e.g. YoumuDataset)")
         sources.append(st["source_state"])
@@ -233,30 +250,20 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for st in ranks:
         for k in _pending(st):
             carried.append(list(st["payloads"][k]))
-    out["source_state"] = merge_states(sources)
+    out["source_state"] = merge(sources)
     out["carried"] = carried
     return out
 
 
-def _first_len(settings: Mapping[str, Any], world: int, rank: int) -> int:
-    from youmu.batching.sampling import sampler_quota
-
-    n = int(settings["n"])
-    return sampler_quota(n, world).per_rank if settings["pad_sampler"] else len(range(rank, n, world))
-
-
 # -- loading ------------------------------------------------------------------------------------
-def resume_from_merged(state: Any, config: Any) -> dict[str, Any]:
-    """The resume state of this rank of ``config`` (a ``LoaderConfig``) from a merged
-    state: settings checked field by field (a :class:`StateError` naming the first
-    that differs), then this rank's share of the samples left."""
-    owner = "DynamicBatchLoader"
+def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
+    """The resume state of this rank of ``config`` from a merged state: settings
+    checked field by field (a :class:`StateError` naming the first that differs), then
+    this rank's share of the samples left."""
+    owner = _KIND
     mine = config.resume_settings
-    st = check_state(state, MERGED_FORMAT, owner=owner, required=("stream", "kind", "epoch", "step"))
-    if st["stream"] != _STATE_FORMAT:
-        raise StateError(f"{owner}.load_state_dict got a merged state of a {st['stream']!r}, not of a "
-                         f"DynamicBatchLoader ({_STATE_FORMAT})")
-    check_state(st, MERGED_FORMAT, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
+    st = load_merged(state, STATE_FORMAT, owner=owner, required=("kind", "epoch", "step"))
+    load_merged(st, STATE_FORMAT, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
     for key in ("epoch", "iteration", "round", "step", "emitted"):
         state_int(st, key, owner=owner)
     if not isinstance(st.get("done"), bool):
@@ -265,7 +272,7 @@ def resume_from_merged(state: Any, config: Any) -> dict[str, Any]:
     out.update({k: st[k] for k in ("iteration", "round", "step", "emitted", "done")})
     if config.kind == "map":
         levels = decode_chain(st.get("resumed"), owner)
-        rank_order(mine, st["epoch"], levels, rank=0, world_size=1)  # validates every level
+        chain_length(mine, levels)  # validates every level
         out["resumed"] = encode_chain(levels)
         return out
     carried = st.get("carried")
@@ -279,3 +286,38 @@ def resume_from_merged(state: Any, config: Any) -> dict[str, Any]:
     out.update(overflow=list(range(len(share))), position=len(share), source_state=st["source_state"],
                payloads={k: tuple(p) for k, p in enumerate(share)})
     return out
+
+
+def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
+    """``state`` validated for a loader with ``config`` (``load_state_dict``): a
+    :class:`~youmu.errors.StateError` naming the first field that does not fit, never an
+    ``AttributeError`` or ``KeyError`` later. A merged state
+    (:func:`youmu.merge_states`) becomes this rank's share
+    (:func:`resume_from_merged`). Returns a new dict."""
+    owner = _KIND
+    if is_merged(state):
+        return resume_from_merged(state, config)
+    st = check_saved_state(state, expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind})
+    if st["config"] != config.fingerprint:
+        raise StateError(
+            f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
+            f"(token_budget, pool_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
+        )
+    keys = [k for entry in st["replay"] for k in entry["keys"]] + list(st["overflow"])
+    if config.kind == "map":
+        if st.get("resumed") is not None:  # a rank of a job resumed from a merged state
+            levels = decode_chain(st["resumed"], owner)
+            left = chain_length(config.resume_settings, levels)
+            mine = len(range(config.rank, left, config.world_size))
+        else:
+            n, w = config.size or 0, config.world_size
+            mine = -(-n // w) if config.pad_sampler else len(range(config.rank, n, w))
+        bad = [k for k in keys if k >= mine]
+        if bad or st["position"] > mine:
+            raise StateError(
+                f"{owner} state positions ({bad[:3] or st['position']}) are out of range for this rank's "
+                f"{mine} samples (another dataset?)"
+            )
+    elif st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
+        raise StateError("the state holds a dataset state but the dataset has no load_state_dict")
+    return st

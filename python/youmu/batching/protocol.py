@@ -19,6 +19,7 @@ Example:
     >>> for r, lengths in enumerate([[10, 20, 30, 60], [50, 50, 50, 50]]):
     ...     for k, n in enumerate(lengths):
     ...         p[r].add(Item(key=k, index=k, sample=None, length=n, tokens=n))
+    >>> from youmu.batching.alignment import plan_round
     >>> plan = plan_round([q.report() for q in p], join=True)
     >>> plan.target, [[len(g) for g in q.align(plan)] for q in p]
     (3, [[2, 1, 1], [1, 2, 1]])
@@ -35,7 +36,6 @@ from youmu.batching.alignment import (
     RankReport,
     RoundPlan,
     align_groups,
-    plan_round,
     step_order,
 )
 from youmu.batching.grouping import form_groups
@@ -43,7 +43,7 @@ from youmu.batching.loss import LOSS_SCALING_MODES, loss_scale
 from youmu.batching.step_info import StepInfo
 from youmu.errors import InvalidArgumentError, ProtocolError
 
-__all__ = ["Item", "RankProtocol", "EmittedStep", "plan_round"]
+__all__ = ["Item", "RankProtocol", "EmittedStep"]
 
 
 class Item:

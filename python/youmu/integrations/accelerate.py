@@ -9,7 +9,8 @@ accelerator and hands it back — without wrapping it:
   and makes rank 0 read everything; ``split_batches`` does not apply either. youmu
   already gave each rank its own shard;
 * ``accelerator.save_state(dir)`` saves every rank's loader state (gathered into the
-  checkpoint's ``custom_checkpoint_<i>.pkl``) and ``accelerator.load_state(dir)`` gives
+  checkpoint's ``custom_checkpoint_<i>.pkl`` as plain data: dicts, lists, strings and
+  numbers, :mod:`youmu.statefile`) and ``accelerator.load_state(dir)`` gives
   each rank its own back: the stream continues exactly, in constant time, instead of
   ``skip_first_batches`` reading and dropping the consumed batches. A job of another
   number of processes loads the same checkpoint: every rank merges all the saved ranks'
@@ -35,7 +36,7 @@ they do nothing for fixed-size batches)::
         log_metrics(accelerator, loader)
 
 Example:
-    >>> from youmu.integrations.trainer_loader import GATHERED_FORMAT
+    >>> from youmu.integrations.job_states import GATHERED_FORMAT
     >>> GATHERED_FORMAT
     'youmu.TrainerLoader.ranks/1'
 """
@@ -47,6 +48,7 @@ from typing import Any
 
 from youmu.errors import ArgumentTypeError
 from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["prepare", "log_metrics", "CheckpointedLoader"]
 
@@ -59,10 +61,13 @@ class CheckpointedLoader:
         self.loader = loader
 
     def state_dict(self) -> dict[str, Any]:
-        return self.loader.gathered_state_dict()
+        # plain data (youmu.statefile): the checkpoint holds no object a load would construct
+        return envelope(self.loader.gathered_state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.loader.load_state_dict(state)
+        # a checkpoint of an older youmu holds the state itself (Accelerate unpickled it)
+        self.loader.load_state_dict(open_envelope(state, where="the accelerator checkpoint's youmu loader state")
+                                    if is_plain_state(state) else state)
 
 
 class _PassEntry:

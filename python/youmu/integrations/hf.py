@@ -10,8 +10,9 @@ batches from a :class:`~youmu.integrations.trainer_loader.TrainerLoader`:
 * ``len(loader)`` is the steps per epoch on every rank, so ``num_train_epochs`` works
   without ``max_steps`` for sized streams (a dynamic-batch epoch: pass
   ``steps_per_epoch=odb_steps_per_epoch(dbl)`` to the loader, or set ``max_steps``);
-* each checkpoint (``checkpoint-N/``) gets ``youmu_loader_rank{r}.pkl``, every rank's
-  own loader state, and ``train(resume_from_checkpoint=...)`` loads it: the stream
+* each checkpoint (``checkpoint-N/``) gets ``youmu_loader_rank{r}.json``, every rank's
+  own loader state (JSON, :mod:`youmu.statefile`: loading a checkpoint never runs
+  code), and ``train(resume_from_checkpoint=...)`` loads it: the stream
   continues exactly where it stopped. ``ignore_data_skip`` is forced on, so the Trainer
   does not fast-forward the loader batch by batch (hours on a large epoch), and the
   resumed epoch's pass is counted from where the loader stopped, so gradient accumulation
@@ -40,17 +41,19 @@ from __future__ import annotations
 
 import glob
 import os
-import pickle
 import re
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.trainer_loader import TrainerLoader, scale_loss, split_info
+from youmu.statefile import read_state, write_state
 
 __all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "load_loader_state", "STATE_FILE"]
 
 #: Per-rank loader state inside a Trainer checkpoint folder.
-STATE_FILE = "youmu_loader_rank{rank}.pkl"
+STATE_FILE = "youmu_loader_rank{rank}.json"
+# what youmu wrote before states were JSON: named in the error, never read (unpickling runs code)
+_PICKLED_FILE = "youmu_loader_rank{rank}.pkl"
 
 
 def loader_state_path(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
@@ -59,8 +62,18 @@ def loader_state_path(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
 
 
 def _read_state(path: str) -> Any:
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    return read_state(path)
+
+
+def _refuse_pickled(checkpoint_dir: str | os.PathLike[str], rank: int) -> None:
+    old = os.path.join(os.fspath(checkpoint_dir), _PICKLED_FILE.format(rank=rank))
+    if os.path.lexists(old):
+        raise StateError(
+            f"checkpoint {checkpoint_dir} holds a pickled youmu loader state ({old}) from an older youmu: it is no "
+            "longer read, since unpickling a file runs any code its author put in it. Resume from a checkpoint saved "
+            f"by this version ({STATE_FILE.format(rank=rank)}), or, if you trust the file, unpickle it yourself and "
+            "pass the state to loader.load_state_dict"
+        )
 
 
 def load_loader_state(loader: TrainerLoader, checkpoint_dir: str | os.PathLike[str]) -> None:
@@ -70,7 +83,9 @@ def load_loader_state(loader: TrainerLoader, checkpoint_dir: str | os.PathLike[s
     (collective then: every rank calls it). A missing file is a
     :class:`~youmu.errors.StateError` naming the rank and the path."""
     own = loader_state_path(checkpoint_dir, loader.rank)
-    state = _read_state(own) if os.path.exists(own) else None
+    if not os.path.lexists(own):
+        _refuse_pickled(checkpoint_dir, loader.rank)
+    state = _read_state(own) if os.path.lexists(own) else None
     saved = state.get("world_size") if isinstance(state, dict) else None
     if state is not None and saved in (loader.world_size, None):
         loader.load_state_dict(state)  # this job's size (or not a loader state: refused there)
@@ -79,8 +94,11 @@ def load_loader_state(loader: TrainerLoader, checkpoint_dir: str | os.PathLike[s
         # this rank's file is absent: a job of another size saved it, or it is lost
         pattern = STATE_FILE.format(rank="*")
         found = sorted(int(m.group(1)) for p in glob.glob(os.path.join(os.fspath(checkpoint_dir), pattern))
-                       if (m := re.search(r"rank(\d+)\.pkl$", p)))
+                       if (m := re.search(r"rank(\d+)\.json$", p)))
         if not found:
+            pickled = sorted(glob.glob(os.path.join(os.fspath(checkpoint_dir), _PICKLED_FILE.format(rank="*"))))
+            if pickled:
+                _refuse_pickled(checkpoint_dir, int(re.findall(r"rank(\d+)\.pkl$", pickled[0])[0]))
             raise StateError(
                 f"checkpoint {checkpoint_dir} has no youmu loader state ({own}): saved by a Trainer without the youmu "
                 "integration?"
@@ -89,7 +107,7 @@ def load_loader_state(loader: TrainerLoader, checkpoint_dir: str | os.PathLike[s
         saved = first.get("world_size") if isinstance(first, dict) else None
         if not isinstance(saved, int) or saved == loader.world_size:
             raise StateError(f"checkpoint {checkpoint_dir} has no youmu loader state for rank {loader.rank} ({own})")
-    missing = [r for r in range(saved) if not os.path.exists(loader_state_path(checkpoint_dir, r))]
+    missing = [r for r in range(saved) if not os.path.lexists(loader_state_path(checkpoint_dir, r))]
     if missing:
         raise StateError(
             f"checkpoint {checkpoint_dir} was saved by {saved} ranks but has no youmu loader state for rank(s) "
@@ -113,11 +131,7 @@ def _callback_class() -> Any:
             folder = os.path.join(self.trainer._get_output_dir(None), f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
             loader = self.trainer.youmu_loader
             os.makedirs(folder, exist_ok=True)
-            path = loader_state_path(folder, loader.rank)
-            tmp = f"{path}.tmp"
-            with open(tmp, "wb") as f:
-                pickle.dump(loader.state_dict(), f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
+            write_state(loader_state_path(folder, loader.rank), loader.state_dict())
 
     return YoumuStateCallback
 

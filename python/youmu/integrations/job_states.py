@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.stateful import check_state, job_ranks, state_int
+from youmu.jobstates import job_ranks
+from youmu.stateful import check_state, state_int
 
 __all__ = ["STATE_FORMAT", "GATHERED_FORMAT", "gather_objects", "job_states", "saved_world"]
 

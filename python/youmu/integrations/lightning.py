@@ -15,9 +15,13 @@ returns it from ``train_dataloader``:
   each rank its own back: the epoch continues exactly where it stopped, in constant time.
   (Lightning's own loader-state saving keeps rank 0's state only and would give it to
   every rank; the data module hands Lightning a view without state methods so that
-  cannot happen.) A job of another number of ranks resumes from that checkpoint too:
-  the epoch continues on the new ranks, every sample of it once. The data module then
-  has Lightning re-read the loader's length each epoch
+  cannot happen.) The state is the position after the last batch *trained*, not the
+  last one fetched: Lightning's fetcher pulls one batch ahead of an unsized loader, so
+  the loader keeps its state as of each batch it hands out
+  (:meth:`~youmu.integrations.trainer_loader.TrainerLoader.follow_consumption`) and the
+  data module reports each batch the training loop moves to the device. A job of
+  another number of ranks resumes from that checkpoint too: the epoch continues on
+  the new ranks, every sample of it once. The data module then has Lightning re-read the loader's length each epoch
   (``reload_dataloaders_every_n_epochs=1``, unless set): the resumed epoch and the full
   ones after it differ in length, and Lightning would otherwise keep the first;
 * :class:`LoaderMetrics` logs tokens/s, padding ratio, data wait and mixture shares
@@ -50,6 +54,7 @@ import lightning.pytorch as pl
 from youmu._args import bool_arg
 from youmu.errors import ArgumentTypeError, StateError
 from youmu.integrations.trainer_loader import INFO_KEY, TrainerLoader, split_info
+from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
 
@@ -97,6 +102,9 @@ class YoumuDataModule(pl.LightningDataModule):
             if not isinstance(loader, TrainerLoader):
                 raise ArgumentTypeError(f"make_loader() must return a TrainerLoader, got {type(loader).__name__}")
             loader.check_equal_steps("Lightning")
+            # Lightning's prefetching fetcher pulls a batch ahead of the one it trains (of an
+            # unsized loader): the checkpoint must hold the position of the trained one
+            loader.follow_consumption()
             self.loader = loader
             if self._pending is not None:
                 self._load(self._pending)
@@ -125,6 +133,9 @@ class YoumuDataModule(pl.LightningDataModule):
             )
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        trainer: Any = self.trainer
+        if self.loader is not None and trainer is not None and trainer.training and not trainer.sanity_checking:
+            self.loader.mark_consumed()  # the training loop moves the batch it trains now
         # the step info is a frozen dataclass, which Lightning's collection mapping refuses
         inputs, info = split_info(batch)
         moved = super().transfer_batch_to_device(inputs, device, dataloader_idx)
@@ -132,11 +143,14 @@ class YoumuDataModule(pl.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         """Every rank's loader state (collective: Lightning calls it on every rank)."""
-        return {} if self.loader is None else self.loader.gathered_state_dict()
+        # plain data (youmu.statefile): the checkpoint holds no object a load would construct
+        return {} if self.loader is None else envelope(self.loader.gathered_state_dict())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not state_dict:
             raise StateError("the checkpoint holds no youmu loader state (saved before the loader was built?)")
+        if is_plain_state(state_dict):  # else a checkpoint of an older youmu: the state itself
+            state_dict = open_envelope(state_dict, where="the Lightning checkpoint's youmu loader state")
         self._restored = True
         if self.loader is None:
             self._pending = state_dict

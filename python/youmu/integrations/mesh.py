@@ -10,7 +10,8 @@ channel over the data-parallel group (for youmu's small collectives: equal step 
 are NCCL, so the channel is a separate Gloo group over the same ranks.
 
 :class:`LoaderState` puts the loader into a DCP state dict: every data-parallel rank's
-state, gathered over the data-parallel channel, pickled under one key (``"dp_ranks"``).
+state, gathered over the data-parallel channel, as JSON bytes under one key (``"dp_ranks"``;
+:mod:`youmu.statefile`: loading it builds plain data, never runs code).
 Every rank writes the same key with the same bytes, which DCP de-duplicates (so the
 checkpoint holds them once). One key that every job reads, whatever its size, is what
 lets a job of another data-parallel size resume: DCP loads only the keys the loading
@@ -37,11 +38,11 @@ Example:
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.statefile import dumps, loads
 
 __all__ = ["data_parallel", "LoaderState"]
 
@@ -85,11 +86,11 @@ class LoaderState:
 
     def state_dict(self) -> dict[str, Any]:
         gathered = self.loader.gathered_state_dict()
-        return {self.KEY: pickle.dumps(gathered, protocol=pickle.HIGHEST_PROTOCOL),
+        return {self.KEY: dumps(gathered),
                 "dp_world_size": self.loader.world_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         blob = state.get(self.KEY)
         if not isinstance(blob, (bytes, bytearray)):
             raise StateError(f"the checkpoint has no youmu loader state under {self.KEY!r}")
-        self.loader.load_state_dict(pickle.loads(blob))
+        self.loader.load_state_dict(loads(blob, where=f"the checkpoint's youmu loader state ({self.KEY!r})"))

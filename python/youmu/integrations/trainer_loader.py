@@ -47,16 +47,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg
+from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
-from youmu.stateful import check_state, state_int
+from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int, yields_pairs
 
-__all__ = ["TrainerLoader", "INFO_KEY", "STATE_FORMAT", "GATHERED_FORMAT", "MAX_BATCH_SIZE", "split_info", "scale_loss"]
+__all__ = ["TrainerLoader", "INFO_KEY", "MAX_BATCH_SIZE", "split_info", "scale_loss"]
 
 #: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
 INFO_KEY = "youmu_info"
@@ -82,14 +82,6 @@ def scale_loss(loss: Any, info: Any) -> Any:
     return loss if info is None else loss * info.loss_scale
 
 
-def _is_pair_source(source: Any) -> bool:
-    """A youmu loader that yields ``(batch, info)`` and saves its own state."""
-    from youmu.batching.dynamic_loader import DynamicBatchLoader
-    from youmu.planning.balanced_loader import BalancedLoader
-
-    return isinstance(source, (DynamicBatchLoader, BalancedLoader))
-
-
 def _default_channel() -> Any:
     """A Gloo channel over the default group when torch.distributed runs (collective)."""
     import torch.distributed as dist
@@ -104,20 +96,16 @@ def _default_channel() -> Any:
 def _batches_per_epoch(source: Any, batch_size: int, num_workers: int) -> int | None:
     """Batches a ``StatefulDataLoader`` forms from ``source`` in one epoch on this rank, or
     ``None`` when only reading would tell. Each DataLoader worker batches its own share, so
-    with workers the count is the sum of every worker's batches, not ``len / batch_size``."""
+    with workers the count is the sum of every worker's batches (the stream's
+    ``shard_length`` of each worker), not ``len / batch_size``."""
     if not hasattr(source, "__len__"):
         return None
     if num_workers == 0:
         return math.ceil(len(source) / batch_size)
-    count = getattr(source, "_count", None)  # MapStream, MixtureStream
-    stream = getattr(source, "_stream", None)  # YoumuDataset
-    if count is not None:
-        sizes = [count(w, num_workers) for w in range(num_workers)]
-    elif stream is not None:
-        sizes = [len(stream(w, num_workers)) for w in range(num_workers)]
-    else:
+    shard_length = getattr(source, "shard_length", None)
+    if shard_length is None:
         return None
-    return sum(math.ceil(n / batch_size) for n in sizes)
+    return sum(math.ceil(shard_length(w, num_workers) / batch_size) for w in range(num_workers))
 
 
 class TrainerLoader:
@@ -127,7 +115,9 @@ class TrainerLoader:
         source: a youmu stream — ``YoumuDataset``, ``MapStream``/``MixtureStream`` (over a
             ``MixtureDataset``), ``pack(...)``, any ``IterableDataset`` with
             ``state_dict`` — batched here by torchdata's ``StatefulDataLoader``; or a
-            ``DynamicBatchLoader`` / ``BalancedLoader`` (already batched, with step info).
+            loader of ``(batch, info)`` pairs (:func:`youmu.stateful.yields_pairs`:
+            ``DynamicBatchLoader``, ``BalancedLoader``, a ``RayBalancedLoader`` client),
+            already batched, with step info.
         batch_size: samples per batch (streams only).
         collate_fn: turns a list of samples into a batch (streams only; default
             :func:`youmu.torch.collate_pad`).
@@ -143,8 +133,8 @@ class TrainerLoader:
             ``mixture/<name>`` shares in :meth:`metrics`.
         device: move tensors of each batch there (default: leave them on the CPU).
         channel: a :class:`~youmu.distributed.GlooChannel` over the data-parallel ranks
-            (default: a new Gloo group over the default group, created here — build the
-            loader at the same point on every rank).
+            (default: a loader's own channel, else a new Gloo group over the default
+            group, created here — build the loader at the same point on every rank).
     """
 
     def __init__(
@@ -161,27 +151,36 @@ class TrainerLoader:
         channel: Any = None,
     ) -> None:
         callable_arg("collate_fn", collate_fn, optional=True)
-        num_workers = int_arg("num_workers", num_workers, minimum=0)
+        num_workers = workers_arg(num_workers)
         self._steps = opt_int_arg("steps_per_epoch", steps_per_epoch, minimum=1)
         self._user_steps = steps_per_epoch is not None
         self.even = bool_arg("even", even)
         self.source_key = source_key
         self.device = device
         self.source = source
-        self.pairs = _is_pair_source(source)
+        self.pairs = yields_pairs(source)
         if self.pairs:
             if batch_size is not None or collate_fn is not None:
                 raise InvalidArgumentError(
                     f"{type(source).__name__} forms its own batches: pass collate_fn to it, not "
                     "batch_size/collate_fn here"
                 )
-            self.channel = source.channel
+            # a loader without a channel of its own (a Ray client: its peers meet in the
+            # planner) shares the job's for the loader's small collectives
+            own = getattr(source, "channel", None)
+            self.channel = own if own is not None else channel if channel is not None else _default_channel()
+            where = (getattr(source, "rank", self.channel.rank), getattr(source, "world_size", self.channel.world_size))
+            if where != (self.channel.rank, self.channel.world_size):
+                raise InvalidArgumentError(
+                    f"{type(source).__name__} is rank {where[0]} of {where[1]} but the channel is rank "
+                    f"{self.channel.rank} of {self.channel.world_size}: build it for this rank of the job"
+                )
             self._loader = source
         else:
             if not (hasattr(source, "__iter__") and hasattr(source, "state_dict")):
                 raise ArgumentTypeError(
-                    f"source must be a youmu stream (YoumuDataset, MapStream, pack(...)) or a DynamicBatchLoader/"
-                    f"BalancedLoader, got {type(source).__name__}"
+                    f"source must be a youmu stream (YoumuDataset, MapStream, pack(...)) or a loader of (batch, info) "
+                    f"pairs (DynamicBatchLoader, BalancedLoader, RayBalancedLoader), got {type(source).__name__}"
                 )
             batch_size = int_arg("batch_size", 1 if batch_size is None else batch_size, minimum=1,
                                  maximum=MAX_BATCH_SIZE)
@@ -211,6 +210,11 @@ class TrainerLoader:
         # another number of ranks is the steps taken before plus what is left
         self._epoch_steps: int | None = None
         self._positioned = False  # the source was loaded from a merged state: no set_epoch
+        # what the trainer consumed, as against what it fetched (see follow_consumption)
+        self._fetched = 0  # batches handed out since the last load
+        self._consumed: int | None = None  # batches the trainer reported consumed (None: = fetched)
+        self._before: deque[tuple[int, dict[str, Any]]] = deque()  # (fetched, state) before each fetch
+        self._depth = 0
         #: An integration that follows each pass (Accelerate's GradientState, see
         #: youmu.integrations.accelerate): it gets the pass's batches and returns what the trainer iterates.
         self.on_pass: Callable[[Iterator[Any]], Iterator[Any]] | None = None
@@ -300,6 +304,10 @@ class TrainerLoader:
         while True:
             if limit is not None and self._taken >= limit:
                 break
+            if self._consumed is not None and limit is None:
+                # the resume point should the trainer stop after the batches handed out so far
+                # (an unsized epoch: trainers fetch ahead only where they cannot count)
+                self._before.append((self._fetched, self._fetched_state()))
             t0 = time.perf_counter()
             try:
                 item = next(it)
@@ -312,6 +320,7 @@ class TrainerLoader:
                 break
             wait = time.perf_counter() - t0
             batch = self._wrap(item)
+            self._fetched += 1
             self._taken += 1
             self._positioned = False
             self._record(batch, wait)
@@ -335,15 +344,58 @@ class TrainerLoader:
             item = {k: (v.to(self.device) if hasattr(v, "to") else v) for k, v in item.items()}
         return item
 
-    # -- state ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """This rank's resume point: the epoch, steps taken and the source's state."""
+    # -- consumed, not fetched -------------------------------------------------------------
+    def follow_consumption(self, depth: int = 8) -> None:
+        """Save what the trainer consumed, not what it fetched: for a trainer that fetches
+        up to ``depth`` batches ahead of the one it trains where it does not know the
+        epoch's length (Lightning's prefetching fetcher pulls one ahead of an unsized
+        loader, to learn that a batch is the last), which then reports each batch it
+        trains with :meth:`mark_consumed`. In an epoch of unknown length the loader keeps
+        its state as of each handed-out batch (the last ``depth + 1``: one source
+        ``state_dict()`` per batch), and :meth:`state_dict` gives the one after the last
+        batch consumed, so the batches fetched but not trained come again after a
+        resume. (A trainer that fetches ahead of a sized loader would need the same: none
+        of the integrated ones does, and that saves the per-batch state.)"""
+        self._depth = int_arg("depth", depth, minimum=1, maximum=1 << 16)
+        self._consumed = self._fetched
+        self._before = deque(maxlen=self._depth + 1)
+
+    def mark_consumed(self) -> None:
+        """The trainer trained the next handed-out batch (see :meth:`follow_consumption`)."""
+        if self._consumed is not None and self._consumed < self._fetched:
+            self._consumed += 1
+
+    def _restart_consumption(self) -> None:
+        """A loaded state is the resume point: nothing handed out or consumed after it yet."""
+        self._fetched = 0
+        if self._consumed is not None:
+            self._consumed = 0
+            self._before.clear()
+
+    def _fetched_state(self) -> dict[str, Any]:
+        """This rank's resume point after every batch handed out so far."""
         source = self._pending if self._pending is not None else self._loader.state_dict()
         state = {"format": STATE_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
                  "steps": self._taken, "finished": self._finished, "source": source}
         if self._epoch_steps is not None:
             state["epoch_steps"] = self._epoch_steps
         return state
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's resume point: the epoch, steps taken and the source's state — as of
+        the last batch the trainer consumed when it reports them (:meth:`follow_consumption`),
+        else as of the last batch handed out."""
+        if self._consumed is not None and self._consumed < self._fetched:
+            for fetched, state in self._before:
+                if fetched == self._consumed:
+                    return state
+            raise StateError(
+                f"the trainer consumed {self._consumed} batches but fetched {self._fetched}: more than the "
+                f"{self._depth} batches ahead that follow_consumption(depth={self._depth}) keeps states for, or "
+                "ahead of a loader of known length (for which no states are kept)"
+            )
+        return self._fetched_state()
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Continue at the next ``iter()`` from :meth:`state_dict` (this rank's), or from
@@ -392,7 +444,8 @@ class TrainerLoader:
             if not ranks:
                 raise StateError("TrainerLoader.load_state_dict got an empty list of rank states")
         if ranks is not None:
-            if len(ranks) != self.world_size or any(saved_world(r) != self.world_size for r in ranks):
+            if (len(ranks) != self.world_size or any(saved_world(r) != self.world_size for r in ranks)
+                    or any(self._other_workers(r) for r in ranks)):
                 self._load_resized(ranks)
                 return
             state = ranks[self.rank]
@@ -403,27 +456,77 @@ class TrainerLoader:
                 f"{state.get('world_size')!r}; this job has world_size={self.world_size}: resuming on another number "
                 "of ranks needs every rank's state (gathered_state_dict(), or the list of every rank's state_dict())"
             )
-        st = check_state(state, STATE_FORMAT, owner="TrainerLoader",
-                         expect={"rank": self.rank, "world_size": self.world_size},
-                         required=("epoch", "steps", "finished", "source"))
-        self.epoch = state_int(st, "epoch", owner="TrainerLoader")
-        self._taken = state_int(st, "steps", owner="TrainerLoader")
-        self._finished = bool(st["finished"])
-        self._epoch_steps = state_int(st, "epoch_steps", owner="TrainerLoader") if "epoch_steps" in st else None
+        st = self._checked(state)
+        saved = self._other_workers(st)
+        if saved is not None:
+            if self.world_size > 1:  # one rank's positions: re-splitting them needs every rank's state
+                raise StateError(
+                    f"the TrainerLoader state was saved with num_workers={saved}; this loader has num_workers="
+                    f"{self.num_workers}: resuming on another number of DataLoader workers needs every rank's state "
+                    "(gathered_state_dict(), or the list of every rank's state_dict())"
+                )
+            self._load_resized([st])  # the whole job's positions: re-split over this loader's workers
+            return
+        self.epoch = st["epoch"]
+        self._taken = st["steps"]
+        self._finished = st["finished"]
+        self._epoch_steps = st.get("epoch_steps")
         self._pending = st["source"]
         self._positioned = False
+        self._restart_consumption()
+
+    def _checked(self, state: Any, expect_shard: bool = True) -> dict[str, Any]:
+        """A TrainerLoader state with every field checked and bounded by this loader's
+        epoch: a step count beyond it would skip the rest of the epoch, a ``finished``
+        that is not a bool or a missing source state would restart it."""
+        owner = "TrainerLoader"
+        st = check_state(state, STATE_FORMAT, owner=owner,
+                         expect={"rank": self.rank, "world_size": self.world_size} if expect_shard else None,
+                         required=("epoch", "steps", "finished", "source"))
+        st["epoch"] = state_int(st, "epoch", owner=owner)
+        st["finished"] = state_bool(st, "finished", owner=owner)
+        if not isinstance(st["source"], Mapping):
+            raise StateError(f"{owner} state field 'source' must be the source's state dict, got "
+                             f"{type(st['source']).__name__}")
+        # a rank's steps are at most a full epoch of this job (when known): the loader's own,
+        # or, for a state saved with another number of workers, the epoch they batched
+        full: int | None = None
+        if expect_shard:
+            saved = self._other_workers(st)
+            full = self._steps if saved is None or self._user_steps else _batches_per_epoch(
+                self.source, self.batch_size, saved)  # type: ignore[arg-type]
+        if "epoch_steps" in st:
+            st["epoch_steps"] = state_int(st, "epoch_steps", owner=owner, minimum=1)
+            steps = state_int(st, "steps", owner=owner, maximum=st["epoch_steps"])
+            if full is not None and st["epoch_steps"] > steps + full:
+                raise StateError(f"{owner} state field 'epoch_steps'={st['epoch_steps']} exceeds the steps taken "
+                                 f"({steps}) plus a full epoch of this loader ({full})")
+        else:
+            steps = state_int(st, "steps", owner=owner, maximum=MAX_STATE_INT if full is None else full)
+        st["steps"] = steps
+        return st
+
+    def _other_workers(self, state: Any) -> int | None:
+        """The number of DataLoader workers a stream's state was saved with, when it is
+        not this loader's (``None``: the same, or a loader that batches itself)."""
+        source = state.get("source") if isinstance(state, Mapping) else None
+        if self.pairs or not isinstance(source, Mapping):
+            return None
+        snapshot = source.get("_snapshot")  # torchdata StatefulDataLoader's state with workers
+        saved = snapshot.get("_main_snapshot", {}).get("_num_workers") if isinstance(snapshot, Mapping) else 0
+        return saved if isinstance(saved, int) and saved != self.num_workers else None
 
     def _load_resized(self, ranks: list[Any]) -> None:
         """Every rank's state of a job of another world size (see :meth:`load_state_dict`)."""
         from youmu.merge import merge_states
 
-        states = job_states(ranks)
-        epochs = {state_int(s, "epoch", owner="TrainerLoader") for s in states}
+        states = [self._checked(s, expect_shard=False) for s in job_states(ranks)]
+        epochs = {s["epoch"] for s in states}
         if len(epochs) > 1:
             raise StateError(f"the ranks' TrainerLoader states are of different epochs {sorted(epochs)}: they were not "
                              "saved by one job at one point")
-        taken = max(state_int(s, "steps", owner="TrainerLoader") for s in states)
-        finished = all(bool(s["finished"]) for s in states)
+        taken = max(s["steps"] for s in states)
+        finished = all(s["finished"] for s in states)
         merged = merge_states([s["source"] for s in states])
         if self.pairs:
             self._loader.load_state_dict(merged)
@@ -434,6 +537,7 @@ class TrainerLoader:
             self._loader = StatefulDataLoader(self.source, **self._loader_args)
         self.epoch, self._taken, self._finished = epochs.pop(), taken, finished
         self._pending, self._positioned, self._epoch_steps = None, True, None
+        self._restart_consumption()
         if not (finished or self.pairs or self._user_steps):
             left = _batches_per_epoch(self.source, self.batch_size, self.num_workers)  # type: ignore[arg-type]
             if left is not None:  # a sized stream: what is left of the epoch on every rank

@@ -51,31 +51,12 @@ import numpy as np
 from youmu._args import bool_arg, choice_arg, float_arg, opt_int_arg
 from youmu.errors import CapacityError, InvalidArgumentError
 
-# results and metrics, packing and placement live in their own modules; their public
-# names (and the packers tests reach) are re-exported here, where they always were
-from youmu.planning.metrics import (  # noqa: F401
-    MAX_SLOTS,
-    BalanceResult,
-    Imbalance,
-    _costs,
-    _stats,
-    check_grid,
-    compare,
-    imbalance,
-)
-from youmu.planning.packers import _pack, _pack_greedy  # noqa: F401
-from youmu.planning.placement import _place
+# results and metrics, packing and placement live in their own modules
+from youmu.planning.metrics import BalanceResult, check_grid, cost_array, grid_stats
+from youmu.planning.packers import pack_buckets
+from youmu.planning.placement import place_units
 
-__all__ = [
-    "METHODS",
-    "BalanceResult",
-    "CapacityError",
-    "Imbalance",
-    "balance",
-    "balance_detailed",
-    "imbalance",
-    "compare",
-]
+__all__ = ["METHODS", "balance", "balance_detailed", "sizes_and_capacity"]
 
 METHODS = ("greedy", "kk", "interleave")
 _OVERFLOW = ("error", "defer")
@@ -90,7 +71,7 @@ def sizes_and_capacity(
     in the same unit, checked together: a capacity needs sizes to be measured against."""
     s: np.ndarray | None = None
     if sizes is not None:
-        s = _costs(sizes, "sizes")
+        s = cost_array(sizes, "sizes")
         if s.size != n:
             raise InvalidArgumentError(f"sizes has {s.size} entries for {n} {of}")
     cap: float | None = None
@@ -122,7 +103,7 @@ def balance_detailed(
     >>> r.assignment, r.deferred.tolist(), r.bin_sizes.tolist()
     ([(0, 0), (0, 0), None, None, (1, 0), (1, 0)], [2, 3], [[3.0], [3.0]])
     """
-    c = _costs(costs)
+    c = cost_array(costs)
     check_grid(num_buckets, num_bins)
     choice_arg("method", method, METHODS)
     choice_arg("on_overflow", on_overflow, _OVERFLOW)
@@ -156,13 +137,13 @@ def balance_detailed(
             raise CapacityError(f"a micro-batch holds {int(s.max())} tokens, above capacity {cap:g}",
                                 np.nonzero(s > cap)[0].tolist())
         if groups == 1:
-            buckets[:], bins[:] = _place(c, n, m, placement)
+            buckets[:], bins[:] = place_units(c, n, m, placement)
         else:
             # coarse: groups of g*m micro-batches each, then placement inside each group
-            gb, _ = _place(c, groups, g * m, "greedy" if placement == "interleave" else placement)
+            gb, _ = place_units(c, groups, g * m, "greedy" if placement == "interleave" else placement)
             for q in range(groups):
                 mine = np.nonzero(gb == q)[0]
-                b, j = _place(c[mine], g, m, placement)
+                b, j = place_units(c[mine], g, m, placement)
                 buckets[mine], bins[mine] = b + q * g, j
     else:
         if method == "interleave":
@@ -171,7 +152,7 @@ def balance_detailed(
             parts = [(0, np.arange(c.size))]
         else:
             gcap = None if cap is None else cap * g * m
-            coarse, used = _pack(c, s, groups, method, gcap)
+            coarse, used = pack_buckets(c, s, groups, method, gcap)
             # the samples of each group that has any, in input order (the others are
             # left deferred below); an empty group places nothing
             by_group = np.argsort(coarse, kind="stable")
@@ -179,13 +160,13 @@ def balance_detailed(
             parts = [(int(q), mine) for q, mine in zip(qs.tolist(), np.split(by_group, starts[1:])) if q >= 0]
         for q, mine in parts:
             k = g * m
-            packed, fine_used = _pack(c[mine], None if s is None else s[mine], k, method, cap)
+            packed, fine_used = pack_buckets(c[mine], None if s is None else s[mine], k, method, cap)
             if fine_used != method:
                 used = fine_used
             ok = packed >= 0
-            # the bins in use are a prefix (see _pack): place those
+            # the bins in use are a prefix (see pack_buckets): place those
             unit = np.bincount(packed[ok], weights=c[mine][ok], minlength=int(packed.max(initial=-1)) + 1)
-            ub, uj = _place(unit, g, m, placement)
+            ub, uj = place_units(unit, g, m, placement)
             buckets[mine[ok]] = ub[packed[ok]] + q * g
             bins[mine[ok]] = uj[packed[ok]]
         unplaced = np.nonzero(buckets < 0)[0]
@@ -204,7 +185,7 @@ def balance_detailed(
         np.add.at(bin_sizes, (buckets[ok], bins[ok]), s[ok])
     return BalanceResult(
         buckets=buckets, bins=bins, num_buckets=n, num_bins=m, method=used,
-        deferred=np.nonzero(~ok)[0], stats=_stats(grid), bin_sizes=bin_sizes,
+        deferred=np.nonzero(~ok)[0], stats=grid_stats(grid), bin_sizes=bin_sizes,
     )
 
 

@@ -87,17 +87,18 @@ from typing import Any
 
 from youmu._args import choice_arg, int_arg, seconds_arg
 from youmu.distributed import Producer, channel_for
+from youmu.distributed.status import CLOSED, FAILED
 from youmu.errors import InvalidArgumentError
+from youmu.passes import CLOSE_TIMEOUT, microbatches
 from youmu.planning.checkpoint import (
     RESUME_MODES,
-    STATE_FORMAT,
     Snapshots,
     agree_on_start,
     restore_sources,
 )
-from youmu.planning.exchange import CLOSED, EXHAUSTED, FAILED, OK, StepExchange
+from youmu.planning.exchange import EXHAUSTED, OK, StepExchange
 from youmu.planning.loader_state import LoaderState
-from youmu.planning.microbatch import Assembler, MicroBatchInfo, check_split_images, default_docs
+from youmu.planning.microbatch import Assembler, MicroBatchInfo, check_split_images
 from youmu.planning.rank_sources import (
     Held,
     Measure,
@@ -109,10 +110,10 @@ from youmu.planning.rank_sources import (
     step_meta,
 )
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
-from youmu.planning.settings import MAX_MICROBATCHES, PlanSettings
+from youmu.planning.settings import PlanSettings
 from youmu.stateful import again_or_raise
 
-__all__ = ["BalancedLoader", "MicroBatchInfo", "default_docs", "STATE_FORMAT", "RESUME_MODES", "MAX_MICROBATCHES"]
+__all__ = ["BalancedLoader"]
 
 log = logging.getLogger("youmu.planning")
 
@@ -134,7 +135,7 @@ class BalancedLoader(LoaderState):
             ``reorder_only=True``, a stream of formed micro-batches.
         num_microbatches: micro-batches per rank per step (gradient accumulation / PP);
             at most :data:`MAX_MICROBATCHES`, and ``W × num_microbatches`` at most
-            :data:`~youmu.planning.balance.MAX_SLOTS`.
+            :data:`~youmu.planning.metrics.MAX_SLOTS`.
         global_batch_size: samples per step over all ranks.
         token_budget: tokens per step over all ranks (instead of a sample count).
         capacity: tokens per micro-batch (activation memory); samples that fit in no
@@ -202,6 +203,9 @@ class BalancedLoader(LoaderState):
         >>> loader.state_dict()["step"]            # resume point: the next step
         2
     """
+
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    yields_pairs = True
 
     def __init__(
         self,
@@ -289,11 +293,11 @@ class BalancedLoader(LoaderState):
         self._stateful = not stateless
         self._snapshots = Snapshots(resume_mode != "replay" and self._stateful, resume_mode)
         self.step = 0
-        #: the epoch given to :meth:`set_epoch` (``None``: never called)
-        self.epoch: int | None = None
+        #: the epoch of the next pass (:meth:`set_epoch`; 0 until it is called)
+        self.epoch = 0
         self._iterating = False  # a pass started since construction or the last load_state_dict
         self._passes = 0
-        self._pass_epoch: int | None = None  # the epoch of the pass in progress
+        self._pass_epoch = 0  # the epoch of the pass in progress
         self._epoch_due = False  # set_epoch during a pass: forward it when the next one starts
         self._gen: Iterator[_StepOut] | None = None
         # resume target: (step, micro-batches of it already delivered), and what a
@@ -401,7 +405,7 @@ class BalancedLoader(LoaderState):
             again_or_raise(type(self).__name__, self._sources)
             if self._iterating:  # no state loaded since the last pass: the epoch's start
                 self._reset_pass()
-        if self._epoch_due and self.epoch is not None:
+        if self._epoch_due:
             self._forward_epoch(self.epoch)
         self._epoch_due = False
         self._stop = threading.Event()
@@ -419,13 +423,13 @@ class BalancedLoader(LoaderState):
 
     def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
         self._start()
-        for out in self._steps():
+
+        def delivered(out: _StepOut, at: tuple[int, int]) -> None:
             self.step = out.step + 1
             self._snapshots.forget_before(out.step)
-            first = self.num_microbatches - len(out.items)  # > 0 in a resumed step
-            for j, item in enumerate(out.items, start=first + 1):
-                self._delivered = (out.step, j) if j < self.num_microbatches else (out.step + 1, 0)
-                yield item
+            self._delivered = at
+
+        yield from microbatches(self._steps(), self.num_microbatches, delivered)
 
     def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
         """Iterate whole steps: a list of ``num_microbatches`` ``(batch, info)`` pairs.
@@ -464,20 +468,14 @@ class BalancedLoader(LoaderState):
                                   on_stop=tell_peers).start()
         yield from self._producer
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Stop the pass in progress, if any (its background thread tells the peers at
         its next exchange); idempotent. The loader stays usable: the next ``iter()``
         starts a new pass (youmu.stateful's loader contract)."""
         self._stop.set()
         if self._producer is not None:
-            self._producer.stop(timeout)
+            self._producer.stop(CLOSE_TIMEOUT if timeout is None else timeout)
             self._producer = None
         gen, self._gen = self._gen, None
         if gen is not None and inspect.getgeneratorstate(gen) == inspect.GEN_SUSPENDED:  # type: ignore[arg-type]
             gen.close()  # type: ignore[attr-defined]  # prefetch=0: its GeneratorExit tells the peers
-
-    def __enter__(self) -> BalancedLoader:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -40,10 +40,10 @@ from typing import Any
 
 from youmu.distributed import describe, fingerprint
 from youmu.errors import StateError
+from youmu.jobstates import is_merged
 from youmu.planning.rank_sources import Held, RankReader
 from youmu.planning.schedule import MixingSchedule
 from youmu.planning.state import parse_carry
-from youmu.resume import MERGED_FORMAT
 from youmu.stateful import check_state, state_int
 
 __all__ = [
@@ -53,8 +53,10 @@ __all__ = [
     "Snapshots",
     "agree_on_start",
     "config_fingerprint",
+    "json_leaves",
     "load_source",
     "parse_state",
+    "restored_state",
     "restore_sources",
     "start_snapshot",
 ]
@@ -144,16 +146,16 @@ def describe_schedule(schedule: Any) -> Any:
             [[st.start, list(map(int, st.children)), list(map(float, st.weights))] for st in mix.stages]]
 
 
-def _json_leaves(value: Any) -> Any:
+def json_leaves(value: Any) -> Any:
     """``value`` with every leaf JSON cannot encode replaced by its ``str`` — what
     ``json.dumps(default=str)`` wrote when fingerprints were first computed, so saved
     states keep their fingerprints."""
     if value is None or isinstance(value, (str, int, float)):
         return value
     if isinstance(value, dict):
-        return {k: _json_leaves(v) for k, v in value.items()}
+        return {k: json_leaves(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_leaves(v) for v in value]
+        return [json_leaves(v) for v in value]
     return str(value)
 
 
@@ -192,7 +194,7 @@ def config_fingerprint(
         "drop_last": drop_last,
         "world_size": world_size,
     }
-    return fingerprint(_json_leaves(cfg))
+    return fingerprint(json_leaves(cfg))
 
 
 # ------------------------------------------------------------------------------------------
@@ -253,10 +255,10 @@ def parse_state(
     if mb >= num_microbatches:
         raise StateError(f"invalid resume position step={step}, microbatch={mb}: field 'microbatch' must be "
                          f"< num_microbatches={num_microbatches}")
-    return Resume(step, mb, _parse_restored(state, names) if restore else None)
+    return Resume(step, mb, restored_state(state, names) if restore else None)
 
 
-def _parse_restored(state: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+def restored_state(state: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
     """The ``streams``, ``carry`` and ``next_index`` fields of a ``"state"``-mode state."""
     streams = state.get("streams")
     if not isinstance(streams, list) or not all(isinstance(st, Mapping) for st in streams):
@@ -295,8 +297,7 @@ def load_source(source: Any, state: Any) -> None:
     which a DataLoader's *dataset* loads (the loader is built fresh over it, and its
     workers copy the loaded stream when iteration starts)."""
     torch = sys.modules.get("torch")
-    merged = isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT
-    if merged and torch is not None and isinstance(source, torch.utils.data.DataLoader):
+    if is_merged(state) and torch is not None and isinstance(source, torch.utils.data.DataLoader):
         if not hasattr(source.dataset, "load_state_dict"):
             raise StateError(f"a merged stream state needs a youmu stream under the DataLoader, got "
                              f"{type(source.dataset).__name__}")

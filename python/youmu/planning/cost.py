@@ -52,7 +52,7 @@ def as_csr(seqs: Any) -> tuple[np.ndarray, np.ndarray]:
 
     Sequence ``i`` holds ``doc_lengths[offsets[i]:offsets[i + 1]]``. Accepts a list of
     lists (``[[30, 70], [100]]``), a pair already in CSR form, or an object with
-    ``doc_lengths`` and ``doc_offsets`` attributes (:class:`~youmu.planning.planner.SampleMeta`).
+    ``doc_lengths`` and ``doc_offsets`` attributes (:class:`~youmu.planning.meta.SampleMeta`).
 
     >>> as_csr([[30, 70], [5]])
     (array([30, 70,  5]), array([0, 2, 3]))

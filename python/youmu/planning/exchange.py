@@ -5,7 +5,7 @@ every step, over the loader's :class:`~youmu.distributed.GlooChannel`.
    all-gather (:func:`youmu.distributed.all_gather_varlen`) of ``[status, metadata...]``
    per rank — the status is ``OK``, ``EXHAUSTED`` (a stream ran short), ``FAILED``
    (reading its data raised) or ``CLOSED`` (its trainer stopped iterating); the
-   metadata is the rank's candidates (:meth:`~youmu.planning.planner.SampleMeta.encode`).
+   metadata is the rank's candidates (:meth:`~youmu.planning.meta.SampleMeta.encode`).
    A rank that fails or stops sends its status with no metadata as its last word
    (:meth:`StepExchange.announce`), so its peers raise
    :class:`~youmu.errors.RankFailedError` or :class:`~youmu.errors.PeerClosedError`
@@ -40,7 +40,7 @@ from youmu.distributed import all_gather_bytes, all_gather_varlen
 from youmu.distributed.status import CLOSED, FAILED, raise_for_stopped_peers
 from youmu.errors import ProtocolError
 
-__all__ = ["OK", "EXHAUSTED", "FAILED", "CLOSED", "StepExchange"]
+__all__ = ["OK", "EXHAUSTED", "StepExchange"]
 
 # the first word of every rank's per-step message
 # FAILED and CLOSED are the codes every youmu loader protocol shares (youmu.distributed.status)

@@ -55,14 +55,8 @@ import numpy as np
 
 from youmu._args import choice_arg, float_array, int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
-from youmu.planning.balance import (
-    BalanceResult,
-    Imbalance,
-    balance_detailed,
-    check_grid,
-    imbalance,
-    sizes_and_capacity,
-)
+from youmu.planning.balance import balance_detailed, sizes_and_capacity
+from youmu.planning.metrics import BalanceResult, Imbalance, check_grid, imbalance
 
 __all__ = ["HybridResult", "ColocatedResult", "balance_hybrid", "balance_colocated", "module_imbalance",
            "image_lists"]
@@ -119,7 +113,7 @@ def module_imbalance(
     num_buckets: int,
     num_bins: int = 1,
 ) -> tuple[Imbalance, Imbalance]:
-    """Both modules' :class:`~youmu.planning.balance.Imbalance` when every sample's
+    """Both modules' :class:`~youmu.planning.metrics.Imbalance` when every sample's
     images are encoded on the sample's own ``(rank, micro-batch)``.
 
     >>> bb, enc = module_imbalance([1, 1], [5, 1], [(0, 0), (1, 0)], num_buckets=2)
@@ -135,13 +129,13 @@ class HybridResult:
     """What :func:`balance_hybrid` computed.
 
     Attributes:
-        backbone: the samples' :class:`~youmu.planning.balance.BalanceResult`
+        backbone: the samples' :class:`~youmu.planning.metrics.BalanceResult`
             (``(rank, micro-batch)`` per sample, deferred samples, backbone stats).
         image_sample: the sample each image belongs to.
         image_rank: the encoder rank that encodes each image (``-1``: its sample
             was deferred).
         image_slot: the micro-batch slot of each image (its sample's).
-        encoder: :class:`~youmu.planning.balance.Imbalance` of the encoder's
+        encoder: :class:`~youmu.planning.metrics.Imbalance` of the encoder's
             ``(encoder rank, slot)`` grid.
         step_time: ``Σ_j max_r encoder(r, j) + Σ_j max_r backbone(r, j)``: the
             virtual-clock step when every micro-batch's encoder phase, its
@@ -255,7 +249,7 @@ class ColocatedResult:
     Attributes:
         buckets, bins: ``(rank, micro-batch)`` per sample (``-1``: deferred).
         deferred: samples that fit in no micro-batch (``capacity``).
-        backbone, encoder: each module's :class:`~youmu.planning.balance.Imbalance`.
+        backbone, encoder: each module's :class:`~youmu.planning.metrics.Imbalance`.
         step_time: ``Σ_j max_r encoder(r, j) + Σ_j max_r backbone(r, j)``.
 
     >>> r = balance_colocated([1, 1, 1], [9, 0, 0], num_buckets=2, on_overflow="defer")

@@ -18,14 +18,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from youmu.errors import LoaderError
+from youmu.jobstates import is_merged
+from youmu.passes import ClosingLoader
 from youmu.planning.checkpoint import STATE_FORMAT, Snapshots, parse_state, start_snapshot
-from youmu.planning.merge import is_merged, parse_merged
+from youmu.planning.merge import parse_merged
 from youmu.stateful import check_epoch, keeps_resume_point
 
 __all__ = ["LoaderState"]
 
 
-class LoaderState:
+class LoaderState(ClosingLoader):
     """The stream contract of :class:`~youmu.planning.BalancedLoader` (a mixin: the
     loader sets these attributes in its constructor)."""
 
@@ -34,14 +36,14 @@ class LoaderState:
     num_microbatches: int
     resume_mode: str
     step: int
-    epoch: int | None
+    epoch: int
     _names: list[str]
     _sources: dict[str, Any]
     _portable: dict[str, Any]
     _fingerprint: int
     _stateful: bool
     _iterating: bool
-    _pass_epoch: int | None
+    _pass_epoch: int
     _epoch_due: bool
     _snapshots: Snapshots
     _delivered: tuple[int, int]
@@ -50,8 +52,6 @@ class LoaderState:
     _loaded_state: dict[str, Any] | None
     _merged: bool
 
-    def close(self, timeout: float = 5.0) -> None:
-        raise NotImplementedError
 
     def _reset_pass(self) -> None:
         raise NotImplementedError
@@ -99,8 +99,8 @@ class LoaderState:
         ``microbatch``; in ``"state"`` mode also ``streams`` (each source's
         ``state_dict()``, its pending samples, whether it ended), ``carry`` (samples
         held over: id, source, documents, tokens, payload) and ``next_index``.
-        Payloads are the samples themselves: save the state with ``torch.save``/pickle,
-        not JSON.
+        Payloads are the samples themselves: :mod:`youmu.statefile` writes them as data
+        (numpy arrays and tensors by dtype, shape and bytes), never as a pickle.
 
         >>> from youmu.planning import BalancedLoader
         >>> BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1).state_dict()["mode"]
@@ -111,7 +111,7 @@ class LoaderState:
         step, mb = self._delivered
         state: dict[str, Any] = {
             "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
-            "epoch": (self._pass_epoch if self._iterating else self.epoch) or 0,
+            "epoch": self._pass_epoch if self._iterating else self.epoch,
             "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
             "settings": self._portable, "step": step, "microbatch": mb,
         }

@@ -41,7 +41,8 @@ Example (one rank here; a job of ``W`` ranks merges its ``W`` states):
     >>> loader = BalancedLoader(MapStream(data), num_microbatches=1, global_batch_size=2, prefetch=0)
     >>> from itertools import islice
     >>> first = [len(batch) for batch, info in islice(loader, 2)]           # two steps
-    >>> merged = merge_balanced_states([loader.state_dict()])
+    >>> from youmu import merge_states
+    >>> merged = merge_states([loader.state_dict()])
     >>> merged["format"], merged["step"], merged["streams"][0]["source_state"]["stream"]
     ('youmu.MergedState/1', 2, 'youmu.MapStream/1')
     >>> again = BalancedLoader(MapStream(data), num_microbatches=1, global_batch_size=3, prefetch=0)
@@ -57,88 +58,50 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.planning.checkpoint import STATE_FORMAT, Resume, _parse_restored
+from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
+from youmu.planning.checkpoint import STATE_FORMAT, Resume, restored_state
 from youmu.planning.state import parse_carry
-from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, job_ranks, same_settings, state_int
+from youmu.stateful import state_int
 
-__all__ = ["merge_balanced_states", "parse_merged", "is_merged", "same_field", "by_rank"]
+__all__ = ["merge_balanced_states", "parse_merged"]
 
-_OWNER = "merge_states"
 _LOADER = "BalancedLoader"
 # fields every rank's state of one job at one point shares ('settings' by setting, then
 # 'config': the batch size, token budget and schedule are in it)
 _SHARED = ("world_size", "epoch", "num_microbatches", "step", "microbatch")
 
 
-def is_merged(state: Any) -> bool:
-    """``state`` is a merged state (:func:`youmu.merge_states`; a BalancedLoader
-    loads only its own kind, :func:`parse_merged`)."""
-    return isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT
-
-
-def same_field(states: list[Mapping[str, Any]], field: str, kind: str = _LOADER) -> Any:
-    """``field`` of the ranks' states (of a ``kind`` loader), which must all hold the
-    same value (else a :class:`~youmu.errors.StateError` names it and the ranks)."""
-    first = states[0].get(field)
-    for st in states[1:]:
-        v = st.get(field)
-        if v != first or type(v) is not type(first):
-            raise StateError(f"{_OWNER}: {kind} states of rank {states[0].get('rank')!r} and rank "
-                             f"{st.get('rank')!r} differ in {field!r} ({first!r:.60} vs {v!r:.60}): they were not "
-                             "saved by one job at one step")
-    return first
-
-
-def by_rank(states: list[Mapping[str, Any]], world: int, kind: str = _LOADER) -> list[Mapping[str, Any]]:
-    """The states (of a ``kind`` loader's ranks) in rank order; a missing or repeated
-    rank is a :class:`~youmu.errors.StateError` naming it."""
-    ranks = [state_int(st, "rank", owner=kind) for st in states]
-    order = job_ranks(ranks, world, owner=_OWNER, holds="its sources' positions and held samples")
-    return [states[i] for i in order]
-
-
-def merge_balanced_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_balanced_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> dict[str, Any]:
     """One state for a BalancedLoader of any world size from the states every rank of
-    a job saved at one step boundary (see the module doc). Raises
+    a job saved at one step boundary (see the module doc; ``merge``: the stream merge
+    for the sources' states, :func:`youmu.merge_states`). Raises
     :class:`~youmu.errors.StateError` for states of different jobs, settings, epochs or
     steps, a missing or repeated rank, a state of another kind, a replay-mode state
     (its sources could not save their states) or one saved inside a step."""
-    from youmu.merge import merge_states  # youmu.merge dispatches BalancedLoader states here
-
-    states = list(states)
+    states = one_kind(states, STATE_FORMAT, kind=_LOADER)
     for i, st in enumerate(states):
-        if not isinstance(st, Mapping) or st.get("format") != STATE_FORMAT:
-            fmt = st.get("format") if isinstance(st, Mapping) else type(st).__name__
-            raise StateError(f"{_OWNER}: states[{i}] is a {fmt} state, not a {STATE_FORMAT} state: one merge takes "
-                             "the states of one kind of loader")
         if st.get("mode") != "state":
-            raise StateError(f"{_OWNER}: states[{i}] field 'mode' is {st.get('mode')!r}: only 'state'-mode states "
+            raise StateError(f"{OWNER}: states[{i}] field 'mode' is {st.get('mode')!r}: only 'state'-mode states "
                              "(every source stateful) can resume on another topology")
         if "settings" not in st:
-            raise StateError(f"{_OWNER}: states[{i}] has no 'settings' field (saved before BalancedLoader states "
+            raise StateError(f"{OWNER}: states[{i}] has no 'settings' field (saved before BalancedLoader states "
                              "could be merged): resume it on the same topology")
+    job = JobStates(states, kind=_LOADER)
     for field in _SHARED:
-        same_field(states, field)
-    settings = [st["settings"] if isinstance(st["settings"], Mapping) else {} for st in states]
-    for key in sorted(set().union(*settings)):
-        same_field([{"rank": st.get("rank"), key: s.get(key)} for st, s in zip(states, settings)], key)
-    same_field(states, "config")
+        job.same(field)
+    job.same_settings(lambda st: st["settings"] if isinstance(st["settings"], Mapping) else {})
+    job.same("config")
     first = states[0]
     world = state_int(first, "world_size", owner=_LOADER, minimum=1)
-    ranks = by_rank(states, world)
+    ranks = job.in_rank_order(world, holds="its sources' positions and held samples")
     step = state_int(first, "step", owner=_LOADER)
-    mb = state_int(first, "microbatch", owner=_LOADER)
-    if mb:
-        raise StateError(f"{_OWNER}: the BalancedLoader states were saved inside step {step} "
-                         f"(field 'microbatch'={mb}): that step was planned for the old ranks; save after a "
-                         "step's last micro-batch to resume on another topology")
+    job.at_step_boundary(step, state_int(first, "microbatch", owner=_LOADER))
     raw = first.get("streams")
     names = [s.get("name") for s in raw] if isinstance(raw, list) and all(isinstance(s, Mapping) for s in raw) \
         else None
     if names is None or not all(isinstance(n, str) for n in names):
-        raise StateError(f"{_OWNER}: BalancedLoader state field 'streams' must be a list of per-source dicts")
-    parsed = [_parse_restored(st, names) for st in ranks]
+        raise StateError(f"{OWNER}: BalancedLoader state field 'streams' must be a list of per-source dicts")
+    parsed = [restored_state(st, names) for st in ranks]
     streams = []
     for c, name in enumerate(names):
         done = [p["streams"][c]["done"] for p in parsed]
@@ -150,13 +113,13 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]
             st = p["streams"][c]
             got = st.get("end_state") if st["done"] else st["source_state"]
             if got is None:
-                raise StateError(f"{_OWNER}: source {name!r} had ended on rank {r} without its state as it ended "
+                raise StateError(f"{OWNER}: source {name!r} had ended on rank {r} without its state as it ended "
                                  "('end_state'): where that rank's shard stopped is unknown")
             per_rank.append(got)
         try:
-            merged = merge_states(per_rank)
+            merged = merge(per_rank)
         except StateError as e:
-            raise StateError(f"{_OWNER}: source {name!r}: {e}") from None
+            raise StateError(f"{OWNER}: source {name!r}: {e}") from None
         streams.append({"name": name, "done": False, "source_state": merged})
     carry = [[h.id, names[h.source], list(h.docs), h.tokens, h.payload, *([list(h.images)] if h.images else [])]
              for p in parsed for h in p["carry"]]
@@ -173,12 +136,10 @@ def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str
     step, each source's merged state, and its deal of the held samples. A setting that
     differs from ``settings`` (:meth:`PlanSettings.portable`) is a
     :class:`~youmu.errors.StateError` naming it."""
-    st = check_state(state, MERGED_FORMAT, owner=_LOADER, required=("stream",))
-    if st["stream"] != STATE_FORMAT:
-        raise StateError(f"a merged state of {st['stream']!r} streams, not of BalancedLoader states: load it into "
-                         "each rank's stream (the BalancedLoader's source), or merge the BalancedLoader states")
-    check_state(st, MERGED_FORMAT, owner=_LOADER,
-                required=("step", "settings", "sources", "streams", "carry", "pending", "id_bound"))
+    st = load_merged(state, STATE_FORMAT, owner=_LOADER,
+                     required=("step", "settings", "sources", "streams", "carry", "pending", "id_bound"),
+                     hint="load it into each rank's stream (the BalancedLoader's source), or merge the "
+                          "BalancedLoader states")
     if not can_restore:
         raise StateError("a merged BalancedLoader state restores the sources' states: every source must be stateful "
                          "and resume_mode 'state' or 'auto'")

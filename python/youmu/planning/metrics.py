@@ -20,7 +20,7 @@ import numpy as np
 from youmu._args import float_array, int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["BalanceResult", "Imbalance", "MAX_SLOTS", "check_grid", "compare", "imbalance"]
+__all__ = ["BalanceResult", "Imbalance", "MAX_SLOTS", "check_grid", "compare", "cost_array", "grid_stats", "imbalance"]
 
 #: The most (bucket, bin) slots — (rank, micro-batch) pairs — one step may have:
 #: 16,384 ranks × 64 micro-batches. The statistics of a result hold a float per slot
@@ -49,7 +49,8 @@ def check_grid(num_buckets: Any, num_bins: Any, names: tuple[str, str] = ("num_b
                                    f"youmu.planning plans (MAX_SLOTS = {MAX_SLOTS:,})")
 
 
-def _costs(costs: Any, name: str = "costs") -> np.ndarray:
+def cost_array(costs: Any, name: str = "costs") -> np.ndarray:
+    """``costs`` as a float array of finite costs >= 0 (an argument error names ``name``)."""
     c = float_array(costs, name)
     if c.size and (not np.isfinite(c).all() or c.min() < 0):
         raise InvalidArgumentError(f"{name} must be finite and >= 0")
@@ -121,7 +122,7 @@ def imbalance(
     >>> imb.bucket_max_over_min, imb.step_time
     (1.0, 4.0)
     """
-    c = _costs(costs)
+    c = cost_array(costs)
     check_grid(num_buckets, num_bins)
     if len(assignment) != c.size:
         raise InvalidArgumentError(f"assignment has {len(assignment)} entries for {c.size} costs")
@@ -138,10 +139,11 @@ def imbalance(
         if not (0 <= b < num_buckets and 0 <= j < num_bins):
             raise InvalidArgumentError(f"sample {i} assigned to {a}, outside {num_buckets} buckets x {num_bins} bins")
         grid[b, j] += c[i]
-    return _stats(grid)
+    return grid_stats(grid)
 
 
-def _stats(grid: np.ndarray) -> Imbalance:
+def grid_stats(grid: np.ndarray) -> Imbalance:
+    """The :class:`Imbalance` of a (rank, micro-batch) grid of costs."""
     rank = grid.sum(axis=1)
     flat = grid.reshape(-1)
     return Imbalance(

@@ -7,7 +7,7 @@ position, so every rank packs alike.
 
 Example:
     >>> import numpy as np
-    >>> _pack(np.array([5.0, 4, 3, 3, 2, 1]), None, 2, "greedy", None)[0].tolist()
+    >>> pack_buckets(np.array([5.0, 4, 3, 3, 2, 1]), None, 2, "greedy", None)[0].tolist()
     [0, 1, 1, 0, 1, 0]
 """
 
@@ -22,10 +22,10 @@ import numpy as np
 
 from youmu.errors import InvalidArgumentError
 
-__all__: list[str] = []
+__all__ = ["cost_order", "merge_members", "pack_buckets", "pack_greedy"]
 
 
-def _order(c: np.ndarray) -> np.ndarray:
+def cost_order(c: np.ndarray) -> np.ndarray:
     """Positions by decreasing cost, ties by position (deterministic)."""
     return np.lexsort((np.arange(c.size), -c))
 
@@ -33,11 +33,11 @@ def _order(c: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 # packing: samples -> k bins
 # --------------------------------------------------------------------------------------
-def _pack_greedy(c: np.ndarray, s: np.ndarray | None, k: int, cap: float | None) -> np.ndarray:
+def pack_greedy(c: np.ndarray, s: np.ndarray | None, k: int, cap: float | None) -> np.ndarray:
     """LPT with a capacity: each item, by decreasing cost, to the least-loaded bin with
     room, ties to the lower bin (-1: no bin has room)."""
     out = np.full(c.size, -1, dtype=np.int64)
-    order = _order(c)
+    order = cost_order(c)
     costs = c.tolist()
     if s is None or cap is None:
         # while empty bins remain, LPT gives the t-th positive-cost item bin t (an empty
@@ -99,7 +99,8 @@ def _neg_sum(x: tuple[float, list[int]]) -> float:
     return -x[0]
 
 
-def _merge_members(x: list[int], y: list[int]) -> list[int]:
+def merge_members(x: list[int], y: list[int]) -> list[int]:
+    """The members of two merged groups, in one list."""
     # small-to-large keeps the total copying O(N log N)
     if len(x) < len(y):
         x, y = y, x
@@ -121,7 +122,7 @@ def _pack_kk(c: np.ndarray, k: int) -> np.ndarray:
         return out
     costs = c.tolist()
     heap: list[tuple[float, int, list[tuple[float, list[int]]]]] = []
-    for n, i in enumerate(_order(c).tolist()):
+    for n, i in enumerate(cost_order(c).tolist()):
         heap.append((-costs[i], n, [(costs[i], [i])]))
     heapq.heapify(heap)
     counter = len(heap)
@@ -138,7 +139,7 @@ def _pack_kk(c: np.ndarray, k: int) -> np.ndarray:
             bs, bm = b[k - 1 - i]
             if i < la:
                 as_, am = a[i]
-                paired.append((as_ + bs, _merge_members(am, bm)))
+                paired.append((as_ + bs, merge_members(am, bm)))
             else:
                 paired.append((bs, bm))
         if len(paired) <= 8:
@@ -197,7 +198,7 @@ def _fill_empty(bins: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     return bins
 
 
-def _pack(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float | None) -> tuple[np.ndarray, str]:
+def pack_buckets(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float | None) -> tuple[np.ndarray, str]:
     """Pack the items into ``k`` bins (ids ``0..k-1``, ``-1`` where an item fits nowhere).
 
     Every packer fills a prefix of the bins: LPT and first-fit open the lowest empty
@@ -214,9 +215,9 @@ def _pack(c: np.ndarray, s: np.ndarray | None, k: int, method: str, cap: float |
         if cap is not None and s is not None:
             sizes = np.bincount(bins, weights=s, minlength=k)
             if (sizes > cap).any():
-                bins, used = _pack_greedy(c, s, k, cap), "greedy (kk exceeded capacity)"
+                bins, used = pack_greedy(c, s, k, cap), "greedy (kk exceeded capacity)"
     elif method == "greedy":
-        bins = _pack_greedy(c, s, k, cap)
+        bins = pack_greedy(c, s, k, cap)
     else:
         raise InvalidArgumentError(
             f"method {method!r} cannot pack samples; use 'greedy' or 'kk' (or reorder_only=True)"

@@ -5,7 +5,7 @@ rank totals. Pure functions; ties by input position.
 
 Example:
     >>> import numpy as np
-    >>> [a.tolist() for a in _place(np.array([4.0, 3, 2, 1]), 2, 2, "interleave")]
+    >>> [a.tolist() for a in place_units(np.array([4.0, 3, 2, 1]), 2, 2, "interleave")]
     [[0, 1, 1, 0], [0, 0, 1, 1]]
 """
 
@@ -17,9 +17,9 @@ from operator import itemgetter
 import numpy as np
 
 from youmu.errors import InvalidArgumentError
-from youmu.planning.packers import _merge_members, _order
+from youmu.planning.packers import cost_order, merge_members
 
-__all__: list[str] = []
+__all__ = ["place_units"]
 
 _PLACEMENTS = ("greedy", "kk", "interleave")  # youmu.planning.balance.METHODS
 
@@ -27,7 +27,7 @@ _PLACEMENTS = ("greedy", "kk", "interleave")  # youmu.planning.balance.METHODS
 # --------------------------------------------------------------------------------------
 # placement: n*m units -> (bucket, slot), m per bucket
 # --------------------------------------------------------------------------------------
-def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.ndarray]:
+def place_units(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.ndarray]:
     """Assign ``len(u) <= n*m`` units to (bucket, slot), each bucket ``m`` slots.
 
     The grid is filled up with empty (zero-cost) units that sort after every given
@@ -37,7 +37,7 @@ def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.n
     """
     if u.size > n * m:
         raise InvalidArgumentError(f"{u.size} micro-batches do not fit in {n} buckets x {m} bins")
-    order = _order(u)
+    order = cost_order(u)
     bucket = np.empty(u.size, dtype=np.int64)
     slot = np.empty(u.size, dtype=np.int64)
     if method == "interleave" or n == 1:
@@ -62,7 +62,7 @@ def _place(u: np.ndarray, n: int, m: int, method: str) -> tuple[np.ndarray, np.n
                 heapq.heappush(heap, (load + cl[i], r))
     elif method == "kk":
         c = np.concatenate([u, np.zeros(n * m - u.size)])
-        bucket[:] = _kk_equal(c, _order(c), n, m)[: u.size]
+        bucket[:] = _kk_equal(c, cost_order(c), n, m)[: u.size]
     else:
         raise InvalidArgumentError(f"unknown method {method!r}; expected one of {_PLACEMENTS}")
     # within a bucket, heaviest unit first: slot j then holds the j-th heaviest unit
@@ -89,7 +89,7 @@ def _kk_equal(c: np.ndarray, order: np.ndarray, n: int, m: int) -> np.ndarray:
     while len(heap) > 1:
         _, _, a = heapq.heappop(heap)
         _, _, b = heapq.heappop(heap)
-        merged = [(a[i][0] + b[n - 1 - i][0], _merge_members(a[i][1], b[n - 1 - i][1])) for i in range(n)]
+        merged = [(a[i][0] + b[n - 1 - i][0], merge_members(a[i][1], b[n - 1 - i][1])) for i in range(n)]
         merged.sort(key=key, reverse=True)
         heapq.heappush(heap, (-(merged[0][0] - merged[-1][0]), counter, merged))
         counter += 1

@@ -50,15 +50,16 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
+from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
-from youmu.planning.balance import METHODS, BalanceResult, Imbalance, balance_detailed, check_grid
+from youmu.planning.balance import METHODS, balance_detailed
 from youmu.planning.cost import CostModel, ModelConfig, segment_sums
 from youmu.planning.hybrid import balance_colocated, balance_hybrid
 from youmu.planning.meta import SampleMeta, gather_metadata
+from youmu.planning.metrics import BalanceResult, Imbalance, check_grid
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
-__all__ = ["SampleMeta", "Mesh", "Planner", "StepPlan", "PlanError", "gather_metadata", "AXES", "ENCODER_BALANCES"]
+__all__ = ["Mesh", "Planner", "StepPlan", "AXES", "ENCODER_BALANCES"]
 
 AXES = ("DP", "CP", "WORLD")
 #: how :meth:`Planner.encoder` places images: on their sample's rank, or over every rank
@@ -138,11 +139,11 @@ class StepPlan:
         unselected: rows ``mix`` left in the buffer.
         costs: modelled cost per row of ``meta`` (0 for unselected rows).
         method: the balancing method used (after fallbacks).
-        stats: :class:`~youmu.planning.balance.Imbalance` of the placement.
+        stats: :class:`~youmu.planning.metrics.Imbalance` of the placement.
         num_buckets, num_bins: the grid.
         source_counts: samples per source in the step (``{source number: count}``).
         encoder_costs, encoder_stats: with an encoder cost model, the encoder cost
-            per row of ``meta`` and the encoder's :class:`~youmu.planning.balance.Imbalance`
+            per row of ``meta`` and the encoder's :class:`~youmu.planning.metrics.Imbalance`
             over ``(encoder rank, slot)`` (``None`` otherwise).
         image_ranks: with ``encoder(..., balance="hybrid")``, the rank that encodes
             each image of ``meta`` (in ``meta.image_patches`` order; ``-1``: its sample
@@ -301,7 +302,7 @@ class Planner:
     def __post_init__(self) -> None:
         # the builder stages check their own arguments; the seed is only read when a
         # step selects at random, so check it here rather than at that step
-        int_arg("seed", self.seed, minimum=0)
+        seed_arg(self.seed)
 
     # -- builder stages -------------------------------------------------------------------
     def mix(self, schedule: Any, global_batch_size: int | None = None, *, select: str = "fifo",

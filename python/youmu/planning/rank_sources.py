@@ -40,8 +40,9 @@ import numpy as np
 
 from youmu._args import callable_arg, index_of
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
+from youmu.planning.meta import SampleMeta
 from youmu.planning.microbatch import default_docs
-from youmu.planning.planner import SampleMeta, StepPlan
+from youmu.planning.planner import StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 from youmu.sharding import share
 

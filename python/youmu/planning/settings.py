@@ -38,11 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
+from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
-from youmu.planning.balance import METHODS, check_grid
-from youmu.planning.checkpoint import _json_leaves, config_fingerprint
+from youmu.planning.balance import METHODS
+from youmu.planning.checkpoint import config_fingerprint, json_leaves
+from youmu.planning.metrics import check_grid
 from youmu.planning.planner import ENCODER_BALANCES, Planner
 from youmu.planning.rank_sources import resolve_sources
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
@@ -100,7 +101,7 @@ class PlanSettings:
         int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
         reorder_only = bool_arg("reorder_only", reorder_only)
         drop_last = bool_arg("drop_last", drop_last)
-        int_arg("seed", seed, minimum=0)
+        seed_arg(seed)
         choice_arg("method", method, METHODS)
         if placement is not None:
             choice_arg("placement", placement, METHODS)
@@ -119,7 +120,7 @@ class PlanSettings:
         if world_size is not None:
             s = s.on(world_size)
         # the cost model and balancing settings are checked now, not at the first step
-        s._chain(world_size if world_size is not None else 1)
+        s._chain(world_size if world_size is not None else 1)  # cached: the loader's planner
         return s, sources
 
     @classmethod
@@ -172,6 +173,16 @@ class PlanSettings:
         return dataclasses.replace(self, world_size=int(world_size))
 
     def _chain(self, world_size: int) -> Planner:
+        """The planner chain over ``world_size`` ranks, built once per settings object
+        and world size (settings are frozen, planners immutable)."""
+        key = f"_planner_{world_size}"
+        cached = self.__dict__.get(key)
+        if cached is None:
+            cached = self._build(world_size)
+            object.__setattr__(self, key, cached)
+        return cached
+
+    def _build(self, world_size: int) -> Planner:
         planner = (Planner(seed=self.seed)
                    .distribute(world_size, self.num_microbatches, capacity=self.capacity, group_size=self.group_size)
                    .cost(self.cost)
@@ -201,7 +212,7 @@ class PlanSettings:
         (['code', 'web'], 512, False)
         """
         planner = self._chain(1)
-        return _json_leaves({
+        return json_leaves({
             "sources": sorted(self.names), "capacity": self.capacity, "cost": describe(planner.cost_fn),
             "method": self.method, "reorder_only": self.reorder_only, "placement": self.placement,
             "group_size": self.group_size, "seed": self.seed, "drop_last": self.drop_last,

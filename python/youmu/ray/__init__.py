@@ -50,10 +50,30 @@ same code runs on actors):
 
 from __future__ import annotations
 
-from youmu.ray.client import Deployment, RayBalancedLoader
-from youmu.ray.deploy import RayLoaders
-from youmu.ray.planner_actor import PlannerState, StepPlanner
-from youmu.ray.source import Source
-from youmu.ray.source_actor import SourceLoader
+from typing import TYPE_CHECKING
+
+from youmu._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from youmu.ray.client import Deployment, RayBalancedLoader
+    from youmu.ray.deploy import RayLoaders
+    from youmu.ray.planner_actor import StepPlanner
+    from youmu.ray.source import Source
+    from youmu.ray.source_actor import SourceLoader
+    from youmu.ray.state import PlannerState
+
+# imported on first use: the modules that run actors import Ray, while the state
+# formats (youmu.ray.state, youmu.ray.merge) are read without it
+_LAZY: dict[str, str] = {
+    "Deployment": "youmu.ray.client",
+    "PlannerState": "youmu.ray.state",
+    "RayBalancedLoader": "youmu.ray.client",
+    "RayLoaders": "youmu.ray.deploy",
+    "Source": "youmu.ray.source",
+    "SourceLoader": "youmu.ray.source_actor",
+    "StepPlanner": "youmu.ray.planner_actor",
+}
 
 __all__ = ["Deployment", "PlannerState", "RayBalancedLoader", "RayLoaders", "Source", "SourceLoader", "StepPlanner"]
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

@@ -54,17 +54,17 @@ from typing import Any
 from youmu._args import int_arg
 from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
+from youmu.jobstates import is_merged
+from youmu.passes import CLOSE_TIMEOUT, ClosingLoader, microbatches
 from youmu.planning.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
-from youmu.ray.merge import is_merged, parse_merged
+from youmu.ray.merge import parse_merged
 from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
 from youmu.ray.state import CLIENT_FORMAT, Chain, PlannerState, Ref
 from youmu.stateful import check_epoch, check_state, keeps_resume_point, state_int
 
-__all__ = ["RayBalancedLoader", "Deployment", "STATE_FORMAT"]
+__all__ = ["RayBalancedLoader", "Deployment"]
 
-#: tag of :meth:`RayBalancedLoader.state_dict`
-STATE_FORMAT = CLIENT_FORMAT
 _OWNER = "RayBalancedLoader"
 
 
@@ -97,7 +97,7 @@ class _StepOut:
     after: dict[str, Any] | None = None
 
 
-class RayBalancedLoader:
+class RayBalancedLoader(ClosingLoader):
     """This rank's balanced micro-batches from a deployment (see the module doc);
     get one with :meth:`youmu.ray.RayLoaders.client`.
 
@@ -107,6 +107,9 @@ class RayBalancedLoader:
         prefetch: steps prepared ahead by a background thread (0: in the caller).
         steps_per_call: plans asked of the planner per call.
     """
+
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    yields_pairs = True
 
     def __init__(self, deployment: Deployment, rank: int, *, prefetch: int = 2, steps_per_call: int = 2) -> None:
         if not isinstance(deployment, Deployment):
@@ -142,15 +145,13 @@ class RayBalancedLoader:
     def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
         """``(batch, info)`` from the resume point (a loaded state, or the epoch's
         start), as :class:`~youmu.planning.BalancedLoader` yields them."""
-        m = self.num_microbatches
-        for out in self._steps():
-            first = m - len(out.items)  # > 0 in a resumed step
-            for j, item in enumerate(out.items, start=first + 1):
-                self._delivered = (out.step, j) if j < m else (out.step + 1, 0)
-                # once a step is delivered, the state as of the next one: a merge needs it
-                self._delivered_state = out.after if j == m and out.after is not None else out.state
-                self.step = out.step + 1
-                yield item
+        def delivered(out: _StepOut, at: tuple[int, int]) -> None:
+            self._delivered = at
+            # once a step is delivered, the state as of the next one: a merge needs it
+            self._delivered_state = out.after if at[1] == 0 and out.after is not None else out.state
+            self.step = out.step + 1
+
+        yield from microbatches(self._steps(), self.num_microbatches, delivered)
 
     def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
         """Whole steps: lists of ``(batch, info)``."""
@@ -226,18 +227,14 @@ class RayBalancedLoader:
             raise ProtocolError(f"planner {self._planner.name!r} answered {reply!r:.80} for step {step}")
         return reply
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the pass in progress (its background thread), if any; idempotent. The
-        next ``iter()`` starts a new pass (youmu.stateful's loader contract)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the pass in progress (its background thread, waited for at most
+        ``timeout`` seconds, default :data:`~youmu.stateful.CLOSE_TIMEOUT`), if any;
+        idempotent. The next ``iter()`` starts a new pass (youmu.stateful's loader
+        contract)."""
         if self._producer is not None:
-            self._producer.stop(timeout)
+            self._producer.stop(CLOSE_TIMEOUT if timeout is None else timeout)
             self._producer = None
-
-    def __enter__(self) -> RayBalancedLoader:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     # -- the stream contract (youmu.stateful) ---------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -273,7 +270,7 @@ class RayBalancedLoader:
         only (JSON works)."""
         step, mb = self._delivered
         d = self.deployment
-        return {"format": STATE_FORMAT, "world_size": self.world_size, "rank": self.rank,
+        return {"format": CLIENT_FORMAT, "world_size": self.world_size, "rank": self.rank,
                 "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
                 "epoch": self.epoch if self._pass_epoch is None else self._pass_epoch,
                 "step": step, "microbatch": mb, "planner": self._delivered_state,
@@ -286,9 +283,11 @@ class RayBalancedLoader:
         token budget or mixing schedule here, from the merged step on). Raises
         :class:`~youmu.errors.StateError` naming the field that does not fit."""
         if is_merged(state):
-            self._install(*parse_merged(state, self.deployment))
+            d = self.deployment
+            self._install(*parse_merged(state, portable=d.portable or {}, data=d.data, names=d.names,
+                                        world_size=d.world_size))
             return
-        st = check_state(state, STATE_FORMAT, owner=_OWNER,
+        st = check_state(state, CLIENT_FORMAT, owner=_OWNER,
                          expect={"world_size": self.world_size, "num_microbatches": self.num_microbatches},
                          required=("epoch", "step", "microbatch", "planner"))
         if st.get("config") != self.config_fingerprint():

@@ -29,7 +29,8 @@ Example (the states of a deployment's two clients after one step):
     >>> two = RayLoaders(src, world_size=2, num_microbatches=1, global_batch_size=4, local=True)
     >>> clients = [two.client(r, prefetch=0) for r in range(2)]
     >>> _ = [next(c.iter_steps()) for c in clients]
-    >>> merged = merge_ray_states([c.state_dict() for c in clients])
+    >>> from youmu import merge_states
+    >>> merged = merge_states([c.state_dict() for c in clients])
     >>> merged["step"], merged["world_size"]
     (1, 2)
     >>> three = RayLoaders(src, world_size=3, num_microbatches=1, global_batch_size=6, local=True)
@@ -43,89 +44,76 @@ Example (the states of a deployment's two clients after one step):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from youmu.errors import StateError
-from youmu.planning.merge import by_rank, is_merged, same_field
+from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
 from youmu.ray.state import CLIENT_FORMAT, PlannerState
-from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, same_settings, state_int
+from youmu.stateful import state_int
 
-if TYPE_CHECKING:
-    from youmu.ray.client import Deployment
+__all__ = ["merge_ray_states", "parse_merged"]
 
-__all__ = ["merge_ray_states", "parse_merged", "is_merged"]
-
-_OWNER = "merge_states"
 _KIND = "RayBalancedLoader"
 # fields every client's state of one deployment at one step shares
 _SHARED = ("world_size", "epoch", "num_microbatches", "step", "microbatch", "config", "sources", "settings", "data")
 
 
-def merge_ray_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_ray_states(states: Sequence[Mapping[str, Any]], merge: Merge | None = None) -> dict[str, Any]:
     """One state for a deployment of any world size from the states every client of a
-    deployment saved at one step boundary (see the module doc). Raises
+    deployment saved at one step boundary (see the module doc; ``merge``, the stream
+    merge, is not needed: the planner's state nests no stream state). Raises
     :class:`~youmu.errors.StateError` for a state of another kind, a missing or
     repeated rank, states of different deployments, settings or steps, or states
     saved inside a step."""
-    states = list(states)
+    states = one_kind(states, CLIENT_FORMAT, kind=_KIND)
     for i, st in enumerate(states):
-        if not isinstance(st, Mapping) or st.get("format") != CLIENT_FORMAT:
-            fmt = st.get("format") if isinstance(st, Mapping) else type(st).__name__
-            raise StateError(f"{_OWNER}: states[{i}] is a {fmt} state, not a {CLIENT_FORMAT} state: one merge takes "
-                             "the states of one kind of loader")
         for key in ("sources", "settings", "data"):
             if st.get(key) is None:
-                raise StateError(f"{_OWNER}: states[{i}] has no {key!r} field (saved before RayBalancedLoader "
+                raise StateError(f"{OWNER}: states[{i}] has no {key!r} field (saved before RayBalancedLoader "
                                  "states could be merged): resume it on the same topology")
+    job = JobStates(states, kind=_KIND)
     for key in _SHARED:
-        same_field(states, key, _KIND)
+        job.same(key)
     first = states[0]
     world = state_int(first, "world_size", owner=_KIND, minimum=1)
-    by_rank(states, world, _KIND)
+    job.in_rank_order(world, holds="its sources' positions and held samples")
     step = state_int(first, "step", owner=_KIND)
-    mb = state_int(first, "microbatch", owner=_KIND)
-    if mb:
-        raise StateError(f"{_OWNER}: the RayBalancedLoader states were saved inside step {step} (field "
-                         f"'microbatch'={mb}): that step was planned for the old ranks; save after a step's last "
-                         "micro-batch to resume on another topology")
-    planner = same_field(states, "planner", _KIND)
+    job.at_step_boundary(step, state_int(first, "microbatch", owner=_KIND))
+    planner = job.same("planner")
     names = first["sources"]
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise StateError(f"{_OWNER}: RayBalancedLoader state field 'sources' must be a list of source names")
+        raise StateError(f"{OWNER}: RayBalancedLoader state field 'sources' must be a list of source names")
     ps = PlannerState.from_dict(planner, world_size=world, num_sources=len(names))
     if ps.step != step:
-        raise StateError(f"{_OWNER}: RayBalancedLoader state field 'planner' is as of step {ps.step}, not the "
+        raise StateError(f"{OWNER}: RayBalancedLoader state field 'planner' is as of step {ps.step}, not the "
                          f"resume step {step} (a state loaded and not yet iterated): iterate a step first, or merge "
                          "the states that were loaded")
     return {"format": MERGED_FORMAT, "stream": CLIENT_FORMAT, "epoch": ps.epoch, "step": step, "world_size": world,
             "sources": names, "settings": first["settings"], "data": first["data"], "planner": ps.to_dict()}
 
 
-def parse_merged(state: Any, deployment: Deployment) -> tuple[PlannerState, int, int]:
-    """The planner state, step and micro-batch a client of ``deployment`` resumes
-    from, laid out for its world size; a field that does not fit is a
+def parse_merged(state: Any, *, portable: Mapping[str, Any], data: Any, names: Sequence[str],
+                 world_size: int) -> tuple[PlannerState, int, int]:
+    """The planner state, step and micro-batch a client of a deployment resumes from
+    (its ``portable`` settings, ``data`` fingerprint, source ``names`` and
+    ``world_size``), laid out for its world size; a field that does not fit is a
     :class:`~youmu.errors.StateError` naming it."""
-    st = check_state(state, MERGED_FORMAT, owner=_KIND, required=("stream",))
-    if st["stream"] != CLIENT_FORMAT:
-        raise StateError(f"a merged state of {st['stream']!r}, not of RayBalancedLoader states: merge the "
-                         "RayBalancedLoader clients' states")
-    check_state(st, MERGED_FORMAT, owner=_KIND,
-                required=("epoch", "step", "world_size", "sources", "settings", "data", "planner"))
-    same_settings(st["settings"], deployment.portable or {}, owner="merged RayBalancedLoader state",
-                  what="deployment",
+    st = load_merged(state, CLIENT_FORMAT, owner=_KIND,
+                     required=("epoch", "step", "world_size", "sources", "settings", "data", "planner"),
+                     hint="merge the RayBalancedLoader clients' states")
+    same_settings(st["settings"], portable, owner="merged RayBalancedLoader state", what="deployment",
                   may_change="the world size, num_microbatches, global_batch_size / token_budget and the schedule")
-    if st["data"] != deployment.data:
+    if st["data"] != data:
         raise StateError(f"merged RayBalancedLoader state field 'data' is {st['data']!r}, this deployment's is "
-                         f"{deployment.data!r}: its sources (files, stream settings) or measuring functions differ")
-    names = st["sources"]
-    if not isinstance(names, list) or sorted(map(str, names)) != sorted(deployment.names):
-        raise StateError(f"merged RayBalancedLoader state field 'sources' is {names!r:.80}, this deployment reads "
-                         f"{list(deployment.names)}")
+                         f"{data!r}: its sources (files, stream settings) or measuring functions differ")
+    saved = st["sources"]
+    if not isinstance(saved, list) or sorted(map(str, saved)) != sorted(names):
+        raise StateError(f"merged RayBalancedLoader state field 'sources' is {saved!r:.80}, this deployment reads "
+                         f"{list(names)}")
     world = state_int(st, "world_size", owner=_KIND, minimum=1)
     step = state_int(st, "step", owner=_KIND)
-    planner = PlannerState.from_dict(st["planner"], world_size=world, num_sources=len(names))
+    planner = PlannerState.from_dict(st["planner"], world_size=world, num_sources=len(saved))
     if planner.step != step or planner.epoch != state_int(st, "epoch", owner=_KIND):
         raise StateError(f"merged RayBalancedLoader state field 'planner' is as of epoch {planner.epoch} step "
                          f"{planner.step}, not the state's epoch {st['epoch']!r} step {step}")
-    return planner.renumbered(names, deployment.names).resized(deployment.world_size), step, 0
+    return planner.renumbered(saved, names).resized(world_size), step, 0

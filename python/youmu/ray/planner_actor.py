@@ -71,9 +71,10 @@ from youmu.planning.rank_sources import Held, RankReader, SourceStream, carry_af
 from youmu.planning.settings import PlanSettings
 from youmu.ray.calls import Actor
 from youmu.ray.state import Chain, PlannerState, Ref
-from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, RecordMeasure, _Fetcher, _View
+from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, Fetcher, RecordMeasure, View
+from youmu.stateful import check_epoch
 
-__all__ = ["NEED_STATE", "PlannerState", "RankStep", "RecordMeasure", "StepPlanner", "Ref"]
+__all__ = ["NEED_STATE", "RankStep", "StepPlanner"]
 
 #: a planner's answer when it cannot serve a step without a client's state
 NEED_STATE = "youmu.ray/need-state"
@@ -168,9 +169,9 @@ class StepPlanner:
     def ping(self) -> dict[str, Any]:
         import os
 
-        from youmu.ray.source_actor import _node_id
+        from youmu.ray.source_actor import node_id
 
-        return {"pid": os.getpid(), "node": _node_id(), "seeded": self.seeded,
+        return {"pid": os.getpid(), "node": node_id(), "seeded": self.seeded,
                 "cursor": None if self._cursor is None else (self._cursor.epoch, self._cursor.step),
                 "busy_s": self.busy_s}
 
@@ -190,7 +191,7 @@ class StepPlanner:
     def _plans(self, rank: int, epoch: int, step: int, count: int, state: Mapping[str, Any] | None
                ) -> list[RankStep] | str:
         int_arg("rank", rank, minimum=0, maximum=self.world_size - 1)
-        int_arg("epoch", epoch, minimum=0)
+        check_epoch(epoch)
         int_arg("step", step, minimum=0)
         int_arg("count", count, minimum=1, maximum=MAX_STEPS_PER_CALL)
         self._low[rank] = step
@@ -242,12 +243,12 @@ class StepPlanner:
         self._results.clear()
         self._end = None
         self._chain = st.chain(cfg.names)
-        self._fetcher = _Fetcher(self.loaders, self.group_of, st.epoch, self.timeout, self._chain)
-        self._views: list[list[_View]] = []
+        self._fetcher = Fetcher(self.loaders, self.group_of, st.epoch, self.timeout, self._chain)
+        self._views: list[list[View]] = []
         self._readers: list[RankReader] = []
         self._assemblers: list[Assembler] = []
         for r in range(self.world_size):
-            views = [_View(self._fetcher, n, c, st.origin(r), st.positions[r][c]) for c, n in enumerate(cfg.names)]
+            views = [View(self._fetcher, n, c, st.origin(r), st.positions[r][c]) for c, n in enumerate(cfg.names)]
             streams = [SourceStream(n, c, v, flatten_steps=True) for c, (n, v) in enumerate(zip(cfg.names, views))]
             for s, done in zip(streams, st.done[r]):
                 s.restore([], done)

@@ -5,9 +5,10 @@ file access states from worker processes").
 
 * :class:`Source` — how a loader builds one source's stream for each origin rank: the
   rows a :class:`~youmu.torch.YoumuDataset` over the source's Parquet files would
-  yield (its settings, a :class:`youmu.spec.StreamSpec`; read by :class:`ParquetRows`,
-  without importing torch), or any position-addressable stream a function builds (a
-  :class:`~youmu.torch.MapStream` over a ``RowDataset``/``MixtureDataset``).
+  yield (its settings, a :class:`youmu.spec.StreamSpec`; read by a
+  :class:`youmu.parquet.ParquetStream`, without importing torch), or any
+  position-addressable stream a function builds (a :class:`~youmu.torch.MapStream`
+  over a ``RowDataset``/``MixtureDataset``).
 * :class:`SourceLoader` — holds the :class:`~youmu.PageIndex` of each of its sources
   and builds rank ``r``'s stream on demand. Its two methods are **pure functions of
   their arguments**: :meth:`SourceLoader.records` measures positions
@@ -55,8 +56,9 @@ from youmu.errors import InvalidArgumentError, LoaderError
 from youmu.planning.rank_sources import Measure
 from youmu.ray.source import MeasureFns, Record, Records, Source
 from youmu.ray.state import Chain
+from youmu.stateful import check_epoch
 
-__all__ = ["SourceLoader"]
+__all__ = ["SourceLoader", "node_id"]
 
 #: a row position further than this past the last one read is re-read by a new pass
 #: (seeking) rather than by reading through the rows in between
@@ -126,9 +128,7 @@ class SourceLoader:
             else:
                 depth, rank, world = chain.locate(number, self.world_size)
             levels = [] if chain is None else chain.levels(name, depth)
-            first = None if chain is None else chain.first_world_size
-            s = self.sources[name].build(self.indexes[name], rank, world, epoch=epoch, levels=levels,
-                                         first_world_size=first)
+            s = self.sources[name].build(self.indexes[name], rank, world, epoch=epoch, levels=levels)
             self._streams[key] = s
             while len(self._streams) > 2 * len(self.sources) * self.world_size:
                 self._streams.popitem(last=False)
@@ -161,7 +161,7 @@ class SourceLoader:
         stream so numbered in a resized epoch, :mod:`youmu.ray.state`) from position
         ``start`` (positions a transform drops are skipped; a Parquet source's records
         run to the end of the last window read), unless the stream ends first."""
-        epoch = int_arg("epoch", epoch, minimum=0)
+        epoch = check_epoch(epoch)
         with self._lock:
             return [self._records((name, int(stream), epoch, chain), start, count)
                     for name, stream, start, count in requests]
@@ -206,7 +206,7 @@ class SourceLoader:
                  chain: Chain | None = None) -> list[list[Any]]:
         """For each ``(source, stream, positions)``: the (transformed) samples at those
         positions of that stream (as in :meth:`records`), in that order."""
-        epoch = int_arg("epoch", epoch, minimum=0)
+        epoch = check_epoch(epoch)
         with self._lock:
             return [self._payloads((name, int(stream), epoch, chain), positions)
                     for name, stream, positions in requests]
@@ -261,7 +261,7 @@ class SourceLoader:
         raises the error that kept this loader from opening its sources."""
         if self._init_error is not None:
             raise self._init_error
-        return {"pid": os.getpid(), "node": _node_id(), "sources": sorted(self.sources),
+        return {"pid": os.getpid(), "node": node_id(), "sources": sorted(self.sources),
                 "rows": {n: (None if i is None else int(i.num_rows)) for n, i in self.indexes.items()}}
 
     def stats(self) -> dict[str, Any]:
@@ -275,7 +275,7 @@ _MISSING: Any = object()
 _Key = tuple[str, int, int, "Chain | None"]
 
 
-def _node_id() -> str | None:
+def node_id() -> str | None:
     """The Ray node this runs on (``None`` in process)."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():

@@ -15,7 +15,7 @@ the old layout instead of translating it, exactly as :mod:`youmu.resume` does fo
 
 * the old job's positions become one more *job* of the epoch's ``resumed`` chain
   (``(world size, positions[rank][source])``): per source, a
-  :class:`youmu.resume.Level` of ``W`` ranks × one worker. The new ranks' streams are
+  :class:`youmu.jobstates.Level` of ``W`` ranks × one worker. The new ranks' streams are
   the rows that chain left, dealt anew (``resolve`` → ``StreamLayout.stream(units=)``
   for Parquet sources, a merged stream state for stream functions), read from
   position 0 — no row delivered before is in them, and none left out;
@@ -57,8 +57,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import StateError
+from youmu.jobstates import Level
 from youmu.planning.state import parse_carry
-from youmu.resume import Level
 
 __all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT"]
 
@@ -106,14 +106,9 @@ class Chain:
         return len(self.jobs), s, world_size
 
     def levels(self, name: str, depth: int) -> list[Level]:
-        """Source ``name``'s :class:`~youmu.resume.Level` of each job before ``depth``."""
+        """Source ``name``'s :class:`~youmu.jobstates.Level` of each job before ``depth``."""
         c = self.names.index(name)
         return [Level(w, (1,) * w, tuple((p[c],) for p in pos)) for w, pos in self.jobs[:depth]]
-
-    @property
-    def first_world_size(self) -> int | None:
-        """The world size of the epoch's first job (its windows are kept)."""
-        return self.jobs[0][0] if self.jobs else None
 
 
 @dataclass(frozen=True)

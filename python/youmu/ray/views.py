@@ -1,6 +1,6 @@
 """The Ray step planner's remote stream views: rank ``r``'s stream of each source as
 a sequence of :class:`~youmu.ray.source.Record`\\ s fetched from that source's loader in
-chunks, a few steps ahead (:class:`_View`, :class:`_Fetcher`: one ``records`` call per
+chunks, a few steps ahead (:class:`View`, :class:`Fetcher`: one ``records`` call per
 loader actor), and :class:`RecordMeasure`, which holds each record as the rank's
 loader would hold the sample. The planner (:mod:`youmu.ray.planner_actor`) runs planning's
 readers over them.
@@ -17,7 +17,7 @@ from youmu.ray.calls import Actor, Call
 from youmu.ray.source import Record, Records
 from youmu.ray.state import Chain
 
-__all__ = ["RecordMeasure"]
+__all__ = ["Fetcher", "RecordMeasure", "View"]
 
 # records fetched per (rank, source) beyond a step's share: about this many steps ahead
 LOOKAHEAD_STEPS = 2
@@ -45,12 +45,12 @@ class RecordMeasure(Measure):
         return self.hold(list(rec.docs), int(rec.tokens), source, (self.origin, int(rec.position)), uid=rec.uid)
 
 
-class _View:
+class View:
     """A rank's stream of one source as the planner reads it (``stream``: its number,
     the rank's in an epoch never resized): records fetched from the source's loader
     ahead of use. ``position``: the next record not consumed."""
 
-    def __init__(self, fetcher: _Fetcher, name: str, number: int, stream: int, position: int) -> None:
+    def __init__(self, fetcher: Fetcher, name: str, number: int, stream: int, position: int) -> None:
         self.fetcher, self.name, self.number, self.stream = fetcher, name, number, stream
         self.position = position
         self.fetch_at = position
@@ -91,11 +91,11 @@ class _View:
 class _Batch:
     __slots__ = ("call", "views")
 
-    def __init__(self, call: Call, views: list[_View]) -> None:
+    def __init__(self, call: Call, views: list[View]) -> None:
         self.call, self.views = call, views
 
 
-class _Fetcher:
+class Fetcher:
     """Metadata requests of the planner's views, one ``records`` call per loader actor."""
 
     def __init__(self, loaders: Sequence[Actor], group_of: Sequence[int], epoch: int, timeout: float,
@@ -103,8 +103,8 @@ class _Fetcher:
         self.loaders, self.group_of, self.epoch, self.timeout = loaders, group_of, epoch, timeout
         self.chain = chain
 
-    def fetch(self, wants: Sequence[tuple[_View, int]]) -> None:
-        by_group: dict[int, list[tuple[_View, int]]] = {}
+    def fetch(self, wants: Sequence[tuple[View, int]]) -> None:
+        by_group: dict[int, list[tuple[View, int]]] = {}
         for v, n in wants:
             if v.pending is None and not v.ended:
                 by_group.setdefault(self.group_of[v.number], []).append((v, n))

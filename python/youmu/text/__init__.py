@@ -20,7 +20,16 @@ Example:
     [[0, 1], [1]]
 """
 
-from youmu.text.chat import DEFAULT_ROLES, IGNORE_INDEX, OVERFLOW, ChatTemplate, assistant_labels, conversation_of
+from youmu.text.chat import (
+    DEFAULT_ROLES,
+    IGNORE_INDEX,
+    OVERFLOW,
+    ChatTemplate,
+    assistant_labels,
+    conversation_of,
+    generation_template,
+    template_one,
+)
 from youmu.text.cutoff import infer_seqlen, keep_lengths, turn_pairs
 from youmu.text.tokenize import Tokenize, text_values
 from youmu.text.tokenizer import TokenizerRef, encode_texts, token_column
@@ -32,6 +41,8 @@ __all__ = [
     "OVERFLOW",
     "assistant_labels",
     "conversation_of",
+    "generation_template",
+    "template_one",
     "infer_seqlen",
     "keep_lengths",
     "turn_pairs",

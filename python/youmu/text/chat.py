@@ -30,7 +30,8 @@ from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgument
 from youmu.text.cutoff import keep_lengths, turn_pairs
 from youmu.text.tokenizer import TokenizerRef, token_column
 
-__all__ = ["ChatTemplate", "DEFAULT_ROLES", "OVERFLOW", "IGNORE_INDEX", "conversation_of", "assistant_labels"]
+__all__ = ["ChatTemplate", "DEFAULT_ROLES", "OVERFLOW", "IGNORE_INDEX", "conversation_of", "assistant_labels",
+           "generation_template", "template_one"]
 
 #: The label of tokens the loss ignores (PyTorch's cross-entropy ``ignore_index``).
 IGNORE_INDEX = -100
@@ -73,6 +74,26 @@ def conversation_of(value: Any, roles: Mapping[str, str]) -> list[dict[str, str]
             raise TextError(f"message content must be a string, got {type(content).__name__}", message=i)
         out.append({"role": roles[role], "content": content})
     return out
+
+
+def generation_template(tokenizer: Any, chat_template: str | None = None) -> bool:
+    """Whether ``tokenizer`` is a fast ``transformers`` tokenizer whose chat template (or
+    ``chat_template``) marks the assistant's answers with ``{% generation %}``."""
+    template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+    return (isinstance(template, str) and _GENERATION.search(template) is not None
+            and getattr(tokenizer, "is_fast", False) is True
+            and callable(getattr(tokenizer, "apply_chat_template", None)))
+
+
+def template_one(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) -> tuple[list[int], list[int]]:
+    """``(input_ids, assistant mask)`` of one conversation through the tokenizer's chat
+    template; a template that raises is a :class:`~youmu.errors.TextError`."""
+    try:
+        out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True, **kwargs)
+    except Exception as e:  # whatever the template raises (jinja's raise_exception, a bad key)
+        raise TextError(f"the chat template raised {type(e).__name__}: {e}") from e
+    return list(out["input_ids"]), list(out["assistant_masks"])
 
 
 def assistant_labels(ids: Sequence[int], mask: Sequence[int], cutoff_len: int | None) -> tuple[np.ndarray, np.ndarray]:

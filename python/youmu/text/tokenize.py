@@ -69,6 +69,11 @@ class Tokenize:
     The result is exactly what the tokenizer gives for each text on its own: the batch
     only decides how many texts its threads share. The stream's state counts rows,
     so a resume re-tokenizes from the first row not delivered.
+
+    Threads: in ``fork`` workers of a process that already ran the tokenizer's threads,
+    ``tokenizers`` encodes on one thread (its guard against waiting on threads the
+    fork did not copy); ``TOKENIZERS_PARALLELISM=true`` turns that guard off, and such
+    workers then hang. Parallelism across workers comes from ``num_workers``.
     """
 
     #: called with a table of rows (youmu.batched)

@@ -40,7 +40,8 @@ import numpy as np
 
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
-from youmu.resume import Level, Origin
+from youmu.jobstates import Level
+from youmu.resume import Origin
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.stateful import MAX_STATE_INT, data_fingerprint
 from youmu.torch.sharded import PositionalStream

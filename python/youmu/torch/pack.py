@@ -19,9 +19,10 @@ import torch
 
 from youmu._args import int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, StateError, ValueOverflowError
-from youmu.resume import MERGED_FORMAT
-from youmu.stateful import check_state, state_int
-from youmu.torch.sharded import SKIP, ShardedStream
+from youmu.jobstates import is_merged, load_merged
+from youmu.positional import SKIP
+from youmu.stateful import state_int
+from youmu.torch.sharded import ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
 
@@ -55,8 +56,11 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     pseudo-document).
 
     State (:mod:`youmu.stateful`): per worker, the row the next sequence starts in and
-    the tokens of it already taken, plus the wrapped stream's settings. Packing reads
-    the wrapped stream through its public ``iter_positions`` only.
+    the tokens of it already taken, with the wrapped stream's own state nested under
+    ``"dataset"`` (as torchdata's nodes nest their source's). Packing reads the wrapped
+    stream through the public methods of a positional stream
+    (:class:`youmu.positional.PositionalStream`) only: ``iter_with_heads``,
+    ``shard_length``, ``column_types`` and the stream contract.
     """
 
     state_format = "youmu.PackedDataset/1"
@@ -77,18 +81,18 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         self.pad_id = opt_int_arg("pad_id", pad_id, minimum=_INT64_MIN, maximum=_INT64_MAX)
         if not isinstance(column, str):
             raise ArgumentTypeError(f"column must be a str, got {type(column).__name__} {column!r}")
-        for needed in ("iter_positions", "state_dict", "load_state_dict", "set_epoch"):
+        for needed in ("iter_with_heads", "shard_length", "column_types", "state_dict", "load_state_dict",
+                       "set_epoch"):
             if not callable(getattr(dataset, needed, None)):
                 raise ArgumentTypeError(
-                    f"pack() needs a youmu stream with iter_positions() (a YoumuDataset or MapStream), "
+                    f"pack() needs a positional youmu stream with iter_positions() (a YoumuDataset or MapStream), "
                     f"got {type(dataset).__name__}"
                 )
-        index = getattr(dataset, "index", None)
-        # with a transform the column may be made on the fly (e.g. tokenized text)
-        if index is not None and getattr(dataset, "transform", None) is None:
-            if column not in index.columns:
-                raise InvalidArgumentError(f"pack() column {column!r} is not one of {index.columns}")
-            _token_column_type(column, index.schema.field(column).type)
+        types = dataset.column_types()  # None: made on the fly (e.g. tokenized text)
+        if types is not None:
+            if column not in types:
+                raise InvalidArgumentError(f"pack() column {column!r} is not one of {list(types)}")
+            _token_column_type(column, types[column])
         self.dataset = dataset
         self.column = column
 
@@ -104,17 +108,15 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         super().set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "dataset": {**self.dataset.state_dict(), "positions": {}}}
+        return {**super().state_dict(), "dataset": self.dataset.state_dict()}
 
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
+        if is_merged(state):
             # youmu.merge_states: the wrapped stream holds the resumed chain (with the
             # tokens of partly packed rows); every worker of this job packs afresh
-            st = check_state(state, MERGED_FORMAT, owner="PackedDataset", expect=self._settings(),
-                             required=("stream", "epoch", "dataset"))
-            if st["stream"] != self.state_format:
-                raise StateError(f"PackedDataset.load_state_dict got a merged state of {st['stream']!r} streams")
+            st = load_merged(state, self.state_format, owner="PackedDataset", expect=self._settings(),
+                             required=("epoch", "dataset"))
             epoch = state_int(st, "epoch", owner="PackedDataset")
             if not isinstance(st["dataset"], Mapping):
                 raise StateError("PackedDataset merged state has no 'dataset' state")
@@ -131,11 +133,8 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         super().load_state_dict(state)
 
     def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
-        length = getattr(self.dataset, "shard_length", None)
-        if not callable(length):
-            return
         for worker, (row, skip) in positions.items():
-            total = length(worker, num_workers, epoch)
+            total = self.dataset.shard_length(worker, num_workers, epoch)
             if row > total or (skip and row >= total):
                 raise StateError(
                     f"PackedDataset state field 'positions'[{worker}]=({row}, {skip}) is past the end of worker "
@@ -181,14 +180,13 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
 
     def _pass(self, worker: int, num_workers: int, start: tuple[int, int]) -> Iterator[tuple[tuple[int, int], Any]]:
         row_pos, skip = start
-        # rows partly packed by the job before a resume on another topology: their
-        # delivered tokens are skipped (youmu.resume)
-        heads = self.dataset.resume_heads(worker, num_workers) if hasattr(self.dataset, "resume_heads") else {}
         pieces: list[np.ndarray] = []
         have = 0
         end = row_pos
         first = True
-        for pos, row in self.dataset.iter_positions(row_pos):
+        # head: tokens of a row that a job before a resume on another topology already
+        # packed and delivered (youmu.resume); they are skipped
+        for pos, row, head in self.dataset.iter_with_heads(row_pos):
             end = pos + 1
             toks = self._tokens(row)
             if first and skip and (pos != row_pos or skip >= len(toks)):
@@ -198,7 +196,12 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                     f"{row_pos}" + (f" ({len(toks)} tokens)" if pos == row_pos else " (that row yields nothing)")
                 )
             first = False
-            off = skip if pos == row_pos and skip else heads.get(pos, 0)
+            off = skip if pos == row_pos and skip else head
+            if off >= len(toks) and off and not (pos == row_pos and skip):
+                # a merged state's tokens of a partly packed row: as checked as a direct
+                # load's (the rest of the row must exist), else the row would vanish
+                raise StateError(f"PackedDataset merged state field 'tokens' says {off} tokens of row {pos} were "
+                                 f"packed, but that row has {len(toks)}: an edited state or other data")
             while off < len(toks):
                 take = min(self.seq_len - have, len(toks) - off)
                 pieces.append(toks[off : off + take])

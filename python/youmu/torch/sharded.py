@@ -1,349 +1,39 @@
-"""What every youmu ``IterableDataset`` shares: the stream contract
-(:mod:`youmu.stateful`) implemented once — resume points per DataLoader worker,
-independent passes, versioned and validated states, epochs that reach persistent
-workers — over a subclass's pure ``(shard, start) -> items`` pass.
-
-A subclass says what a pass over its shard yields from a start position
-(:meth:`ShardedStream._pass`) and which settings shape the stream
-(:meth:`ShardedStream._settings`); this class does the rest. Which items a shard owns
-is :mod:`youmu.sharding`'s business.
-
-Positions are per DataLoader worker (worker 0 in the main process): each worker
-process holds its own copy of the dataset, and torchdata's ``StatefulDataLoader``
-saves and restores each worker's state on its own.
+"""The positional stream core (:mod:`youmu.positional`) as torch ``IterableDataset`` s:
+what youmu's torch streams (``MapStream``, ``pack``) subclass, so a ``DataLoader``
+takes them. The contract, the states and the epochs are the core's; this module adds
+only the torch base class.
 
 Example:
-    >>> from youmu.torch.sharded import ShardedStream, SKIP
+    >>> from torch.utils.data import IterableDataset
+    >>> from youmu.torch.sharded import ShardedStream
     >>> class Evens(ShardedStream):
     ...     state_format = "example.Evens/1"
     ...     def _settings(self): return {}
     ...     def _start(self): return 0
     ...     def _pass(self, worker, num_workers, start):
-    ...         for i in range(start, 6):
-    ...             yield i + 1, (i if i % 2 == 0 else SKIP)
-    >>> s = Evens()
-    >>> it = iter(s); next(it), s.state_dict()["positions"]
-    (0, {0: 1})
-    >>> list(s)                                   # a new pass: independent of the first one
-    [0, 2, 4]
-    >>> t = Evens(); t.load_state_dict({**s.state_dict(), "positions": {0: 3}}); list(t)
-    [4]
+    ...         for i in range(start, 6, 2):
+    ...             yield i + 2, i
+    >>> isinstance(Evens(), IterableDataset), list(Evens())
+    (True, [0, 2, 4])
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TypeVar
 
-import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
-from youmu._args import int_arg
-from youmu.errors import StateError
-from youmu.resume import MERGED_FORMAT, Level, Origin, Units, deal, decode_levels, encode_levels, remaining_after
-from youmu.sharding import Shard
-from youmu.stateful import MAX_STATE_INT, SharedEpoch, SharedInt, check_state, state_int, state_positions
+from youmu import positional
 
-__all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
+__all__ = ["ShardedStream", "PositionalStream"]
 
 T = TypeVar("T")
 P = TypeVar("P")
 
-#: Yielded by a pass for a position that produces no item (a row a transform dropped,
-#: the end of a partial packed sequence): the position advances, nothing is emitted.
-SKIP: Any = type("Skip", (), {"__repr__": lambda self: "SKIP"})()
+
+class ShardedStream(positional.ShardedStream[T, P], IterableDataset[T]):
+    """A :class:`youmu.positional.ShardedStream` that is a torch ``IterableDataset``."""
 
 
-def current_worker() -> tuple[int, int]:
-    """``(worker id, number of workers)`` of the calling DataLoader worker, ``(0, 1)``
-    outside one."""
-    info = get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
-
-
-def in_worker_process() -> bool:
-    """Whether the caller runs in a DataLoader worker process."""
-    return get_worker_info() is not None
-
-
-class ShardedStream(IterableDataset, Generic[T, P]):
-    """Base of youmu's iterable datasets (see the module doc).
-
-    Subclasses set :attr:`state_format` and implement ``_settings``, ``_start`` and
-    ``_pass``; positions with several parts (tuples) set :attr:`position_width`.
-    """
-
-    #: The versioned tag of this class's states, e.g. ``"youmu.YoumuDataset/1"``.
-    state_format: ClassVar[str]
-    #: Ints per position (1: an int; >1: a tuple of that many ints).
-    position_width: ClassVar[int] = 1
-    #: Settings a resumed epoch takes from its state instead of checking them (the
-    #: window layout, which the first job of the epoch derived from its world size).
-    resume_adopts: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._shared_epoch = SharedEpoch(0)
-        self._epoch_seen = 0  # the epoch this copy's positions belong to
-        self._resume: dict[int, P] = {}  # loaded positions: where each pass starts
-        self._progress: dict[int, P] = {}  # the most recent pass's position, per worker
-        self._num_workers_seen: int | None = None
-        # 1 while the latest passes ran in DataLoader worker processes: their progress is
-        # in the workers' copies, and a state taken from this (the main process's) copy
-        # would replay everything they delivered
-        self._in_workers = SharedInt(0)
-        # an epoch resumed on another topology (youmu.merge_states): the jobs before
-        # this one, and what they left (computed once)
-        self._levels: list[Level] | None = None
-        self._left: Units | None = None
-        self._origin_block = False  # row mode: resumed jobs deal blocks of positions
-
-    # -- subclass hooks -----------------------------------------------------------------
-    def _settings(self) -> dict[str, Any]:
-        """Settings that shape the stream: saved in the state, checked on load."""
-        raise NotImplementedError
-
-    def _start(self) -> P:
-        """The position of an epoch's first item."""
-        raise NotImplementedError
-
-    def _pass(self, worker: int, num_workers: int, start: P) -> Iterator[tuple[P, Any]]:
-        """``(position after the item, item or SKIP)`` for this shard from ``start``."""
-        raise NotImplementedError
-
-
-    # -- epochs ---------------------------------------------------------------------------
-    @property
-    def epoch(self) -> int:
-        return self._shared_epoch.value
-
-    def set_epoch(self, epoch: int) -> None:
-        """Reshuffle for ``epoch`` and start it from the beginning (clears the resume
-        point). Reaches DataLoader workers that already run."""
-        epoch = int_arg("epoch", epoch, minimum=0, maximum=MAX_STATE_INT)
-        self._shared_epoch.value = epoch
-        self._epoch_seen = epoch
-        self._resume, self._progress = {}, {}
-        self._levels, self._left = None, None
-        self._in_workers.value = 0
-
-    def _sync_epoch(self) -> None:
-        # set_epoch ran in the main process while this copy (a persistent worker's)
-        # kept positions of the previous epoch: they do not apply to the new one
-        if self._shared_epoch.value != self._epoch_seen:
-            self._epoch_seen = self._shared_epoch.value
-            self._resume, self._progress = {}, {}
-            self._levels, self._left = None, None
-
-    # -- state ------------------------------------------------------------------------------
-    def _encode(self, p: P) -> Any:
-        return list(p) if self.position_width > 1 else p  # type: ignore[call-overload]
-
-    def state_dict(self) -> dict[str, Any]:
-        """The stream's progress (see :mod:`youmu.stateful`): format, settings, epoch,
-        DataLoader workers and each worker's position.
-
-        Called in the main process of a stream that DataLoader workers iterate, it
-        raises :class:`~youmu.errors.StateError`: the rows went through the workers'
-        copies, and this copy's state would resume the epoch from where it started.
-        Checkpoint the loader instead (torchdata's ``StatefulDataLoader``, or youmu's
-        ``DynamicBatchLoader`` / ``BalancedLoader``), which takes each worker's state
-        where the rows were read."""
-        if self._in_workers.value and not in_worker_process():
-            name = type(self).__name__
-            raise StateError(
-                f"{name}.state_dict() in the main process, but DataLoader worker processes iterate this {name}: "
-                "what they delivered is in their copies, so this state would resume the epoch from its start. "
-                "Checkpoint the loader instead: torchdata's StatefulDataLoader (loader.state_dict() / "
-                "loader.load_state_dict()) saves each worker's state (or use num_workers=0)"
-            )
-        positions = {**self._resume, **self._progress}
-        return {
-            "format": self.state_format,
-            **self._settings(),
-            "epoch": self.epoch,
-            "num_workers": self._num_workers_seen,
-            "positions": {w: self._encode(p) for w, p in positions.items()},
-            **({"resumed": encode_levels(self._levels)} if self._levels else {}),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state`` on the next ``iter()`` (the pass after that starts
-        the epoch over)."""
-        owner = type(self).__name__
-        if isinstance(state, Mapping) and state.get("format") == MERGED_FORMAT:
-            self._load_merged(state)
-            return
-        resumed = isinstance(state, Mapping) and "resumed" in state
-        expect = {k: v for k, v in self._settings().items() if not (resumed and k in self.resume_adopts)}
-        st = check_state(state, self.state_format, owner=owner, expect=expect, required=("epoch", "positions"))
-        epoch = state_int(st, "epoch", owner=owner)
-        positions = state_positions(st, "positions", owner=owner, width=self.position_width)
-        nw = st.get("num_workers")
-        if nw is not None:
-            nw = state_int(st, "num_workers", owner=owner, minimum=1)
-            if any(w >= nw for w in positions):
-                raise StateError(f"{owner} state has positions for workers {sorted(positions)} but num_workers={nw}")
-        levels = decode_levels(st["resumed"], owner) if resumed else None
-        self._install(st, epoch, levels, lambda: self._check_positions(positions, epoch, nw or 1))
-        self._resume = dict(positions)  # type: ignore[arg-type]
-        self._num_workers_seen = nw
-
-    def _load_merged(self, state: Mapping[str, Any]) -> None:
-        """A state of ``youmu.merge_states``: the rest of the epoch, on this topology."""
-        owner = type(self).__name__
-        expect = {k: v for k, v in self._settings().items() if k not in ("rank", "world_size", *self.resume_adopts)}
-        st = check_state(state, MERGED_FORMAT, owner=owner, expect=expect, required=("stream", "epoch", "resumed"))
-        if st["stream"] != self.state_format:
-            raise StateError(f"{owner}.load_state_dict got a merged state of {st['stream']!r} streams, not of "
-                             f"{self.state_format!r}")
-        epoch = state_int(st, "epoch", owner=owner)
-        self._install(st, epoch, decode_levels(st["resumed"], owner), lambda: None)
-
-    def _install(self, st: Mapping[str, Any], epoch: int, levels: list[Level] | None,
-                 check: Callable[[], None]) -> None:
-        """Take ``epoch`` and the resumed chain (checked against the data: positions a
-        job could not have reached are refused), starting every worker afresh."""
-        saved = (self._shared_epoch.value, self._epoch_seen, self._levels, self._left, self._origin_block,
-                 self._adopted_state())
-        try:
-            self._shared_epoch.value = epoch
-            self._epoch_seen = epoch
-            self._levels, self._left = levels, None
-            if levels:
-                self._adopt(st)
-                self._remaining()
-            check()
-        except BaseException:
-            (self._shared_epoch.value, self._epoch_seen, self._levels, self._left, self._origin_block,
-             adopted) = saved
-            self._restore_adopted(adopted)
-            raise
-        self._resume, self._progress = {}, {}
-        self._num_workers_seen = None
-        self._in_workers.value = 0
-
-    # -- resumed epochs (youmu.merge_states) ------------------------------------------------
-    def _adopt(self, state: Mapping[str, Any]) -> None:
-        """Take :attr:`resume_adopts` from a resumed state (validated)."""
-
-    def _adopted_state(self) -> Any:
-        return None
-
-    def _restore_adopted(self, saved: Any) -> None:
-        pass
-
-    def _origin(self, levels: list[Level]) -> Origin:
-        """How the epoch's first job dealt its units (streams that resume on another
-        topology implement it)."""
-        raise StateError(f"{type(self).__name__} cannot resume on another topology")
-
-    def _remaining(self) -> Units:
-        """The units the resumed chain left, in dealing order (computed once)."""
-        if self._left is None:
-            assert self._levels
-            drop_last = bool(getattr(self, "drop_last", False))
-            origin = self._origin(self._levels)
-            self._origin_block = origin.block
-            self._left = remaining_after(origin, self._levels, drop_last)
-        return self._left
-
-    def _resumed_units(self, worker: int, num_workers: int, epoch: int | None = None) -> Units | None:
-        """This (rank, worker)'s units in a resumed epoch; ``None`` in any other."""
-        if not self._levels or (epoch is not None and epoch != self.epoch):
-            return None
-        rank, world = getattr(self, "rank", 0), getattr(self, "world_size", 1)
-        drop_last = bool(getattr(self, "drop_last", False))
-        return deal(self._remaining(), Shard(rank, world, worker, num_workers), drop_last, self._origin_block)
-
-    def resume_heads(self, worker: int, num_workers: int) -> dict[int, int]:
-        """Positions of this shard whose row was partly packed before a resume, and the
-        tokens of it already delivered (:func:`youmu.torch.pack` skips them)."""
-        units = self._resumed_units(worker, num_workers)
-        if units is None or not units.head.any():
-            return {}
-        starts = np.concatenate([[0], np.cumsum(units.rows)[:-1]])
-        return {int(starts[i]): int(units.head[i]) for i in np.flatnonzero(units.head)}
-
-    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
-        """Refuse positions no pass of ``epoch`` could have reached (subclasses know
-        their shards)."""
-
-    # -- iteration ------------------------------------------------------------------------
-    def _begin(self) -> tuple[int, int, P]:
-        """Worker, worker count and start position of a new pass (checks the worker
-        count against a loaded state)."""
-        worker, num_workers = current_worker()
-        self._sync_epoch()
-        if self._resume and self._num_workers_seen not in (None, num_workers):
-            raise StateError(
-                f"state was saved with {self._num_workers_seen} DataLoader workers; resume with the same number "
-                f"(this DataLoader has {num_workers})"
-            )
-        self._num_workers_seen = num_workers
-        self._in_workers.value = 1 if in_worker_process() else 0
-        # the resume point applies to the next pass only; later passes start the epoch over
-        return worker, num_workers, self._resume.pop(worker, self._start())
-
-    def __iter__(self) -> Iterator[T]:
-        worker, num_workers, start = self._begin()
-        self._progress[worker] = start
-        for after, item in self._pass(worker, num_workers, start):
-            self._progress[worker] = after
-            if item is SKIP:
-                continue
-            yield item
-
-
-class PositionalStream(ShardedStream[T, int]):
-    """A :class:`ShardedStream` whose position is a count of items: the shard's items
-    in order, each passed through ``transform`` (``None`` drops it; its position still
-    counts). Subclasses implement ``_items``; wrappers read them through
-    :meth:`iter_positions`.
-    """
-
-    transform: Callable[[Any], Any] | None = None
-
-    def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
-        """The shard's untransformed items from position ``start``."""
-        raise NotImplementedError
-
-    def _start(self) -> int:
-        return 0
-
-    def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
-        """Items (before ``transform``) of this rank's ``worker``-th of ``num_workers``
-        shards in ``epoch`` (default: the current one): the end position of a pass."""
-        raise NotImplementedError
-
-    def _check_positions(self, positions: dict[int, Any], epoch: int, num_workers: int) -> None:
-        for worker, pos in positions.items():
-            total = self.shard_length(worker, num_workers, epoch)
-            if pos > total:
-                name = type(self).__name__
-                raise StateError(
-                    f"{name} state field 'positions'[{worker}]={pos} is past the end of worker {worker}'s shard "
-                    f"({total} items in epoch {epoch})"
-                )
-
-    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
-        pos = start
-        for item in self._items(worker, num_workers, start):
-            pos += 1
-            if self.transform is not None:
-                item = self.transform(item)
-                if item is None:
-                    yield pos, SKIP
-                    continue
-            yield pos, item
-
-    def iter_positions(self, start: int | None = None) -> Iterator[tuple[int, Any]]:
-        """``(position, item)`` of this process's shard from ``start`` (default: the
-        resume point), transformed; items the transform drops are skipped (their
-        positions still count). The stream's own progress does not move: this is how
-        wrappers such as :func:`youmu.torch.pack` read a stream at positions they track."""
-        worker, num_workers, resume = self._begin()
-        begin = resume if start is None else int_arg("start", start, minimum=0)
-        for after, item in self._pass(worker, num_workers, begin):
-            if item is not SKIP:
-                yield after - 1, item
+class PositionalStream(positional.PositionalStream[T], ShardedStream[T, int]):
+    """A :class:`youmu.positional.PositionalStream` that is a torch ``IterableDataset``."""

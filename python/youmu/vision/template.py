@@ -10,7 +10,11 @@ image becomes ``<|vision_start|>`` + ``backbone_tokens × <|image_pad|>`` +
 
 The tokenizer is passed in: anything with ``encode(text) -> list[int]`` (a Hugging
 Face tokenizer with the Qwen2-VL special tokens, or :class:`ByteTokenizer`, a
-byte-level tokenizer for tests and offline demos).
+byte-level tokenizer for tests and offline demos). A fast tokenizer whose own
+``chat_template`` marks the assistant's answers with ``{% generation %}`` is applied
+the way text chats are (:class:`youmu.text.ChatTemplate`): its template renders the
+turns, each image as ``<|vision_start|><|image_pad|><|vision_end|>``, ``transformers``
+marks the assistant's tokens, and each pad is then expanded to the image's tokens.
 
 Example:
     >>> from youmu.vision import ByteTokenizer, tokenize_chat
@@ -27,7 +31,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from youmu.errors import ArgumentTypeError, ImageError
+from youmu.errors import ArgumentTypeError, ImageError, TextError
+from youmu.text.chat import assistant_labels, generation_template, template_one
 
 __all__ = ["IMAGE_PLACEHOLDER", "SPECIAL_TOKENS", "DEFAULT_SYSTEM", "ByteTokenizer", "tokenize_chat"]
 
@@ -153,6 +158,8 @@ def tokenize_chat(text: Any, image_tokens: Sequence[int], tokenizer: Any, *,
             turns[first] = ("user", missing + turns[first][1])
     if system is not None and not any(r == "system" for r, _ in turns):
         turns.insert(0, ("system", system))
+    if generation_template(tokenizer):
+        return _by_template(turns, image_tokens, tokenizer, pad)
     ids: list[int] = []
     labels: list[int] = []
     images = iter(image_tokens)
@@ -172,3 +179,29 @@ def tokenize_chat(text: Any, image_tokens: Sequence[int], tokenizer: Any, *,
         add(enc("<|im_end|>"), learn)
         add(enc("\n"), False)
     return {"input_ids": ids, "labels": labels}
+
+
+def _by_template(turns: list[tuple[str, str]], image_tokens: Sequence[int], tokenizer: Any,
+                 pad: int) -> dict[str, list[int]]:
+    """The turns through the tokenizer's own chat template (labels from ``transformers``'
+    assistant mask), each image's single pad token then expanded to its tokens."""
+    vision = "<|vision_start|><|image_pad|><|vision_end|>"
+    messages = [{"role": r, "content": c.replace(IMAGE_PLACEHOLDER, vision)} for r, c in turns]
+    try:
+        ids, mask = template_one(tokenizer, messages)
+    except TextError as e:
+        raise ImageError(e.reason) from e
+    tids, tlabels = assistant_labels(ids, mask, None)
+    at = [i for i, t in enumerate(tids.tolist()) if t == pad]
+    if len(at) != len(image_tokens):
+        raise ImageError(f"the chat template rendered {len(at)} <|image_pad|> tokens for {len(image_tokens)} images")
+    out_ids: list[int] = []
+    out_labels: list[int] = []
+    prev = 0
+    for k, i in enumerate(at):
+        out_ids += tids[prev:i].tolist() + [pad] * int(image_tokens[k])
+        out_labels += tlabels[prev:i].tolist() + [IGNORE] * int(image_tokens[k])
+        prev = i + 1
+    out_ids += tids[prev:].tolist()
+    out_labels += tlabels[prev:].tolist()
+    return {"input_ids": out_ids, "labels": out_labels}

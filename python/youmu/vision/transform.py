@@ -125,6 +125,12 @@ class VisionTransform:
         :func:`~youmu.vision.processor_geometry`); ``kwargs`` as the constructor's."""
         return cls(tokenizer, **{**processor_geometry(processor), **kwargs})
 
+    @property
+    def required_columns(self) -> tuple[str, str]:
+        """The columns every row must have: datasets check them against the data when
+        they are built (:class:`~youmu.torch.YoumuDataset`), before any worker starts."""
+        return (self.image_column, self.text_column)
+
     def _check_columns(self, row: Mapping[str, Any]) -> None:
         for role, name in (("image_column", self.image_column), ("text_column", self.text_column)):
             if name not in row:

@@ -23,7 +23,7 @@ yielded first, then the error surfaces (in a DataLoader worker with its fields
 carried through the message: :meth:`ImageError.for_worker`).
 
 Example:
-    >>> from youmu.torch.skips import SkipLog
+    >>> from youmu.skips import SkipLog
     >>> SkipLog().count
     0
 """
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from youmu.errors import ImageError, YoumuWarning
+from youmu.positional import SKIP, in_worker_process
 from youmu.shuffle import positions_to_rows
-from youmu.torch.sharded import SKIP, in_worker_process
 
 __all__ = ["SkipLog", "locate", "reporting_pass"]
 

@@ -1,0 +1,234 @@
+"""``ParquetStream``: rows of Parquet files, shuffled at page granularity, sharded
+exactly once over ranks × DataLoader workers and resumable from a few integers — the
+stream behind :class:`youmu.torch.YoumuDataset` (its ``IterableDataset`` adapter) and
+behind a Ray deployment's Parquet sources (:mod:`youmu.ray.source`, rows read in a
+loader actor without torch). One object, so the same settings read the same windows of
+the same pages in the same order wherever the rows are read.
+
+A stream is a :class:`youmu.spec.StreamSpec` (the settings, checked once) laid out over
+the files for a world size (:class:`youmu.spec.StreamLayout`), read by the positional
+stream core (:mod:`youmu.positional`: passes, epochs, states, resumed epochs).
+
+Example:
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)    # 5 pages
+    >>> s = ParquetStream(path, rank=1, world_size=2, shuffle="none", buffer_size=2, output="python")
+    >>> [(p, r["x"]) for p, r in s.iter_positions(2)]
+    [(2, 6), (3, 7)]
+    >>> [w for _, w in s.iter_windows(0)][0], s.rows_at([3, 0])
+    ([(0, {'x': 2}), (1, {'x': 3})], [{'x': 7}, {'x': 2}])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from youmu._args import int_arg
+from youmu.batched import batched_pass, is_batched
+from youmu.convert import rows as convert_rows
+from youmu.distributed.world import rank_and_world
+from youmu.errors import LoaderError
+from youmu.jobstates import Level
+from youmu.positional import SKIP, PositionalStream, current_worker, in_worker_process
+from youmu.resume import Origin
+from youmu.shuffle import positions_to_rows
+from youmu.skips import SkipLog, locate, reporting_pass
+from youmu.spec import SpecAttributes, StreamLayout, StreamSpec
+from youmu.stateful import state_int
+from youmu.stream import RowStream
+
+__all__ = ["ParquetStream", "STATE_FORMAT"]
+
+#: The tag of a Parquet stream's states (the same stream, read by torch or by Ray).
+STATE_FORMAT = "youmu.YoumuDataset/1"
+
+
+class ParquetStream(SpecAttributes, PositionalStream[Any]):
+    """Rows of Parquet files, shuffled at page granularity (see the module doc and
+    :class:`youmu.torch.YoumuDataset`, whose arguments are this stream's).
+
+    Args:
+        paths: file, directory, glob or list of these, a ``youmu.PageIndex``, or a
+            ``youmu.FlatMixture`` of Parquet sources.
+        spec: the settings as a ready :class:`youmu.spec.StreamSpec`, or
+        **settings: the settings as keywords (``columns``, ``shuffle``, ``buffer_size``,
+            ``seed``, ``transform``, ``drop_last``, ``output``, ``memory_budget``,
+            ``read_ahead``, ``page_slices``, ``storage_options``).
+        rank, world_size: default from ``torch.distributed`` when initialised.
+    """
+
+    state_format = STATE_FORMAT
+    resume_adopts = ("window_pages",)
+
+    def __init__(self, paths: Any, spec: StreamSpec | None = None, *, rank: int | None = None,
+                 world_size: int | None = None, _stacklevel: int = 1, **settings: Any) -> None:
+        super().__init__()
+        #: the settings, checked once (youmu.spec); ``s.shuffle``, ``s.seed``, ... read them
+        self.spec = StreamSpec.given(spec, settings, "a ParquetStream")
+        self.rank, self.world_size = rank_and_world(rank, world_size)
+        #: the windows over these files for this world size (a pure function of both: computed once)
+        self.layout: StreamLayout = self.spec.layout(paths, self.world_size)
+        # a resumed epoch reads the windows of the job that started it (youmu.resume)
+        self._resumed_wp: int | None = None
+        self._page_starts: np.ndarray | None = None
+        #: rows the transform skipped in this process (``on_error="skip"``; see youmu.skips)
+        self.skip_log = SkipLog()
+        self.layout.check_rank_gets_rows(self.rank, stacklevel=_stacklevel + 1)
+
+    @property
+    def index(self) -> Any:
+        """The :class:`youmu.PageIndex` the rows are read from."""
+        return self.layout.index
+
+    @property
+    def read_ahead(self) -> int:
+        """Windows read ahead of the one being consumed (the default resolved, and
+        lowered where ``memory_budget`` binds)."""
+        return self.layout.read_ahead
+
+    @property
+    def transform(self) -> Callable[[Any], Any] | None:  # type: ignore[override]  # read-only: the spec's
+        return self.spec.transform
+
+    def column_types(self) -> dict[str, Any] | None:
+        """The Arrow type of each column of this stream's rows, or ``None`` where a
+        ``transform`` makes the rows (their columns are known only once read)."""
+        if self.spec.transform is not None:
+            return None
+        schema = self.index.schema
+        return {name: schema.field(name).type for name in self.index.columns}
+
+    # -- the stream contract ----------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        return self.layout.settings(self.rank, self._window_pages())
+
+    def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
+        return len(self._stream(worker, num_workers, epoch))
+
+    # -- sizes ----------------------------------------------------------------------------
+    @property
+    def window_pages(self) -> int:
+        """Pages per shuffle window (page and local modes): what shuffle quality depends
+        on — windows of 32 pages or more trained as well as a full row shuffle in
+        ``benches/shuffle_quality.py``; with ``page_slices=k`` a window draws from about
+        ``k`` times as many pages. An epoch resumed from a merged state keeps the
+        windows of the job that started it."""
+        return self._window_pages()
+
+    def _window_pages(self) -> int:
+        return self._resumed_wp if self._levels and self._resumed_wp else self.layout.window_pages
+
+    def dropped_rows(self) -> int:
+        """Rows ``drop_last`` leaves out of this epoch (0 without ``drop_last``)."""
+        return self.layout.dropped_rows()
+
+    def __len__(self) -> int:
+        """Rows this rank delivers in the current epoch."""
+        return len(self._stream(0, 1))
+
+    # -- resumed epochs (youmu.merge_states) ------------------------------------------------
+    def _adopt(self, state: Mapping[str, Any]) -> None:
+        self._resumed_wp = state_int(state, "window_pages", owner=type(self).__name__, minimum=1)
+
+    def _adopted_for(self, levels: list[Level]) -> dict[str, Any]:
+        # the epoch's first job laid the windows out for its own world size
+        return {"window_pages": self.spec.layout(self.index, levels[0].world_size).window_pages}
+
+    def _adopted_state(self) -> Any:
+        return self._resumed_wp
+
+    def _restore_adopted(self, saved: Any) -> None:
+        self._resumed_wp = saved
+
+    def _origin(self, levels: Any) -> Origin:
+        return self.layout.origin(self.epoch, self._window_pages())
+
+    # -- iteration ------------------------------------------------------------------------
+    def _stream(self, worker: int, num_workers: int, epoch: int | None = None) -> RowStream:
+        epoch = self.epoch if epoch is None else epoch
+        return self.layout.stream(self.rank, worker, num_workers, epoch, window_pages=self._window_pages(),
+                                  units=self._resumed_units(worker, num_workers, epoch))
+
+    def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
+        compact = in_worker_process()
+        for table in self._stream(worker, num_workers).iter_tables(start):
+            yield from convert_rows(table, self.spec.output, compact=compact)
+            del table  # not held while the next window is read (image windows are large)
+
+    def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
+        if is_batched(self.transform):
+            # a page's rows at a time (youmu.batched: tokenizers); positions still count rows
+            stream = self._stream(worker, num_workers)
+            for pos, item in batched_pass(
+                stream.iter_tables(start), self.transform, self.spec.output, start,  # type: ignore[arg-type]
+                where=lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos),
+                compact=in_worker_process(), in_worker=in_worker_process(),
+            ):
+                yield pos, SKIP if item is None else item
+            return
+        if not getattr(self.transform, "reports_rows", False):
+            yield from super()._pass(worker, num_workers, start)
+            return
+        # a transform that may find rows bad (youmu.vision.VisionTransform): errors name
+        # the file and row; rows it skips are counted and reported (youmu.skips)
+        stream = self._stream(worker, num_workers)
+        yield from reporting_pass(
+            self._items(worker, num_workers, start), self.transform, start,  # type: ignore[arg-type]
+            lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos), self.skip_log,
+        )
+
+    # -- reads by window and by position (a Ray source loader's) ------------------------------
+    def iter_windows(self, start: int = 0) -> Iterator[tuple[int, list[tuple[int, Any]]]]:
+        """The rest of each window from ``start``: ``(position after the window,
+        [(position, row), ...])``, transformed (rows the transform drops are left out).
+        The stream's own progress does not move."""
+        worker, num_workers, _ = self._begin()
+        transform = self.spec.transform
+        pos = int_arg("start", start, minimum=0)
+        for table in self._stream(worker, num_workers).iter_tables(pos):
+            out = []
+            for row in convert_rows(table, self.spec.output, compact=in_worker_process()):
+                if transform is not None:
+                    row = transform(row)
+                pos += 1
+                if row is not None or transform is None:
+                    out.append((pos - 1, row))
+            yield pos, out
+
+    def rows_at(self, positions: Sequence[int]) -> list[Any]:
+        """The rows at ``positions`` of this process's shard, read one by one through the
+        row map (a page read per row, no window): what :meth:`iter_positions` yields at
+        them. A transform that drops one of them is a :class:`~youmu.errors.LoaderError`
+        (it was measured there: a transform must be a pure function of the row)."""
+        if not len(positions):
+            return []
+        worker, num_workers = current_worker()
+        self._sync_epoch()
+        plan = self._stream(worker, num_workers).plan
+        if plan.mode == "row":
+            ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
+        else:
+            if self._page_starts is None:
+                self._page_starts = np.concatenate([[0], np.cumsum(self.layout.page_rows)])
+            starts = self._page_starts
+            ids = [int(starts[p]) + r for p, r in positions_to_rows(plan, self.layout.page_rows, positions)]
+        batch = self.index.read_rows(ids)
+        schema = self.index.schema
+        if not batch.schema.equals(schema):  # files may differ in nullability, as RowStream conforms them
+            import pyarrow as pa
+
+            batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+        out = []
+        transform = self.spec.transform
+        for pos, row in zip(positions, convert_rows(batch, self.spec.output, compact=in_worker_process())):
+            if transform is not None:
+                row = transform(row)
+                if row is None:
+                    raise LoaderError(f"the transform dropped position {pos}, which the planner measured (a "
+                                      "transform must be a pure function of the row)")
+            out.append(row)
+        return out
