@@ -17,7 +17,11 @@ fed from an image-text Parquet file, with online dynamic batching vs fixed batch
    ``vlm.png`` into ``--out``: the per-token loss of both runs against samples seen
    (what the data buys), optimizer steps (ODB's steps hold as many samples as fit its
    budgets, fixed ones 8 per rank, so the same samples can take a different number of
-   steps) and wall time (what the speed buys), beside samples/s, padding and steps.
+   steps) and wall time (what the speed buys), beside samples/s, padding and steps;
+   and each run's per-token loss on a held-out set drawn from another seed, after its
+   epoch: the training curves are each batch's own loss, and batches of different
+   make-up (ODB groups samples of like lengths) are not the same yardstick, while the
+   held-out set is the same for both.
 
     python examples/vlm_demo.py --out vlm-out [--rows 3000] [--epochs 1]
     python examples/demo.py --vlm --out vlm-out          # the same, from the main demo
@@ -250,9 +254,22 @@ def train(rank: int, world: int, port: int, mode: str, path: str, args: argparse
                      "ids": [] if padding else batch["ids"], "at": time.perf_counter() - t0})
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    results.put((rank, {"rows": rows, "wall": wall, "rss_mb": rss}))
+    held = heldout_loss(model.module, args.heldout, args.batch_size) if rank == 0 else None
+    results.put((rank, {"rows": rows, "wall": wall, "rss_mb": rss, "heldout_loss": held}))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def heldout_loss(model: TinyVLM, path: str, batch_size: int) -> float:
+    """Per-token loss of ``model`` on every row of ``path``, in order, without gradients:
+    one yardstick for every run."""
+    ds = VLMRows(path)
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(ds), batch_size):
+            loss, t = model(collate([ds[i] for i in range(start, min(start + batch_size, len(ds)))]))
+            total, tokens = total + float(loss), tokens + t
+    return round(total / max(tokens, 1), 4)
 
 
 def run_mode(mode: str, path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -287,11 +304,12 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     batch_sizes = [r["samples"] for r in rows if r["samples"]]
     # the loss curve: every step's per-token mean over both ranks, against samples seen,
     # optimizer steps and wall time (the slower rank's clock at the end of the step)
-    curve, by_step, by_time, seen = [], [], [], 0
+    curve, by_step, by_time, seen, step_tokens = [], [], [], 0, []
     for k in range(steps):
         step = [res["rows"][k] for res in per_rank if k < len(res["rows"])]
         seen += sum(r["samples"] for r in step)
         t = sum(r["t"] for r in step)
+        step_tokens.append(t)
         if t:
             loss = sum(r["loss"] * r["t"] for r in step) / t
             curve.append((seen, loss))
@@ -305,6 +323,11 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "max_padded_tokens_per_batch": max(r["padded"] for r in rows),
         "max_patches_per_batch": max(r["patches"] for r in rows),
         "peak_rss_mb": round(max(res["rss_mb"] for res in per_rank), 1),
+        "heldout_loss": per_rank[0]["heldout_loss"],
+        # supervised (caption) tokens per optimizer step over all ranks: what each update
+        # averages over; ODB sizes steps by backbone tokens, most of them image tokens
+        "loss_tokens_per_step_mean": round(float(np.mean(step_tokens)), 1),
+        "loss_tokens_per_step_cv": round(float(np.std(step_tokens) / max(np.mean(step_tokens), 1e-9)), 3),
         "final_loss": round(float(np.mean([c[1] for c in curve[-5:]])), 4), "loss_curve": curve,
         "loss_by_step": by_step, "loss_by_time": by_time,
     }
@@ -329,6 +352,9 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
         a.set_xlabel(label)
         a.set_ylabel("per-token loss")
         a.set_title(f"loss against {label}")
+        for name, m in modes.items():  # the same yardstick for every run, after its epoch
+            a.axhline(m["heldout_loss"], color=a.get_lines()[list(modes).index(name)].get_color(), ls="--", lw=0.8,
+                      label=f"{name} held-out {m['heldout_loss']:.3f}")
         a.legend()
     names = list(modes)
     colours = ["tab:blue", "tab:orange"][:len(names)]
@@ -349,6 +375,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="vlm-out")
     ap.add_argument("--rows", type=int, default=3000, help="image-text rows to draw")
+    ap.add_argument("--heldout-rows", type=int, default=300, help="rows of the held-out set (another seed)")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--token-budget", type=int, default=2048, help="ODB: padded backbone tokens per batch")
     ap.add_argument("--patch-budget", type=int, default=4096, help="ODB: real encoder patches per batch")
@@ -363,6 +390,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     path = make_dataset(out / "data" / "shapes.parquet", args.rows, args.seed)
+    args.heldout = str(make_dataset(out / "data" / "heldout.parquet", args.heldout_rows, args.seed + 1))
     made = time.perf_counter() - t0
     ds = VLMRows(str(path))
     from youmu.vision import image_cost
@@ -382,7 +410,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res = summarize_mode(run_mode(mode, path, args))
         summary["modes"][mode] = res
         print(f"{mode:>5}: {res['samples_per_s']:.1f} samples/s, padding {100 * res['padding_ratio']:.1f}%, "
-              f"{res['steps']} steps, mean batch {res['batch_size_mean']}, loss {res['final_loss']}, "
+              f"{res['steps']} steps, mean batch {res['batch_size_mean']}, loss {res['final_loss']} "
+              f"(held-out {res['heldout_loss']}), "
               f"peak RSS {res['peak_rss_mb']:.0f} MB", flush=True)
     m = summary["modes"]
     if "odb" in m and "fixed" in m:

@@ -42,9 +42,14 @@ def _entry(
 ) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+    # the GPU cells of the seam matrix run their jobs over NCCL, as GPU jobs do (youmu's
+    # own collectives then go over the Gloo groups it makes)
+    backend = "nccl" if os.environ.get("YOUMU_SEAMS_DEVICE") == "cuda" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
     try:
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=pg_timeout),
         )
         res = fn(rank, world, *args)

@@ -116,6 +116,13 @@ def items(batch: Any) -> list[int]:
     return [int(t) for t in inputs["input_ids"].flatten().tolist() if t not in (EOS, PAD)]
 
 
+def on_gpu() -> bool:
+    """Whether this job trains on a CUDA device (``YOUMU_SEAMS_DEVICE=cuda``, set by the
+    GPU cells of the matrix): the trainers then move every batch to the device, pin host
+    memory and (Lightning) run DDP over NCCL, as GPU jobs do."""
+    return os.environ.get("YOUMU_SEAMS_DEVICE", "cpu") == "cuda"
+
+
 # -- the probe: logs each consumed batch, dies at a step -------------------------------------
 class Probe(torch.nn.Module):
     """A one-parameter model whose loss depends on the batch (so DDP has a gradient to
@@ -197,8 +204,8 @@ def _lightning(probe: Probe, make: Any, ckpt: str, save_every: int, resume: tupl
 
     saver = ModelCheckpoint(dirpath=ckpt, every_n_train_steps=save_every, save_top_k=-1)
     world = int(os.environ["WORLD_SIZE"])
-    trainer = pl.Trainer(accelerator="cpu", devices=world, num_nodes=1,
-                         strategy=DDPStrategy(process_group_backend="gloo"), logger=False, enable_progress_bar=False,
+    trainer = pl.Trainer(accelerator="gpu" if on_gpu() else "cpu", devices=world, num_nodes=1,
+                         strategy=DDPStrategy(process_group_backend="nccl" if on_gpu() else "gloo"), logger=False, enable_progress_bar=False,
                          enable_model_summary=False, default_root_dir=ckpt, callbacks=[saver], max_epochs=epochs)
     path = None if resume is None else sorted(glob.glob(f"{resume[0]}/*step={resume[1]}.ckpt"))[0]
     trainer.fit(Module(), datamodule=YoumuDataModule(make), ckpt_path=path)
@@ -216,7 +223,7 @@ def _hf(probe: Probe, make: Any, ckpt: str, save_every: int, resume: tuple[str, 
     args = transformers.TrainingArguments(
         output_dir=ckpt, per_device_train_batch_size=1, learning_rate=0.1, lr_scheduler_type="constant", optim="sgd",
         weight_decay=0.0, max_grad_norm=0.0, report_to=[], save_strategy="steps", save_steps=save_every,
-        logging_strategy="no", use_cpu=True, seed=0, dataloader_num_workers=0, disable_tqdm=True,
+        logging_strategy="no", use_cpu=not on_gpu(), seed=0, dataloader_num_workers=0, disable_tqdm=True,
         gradient_accumulation_steps=per_step, **kw)
     trainer = make_trainer()(model=probe, args=args, train_loader=loader)
     trainer.train(resume_from_checkpoint=None if resume is None else f"{resume[0]}/checkpoint-{resume[1]}")

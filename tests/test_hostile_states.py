@@ -127,11 +127,12 @@ def test_map_stream_over_a_mixture_fingerprints_its_settings() -> None:
     take(iter(s), 7)
     state = s.state_dict()
     MapStream(mix()).load_state_dict(state)
-    # same length, other mixture: other items at the same positions
-    for other in (mix(seed=1), mix(block_size=7), MixtureDataset(children, {"a": 0.5, "b": 0.5}, block_size=10,
-                                                                 length=70)):
+    # same length, other mixture: other items at the same positions (new weights need
+    # the job's merged state: youmu.mixture_change)
+    for other, match in ((mix(seed=1), "seed=0 but this one has seed=1"), (mix(block_size=7), "block_size=10"),
+                         (MixtureDataset(children, {"a": 0.5, "b": 0.5}, block_size=10, length=70), "merge_states")):
         assert len(other) == 70
-        with pytest.raises(StateError, match="data="):
+        with pytest.raises(StateError, match=match):
             MapStream(other).load_state_dict(state)
     flat = MapStream(FlatMixture(children, seed=0))
     take(iter(flat), 3)

@@ -6,6 +6,7 @@ the image column (many pages)."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 
@@ -17,6 +18,9 @@ import pytest
 import youmu
 from youmu.page_grid import column_bytes, small_page_column
 from youmu.torch import YoumuDataset
+
+sys.path.insert(0, str(Path(__file__).parent))
+from s3util import S3  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +36,12 @@ def hf_like(tmp_path_factory) -> Path:
 
 
 def test_the_bytes_of_every_column_come_from_the_footer(hf_like) -> None:
-    sizes = dict(column_bytes(str(hf_like))[0])
-    assert list(sizes) == ["id", "image"] and sizes["image"] > 100 * sizes["id"]
+    sizes, groups = column_bytes(youmu.PageIndex(hf_like))
+    md = pq.read_metadata(hf_like)
+    assert groups == md.num_row_groups == 2
+    assert sizes == [(name, sum(md.row_group(g).column(c).total_compressed_size for g in range(2)))
+                     for c, name in enumerate(["id", "image"])]
+    assert dict(sizes)["image"] > 100 * dict(sizes)["id"]
     assert youmu.PageIndex(hf_like).columns[0] == "id"  # the page column: the first
 
 
@@ -63,3 +71,19 @@ def test_a_first_column_that_holds_the_data_is_quiet(tmp_path) -> None:
         warnings.simplefilter("error")
         YoumuDataset(path, output="python")
         YoumuDataset(tokens, output="python")
+
+
+def test_an_object_in_a_store_gets_the_same_warning(hf_like) -> None:
+    """The footer the index holds is enough: no second read, and a store is no exception
+    (a data set published in a bucket is the usual image set)."""
+    s3 = S3()
+    try:
+        s3.put_file("hf/hf.parquet", hf_like)
+        index = youmu.PageIndex(s3.url("hf/hf.parquet"), storage_options=s3.options())
+        s3.proxy.reset()
+        with pytest.warns(youmu.YoumuWarning, match=r"column 'id'.*column 'image' holds the most"):
+            ds = YoumuDataset(index, output="python")
+        assert small_page_column(ds.index) == small_page_column(youmu.PageIndex(hf_like))
+        assert not s3.proxy.gets()  # the warning read nothing: footers came with the index
+    finally:
+        s3.stop()

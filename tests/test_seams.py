@@ -36,6 +36,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import torch
 from batching_mp import run_world
 from seams_mp import EOS, PAD, SEQ, batch_rows, corpus, job, read_log
 
@@ -325,3 +326,22 @@ _CELLS = [pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}") for c in STREAM_C
 @pytest.mark.parametrize(("kind", "column", "old", "new"), _CELLS)
 def test_a_stream_resumes_exactly(tmp_path, kind: str, column: str, old: int, new: int) -> None:
     _stream_cell(str(tmp_path), kind, column, old, new)
+
+
+# (trainer, row, DataLoader workers): one rank on one GPU, killed and resumed. The trainer
+# moves every batch to the device, pins host memory and prefetches as GPU jobs do, and
+# the default process group is NCCL (DynamicBatchLoader aligns over a Gloo group of its
+# own); skipped where no CUDA device is present (CI's machines have none).
+GPU_CELLS = [("lightning", "pack", 0), ("lightning", "dbl", 0), ("hf", "rows-row", 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.seams
+@pytest.mark.timeout(1200)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(("trainer", "kind", "workers"),
+                         [pytest.param(*c, id=f"{c[0]}-{c[1]}-cuda") for c in GPU_CELLS])
+def test_a_killed_trainer_on_a_gpu_resumes_exactly(tmp_path, monkeypatch, trainer: str, kind: str,
+                                                   workers: int) -> None:
+    monkeypatch.setenv("YOUMU_SEAMS_DEVICE", "cuda")
+    _cell(str(tmp_path), trainer, kind, 1, 1, workers)

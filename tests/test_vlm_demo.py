@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_vlm_demo_tiny(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py"), "--vlm", "--rows", "48", "--pool", "16",
-         "--token-budget", "1024", "--patch-budget", "2048", "--out", str(tmp_path)],
+         "--token-budget", "1024", "--patch-budget", "2048", "--heldout-rows", "12", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=280,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -34,3 +34,6 @@ def test_vlm_demo_tiny(tmp_path: Path) -> None:
     assert odb["max_patches_per_batch"] <= 2048  # the second budget (no image alone exceeds it)
     assert odb["padding_ratio"] < fixed["padding_ratio"]
     assert all(v > 0 for _, v in odb["loss_curve"]) and odb["samples_per_s"] > 0
+    # one yardstick for both runs: the loss on a held-out set of another seed, after the epoch
+    assert 0 < odb["heldout_loss"] < 20 and 0 < fixed["heldout_loss"] < 20
+    assert (tmp_path / "data" / "heldout.parquet").exists()

@@ -341,6 +341,10 @@ class MixtureDataset(_MapMixture):
         opt_int_arg("length", length, minimum=0, maximum=_MAX_INDEX)
         self.seed, self.block_size, self.policy = _seed(seed), int(block_size), policy
         raw = self._stage_list(weights)
+        self._length = None if length is None else int(length)
+        # the weights as given (a state replays them: the Rust map quantises each stage's
+        # weights over their own sum, so normalised copies could round differently)
+        self.raw_stages = [(start, {n: float(w.get(n, 0.0)) for n in self.names}) for start, w in raw]
         self._chunk_list = self._chunks(child_chunk)
         self._map = MixtureMap(
             self.names,
@@ -419,6 +423,20 @@ class MixtureDataset(_MapMixture):
             return self.names.index(name)
         except ValueError:
             raise UnknownNameError(f"no child named {name!r}") from None
+
+    def with_stages(self, stages: Sequence[tuple[int, Mapping[str, float]]], *,
+                    length: int | None | str = "same") -> MixtureDataset:
+        """The same children, seed, block size, policy, length (or ``length``) and child
+        orders under other weight ``stages`` (children are shared, not copied). Resuming
+        a stream after a weight change builds one (:mod:`youmu.mixture_change`)."""
+        return MixtureDataset(self.children, weights=list(stages), seed=self.seed, block_size=self.block_size,
+                              policy=self.policy, length=self._length if length == "same" else length,  # type: ignore[arg-type]
+                              child_chunk=dict(zip(self.names, self._chunk_list)))
+
+    @property
+    def child_chunks(self) -> dict[str, int]:
+        """Run length of each child's chunk-local pass order (1 = uniform)."""
+        return dict(zip(self.names, self._chunk_list))
 
     @property
     def lengths(self) -> dict[str, int]:

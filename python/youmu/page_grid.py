@@ -11,7 +11,8 @@ covers a whole row group, while the image column beside it has hundreds of pages
 stream's pages and order are a pure function of the files and the settings, and
 existing streams and saved states stay valid — and :func:`warn_small_page_column`
 says when it is likely a poor one: with ``columns=None``, the page column holds under
-:data:`SMALL_SHARE` of the uncompressed bytes while another column holds the most and
+:data:`SMALL_SHARE` of the stored bytes (from the footer the index holds: local files
+and objects in stores alike) while another column holds the most and
 averages at least :data:`SPLIT_BYTES` a row group (so a writer's default 1 MiB pages
 split it into several pages per row group: token corpora whose every column is one
 page per row group stay quiet); ``columns=[that column, ...]`` (the first listed
@@ -21,7 +22,7 @@ Example:
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os, youmu
     >>> path = os.path.join(tempfile.mkdtemp(), "t.parquet")
     >>> t = pa.table({"id": list(range(5000)), "text": ["x" * 1000] * 5000})
-    >>> pq.write_table(t, path, use_dictionary=False)   # 5 MB of text: 5 pages; 1 page of id
+    >>> pq.write_table(t, path, use_dictionary=False, compression="none")  # 5 MB of text: 5 pages
     >>> small_page_column(youmu.PageIndex(path))
     ('id', 'text', 0.008)
 """
@@ -33,54 +34,37 @@ from typing import Any
 
 from youmu.errors import YoumuWarning
 
-__all__ = ["SMALL_SHARE", "SPLIT_BYTES", "chunk_bytes", "column_bytes", "small_page_column", "warn_small_page_column"]
+__all__ = ["SMALL_SHARE", "SPLIT_BYTES", "column_bytes", "small_page_column", "warn_small_page_column"]
 
 #: A page column holding less than this share of the bytes is said ...
 SMALL_SHARE = 0.1
-#: ... where the largest column averages at least this many uncompressed bytes per row
-#: group: twice the 1 MiB data page size pyarrow and arrow-rs write by default.
+#: ... where the largest column averages at least this many stored bytes per row group:
+#: twice the 1 MiB data page size pyarrow and arrow-rs write by default.
 SPLIT_BYTES = 2 << 20
 
 
-def column_bytes(path: str) -> tuple[list[tuple[str, int]], int]:
-    """Uncompressed bytes of every top-level column of a local Parquet file, in file
-    order, and its row groups (its footer alone)."""
-    import pyarrow.parquet as pq
-
-    md = pq.read_metadata(path)
-    chunks = [{"column": md.row_group(rg).column(c).path_in_schema.split(".", 1)[0], "row_group": rg,
-               "uncompressed_bytes": md.row_group(rg).column(c).total_uncompressed_size}
-              for rg in range(md.num_row_groups) for c in range(md.row_group(rg).num_columns)]
-    return chunk_bytes(chunks), md.num_row_groups
-
-
-def chunk_bytes(chunks: list[dict[str, Any]]) -> list[tuple[str, int]]:
-    """Uncompressed bytes per top-level column, in file order, of a footer's column
-    chunks (the dicts of :meth:`youmu.PageIndex.column_chunks`).
-
-    >>> chunk_bytes([{"column": "a", "uncompressed_bytes": 5}, {"column": "b", "uncompressed_bytes": 7},
-    ...              {"column": "a", "uncompressed_bytes": 1}])
-    [('a', 6), ('b', 7)]
-    """
+def column_bytes(index: Any, file: int = 0) -> tuple[list[tuple[str, int]], int]:
+    """Bytes (as stored: compressed) of every top-level column of file ``file`` of
+    ``index``, in file order, and its row groups — from the footer the index already
+    holds (:meth:`PageIndex.column_chunks`), so objects in stores cost no read."""
     out: dict[str, int] = {}
-    for chunk in chunks:
-        out[chunk["column"]] = out.get(chunk["column"], 0) + max(int(chunk["uncompressed_bytes"]), 0)
-    return list(out.items())
+    groups: set[int] = set()
+    for chunk in index.column_chunks(file):
+        out[chunk["column"]] = out.get(chunk["column"], 0) + max(int(chunk["compressed_bytes"]), 0)
+        groups.add(int(chunk["row_group"]))
+    return list(out.items()), len(groups)
 
 
 def small_page_column(index: Any) -> tuple[str, str, float] | None:
     """``(page column, largest column, the page column's share of the bytes)`` where the
-    index's page column (its first column) holds under :data:`SMALL_SHARE` of the
-    uncompressed bytes of its columns in its first file while another holds the most,
-    at least :data:`SPLIT_BYTES` a row group, else ``None``. From the first file's
-    footer, which the index holds (:meth:`youmu.PageIndex.column_chunks`): nothing is
-    read again, wherever the files are."""
+    index's page column (its first column) holds under :data:`SMALL_SHARE` of the bytes
+    of its columns in its first file while another holds the most, at least
+    :data:`SPLIT_BYTES` a row group, else ``None``. From the first file's footer, local
+    or in a store."""
     columns = list(getattr(index, "columns", []) or [])
-    chunks_of = getattr(index, "column_chunks", None)
-    if not callable(chunks_of) or not columns or not getattr(index, "num_files", 0):
+    if not columns or not getattr(index, "num_files", 0):
         return None
-    chunks = chunks_of(0)
-    all_sizes, row_groups = chunk_bytes(chunks), len({c["row_group"] for c in chunks})
+    all_sizes, row_groups = column_bytes(index)
     sizes = [(c, b) for c, b in all_sizes if c in columns]
     page, total = columns[0], sum(b for _, b in sizes)
     largest, most = max(sizes, key=lambda cb: cb[1], default=(page, 0))

@@ -35,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,10 +199,17 @@ def _next_sequence(parts: Sequence[Units]) -> Units:
     return Units(out.base, out.lo, out.hi, out.head, np.arange(len(out), dtype=_I64))
 
 
-def remaining_after(origin: Origin, levels: Sequence[Level], drop_last: bool) -> Units:
-    """The units no job of the chain delivered, in dealing order."""
+def remaining_after(origin: Origin, levels: Sequence[Level], drop_last: bool,
+                    between: Callable[[int, Units], Units] | None = None) -> Units:
+    """The units no job of the chain delivered, in dealing order. ``between(depth,
+    units)`` may rewrite what the jobs before level ``depth`` left, before that level
+    deals it (``depth == len(levels)``: after the last one) — a mixture whose weights
+    changed at a resume replaces the units past its switch point
+    (:mod:`youmu.mixture_change`)."""
     seq: Units | None = None
     for depth, level in enumerate(levels):
+        if seq is not None and between is not None:
+            seq = between(depth, seq)
         parts = []
         for r in range(level.world_size):
             for k in range(level.num_workers[r]):
@@ -214,7 +221,7 @@ def remaining_after(origin: Origin, levels: Sequence[Level], drop_last: bool) ->
         seq = _next_sequence(parts)
     if seq is None:
         raise StateError("a merged state holds no level")
-    return seq
+    return seq if between is None else between(len(levels), seq)
 
 
 def resolve(origin: Origin, levels: Sequence[Level], *, rank: int, world_size: int, worker: int, num_workers: int,

@@ -408,7 +408,6 @@ impl PyPageIndex {
                 d.set_item("encodings", encodings)?;
                 d.set_item("offset_index", col.offset_index_offset().is_some())?;
                 d.set_item("compressed_bytes", col.compressed_size())?;
-                d.set_item("uncompressed_bytes", col.uncompressed_size())?;
                 out.append(d)?;
             }
         }

@@ -33,15 +33,18 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from youmu import mixture_change
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
-from youmu.jobstates import Level
-from youmu.resume import Origin
+from youmu.errors import StateError
+from youmu.jobstates import Level, is_merged
+from youmu.mixture_change import Switch
+from youmu.resume import Origin, Units, decode_levels, remaining_after
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.stateful import MAX_STATE_INT, data_fingerprint
 from youmu.torch.sharded import PositionalStream
@@ -68,6 +71,13 @@ class MapStream(PositionalStream[Any]):
     :func:`youmu.merge_states` of all ranks' states). ``set_epoch`` starts the index
     space over (a mixture's order is its own: a new epoch of the stream is the same
     order unless the dataset changes it).
+
+    Over a :class:`~youmu.mixture.MixtureDataset` the state also records the mixture's
+    weights, so a resume may change them: built over the same children with other
+    weights (or another curriculum), the stream loads the job's merged state
+    (:func:`youmu.merge_states`, on any world size) and takes the new weights from the
+    switch point on, every row exactly once (:mod:`youmu.mixture_change`); the next
+    epoch runs the new weights throughout.
     """
 
     state_format = "youmu.MapStream/1"
@@ -93,7 +103,14 @@ class MapStream(PositionalStream[Any]):
             raise ArgumentTypeError(f"dataset must be map-style (len and [i]), got {type(dataset).__name__}")
         self.dataset = dataset
         self.rank, self.world_size = rank_and_world(rank, world_size)
-        self._fingerprint: str | None = None
+        self._fingerprints: dict[int, str] = {}
+        # a resumed epoch whose mixture weights changed at a resume: the mixture it runs
+        # (old weights before the switch points, the dataset's after), the switches, and
+        # the length of the epoch's first job's index space
+        self._effective: Any = None
+        self._effective_epoch: int | None = None
+        self._switches: list[Switch] = []
+        self._origin_len: int | None = None
 
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -101,27 +118,114 @@ class MapStream(PositionalStream[Any]):
                 "data": self._data_fingerprint()}
 
     def _data_fingerprint(self) -> str:
-        # once per stream: state_dict may be called per item; a youmu mixture describes
+        # once per dataset: state_dict may be called per item; a youmu mixture describes
         # its own settings and children, any other dataset its type and length
-        if self._fingerprint is None:
-            self._fingerprint = data_fingerprint(self.dataset)
-        return self._fingerprint
+        data = self._data()
+        fp = self._fingerprints.get(id(data))
+        if fp is None:
+            fp = self._fingerprints[id(data)] = data_fingerprint(data)
+        return fp
+
+    def _data(self) -> Any:
+        """The dataset this epoch reads: the spliced mixture in an epoch resumed across a
+        weight change, the stream's dataset otherwise."""
+        if self._effective is not None and self._effective_epoch in (None, self.epoch):
+            return self._effective
+        return self.dataset
+
+    def _is_mixture(self) -> bool:
+        from youmu.mixture import MixtureDataset
+
+        return isinstance(self.dataset, MixtureDataset)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self._is_mixture():
+            spliced = self._data() is self._effective
+            state["mixture"] = mixture_change.state_field(
+                self._data(), self._switches if spliced else [],
+                self._origin_len if spliced and self._origin_len is not None else len(self.dataset))
+        return state
+
+    def load_state_dict(self, state: Any) -> None:
+        saved = (self._effective, self._effective_epoch, self._switches, self._origin_len)
+        try:
+            state = self._take_mixture(state)
+            super().load_state_dict(state)
+        except BaseException:
+            self._effective, self._effective_epoch, self._switches, self._origin_len = saved
+            raise
+        if self._effective is not None:
+            self._effective_epoch = self.epoch
+
+    def _take_mixture(self, state: Any) -> Any:
+        """Set up the mixture a state's epoch continues with (see the class doc); returns
+        the state with its data fingerprint checked against that mixture."""
+        self._effective, self._effective_epoch, self._switches, self._origin_len = None, None, [], None
+        if not self._is_mixture() or not isinstance(state, Mapping) or "mixture" not in state:
+            return state  # not a mixture, or a state from before weights were recorded: strict
+        owner = type(self).__name__
+        saved = mixture_change.read(state["mixture"], owner)
+        mine = mixture_change.describe(self.dataset)
+        if not saved.switches and {k: v for k, v in saved.desc.items() if k not in ("switches", "origin_len")} == mine:
+            return state
+        mixture_change.check_same_map(saved, self.dataset, owner)
+        # the mixture the state was saved over (its length too: a map does not depend on it)
+        old = self.dataset.with_stages(saved.stages, length=saved.desc["len"] if self.dataset.policy == "restart"
+                                       else "same")
+        if set(saved.desc["children"]) == set(self.dataset.names) and data_fingerprint(old) != state.get("data"):
+            return state  # other data all the same: the usual check says so
+        since = saved.switches[-1].at if saved.switches else 0
+        if mixture_change.same_from(saved.stages, self.dataset.raw_stages, since):
+            # the saved weights from the last switch on (a new length applies: a map does not depend on it)
+            effective, switches = self.dataset.with_stages(saved.stages), list(saved.switches)
+        else:
+            if not is_merged(state) or "resumed" not in state:
+                raise StateError(
+                    f"{owner}: the mixture weights changed at this resume; the switch to the new weights must be at "
+                    "the same index on every rank, and one rank's own state does not say how far the others got: "
+                    "load youmu.merge_states([every rank's state]) on every rank (on the same world size too)")
+            levels = decode_levels(state["resumed"], owner)
+            self._effective, self._switches, self._origin_len = old, list(saved.switches), saved.origin_len
+            origin = self._origin(levels)
+            left = remaining_after(origin, levels, self.drop_last, mixture_change.splicer(self._switches, self.run))
+            cover = saved.switches[-1].length if saved.switches else self._n(levels[0].world_size, saved.origin_len)
+            at = mixture_change.switch_point(old, mixture_change.delivered_end(left, cover, self.run))
+            effective = self.dataset.with_stages(mixture_change.spliced_stages(saved.stages,
+                                                                               self.dataset.raw_stages, at))
+            if len(effective) < at:
+                raise StateError(f"{owner}: with the new weights the mixture ends at index {len(effective)} "
+                                 f"(policy {self.dataset.policy!r}), before the resume point {at}")
+            switches = [*saved.switches, Switch(len(levels), at, len(effective))]
+        self._effective, self._switches, self._origin_len = effective, switches, saved.origin_len
+        return {**state, "data": data_fingerprint(effective)}
 
 
     # -- shards ------------------------------------------------------------------------------
-    def _n(self, world_size: int | None = None) -> int:
-        n = len(self.dataset)
+    def _n(self, world_size: int | None = None, n: int | None = None) -> int:
+        n = len(self._data()) if n is None else n
         span = (world_size or self.world_size) * self.run
         return n - n % span if self.drop_last else n
 
     def _origin(self, levels: list[Level]) -> Origin:
         # the first job of the epoch dealt runs of the index space it cut for its world size
-        n = self._n(levels[0].world_size)
+        # (of the mixture before any weight change of the epoch)
+        spliced = self._origin_len is not None and self._data() is self._effective
+        n = self._n(levels[0].world_size, self._origin_len if spliced else None)
         runs = -(-n // self.run)
         rows = np.full(runs, self.run, dtype=np.int64)
         if runs:
             rows[-1] = n - (runs - 1) * self.run
         return Origin(rows, "rr")
+
+    def _remaining(self) -> Units:
+        if self._left is None and self._switches and self._data() is self._effective:
+            assert self._levels
+            origin = self._origin(self._levels)
+            self._origin_block = origin.block
+            self._left = remaining_after(origin, self._levels, self.drop_last,
+                                         mixture_change.splicer(self._switches, self.run))
+        return super()._remaining()
 
     def _shard(self, worker: int, num_workers: int) -> Shard:
         return Shard(self.rank, self.world_size, worker, num_workers)
@@ -147,7 +251,8 @@ class MapStream(PositionalStream[Any]):
         shard = self._shard(worker, num_workers)
         count = self._count(worker, num_workers)
         pos = start
-        get_many = getattr(self.dataset, "__getitems__", None)
+        data = self._data()
+        get_many = getattr(data, "__getitems__", None)
         while pos < count:
             # consecutive global indices: the rest of the current run, at most `chunk`
             if self.run == 1:  # one index per run: fetch a strided chunk at once
@@ -157,14 +262,15 @@ class MapStream(PositionalStream[Any]):
                 stop = min(count, (pos // self.run + 1) * self.run, pos + self.chunk)
                 lo = run_round_robin_index(pos, self.run, shard)
                 idx = list(range(lo, lo + stop - pos))
-            yield from (get_many(idx) if get_many else [self.dataset[i] for i in idx])
+            yield from (get_many(idx) if get_many else [data[i] for i in idx])
             pos = stop
 
     def _resumed_items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
         """A resumed epoch: the shard's units (index ranges of runs), from ``start``."""
         units = self._resumed_units(worker, num_workers)
         assert units is not None
-        get_many = getattr(self.dataset, "__getitems__", None)
+        data = self._data()
+        get_many = getattr(data, "__getitems__", None)
         pos = 0
         for base, lo, hi in zip(units.base.tolist(), units.lo.tolist(), units.hi.tolist()):
             if pos + hi - lo <= start:
@@ -175,7 +281,7 @@ class MapStream(PositionalStream[Any]):
             pos += hi - lo
             for a in range(first, stop, self.chunk):
                 idx = list(range(a, min(a + self.chunk, stop)))
-                yield from (get_many(idx) if get_many else [self.dataset[i] for i in idx])
+                yield from (get_many(idx) if get_many else [data[i] for i in idx])
 
     def __repr__(self) -> str:
         name = type(self).__name__
