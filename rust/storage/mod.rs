@@ -1,8 +1,8 @@
 //! Storage: where the bytes of an indexed file come from.
 //!
 //! One abstraction, the [`Storage`] trait, used by index builds, header scans, page
-//! reads and the dictionary cache alike; the rest of the crate holds a [`Source`] (a
-//! handle on one backend, dispatched in `source.rs`) and never asks which backend it is:
+//! reads and the dictionary cache alike; the rest of the crate holds a [`Source`] (an
+//! `Arc<dyn Storage>`) and never asks which backend it is:
 //!
 //! * [`LocalFile`]: a file on a local filesystem, read with `pread` through a bounded
 //!   LRU of open handles ([`local`]), so an index over 100,000 files needs no more file

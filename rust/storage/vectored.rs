@@ -12,45 +12,20 @@ use super::fetch::{coalesce, part};
 use super::fetched::Fetched;
 use super::open::fetch_each;
 use super::options::io_options;
-use super::source::{Backend, Source};
+use super::source::{Source, Storage};
 use crate::error::Result;
-
-/// Objects: at least this many windows read ahead ...
-const MIN_REMOTE_READ_AHEAD: usize = 4;
-/// ... and at most this many (each holds a window of decoded pages).
-const MAX_REMOTE_READ_AHEAD: usize = 8;
 
 impl Source {
     /// The bytes one read needs, as a [`Fetched`] view (blocking: never call it from an
-    /// I/O runtime thread): a local file is read in place by the decode's positioned
-    /// reads ([`Fetched::direct`]; `ranges` is not even computed), an object's `ranges`
+    /// I/O runtime thread): a file read in place is read by the decode's positioned
+    /// reads ([`Fetched::direct`]; `ranges` is not even computed); an object's `ranges`
     /// are fetched now with concurrent, coalesced GETs.
     pub fn fetch(&self, ranges: impl FnOnce() -> Vec<Range<u64>>) -> Result<Fetched> {
-        match &self.0 {
-            Backend::Local(_) => Ok(Fetched::direct(self.clone())),
-            Backend::Remote(o) => {
-                let got = super::aio::block_on(super::fetch::fetch_ranges(o, &ranges()))??;
-                Ok(Fetched::new(self.clone(), got, false))
-            }
+        if self.reads_in_place() {
+            return Ok(Fetched::direct(self.clone()));
         }
-    }
-
-    /// Windows of `window_pages` pages a stream over this source should read ahead of
-    /// the one being consumed: 1 for a local file (the next window is read on the pool
-    /// while the current one is consumed, which keeps the disk and the decoder busy);
-    /// for an object, enough windows that their page requests fill the I/O runtime's
-    /// `max_inflight` slots (`⌈max_inflight / window_pages⌉`, between 4 and 8): with
-    /// 20–50 ms to a first byte one window ahead leaves the store idle between windows
-    /// (measured at 20 ms: 0.46× of local throughput with 1 window ahead, 0.64× with 2,
-    /// 0.74× with 4; `benches/RESULTS.md`).
-    pub fn read_ahead(&self, window_pages: usize) -> usize {
-        match &self.0 {
-            Backend::Local(_) => 1,
-            Backend::Remote(_) => {
-                let inflight = super::options::io_options().max_inflight.max(1);
-                inflight.div_ceil(window_pages.max(1)).clamp(MIN_REMOTE_READ_AHEAD, MAX_REMOTE_READ_AHEAD)
-            }
-        }
+        let got = super::aio::block_on(super::fetch::fetch_ranges(self, &ranges()))??;
+        Ok(Fetched::new(self.clone(), got, false))
     }
 }
 
@@ -159,7 +134,7 @@ pub fn spawn_read<'a>(
     sources: impl IntoIterator<Item = &'a Source>,
     job: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<()> {
-    if sources.into_iter().all(Source::reads_in_place) {
+    if sources.into_iter().all(|s| s.reads_in_place()) {
         crate::runtime::runtime().pool().spawn(job);
         return Ok(());
     }
@@ -167,15 +142,16 @@ pub fn spawn_read<'a>(
 }
 
 /// Windows of `window_pages` pages a stream over `sources` should read ahead: the most
-/// any of them asks for ([`Source::read_ahead`]); 1 for none.
+/// any of them asks for ([`Storage::read_ahead`]: 1 for a local file, whose next window is
+/// read on the pool while the current one is consumed; more for an object); 1 for none.
 pub fn suggested_read_ahead<'a>(sources: impl IntoIterator<Item = &'a Source>, window_pages: usize) -> usize {
-    sources.into_iter().map(|s| s.read_ahead(window_pages)).max().unwrap_or(1)
+    sources.into_iter().map(|s| Storage::read_ahead(s, window_pages)).max().unwrap_or(1)
 }
 
 /// Whether any of `sources` is an object in a store: what `PageIndex.is_remote` reports
 /// (a description for people; reads never branch on it outside storage).
 pub fn any_remote<'a>(sources: impl IntoIterator<Item = &'a Source>) -> bool {
-    !sources.into_iter().all(Source::reads_in_place)
+    !sources.into_iter().all(|s| s.reads_in_place())
 }
 
 /// `storage_options` given with a saved index (at `path`) that names only local files,
@@ -187,7 +163,7 @@ pub fn refuse_unused_options_for<'a>(
     sources: impl IntoIterator<Item = &'a Source>,
     what: &str,
 ) -> Result<()> {
-    if sources.into_iter().all(Source::reads_in_place) {
+    if sources.into_iter().all(|s| s.reads_in_place()) {
         super::open::refuse_unused_options_at(path, options, what)?;
     }
     Ok(())
