@@ -14,6 +14,7 @@ Parquet by youmu.
 
     python examples/demo.py [--steps 200] [--batching odb|packing] [--out demo-out] [--corpus-mb 24]
     python examples/demo.py --vlm [--out vlm-out]    # the vision-language demo (examples/vlm_demo.py)
+    python examples/demo.py --sft [--out sft-out]    # the chat SFT demo with the HF Trainer (examples/sft_demo.py)
 """
 
 from __future__ import annotations
@@ -319,6 +320,12 @@ def main() -> None:
         from vlm_demo import main as vlm_main
 
         vlm_main([a for a in sys.argv[1:] if a != "--vlm"])
+        return
+    if "--sft" in sys.argv[1:]:
+        # the chat fine-tuning demo (examples/sft_demo.py): the other arguments are its own
+        from sft_demo import main as sft_main
+
+        sft_main([a for a in sys.argv[1:] if a != "--sft"])
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="demo-out")

@@ -266,6 +266,31 @@ def test_pack_refuses_float_and_scalar_tokens_a_transform_makes() -> None:
         list(pack(missing, seq_len=2))
 
 
+def test_pack_refuses_labels_out_of_step_with_the_ids_or_missing() -> None:
+    short = MapStream([{"input_ids": [1, 2, 3], "labels": [-100, 2]}] * 4)
+    with pytest.raises(InvalidArgumentError, match="3 'input_ids' but 2 'labels'"):
+        list(pack(short, seq_len=2, label_column="labels"))
+    missing = MapStream([{"input_ids": [1, 2]}] * 4)
+    with pytest.raises(youmu.ColumnNotFoundError, match="'labels'"):
+        list(pack(missing, seq_len=2, label_column="labels"))
+    floats = MapStream([{"input_ids": [1, 2], "labels": [0.5, 1.0]}] * 4)
+    with pytest.raises(ArgumentTypeError, match="'labels'.*integer"):
+        list(pack(floats, seq_len=2, label_column="labels"))
+    for bad in ("input_ids", 3, ""):
+        with pytest.raises(ArgumentTypeError, match="label_column"):
+            pack(short, seq_len=2, label_column=bad)
+
+
+def test_pack_state_without_labels_is_refused_by_a_stream_that_packs_them() -> None:
+    rows = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}] * 6
+    plain = pack(MapStream(rows), seq_len=2)
+    it = iter(plain)
+    next(it)
+    state = plain.state_dict()
+    with pytest.raises(StateError, match="label_column"):
+        pack(MapStream(rows), seq_len=2, label_column="labels").load_state_dict(state)
+
+
 def test_pack_refuses_uint64_tokens_beyond_int64(tmp_path) -> None:
     big = (1 << 64) - 1
     path = _write(tmp_path, pa.table({"input_ids": pa.array([[1, big]] * 20, type=pa.list_(pa.uint64()))}))

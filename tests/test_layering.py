@@ -17,7 +17,10 @@ fails here rather than in review.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,6 +248,24 @@ def test_python_modules_are_found() -> None:
     assert "youmu.jobstates" in graph["youmu.merge"], graph["youmu.merge"]
 
 
+# The Python package keeps the Rust modules' rule (MODULE_LINES): past it a module is split
+# by idea unless the first line of its docstring says it is one algorithm (and which).
+PY_MODULE_LINES = MODULE_LINES
+
+
+def test_python_modules_stay_small_unless_one_algorithm() -> None:
+    big = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if len(text.splitlines()) > PY_MODULE_LINES and "one algorithm" not in doc.split("\n")[0].lower():
+            big[str(path.relative_to(ROOT))] = len(text.splitlines())
+    assert not big, (
+        f"split these Python modules by idea (over {PY_MODULE_LINES} lines), or say in the first line of the "
+        f"module's docstring that it is one algorithm and which: {big}"
+    )
+
+
 def test_python_package_has_no_import_cycle() -> None:
     cycle = _cycle(_import_graph(_python_sources()))
     assert cycle is None, "import cycle in python/youmu: " + " -> ".join(cycle or [])
@@ -350,3 +371,23 @@ def test_a_setting_checked_by_hand_is_caught() -> None:
     sources = {"youmu.a": "def f(seed):\n    return int_arg('seed', seed, minimum=0)\n",
                "youmu._args": "def seed_arg(seed):\n    return int_arg('seed', seed, minimum=0)\n"}
     assert _own_checks(sources) == ["youmu.a:2 checks 'seed' itself"]
+
+
+def test_merging_stream_states_never_imports_torch() -> None:
+    """``merge_states`` reads states, not streams: merging a row stream's states, a
+    ``pack`` stream's (its own entry in the table) and a Parquet stream's leaves torch
+    unimported — the stream format constants live outside the torch modules."""
+    code = (
+        "import sys\n"
+        "from youmu.merge import merge_states\n"
+        "row = {'format': 'youmu.MapStream/1', 'world_size': 2, 'rank': 0, 'run': 1, 'drop_last': False,\n"
+        "       'data': 'd', 'epoch': 0, 'num_workers': 1, 'positions': {0: 3}}\n"
+        "m = merge_states([row, {**row, 'rank': 1, 'positions': {0: 2}}])\n"
+        "assert m['resumed'][0]['positions'] == [[3], [2]], m\n"
+        "pack = {'format': 'youmu.PackedDataset/1', 'seq_len': 8, 'column': 'input_ids', 'eos_id': None,\n"
+        "        'pad_id': None, 'epoch': 0, 'num_workers': 1, 'positions': {0: [3, 2]}, 'dataset': row}\n"
+        "p = merge_states([pack, {**pack, 'positions': {0: [1, 0]}, 'dataset': {**row, 'rank': 1}}])\n"
+        "assert p['stream'] == 'youmu.PackedDataset/1' and p['dataset']['resumed'][0]['tokens'] == [[2], [0]], p\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})

@@ -271,6 +271,48 @@ def test_chat_samples_feed_the_dynamic_batch_loader_each_once(tmp_path: Path) ->
     assert sorted(seen) == list(range(64))
 
 
+def _chat_packed(path: Path, **kw):
+    ds = YoumuDataset(path, columns=["messages"], shuffle="none", transform=ChatTemplate(chat_tokenizer()))
+    return pack(ds, seq_len=40, label_column="labels", **kw)
+
+
+def test_packing_chat_samples_keeps_each_label_on_its_token(tmp_path: Path) -> None:
+    convs = ultrachat(30, seed=5)
+    path = write_chats(tmp_path / "c.parquet", convs)
+    ref = _reference(chat_tokenizer(), convs)
+    seqs = list(_chat_packed(path, pad_id=2))
+    ids = np.concatenate([x["input_ids"].numpy() for x in seqs])
+    labels = np.concatenate([x["labels"].numpy() for x in seqs])
+    flat_ids = list(itertools.chain.from_iterable(i for i, _ in ref))
+    flat_labels = np.array(list(itertools.chain.from_iterable(lab for _, lab in ref)))
+    n = len(flat_ids)
+    assert ids[:n].tolist() == flat_ids and set(ids[n:].tolist()) <= {2}
+    # every piece's first token is unlearnt (a shifted loss would predict it from the
+    # document before); every other label is the row's own, the padding's -100
+    starts = np.concatenate([x["cu_seqlens"][:-1].numpy() + k * 40 for k, x in enumerate(seqs)])
+    expect = np.concatenate([flat_labels, np.full(len(ids) - n, -100)])
+    expect[starts] = -100
+    assert labels.tolist() == expect.tolist()
+    assert (flat_labels != -100).sum() > (labels != -100).sum() > 0
+
+
+def test_packed_chat_labels_resume_exactly_in_workers(tmp_path: Path) -> None:
+    path = write_chats(tmp_path / "c.parquet", ultrachat(40, seed=6))
+
+    def items(loader):
+        return [(x["input_ids"].tolist(), x["labels"].tolist()) for x in loader]
+
+    full = items(_stateful(_chat_packed(path), 2))
+    first = _stateful(_chat_packed(path), 2)
+    it = iter(first)
+    head = [(x["input_ids"].tolist(), x["labels"].tolist()) for x in itertools.islice(it, 9)]
+    state = first.state_dict()
+    del it
+    again = _stateful(_chat_packed(path), 2)
+    again.load_state_dict(state)
+    assert head + items(again) == full
+
+
 def test_chat_samples_feed_the_balanced_loader(tmp_path: Path) -> None:
     from youmu.planning import BalancedLoader
 

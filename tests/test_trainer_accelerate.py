@@ -96,6 +96,9 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     it = TrainerLoader(packed, batch_size=2, collate_fn=collate_packed)
     res["pack_steps"] = sum(1 for _ in it)
     res["pack_local"] = sum(1 for _ in TrainerLoader(packed, batch_size=2, collate_fn=collate_packed, even=False))
+    # a bound on the steps (what a trainer's len() wants) is no count: the ranks still agree
+    res["pack_bounded"] = sum(1 for _ in TrainerLoader(packed, batch_size=2, collate_fn=collate_packed,
+                                                       steps_per_epoch=10_000))
     # (b) two epochs uninterrupted vs stopped at step 8 (mid epoch 2), save_state, load_state
     full, steps = _run(path)
     res["a_ids"], res["a_steps"] = full.seen[: N // 2], len(steps)
@@ -149,6 +152,8 @@ def test_every_row_once_per_epoch(results) -> None:
 
 def test_packed_ranks_take_the_same_steps(results) -> None:
     assert results[0]["pack_steps"] == results[1]["pack_steps"] == min(r["pack_local"] for r in results)
+    assert results[0]["pack_local"] != results[1]["pack_local"]  # the ranks' sequences differ
+    assert [r["pack_bounded"] for r in results] == [r["pack_steps"] for r in results]
 
 
 def test_resume_continues_exactly(results) -> None:

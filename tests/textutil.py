@@ -1,31 +1,24 @@
-"""Tokenizers built here, never downloaded: a byte-level BPE trained with ``tokenizers``
-on a small corpus (BOS/EOS from its post-processor), and the same wrapped as a
-``transformers.PreTrainedTokenizerFast`` with a ChatML chat template whose assistant
-answers are ``{% generation %}`` blocks; plus writers of text and chat Parquet."""
+"""The text tests' tokenizers (the examples' recipe, ``examples/chat_tokenizer.py``,
+trained on a small corpus with non-ASCII text; never downloaded) and writers of text
+and chat Parquet."""
 
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SPECIALS = ["<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+# one tokenizer recipe, the examples' (the SFT demo trains the same kind on its data)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from chat_tokenizer import CHATML, SPECIALS, train_bpe  # noqa: E402
+from chat_tokenizer import chat_tokenizer as wrap_chat  # noqa: E402
 
-#: ChatML, as Qwen's templates write it, with the assistant's answer and its end token
-#: in {% generation %} so transformers can mark them.
-CHATML = (
-    "{% for m in messages %}"
-    "{{ '<|im_start|>' + m['role'] + '\\n' }}"
-    "{% if m['role'] == 'assistant' %}"
-    "{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}"
-    "{% else %}{{ m['content'] + '<|im_end|>' }}{% endif %}"
-    "{{ '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+__all__ = ["CHATML", "SPECIALS", "CORPUS", "bpe_tokenizer", "chat_tokenizer", "write_texts", "write_chats",
+           "ultrachat", "sharegpt"]
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -38,26 +31,13 @@ CORPUS = [
 
 @functools.cache
 def bpe_tokenizer() -> Any:
-    """A byte-level BPE (vocabulary 600) whose post-processor adds ``<s>`` … ``</s>``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
-    return tok
+    """The examples' byte-level BPE (vocabulary 600) trained on :data:`CORPUS`."""
+    return train_bpe(CORPUS, vocab_size=600)
 
 
 def chat_tokenizer(template: str = CHATML) -> Any:
     """The BPE as a ``transformers`` fast tokenizer with ``template`` as its chat template."""
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(tokenizer_object=bpe_tokenizer(), bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>", chat_template=template)
+    return wrap_chat(bpe_tokenizer(), template)
 
 
 def write_texts(path: Path, texts: list[Any], row_group_size: int = 16, **extra: list[Any]) -> Path:

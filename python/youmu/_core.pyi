@@ -266,3 +266,8 @@ def redact(text: str) -> str:
     'http://***@host/x.parquet?sv=1&sig=***'
     """
 def num_threads() -> int: ...
+def listing_prefix(key: str) -> str | None:
+    """How a listing answers ``key`` (the part of a URL inside its store or repository):
+    ``None`` when it names one object and nothing is listed, else the prefix to list."""
+def listed_data(key: str, listed: list[str]) -> list[str]:
+    """The keys among ``listed`` that ``key`` takes by the rules of ``PageIndex`` paths, sorted."""

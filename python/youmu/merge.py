@@ -29,46 +29,24 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Level, Merge, check_shards
-from youmu.resume import decode_levels, encode_levels
-from youmu.stateful import state_int, state_positions
+from youmu.jobstates import OWNER, Merge
+from youmu.parquet import STATE_FORMAT as PARQUET_FORMAT
+from youmu.stateful import state_positions
+from youmu.streamformats import MAPSTREAM_FORMAT, PACK_FORMAT
+from youmu.streammerge import merge_stream_ranks, stream_rank
 
 __all__ = ["merge_states"]
 
-# fields of a stream state that are not settings shared by all ranks
-_PER_RANK = ("format", "rank", "world_size", "epoch", "num_workers", "positions", "resumed", "dataset")
 _OWNER = OWNER
 
+#: The row streams, merged here; a wrapping stream (``pack``) has its own merge in the table.
+_ROW_STREAMS = (PARQUET_FORMAT, MAPSTREAM_FORMAT)
 
-def _stream_formats() -> tuple[str, str, str]:
-    """The stream owners' format tags: (one of a row stream, another, the packing
-    wrapper's) — the streams are torch datasets, imported when their states are merged."""
-    from youmu.torch.dataset import YoumuDataset
-    from youmu.torch.mapstream import MapStream
-    from youmu.torch.pack import PackedDataset
-
-    return YoumuDataset.state_format, MapStream.state_format, PackedDataset.state_format
-
-
-@dataclass
-class _Rank:
-    """One rank's state, normalised."""
-
-    fmt: str
-    settings: dict[str, Any]
-    inner_fmt: str | None
-    inner_settings: dict[str, Any]
-    rank: int
-    world_size: int
-    epoch: int
-    num_workers: int
-    positions: dict[int, int]
-    tokens: dict[int, int]
-    chain: Any
+#: Ints per worker position, by stream format (a ``pack`` position is ``(row, tokens)``).
+_POSITION_WIDTH = {PACK_FORMAT: 2}
 
 
 def _unwrap_loader(state: Mapping[str, Any], i: int) -> tuple[Any, int | None, dict[int, Any]]:
@@ -96,7 +74,9 @@ def _unwrap_loader(state: Mapping[str, Any], i: int) -> tuple[Any, int | None, d
     return state, None, {}
 
 
-def _rank_state(state: Any, i: int, streams: tuple[str, ...], pack_format: str) -> _Rank:
+def _stream_state(state: Any, i: int) -> Mapping[str, Any]:
+    """States[``i``] as one stream state: a ``StatefulDataLoader``'s (with or without
+    workers) unwrapped; a stream's or a loader's passes through."""
     if not isinstance(state, Mapping):
         raise StateError(f"{_OWNER}: states[{i}] must be a state dict, got {type(state).__name__}")
     single, loader_workers, per_worker = _unwrap_loader(state, i)
@@ -105,7 +85,7 @@ def _rank_state(state: Any, i: int, streams: tuple[str, ...], pack_format: str) 
         if not got:
             raise StateError(f"{_OWNER}: states[{i}]: no worker of the StatefulDataLoader holds a stream state")
         base = dict(got[0])
-        width = 2 if base.get("format") == pack_format else 1
+        width = _POSITION_WIDTH.get(base.get("format"), 1)  # type: ignore[arg-type]
         positions: dict[int, Any] = {}
         for w, s in per_worker.items():
             if isinstance(s, Mapping):
@@ -116,45 +96,26 @@ def _rank_state(state: Any, i: int, streams: tuple[str, ...], pack_format: str) 
         base["positions"] = positions
         base["num_workers"] = loader_workers
         single = base
-    if not isinstance(single, Mapping) or single.get("format") not in streams:
-        fmt = single.get("format") if isinstance(single, Mapping) else type(single).__name__
-        raise StateError(f"{_OWNER}: states[{i}] is a {fmt} state, not the state of a youmu stream "
-                         f"({', '.join(streams)}) or of a StatefulDataLoader over one")
-    fmt = single["format"]
-    pack = fmt == pack_format
-    shard = single.get("dataset") if pack else single
-    if not isinstance(shard, Mapping):
-        raise StateError(f"{_OWNER}: states[{i}] (a {fmt} state) has no 'dataset' state")
-    rank = state_int(shard, "rank", owner=_OWNER)
-    world = state_int(shard, "world_size", owner=_OWNER, minimum=1)
-    epoch = state_int(single, "epoch", owner=_OWNER)
-    raw_pos = state_positions(single, "positions", owner=_OWNER, width=2 if pack else 1)
-    nw = single.get("num_workers")
-    nw = 1 if nw is None else state_int(single, "num_workers", owner=_OWNER, minimum=1)
-    check_shards([nw], owner=_OWNER, where=f"states[{i}] field 'num_workers'")
-    if any(w >= nw for w in raw_pos):
-        raise StateError(f"{_OWNER}: states[{i}] field 'positions' has workers {sorted(raw_pos)} but num_workers={nw}")
-    positions = {w: (p[0] if isinstance(p, tuple) else p) for w, p in raw_pos.items()}
-    tokens = {w: p[1] for w, p in raw_pos.items() if isinstance(p, tuple)}
-    settings = {k: v for k, v in single.items() if k not in _PER_RANK}
-    inner_settings = {k: v for k, v in shard.items() if k not in _PER_RANK} if pack else {}
-    chain = shard.get("resumed")
-    return _Rank(fmt, settings, shard.get("format") if pack else None, inner_settings, rank, world, epoch, nw,
-                 positions, tokens, chain)
+    if not isinstance(single, Mapping):
+        raise StateError(f"{_OWNER}: states[{i}] is a {type(single).__name__}, not the state of a youmu stream "
+                         f"or of a StatefulDataLoader over one")
+    return single
 
 
 def _mergers() -> dict[str, Callable[[Sequence[Mapping[str, Any]], Merge], dict[str, Any]]]:
-    """Loaders' own merges, by the format constant of the states they save (imported
-    on use: the loaders' packages need not be loaded to merge a stream's states)."""
+    """Owners' own merges — loaders' and wrapping streams' — by the format constant of
+    the states they save (imported on use: the loaders' packages need not be loaded to
+    merge a stream's states)."""
     from youmu.batching.config import STATE_FORMAT as BATCHING_FORMAT
     from youmu.batching.merge import merge_loader_states
+    from youmu.packmerge import merge_pack_states
     from youmu.planning.checkpoint import STATE_FORMAT as BALANCED_FORMAT
     from youmu.planning.merge import merge_balanced_states
     from youmu.ray.merge import merge_ray_states
     from youmu.ray.state import CLIENT_FORMAT
 
     return {BATCHING_FORMAT: merge_loader_states, BALANCED_FORMAT: merge_balanced_states,
-            CLIENT_FORMAT: merge_ray_states}
+            CLIENT_FORMAT: merge_ray_states, PACK_FORMAT: merge_pack_states}
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -170,39 +131,18 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if isinstance(states, Mapping) or not isinstance(states, Sequence) or not states:
         raise StateError(f"{_OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
+    table = _mergers()
     first = states[0].get("format") if isinstance(states[0], Mapping) else None
-    merger = _mergers().get(first) if isinstance(first, str) else None
-    if merger is not None:
+    merger = table.get(first) if isinstance(first, str) else None
+    if merger is not None:  # a loader's states
         return merger(states, merge_states)
-    return _merge_streams(states)
-
-
-def _merge_streams(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The stream merge: one level more on the epoch's chain (:mod:`youmu.resume`)."""
-    *rows, pack_format = _stream_formats()
-    ranks = [_rank_state(s, i, (*rows, pack_format), pack_format) for i, s in enumerate(states)]
-    pack = ranks[0].fmt == pack_format
-    job = JobStates(ranks, kind="stream", rank=lambda r: r.rank)
-    fmt = job.same("format", lambda r: r.fmt)
-    job.same("data", lambda r: (r.inner_settings if pack else r.settings).get("data"))
-    epoch = job.same("epoch", lambda r: r.epoch)
-    world = job.same("world_size", lambda r: r.world_size)
-    settings = job.same_settings(lambda r: r.settings)
-    inner = job.same_settings(lambda r: r.inner_settings, "the wrapped stream's ") if pack else {}
-    if pack:
-        job.same("format", lambda r: r.inner_fmt, "the wrapped stream's ")
-    by_rank = job.in_rank_order(world, holds="the rows a rank delivered")
-    chain_raw = job.same("resumed", lambda r: r.chain)
-    chain: list[Level] = decode_levels(chain_raw, _OWNER) if chain_raw is not None else []
-    check_shards([r.num_workers for r in by_rank], owner=_OWNER, where="the states' 'num_workers'")
-    level = Level(
-        world, tuple(r.num_workers for r in by_rank),
-        tuple(tuple(r.positions.get(k, 0) for k in range(r.num_workers)) for r in by_rank),
-        tuple(tuple(r.tokens.get(k, 0) for k in range(r.num_workers)) for r in by_rank) if pack else None,
-    )
-    levels = encode_levels([*chain, level])
-    if not pack:
-        return {"format": MERGED_FORMAT, "stream": fmt, **settings, "epoch": epoch, "resumed": levels}
-    inner_fmt = ranks[0].inner_fmt
-    return {"format": MERGED_FORMAT, "stream": fmt, **settings, "epoch": epoch,
-            "dataset": {"format": MERGED_FORMAT, "stream": inner_fmt, **inner, "epoch": epoch, "resumed": levels}}
+    unwrapped = [_stream_state(s, i) for i, s in enumerate(states)]
+    first = unwrapped[0].get("format")
+    merger = table.get(first) if isinstance(first, str) else None
+    if merger is not None:  # a wrapping stream's, maybe saved by a StatefulDataLoader
+        return merger(unwrapped, merge_states)
+    for i, st in enumerate(unwrapped):
+        if st.get("format") not in _ROW_STREAMS:
+            raise StateError(f"{_OWNER}: states[{i}] is a {st.get('format')} state, not the state of a youmu stream "
+                             f"({', '.join((*_ROW_STREAMS, PACK_FORMAT))}) or of a StatefulDataLoader over one")
+    return merge_stream_ranks([stream_rank(st, i) for i, st in enumerate(unwrapped)])

@@ -58,6 +58,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from youmu.errors import StateError
+from youmu.hub import pinned_commits
 
 __all__ = [
     "Stateful",
@@ -258,7 +259,11 @@ def describe_data(data: Any) -> Any:
         names = _relative_names([str(info["path"]) for info in infos])
         files = [[name, info["size"], info["num_rows"]] for name, info in zip(names, infos)]
         pages = hashlib.sha256(data.page_num_rows().astype("<i8").tobytes()).hexdigest()
-        return {"files": files, "columns": list(data.columns), "pages": pages}
+        described = {"files": files, "columns": list(data.columns), "pages": pages}
+        commits = pinned_commits([str(info["path"]) for info in infos])
+        if commits:  # files on the Hub: the commit they were read at is part of the data
+            described["commits"] = commits
+        return described
     try:
         n: Any = len(data)
     except TypeError:

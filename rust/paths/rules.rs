@@ -53,6 +53,69 @@ pub fn listed_is_data(rel: &str) -> bool {
     !rel.split('/').any(is_hidden) && rel.rsplit('/').next().is_some_and(has_data_extension)
 }
 
+/// Rule 6: a key that names one object (no glob, a data extension, no trailing `/`), so
+/// nothing is listed for it.
+pub fn names_object(key: &str) -> bool {
+    !is_glob(key) && !key.is_empty() && !key.ends_with('/') && key.rsplit('/').next().is_some_and(has_data_extension)
+}
+
+/// How a store's listing answers the key part of a URL (rules 2, 3 and 6): a key with a
+/// glob keeps the matching keys under the glob's literal prefix; any other key that may
+/// be a prefix keeps the data keys below it. The same for every store youmu lists
+/// itself and for listings made elsewhere (the Hugging Face Hub's tree API, listed
+/// through `huggingface_hub`).
+#[derive(Debug)]
+pub enum KeyPlan {
+    /// List `prefix` and keep the keys the pattern matches.
+    Glob { key: String, prefix: String, pattern: glob::Pattern, own_extension: bool },
+    /// List `prefix` (ending in `/`, or empty for the whole store) and keep its data keys.
+    Prefix { prefix: String },
+}
+
+impl KeyPlan {
+    /// The plan for `key`; `Err` holds why a glob is not one.
+    pub fn new(key: &str) -> std::result::Result<KeyPlan, String> {
+        if let Some(first_glob) = key.find(['*', '?', '[']) {
+            let prefix = key[..key[..first_glob].rfind('/').map_or(0, |i| i + 1)].to_string();
+            let pattern = glob::Pattern::new(key).map_err(|e| e.to_string())?;
+            return Ok(KeyPlan::Glob {
+                key: key.to_string(),
+                prefix,
+                pattern,
+                own_extension: pattern_spells_extension(key),
+            });
+        }
+        let prefix = if key.is_empty() || key.ends_with('/') { key.to_string() } else { format!("{key}/") };
+        Ok(KeyPlan::Prefix { prefix })
+    }
+
+    /// The prefix to list.
+    pub fn prefix(&self) -> &str {
+        match self {
+            KeyPlan::Glob { prefix, .. } | KeyPlan::Prefix { prefix } => prefix,
+        }
+    }
+
+    /// Whether the listed key `k` (a full key, under [`KeyPlan::prefix`]) is data here.
+    pub fn takes(&self, k: &str) -> bool {
+        match self {
+            KeyPlan::Prefix { prefix } => listed_is_data(&k[prefix.len().min(k.len())..]),
+            KeyPlan::Glob { key, pattern, own_extension, .. } => {
+                if pattern.matches_with(k, GLOB_OPTIONS) {
+                    return !hidden_in_match(key, k)
+                        && (*own_extension || k.rsplit('/').next().is_some_and(has_data_extension));
+                }
+                // a "directory" matched by the pattern: its objects, by rules 2 and 3
+                k.char_indices().filter(|&(_, c)| c == '/').any(|(i, _)| {
+                    pattern.matches_with(&k[..i], GLOB_OPTIONS)
+                        && !hidden_in_match(key, &k[..i])
+                        && listed_is_data(&k[i + 1..])
+                })
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +136,20 @@ mod tests {
                 && !pattern_spells_extension("d/*.*")
         );
         assert!(hidden_for("_a", "*") && !hidden_for("_a", "_*") && !hidden_for("a", "*"));
+    }
+
+    #[test]
+    fn key_plans_pick_listed_keys() {
+        let keys = ["d/a.parquet", "d/_tmp/b.parquet", "d/sub/c.parquet", "d/x.txt", "e/a.parquet"];
+        let pick = |key: &str| {
+            let p = KeyPlan::new(key).unwrap();
+            keys.iter().filter(|k| k.starts_with(p.prefix()) && p.takes(k)).copied().collect::<Vec<_>>()
+        };
+        assert_eq!(pick("d"), ["d/a.parquet", "d/sub/c.parquet"]);
+        assert_eq!(pick(""), ["d/a.parquet", "d/sub/c.parquet", "e/a.parquet"]);
+        assert_eq!(pick("d/*.parquet"), ["d/a.parquet"]);
+        assert_eq!(pick("*"), ["d/a.parquet", "d/sub/c.parquet", "e/a.parquet"]);
+        assert_eq!(pick("d/*.txt"), ["d/x.txt"]);
+        assert!(KeyPlan::new("d/[").is_err());
     }
 }

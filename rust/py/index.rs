@@ -46,6 +46,7 @@ impl PyPageIndex {
             None => None,
         };
         let options = storage_options_from(storage_options)?;
+        let (specs, options) = super::hub::expand(py, specs, options)?;
         let progress = progress.filter(|p| !p.is_none(py));
         if let Some(p) = &progress
             && !p.bind(py).is_callable()

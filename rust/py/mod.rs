@@ -3,6 +3,7 @@
 
 mod convert;
 mod errors;
+mod hub;
 mod index;
 mod mixture;
 mod pending;
@@ -222,7 +223,16 @@ fn column_pages<'py>(
         ))
     })?;
     let options = convert::storage_options_from(storage_options)?;
-    let found = detach(py, move || crate::inspect::inspect(&spec, &options))?;
+    let (specs, options) = hub::expand(py, vec![spec], options)?;
+    let found = detach(py, move || {
+        let mut found = crate::inspect::inspect(&specs[0], &options)?;
+        for spec in &specs[1..] {
+            let more = crate::inspect::inspect(spec, &options)?;
+            found.files.extend(more.files);
+            found.skipped.extend(more.skipped);
+        }
+        Ok::<_, crate::error::Error>(found)
+    })?;
     let out = PyList::empty(py);
     for (name, result) in found.files {
         let d = PyDict::new(py);
@@ -308,5 +318,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_io_options, m)?)?;
     m.add_function(wrap_pyfunction!(io_options, m)?)?;
     m.add_function(wrap_pyfunction!(redact, m)?)?;
+    m.add_function(wrap_pyfunction!(hub::listing_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(hub::listed_data, m)?)?;
     Ok(())
 }

@@ -18,6 +18,7 @@ use super::aio::{block_on, io_runtime};
 use super::counters::{REMOTE_BYTES, REMOTE_REQUESTS, record_first_byte};
 use super::redact::redact;
 use super::retry::{Failed, retrying};
+use super::retry_after::RetryAfterConnector;
 use super::spec::{StoreSpec, config_error, env_sets, unknown_key};
 use crate::error::{Error, Result, StorageErrorKind};
 
@@ -61,7 +62,10 @@ impl StoreSpec {
         let err = |e: object_store::Error| config_error(root, e);
         let store: Arc<dyn ObjectStore> = match self.scheme {
             ObjectStoreScheme::AmazonS3 => {
-                let mut b = AmazonS3Builder::from_env().with_url(root.as_str()).with_retry(retry);
+                let mut b = AmazonS3Builder::from_env()
+                    .with_url(root.as_str())
+                    .with_retry(retry)
+                    .with_http_connector(RetryAfterConnector);
                 for (ck, v) in client {
                     b = b.with_config(AmazonS3ConfigKey::Client(ck), v);
                 }
@@ -77,7 +81,10 @@ impl StoreSpec {
                 Arc::new(b.build().map_err(err)?)
             }
             ObjectStoreScheme::GoogleCloudStorage => {
-                let mut b = GoogleCloudStorageBuilder::from_env().with_url(root.as_str()).with_retry(retry);
+                let mut b = GoogleCloudStorageBuilder::from_env()
+                    .with_url(root.as_str())
+                    .with_retry(retry)
+                    .with_http_connector(RetryAfterConnector);
                 for (ck, v) in client {
                     b = b.with_config(GoogleConfigKey::Client(ck), v);
                 }
@@ -87,7 +94,10 @@ impl StoreSpec {
                 Arc::new(b.build().map_err(err)?)
             }
             ObjectStoreScheme::MicrosoftAzure => {
-                let mut b = MicrosoftAzureBuilder::from_env().with_url(root.as_str()).with_retry(retry);
+                let mut b = MicrosoftAzureBuilder::from_env()
+                    .with_url(root.as_str())
+                    .with_retry(retry)
+                    .with_http_connector(RetryAfterConnector);
                 for (ck, v) in client {
                     b = b.with_config(AzureConfigKey::Client(ck), v);
                 }
@@ -101,14 +111,20 @@ impl StoreSpec {
                     .split_once("://")
                     .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
                     .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"));
-                let mut b = HttpBuilder::new().with_url(base).with_retry(retry);
+                let mut b =
+                    HttpBuilder::new().with_url(base).with_retry(retry).with_http_connector(RetryAfterConnector);
+                // first: the client options replace any set before them
+                if let Some(token) = super::bearer::token(&self.options, root)? {
+                    let headers = super::bearer::headers(&token, root)?;
+                    b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));
+                }
                 if root.starts_with("http://") {
                     b = b.with_config(ClientConfigKey::AllowHttp, "true");
                 }
                 for (ck, v) in client {
                     b = b.with_config(ck, v);
                 }
-                for (k, v) in &self.options {
+                for (k, v) in self.options.iter().filter(|(k, _)| !super::bearer::is_bearer_key(k)) {
                     b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
                 }
                 Arc::new(b.build().map_err(err)?)

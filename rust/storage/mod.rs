@@ -29,6 +29,7 @@
 //! index stays valid whatever they are set to.
 
 pub mod aio;
+pub mod bearer;
 pub mod client;
 pub mod counters;
 pub mod fetch;
@@ -40,6 +41,7 @@ pub mod options;
 pub mod redact;
 pub mod remote;
 pub mod retry;
+pub mod retry_after;
 pub mod source;
 pub mod spec;
 pub mod vectored;

@@ -43,6 +43,7 @@ pub fn is_secret_key(key: &str) -> bool {
     ["secret", "key", "token", "password", "credential", "sas", "signature", "bearer"].iter().any(|w| k.contains(w))
         && !k.ends_with("_path")
         && !k.ends_with("_file")
+        && !k.ends_with("_env")
 }
 
 /// Flags (`skip_signature=true`) and numbers are settings, not secrets: blanking every

@@ -13,9 +13,7 @@ use super::found::Found;
 use super::redact::redact;
 use super::spec::StoreSpec;
 use crate::error::{Error, Result, StorageErrorKind, range_text};
-use crate::paths::rules::{
-    GLOB_OPTIONS, has_data_extension, hidden_in_match, listed_is_data, pattern_spells_extension,
-};
+use crate::paths::rules::{KeyPlan, is_glob, names_object};
 
 /// One indexed object and what it looked like when indexed.
 #[derive(Debug)]
@@ -223,30 +221,12 @@ pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut V
     let push = |out: &mut Vec<Found>, m: ObjectMeta| {
         out.push(Found::Remote { spec: store.clone(), path: m.location.clone(), meta: Some(m) })
     };
-    if let Some(first_glob) = key.find(['*', '?', '[']) {
-        let prefix = &key[..key[..first_glob].rfind('/').map_or(0, |i| i + 1)];
-        let pattern =
-            glob::Pattern::new(&key).map_err(|e| Error::InvalidArgument(format!("bad glob {spec:?}: {e}")))?;
-        let opts = GLOB_OPTIONS;
-        let own_extension = pattern_spells_extension(&key);
+    if is_glob(&key) {
+        let plan = KeyPlan::new(&key).map_err(|e| Error::InvalidArgument(format!("bad glob {spec:?}: {e}")))?;
         let before = out.len();
-        for m in listed(prefix)? {
-            let k = m.location.as_ref();
-            if pattern.matches_with(k, opts)
-                && !hidden_in_match(&key, k)
-                && (own_extension || k.rsplit('/').next().is_some_and(has_data_extension))
-            {
+        for m in listed(plan.prefix())? {
+            if plan.takes(m.location.as_ref()) {
                 push(out, m);
-            } else if !pattern.matches_with(k, opts) {
-                // a "directory" matched by the pattern: its objects, by rules 2 and 3
-                let dir_match = k.char_indices().filter(|&(_, c)| c == '/').any(|(i, _)| {
-                    pattern.matches_with(&k[..i], opts)
-                        && !hidden_in_match(&key, &k[..i])
-                        && listed_is_data(&k[i + 1..])
-                });
-                if dir_match {
-                    push(out, m);
-                }
             }
         }
         if out.len() == before {
@@ -254,17 +234,15 @@ pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut V
         }
         return Ok(());
     }
-    let last = key.rsplit('/').next().unwrap_or("");
     // plain HTTP cannot list: a URL there names one object, whatever its name
-    let names_object = has_data_extension(last) || !store.can_list();
-    if !key.is_empty() && !key.ends_with('/') && names_object {
+    if names_object(&key) || (!store.can_list() && !key.is_empty() && !key.ends_with('/')) {
         out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
         return Ok(());
     }
-    let prefix = if key.is_empty() || key.ends_with('/') { key.clone() } else { format!("{key}/") };
+    let plan = KeyPlan::new(&key).map_err(Error::InvalidArgument)?;
     let before = out.len();
-    for m in listed(&prefix)? {
-        if listed_is_data(&m.location.as_ref()[prefix.len().min(m.location.as_ref().len())..]) {
+    for m in listed(plan.prefix())? {
+        if plan.takes(m.location.as_ref()) {
             push(out, m);
         }
     }

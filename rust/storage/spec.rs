@@ -183,7 +183,7 @@ impl StoreSpec {
                 ObjectStoreScheme::AmazonS3 => k.parse::<AmazonS3ConfigKey>().is_ok(),
                 ObjectStoreScheme::GoogleCloudStorage => k.parse::<GoogleConfigKey>().is_ok(),
                 ObjectStoreScheme::MicrosoftAzure => k.parse::<AzureConfigKey>().is_ok(),
-                _ => k.parse::<ClientConfigKey>().is_ok(),
+                _ => k.parse::<ClientConfigKey>().is_ok() || super::bearer::is_bearer_key(k),
             };
             if !ok {
                 return Err(unknown_key(&self.root, k));

@@ -1,4 +1,4 @@
-"""The aligner thread of one epoch on one rank: the round protocol over the channel.
+"""The aligner thread of one epoch on one rank: one algorithm, ODB's DGAP round protocol over the channel.
 
 Each round (ODB's DGAP protocol) the aligner
 

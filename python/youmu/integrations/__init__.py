@@ -23,15 +23,16 @@ from typing import TYPE_CHECKING
 from youmu._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from youmu.integrations.batch_info import INFO_KEY, scale_loss, split_info
     from youmu.integrations.steps import odb_steps_per_epoch
-    from youmu.integrations.trainer_loader import INFO_KEY, TrainerLoader, scale_loss, split_info
+    from youmu.integrations.trainer_loader import TrainerLoader
 
 _LAZY: dict[str, str] = {
-    "INFO_KEY": "youmu.integrations.trainer_loader",
+    "INFO_KEY": "youmu.integrations.batch_info",
     "TrainerLoader": "youmu.integrations.trainer_loader",
     "odb_steps_per_epoch": "youmu.integrations.steps",
-    "scale_loss": "youmu.integrations.trainer_loader",
-    "split_info": "youmu.integrations.trainer_loader",
+    "scale_loss": "youmu.integrations.batch_info",
+    "split_info": "youmu.integrations.batch_info",
 }
 
 __all__ = ["INFO_KEY", "TrainerLoader", "odb_steps_per_epoch", "scale_loss", "split_info"]

@@ -45,7 +45,8 @@ import re
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.integrations.trainer_loader import TrainerLoader, scale_loss, split_info
+from youmu.integrations.batch_info import scale_loss, split_info
+from youmu.integrations.trainer_loader import TrainerLoader
 from youmu.statefile import read_state, write_state
 
 __all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "load_loader_state", "STATE_FILE"]

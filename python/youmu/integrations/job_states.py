@@ -21,9 +21,9 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.jobstates import job_ranks
-from youmu.stateful import check_state, state_int
+from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int
 
-__all__ = ["STATE_FORMAT", "GATHERED_FORMAT", "gather_objects", "job_states", "saved_world"]
+__all__ = ["STATE_FORMAT", "GATHERED_FORMAT", "check_rank_state", "gather_objects", "job_states", "saved_world"]
 
 STATE_FORMAT = "youmu.TrainerLoader/1"
 GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
@@ -63,3 +63,30 @@ def job_states(ranks: Sequence[Any]) -> list[dict[str, Any]]:
     order = job_ranks(ranks, world, owner="TrainerLoader",
                       holds="the rows a rank delivered")
     return [states[i] for i in order]
+
+
+def check_rank_state(state: Any, *, rank: int | None = None, world_size: int | None = None,
+                     full_epoch: int | None = None) -> dict[str, Any]:
+    """A rank's TrainerLoader state with every field checked (and of ``rank`` of
+    ``world_size`` when given), its steps bounded by ``full_epoch``, a full epoch of the
+    loader loading it (when known): a step count beyond it would skip the rest of the
+    epoch, a ``finished`` that is not a bool or a missing source state would restart it."""
+    owner = "TrainerLoader"
+    st = check_state(state, STATE_FORMAT, owner=owner,
+                     expect={"rank": rank, "world_size": world_size} if rank is not None else None,
+                     required=("epoch", "steps", "finished", "source"))
+    st["epoch"] = state_int(st, "epoch", owner=owner)
+    st["finished"] = state_bool(st, "finished", owner=owner)
+    if not isinstance(st["source"], Mapping):
+        raise StateError(f"{owner} state field 'source' must be the source's state dict, got "
+                         f"{type(st['source']).__name__}")
+    if "epoch_steps" in st:
+        st["epoch_steps"] = state_int(st, "epoch_steps", owner=owner, minimum=1)
+        steps = state_int(st, "steps", owner=owner, maximum=st["epoch_steps"])
+        if full_epoch is not None and st["epoch_steps"] > steps + full_epoch:
+            raise StateError(f"{owner} state field 'epoch_steps'={st['epoch_steps']} exceeds the steps taken "
+                             f"({steps}) plus a full epoch of this loader ({full_epoch})")
+    else:
+        steps = state_int(st, "steps", owner=owner, maximum=MAX_STATE_INT if full_epoch is None else full_epoch)
+    st["steps"] = steps
+    return st

@@ -53,7 +53,8 @@ import lightning.pytorch as pl
 
 from youmu._args import bool_arg
 from youmu.errors import ArgumentTypeError, StateError
-from youmu.integrations.trainer_loader import INFO_KEY, TrainerLoader, split_info
+from youmu.integrations.batch_info import INFO_KEY, split_info
+from youmu.integrations.trainer_loader import TrainerLoader
 from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]

@@ -19,11 +19,12 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from youmu.errors import InvalidArgumentError
 
-__all__ = ["odb_steps_per_epoch"]
+__all__ = ["odb_steps_per_epoch", "stream_batches_per_epoch"]
 
 
 def odb_steps_per_epoch(loader: Any, epoch: int | None = None) -> int:
@@ -62,3 +63,18 @@ def odb_steps_per_epoch(loader: Any, epoch: int | None = None) -> int:
     res = simulate_ranks(lengths, cfg.token_budget, cfg.pool_size, join=True, loss_scaling=cfg.loss_scaling,
                          rank_tokens=tokens, seed=cfg.seed, epoch=epoch, shuffle_steps=cfg.shuffle_steps)
     return max(res.steps_per_rank) if res.steps_per_rank else 0
+
+
+def stream_batches_per_epoch(source: Any, batch_size: int, num_workers: int) -> int | None:
+    """Batches a ``StatefulDataLoader`` forms from the stream ``source`` in one epoch on
+    this rank, or ``None`` when only reading would tell. Each DataLoader worker batches its
+    own share, so with workers the count is the sum of every worker's batches (the
+    stream's ``shard_length`` of each worker), not ``len / batch_size``."""
+    if not hasattr(source, "__len__"):
+        return None
+    if num_workers == 0:
+        return math.ceil(len(source) / batch_size)
+    shard_length = getattr(source, "shard_length", None)
+    if shard_length is None:
+        return None
+    return sum(math.ceil(shard_length(w, num_workers) / batch_size) for w in range(num_workers))

@@ -29,8 +29,7 @@ What it guarantees, whatever the source:
 
 Batches: a stream's items collated by ``collate_fn``; a ``DynamicBatchLoader``'s or
 ``BalancedLoader``'s ``(batch, info)`` become the batch dict with ``info`` under
-:data:`INFO_KEY` (take it out with :func:`split_info`; :func:`scale_loss` applies
-``info.loss_scale``, ODB's token-level scaling).
+:data:`~youmu.integrations.batch_info.INFO_KEY` (see :mod:`~youmu.integrations.batch_info`).
 
 Example:
     >>> from youmu.torch import MapStream
@@ -45,41 +44,32 @@ Example:
 
 from __future__ import annotations
 
-import math
 import time
-from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT, gather_objects, job_states, saved_world
-from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int, yields_pairs
+from youmu.integrations.batch_info import INFO_KEY
+from youmu.integrations.consumption import Consumption
+from youmu.integrations.job_states import (
+    GATHERED_FORMAT,
+    STATE_FORMAT,
+    check_rank_state,
+    gather_objects,
+    job_states,
+    saved_world,
+)
+from youmu.integrations.metrics import LoaderMetrics
+from youmu.integrations.steps import stream_batches_per_epoch
+from youmu.stateful import yields_pairs
 
-__all__ = ["TrainerLoader", "INFO_KEY", "MAX_BATCH_SIZE", "split_info", "scale_loss"]
-
-#: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
-INFO_KEY = "youmu_info"
+__all__ = ["TrainerLoader", "MAX_BATCH_SIZE"]
 
 #: The largest ``batch_size`` taken: torch's batch sampler lists every index of a batch
 #: before the first sample is read (an iterable source's are ``batch_size`` Nones), so an
 #: absurd size allocates without end instead of failing.
 MAX_BATCH_SIZE = 1 << 20
-
-
-def split_info(batch: Any) -> tuple[Any, Any]:
-    """``(model inputs, info or None)``: the batch without :data:`INFO_KEY`."""
-    if isinstance(batch, Mapping) and INFO_KEY in batch:
-        inputs = {k: v for k, v in batch.items() if k != INFO_KEY}
-        return inputs, batch[INFO_KEY]
-    return batch, None
-
-
-def scale_loss(loss: Any, info: Any) -> Any:
-    """``loss * info.loss_scale`` (ODB, Eq. 2: the rank's mean per-token loss times
-    ``W · t_r / T_tok``, so DDP's gradient average is the per-token mean over every rank's
-    tokens); ``loss`` unchanged when ``info`` is ``None`` (a fixed-size batch)."""
-    return loss if info is None else loss * info.loss_scale
 
 
 def _default_channel() -> Any:
@@ -91,21 +81,6 @@ def _default_channel() -> Any:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return GlooChannel.from_default_group()
     return GlooChannel.local()
-
-
-def _batches_per_epoch(source: Any, batch_size: int, num_workers: int) -> int | None:
-    """Batches a ``StatefulDataLoader`` forms from ``source`` in one epoch on this rank, or
-    ``None`` when only reading would tell. Each DataLoader worker batches its own share, so
-    with workers the count is the sum of every worker's batches (the stream's
-    ``shard_length`` of each worker), not ``len / batch_size``."""
-    if not hasattr(source, "__len__"):
-        return None
-    if num_workers == 0:
-        return math.ceil(len(source) / batch_size)
-    shard_length = getattr(source, "shard_length", None)
-    if shard_length is None:
-        return None
-    return sum(math.ceil(shard_length(w, num_workers) / batch_size) for w in range(num_workers))
 
 
 class TrainerLoader:
@@ -126,9 +101,12 @@ class TrainerLoader:
             for a ``BalancedLoader``), when the trainer needs it and youmu cannot know it
             without reading the data (a dynamic-batch epoch:
             :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it). An epoch
-            ends after this many batches at the latest.
-        even: unsized streams: agree each step (one all-reduce) so every rank stops at
-            the same step. Turn off only when the ranks are known to have equal counts.
+            ends after this many batches at the latest; a stream's ranks still agree each
+            step (``even``), so with a bound above the data they stop together when one
+            runs out.
+        even: unsized streams (or ``steps_per_epoch`` given): agree each step (one
+            all-reduce) so every rank stops at the same step. Turn off only when the
+            ranks are known to have equal counts.
         source_key: batch field naming each sample's source (a mixture's child), for the
             ``mixture/<name>`` shares in :meth:`metrics`.
         device: move tensors of each batch there (default: leave them on the CPU).
@@ -198,10 +176,16 @@ class TrainerLoader:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.rank, self.world_size = self.channel.rank, self.channel.world_size
+        # a stream whose ranks' batch counts are not known here (unsized, or a bound given
+        # as steps_per_epoch) agrees each step: a rank out of data early would leave the
+        # others in a collective it never joins
+        self._agree_each_step = not self.pairs and self._steps is not None
         if not self.pairs and self._steps is None:
-            mine = _batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
+            mine = stream_batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
             if mine is not None:
                 self._steps = min(int(t[0]) for t in self.channel.all_gather_int64([mine]))
+            else:
+                self._agree_each_step = True
         self.epoch = 0
         self._taken = 0  # steps delivered in the current epoch
         self._finished = False  # the current epoch's pass ran out
@@ -211,14 +195,11 @@ class TrainerLoader:
         self._epoch_steps: int | None = None
         self._positioned = False  # the source was loaded from a merged state: no set_epoch
         # what the trainer consumed, as against what it fetched (see follow_consumption)
-        self._fetched = 0  # batches handed out since the last load
-        self._consumed: int | None = None  # batches the trainer reported consumed (None: = fetched)
-        self._before: deque[tuple[int, dict[str, Any]]] = deque()  # (fetched, state) before each fetch
-        self._depth = 0
+        self._consumption = Consumption()
         #: An integration that follows each pass (Accelerate's GradientState, see
         #: youmu.integrations.accelerate): it gets the pass's batches and returns what the trainer iterates.
         self.on_pass: Callable[[Iterator[Any]], Iterator[Any]] | None = None
-        self._reset_metrics()
+        self._metrics = LoaderMetrics(source_key)
 
     # -- sizes and epochs -----------------------------------------------------------------
     def _limit(self) -> int | None:
@@ -304,26 +285,25 @@ class TrainerLoader:
         while True:
             if limit is not None and self._taken >= limit:
                 break
-            if self._consumed is not None and limit is None:
-                # the resume point should the trainer stop after the batches handed out so far
-                # (an unsized epoch: trainers fetch ahead only where they cannot count)
-                self._before.append((self._fetched, self._fetched_state()))
+            if self._consumption.following and limit is None:
+                # an unsized epoch: trainers fetch ahead only where they cannot count
+                self._consumption.before_fetch(self._fetched_state)
             t0 = time.perf_counter()
             try:
                 item = next(it)
                 have = True
             except StopIteration:
                 item, have = None, False
-            if not self.pairs and limit is None:
+            if self._agree_each_step:
                 have = self._agree(have)
             if not have:
                 break
             wait = time.perf_counter() - t0
             batch = self._wrap(item)
-            self._fetched += 1
+            self._consumption.fetched += 1
             self._taken += 1
             self._positioned = False
-            self._record(batch, wait)
+            self._metrics.record(batch, batch.get(INFO_KEY) if isinstance(batch, dict) else None, wait)
             if limit is not None and self._taken >= limit:
                 # trainers stop asking after len() batches: the epoch is over now, not at a
                 # next() that never comes
@@ -356,21 +336,11 @@ class TrainerLoader:
         batch consumed, so the batches fetched but not trained come again after a
         resume. (A trainer that fetches ahead of a sized loader would need the same: none
         of the integrated ones does, and that saves the per-batch state.)"""
-        self._depth = int_arg("depth", depth, minimum=1, maximum=1 << 16)
-        self._consumed = self._fetched
-        self._before = deque(maxlen=self._depth + 1)
+        self._consumption.follow(depth)
 
     def mark_consumed(self) -> None:
         """The trainer trained the next handed-out batch (see :meth:`follow_consumption`)."""
-        if self._consumed is not None and self._consumed < self._fetched:
-            self._consumed += 1
-
-    def _restart_consumption(self) -> None:
-        """A loaded state is the resume point: nothing handed out or consumed after it yet."""
-        self._fetched = 0
-        if self._consumed is not None:
-            self._consumed = 0
-            self._before.clear()
+        self._consumption.mark()
 
     def _fetched_state(self) -> dict[str, Any]:
         """This rank's resume point after every batch handed out so far."""
@@ -386,16 +356,7 @@ class TrainerLoader:
         """This rank's resume point: the epoch, steps taken and the source's state — as of
         the last batch the trainer consumed when it reports them (:meth:`follow_consumption`),
         else as of the last batch handed out."""
-        if self._consumed is not None and self._consumed < self._fetched:
-            for fetched, state in self._before:
-                if fetched == self._consumed:
-                    return state
-            raise StateError(
-                f"the trainer consumed {self._consumed} batches but fetched {self._fetched}: more than the "
-                f"{self._depth} batches ahead that follow_consumption(depth={self._depth}) keeps states for, or "
-                "ahead of a loader of known length (for which no states are kept)"
-            )
-        return self._fetched_state()
+        return self._consumption.state(self._fetched_state)
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Continue at the next ``iter()`` from :meth:`state_dict` (this rank's), or from
@@ -473,38 +434,18 @@ class TrainerLoader:
         self._epoch_steps = st.get("epoch_steps")
         self._pending = st["source"]
         self._positioned = False
-        self._restart_consumption()
+        self._consumption.restart()
 
     def _checked(self, state: Any, expect_shard: bool = True) -> dict[str, Any]:
-        """A TrainerLoader state with every field checked and bounded by this loader's
-        epoch: a step count beyond it would skip the rest of the epoch, a ``finished``
-        that is not a bool or a missing source state would restart it."""
-        owner = "TrainerLoader"
-        st = check_state(state, STATE_FORMAT, owner=owner,
-                         expect={"rank": self.rank, "world_size": self.world_size} if expect_shard else None,
-                         required=("epoch", "steps", "finished", "source"))
-        st["epoch"] = state_int(st, "epoch", owner=owner)
-        st["finished"] = state_bool(st, "finished", owner=owner)
-        if not isinstance(st["source"], Mapping):
-            raise StateError(f"{owner} state field 'source' must be the source's state dict, got "
-                             f"{type(st['source']).__name__}")
-        # a rank's steps are at most a full epoch of this job (when known): the loader's own,
-        # or, for a state saved with another number of workers, the epoch they batched
-        full: int | None = None
+        """A TrainerLoader state checked field by field and bounded by this loader's epoch
+        (see :func:`~youmu.integrations.job_states.check_rank_state`)."""
+        full: int | None = None  # a full epoch of this loader, or of the workers the state batched with
         if expect_shard:
-            saved = self._other_workers(st)
-            full = self._steps if saved is None or self._user_steps else _batches_per_epoch(
+            saved = self._other_workers(state)
+            full = self._steps if saved is None or self._user_steps else stream_batches_per_epoch(
                 self.source, self.batch_size, saved)  # type: ignore[arg-type]
-        if "epoch_steps" in st:
-            st["epoch_steps"] = state_int(st, "epoch_steps", owner=owner, minimum=1)
-            steps = state_int(st, "steps", owner=owner, maximum=st["epoch_steps"])
-            if full is not None and st["epoch_steps"] > steps + full:
-                raise StateError(f"{owner} state field 'epoch_steps'={st['epoch_steps']} exceeds the steps taken "
-                                 f"({steps}) plus a full epoch of this loader ({full})")
-        else:
-            steps = state_int(st, "steps", owner=owner, maximum=MAX_STATE_INT if full is None else full)
-        st["steps"] = steps
-        return st
+        return check_rank_state(state, rank=self.rank if expect_shard else None,
+                                world_size=self.world_size if expect_shard else None, full_epoch=full)
 
     def _other_workers(self, state: Any) -> int | None:
         """The number of DataLoader workers a stream's state was saved with, when it is
@@ -537,9 +478,9 @@ class TrainerLoader:
             self._loader = StatefulDataLoader(self.source, **self._loader_args)
         self.epoch, self._taken, self._finished = epochs.pop(), taken, finished
         self._pending, self._positioned, self._epoch_steps = None, True, None
-        self._restart_consumption()
+        self._consumption.restart()
         if not (finished or self.pairs or self._user_steps):
-            left = _batches_per_epoch(self.source, self.batch_size, self.num_workers)  # type: ignore[arg-type]
+            left = stream_batches_per_epoch(self.source, self.batch_size, self.num_workers)  # type: ignore[arg-type]
             if left is not None:  # a sized stream: what is left of the epoch on every rank
                 self._epoch_steps = taken + min(int(t[0]) for t in self.channel.all_gather_int64([left]))
 
@@ -550,58 +491,11 @@ class TrainerLoader:
         return {"format": GATHERED_FORMAT, "ranks": gather_objects(self.channel, self.state_dict())}
 
     # -- metrics ----------------------------------------------------------------------------
-    def _reset_metrics(self) -> None:
-        self._t0 = time.perf_counter()
-        self._waits: list[float] = []
-        self._n_samples = self._n_real = self._n_padded = 0
-        self._sources: Counter[str] = Counter()
-
-    def _record(self, batch: dict[str, Any], wait: float) -> None:
-        self._waits.append(wait)
-        if len(self._waits) > 4096:  # a sliding window keeps the percentiles cheap
-            del self._waits[:2048]
-        info = batch.get(INFO_KEY) if isinstance(batch, dict) else None
-        if info is not None and hasattr(info, "real_tokens"):
-            self._n_samples += int(info.num_samples)
-            self._n_real += int(info.real_tokens)
-            # a BalancedLoader's micro-batches are packed or listed: no padding of their own
-            self._n_padded += int(getattr(info, "padded_tokens", info.real_tokens))
-            if self.source_key is None and getattr(info, "microbatch", 0) == 0:
-                self._sources.update(getattr(info, "source_counts", None) or {})  # once per step
-        elif isinstance(batch, dict) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
-            ids = batch["input_ids"]
-            self._n_samples += int(ids.shape[0]) if ids.dim() > 1 else 1
-            self._n_padded += int(ids.numel())
-            mask = batch.get("attention_mask")
-            self._n_real += int(mask.sum()) if mask is not None else int(ids.numel())
-        if self.source_key is not None and isinstance(batch, dict) and self.source_key in batch:
-            names = batch[self.source_key]
-            self._sources.update(str(n) for n in (names.tolist() if hasattr(names, "tolist") else names))
-
     def metrics(self, reset: bool = False) -> dict[str, float]:
         """This rank's figures since the last reset: ``youmu/tokens_per_s``,
         ``youmu/samples_per_s``, ``youmu/padding_ratio``, ``youmu/data_wait_p50_ms`` and
         ``..._p99_ms``, ``youmu/epoch``, and ``youmu/mixture/<source>`` shares."""
-        elapsed = max(time.perf_counter() - self._t0, 1e-9)
-        waits = sorted(self._waits)
-
-        def pct(q: float) -> float:
-            return 1000.0 * waits[min(len(waits) - 1, int(q * len(waits)))] if waits else 0.0
-
-        out = {
-            "youmu/epoch": float(self.epoch),
-            "youmu/tokens_per_s": self._n_real / elapsed,
-            "youmu/samples_per_s": self._n_samples / elapsed,
-            "youmu/padding_ratio": 1.0 - self._n_real / self._n_padded if self._n_padded else 0.0,
-            "youmu/data_wait_p50_ms": pct(0.50),
-            "youmu/data_wait_p99_ms": pct(0.99),
-        }
-        total = sum(self._sources.values())
-        for name, n in sorted(self._sources.items()):
-            out[f"youmu/mixture/{name}"] = n / total
-        if reset:
-            self._reset_metrics()
-        return out
+        return self._metrics.figures(self.epoch, reset)
 
     def close(self) -> None:
         """Stop a dynamic-batch iteration the trainer abandoned (at ``max_steps``)."""

@@ -106,8 +106,8 @@ from youmu.planning.rank_sources import (
     SourceStream,
     carry_after,
     check_sample_fns,
+    plan_step,
     rank_meta,
-    step_meta,
 )
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
 from youmu.planning.settings import PlanSettings
@@ -246,11 +246,8 @@ class BalancedLoader(LoaderState):
         if (encoder_cost is None) != (images_fn is None):
             raise InvalidArgumentError("pass encoder_cost= (the image encoder's cost model) and images_fn= "
                                        "(a sample's image patches) together")
-        given = dict(num_microbatches=num_microbatches, global_batch_size=global_batch_size,
-                     token_budget=token_budget, capacity=capacity, cost=cost, method=method,
-                     reorder_only=reorder_only, placement=placement, schedule=schedule, group_size=group_size,
-                     seed=seed, drop_last=drop_last, encoder_cost=encoder_cost, encoder_balance=encoder_balance)
-        given = PlanSettings.settings_or_keywords(settings, **given)
+        # the plan keywords of this signature, as PlanSettings declares them (and checks them)
+        given = PlanSettings.settings_or_keywords(settings, **PlanSettings.pick(locals()))
         # checked before the channel is made: a bad setting fails on every rank alike
         plan, sources = PlanSettings.resolve(source, world_size=None, **given)
         check_split_images(plan.encoder_balance, split_images_fn)
@@ -358,12 +355,10 @@ class BalancedLoader(LoaderState):
                 ex.announce(FAILED)
                 raise
             gathered = ex.gather(EXHAUSTED if short else OK, vec)
-            if self.drop_last and any(status == EXHAUSTED for status, _ in gathered):
-                return
-            meta = step_meta(v for _, v in gathered)
-            if len(meta) == 0:
-                return  # every rank is out of data: the same decision everywhere
-            plan = self.planner.plan(step, meta)
+            plan = plan_step(self.planner, step, ((status == EXHAUSTED, v) for status, v in gathered),
+                             drop_last=self.drop_last)
+            if plan is None:
+                return  # the same decision on every rank
             carry = carry_after(plan, held, leftover)
             self._record(step + 1, reader, carry)
             if self._resume is not None and step < self._resume[0]:

@@ -42,13 +42,13 @@ from youmu._args import callable_arg, index_of
 from youmu.errors import ArgumentTypeError, CapacityError, InvalidArgumentError
 from youmu.planning.meta import SampleMeta
 from youmu.planning.microbatch import default_docs
-from youmu.planning.planner import StepPlan
+from youmu.planning.planner import Planner, StepPlan
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 from youmu.sharding import share
 
 __all__ = ["check_sample_fns", "SourceStream", "Held", "Measure", "RankReader", "formed_microbatch", "resolve_sources",
            "rank_meta",
-           "step_meta", "carry_after"]
+           "step_meta", "plan_step", "carry_after"]
 
 
 def check_sample_fns(**fns: Any) -> None:
@@ -459,6 +459,26 @@ def step_meta(vectors: Iterable[np.ndarray]) -> SampleMeta:
     if len(set(meta.ids.tolist())) != len(meta):
         raise InvalidArgumentError("sample ids are not unique across ranks (check id_fn)")
     return meta
+
+
+def plan_step(planner: Planner, step: int, reports: Iterable[tuple[bool, np.ndarray]], *,
+              drop_last: bool) -> StepPlan | None:
+    """The plan of ``step`` from every rank's report — whether it ran short of samples,
+    and its encoded :func:`rank_meta` — in rank order; ``None`` when the epoch ends there
+    (a rank ran short under ``drop_last``, or no rank has a sample). Pure: each rank of
+    a :class:`~youmu.planning.BalancedLoader` computes it from the gathered reports, the
+    Ray planner once for all ranks, and both get the same plan.
+
+    >>> a = rank_meta([Held(0, 0, [5], 5, None)], 0).encode()
+    >>> p = plan_step(Planner().distribute(1), 0, [(False, a)], drop_last=False)
+    >>> p.meta.ids.tolist(), plan_step(Planner().distribute(1), 0, [(True, a)], drop_last=True)
+    ([0], None)
+    """
+    reports = list(reports)
+    if drop_last and any(short for short, _ in reports):
+        return None
+    meta = step_meta(vector for _, vector in reports)
+    return None if len(meta) == 0 else planner.plan(step, meta)
 
 
 def carry_after(plan: StepPlan, held: list[Held], leftover: list[Held]) -> list[Held]:

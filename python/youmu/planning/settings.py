@@ -87,15 +87,39 @@ class PlanSettings:
     encoder_balance: str = "colocated"
 
     @classmethod
+    def keywords(cls) -> dict[str, Any]:
+        """The plan's settings as a loader's keywords, with their defaults: the fields
+        after ``names`` and ``world_size`` (``num_microbatches`` has none: ``None``). The
+        one declaration the loaders' signatures agree with (a test walks them).
+
+        >>> list(PlanSettings.keywords())[:3]
+        ['num_microbatches', 'global_batch_size', 'token_budget']
+        """
+        return {f.name: (None if f.default is dataclasses.MISSING else f.default)
+                for f in dataclasses.fields(cls) if f.name not in ("names", "world_size")}
+
+    @classmethod
+    def pick(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The plan keywords among a loader's arguments ``given`` (its ``locals()``)."""
+        return {k: given[k] for k in cls.keywords() if k in given}
+
+    @classmethod
     def resolve(cls, source: Iterable[Any] | Mapping[str, Iterable[Any]], *, world_size: int | None,
-                num_microbatches: int, global_batch_size: int | None = None, token_budget: int | None = None,
-                capacity: int | None = None, cost: Any = None, method: str = "greedy", reorder_only: bool = False,
-                placement: str | None = None, schedule: Any = None, group_size: int | None = None, seed: int = 0,
-                drop_last: bool = False, encoder_cost: Any = None,
-                encoder_balance: str = "colocated") -> tuple[PlanSettings, dict[str, Any]]:
+                **settings: Any) -> tuple[PlanSettings, dict[str, Any]]:
         """Check every setting and resolve a loader's ``source`` (one stream, or
         ``{name: stream}`` mixed by ``schedule``) against them; return the settings and
         ``{name: stream}`` in schedule order."""
+        defaults = cls.keywords()
+        unknown = set(settings) - set(defaults)
+        if unknown:
+            raise InvalidArgumentError(f"unknown plan settings {sorted(unknown)}")
+        given = {**defaults, **settings}
+        num_microbatches, global_batch_size, token_budget = (given["num_microbatches"], given["global_batch_size"],
+                                                             given["token_budget"])
+        capacity, cost, method, placement = given["capacity"], given["cost"], given["method"], given["placement"]
+        reorder_only, schedule, group_size, seed = (given["reorder_only"], given["schedule"], given["group_size"],
+                                                    given["seed"])
+        drop_last, encoder_cost, encoder_balance = given["drop_last"], given["encoder_cost"], given["encoder_balance"]
         if world_size is not None:
             int_arg("world_size", world_size, minimum=1)
         int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
@@ -134,9 +158,6 @@ class PlanSettings:
             raise InvalidArgumentError("names is empty: a plan needs at least one source")
         single = names == ["default"] and settings.get("schedule") is None
         placeholder: Any = [] if single else {n: [] for n in names}
-        unknown = set(settings) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise InvalidArgumentError(f"unknown plan settings {sorted(unknown)}")
         return cls.resolve(placeholder, world_size=world_size, num_microbatches=num_microbatches, **settings)[0]
 
     @classmethod
@@ -157,8 +178,7 @@ class PlanSettings:
             return given
         if not isinstance(settings, cls):
             raise ArgumentTypeError(f"settings must be a youmu.planning.PlanSettings, got {type(settings).__name__}")
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        defaults["num_microbatches"] = None  # required as a keyword, absent next to settings=
+        defaults = cls.keywords()  # num_microbatches: required as a keyword, absent next to settings=
         changed = [k for k, v in given.items() if v is not defaults[k] and v != defaults[k]]
         if changed:
             raise InvalidArgumentError(f"pass the plan's settings once: settings= or {changed}, not both")

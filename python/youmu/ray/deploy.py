@@ -139,10 +139,8 @@ class RayLoaders:
             specs = {str(n): Source.of(s, f"sources[{n!r}]") for n, s in sources.items()}
         else:
             specs = {"default": Source.of(sources)}
-        given = PlanSettings.settings_or_keywords(
-            settings, num_microbatches=num_microbatches, global_batch_size=global_batch_size,
-            token_budget=token_budget, capacity=capacity, cost=cost, method=method, placement=placement,
-            schedule=schedule, group_size=group_size, seed=seed, drop_last=drop_last)
+        # the plan keywords of this signature, as PlanSettings declares them (and checks them)
+        given = PlanSettings.settings_or_keywords(settings, **PlanSettings.pick(locals()))
         if settings is not None and settings.world_size is not None:
             if world_size not in (None, settings.world_size):
                 raise InvalidArgumentError(f"settings are for world_size={settings.world_size}, not {world_size}")

@@ -67,7 +67,7 @@ from youmu._args import int_arg, seconds_arg
 from youmu.distributed import fingerprint
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.planning.microbatch import Assembler, MicroBatchInfo
-from youmu.planning.rank_sources import Held, RankReader, SourceStream, carry_after, rank_meta, step_meta
+from youmu.planning.rank_sources import Held, RankReader, SourceStream, carry_after, plan_step, rank_meta
 from youmu.planning.settings import PlanSettings
 from youmu.ray.calls import Actor
 from youmu.ray.state import Chain, PlannerState, Ref
@@ -330,12 +330,10 @@ class StepPlanner:
             leftovers.append(leftover)
             shorts.append(short)
         self._used = [[v.position - b for v, b in zip(views, bs)] for views, bs in zip(self._views, before)]
-        if cfg.drop_last and any(shorts):
+        reports = ((short, rank_meta(held, r).encode()) for r, (held, short) in enumerate(zip(helds, shorts)))
+        plan = plan_step(self._planner, s, reports, drop_last=cfg.drop_last)
+        if plan is None:
             return _StepResult(s, start.to_dict(), end=True, chain=self._chain)
-        meta = step_meta(rank_meta(held, r).encode() for r, held in enumerate(helds))
-        if len(meta) == 0:
-            return _StepResult(s, start.to_dict(), end=True, chain=self._chain)
-        plan = self._planner.plan(s, meta)
         self._carry = [carry_after(plan, helds[r], leftovers[r]) for r in range(self.world_size)]
         refs = {h.id: (h.source, *h.payload) for held in helds for h in held}
         per_rank = []

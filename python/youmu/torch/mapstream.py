@@ -47,6 +47,7 @@ from youmu.mixture_change import Switch
 from youmu.resume import Origin, Units, decode_levels, remaining_after
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.stateful import MAX_STATE_INT, data_fingerprint
+from youmu.streamformats import MAPSTREAM_FORMAT
 from youmu.torch.sharded import PositionalStream
 
 __all__ = ["MapStream", "MixtureStream"]
@@ -80,7 +81,7 @@ class MapStream(PositionalStream[Any]):
     epoch runs the new weights throughout.
     """
 
-    state_format = "youmu.MapStream/1"
+    state_format = MAPSTREAM_FORMAT
 
     def __init__(
         self,

@@ -1,6 +1,8 @@
-"""Sequence packing for pretraining: token rows concatenated into fixed-length
-sequences with document boundaries (``cu_seqlens``, ``position_ids``) for varlen
-attention. Deterministic and resumable like the stream it wraps.
+"""Sequence packing: token rows concatenated into fixed-length sequences with document
+boundaries (``cu_seqlens``, ``position_ids``) for varlen attention — for pretraining,
+and for supervised fine-tuning with ``label_column`` (the rows' ``labels`` packed in
+step, as Hugging Face's ``DataCollatorWithFlattening`` packs them). Deterministic and
+resumable like the stream it wraps.
 
 Example:
     >>> from youmu.torch import YoumuDataset, pack, collate_packed
@@ -22,11 +24,13 @@ from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgument
 from youmu.jobstates import is_merged, load_merged
 from youmu.positional import SKIP
 from youmu.stateful import state_int
+from youmu.streamformats import PACK_FORMAT
 from youmu.torch.sharded import ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_IGNORE = -100  # the label a loss ignores (PyTorch's cross-entropy ignore_index)
 
 
 def _token_column_type(name: str, typ: Any) -> None:
@@ -51,9 +55,14 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     one sequence: long documents continue into the next sequence as a new piece.
     ``position_ids`` restart at 0 at every piece, in step with ``cu_seqlens`` (varlen
     kernels, and trainers that derive boundaries from position resets, see the same
-    segments). The last partial sequence is
+    segments). With ``label_column`` (an SFT stream's ``labels``, e.g. from
+    :class:`youmu.text.ChatTemplate`) each item also has ``"labels": LongTensor[seq_len]``,
+    the rows' labels in step with their ids (``eos_id``'s label is ``eos_id``) and
+    ``-100`` at the first token of every piece: a causal LM that shifts labels (as
+    ``transformers`` models do) then never learns a piece's first token from the end of
+    the document before it. The last partial sequence is
     dropped unless ``pad_id`` is given (it is then padded and its padding forms a final
-    pseudo-document).
+    pseudo-document, labelled ``-100``).
 
     State (:mod:`youmu.stateful`): per worker, the row the next sequence starts in and
     the tokens of it already taken, with the wrapped stream's own state nested under
@@ -63,7 +72,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     ``shard_length``, ``column_types`` and the stream contract.
     """
 
-    state_format = "youmu.PackedDataset/1"
+    state_format = PACK_FORMAT
     position_width = 2
 
     def __init__(
@@ -73,6 +82,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         column: str = "input_ids",
         eos_id: int | None = None,
         pad_id: int | None = None,
+        label_column: str | None = None,
     ) -> None:
         super().__init__()
         self.seq_len = int_arg("seq_len", seq_len, minimum=1, maximum=_INT64_MAX)
@@ -81,6 +91,9 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         self.pad_id = opt_int_arg("pad_id", pad_id, minimum=_INT64_MIN, maximum=_INT64_MAX)
         if not isinstance(column, str):
             raise ArgumentTypeError(f"column must be a str, got {type(column).__name__} {column!r}")
+        if label_column is not None and (not isinstance(label_column, str) or label_column in ("", column)):
+            raise ArgumentTypeError(f"label_column must be None or a column name other than {column!r}, got "
+                                    f"{label_column!r}")
         for needed in ("iter_with_heads", "shard_length", "column_types", "state_dict", "load_state_dict",
                        "set_epoch"):
             if not callable(getattr(dataset, needed, None)):
@@ -90,15 +103,22 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                 )
         types = dataset.column_types()  # None: made on the fly (e.g. tokenized text)
         if types is not None:
-            if column not in types:
-                raise InvalidArgumentError(f"pack() column {column!r} is not one of {list(types)}")
-            _token_column_type(column, types[column])
+            for name in (column, label_column):
+                if name is None:
+                    continue
+                if name not in types:
+                    raise InvalidArgumentError(f"pack() column {name!r} is not one of {list(types)}")
+                _token_column_type(name, types[name])
         self.dataset = dataset
         self.column = column
+        self.label_column = label_column
 
     # -- the stream contract ----------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
-        return {"seq_len": self.seq_len, "column": self.column, "eos_id": self.eos_id, "pad_id": self.pad_id}
+        settings = {"seq_len": self.seq_len, "column": self.column, "eos_id": self.eos_id, "pad_id": self.pad_id}
+        if self.label_column is not None:  # states saved without labels keep their settings
+            settings["label_column"] = self.label_column
+        return settings
 
     def _start(self) -> tuple[int, int]:
         return (0, 0)
@@ -142,41 +162,61 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                 )
 
     # -- packing ------------------------------------------------------------------------------
-    def _tokens(self, row: Any) -> np.ndarray:
-        """The row's token ids as int64 (plus ``eos_id``); anything that is not a 1-d
-        run of integers is refused, naming the column, rather than cast."""
+    def _column(self, row: Any, column: str) -> np.ndarray:
+        """One of the row's token columns as int64 (plus ``eos_id``); anything that is
+        not a 1-d run of integers is refused, naming the column, rather than cast."""
         if isinstance(row, dict):
-            if self.column not in row:
-                raise ColumnNotFoundError(f"pack() column {self.column!r} is not in the row (it has {sorted(row)})")
-            t = row[self.column]
+            if column not in row:
+                raise ColumnNotFoundError(f"pack() column {column!r} is not in the row (it has {sorted(row)})")
+            t = row[column]
+        elif column != self.column:
+            raise ArgumentTypeError(f"pack() label_column {column!r} needs rows that are dicts, got "
+                                    f"{type(row).__name__}")
         else:
             t = row
         arr = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
         if arr.ndim != 1:
-            raise ArgumentTypeError(f"pack() column {self.column!r} must hold a 1-d list of token ids per row, got "
+            raise ArgumentTypeError(f"pack() column {column!r} must hold a 1-d list of token ids per row, got "
                                     f"{'a scalar' if arr.ndim == 0 else f'shape {arr.shape}'}")
         if arr.dtype.kind not in "iu":
             if arr.size or arr.dtype.kind not in "fO":
-                raise ArgumentTypeError(f"pack() column {self.column!r} must hold integer token ids, got {arr.dtype}")
+                raise ArgumentTypeError(f"pack() column {column!r} must hold integer token ids, got {arr.dtype}")
             arr = arr.astype(np.int64)  # an empty row of unknown type (a python [])
         if arr.dtype == np.uint64 and arr.size and int(arr.max()) > _INT64_MAX:
-            raise ValueOverflowError(f"pack() column {self.column!r} holds token id {int(arr.max())}, beyond the "
+            raise ValueOverflowError(f"pack() column {column!r} holds token id {int(arr.max())}, beyond the "
                                      "int64 range of packed input_ids")
         arr = arr.astype(np.int64, copy=False)
         if self.eos_id is not None:
             arr = np.concatenate([arr, np.array([self.eos_id], dtype=np.int64)])
         return arr
 
+    def _tokens(self, row: Any) -> np.ndarray:
+        """The row's tokens as a ``(channels, n)`` int64 array: its ids, and its labels
+        in step with them when packing ``label_column``."""
+        ids = self._column(row, self.column)
+        if self.label_column is None:
+            return ids[None, :]
+        labels = self._column(row, self.label_column)
+        if len(labels) != len(ids):
+            raise InvalidArgumentError(f"pack() row has {len(ids)} {self.column!r} but {len(labels)} "
+                                       f"{self.label_column!r}: labels must be in step with the ids")
+        return np.stack([ids, labels])
+
     def _emit(self, pieces: list[np.ndarray]) -> dict[str, torch.Tensor]:
-        ids = np.concatenate(pieces).astype(np.int64)
-        lens = [len(p) for p in pieces]
+        tokens = np.concatenate(pieces, axis=1).astype(np.int64)
+        lens = [p.shape[1] for p in pieces]
         cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
         pos = np.concatenate([np.arange(n) for n in lens]).astype(np.int64)
-        return {
-            "input_ids": torch.from_numpy(ids),
+        out = {
+            "input_ids": torch.from_numpy(np.ascontiguousarray(tokens[0])),
             "position_ids": torch.from_numpy(pos),
             "cu_seqlens": torch.from_numpy(cu),
         }
+        if self.label_column is not None:
+            labels = np.ascontiguousarray(tokens[1])
+            labels[cu[:-1]] = _IGNORE  # no piece's first token is learnt from another document
+            out["labels"] = torch.from_numpy(labels)
+        return out
 
     def _pass(self, worker: int, num_workers: int, start: tuple[int, int]) -> Iterator[tuple[tuple[int, int], Any]]:
         row_pos, skip = start
@@ -189,32 +229,35 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         for pos, row, head in self.dataset.iter_with_heads(row_pos):
             end = pos + 1
             toks = self._tokens(row)
-            if first and skip and (pos != row_pos or skip >= len(toks)):
+            n = toks.shape[1]
+            if first and skip and (pos != row_pos or skip >= n):
                 # "tokens into row r" only means something for a row r with more tokens
                 raise StateError(
                     f"PackedDataset state field 'positions'[{worker}]=({row_pos}, {skip}) is past the end of row "
-                    f"{row_pos}" + (f" ({len(toks)} tokens)" if pos == row_pos else " (that row yields nothing)")
+                    f"{row_pos}" + (f" ({n} tokens)" if pos == row_pos else " (that row yields nothing)")
                 )
             first = False
             off = skip if pos == row_pos and skip else head
-            if off >= len(toks) and off and not (pos == row_pos and skip):
+            if off >= n and off and not (pos == row_pos and skip):
                 # a merged state's tokens of a partly packed row: as checked as a direct
                 # load's (the rest of the row must exist), else the row would vanish
                 raise StateError(f"PackedDataset merged state field 'tokens' says {off} tokens of row {pos} were "
-                                 f"packed, but that row has {len(toks)}: an edited state or other data")
-            while off < len(toks):
-                take = min(self.seq_len - have, len(toks) - off)
-                pieces.append(toks[off : off + take])
+                                 f"packed, but that row has {n}: an edited state or other data")
+            while off < n:
+                take = min(self.seq_len - have, n - off)
+                pieces.append(toks[:, off : off + take])
                 have += take
                 off += take
                 if have == self.seq_len:
-                    yield ((pos, off) if off < len(toks) else (pos + 1, 0)), self._emit(pieces)
+                    yield ((pos, off) if off < n else (pos + 1, 0)), self._emit(pieces)
                     pieces, have = [], 0
         if first and skip:
             raise StateError(f"PackedDataset state field 'positions'[{worker}]=({row_pos}, {skip}) is past the end "
                              "of the shard")
         if have and self.pad_id is not None:
-            pieces.append(np.full(self.seq_len - have, self.pad_id, dtype=np.int64))
+            pad = np.full((len(pieces[0]), self.seq_len - have), self.pad_id, dtype=np.int64)
+            pad[1:] = _IGNORE
+            pieces.append(pad)
             yield (end, 0), self._emit(pieces)
         # The end position: a state saved now resumes to the empty rest of the epoch; a
         # partial last sequence without pad_id is dropped, as documented.
@@ -222,16 +265,19 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
 
 
 def pack(
-    dataset: Any, seq_len: int, column: str = "input_ids", eos_id: int | None = None, pad_id: int | None = None
+    dataset: Any, seq_len: int, column: str = "input_ids", eos_id: int | None = None, pad_id: int | None = None,
+    label_column: str | None = None,
 ) -> PackedDataset:
-    """Pack a dataset's token rows into ``seq_len`` sequences (see :class:`PackedDataset`)."""
-    return PackedDataset(dataset, seq_len, column=column, eos_id=eos_id, pad_id=pad_id)
+    """Pack a dataset's token rows into ``seq_len`` sequences (see :class:`PackedDataset`);
+    ``label_column="labels"`` packs an SFT stream's labels in step."""
+    return PackedDataset(dataset, seq_len, column=column, eos_id=eos_id, pad_id=pad_id, label_column=label_column)
 
 
 def collate_packed(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack packed sequences; ``cu_seqlens`` become one flat boundary list over the
-    concatenated batch (the form flash-attention's varlen kernels take), with
-    ``max_seqlen`` the longest document piece."""
+    """Stack packed sequences (and their ``labels``, when packed with them);
+    ``cu_seqlens`` become one flat boundary list over the concatenated batch (the form
+    flash-attention's varlen kernels take), with ``max_seqlen`` the longest document
+    piece."""
     if not items:
         raise InvalidArgumentError("collate_packed got an empty batch")
     for x in items:
@@ -244,4 +290,7 @@ def collate_packed(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tens
     cus = [items[0]["cu_seqlens"]] + [x["cu_seqlens"][1:] + i * seq_len for i, x in enumerate(items) if i > 0]
     cu = torch.cat(cus).to(torch.int32)
     max_len = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
-    return {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu, "max_seqlen": torch.tensor(max_len)}
+    out = {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu, "max_seqlen": torch.tensor(max_len)}
+    if all("labels" in x for x in items):  # packed with label_column
+        out["labels"] = torch.stack([x["labels"] for x in items])
+    return out

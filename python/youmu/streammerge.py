@@ -1,0 +1,89 @@
+"""The merge of a row stream's states (a Parquet stream, ``MapStream``/``MixtureStream``):
+one level more on the epoch's chain of jobs (:mod:`youmu.resume`), checked through
+:mod:`youmu.jobstates`. :func:`youmu.merge_states` calls it for row streams; a
+wrapping stream's own merge (``pack``'s, :mod:`youmu.packmerge`) calls it for the
+stream it wraps, with the tokens of its partly packed rows.
+
+Example:
+    >>> s0 = {"format": "youmu.MapStream/1", "world_size": 2, "rank": 0, "run": 1, "drop_last": False,
+    ...       "data": "d", "epoch": 0, "num_workers": 1, "positions": {0: 3}}
+    >>> ranks = [stream_rank(s, i) for i, s in enumerate([s0, {**s0, "rank": 1, "positions": {0: 2}}])]
+    >>> merge_stream_ranks(ranks)["resumed"]
+    [{'world_size': 2, 'num_workers': [1, 1], 'positions': [[3], [2]]}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from youmu.errors import StateError
+from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Level, check_shards
+from youmu.resume import decode_levels, encode_levels
+from youmu.stateful import state_int, state_positions
+
+__all__ = ["PER_RANK", "StreamRank", "stream_rank", "merge_stream_ranks"]
+
+#: Fields of a stream state that are not settings shared by all ranks.
+PER_RANK = ("format", "rank", "world_size", "epoch", "num_workers", "positions", "resumed", "dataset")
+
+
+@dataclass
+class StreamRank:
+    """One rank's row-stream state, normalised."""
+
+    fmt: str
+    settings: dict[str, Any]
+    rank: int
+    world_size: int
+    epoch: int
+    num_workers: int
+    positions: dict[int, int]
+    chain: Any
+    #: tokens of each worker's partly packed row (a wrapping ``pack``'s; none of a row stream's own)
+    tokens: dict[int, int] = field(default_factory=dict)
+
+
+def stream_rank(state: Mapping[str, Any], i: int, *, shard: Mapping[str, Any] | None = None,
+                width: int = 1) -> StreamRank:
+    """States[``i``] as a :class:`StreamRank`: its positions (``width`` ints per worker:
+    ``(row, tokens)`` for a wrapping ``pack``, whose wrapped stream's state is ``shard``)."""
+    shard = state if shard is None else shard
+    rank = state_int(shard, "rank", owner=OWNER)
+    world = state_int(shard, "world_size", owner=OWNER, minimum=1)
+    epoch = state_int(state, "epoch", owner=OWNER)
+    raw_pos = state_positions(state, "positions", owner=OWNER, width=width)
+    nw = state.get("num_workers")
+    nw = 1 if nw is None else state_int(state, "num_workers", owner=OWNER, minimum=1)
+    check_shards([nw], owner=OWNER, where=f"states[{i}] field 'num_workers'")
+    if any(w >= nw for w in raw_pos):
+        raise StateError(f"{OWNER}: states[{i}] field 'positions' has workers {sorted(raw_pos)} but num_workers={nw}")
+    positions = {w: (p[0] if isinstance(p, tuple) else p) for w, p in raw_pos.items()}
+    tokens = {w: p[1] for w, p in raw_pos.items() if isinstance(p, tuple)}
+    settings = {k: v for k, v in shard.items() if k not in PER_RANK}
+    return StreamRank(str(shard.get("format")), settings, rank, world, epoch, nw, positions, shard.get("resumed"),
+                      tokens)
+
+
+def merge_stream_ranks(ranks: Sequence[StreamRank], *, what: str = "", tokens: bool = False) -> dict[str, Any]:
+    """The merged state of one row stream from every rank's (``what``: whose stream, for
+    the messages; ``tokens``: the level records each worker's tokens of a partly packed
+    row)."""
+    job = JobStates(ranks, kind="stream", rank=lambda r: r.rank)
+    fmt = job.same("format", lambda r: r.fmt, what)
+    job.same("data", lambda r: r.settings.get("data"))
+    epoch = job.same("epoch", lambda r: r.epoch)
+    world = job.same("world_size", lambda r: r.world_size)
+    settings = job.same_settings(lambda r: r.settings, what)
+    by_rank = job.in_rank_order(world, holds="the rows a rank delivered")
+    chain_raw = job.same("resumed", lambda r: r.chain)
+    chain: list[Level] = decode_levels(chain_raw, OWNER) if chain_raw is not None else []
+    check_shards([r.num_workers for r in by_rank], owner=OWNER, where="the states' 'num_workers'")
+    level = Level(
+        world, tuple(r.num_workers for r in by_rank),
+        tuple(tuple(r.positions.get(k, 0) for k in range(r.num_workers)) for r in by_rank),
+        tuple(tuple(r.tokens.get(k, 0) for k in range(r.num_workers)) for r in by_rank) if tokens else None,
+    )
+    return {"format": MERGED_FORMAT, "stream": fmt, **settings, "epoch": epoch,
+            "resumed": encode_levels([*chain, level])}

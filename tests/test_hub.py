@@ -1,0 +1,320 @@
+"""Datasets on the Hugging Face Hub (``hf://datasets/...``) against a local Hub
+(``tests/hubserver.py``: the Hub's API, resolve redirects to a CDN on another port,
+auth, pagination, rate limits), whose fidelity is checked in the same tests by
+``huggingface_hub``'s own ``HfApi`` / ``HfFileSystem`` pointed at it: youmu lists what
+they list and reads the bytes they read; revisions are pinned to a commit; 401, 403,
+404 and 429 arrive as youmu's typed errors naming the URL; the token never appears in
+a message, a repr, a saved index or a pickle."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import youmu
+
+sys.path.insert(0, str(Path(__file__).parent))
+from hubserver import HubServer  # noqa: E402
+
+hf = pytest.importorskip("huggingface_hub")
+from huggingface_hub import constants as hf_constants  # noqa: E402
+from huggingface_hub import errors as hf_errors  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "hf_LocalHubReaderToken0123456789"
+OTHER_TOKEN = "hf_SomeoneElsesToken9876543210"
+
+
+def parquet_bytes(table: pa.Table, row_group_size: int = 50) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=row_group_size, data_page_size=1024, write_page_index=True)
+    return buf.getvalue()
+
+
+def shard(first: int, n: int = 120) -> pa.Table:
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return pa.table({"id": ids, "input_ids": [list(range(i % 7 + 1)) for i in ids]})
+
+
+FILES = {
+    "data/train-00000.parquet": parquet_bytes(shard(0)),
+    "data/train-00001.parquet": parquet_bytes(shard(1000)),
+    "data/sub/train-00002.parquet": parquet_bytes(shard(2000)),
+    "data/_tmp/partial.parquet": b"not parquet at all",
+    "data/.hidden.parquet": b"nor this",
+    "README.md": b"# a dataset card\n",
+}
+
+
+@pytest.fixture(scope="module")
+def hub():
+    server = HubServer(page_size=2).start()
+    server.commit("org/corpus", FILES)
+    server.create("org/private", private=True, readers={TOKEN})
+    server.commit("org/private", {"train.parquet": parquet_bytes(shard(5000, 40))})
+    server.create("org/gated", gated=True, readers={TOKEN})
+    server.commit("org/gated", {"train.parquet": parquet_bytes(shard(6000, 40))})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def env(hub: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Point youmu and huggingface_hub at the local Hub, with no token unless a test
+    sets one (not even a login file of the machine's); short retries."""
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    old = youmu.io_options()
+    youmu.set_io_options(retries=4, retry_timeout=10.0)
+    hub.requests.clear()
+    yield
+    youmu.set_io_options(retries=old["retries"], retry_timeout=old["retry_timeout"])
+
+
+def rows_of(index: youmu.PageIndex) -> pa.Table:
+    got = index.read_rows(np.arange(index.num_rows))
+    return pa.Table.from_batches([got]) if isinstance(got, pa.RecordBatch) else got
+
+
+def local_rows(names: list[str]) -> pa.Table:
+    return pa.concat_tables([pq.read_table(io.BytesIO(FILES[n])) for n in names])
+
+
+def repo_paths(urls: list[str], commit: str) -> list[str]:
+    marker = f"/resolve/{commit}/"
+    assert all(marker in u for u in urls), urls
+    return [u.split(marker, 1)[1] for u in urls]
+
+
+# -- listing and bytes, against huggingface_hub's own view of the server ---------------
+def test_a_directory_lists_what_huggingface_hub_lists_by_youmus_rules(hub: HubServer) -> None:
+    commit = hub.branches("org/corpus")["main"]
+    idx = youmu.PageIndex("hf://datasets/org/corpus/data")
+    fs = hf.HfFileSystem(endpoint=hub.endpoint, token=False)
+    theirs = sorted(p.removeprefix("datasets/org/corpus/") for p in fs.find("datasets/org/corpus/data"))
+    data = [p for p in theirs if p.endswith(".parquet") and not any(c[0] in "._" for c in p.split("/"))]
+    assert repo_paths(idx.files, commit) == data == [
+        "data/sub/train-00002.parquet", "data/train-00000.parquet", "data/train-00001.parquet"]
+    # the tree came in pages of two, followed through the Link header
+    assert sum("cursor=" in s.path for s in hub.requests if "/tree/" in s.path) >= 2
+    assert rows_of(idx).to_pydict() == local_rows(data).to_pydict()
+
+
+def test_globs_and_single_files_and_the_whole_repository(hub: HubServer) -> None:
+    commit = hub.branches("org/corpus")["main"]
+    glob = youmu.PageIndex("hf://datasets/org/corpus/data/train-*.parquet")
+    assert repo_paths(glob.files, commit) == ["data/train-00000.parquet", "data/train-00001.parquet"]
+    deep = youmu.PageIndex("hf://datasets/org/corpus/**/*.parquet")
+    assert repo_paths(deep.files, commit) == [
+        "data/sub/train-00002.parquet", "data/train-00000.parquet", "data/train-00001.parquet"]
+    one = youmu.PageIndex(f"hf://datasets/org/corpus@{commit}/data/train-00001.parquet")
+    assert repo_paths(one.files, commit) == ["data/train-00001.parquet"]
+    assert rows_of(one).to_pydict() == local_rows(["data/train-00001.parquet"]).to_pydict()
+    whole = youmu.PageIndex("hf://datasets/org/corpus")
+    assert len(whole.files) == 3
+
+
+def test_pages_are_ranged_gets_through_the_cdn_with_the_bytes_huggingface_hub_reads(hub: HubServer) -> None:
+    idx = youmu.PageIndex("hf://datasets/org/corpus/data/train-00000.parquet")
+    hub.requests.clear()
+    idx.read_pages(list(range(len(idx))))
+    cdn = [s for s in hub.requests if s.server == "cdn" and s.method == "GET"]
+    assert cdn and all(s.status == 206 and s.headers.get("range", "").startswith("bytes=") for s in cdn)
+    assert all("if-match" in s.headers for s in cdn), "reads are conditional on the indexed ETag"
+    fs = hf.HfFileSystem(endpoint=hub.endpoint, token=False)
+    with fs.open("datasets/org/corpus/data/train-00000.parquet", "rb") as f:
+        f.seek(100)
+        theirs = f.read(300)
+    assert theirs == FILES["data/train-00000.parquet"][100:400]
+    assert rows_of(idx).to_pydict() == local_rows(["data/train-00000.parquet"]).to_pydict()
+
+
+def test_row_datasets_streams_and_the_cli_take_hf_urls(hub: HubServer, tmp_path: Path) -> None:
+    from youmu.torch import YoumuDataset
+
+    url = "hf://datasets/org/corpus/data/train-*.parquet"
+    ds = youmu.RowDataset(url, columns=["id"])
+    assert len(ds) == 240 and ds[130]["id"] == 1010
+    stream = YoumuDataset(url, columns=["id"], shuffle="none", output="python")
+    assert [r["id"] for r in stream] == list(range(120)) + list(range(1000, 1120))
+    out = subprocess.run([sys.executable, "-m", "youmu", "inspect", url], capture_output=True, text=True,
+                         env={**os.environ}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "train-00001.parquet" in out.stdout
+
+
+# -- revisions ------------------------------------------------------------------------
+def test_a_branch_that_moves_changes_nothing_the_index_pinned(hub: HubServer, tmp_path: Path) -> None:
+    first = hub.commit("org/moving", {"d/a.parquet": parquet_bytes(shard(0, 30))})
+    idx = youmu.PageIndex("hf://datasets/org/moving/d")
+    assert repo_paths(idx.files, first) == ["d/a.parquet"]
+    idx.save(tmp_path / "pinned.youmu")
+    second = hub.commit("org/moving", {"d/a.parquet": parquet_bytes(shard(100, 30)),
+                                       "d/b.parquet": parquet_bytes(shard(200, 30))})
+    assert second != first and hub.branches("org/moving")["main"] == second
+    assert rows_of(idx).column("id").to_pylist() == list(range(30))
+    again = youmu.PageIndex.load(tmp_path / "pinned.youmu")
+    assert rows_of(again).column("id").to_pylist() == list(range(30))
+    fresh = youmu.PageIndex("hf://datasets/org/moving/d")
+    assert repo_paths(fresh.files, second) == ["d/a.parquet", "d/b.parquet"]
+    assert rows_of(fresh).column("id").to_pylist()[:3] == [100, 101, 102]
+    # the pinned commit garbage-collected by a force-push: a clear error, never other rows
+    hub.forget("org/moving", first)
+    with pytest.raises(youmu.StaleIndexError, match="org/moving"):
+        rows_of(youmu.PageIndex.load(tmp_path / "pinned.youmu"))
+
+
+def test_a_state_records_the_commit(hub: HubServer) -> None:
+    from youmu.torch import YoumuDataset
+
+    def fixed_size(ids: np.ndarray) -> bytes:  # plain, uncompressed, no statistics: the size ignores values
+        buf = io.BytesIO()
+        pq.write_table(pa.table({"id": ids}), buf, use_dictionary=False, compression="none", write_statistics=False)
+        return buf.getvalue()
+
+    first = hub.commit("org/states", {"a.parquet": fixed_size(np.arange(30, dtype=np.int64))})
+    ds = YoumuDataset("hf://datasets/org/states", columns=["id"], shuffle="none")
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    # the same file name, size and pages at another commit: other data, refused
+    second = hub.commit("org/states", {"a.parquet": fixed_size(np.arange(100, 130, dtype=np.int64))})
+    assert len(hub.repos["org/states"].commits[second]["a.parquet"]) == len(
+        hub.repos["org/states"].commits[first]["a.parquet"])
+    assert second != first
+    other = YoumuDataset("hf://datasets/org/states", columns=["id"], shuffle="none")
+    with pytest.raises(youmu.StateError):
+        other.load_state_dict(state)
+    again = YoumuDataset(f"hf://datasets/org/states@{first}", columns=["id"], shuffle="none")
+    again.load_state_dict(state)
+    assert [r["id"] for r in again][:2] == [1, 2]
+
+
+# -- errors -----------------------------------------------------------------------------
+def test_401_403_and_404_are_typed_and_named(hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(youmu.StorageAuthError, match=r"hf://datasets/org/private.*401"):
+        youmu.PageIndex("hf://datasets/org/private")
+    with pytest.raises(youmu.StorageAuthError, match=r"hf://datasets/org/gated.*gated"):
+        youmu.PageIndex("hf://datasets/org/gated")
+    monkeypatch.setenv("HF_TOKEN", OTHER_TOKEN)
+    with pytest.raises(youmu.StorageAuthError, match=r"hf://datasets/org/private.*403"):
+        youmu.PageIndex("hf://datasets/org/private")
+    with pytest.raises(youmu.BucketNotFoundError, match=r"hf://datasets/org/nothing.*no such dataset"):
+        youmu.PageIndex("hf://datasets/org/nothing/data")
+    with pytest.raises(youmu.ObjectNotFoundError, match=r"hf://datasets/org/corpus@v9.*revision"):
+        youmu.PageIndex("hf://datasets/org/corpus@v9/data")
+    with pytest.raises(youmu.ObjectNotFoundError, match="missing.parquet"):
+        youmu.PageIndex("hf://datasets/org/corpus/data/missing.parquet")
+    with pytest.raises(youmu.InvalidArgumentError, match="no Parquet files"):
+        youmu.PageIndex("hf://datasets/org/corpus/data/*.csv")
+    with pytest.raises(youmu.InvalidArgumentError, match="only dataset repositories"):
+        youmu.PageIndex("hf://models/org/corpus")
+    # the huggingface_hub errors behind them, from the same server
+    with pytest.raises(hf_errors.RepositoryNotFoundError):
+        hf.HfApi(endpoint=hub.endpoint, token=False).dataset_info("org/private")
+    with pytest.raises(hf_errors.RevisionNotFoundError):
+        hf.HfApi(endpoint=hub.endpoint, token=False).dataset_info("org/corpus", revision="v9")
+
+
+def test_a_private_repository_is_read_with_the_token_which_never_reaches_the_cdn(hub: HubServer,
+                                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                                  tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    idx = youmu.PageIndex("hf://datasets/org/private")
+    assert rows_of(idx).column("id").to_pylist() == list(range(5000, 5040))
+    resolves = [s for s in hub.requests if s.server == "hub" and "/resolve/" in s.path]
+    assert resolves and all(s.headers.get("authorization") == f"Bearer {TOKEN}" for s in resolves)
+    cdn = [s for s in hub.requests if s.server == "cdn"]
+    assert cdn and not any("authorization" in s.headers for s in cdn), "the token must not follow the redirect"
+    assert hf.HfApi(endpoint=hub.endpoint, token=TOKEN).dataset_info("org/private").sha in idx.files[0]
+    # a token file (hf auth login) works the same, read where the index is opened
+    monkeypatch.delenv("HF_TOKEN")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(token_file))
+    assert len(youmu.PageIndex("hf://datasets/org/gated")) > 0
+
+
+def test_the_token_is_never_echoed(hub: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    idx = youmu.PageIndex("hf://datasets/org/private")
+    idx.save(tmp_path / "private.youmu")
+    texts = [repr(idx), str(idx.files), (tmp_path / "private.youmu").read_bytes().decode("latin-1"),
+             pickle.dumps(idx).decode("latin-1"), pickle.dumps(youmu.RowDataset(idx)).decode("latin-1")]
+    assert not any(TOKEN in t for t in texts)
+    # the pickle says where the token is; the worker reads it there
+    assert rows_of(pickle.loads(pickle.dumps(idx))).num_rows == 40
+    loaded = youmu.PageIndex.load(tmp_path / "private.youmu", storage_options=youmu.hub.token_options())
+    assert rows_of(loaded).num_rows == 40
+    # a token passed explicitly, or inside a URL, is blanked in messages
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(youmu.StorageAuthError) as e:
+        youmu.PageIndex("hf://datasets/org/private", storage_options={"bearer_token": OTHER_TOKEN})
+    assert OTHER_TOKEN not in str(e.value)
+    url = idx.files[0].replace("http://", f"http://user:{OTHER_TOKEN}@")
+    with pytest.raises(youmu.YoumuError) as e2:
+        youmu.PageIndex(url + ".nothing")
+    assert OTHER_TOKEN not in str(e2.value)
+    with pytest.raises(youmu.StorageError) as e3:
+        youmu.PageIndex.load(tmp_path / "private.youmu", storage_options={"bearer_token": OTHER_TOKEN})
+    assert OTHER_TOKEN not in str(e3.value) and "403" in str(e3.value)
+
+
+def test_429_waits_for_retry_after(hub: HubServer) -> None:
+    # listing through huggingface_hub
+    hub.rate_limit(1, retry_after="1", when=lambda s: "/tree/" in s.path)
+    idx = youmu.PageIndex("hf://datasets/org/corpus/data/sub")
+    tree = [s for s in hub.requests if "/tree/" in s.path]
+    assert tree[0].status == 429 and tree[1].status == 200 and tree[1].at - tree[0].at >= 1.0
+    # reads through the native core
+    hub.requests.clear()
+    hub.rate_limit(2, retry_after="1", when=lambda s: s.server == "cdn" and s.method == "GET")
+    assert rows_of(idx).num_rows == 120
+    cdn = [s for s in hub.requests if s.server == "cdn" and s.method == "GET"]
+    limited = [s for s in cdn if s.status == 429]
+    assert len(limited) == 2
+    for s in limited:  # the same range asked again, no sooner than Retry-After said
+        again = [t for t in cdn if t.headers.get("range") == s.headers.get("range") and t.at > s.at]
+        assert again and again[0].at - s.at >= 1.0 and again[-1].status == 206
+
+
+def test_429_without_end_exhausts_the_retries_with_a_typed_error(hub: HubServer) -> None:
+    hub.rate_limit(1000, retry_after="0", when=lambda s: "/revision/" in s.path or s.path.endswith("/corpus"))
+    try:
+        with pytest.raises(youmu.RetriesExhaustedError, match="429"):
+            youmu.PageIndex("hf://datasets/org/corpus/data")
+    finally:
+        hub.rate_limits.clear()
+
+
+# -- the payoff: a chat dataset from the Hub, templated in the stream ---------------------
+def test_a_chat_dataset_on_the_hub_is_templated_as_the_tokenizer_would(hub: HubServer) -> None:
+    pytest.importorskip("transformers")
+    from textutil import chat_tokenizer, ultrachat
+
+    from youmu.text import ChatTemplate
+    from youmu.torch import YoumuDataset
+
+    convs = ultrachat(24, seed=3)
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"id": list(range(24)), "messages": convs}), buf, row_group_size=8)
+    hub.commit("org/chat", {"data/train-0.parquet": buf.getvalue()})
+    tok = chat_tokenizer()
+    ds = YoumuDataset("hf://datasets/org/chat/data", shuffle="none", output="python",
+                      transform=ChatTemplate(tok))
+    got = {r["id"]: r["input_ids"] for r in ds}
+    want = tok.apply_chat_template(convs, tokenize=True)
+    want = want["input_ids"] if isinstance(want, dict) or hasattr(want, "keys") else want
+    assert [list(got[i]) for i in range(24)] == [list(w) for w in want]
