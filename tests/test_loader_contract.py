@@ -361,3 +361,64 @@ def test_one_settings_object_drives_both_deployments(path: str) -> None:
         BalancedLoader({"web": []}, settings=settings, seed=4)
     with pytest.raises(InvalidArgumentError, match="settings= or \\['seed'\\], not both"):
         RayLoaders({"web": Source(path, **rs.STREAM)}, settings=settings, seed=4, local=True)
+
+
+# -- TrainerLoader: the same rule, and its own epoch count --------------------------------------
+@pytest.fixture(params=["youmu_dataset", "map_stream", "pack"])
+def make_trainer_loader(request: pytest.FixtureRequest, path: str) -> Iterator[Callable[[], Any]]:
+    """A factory of ``TrainerLoader``s over one kind of stream (one rank)."""
+    from youmu.integrations import TrainerLoader
+    from youmu.torch import collate_packed
+
+    for new in _factory(request, path, request.param):
+        def loader() -> Any:
+            if request.param == "pack":
+                return TrainerLoader(new(), batch_size=2, collate_fn=collate_packed)
+            return TrainerLoader(new(), batch_size=3, collate_fn=lambda rows: {"id": [int(r["id"]) for r in rows]})
+
+        yield loader
+
+
+def _batch_ids(batch: Any) -> tuple[int, ...]:
+    if "cu_seqlens" in batch:
+        return tuple(batch["input_ids"].flatten().tolist())
+    return tuple(batch["id"])
+
+
+def _trainer_pass(loader: Any) -> list[tuple[int, ...]]:
+    return [_batch_ids(b) for b in loader]
+
+
+def test_trainer_loader_follows_the_one_epoch_rule(make_trainer_loader: Callable[[], Any],
+                                                   request: pytest.FixtureRequest) -> None:
+    """``TrainerLoader.set_epoch``: the loaded epoch keeps its resume point, another epoch
+    starts fresh; without calls, each pass after a finished one is the next epoch."""
+    ref = make_trainer_loader()
+    ref.set_epoch(1)
+    full1 = _trainer_pass(ref)
+    full2 = _trainer_pass(ref)  # no set_epoch: the loader's own next epoch
+    ref.set_epoch(0)
+    full0 = _trainer_pass(ref)
+    if request.node.callspec.params["make_trainer_loader"] != "map_stream":  # (a list: every epoch alike)
+        assert full0 != full1 != full2
+    ref.set_epoch(1)
+    it = iter(ref)
+    [_batch_ids(next(it)) for _ in range(2)]
+    state = statefile.loads(statefile.dumps(ref.state_dict()), where="checkpoint")
+    kept = make_trainer_loader()
+    kept.load_state_dict(state)
+    kept.set_epoch(1)
+    kept.set_epoch(1)  # as often as a training loop likes
+    assert _trainer_pass(kept) == full1[2:]
+    assert _trainer_pass(kept) == full2 and kept.epoch == 2
+    kept.set_epoch(1)  # the pass began since the load: epoch 1 afresh
+    assert _trainer_pass(kept) == full1
+    other = make_trainer_loader()
+    other.load_state_dict(state)
+    other.set_epoch(0)
+    assert _trainer_pass(other) == full0 and other.epoch == 0
+    fresh = make_trainer_loader()
+    fresh.load_state_dict(state)
+    fresh.set_epoch(3)
+    ref.set_epoch(3)
+    assert _trainer_pass(fresh) == _trainer_pass(ref)

@@ -243,3 +243,31 @@ def test_property_random_weight_changes_deliver_every_row_once(old, new, world, 
     expected = mix([(0, old), (at, new)]) if 0 < at < N else mix(new if at == 0 else old)
     if switches or old != new:
         assert Counter(before + after) == Counter(expected)
+
+
+def test_pack_over_a_mixture_changes_weights_too():
+    """``pack`` nests its stream's state: the weight change reaches the mixture inside, and
+    every token of the epoch is packed once (rows of two equal tokens, one id per row)."""
+    import numpy as np
+
+    from youmu.torch import pack
+
+    rows = {n: [{"input_ids": np.array([k * 1000 + i] * 2, dtype=np.int64)} for i in range(800)]
+            for k, n in enumerate("abc")}
+
+    def packed(weights, rank, world):
+        m = MixtureDataset(rows, weights, block_size=16, length=600, seed=5)
+        return pack(MixtureStream(m, rank=rank, world_size=world, run=8), seq_len=5)
+
+    got, states = [], []
+    for r in range(2):
+        p = packed(OLD, r, 2)
+        it = iter(p)
+        got += [next(it)["input_ids"] for _ in range(30)]
+        states.append(p.state_dict())
+    for r in range(3):
+        p = packed(NEW, r, 3)
+        p.load_state_dict(merge_states(states))
+        got += [x["input_ids"] for x in p]
+    tokens = Counter(np.concatenate(got).tolist())
+    assert len(tokens) == 600 and set(tokens.values()) == {2}

@@ -26,7 +26,9 @@ The stream cells (plain loop, ``StatefulDataLoader``) run in this process: they 
 from a saved state in a new loader, which is what a killed process leaves behind.
 
 The trainer cells are marked ``slow`` and ``seams``: ``make test`` leaves them out and
-``make test-seams`` runs them (CI runs both).
+``make test-seams`` runs them (CI runs both), except the extra cells (``seams_extra``:
+more pairs of the design and the Ray client, ``make test-seams-extra``), which would take
+``make test-seams`` well past 10 minutes on CI's 2 cores.
 """
 
 from __future__ import annotations
@@ -56,15 +58,18 @@ TRAINER_CELLS = [
     ("lightning", "rows-page", 2, 3, 2),
     ("hf", "rows-row", 2, 2, 2),
     ("hf", "mixture", 2, 3, 0),
-]
-# cells of the covering design not yet seen green on a loaded 2-core machine (an
-# Accelerate job over a BalancedLoader failed in its uninterrupted run; the others did
-# not finish in time): listed so the design stays whole, skipped until they are
-UNVERIFIED_CELLS = [
-    ("accelerate", "pack", 2, 3, 0),
     ("accelerate", "balanced", 2, 2, 0),
-    ("accelerate", "rows-none", 2, 2, 0),
+    ("accelerate", "pack", 2, 3, 0),
     ("mesh", "mixture", 2, 2, 0),
+]
+# the rest of the covering design: minutes each on CI's 2 cores, so `make test-seams`
+# (which must stay near 10 minutes) leaves them to `make test-seams-extra` (marked
+# seams_extra). Measured on the 2-core machine they were verified on, under a load average
+# of 12-15 (the cells above took as long there: accelerate-balanced 229 s, accelerate-pack
+# 182 s, mesh-mixture 187 s): accelerate-rows-none 215 s, mesh-rows-local (a DataLoader
+# worker) 320 s, mesh-dbl 2to3 125 s; the Ray cells below are extra too.
+EXTRA_CELLS = [
+    ("accelerate", "rows-none", 2, 2, 0),
     ("mesh", "rows-local", 2, 2, 1),
     ("mesh", "dbl", 2, 3, 0),
 ]
@@ -128,8 +133,7 @@ def _epoch_items(kind: str, tmp: str) -> Counter[int]:
 @pytest.mark.timeout(1800)  # three trainer jobs of up to 400 s each
 @pytest.mark.parametrize(("trainer", "kind", "old", "new", "workers"), [
     *(pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}") for c in TRAINER_CELLS),
-    *(pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}", marks=pytest.mark.skip(reason="not yet verified"))
-      for c in UNVERIFIED_CELLS)])
+    *(pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}", marks=pytest.mark.seams_extra) for c in EXTRA_CELLS)])
 def test_a_killed_trainer_resumes_exactly(tmp_path, trainer: str, kind: str, old: int, new: int,
                                           workers: int) -> None:
     _cell(str(tmp_path), trainer, kind, old, new, workers)
@@ -154,9 +158,12 @@ def ray_cluster() -> Any:
 
 @pytest.mark.slow
 @pytest.mark.seams
+@pytest.mark.seams_extra
 @pytest.mark.timeout(1800)  # three trainer jobs of up to 400 s each
-@pytest.mark.skip(reason="not yet verified: a local Ray cluster did not start on the loaded machine it was written on")
-@pytest.mark.parametrize("trainer", ["hf", "lightning"])
+@pytest.mark.parametrize("trainer", ["hf", pytest.param("lightning", marks=pytest.mark.xfail(
+    reason="a known bug, not fixed yet: Lightning over a RayBalancedLoader client killed and resumed on the same "
+           "2 ranks trains 3 micro-batches twice (rank 0: 51 batches, 48 expected; 319 s on a loaded 2-core "
+           "machine); the HF cell with the same client is exact", strict=False))])
 def test_a_killed_trainer_fed_by_ray_resumes_exactly(tmp_path, ray_cluster: Any, trainer: str) -> None:
     """A RayBalancedLoader client feeds the trainer through TrainerLoader like any loader
     of (batch, info) pairs; the resumed job's clients belong to a new deployment."""

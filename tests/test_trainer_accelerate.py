@@ -215,6 +215,19 @@ def test_balanced_loader_micro_batches_resume_exactly() -> None:
     assert sorted(i for ids in full for i in ids) == list(range(16))
 
 
+def test_a_prefetching_loaders_channel_is_not_shared() -> None:
+    """A BalancedLoader plans steps ahead in a thread, all-gathering on its channel; the
+    checkpoint's gather of every rank's state runs in the main thread, so it needs another
+    channel (on one, the two threads' messages pair up differently on different ranks:
+    the seam matrix's Accelerate x BalancedLoader cell crashed in save_state)."""
+    from youmu.planning import BalancedLoader
+
+    ahead = BalancedLoader(dataset(8), num_microbatches=2, global_batch_size=4, collate_fn=collate, prefetch=1)
+    assert TrainerLoader(ahead).channel is not ahead.channel
+    inline = BalancedLoader(dataset(8), num_microbatches=2, global_batch_size=4, collate_fn=collate, prefetch=0)
+    assert TrainerLoader(inline).channel is inline.channel
+
+
 @pytest.mark.timeout(120)
 def test_dataloader_workers_batch_their_own_shares() -> None:
     def loader() -> TrainerLoader:

@@ -200,3 +200,25 @@ def test_import_youmu_imports_no_trainer() -> None:
             "print(sorted(m for m in ('transformers', 'accelerate', 'lightning') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_trainers_epoch_count_never_resets_the_loaded_epoch(tmp_path) -> None:
+    """A loader of unknown length under ``max_steps``: the resumed Trainer cannot tell how
+    many epochs the steps covered, counts from epoch 0 again and calls ``set_epoch(0)``.
+    The loader continues the epoch its state was saved in (the one epoch rule would start
+    epoch 0 afresh if the Trainer's call reached it)."""
+    from youmu.integrations.hf import _TrainerView
+
+    def loader() -> TrainerLoader:
+        return TrainerLoader(DynamicBatchLoader(dataset(12), token_budget=40, length_fn=length, collate_fn=collate,
+                                                pool_size=4, num_workers=0, uneven="pad", seed=3))
+
+    steps = odb_steps_per_epoch(loader().source)
+    stop, total = steps + 1, 2 * steps
+    _, full = _train(f"{tmp_path}/full", loader(), max_steps=total)
+    _, cut = _train(f"{tmp_path}/cut", loader(), max_steps=total, stop=stop, save_strategy="steps",
+                    save_steps=stop)
+    trainer, resumed = _train(f"{tmp_path}/cut", loader(), max_steps=total, resume=f"{tmp_path}/cut/checkpoint-{stop}")
+    assert trainer.youmu_loader.epoch == 1
+    assert cut.seen + resumed.seen == full.seen
+    assert not hasattr(_TrainerView(loader()), "set_epoch")  # what the Trainer is handed

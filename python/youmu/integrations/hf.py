@@ -137,6 +137,28 @@ def _callback_class() -> Any:
     return YoumuStateCallback
 
 
+class _TrainerView:
+    """The loader as the Trainer sees it: everything but ``set_epoch``. The Trainer calls
+    ``set_epoch`` with its own epoch count, which restarts at 0 when it resumes a loader of
+    unknown length (it cannot tell how many epochs the steps covered); under the one epoch
+    rule that would start epoch 0 afresh instead of continuing the loaded epoch. The
+    loader counts its epochs itself."""
+
+    def __init__(self, loader: TrainerLoader) -> None:
+        self._loader = loader
+
+    def __iter__(self) -> Any:
+        return iter(self._loader)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "set_epoch":
+            raise AttributeError(f"the Trainer's epoch count does not reach the loader ({name})")
+        return getattr(self._loader, name)
+
+
 class YoumuTrainerMixin:
     """Mix into ``transformers.Trainer`` (see the module doc); pass ``train_loader=``."""
 
@@ -179,7 +201,7 @@ class YoumuTrainerMixin:
         loader = getattr(self, "youmu_loader", None)
         if loader is None:
             return super().get_train_dataloader()  # type: ignore[misc]
-        return loader
+        return _TrainerView(loader)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         # transformers' one pass over the loader. After a mid-epoch resume the loader holds

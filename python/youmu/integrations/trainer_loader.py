@@ -15,7 +15,10 @@ What it guarantees, whatever the source:
   ``uneven="pad"`` so that holds in join mode's tail too.
 * **Epochs are the loader's own**: each new ``iter()`` after a finished pass starts the
   next epoch (``set_epoch`` on the source), so a resumed run continues the loader's epoch
-  whatever epoch number the trainer believes in; the trainer's ``set_epoch`` is ignored.
+  whatever epoch number the trainer believes in. A loop may call :meth:`TrainerLoader.set_epoch`
+  itself, under the one epoch rule (:mod:`youmu.stateful`); the trainer integrations
+  never forward a trainer's own epoch count (the Hugging Face ``Trainer`` restarts it at
+  0 when it resumes a loader of unknown length).
 * **Exact resume, per rank, in constant time**: ``state_dict()`` is this rank's
   position (the source's own state, or torchdata ``StatefulDataLoader``'s over a stream);
   :meth:`gathered_state_dict` collects every rank's in one dict for trainers that save
@@ -51,6 +54,7 @@ from typing import Any
 from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.batch_info import INFO_KEY
+from youmu.integrations.channels import default_channel, pairs_channel
 from youmu.integrations.consumption import Consumption
 from youmu.integrations.job_states import (
     GATHERED_FORMAT,
@@ -62,7 +66,7 @@ from youmu.integrations.job_states import (
 )
 from youmu.integrations.metrics import LoaderMetrics
 from youmu.integrations.steps import stream_batches_per_epoch
-from youmu.stateful import yields_pairs
+from youmu.stateful import check_epoch, yields_pairs
 
 __all__ = ["TrainerLoader", "MAX_BATCH_SIZE"]
 
@@ -70,17 +74,6 @@ __all__ = ["TrainerLoader", "MAX_BATCH_SIZE"]
 #: before the first sample is read (an iterable source's are ``batch_size`` Nones), so an
 #: absurd size allocates without end instead of failing.
 MAX_BATCH_SIZE = 1 << 20
-
-
-def _default_channel() -> Any:
-    """A Gloo channel over the default group when torch.distributed runs (collective)."""
-    import torch.distributed as dist
-
-    from youmu.distributed.channel import GlooChannel
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return GlooChannel.from_default_group()
-    return GlooChannel.local()
 
 
 class TrainerLoader:
@@ -143,10 +136,7 @@ class TrainerLoader:
                     f"{type(source).__name__} forms its own batches: pass collate_fn to it, not "
                     "batch_size/collate_fn here"
                 )
-            # a loader without a channel of its own (a Ray client: its peers meet in the
-            # planner) shares the job's for the loader's small collectives
-            own = getattr(source, "channel", None)
-            self.channel = own if own is not None else channel if channel is not None else _default_channel()
+            self.channel = pairs_channel(source, channel)
             where = (getattr(source, "rank", self.channel.rank), getattr(source, "world_size", self.channel.world_size))
             if where != (self.channel.rank, self.channel.world_size):
                 raise InvalidArgumentError(
@@ -167,7 +157,7 @@ class TrainerLoader:
             from youmu.torch.collate import collate_pad
             from youmu.torch.sendable import SendCollate
 
-            self.channel = channel if channel is not None else _default_channel()
+            self.channel = channel if channel is not None else default_channel()
             # kept to build a fresh loader over a stream resumed from a merged state
             collate = collate_fn or collate_pad
             self._loader_args = {"batch_size": batch_size, "num_workers": num_workers,
@@ -194,6 +184,7 @@ class TrainerLoader:
         # another number of ranks is the steps taken before plus what is left
         self._epoch_steps: int | None = None
         self._positioned = False  # the source was loaded from a merged state: no set_epoch
+        self._loaded = False  # a state was loaded and no pass began since (the one epoch rule)
         # what the trainer consumed, as against what it fetched (see follow_consumption)
         self._consumption = Consumption()
         #: An integration that follows each pass (Accelerate's GradientState, see
@@ -249,8 +240,15 @@ class TrainerLoader:
         return self._limit() is not None
 
     def set_epoch(self, epoch: int) -> None:
-        """Ignored: the loader counts its epochs itself (see the module doc), so that a
-        trainer restarting its epoch count after a resume cannot reset the data."""
+        """The one epoch rule (:mod:`youmu.stateful`): the epoch of a loaded state, before
+        its pass begins, keeps the resume point; any other call starts ``epoch`` fresh at the
+        next ``iter()``. Trainers' own calls are not forwarded (see the module doc)."""
+        epoch = check_epoch(epoch)
+        if self._loaded and epoch == self.epoch:
+            return
+        self.epoch, self._taken, self._finished, self._pending = epoch, 0, False, None
+        self._epoch_steps, self._positioned, self._loaded = None, False, False
+        self._consumption.restart()
 
     def _source_set_epoch(self, epoch: int) -> None:
         if hasattr(self.source, "set_epoch"):
@@ -258,6 +256,7 @@ class TrainerLoader:
 
     # -- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        self._loaded = False  # this pass takes the resume point
         if self._finished:  # the previous pass (maybe one before a resume) ended: next epoch
             self.epoch += 1
             self._taken = 0
@@ -435,6 +434,7 @@ class TrainerLoader:
         self._pending = st["source"]
         self._positioned = False
         self._consumption.restart()
+        self._loaded = True
 
     def _checked(self, state: Any, expect_shard: bool = True) -> dict[str, Any]:
         """A TrainerLoader state checked field by field and bounded by this loader's epoch
@@ -479,6 +479,7 @@ class TrainerLoader:
         self.epoch, self._taken, self._finished = epochs.pop(), taken, finished
         self._pending, self._positioned, self._epoch_steps = None, True, None
         self._consumption.restart()
+        self._loaded = True
         if not (finished or self.pairs or self._user_steps):
             left = stream_batches_per_epoch(self.source, self.batch_size, self.num_workers)  # type: ignore[arg-type]
             if left is not None:  # a sized stream: what is left of the epoch on every rank
