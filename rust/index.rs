@@ -12,7 +12,7 @@ use arrow_schema::{Field, Schema, SchemaRef, TimeUnit};
 use crate::error::{Error, Result};
 use crate::file::FileEntry;
 use crate::paths;
-use crate::storage::{Fetched, Storage};
+use crate::storage::Fetched;
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
@@ -36,9 +36,6 @@ pub struct PageIndex {
     /// Unit INT96 timestamps are read in (`None`: as each file's Arrow schema says).
     pub(crate) int96_unit: Option<TimeUnit>,
     pub(crate) files: Vec<Arc<FileEntry>>,
-    /// Whether any file is an object in a store (reads are then planned and fetched
-    /// concurrently before decoding; local files are read directly).
-    pub(crate) over_network: bool,
     /// How the stores were configured (kept to rebuild them in another process; never saved).
     pub(crate) storage_options: Vec<(String, String)>,
     /// Entries discovery skipped (not regular files), with the reason.
@@ -175,7 +172,6 @@ impl PageIndex {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             columns,
             int96_unit,
-            over_network: files.iter().any(|f| f.source.over_network()),
             storage_options: Vec::new(),
             skipped: Vec::new(),
             files,
@@ -205,9 +201,16 @@ impl PageIndex {
         self.files.iter().map(|f| f.path.clone()).collect()
     }
 
-    /// Whether any file is an object in a store (read over the network).
-    pub fn over_network(&self) -> bool {
-        self.over_network
+    /// Where each file's bytes come from.
+    pub fn sources(&self) -> impl Iterator<Item = &crate::storage::Source> {
+        self.files.iter().map(|f| &f.source)
+    }
+
+    /// Windows of `window_pages` pages a stream should read ahead of the one being
+    /// consumed, as the files' storage suggests ([`crate::storage::suggested_read_ahead`]):
+    /// the stream asks this instead of where the files are.
+    pub fn suggested_read_ahead(&self, window_pages: usize) -> usize {
+        crate::storage::suggested_read_ahead(self.sources(), window_pages)
     }
 
     /// The `storage_options` the index was built or loaded with.

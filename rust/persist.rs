@@ -144,9 +144,7 @@ impl PageIndex {
     pub fn load_with(path: &Path, storage_options: &[(String, String)]) -> Result<PageIndex> {
         let buf = storage::read_whole(path, storage_options)?;
         let idx = Self::from_bytes_with(&buf, path, storage_options, true)?;
-        if !idx.over_network() {
-            storage::refuse_unused_options_at(path, storage_options, "an index of local files")?;
-        }
+        storage::refuse_unused_options_for(path, storage_options, idx.sources(), "an index of local files")?;
         Ok(idx)
     }
 

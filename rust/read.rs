@@ -6,16 +6,16 @@
 //! page's rows. With page locations present, the reader skips every other page without
 //! I/O, so a page costs one `pread` per overlapping data page.
 //!
-//! Pages of objects in a store are read in two steps: the byte ranges a batch of pages
-//! needs are planned from the page locations (the same pages the reader would ask
-//! for), fetched concurrently on the I/O runtime, and each page is decoded on the pool
-//! as soon as its bytes are in. Latency is paid once per batch, not once per page.
+//! One read path for every file: the byte ranges each page of a batch needs are named
+//! from the page locations (the same pages the reader would ask for) and storage brings
+//! them in ([`crate::storage::fetch_reads`]) — a local file is read in place by the
+//! decode's positioned reads, an object's ranges are fetched concurrently on the I/O
+//! runtime — and each page is decoded on the pool as soon as its bytes are in.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow_array::RecordBatch;
-use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ParquetRecordBatchReaderBuilder, RowSelection, RowSelectionPolicy, RowSelector,
@@ -26,8 +26,7 @@ use crate::error::{Error, Result};
 use crate::index::PageIndex;
 use crate::io::CachingReader;
 use crate::runtime::runtime;
-use crate::storage::fetch::{coalesce, part};
-use crate::storage::{Fetched, Source, Storage, io_options};
+use crate::storage::{Fetched, Source, Storage};
 
 /// A window's reordered rows are gathered in parts of at least this many rows (smaller
 /// parts cost more in per-batch overhead than a thread saves).
@@ -45,14 +44,9 @@ struct Unit {
 impl PageIndex {
     /// Rows `[first, first + n)` of row group `rg` of file `file`, selected columns.
     pub fn read_rows_in_row_group(&self, file: usize, rg: usize, first: u64, n: u64) -> Result<RecordBatch> {
-        let u = Unit { file, rg, first, n };
-        if self.files[file].source.over_network() {
-            return self
-                .read_units(&[u], &|_| String::new())?
-                .pop()
-                .ok_or_else(|| Error::Internal("no batch decoded".into()));
-        }
-        self.decode(u, Fetched::direct(self.files[file].source.clone()))
+        self.read_units(&[Unit { file, rg, first, n }], &|_| String::new())?
+            .pop()
+            .ok_or_else(|| Error::Internal("no batch decoded".into()))
     }
 
     /// Decode a unit from `src` (a local file, or the unit's fetched ranges).
@@ -184,8 +178,9 @@ impl PageIndex {
         out
     }
 
-    /// Decode `units`, in order (`ctx(i)` names unit `i` in decode errors). Local
-    /// units are read directly on the pool; remote ones by the plan-fetch-decode pipeline.
+    /// Decode `units`, in order (`ctx(i)` names unit `i` in decode errors): storage
+    /// brings in each unit's byte ranges ([`crate::storage::fetch_reads`]) and each unit
+    /// is decoded on the pool as soon as its bytes can be read.
     fn read_units(&self, units: &[Unit], ctx: &(dyn Fn(usize) -> String + Sync)) -> Result<Vec<RecordBatch>> {
         let with_ctx = |i: usize, r: Result<RecordBatch>| {
             r.map_err(|e| {
@@ -193,108 +188,25 @@ impl PageIndex {
                 if c.is_empty() { e } else { e.context(&c) }
             })
         };
-        if !self.over_network {
-            let one = |(i, u): (usize, &Unit)| {
-                with_ctx(i, self.decode(*u, Fetched::direct(self.files[u.file].source.clone())))
-            };
-            return if units.len() <= 1 {
-                units.iter().enumerate().map(one).collect()
-            } else {
-                runtime().pool().install(|| units.par_iter().enumerate().map(one).collect())
-            };
+        if let [u] = units {
+            // one unit: decoded here, without a hop to the pool
+            let src = self.files[u.file].source.fetch(|| self.unit_ranges(u))?;
+            return Ok(vec![with_ctx(0, self.decode(*u, src))?]);
         }
-        // Plan: distinct ranges per file, coalesced into requests.
-        let o = io_options();
-        let needs: Vec<Vec<Range<u64>>> = units
-            .iter()
-            .map(|u| if self.files[u.file].source.over_network() { self.unit_ranges(u) } else { Vec::new() })
-            .collect();
-        let mut per_file: std::collections::BTreeMap<usize, Vec<Range<u64>>> = Default::default();
-        for (u, rs) in units.iter().zip(&needs) {
-            per_file.entry(u.file).or_default().extend(rs.iter().cloned());
-        }
-        let mut requests: Vec<(usize, Range<u64>)> = Vec::new();
-        for (file, rs) in per_file {
-            requests.extend(coalesce(&rs, o.coalesce_gap, o.coalesce_max).into_iter().map(|r| (file, r)));
-        }
-        // Which requests each unit waits for: requests are grouped by file, sorted and
-        // disjoint within it, so a range's request is found by binary search.
-        let (files, starts): (Vec<usize>, Vec<u64>) = requests.iter().map(|(f, q)| (*f, q.start)).unzip();
-        let request_of = |file: usize, r: &Range<u64>| -> Option<usize> {
-            let lo = files.partition_point(|&f| f < file);
-            let hi = files.partition_point(|&f| f <= file);
-            let q = lo + starts[lo..hi].partition_point(|&s| s <= r.start).checked_sub(1)?;
-            (r.end <= requests[q].1.end).then_some(q)
-        };
-        let deps: Vec<Vec<usize>> = units
-            .iter()
-            .zip(&needs)
-            .map(|(u, rs)| {
-                let mut d: Vec<usize> = rs.iter().filter_map(|r| request_of(u.file, r)).collect();
-                d.sort_unstable();
-                d.dedup();
-                d
-            })
-            .collect();
-        let mut waiting: Vec<Vec<usize>> = vec![Vec::new(); requests.len()];
-        for (i, d) in deps.iter().enumerate() {
-            for &q in d {
-                waiting[q].push(i);
-            }
-        }
-        let mut remaining: Vec<usize> = deps.iter().map(|d| d.len()).collect();
-        // units not yet dispatched that hold on to each request's bytes
-        let mut holders: Vec<usize> = waiting.iter().map(|w| w.len()).collect();
-        let mut got: Vec<Option<Bytes>> = vec![None; requests.len()];
+        let reads: Vec<(usize, &Source)> = units.iter().map(|u| (u.file, &self.files[u.file].source)).collect();
         let slots: Vec<OnceLock<Result<RecordBatch>>> = (0..units.len()).map(|_| OnceLock::new()).collect();
-
         let mut failed: Option<Error> = None;
-        runtime().pool().in_place_scope(|scope| -> Result<()> {
-            let spawn = |i: usize, ranges: Vec<(u64, Bytes)>| {
+        runtime().pool().in_place_scope(|scope| {
+            let fetched = crate::storage::fetch_reads(&reads, &|i| self.unit_ranges(&units[i]), |i, src| {
                 let (u, slot, with_ctx) = (units[i], &slots[i], &with_ctx);
                 scope.spawn(move |_| {
-                    let src = Fetched::new(self.files[u.file].source.clone(), ranges, false);
                     let _ = slot.set(with_ctx(i, crate::error::catch_panics(|| self.decode(u, src))));
                 });
-            };
-            for i in (0..units.len()).filter(|&i| remaining[i] == 0) {
-                spawn(i, Vec::new());
-            }
-            // every request's bytes handed to the units waiting for them as they arrive;
-            // a failed request stops the rest (in-flight ones are dropped)
-            let fetches: Vec<(Source, Range<u64>)> =
-                requests.iter().map(|(file, r)| (self.files[*file].source.clone(), r.clone())).collect();
-            let fetched = crate::storage::fetch_each(&fetches, |q, b| {
-                got[q] = Some(b);
-                for &i in &waiting[q] {
-                    remaining[i] -= 1;
-                    if remaining[i] == 0 {
-                        let mut ranges = Vec::with_capacity(needs[i].len());
-                        for r in &needs[i] {
-                            if let Some(qi) = request_of(units[i].file, r)
-                                && let Some(b) = &got[qi]
-                            {
-                                ranges.push((r.start, part(requests[qi].1.start, b, r)));
-                            }
-                        }
-                        ranges.sort_by_key(|x| x.0);
-                        ranges.dedup_by_key(|x| x.0);
-                        spawn(i, ranges);
-                        // a request's buffer is freed once every unit has its parts
-                        for &qi in &deps[i] {
-                            holders[qi] -= 1;
-                            if holders[qi] == 0 {
-                                got[qi] = None;
-                            }
-                        }
-                    }
-                }
             });
             if let Err(e) = fetched {
                 failed = Some(e);
             }
-            Ok(())
-        })?;
+        });
         if let Some(e) = failed {
             return Err(e);
         }
@@ -378,39 +290,17 @@ impl PageIndex {
     /// rows instead of materialising them (random access without page-sized work).
     pub fn read_rows(&self, rows: &[u64]) -> Result<RecordBatch> {
         self.check_rows_fit(rows, "read_rows")?;
-        if self.over_network {
-            let mut units = Vec::with_capacity(rows.len());
-            for &r in rows {
-                if r >= self.num_rows() {
-                    return Err(Error::OutOfRange { what: "row", id: r as i128, len: self.num_rows() });
-                }
-                let (page, off) = self.locate_row(r)?;
-                let info = self.page_info(page)?;
-                units.push(Unit { file: info.file, rg: info.row_group, first: info.first_row + off, n: 1 });
-            }
-            let batches = self.read_units(&units, &|i| format!("row {}", rows[i]))?;
-            return self.concat_rows(batches, "another file of this request");
-        }
-        let one = |r: u64| -> Result<RecordBatch> {
+        let mut units = Vec::with_capacity(rows.len());
+        for &r in rows {
             if r >= self.num_rows() {
                 return Err(Error::OutOfRange { what: "row", id: r as i128, len: self.num_rows() });
             }
             let (page, off) = self.locate_row(r)?;
             let info = self.page_info(page)?;
-            self.read_rows_in_row_group(info.file, info.row_group, info.first_row + off, 1)
-                .map_err(|e| e.context(&format!("row {r}")))
-        };
-        let batches: Vec<RecordBatch> = if rows.len() <= 1 {
-            rows.iter().map(|&r| one(r)).collect::<Result<_>>()?
-        } else {
-            runtime().pool().install(|| rows.par_iter().map(|&r| one(r)).collect::<Result<_>>())?
-        };
-        let schema = self.schema();
-        arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| Error::SchemaMismatch {
-            first: self.files[0].path.display().to_string(),
-            other: "another file of this request".into(),
-            detail: format!("rows cannot be combined into one batch: {e}"),
-        })
+            units.push(Unit { file: info.file, rg: info.row_group, first: info.first_row + off, n: 1 });
+        }
+        let batches = self.read_units(&units, &|i| format!("row {}", rows[i]))?;
+        self.concat_rows(batches, "another file of this request")
     }
 
     /// Refuse a window whose pages, or rows reordered by `take` (which may repeat rows),
@@ -441,20 +331,14 @@ impl PageIndex {
             }
         }
         self.check_pages_fit(ids, "reading pages")?;
-        if self.over_network {
-            let units = ids
-                .iter()
-                .map(|&id| {
-                    let info = self.page_info(id)?;
-                    Ok(Unit { file: info.file, rg: info.row_group, first: info.first_row, n: info.num_rows })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            return self.read_units(&units, &|i| format!("page {}", ids[i]));
-        }
-        if ids.len() <= 1 {
-            return ids.iter().map(|&i| self.read_page(i)).collect();
-        }
-        runtime().pool().install(|| ids.par_iter().map(|&i| self.read_page(i)).collect())
+        let units = ids
+            .iter()
+            .map(|&id| {
+                let info = self.page_info(id)?;
+                Ok(Unit { file: info.file, rg: info.row_group, first: info.first_row, n: info.num_rows })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.read_units(&units, &|i| format!("page {}", ids[i]))
     }
 
     fn concat_rows(&self, batches: Vec<RecordBatch>, what: &str) -> Result<RecordBatch> {

@@ -32,10 +32,22 @@ STORAGE = RUST / "storage"
 # backends' listings, and waiting on its async runtime.
 FORBIDDEN = re.compile(
     r"Source::Local|Source::Remote|Backend::|Location::|Found::Local|Found::Remote|block_on|\bis_url\b"
-    r"|\bis_remote\(|storage::aio\b|storage::remote\b"
+    r"|\bis_remote\b|\bover_network\b|\bis_local\b|\breads_in_place\b|\bany_remote\b"
+    r"|storage::aio\b|storage::remote\b"
 )
-# `PageIndex.is_remote` is public Python API: its getter may keep the name.
-ALLOWED = re.compile(r"^\s*fn is_remote\(&self\) -> bool \{$")
+# `PageIndex.is_remote` is public Python API (a description for `youmu inspect`): its
+# getter may keep the name and ask storage, in these two lines and nowhere else.
+ALLOWED = re.compile(r"^\s*fn is_remote\(&self\) -> bool \{$|^\s*crate::storage::any_remote\(self\.inner\.sources\(\)\)$")
+
+# Storage functions that answer yes or no about something other than where bytes are
+# (a length, which option keys are credentials, whether a URL scheme can list, ...):
+# the only ones code outside storage may call. Any other predicate storage defines,
+# whatever its name, is a question about the backend, which callers must not ask:
+# they hand storage the ranges a read needs and it decides (`storage::fetch_reads`).
+STORAGE_PREDICATES_CALLERS_MAY_ASK = {
+    "is_empty": "a length",
+    "is_secret_key": "which storage option keys hold credentials (kept out of descriptions)",
+}
 
 
 def _code(line: str) -> str:
@@ -62,6 +74,42 @@ def test_no_code_outside_storage_branches_on_the_backend_or_blocks_on_its_runtim
     assert not hits, "storage details used outside rust/storage/ (add a storage function instead):\n" + "\n".join(hits)
 
 
+def _storage_predicates() -> set[str]:
+    """The names of the functions ``rust/storage/`` offers that return ``bool``: its
+    ``pub`` ones and its traits' methods (declared without a body)."""
+    sig = r"fn\s+(\w+)\s*(?:<[^{;]*?>)?\s*\((?:[^(){};]|\([^()]*\))*\)\s*->\s*bool\b"
+    names: set[str] = set()
+    for path in STORAGE.glob("*.rs"):
+        code = "\n".join(_code(line) for line in path.read_text().split("#[cfg(test)]", 1)[0].splitlines())
+        names |= set(re.findall(r"\bpub(?:\([^)]*\))?\s+" + sig, code))
+        names |= set(re.findall(r"\b" + sig + r"\s*;", code))
+    return names
+
+
+def test_no_code_outside_storage_asks_storage_where_bytes_are_under_any_name() -> None:
+    predicates = _storage_predicates()
+    assert {"reads_in_place", "any_remote"} <= predicates, predicates  # the scan finds them
+    asked = re.compile(r"(?:\.|::)(" + "|".join(sorted(predicates - set(STORAGE_PREDICATES_CALLERS_MAY_ASK))) + r")\b")
+    hits = []
+    for path in _rust_files_outside_storage():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if asked.search(_code(line)) and not ALLOWED.match(line):
+                hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not hits, ("a storage predicate asked outside rust/storage/ (hand storage the ranges a read needs, "
+                      "or say why it is not about the backend in STORAGE_PREDICATES_CALLERS_MAY_ASK):\n"
+                      + "\n".join(hits))
+
+
+def test_python_never_asks_whether_data_is_remote() -> None:
+    # the read-ahead comes from PageIndex.suggested_read_ahead; only the CLI describes
+    # the files (GETs per object) with the public PageIndex.is_remote
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+            for p in sorted((ROOT / "python" / "youmu").rglob("*.py")) if p.name != "cli.py"
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if re.search(r"\bis_remote\b|\bover_network\b", line.split("#", 1)[0])]
+    assert not hits, "\n".join(hits)
+
+
 def test_a_match_on_the_backend_is_caught() -> None:
     # the forms discovery took before listing moved into storage, and the ones it must not take again
     for line in (
@@ -70,6 +118,8 @@ def test_a_match_on_the_backend_is_caught() -> None:
         "Found::Local(p) => Ok(p),",
         "out.push(Found::Remote { spec, path, meta: None });",
         "let Source::Remote(o) = source else { return };",
+        "if self.files[file].source.over_network() {",
+        "background(self.inner.is_remote(), move || work())",
     ):
         assert FORBIDDEN.search(_code(line)), line
     assert not FORBIDDEN.search(_code("let found = paths::discover(paths, options)?; // not Location::of"))

@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
@@ -38,11 +37,6 @@ __all__ = ["RowStream", "DEFAULT_BUFFER_SIZE", "DEFAULT_MEMORY_BUDGET", "default
 #: ``buffer_size`` left to youmu: windows of about 8,192 rows and at least 32 pages
 #: (see :data:`youmu.shuffle.DEFAULT_WINDOW_PAGES`).
 DEFAULT_BUFFER_SIZE: int | None = None
-#: Most windows read ahead by default (remote stores, where first bytes take tens of ms).
-MAX_DEFAULT_READ_AHEAD = 8
-#: Object stores: at least this many windows ahead (measured: 0.63× of local rows/s at
-#: 20 ms first-byte latency with 2 windows of 32 pages ahead, 0.74× with 4).
-MIN_REMOTE_READ_AHEAD = 4
 #: The budget of a stream given none whose windows would hold more decoded bytes
 #: than this (see :func:`default_budget`): per stream, i.e. per DataLoader worker.
 DEFAULT_MEMORY_BUDGET = 512 << 20
@@ -73,30 +67,21 @@ def default_budget(page_rows: np.ndarray, page_bytes: np.ndarray | None, buffer_
 
 
 def default_read_ahead(index: object, window_pages: int) -> int:
-    """Windows a stream reads ahead of the one being consumed by default.
-
-    Local files: 1 — the next window is read (in parallel, on youmu's pool) while the
-    current one is consumed, which keeps the disk and the decoder busy. Object stores:
+    """Windows a stream reads ahead of the one being consumed by default: what the
+    files' storage suggests (:meth:`youmu.PageIndex.suggested_read_ahead`) — 1 for
+    local files, which keeps the disk and the decoder busy; for objects in a store
     enough windows that their page requests fill the I/O runtime's ``max_inflight``
-    slots (``⌈max_inflight / window_pages⌉``, between 4 and 8): with 20–50 ms to a
-    first byte a single window ahead leaves the store idle between windows (measured
-    at 20 ms: 0.46× of local throughput with 1 window ahead, 0.64× with 2, 0.74× with
-    4; see ``benches/RESULTS.md``).
+    slots (``⌈max_inflight / window_pages⌉``, between 4 and 8: with 20–50 ms to a first
+    byte a single window ahead leaves the store idle between windows; see
+    ``benches/RESULTS.md``). An index that suggests nothing reads 1 ahead.
 
-    >>> class Remote:
-    ...     is_remote = True
-    >>> default_read_ahead(Remote(), window_pages=32)
-    4
+    >>> class Store:
+    ...     def suggested_read_ahead(self, window_pages): return 4
+    >>> default_read_ahead(Store(), window_pages=32), default_read_ahead(object(), window_pages=32)
+    (4, 1)
     """
-    if not getattr(index, "is_remote", False):
-        return 1
-    try:
-        from youmu._core import io_options
-
-        inflight = int(io_options().get("max_inflight", 64))
-    except (ImportError, AttributeError):  # a build without object-store support
-        inflight = 64
-    return max(MIN_REMOTE_READ_AHEAD, min(MAX_DEFAULT_READ_AHEAD, math.ceil(inflight / max(window_pages, 1))))
+    suggest = getattr(index, "suggested_read_ahead", None)
+    return int(suggest(window_pages)) if callable(suggest) else 1
 
 
 def window_layout(index: object, buffer_size: int | None, world_size: int, *, memory_budget: int | None = None,

@@ -210,7 +210,17 @@ impl PyPageIndex {
     /// Whether any file is an object in a store (reads then go over the network).
     #[getter]
     fn is_remote(&self) -> bool {
-        self.inner.over_network()
+        crate::storage::any_remote(self.inner.sources())
+    }
+
+    /// Windows of ``window_pages`` pages a stream should read ahead of the one being
+    /// consumed, as the files' storage suggests: 1 for local files (the next window is
+    /// read while the current one is consumed); for objects in a store enough windows
+    /// to fill the I/O runtime's ``max_inflight`` requests (``⌈max_inflight /
+    /// window_pages⌉``, between 4 and 8).
+    fn suggested_read_ahead(&self, window_pages: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let wp = index_from(window_pages, u64::MAX, "window_pages", "suggested_read_ahead() argument 'window_pages'")?;
+        Ok(self.inner.suggested_read_ahead(usize::try_from(wp).unwrap_or(usize::MAX)))
     }
 
     /// Entries discovery skipped, as `(path, reason)`: named like Parquet files but not
@@ -311,7 +321,7 @@ impl PyPageIndex {
         let ids = ids_from(ids, self.inner.len(), "page", "prefetch() argument 'ids'", 8)?;
         self.inner.check_pages_fit(&ids, "prefetch")?;
         let inner = self.inner.clone();
-        background(self.inner.over_network(), move || inner.read_pages(&ids))
+        background(&self.inner, move || inner.read_pages(&ids))
     }
 
     /// Rows by global row id (in the given order) as one RecordBatch; each row is read
@@ -354,7 +364,7 @@ impl PyPageIndex {
             .transpose()?;
         self.inner.check_window_fits(&ids, take.as_deref())?;
         let inner = self.inner.clone();
-        background(self.inner.over_network(), move || inner.read_window_parts(&ids, take.as_deref()))
+        background(&self.inner, move || inner.read_window_parts(&ids, take.as_deref()))
     }
 
     /// Per-file details for `youmu inspect`.

@@ -11,27 +11,22 @@ use pyo3::types::PyList;
 
 use super::convert::batches_to_py;
 use crate::error::Result;
-use crate::runtime::runtime;
+use crate::index::PageIndex;
 
-/// Run `work` in the background. Local pages are read by a pool task. Remote pages
-/// get a thread of their own that waits on the network (the pool's threads stay free to
-/// decode), so several windows prefetched at once all have their requests in flight.
+/// Run `work`, a read of `index`'s pages, in the background, where its storage says
+/// ([`crate::storage::spawn_read`]: a pool task for files read in place, a thread of
+/// its own where requests wait on the network, so the pool's threads stay free to
+/// decode and several windows prefetched at once all have their requests in flight).
 pub(super) fn background(
-    remote: bool,
+    index: &PageIndex,
     work: impl FnOnce() -> Result<Vec<RecordBatch>> + Send + 'static,
 ) -> PyResult<PendingPages> {
     let (tx, rx) = sync_channel(1);
     let job = move || {
         let _ = tx.send(super::guard(work));
     };
-    if remote {
-        std::thread::Builder::new()
-            .name("youmu-prefetch".into())
-            .spawn(job)
-            .map_err(|e| PyRuntimeError::new_err(format!("cannot start a prefetch thread: {e}")))?;
-    } else {
-        runtime().pool().spawn(job);
-    }
+    crate::storage::spawn_read(index.sources(), job)
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a prefetch thread: {e}")))?;
     Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::remote::RemoteObject;
+use super::source::Storage;
 use crate::error::{Error, Result, catch_panics};
 
 /// Requests for `ranges` of one object: a range joins the request before it when the
@@ -40,14 +41,14 @@ pub fn part(start: u64, got: &Bytes, want: &Range<u64>) -> Bytes {
     if a == 0 && b == got.len() { got.clone() } else { Bytes::copy_from_slice(&got[a..b]) }
 }
 
-/// Fetch `ranges` of `obj` with coalesced, concurrent GETs; returns `(start, bytes)`
-/// for each range as asked.
-pub async fn fetch_ranges(obj: &Arc<RemoteObject>, ranges: &[Range<u64>]) -> Result<Vec<(u64, Bytes)>> {
+/// Fetch `ranges` of `source` with coalesced, concurrent requests; returns
+/// `(start, bytes)` for each range as asked.
+pub async fn fetch_ranges(source: &impl Storage, ranges: &[Range<u64>]) -> Result<Vec<(u64, Bytes)>> {
     use futures_util::StreamExt;
     let o = super::options::io_options();
     let requests = coalesce(ranges, o.coalesce_gap, o.coalesce_max);
     let got: Vec<Result<(Range<u64>, Bytes)>> = futures_util::stream::iter(requests)
-        .map(|r| async move { obj.get_range(r.clone()).await.map(|b| (r, b)) })
+        .map(|r| async move { source.get(r.clone()).await.map(|b| (r, b)) })
         .buffer_unordered(o.max_inflight.max(1))
         .collect()
         .await;
@@ -143,7 +144,7 @@ pub async fn with_fetched<T: Send + 'static>(
     let mut have = RangeSet::new(start, tail);
     let mut requests = 0u64;
     for round in 0..8 {
-        let reader = super::fetched::Fetched::new(super::source::Source::remote(obj.clone()), have.as_vec(), true);
+        let reader = super::fetched::Fetched::new(super::source::Source::new(obj.clone()), have.as_vec(), true);
         let w = work.clone();
         match on_pool(move || w(reader)).await {
             Err(Error::NeedData(wanted)) => {
@@ -162,7 +163,7 @@ pub async fn with_fetched<T: Send + 'static>(
                     return Err(Error::Internal(format!("{}: a needed range is held but was not found", obj.url)));
                 }
                 requests += missing.len() as u64;
-                for (s, b) in fetch_ranges(&obj, &missing).await? {
+                for (s, b) in fetch_ranges(obj.as_ref(), &missing).await? {
                     have.insert(s, b);
                 }
             }

@@ -11,8 +11,8 @@ use parquet::errors::{ParquetError, Result as PqResult};
 use parquet::file::reader::{ChunkReader, Length};
 
 use super::counters::UNPLANNED_READS;
-use super::local::{self, LocalFile};
-use super::source::{Backend, Source, Storage};
+use super::local;
+use super::source::{Source, Storage};
 use crate::error::{Error, Result};
 
 /// A youmu error carried through the parquet crate's error type, so it can be
@@ -58,7 +58,7 @@ impl Fetched {
         if let Some(b) = self.find(start, len) {
             return Ok(b);
         }
-        if self.source.over_network() {
+        if !self.source.reads_in_place() {
             if self.strict {
                 return Err(Error::NeedData(vec![(start, start.saturating_add(len as u64))]));
             }
@@ -102,7 +102,9 @@ pub struct FetchedCursor {
 const READ_AHEAD: usize = 8 << 10;
 
 impl FetchedCursor {
-    fn read_local(&mut self, f: &LocalFile, want: usize, buf: &mut [u8]) -> std::io::Result<usize> {
+    /// A read of a source read in place: from the bytes read ahead, else through the
+    /// source's open file (kept for the cursor's life), else one read of the source.
+    fn read_in_place(&mut self, want: usize, buf: &mut [u8]) -> std::io::Result<usize> {
         let ahead_end = self.ahead_start + self.ahead.len() as u64;
         if self.pos >= self.ahead_start && self.pos < ahead_end {
             let off = (self.pos - self.ahead_start) as usize;
@@ -111,13 +113,20 @@ impl FetchedCursor {
             return Ok(n);
         }
         if self.file.is_none() {
-            self.file = Some(f.handle().map_err(std::io::Error::other)?);
+            match self.inner.source.file_handle() {
+                Some(handle) => self.file = Some(handle.map_err(std::io::Error::other)?),
+                None => {
+                    let b = self.inner.read_range(self.pos, want).map_err(std::io::Error::other)?;
+                    buf[..b.len()].copy_from_slice(&b);
+                    return Ok(b.len());
+                }
+            }
         }
         let file = self.file.as_ref().ok_or_else(|| std::io::Error::other("no handle"))?;
         if want >= READ_AHEAD {
             return local::pread(file, self.pos, &mut buf[..want]);
         }
-        let n = (READ_AHEAD as u64).min(f.size.saturating_sub(self.pos)) as usize;
+        let n = (READ_AHEAD as u64).min(self.inner.source.len().saturating_sub(self.pos)) as usize;
         self.ahead.resize(n, 0);
         let got = local::pread(file, self.pos, &mut self.ahead)?;
         self.ahead.truncate(got);
@@ -144,17 +153,12 @@ impl Read for FetchedCursor {
                 buf[..n].copy_from_slice(&b[off..off + n]);
                 n
             }
-            _ => match &self.inner.source.0 {
-                Backend::Local(f) => {
-                    let f = f.clone();
-                    self.read_local(&f, want, buf)?
-                }
-                Backend::Remote(_) => {
-                    let b = self.inner.read_range(self.pos, want).map_err(std::io::Error::other)?;
-                    buf[..b.len()].copy_from_slice(&b);
-                    b.len()
-                }
-            },
+            _ if self.inner.source.reads_in_place() => self.read_in_place(want, buf)?,
+            _ => {
+                let b = self.inner.read_range(self.pos, want).map_err(std::io::Error::other)?;
+                buf[..b.len()].copy_from_slice(&b);
+                b.len()
+            }
         };
         self.pos += got as u64;
         Ok(got)
@@ -180,7 +184,7 @@ mod tests {
     #[test]
     fn fetched_serves_contained_ranges_and_reports_missing_ones_in_strict_mode() {
         let obj = crate::storage::remote::RemoteObject::for_tests("s3://b/k.parquet", 100);
-        let f = Fetched::new(Source::remote(Arc::new(obj)), vec![(10, Bytes::from(vec![7u8; 20]))], true);
+        let f = Fetched::new(Source::new(Arc::new(obj)), vec![(10, Bytes::from(vec![7u8; 20]))], true);
         assert_eq!(f.read_range(12, 5).unwrap().as_ref(), &[7u8; 5]);
         assert!(matches!(f.read_range(25, 10), Err(Error::NeedData(ref r)) if r == &vec![(25, 35)]));
         assert!(f.require(&[10..30, 12..14]).is_ok());

@@ -1,8 +1,8 @@
 //! Storage: where the bytes of an indexed file come from.
 //!
 //! One abstraction, the [`Storage`] trait, used by index builds, header scans, page
-//! reads and the dictionary cache alike; the rest of the crate holds a [`Source`] (a
-//! handle on one backend, dispatched in `source.rs`) and never asks which backend it is:
+//! reads and the dictionary cache alike; the rest of the crate holds a [`Source`] (an
+//! `Arc<dyn Storage>`) and never asks which backend it is:
 //!
 //! * [`LocalFile`]: a file on a local filesystem, read with `pread` through a bounded
 //!   LRU of open handles ([`local`]), so an index over 100,000 files needs no more file
@@ -17,8 +17,10 @@
 //! reopened (`open.rs`), is decided here too, so no caller branches on the backend or
 //! waits on the async runtime itself.
 //!
-//! Remote reads are planned before they are made: a batch of pages (or an index build
-//! step) names the byte ranges it needs, [`fetch`] issues them concurrently (bounded by
+//! Reads are vectored: a batch of pages (or an index build step) names the byte ranges
+//! each read needs and storage brings them in ([`fetch_reads`], [`Source::fetch`]): a
+//! local file is read in place by the decode's `pread`s; an object's ranges are
+//! planned before they are made: [`fetch`] issues them concurrently (bounded by
 //! `max_inflight`, adjacent ranges optionally coalesced) and the decoder then runs, on
 //! youmu's CPU pool, over a [`Fetched`] view of those bytes. Decoding never runs on an
 //! I/O thread and an I/O thread never waits on a decode.
@@ -42,6 +44,7 @@ pub mod retry;
 pub mod retry_after;
 pub mod source;
 pub mod spec;
+pub mod vectored;
 pub mod walk;
 
 use std::sync::atomic::Ordering;
@@ -55,6 +58,7 @@ pub use open::*;
 pub use options::*;
 pub use source::{ObjectVersion, Source, Storage};
 pub use spec::refuse_unused_options;
+pub use vectored::{any_remote, fetch_reads, refuse_unused_options_for, spawn_read, suggested_read_ahead};
 
 /// Replace the settings. Stores built with the old retry/timeout settings are dropped
 /// (rebuilt on next use); the handle cache shrinks to the new limit at once.

@@ -19,7 +19,7 @@ use super::found::{Found, Listing};
 use super::local::{self, LocalFile};
 use super::options::io_options;
 use super::remote::{RemoteObject, list_objects, verify};
-use super::source::Source;
+use super::source::{Source, Storage};
 use super::spec::{StoreSpec, is_remote};
 use super::walk::list_local;
 use crate::error::{Error, Result};
@@ -96,7 +96,7 @@ pub fn open_each<T: Send + 'static>(
                     if stop.load(Ordering::Relaxed) {
                         return None;
                     }
-                    let r = LocalFile::open(p).and_then(|f| work(Fetched::direct(Source::local(Arc::new(f)))));
+                    let r = LocalFile::open(p).and_then(|f| work(Fetched::direct(Source::new(Arc::new(f)))));
                     done();
                     Some((i, r.map(|t| (t, 0))))
                 })
@@ -241,7 +241,7 @@ pub fn reopen(
             .zip(objects)
             .map(|(s, obj)| {
                 if let Some(o) = obj {
-                    return Ok(Source::remote(o));
+                    return Ok(Source::new(o));
                 }
                 let p = s.local.as_path();
                 let (size, mtime) =
@@ -252,7 +252,7 @@ pub fn reopen(
                         s.name, s.size, s.mtime_ns
                     )));
                 }
-                Ok(Source::local(Arc::new(LocalFile::known(p.to_path_buf(), size, mtime))))
+                Ok(Source::new(Arc::new(LocalFile::known(p.to_path_buf(), size, mtime))))
             })
             .collect()
     }))

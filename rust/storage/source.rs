@@ -1,8 +1,9 @@
 //! The one storage abstraction: [`Storage`], what every place an indexed file's bytes
 //! come from offers (byte ranges, size and identity, and the check that it is still the
 //! file that was indexed), implemented by local files ([`LocalFile`]) and objects in
-//! stores ([`RemoteObject`]). Code outside `storage/` holds a [`Source`], which
-//! implements it by dispatching to its backend in one place ([`Source::backend`]).
+//! stores ([`RemoteObject`]). Everything holds a [`Source`], a shared handle on one
+//! `dyn Storage` (as `object_store` callers hold an `Arc<dyn ObjectStore>`): nothing
+//! matches on which backend it is, a new backend is one more `impl Storage`.
 
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
@@ -10,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 
 use super::aio::block_on;
 use super::local::LocalFile;
@@ -42,9 +44,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// What a saved index records to find it again: a local file's absolute path, an
     /// object's URL.
     fn saved_name(&self) -> Result<Vec<u8>>;
-    /// Whether reads are network round trips, planned ahead and issued concurrently,
-    /// rather than local `pread`s made as a decode needs them.
-    fn over_network(&self) -> bool;
     /// Bytes `[start, start + len)`, which the caller checked lie inside (blocking:
     /// never call it from an I/O runtime thread).
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes>;
@@ -52,6 +51,24 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// the real error (a file rewritten in place under an open handle decodes as
     /// garbage or reads short, not as "changed").
     fn recheck(&self, err: Error) -> Error;
+    /// Whether reads are best made in place, as a decode asks for them (a local
+    /// `pread`), rather than fetched ahead in planned, concurrent requests. Only storage
+    /// asks: callers hand it the ranges a read needs ([`Source::fetch`],
+    /// `storage::fetch_reads`) and it decides.
+    fn reads_in_place(&self) -> bool;
+    /// Bytes `range` from async code (a plan's fetch), which the caller checked lie inside.
+    fn get(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>>;
+    /// Windows of `window_pages` pages a stream over this file should read ahead of the
+    /// one being consumed (see [`Source::read_ahead`]).
+    fn read_ahead(&self, _window_pages: usize) -> usize {
+        1
+    }
+    /// The open file holding the bytes, where there is one: a cursor walking page headers
+    /// keeps it for its life and reads ahead through it instead of looking a handle up
+    /// per read.
+    fn file_handle(&self) -> Option<Result<Arc<std::fs::File>>> {
+        None
+    }
 }
 
 impl Storage for LocalFile {
@@ -74,9 +91,6 @@ impl Storage for LocalFile {
         let abs = std::fs::canonicalize(&self.path).map_err(|e| Error::io(&self.path, e))?;
         Ok(abs.as_os_str().as_bytes().to_vec())
     }
-    fn over_network(&self) -> bool {
-        false
-    }
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes> {
         self.read_range(start, len)
     }
@@ -88,6 +102,19 @@ impl Storage for LocalFile {
             },
             _ => err,
         }
+    }
+    fn reads_in_place(&self) -> bool {
+        true
+    }
+    fn get(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
+        Box::pin(async move {
+            let len = usize::try_from(range.end.saturating_sub(range.start))
+                .map_err(|_| Error::Internal("a read larger than memory".into()))?;
+            self.read_range(range.start, len)
+        })
+    }
+    fn file_handle(&self) -> Option<Result<Arc<std::fs::File>>> {
+        Some(self.handle())
     }
 }
 
@@ -110,9 +137,6 @@ impl Storage for RemoteObject {
     fn saved_name(&self) -> Result<Vec<u8>> {
         Ok(self.url.as_bytes().to_vec())
     }
-    fn over_network(&self) -> bool {
-        true
-    }
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes> {
         let end = start.saturating_add(len as u64);
         block_on(self.get_range(start..end))?
@@ -121,34 +145,36 @@ impl Storage for RemoteObject {
         // every GET is already conditional on the indexed ETag: a change is its own error
         err
     }
+    fn reads_in_place(&self) -> bool {
+        false
+    }
+    fn get(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
+        Box::pin(self.get_range(range))
+    }
+    /// Enough windows that their page requests fill the I/O runtime's `max_inflight`
+    /// slots (`⌈max_inflight / window_pages⌉`, between 4 and 8): with 20–50 ms to a
+    /// first byte one window ahead leaves the store idle between windows (measured at
+    /// 20 ms: 0.46× of local throughput with 1 window ahead, 0.64× with 2, 0.74× with 4;
+    /// `benches/RESULTS.md`).
+    fn read_ahead(&self, window_pages: usize) -> usize {
+        let inflight = super::options::io_options().max_inflight.max(1);
+        inflight.div_ceil(window_pages.max(1)).clamp(MIN_REMOTE_READ_AHEAD, MAX_REMOTE_READ_AHEAD)
+    }
 }
 
-/// Where an indexed file's bytes come from: a handle on one [`Storage`] backend.
-#[derive(Clone, Debug)]
-pub struct Source(pub(super) Backend);
+/// Objects: at least this many windows read ahead ...
+const MIN_REMOTE_READ_AHEAD: usize = 4;
+/// ... and at most this many (each holds a window of decoded pages).
+const MAX_REMOTE_READ_AHEAD: usize = 8;
 
-/// The backends; only `storage/` sees which one a [`Source`] is.
+/// Where an indexed file's bytes come from: a shared handle on one [`Storage`].
 #[derive(Clone, Debug)]
-pub(super) enum Backend {
-    Local(Arc<LocalFile>),
-    Remote(Arc<RemoteObject>),
-}
+pub struct Source(Arc<dyn Storage>);
 
 impl Source {
-    pub(super) fn local(f: Arc<LocalFile>) -> Source {
-        Source(Backend::Local(f))
-    }
-
-    pub(super) fn remote(o: Arc<RemoteObject>) -> Source {
-        Source(Backend::Remote(o))
-    }
-
-    /// The one place a source dispatches on its backend.
-    fn backend(&self) -> &dyn Storage {
-        match &self.0 {
-            Backend::Local(f) => f.as_ref(),
-            Backend::Remote(o) => o.as_ref(),
-        }
+    /// A handle on `storage`: any backend, local or not.
+    pub fn new(storage: Arc<dyn Storage>) -> Source {
+        Source(storage)
     }
 
     /// Bytes `[start, start + len)`, one positioned read or one ranged GET (blocking:
@@ -162,46 +188,43 @@ impl Source {
         })?;
         self.read_at(start, len)
     }
-
-    /// Bytes `range` from async code (a plan's fetch): a conditional GET, or a `pread`.
-    pub(super) async fn get(&self, range: Range<u64>) -> Result<Bytes> {
-        match &self.0 {
-            Backend::Remote(o) => o.get_range(range).await,
-            Backend::Local(f) => {
-                let len = usize::try_from(range.end.saturating_sub(range.start))
-                    .map_err(|_| Error::Internal("a read larger than memory".into()))?;
-                f.read_range(range.start, len)
-            }
-        }
-    }
 }
 
 impl Storage for Source {
     fn name(&self) -> String {
-        self.backend().name()
+        self.0.name()
     }
     fn path(&self) -> PathBuf {
-        self.backend().path()
+        self.0.path()
     }
     fn len(&self) -> u64 {
-        self.backend().len()
+        self.0.len()
     }
     fn mtime_ns(&self) -> i64 {
-        self.backend().mtime_ns()
+        self.0.mtime_ns()
     }
     fn object_version(&self) -> Option<ObjectVersion> {
-        self.backend().object_version()
+        self.0.object_version()
     }
     fn saved_name(&self) -> Result<Vec<u8>> {
-        self.backend().saved_name()
-    }
-    fn over_network(&self) -> bool {
-        self.backend().over_network()
+        self.0.saved_name()
     }
     fn read_at(&self, start: u64, len: usize) -> Result<Bytes> {
-        self.backend().read_at(start, len)
+        self.0.read_at(start, len)
     }
     fn recheck(&self, err: Error) -> Error {
-        self.backend().recheck(err)
+        self.0.recheck(err)
+    }
+    fn reads_in_place(&self) -> bool {
+        self.0.reads_in_place()
+    }
+    fn get(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
+        self.0.get(range)
+    }
+    fn read_ahead(&self, window_pages: usize) -> usize {
+        self.0.read_ahead(window_pages)
+    }
+    fn file_handle(&self) -> Option<Result<Arc<std::fs::File>>> {
+        self.0.file_handle()
     }
 }
