@@ -24,6 +24,8 @@ __all__ = [
     "io_options",
     "redact",
     "is_secret_key",
+    "listing_prefix",
+    "listed_data",
 ]
 
 import numpy as np
