@@ -16,8 +16,9 @@ The Hub (:class:`HubServer`):
   larger than ``lfs_threshold``) answers ``302`` to the CDN on another port with a
   signed URL, carrying ``X-Linked-Etag`` / ``X-Linked-Size`` as the Hub does.
 
-The CDN (:class:`_Cdn`): ``GET|HEAD /blobs/{sha256}?Expires=..&Signature=..``; a bad
-signature is 403 and an ``Authorization`` header is 400 (S3 and CloudFront refuse a
+The CDN (:class:`_Cdn`): ``GET|HEAD /blobs/{sha256}?Expires=..&Signature=..`` (or, with
+``opaque_signatures``, ``?token=..``: an expiry the client cannot read), valid for
+``signed_ttl`` seconds; a bad or expired signature is 403 and an ``Authorization`` header is 400 (S3 and CloudFront refuse a
 second credential beside a signed URL), so a client that leaks its Hub token across
 the redirect fails here. Both honour single ranges (``bytes=a-b``, ``a-``, ``-n``:
 206 with ``Content-Range``, 416 past the end) and ``If-Match`` (412).
@@ -26,7 +27,8 @@ Auth and errors as the Hub answers them: a private repository without a token is
 (``X-Error-Code: RepoNotFound``); with a token that may not read it 403; a gated one
 403 ``GatedRepo``; a missing repository 404 ``RepoNotFound``, revision 404
 ``RevisionNotFound``, file 404 ``EntryNotFound``. ``rate_limit(n, retry_after)``
-answers the next ``n`` requests matching a predicate 429 with ``Retry-After``;
+answers the next ``n`` requests matching a predicate 429 with ``Retry-After``, and
+``refuse(n, status)`` any other status (a CDN's 403);
 ``first_byte_delay`` delays every answer (benchmarks). Every request is recorded.
 
 Example:
@@ -77,8 +79,9 @@ class _Repo:
 @dataclass
 class _RateLimit:
     left: int
-    retry_after: str
+    retry_after: str | None
     when: Callable[[Seen], bool]
+    status: int = 429
 
 
 def _git_oid(data: bytes) -> str:
@@ -146,11 +149,13 @@ class _Handler(BaseHTTPRequestHandler):
             for rl in hub.rate_limits:
                 if rl.left > 0 and rl.when(seen):
                     rl.left -= 1
-                    retry_after = rl.retry_after
                     break
             else:
                 return False
-        self._error(seen, 429, None, "rate limited", head, {"Retry-After": retry_after})
+        if rl.status == 429:
+            self._error(seen, 429, None, "rate limited", head, {"Retry-After": rl.retry_after or "1"})
+        else:
+            self._error(seen, rl.status, None, "refused", head)
         return True
 
     def _file(self, seen: Seen, data: bytes, etag: str, extra: dict[str, str], head: bool) -> None:
@@ -198,6 +203,8 @@ class HubServer:
         self.page_size = page_size
         self.lfs_threshold = lfs_threshold
         self.first_byte_delay = 0.0
+        self.signed_ttl = 3600.0
+        self.opaque_signatures = False
         self.repos: dict[str, _Repo] = {}
         self.blobs: dict[str, bytes] = {}
         self.requests: list[Seen] = []
@@ -257,6 +264,11 @@ class HubServer:
         """Answer the next ``n`` requests that ``when`` accepts 429 with ``Retry-After``."""
         with self.lock:
             self.rate_limits.append(_RateLimit(n, retry_after, when))
+
+    def refuse(self, n: int, status: int, when: Callable[[Seen], bool] = lambda s: True) -> None:
+        """Answer the next ``n`` requests that ``when`` accepts with ``status``."""
+        with self.lock:
+            self.rate_limits.append(_RateLimit(n, None, when, status))
 
     def is_lfs(self, path: str, data: bytes) -> bool:
         return path.endswith(".parquet") or len(data) > self.lfs_threshold
@@ -424,7 +436,9 @@ class _Cdn:
         return hmac.new(_SIGNING_KEY, f"{oid}:{expires}".encode(), hashlib.sha256).hexdigest()
 
     def signed_url(self, oid: str) -> str:
-        expires = str(int(time.time()) + 3600)
+        expires = str(int(time.time() + self.hub.signed_ttl))
+        if self.hub.opaque_signatures:
+            return f"{self.endpoint}/blobs/{oid}?token={expires}.{self._signature(oid, expires)}"
         return f"{self.endpoint}/blobs/{oid}?Expires={expires}&Signature={self._signature(oid, expires)}"
 
     def serve(self, h: _Handler, seen: Seen, head: bool, post: bool) -> None:
@@ -437,7 +451,10 @@ class _Cdn:
             return h._error(seen, 404, None, "NoSuchKey", head)
         oid = parts[1]
         expires = query.get("Expires", [""])[0]
-        good = hmac.compare_digest(query.get("Signature", [""])[0], self._signature(oid, expires))
+        signature = query.get("Signature", [""])[0]
+        if "token" in query:
+            expires, _, signature = query["token"][0].partition(".")
+        good = hmac.compare_digest(signature, self._signature(oid, expires))
         if not good or not expires.isdigit() or int(expires) < time.time():
             return h._error(seen, 403, None, "AccessDenied", head)
         h._file(seen, self.hub.blobs[oid], f'"{oid}"', {}, head)

@@ -155,6 +155,69 @@ def test_row_datasets_streams_and_the_cli_take_hf_urls(hub: HubServer, tmp_path:
     assert "train-00001.parquet" in out.stdout
 
 
+# -- the CDN's signed URLs, remembered per file -------------------------------------------
+def resolves_and_cdn_gets(hub: HubServer) -> tuple[list, list]:
+    resolves = [s for s in hub.requests if s.server == "hub" and "/resolve/" in s.path]
+    return resolves, [s for s in hub.requests if s.server == "cdn" and s.method == "GET"]
+
+
+def test_later_reads_of_a_file_go_straight_to_its_signed_url(hub: HubServer) -> None:
+    idx = youmu.PageIndex("hf://datasets/org/corpus/data/train-00000.parquet")
+    resolves, cdn = resolves_and_cdn_gets(hub)
+    assert len(resolves) == 1 and resolves[0].status == 302, "indexing the file asked the Hub once"
+    hub.requests.clear()
+    idx.read_pages(list(range(len(idx))))
+    assert rows_of(idx).to_pydict() == local_rows(["data/train-00000.parquet"]).to_pydict()
+    resolves, cdn = resolves_and_cdn_gets(hub)
+    assert resolves == [], "pages were read from the signed URL the Hub gave, without a 302 each"
+    assert len(cdn) >= 2 and all(s.status == 206 for s in cdn)
+    assert all("if-match" in s.headers for s in cdn), "still conditional on the indexed ETag"
+
+
+def test_a_signed_url_about_to_expire_is_asked_for_again(hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hub, "signed_ttl", 5.0)  # says when it expires: sooner than youmu's margin
+    idx = youmu.PageIndex("hf://datasets/org/corpus/data/train-00001.parquet")
+    hub.requests.clear()
+    assert rows_of(idx).to_pydict() == local_rows(["data/train-00001.parquet"]).to_pydict()
+    resolves, cdn = resolves_and_cdn_gets(hub)
+    assert cdn and len(resolves) == len(cdn), "each read asked for a fresh URL"
+    assert all(s.status == 206 for s in cdn), "no expired URL was sent"
+
+
+def test_an_expired_signed_url_is_resolved_again_and_the_read_goes_on(hub: HubServer,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setattr(hub, "opaque_signatures", True)  # the client cannot tell when it expires
+    monkeypatch.setattr(hub, "signed_ttl", 1.0)
+    idx = youmu.PageIndex("hf://datasets/org/corpus/data/sub/train-00002.parquet")
+    time.sleep(2.2)
+    monkeypatch.setattr(hub, "signed_ttl", 3600.0)
+    hub.requests.clear()
+    assert rows_of(idx).to_pydict() == local_rows(["data/sub/train-00002.parquet"]).to_pydict()
+    resolves, cdn = resolves_and_cdn_gets(hub)
+    expired = [s for s in cdn if s.status == 403]
+    assert expired, "the remembered URL was tried first"
+    assert resolves and all(r.status == 302 for r in resolves)
+    assert resolves[0].at >= expired[0].at and cdn[-1].status == 206
+    later = [s for s in cdn if s.at > resolves[-1].at]
+    assert later and all(s.status == 206 for s in later)
+
+
+def test_a_cdn_refusing_once_still_yields_the_right_bytes_and_never_sees_the_token(
+        hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    idx = youmu.PageIndex("hf://datasets/org/private")
+    hub.requests.clear()
+    hub.refuse(1, 403, when=lambda s: s.server == "cdn" and s.method == "GET")
+    assert rows_of(idx).column("id").to_pylist() == list(range(5000, 5040))
+    resolves, cdn = resolves_and_cdn_gets(hub)
+    assert [s.status for s in cdn].count(403) == 1 and cdn[-1].status == 206
+    assert len(resolves) == 1 and resolves[0].at > cdn[0].at, "asked the Hub again after the refusal"
+    assert all(r.headers.get("authorization") == f"Bearer {TOKEN}" for r in resolves)
+    assert not any("authorization" in s.headers for s in hub.requests if s.server == "cdn")
+
+
 # -- revisions ------------------------------------------------------------------------
 def test_a_branch_that_moves_changes_nothing_the_index_pinned(hub: HubServer, tmp_path: Path) -> None:
     first = hub.commit("org/moving", {"d/a.parquet": parquet_bytes(shard(0, 30))})

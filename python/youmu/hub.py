@@ -17,7 +17,9 @@ login`` saved) apply as they do for every Hugging Face library:
   directories and object-store prefixes (hidden names skipped, ``*.parquet`` /
   ``*.parq`` / ``*.pq``, globs matched the same way); pages are then read by the
   native core as ranged GETs on those URLs, following the Hub's redirects to its CDN,
-  conditional on each file's ETag.
+  conditional on each file's ETag. The CDN's signed URL is remembered per file (one
+  round trip a page, not two) until it says it expires or the CDN refuses it, when the
+  Hub is asked again; the token is sent to the Hub's own host only.
 * the token is never copied into the index, a state or a pickle: the store is told
   where it is (``bearer_token_env="HF_TOKEN"`` or ``bearer_token_file=<path>``) and
   each process reads it there. ``storage_options={"bearer_token": ...}`` passes one

@@ -114,9 +114,6 @@ impl StoreSpec {
                         .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
                         .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"))
                 };
-                let mut b =
-                    HttpBuilder::new().with_url(base).with_retry(retry).with_http_connector(RetryAfterConnector);
-                // first: the client options replace any set before them
                 let token = super::bearer::token(&self.options, root)?;
                 let basic = self.basic_auth();
                 if token.is_some() && basic.is_some() {
@@ -126,13 +123,25 @@ impl StoreSpec {
                         redact(root)
                     )));
                 }
-                if let Some(token) = token {
-                    let headers = super::bearer::headers(&token, root)?;
-                    b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));
-                } else if let Some(auth) = basic {
-                    let mut value = reqwest::header::HeaderValue::from_str(&auth).map_err(|e| config_error(root, e))?;
-                    value.set_sensitive(true);
-                    let headers = reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
+                let headers = match (token, basic) {
+                    (Some(token), _) => Some(super::bearer::headers(&token, root)?),
+                    (None, Some(auth)) => {
+                        let mut value =
+                            reqwest::header::HeaderValue::from_str(&auth).map_err(|e| config_error(root, e))?;
+                        value.set_sensitive(true);
+                        Some(reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]))
+                    }
+                    (None, None) => None,
+                };
+                // GETs and HEADs follow redirects in `redirects.rs` (remembering signed
+                // URLs), sending the credentials to the store's own host only.
+                let auth = headers.as_ref().and_then(|h| h.get(reqwest::header::AUTHORIZATION).cloned());
+                let mut b = HttpBuilder::new()
+                    .with_url(base)
+                    .with_retry(retry)
+                    .with_http_connector(super::redirects::RedirectingConnector { auth });
+                // first: the client options replace any set before them
+                if let Some(headers) = headers {
                     b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));
                 }
                 if root.starts_with("http://") {

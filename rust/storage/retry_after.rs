@@ -21,9 +21,13 @@ pub struct RetryAfterConnector;
 
 impl HttpConnector for RetryAfterConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        let inner = ReqwestConnector::default().connect(options)?;
-        Ok(HttpClient::new(RetryAfter { inner }))
+        Ok(waiting(ReqwestConnector::default().connect(options)?))
     }
+}
+
+/// `inner`, with `Retry-After` waited out on its answers.
+pub fn waiting(inner: HttpClient) -> HttpClient {
+    HttpClient::new(RetryAfter { inner })
 }
 
 #[derive(Debug)]
