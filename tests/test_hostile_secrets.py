@@ -179,6 +179,24 @@ def test_a_password_with_a_hash_or_a_signature_fragment_is_never_shown() -> None
     assert redact(f"x.parquet#sig={SIGNATURE}") == "x.parquet#sig=***"
 
 
+def test_a_password_with_an_unescaped_slash_is_a_typed_error_that_never_shows_it(
+        basic: GuardedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import test_hostile_secrets as here
+
+    secret = "hunter2/zq#x"  # as typed: '/' would end the host, so it must be percent-encoded
+    for url in (f"http://admin:{secret}@{basic.host}/d/a.parquet", f"https://admin:{secret}@h.example/x.parquet"):
+        with pytest.raises(youmu.InvalidArgumentError, match="%2F") as e:
+            youmu.PageIndex(url)
+        text = str(e.value)
+        assert "hunter2" not in text and "zq" not in text, text
+        assert "user info" in text and url.split("@")[1].split("/")[0] in text, "names the URL it refuses"
+        assert "hunter2" not in redact(f"GET {url}: refused") and "zq" not in redact(f"GET {url}: refused")
+    # percent-encoded, the same password authenticates
+    monkeypatch.setattr(here, "PASSWORD", secret)
+    encoded = secret.replace("/", "%2F").replace("#", "%23")
+    assert _ids(youmu.PageIndex(f"http://admin:{encoded}@{basic.host}/d/a.parquet")) == list(range(300))
+
+
 def test_hive_style_paths_are_shown_as_they_are(tmp_path: Path) -> None:
     assert redact("data/code=python/part-0.parquet") == "data/code=python/part-0.parquet"
     assert redact("code=python/part-0.parquet") == "code=python/part-0.parquet"

@@ -335,6 +335,64 @@ def test_the_token_is_never_echoed(hub: HubServer, monkeypatch: pytest.MonkeyPat
     assert OTHER_TOKEN not in str(e3.value) and "403" in str(e3.value)
 
 
+def test_a_saved_index_of_a_private_repository_loads_with_this_processs_token(
+        hub: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    idx = youmu.PageIndex("hf://datasets/org/private")
+    idx.save(tmp_path / "private.youmu")
+    assert TOKEN.encode() not in (tmp_path / "private.youmu").read_bytes()
+    hub.requests.clear()
+    loaded = youmu.PageIndex.load(tmp_path / "private.youmu")  # no storage_options: found as listing found it
+    assert rows_of(loaded).column("id").to_pylist() == list(range(5000, 5040))
+    assert all(s.headers.get("authorization") == f"Bearer {TOKEN}" for s in hub.requests if s.server == "hub")
+    assert TOKEN not in repr(loaded) and TOKEN.encode() not in pickle.dumps(loaded)
+    # an index pickled where no token was set, unpickled where one is
+    monkeypatch.delenv("HF_TOKEN")
+    bare = pickle.dumps(youmu.PageIndex.from_bytes(idx.to_bytes(), verify=False))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(token_file))  # hf auth login's file
+    assert rows_of(pickle.loads(bare)).num_rows == 40
+    assert rows_of(youmu.PageIndex.load(tmp_path / "private.youmu")).num_rows == 40
+    # no token anywhere: the typed refusal, naming what to set
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "none"))
+    with pytest.raises(youmu.StorageAuthError):
+        youmu.PageIndex.load(tmp_path / "private.youmu")
+    # a Hub at another address is never sent this one's token
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+    with pytest.raises(youmu.StorageAuthError):
+        youmu.PageIndex.load(tmp_path / "private.youmu")
+
+
+def test_hub_and_s3_files_in_one_index_each_take_their_own_options(
+        hub: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from s3util import S3
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    s3 = S3()
+    try:
+        s3.put("mix/part.parquet", parquet_bytes(shard(7000, 30)))
+        want = list(range(5000, 5040)) + list(range(7000, 7030))
+        idx = youmu.PageIndex(["hf://datasets/org/private", s3.url("mix/part.parquet")],
+                              storage_options=s3.options())
+        assert rows_of(idx).column("id").to_pylist() == want
+        assert not any("Bearer" in str(r.headers) for r in s3.proxy.requests), "the Hub's token stays on the Hub"
+        assert all(s.headers.get("authorization") == f"Bearer {TOKEN}" for s in hub.requests if s.server == "hub")
+        assert rows_of(pickle.loads(pickle.dumps(idx))).column("id").to_pylist() == want
+        idx.save(tmp_path / "mixed.youmu")
+        loaded = youmu.PageIndex.load(tmp_path / "mixed.youmu", storage_options=s3.options())
+        assert rows_of(loaded).column("id").to_pylist() == want
+        # an option that none of the stores takes is still refused, naming it
+        with pytest.raises(youmu.InvalidArgumentError, match="regoin"):
+            youmu.PageIndex(["hf://datasets/org/private", s3.url("mix/part.parquet")],
+                            storage_options={**s3.options(), "regoin": "us-east-1"})
+        with pytest.raises(youmu.InvalidArgumentError, match="bearer_token"):
+            youmu.PageIndex(s3.url("mix/part.parquet"), storage_options={**s3.options(), "bearer_token": "x" * 20})
+    finally:
+        s3.stop()
+
+
 def test_429_waits_for_retry_after(hub: HubServer) -> None:
     # listing through huggingface_hub
     hub.rate_limit(1, retry_after="1", when=lambda s: "/tree/" in s.path)

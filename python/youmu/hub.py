@@ -23,7 +23,11 @@ login`` saved) apply as they do for every Hugging Face library:
 * the token is never copied into the index, a state or a pickle: the store is told
   where it is (``bearer_token_env="HF_TOKEN"`` or ``bearer_token_file=<path>``) and
   each process reads it there. ``storage_options={"bearer_token": ...}`` passes one
-  explicitly (it then travels with pickles, like any other explicit credential).
+  explicitly (it then travels with pickles, like any other explicit credential). A
+  saved index of a private repository loads with the token of the process loading it,
+  found the same way (:func:`saved_options`).
+* the token options apply to the Hub's files only: an index mixing ``hf://`` with
+  ``s3://`` (or other stores) gives each store the ``storage_options`` of its kind.
 * ``429 Too Many Requests`` answers are waited out as their ``Retry-After`` asks,
   listing and reads alike.
 
@@ -58,7 +62,8 @@ from youmu.errors import (
     StorageError,
 )
 
-__all__ = ["HubPath", "is_hf_url", "parse_hf_url", "endpoint", "token_options", "expand_paths", "pinned_commits"]
+__all__ = ["HubPath", "is_hf_url", "parse_hf_url", "endpoint", "token_options", "saved_options", "expand_paths",
+           "pinned_commits"]
 
 _T = TypeVar("_T")
 _RESOLVE = re.compile(r"/datasets/([^/]+/[^/]+)/resolve/([0-9a-f]{40})/")
@@ -118,8 +123,8 @@ def endpoint() -> str:
 def token_options() -> dict[str, str]:
     """The ``storage_options`` that send this process's Hub token, as where to find it
     (never the token): ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``), else the
-    token file ``hf auth login`` writes; empty when there is none. Pass them to
-    :meth:`youmu.PageIndex.load` for a saved index of a private repository.
+    token file ``hf auth login`` writes; empty when there is none. Loading a saved
+    index of Hub files adds them by itself (:func:`saved_options`).
 
     >>> import os
     >>> os.environ["HF_TOKEN"] = "hf_example_token"
@@ -130,12 +135,43 @@ def token_options() -> dict[str, str]:
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         if os.environ.get(var, "").strip():
             return {"bearer_token_env": var}
-    from huggingface_hub import constants
-
-    path = constants.HF_TOKEN_PATH
+    path = _token_path()
     if os.path.isfile(path):
         return {"bearer_token_file": path}
     return {}
+
+
+def _token_path() -> str:
+    """Where ``hf auth login`` saves the token: ``huggingface_hub``'s own answer where it
+    is installed (a worker reading a saved index may not have it), else its rule
+    (``HF_TOKEN_PATH``, else ``$HF_HOME/token``, ``HF_HOME`` defaulting to
+    ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``)."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
+        return os.environ.get("HF_TOKEN_PATH") or os.path.join(os.path.expanduser(home), "token")
+    return str(constants.HF_TOKEN_PATH)
+
+
+def saved_options(urls: Sequence[str], storage_options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """The ``storage_options`` that a saved or pickled index whose files are ``urls``
+    reads them with: the given ones, plus where this process's token is
+    (:func:`token_options`) when some file is a resolve URL of the Hub at
+    :func:`endpoint` and none names a token source, as listing the files added it. A
+    resolve URL of another host is never sent this Hub's token. The native core calls
+    this when an index is loaded or unpickled.
+
+    >>> saved_options(["/data/a.parquet"], {"timeout": "30s"})
+    [('timeout', '30s')]
+    """
+    options = dict(storage_options or {})
+    base = f"{endpoint()}/datasets/"
+    if not any(k.lower().startswith("bearer_token") for k in options) and any(
+            u.startswith(base) and _RESOLVE.search(u) for u in urls):
+        options.update(token_options())
+    return [(k, str(v)) for k, v in options.items()]
 
 
 def _explicit_token(options: Mapping[str, Any]) -> str | None:

@@ -4,6 +4,8 @@
 //! say where the token is. From there on they are http(s) objects like any other: ranged
 //! GETs, ETags checked, read by the core.
 
+use std::sync::Mutex;
+
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -28,6 +30,37 @@ pub fn expand(py: Python<'_>, specs: Vec<String>, options: Vec<(String, String)>
         opts.set_item(k, v)?;
     }
     py.import("youmu.hub")?.call_method1("expand_paths", (specs, opts))?.extract()
+}
+
+/// The storage options a loaded or unpickled index whose files are `names` reads them
+/// with: `options`, plus where this process's Hub token is (`youmu.hub.saved_options`,
+/// as listing them added it) when some file is a Hub resolve URL and `options` name no
+/// token source. A Python error is put in `raised` (the caller raises it).
+pub fn saved_options(
+    names: &[String],
+    options: &[(String, String)],
+    raised: &Mutex<Option<PyErr>>,
+) -> crate::error::Result<Vec<(String, String)>> {
+    let on_hub = names.iter().any(|n| n.contains("/datasets/") && n.contains("/resolve/"));
+    let has_token = options.iter().any(|(k, _)| crate::storage::bearer::is_bearer_key(&k.to_ascii_lowercase()));
+    if !on_hub || has_token {
+        return Ok(options.to_vec());
+    }
+    Python::attach(|py| {
+        let ask = || -> PyResult<Vec<(String, String)>> {
+            let opts = PyDict::new(py);
+            for (k, v) in options {
+                opts.set_item(k, v)?;
+            }
+            py.import("youmu.hub")?.call_method1("saved_options", (names.to_vec(), opts))?.extract()
+        };
+        ask().map_err(|e| {
+            if let Ok(mut slot) = raised.lock() {
+                slot.get_or_insert(e);
+            }
+            crate::error::Error::Internal("youmu.hub.saved_options raised".into())
+        })
+    })
 }
 
 /// How a listing answers `key` (the part of a URL inside its store or repository):

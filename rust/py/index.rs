@@ -91,8 +91,13 @@ impl PyPageIndex {
         crate::storage::check_env()?;
         let path = super::convert::path_arg(path, "PageIndex.load() argument 'path'")?;
         let options = storage_options_from(storage_options)?;
-        let idx = super::detach(py, || PageIndex::load_with(&path, &options))?;
-        Ok(PyPageIndex { inner: Arc::new(idx) })
+        let raised: Mutex<Option<PyErr>> = Mutex::new(None);
+        let hook = |names: &[String]| super::hub::saved_options(names, &options, &raised);
+        let idx = super::detach(py, || PageIndex::load_for(&path, &options, &hook));
+        if let Some(e) = raised.into_inner().ok().flatten() {
+            return Err(e);
+        }
+        Ok(PyPageIndex { inner: Arc::new(idx?) })
     }
 
     /// One index over the pages of several (files shared, nothing re-read). Used by
@@ -154,10 +159,15 @@ impl PyPageIndex {
         })?;
         let verify = verify.map_or(Ok(true), |v| super::convert::bool_arg(v, "PageIndex.from_bytes(verify)"))?;
         let options = storage_options_from(storage_options)?;
-        let idx = super::detach(py, move || {
-            PageIndex::from_bytes_with(&data, std::path::Path::new("<pickled index>"), &options, verify)
-        })?;
-        Ok(PyPageIndex { inner: Arc::new(idx) })
+        let raised: Mutex<Option<PyErr>> = Mutex::new(None);
+        let hook = |names: &[String]| super::hub::saved_options(names, &options, &raised);
+        let idx = super::detach(py, || {
+            PageIndex::from_bytes_for(&data, std::path::Path::new("<pickled index>"), &hook, verify)
+        });
+        if let Some(e) = raised.into_inner().ok().flatten() {
+            return Err(e);
+        }
+        Ok(PyPageIndex { inner: Arc::new(idx?) })
     }
 
     /// Pickles carry the storage options (a spawned worker has no other way to get

@@ -20,7 +20,7 @@ use super::local::{self, LocalFile};
 use super::options::io_options;
 use super::remote::{RemoteObject, list_objects, verify};
 use super::source::{Source, Storage};
-use super::spec::{StoreSpec, is_remote};
+use super::spec::{OptionsPerStore, StoreSpec, is_remote};
 use super::walk::list_local;
 use crate::error::{Error, Result};
 
@@ -56,15 +56,17 @@ impl Location {
 /// the object stores (`storage_options`), refused when nothing listed is in a store.
 pub fn list(specs: &[String], options: &[(String, String)]) -> Result<Listing> {
     let mut out = Listing::default();
+    let mut per_store = OptionsPerStore::default();
     for s in specs {
         match Location::of(s)? {
-            Location::Store => list_objects(s, options, &mut out.found)?,
+            Location::Store => list_objects(s, &per_store.of(s, options)?, &mut out.found)?,
             Location::Local(local) => list_local(&local.display().to_string(), &mut out)?,
         }
     }
     if !out.found.iter().any(Found::in_store) {
         super::spec::refuse_unused_options(options, "the path list")?;
     }
+    per_store.refuse_untaken(options)?;
     Ok(out)
 }
 
@@ -159,7 +161,8 @@ async fn open_remote<T: Send + 'static>(
 pub fn read_whole(path: &Path, options: &[(String, String)]) -> Result<Vec<u8>> {
     let name = path.to_string_lossy();
     match Location::of(&name)? {
-        Location::Store => super::client::read_object(&name, options),
+        // the options of an index's data (another store's among them) are given here too
+        Location::Store => super::client::read_object(&name, &OptionsPerStore::default().of(&name, options)?),
         Location::Local(_) => std::fs::read(path).map_err(|e| Error::io(path, e)),
     }
 }
@@ -169,7 +172,7 @@ pub fn read_whole(path: &Path, options: &[(String, String)]) -> Result<Vec<u8>> 
 pub fn write_whole(path: &Path, options: &[(String, String)], data: Vec<u8>, what: &str) -> Result<()> {
     let name = path.to_string_lossy();
     match Location::of(&name)? {
-        Location::Store => super::client::write_object(&name, options, data),
+        Location::Store => super::client::write_object(&name, &OptionsPerStore::default().of(&name, options)?, data),
         Location::Local(_) => crate::atomic::write(path, &data, what),
     }
 }
@@ -210,12 +213,13 @@ pub fn reopen(
     let stale = |detail: String| Error::Stale { index: index.display().to_string(), detail };
     let mut specs: std::collections::HashMap<String, Arc<StoreSpec>> = Default::default();
     let mut objects: Vec<Option<Arc<RemoteObject>>> = Vec::with_capacity(saved.len());
+    let mut per_store = OptionsPerStore::default();
     for s in saved {
         let Some(v) = &s.object else {
             objects.push(None);
             continue;
         };
-        let (spec, key) = StoreSpec::parse(&s.name, options)?;
+        let (spec, key) = StoreSpec::parse(&s.name, &per_store.of(&s.name, options)?)?;
         let spec = specs.entry(spec.root.clone()).or_insert(spec).clone();
         objects.push(Some(Arc::new(RemoteObject {
             path: spec.object_path(&key)?,
@@ -227,6 +231,7 @@ pub fn reopen(
             mtime_ns: s.mtime_ns,
         })));
     }
+    per_store.refuse_untaken(options)?;
     if verify_objects {
         let objs: Vec<Arc<RemoteObject>> = objects.iter().flatten().cloned().collect();
         if !objs.is_empty()

@@ -112,7 +112,15 @@ fn redact_one_url(url: &str) -> String {
     // the authority ends at the first `/`: a password may hold `#` or `?` (unescaped, as
     // users type them), and blanking a little more than user info is harmless
     let auth_end = url.find('/').unwrap_or(url.len());
-    let (auth, rest) = match url[..auth_end].rfind('@') {
+    let first = &url[..auth_end];
+    let at = match first.rfind('@') {
+        Some(at) => Some(at),
+        // `user:pa/ss@host`: a password typed with an unescaped `/` (or a port and a
+        // path holding `@`, blanked a little too much)
+        None if first.contains(':') && !first.starts_with('[') => url.rfind('@'),
+        None => None,
+    };
+    let (auth, rest) = match at {
         Some(at) => (format!("{MASK}@"), &url[at + 1..]),
         None => (String::new(), url),
     };
@@ -207,6 +215,8 @@ mod tests {
         assert_eq!(redact("http://admin:pa#ss@h/x.parquet"), "http://***@h/x.parquet", "a # in the password");
         assert_eq!(redact("http://admin:p?w@h/x.parquet"), "http://***@h/x.parquet", "a ? in the password");
         assert_eq!(redact("http://admin:p@w@h/x"), "http://***@h/x", "an @ in the password");
+        assert_eq!(redact("GET http://admin:pa/ss@h:9/x failed"), "GET http://***@h:9/x failed", "a / in it");
+        assert_eq!(redact("http://h:9/a@b.parquet"), "http://***@b.parquet", "blanked a little too much");
         assert_eq!(redact("code=python/part-0.parquet"), "code=python/part-0.parquet", "a Hive partition");
         assert_eq!(redact("token=a/part-0.parquet: bad"), "token=a/part-0.parquet: bad", "a Hive partition");
         assert_eq!(redact("x.parquet#sig=abc"), "x.parquet#sig=***");

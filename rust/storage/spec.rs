@@ -153,6 +153,14 @@ impl StoreSpec {
             Some(at) if http => (Some(rest[..at].to_string()), &rest[at + 1..]),
             _ => (None, rest),
         };
+        if http && user_info.is_none() && slash_in_user_info(rest) {
+            return Err(Error::InvalidArgument(format!(
+                "{:?}: the user info (user:password@) of this URL holds an unescaped '/', which would end its \
+                 host: percent-encode it ('/' as %2F, '@' as %40), or pass storage_options={{\"username\": ..., \
+                 \"password\": ...}}",
+                redact(spec)
+            )));
+        }
         let (authority, mut key) = rest.split_once('/').unwrap_or((rest, ""));
         if authority.is_empty() {
             return Err(bad("no bucket or host"));
@@ -230,20 +238,8 @@ impl StoreSpec {
     }
 
     fn check_options(&self) -> Result<()> {
-        use object_store::aws::AmazonS3ConfigKey;
-        use object_store::azure::AzureConfigKey;
-        use object_store::gcp::GoogleConfigKey;
         for (k, _) in &self.options {
-            if self.scheme == ObjectStoreScheme::Http && HTTP_CREDENTIALS.contains(&k.as_str()) {
-                continue;
-            }
-            let ok = match self.scheme {
-                ObjectStoreScheme::AmazonS3 => k.parse::<AmazonS3ConfigKey>().is_ok(),
-                ObjectStoreScheme::GoogleCloudStorage => k.parse::<GoogleConfigKey>().is_ok(),
-                ObjectStoreScheme::MicrosoftAzure => k.parse::<AzureConfigKey>().is_ok(),
-                _ => k.parse::<ClientConfigKey>().is_ok() || super::bearer::is_bearer_key(k),
-            };
-            if !ok {
+            if !takes_option(&self.scheme, k) {
                 return Err(unknown_key(&self.root, k));
             }
         }
@@ -331,6 +327,79 @@ impl StoreSpec {
     }
 }
 
+/// Whether `rest` (an http(s) URL after `://`) reads as user info whose password holds
+/// an unescaped `/` (`user:pa/ss@host/key`): before the first `/` a `user:...` that is
+/// no `host:port` (its "port" is not a number), and an `@` after it. A number there is
+/// a port (`host:8080/a@b.parquet` is a path holding `@`), so only that case is read as
+/// written; messages blank it either way (`redact`).
+fn slash_in_user_info(rest: &str) -> bool {
+    let Some((first, after)) = rest.split_once('/') else { return false };
+    if first.contains('@') || first.starts_with('[') || !after.contains('@') {
+        return false;
+    }
+    first.split_once(':').is_some_and(|(_, port)| port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether a store of `scheme` takes the storage option `key` (lower case).
+fn takes_option(scheme: &ObjectStoreScheme, key: &str) -> bool {
+    use object_store::aws::AmazonS3ConfigKey;
+    use object_store::azure::AzureConfigKey;
+    use object_store::gcp::GoogleConfigKey;
+    match scheme {
+        ObjectStoreScheme::AmazonS3 => key.parse::<AmazonS3ConfigKey>().is_ok(),
+        ObjectStoreScheme::GoogleCloudStorage => key.parse::<GoogleConfigKey>().is_ok(),
+        ObjectStoreScheme::MicrosoftAzure => key.parse::<AzureConfigKey>().is_ok(),
+        _ => {
+            key.parse::<ClientConfigKey>().is_ok()
+                || super::bearer::is_bearer_key(key)
+                || HTTP_CREDENTIALS.contains(&key)
+        }
+    }
+}
+
+/// One `storage_options` for paths in several kinds of store (an index over `hf://`
+/// and `s3://` files): each store takes the options of its kind (`bearer_token_env`
+/// an http(s) store, `aws_region` S3, `timeout` all of them), and an option none of
+/// them takes is refused, naming it, rather than ignored.
+#[derive(Default)]
+pub struct OptionsPerStore {
+    taken: std::collections::BTreeSet<String>,
+    stores: Vec<String>,
+}
+
+impl OptionsPerStore {
+    /// The options the store of `url` takes.
+    pub fn of(&mut self, url: &str, options: &[(String, String)]) -> Result<Vec<(String, String)>> {
+        if options.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (probe, _) = StoreSpec::parse(url, &[])?;
+        if self.stores.len() < 4 && !self.stores.contains(&probe.root) {
+            self.stores.push(probe.root.clone());
+        }
+        let mine: Vec<(String, String)> =
+            options.iter().filter(|(k, _)| takes_option(&probe.scheme, &k.to_ascii_lowercase())).cloned().collect();
+        self.taken.extend(mine.iter().map(|(k, _)| k.to_ascii_lowercase()));
+        Ok(mine)
+    }
+
+    /// After every store was asked: refuse an option that none of them took.
+    pub fn refuse_untaken(&self, options: &[(String, String)]) -> Result<()> {
+        if self.stores.is_empty() {
+            return Ok(()); // no store: the callers' own check says so
+        }
+        match options.iter().find(|(k, _)| !self.taken.contains(&k.to_ascii_lowercase())) {
+            None => Ok(()),
+            Some((k, _)) if self.stores.len() == 1 => Err(unknown_key(&self.stores[0], k)),
+            Some((k, _)) => Err(Error::InvalidArgument(format!(
+                "storage_options key {k:?} is not an option of any of the stores named ({}...; see object_store's \
+                 config keys, and bearer_token*/username/password for http(s) stores)",
+                self.stores.iter().map(|r| redact(r)).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+}
+
 /// `%XX` escapes decoded (a `%` not followed by two hex digits stays itself).
 fn percent_decode(text: &str) -> Vec<u8> {
     let b = text.as_bytes();
@@ -412,6 +481,10 @@ mod tests {
         let (s, _) = StoreSpec::parse("http://a%40b:100%@127.0.0.1:9/d/x.parquet", &[]).unwrap();
         assert_eq!(s.basic_auth().as_deref(), Some(format!("Basic {}", base64(b"a@b:100%"))).as_deref());
         assert!(StoreSpec::parse("s3://b/k", &opts).is_err(), "credentials of http stores only");
+        let e = StoreSpec::parse("http://admin:pa/ss@127.0.0.1:9/d/x.parquet", &[]).unwrap_err().to_string();
+        assert!(e.contains("%2F") && !e.contains("pa/ss") && e.contains("127.0.0.1:9"), "{e}");
+        let (s, k) = StoreSpec::parse("http://127.0.0.1:9/d/a@b.parquet", &[]).unwrap();
+        assert_eq!((s.root.as_str(), k.as_str()), ("http://127.0.0.1:9/", "d/a@b.parquet"), "a port, then a path");
         let (s, _) = StoreSpec::parse("abfs://container@acct.dfs.core.windows.net/k", &[]).unwrap();
         assert!(s.user_info.is_none() && s.root.contains("container@"), "not user info outside http(s)");
     }
