@@ -41,9 +41,8 @@ pub fn saved_options(
     options: &[(String, String)],
     raised: &Mutex<Option<PyErr>>,
 ) -> crate::error::Result<Vec<(String, String)>> {
-    let on_hub = names.iter().any(|n| n.contains("/datasets/") && n.contains("/resolve/"));
-    let has_token = options.iter().any(|(k, _)| crate::storage::bearer::is_bearer_key(&k.to_ascii_lowercase()));
-    if !on_hub || has_token {
+    // only indexes with files on a Hub ask Python (which decides, token options given or not)
+    if !names.iter().any(|n| n.contains("/datasets/") && n.contains("/resolve/")) {
         return Ok(options.to_vec());
     }
     Python::attach(|py| {

@@ -30,6 +30,8 @@ pub fn without_redirects(options: &ClientOptions) -> object_store::Result<reqwes
         get(k).map(|v| v.parse::<usize>().map_err(|e| config_error(format!("{}: {v:?}: {e}", k.as_ref())))).transpose()
     };
     let client_error = |e: reqwest::Error| config_error(format!("cannot build the HTTP client: {e}"));
+    // reqwest needs rustls's process provider (the I/O runtime installs it too)
+    let _ = rustls::crypto::ring::default_provider().install_default();
 
     let mut b = reqwest::ClientBuilder::new()
         .redirect(reqwest::redirect::Policy::none())

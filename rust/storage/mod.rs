@@ -39,6 +39,7 @@ pub mod http_client;
 pub mod local;
 pub mod open;
 pub mod options;
+pub mod per_store;
 pub mod redact;
 pub mod redirects;
 pub mod remote;

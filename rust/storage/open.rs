@@ -18,9 +18,10 @@ use super::fetched::Fetched;
 use super::found::{Found, Listing};
 use super::local::{self, LocalFile};
 use super::options::io_options;
+use super::per_store::OptionsPerStore;
 use super::remote::{RemoteObject, list_objects, verify};
 use super::source::{Source, Storage};
-use super::spec::{OptionsPerStore, StoreSpec, is_remote};
+use super::spec::{StoreSpec, is_remote};
 use super::walk::list_local;
 use crate::error::{Error, Result};
 
@@ -56,17 +57,25 @@ impl Location {
 /// the object stores (`storage_options`), refused when nothing listed is in a store.
 pub fn list(specs: &[String], options: &[(String, String)]) -> Result<Listing> {
     let mut out = Listing::default();
+    // every store's options first: a key none takes is refused before anything is sent
     let mut per_store = OptionsPerStore::default();
+    let mut store_options = Vec::with_capacity(specs.len());
     for s in specs {
-        match Location::of(s)? {
-            Location::Store => list_objects(s, &per_store.of(s, options)?, &mut out.found)?,
-            Location::Local(local) => list_local(&local.display().to_string(), &mut out)?,
+        store_options.push(match Location::of(s)? {
+            Location::Store => Some(per_store.of(s, options)?),
+            Location::Local(_) => None,
+        });
+    }
+    per_store.refuse_untaken(options)?;
+    for (s, opts) in specs.iter().zip(store_options) {
+        match (Location::of(s)?, opts) {
+            (Location::Local(local), _) => list_local(&local.display().to_string(), &mut out)?,
+            (Location::Store, opts) => list_objects(s, &opts.unwrap_or_default(), &mut out.found)?,
         }
     }
     if !out.found.iter().any(Found::in_store) {
         super::spec::refuse_unused_options(options, "the path list")?;
     }
-    per_store.refuse_untaken(options)?;
     Ok(out)
 }
 
@@ -162,7 +171,7 @@ pub fn read_whole(path: &Path, options: &[(String, String)]) -> Result<Vec<u8>> 
     let name = path.to_string_lossy();
     match Location::of(&name)? {
         // the options of an index's data (another store's among them) are given here too
-        Location::Store => super::client::read_object(&name, &OptionsPerStore::default().of(&name, options)?),
+        Location::Store => super::client::read_object(&name, &OptionsPerStore::of_one(&name, options)?),
         Location::Local(_) => std::fs::read(path).map_err(|e| Error::io(path, e)),
     }
 }
@@ -172,7 +181,7 @@ pub fn read_whole(path: &Path, options: &[(String, String)]) -> Result<Vec<u8>> 
 pub fn write_whole(path: &Path, options: &[(String, String)], data: Vec<u8>, what: &str) -> Result<()> {
     let name = path.to_string_lossy();
     match Location::of(&name)? {
-        Location::Store => super::client::write_object(&name, &OptionsPerStore::default().of(&name, options)?, data),
+        Location::Store => super::client::write_object(&name, &OptionsPerStore::of_one(&name, options)?, data),
         Location::Local(_) => crate::atomic::write(path, &data, what),
     }
 }

@@ -1,10 +1,10 @@
 //! Redirects of http(s) stores followed here, and where each object was sent remembered:
 //! the Hugging Face Hub answers every read of a file's resolve URL (pinned to a commit)
 //! with a `302` to a signed URL on its CDN, so following it anew would make every page
-//! read two round trips (measured at 20 ms to a first byte: 0.45× the rows/s of local
-//! files, `benches/bench_hub.py`). The signed URL is kept per requested URL (one file at
-//! one commit) and later GETs and HEADs of that URL go straight to it, as `hf_transfer`
-//! and browsers do with a signed download link.
+//! read two round trips (measured at 20 ms to a first byte: 0.44–0.54× the rows/s of
+//! local files; with the URL kept, 0.92–1.37×, `benches/RESULTS.md`). The signed URL is
+//! kept per requested URL (one file at one commit) and later GETs and HEADs of that URL
+//! go straight to it, as a browser reuses a signed download link.
 //!
 //! What keeps this safe:
 //!

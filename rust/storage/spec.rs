@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientConfigKey, ObjectStoreScheme};
+use object_store::ObjectStoreScheme;
 
 use super::redact::{redact, remember_secrets};
 use crate::error::{Error, Result, StorageErrorKind};
@@ -239,7 +239,7 @@ impl StoreSpec {
 
     fn check_options(&self) -> Result<()> {
         for (k, _) in &self.options {
-            if !takes_option(&self.scheme, k) {
+            if !super::per_store::takes_option(&self.scheme, k) {
                 return Err(unknown_key(&self.root, k));
             }
         }
@@ -338,66 +338,6 @@ fn slash_in_user_info(rest: &str) -> bool {
         return false;
     }
     first.split_once(':').is_some_and(|(_, port)| port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Whether a store of `scheme` takes the storage option `key` (lower case).
-fn takes_option(scheme: &ObjectStoreScheme, key: &str) -> bool {
-    use object_store::aws::AmazonS3ConfigKey;
-    use object_store::azure::AzureConfigKey;
-    use object_store::gcp::GoogleConfigKey;
-    match scheme {
-        ObjectStoreScheme::AmazonS3 => key.parse::<AmazonS3ConfigKey>().is_ok(),
-        ObjectStoreScheme::GoogleCloudStorage => key.parse::<GoogleConfigKey>().is_ok(),
-        ObjectStoreScheme::MicrosoftAzure => key.parse::<AzureConfigKey>().is_ok(),
-        _ => {
-            key.parse::<ClientConfigKey>().is_ok()
-                || super::bearer::is_bearer_key(key)
-                || HTTP_CREDENTIALS.contains(&key)
-        }
-    }
-}
-
-/// One `storage_options` for paths in several kinds of store (an index over `hf://`
-/// and `s3://` files): each store takes the options of its kind (`bearer_token_env`
-/// an http(s) store, `aws_region` S3, `timeout` all of them), and an option none of
-/// them takes is refused, naming it, rather than ignored.
-#[derive(Default)]
-pub struct OptionsPerStore {
-    taken: std::collections::BTreeSet<String>,
-    stores: Vec<String>,
-}
-
-impl OptionsPerStore {
-    /// The options the store of `url` takes.
-    pub fn of(&mut self, url: &str, options: &[(String, String)]) -> Result<Vec<(String, String)>> {
-        if options.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (probe, _) = StoreSpec::parse(url, &[])?;
-        if self.stores.len() < 4 && !self.stores.contains(&probe.root) {
-            self.stores.push(probe.root.clone());
-        }
-        let mine: Vec<(String, String)> =
-            options.iter().filter(|(k, _)| takes_option(&probe.scheme, &k.to_ascii_lowercase())).cloned().collect();
-        self.taken.extend(mine.iter().map(|(k, _)| k.to_ascii_lowercase()));
-        Ok(mine)
-    }
-
-    /// After every store was asked: refuse an option that none of them took.
-    pub fn refuse_untaken(&self, options: &[(String, String)]) -> Result<()> {
-        if self.stores.is_empty() {
-            return Ok(()); // no store: the callers' own check says so
-        }
-        match options.iter().find(|(k, _)| !self.taken.contains(&k.to_ascii_lowercase())) {
-            None => Ok(()),
-            Some((k, _)) if self.stores.len() == 1 => Err(unknown_key(&self.stores[0], k)),
-            Some((k, _)) => Err(Error::InvalidArgument(format!(
-                "storage_options key {k:?} is not an option of any of the stores named ({}...; see object_store's \
-                 config keys, and bearer_token*/username/password for http(s) stores)",
-                self.stores.iter().map(|r| redact(r)).collect::<Vec<_>>().join(", ")
-            ))),
-        }
-    }
 }
 
 /// `%XX` escapes decoded (a `%` not followed by two hex digits stays itself).
