@@ -125,6 +125,22 @@ def test_a_match_on_the_backend_is_caught() -> None:
     assert not FORBIDDEN.search(_code("let found = paths::discover(paths, options)?; // not Location::of"))
 
 
+# "Is this still the process that made it?" is one question with one answer, the fork
+# generation `rust/perprocess.rs` keeps (bumped by a `pthread_atfork` child handler):
+# a process id compared elsewhere is a second answer, and a pid can be reused.
+PROCESS_ID_COMPARED = re.compile(r"(?:==|!=)\s*std::process::id\(\)|std::process::id\(\)\s*(?:==|!=)|\bpid:\s*u32\b")
+
+
+def test_only_perprocess_asks_which_process_this_is() -> None:
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+            for p in sorted(RUST.rglob("*.rs")) if p.name != "perprocess.rs"
+            for n, line in enumerate(p.read_text().splitlines(), 1) if PROCESS_ID_COMPARED.search(_code(line))]
+    assert not hits, "compare crate::perprocess::fork_generation() instead:\n" + "\n".join(hits)
+    for line in ("if self.pid != std::process::id() {", "    pid: u32,"):
+        assert PROCESS_ID_COMPARED.search(line), line
+    assert not PROCESS_ID_COMPARED.search('let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));')
+
+
 def _storage_imports() -> dict[str, set[str]]:
     """Sibling modules each storage module refers to (``super::name``), tests excluded."""
     modules = {p.stem for p in STORAGE.glob("*.rs")} - {"mod"}
