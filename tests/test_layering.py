@@ -530,6 +530,23 @@ def test_a_state_integer_range_written_again_is_caught() -> None:
     assert _own_state_int_ranges(sources) == ["youmu.a:2"]
 
 
+def _duck_typed_self(text: str) -> list[int]:
+    """Lines where a class reads an attribute of ``self`` by name with a fallback
+    (``getattr(self, "drop_last", False)``): an attribute only some subclasses have."""
+    return [n.lineno for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")
+            and len(n.args) >= 2 and isinstance(n.args[0], ast.Name) and n.args[0].id == "self"
+            and isinstance(n.args[1], ast.Constant)]
+
+
+def test_the_stream_core_asks_its_streams_through_methods_not_attribute_guesses() -> None:
+    # the positional core is the base of every youmu stream: what it needs of one is a
+    # method it declares (and a stream that resumes on another topology overrides)
+    text = (PACKAGE / "positional.py").read_text()
+    assert not _duck_typed_self(text), _duck_typed_self(text)
+    assert _duck_typed_self("class A:\n    def f(self):\n        return getattr(self, 'rank', 0)\n") == [3]
+
+
 def test_merging_stream_states_never_imports_torch() -> None:
     """``merge_states`` reads states, not streams: merging a row stream's states, a
     ``pack`` stream's (its own entry in the table) and a Parquet stream's leaves torch
