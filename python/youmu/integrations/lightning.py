@@ -103,6 +103,10 @@ class YoumuDataModule(pl.LightningDataModule):
             if not isinstance(loader, TrainerLoader):
                 raise ArgumentTypeError(f"make_loader() must return a TrainerLoader, got {type(loader).__name__}")
             loader.check_equal_steps("Lightning")
+            trainer: Any = self.trainer  # attached by fit before setup; None when called by hand
+            if trainer is not None:
+                # a BalancedLoader's micro-batches of one step train under one optimizer step
+                loader.check_accumulation("accumulate_grad_batches", trainer.accumulate_grad_batches)
             # Lightning's prefetching fetcher pulls a batch ahead of the one it trains (of an
             # unsized loader): the checkpoint must hold the position of the trained one
             loader.follow_consumption()
