@@ -64,7 +64,7 @@ from youmu.integrations.job_states import (
     job_states,
     saved_world,
 )
-from youmu.integrations.metrics import LoaderMetrics
+from youmu.integrations.metrics import LoaderFigures
 from youmu.integrations.steps import stream_batches_per_epoch
 from youmu.stateful import check_epoch, yields_pairs
 
@@ -190,7 +190,7 @@ class TrainerLoader:
         #: An integration that follows each pass (Accelerate's GradientState, see
         #: youmu.integrations.accelerate): it gets the pass's batches and returns what the trainer iterates.
         self.on_pass: Callable[[Iterator[Any]], Iterator[Any]] | None = None
-        self._metrics = LoaderMetrics(source_key)
+        self._metrics = LoaderFigures(source_key)
 
     # -- sizes and epochs -----------------------------------------------------------------
     def _limit(self) -> int | None:
