@@ -503,6 +503,33 @@ def test_a_setting_checked_by_hand_is_caught() -> None:
     assert _own_checks(sources) == ["youmu.a:2 checks 'seed' itself"]
 
 
+def _own_state_int_ranges(sources: dict[str, str]) -> list[str]:
+    """Comparisons with ``MAX_STATE_INT`` outside ``youmu.stateful``: a module writing
+    the state-integer range itself (``stateful.is_state_int`` / ``state_value_int`` /
+    ``state_int`` hold it; passing it on as a bound, ``maximum=MAX_STATE_INT``, is fine)."""
+    found = []
+    for name, text in sources.items():
+        if name == "youmu.stateful":
+            continue
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.Compare) and any(isinstance(x, ast.Name) and x.id == "MAX_STATE_INT"
+                                                  for x in [n.left, *n.comparators]):
+                found.append(f"{name}:{n.lineno}")
+    return found
+
+
+def test_the_state_integer_range_is_checked_in_one_place() -> None:
+    bad = _own_state_int_ranges(_python_sources())
+    assert not bad, "use youmu.stateful.is_state_int / state_value_int / state_int: " + "; ".join(bad)
+
+
+def test_a_state_integer_range_written_again_is_caught() -> None:
+    sources = {"youmu.a": "def ok(x):\n    return 0 <= x <= MAX_STATE_INT\n",
+               "youmu.b": "def f(v):\n    return int_arg('run', v, maximum=MAX_STATE_INT)\n",
+               "youmu.stateful": "def is_state_int(x):\n    return 0 <= x <= MAX_STATE_INT\n"}
+    assert _own_state_int_ranges(sources) == ["youmu.a:2"]
+
+
 def test_merging_stream_states_never_imports_torch() -> None:
     """``merge_states`` reads states, not streams: merging a row stream's states, a
     ``pack`` stream's (its own entry in the table) and a Parquet stream's leaves torch
