@@ -176,14 +176,7 @@ class YoumuTrainerMixin:
             )
         loader.check_equal_steps("the Hugging Face Trainer")
         args = self.args  # type: ignore[attr-defined]
-        # a DynamicBatchLoader's steps are optimizer steps; a BalancedLoader yields
-        # num_microbatches micro-batches per step, whose scaled losses are summed
-        per_step = int(getattr(loader.source, "num_microbatches", 1)) if loader.pairs else None
-        if per_step is not None and args.gradient_accumulation_steps != per_step:
-            raise InvalidArgumentError(
-                f"{type(loader.source).__name__} yields {per_step} batch(es) per optimizer step (their loss_scale is "
-                f"per step): use gradient_accumulation_steps={per_step}, got {args.gradient_accumulation_steps}"
-            )
+        loader.check_accumulation("gradient_accumulation_steps", args.gradient_accumulation_steps)
         self.youmu_loader = loader
         # youmu resumes from its own state: the Trainer's batch-by-batch fast-forward would
         # skip the already-resumed stream a second time

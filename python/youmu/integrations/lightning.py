@@ -24,6 +24,10 @@ returns it from ``train_dataloader``:
   the new ranks, every sample of it once. The data module then has Lightning re-read the loader's length each epoch
   (``reload_dataloaders_every_n_epochs=1``, unless set): the resumed epoch and the full
   ones after it differ in length, and Lightning would otherwise keep the first;
+* a ``BalancedLoader`` (or ``RayBalancedLoader`` client) yields ``num_microbatches``
+  micro-batches per optimizer step, each scaled for the whole step: the ``Trainer`` needs
+  ``accumulate_grad_batches=num_microbatches`` (another value is refused in ``setup``:
+  it would step the optimizer on part of a step, and checkpoint inside one);
 * :class:`LoaderMetrics` logs tokens/s, padding ratio, data wait and mixture shares
   through ``LightningModule.log_dict``.
 
@@ -103,6 +107,10 @@ class YoumuDataModule(pl.LightningDataModule):
             if not isinstance(loader, TrainerLoader):
                 raise ArgumentTypeError(f"make_loader() must return a TrainerLoader, got {type(loader).__name__}")
             loader.check_equal_steps("Lightning")
+            trainer: Any = self.trainer  # attached by fit before setup; None when called by hand
+            if trainer is not None:
+                # a BalancedLoader's micro-batches of one step train under one optimizer step
+                loader.check_accumulation("accumulate_grad_batches", trainer.accumulate_grad_batches)
             # Lightning's prefetching fetcher pulls a batch ahead of the one it trains (of an
             # unsized loader): the checkpoint must hold the position of the trained one
             loader.follow_consumption()
