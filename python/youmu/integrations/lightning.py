@@ -59,6 +59,7 @@ from youmu._args import bool_arg
 from youmu.errors import ArgumentTypeError, StateError
 from youmu.integrations.batch_info import INFO_KEY, split_info
 from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.integrations.trainer_settings import check_accumulation, check_equal_steps
 from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
@@ -106,11 +107,11 @@ class YoumuDataModule(pl.LightningDataModule):
             loader = self.make_loader()
             if not isinstance(loader, TrainerLoader):
                 raise ArgumentTypeError(f"make_loader() must return a TrainerLoader, got {type(loader).__name__}")
-            loader.check_equal_steps("Lightning")
+            check_equal_steps(loader.source, "Lightning")
             trainer: Any = self.trainer  # attached by fit before setup; None when called by hand
             if trainer is not None:
                 # a BalancedLoader's micro-batches of one step train under one optimizer step
-                loader.check_accumulation("accumulate_grad_batches", trainer.accumulate_grad_batches)
+                check_accumulation(loader.source, "accumulate_grad_batches", trainer.accumulate_grad_batches)
             # Lightning's prefetching fetcher pulls a batch ahead of the one it trains (of an
             # unsized loader): the checkpoint must hold the position of the trained one
             loader.follow_consumption()

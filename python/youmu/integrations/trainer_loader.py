@@ -224,34 +224,6 @@ class TrainerLoader:
         resumed on another number of ranks, until it ends — else ``None``."""
         return None if self._finished else self._epoch_steps
 
-    def check_equal_steps(self, trainer: str) -> None:
-        """Refuse a ``DynamicBatchLoader`` whose ranks may stop at different steps (join
-        mode with ``uneven="stop"``) for a trainer that cannot ``Join`` them: its DDP
-        all-reduces would wait forever for the rank that stopped."""
-        cfg = getattr(self.source, "config", None)
-        if self.pairs and cfg is not None and getattr(cfg, "join", False) and getattr(cfg, "uneven", "") == "stop":
-            raise InvalidArgumentError(
-                f"{trainer} has no DDP Join: build the DynamicBatchLoader with uneven='pad' so every rank takes the "
-                "same number of steps (a rank out of data takes zero-weight filler steps)"
-            )
-
-    def check_accumulation(self, option: str, value: int) -> None:
-        """Refuse a trainer's gradient accumulation (its ``option`` set to ``value``) that
-        does not match a loader of ``(batch, info)`` pairs: a ``DynamicBatchLoader``'s
-        batches are optimizer steps (1), a ``BalancedLoader``'s or ``RayBalancedLoader``
-        client's ``num_microbatches`` micro-batches make one. Their ``loss_scale`` is per
-        step, so another count would step the optimizer on part of a step's gradient, and
-        a checkpoint would fall inside a step (a resume then looks like a replay to a job
-        that counts its data in steps). Streams take any accumulation."""
-        if not self.pairs:
-            return
-        per_step = int(getattr(self.source, "num_microbatches", 1))
-        if value != per_step:
-            raise InvalidArgumentError(
-                f"{type(self.source).__name__} yields {per_step} batch(es) per optimizer step (their loss_scale is "
-                f"per step): use {option}={per_step}, got {value}"
-            )
-
     def has_length(self) -> bool:
         """Whether ``len()`` is known (sized streams, or ``steps_per_epoch`` given)."""
         return self._limit() is not None
