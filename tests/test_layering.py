@@ -125,6 +125,22 @@ def test_a_match_on_the_backend_is_caught() -> None:
     assert not FORBIDDEN.search(_code("let found = paths::discover(paths, options)?; // not Location::of"))
 
 
+# "Is this still the process that made it?" is one question with one answer, the fork
+# generation `rust/perprocess.rs` keeps (bumped by a `pthread_atfork` child handler):
+# a process id compared elsewhere is a second answer, and a pid can be reused.
+PROCESS_ID_COMPARED = re.compile(r"(?:==|!=)\s*std::process::id\(\)|std::process::id\(\)\s*(?:==|!=)|\bpid:\s*u32\b")
+
+
+def test_only_perprocess_asks_which_process_this_is() -> None:
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+            for p in sorted(RUST.rglob("*.rs")) if p.name != "perprocess.rs"
+            for n, line in enumerate(p.read_text().splitlines(), 1) if PROCESS_ID_COMPARED.search(_code(line))]
+    assert not hits, "compare crate::perprocess::fork_generation() instead:\n" + "\n".join(hits)
+    for line in ("if self.pid != std::process::id() {", "    pid: u32,"):
+        assert PROCESS_ID_COMPARED.search(line), line
+    assert not PROCESS_ID_COMPARED.search('let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));')
+
+
 def _storage_imports() -> dict[str, set[str]]:
     """Sibling modules each storage module refers to (``super::name``), tests excluded."""
     modules = {p.stem for p in STORAGE.glob("*.rs")} - {"mod"}
@@ -485,6 +501,50 @@ def test_a_setting_checked_by_hand_is_caught() -> None:
     sources = {"youmu.a": "def f(seed):\n    return int_arg('seed', seed, minimum=0)\n",
                "youmu._args": "def seed_arg(seed):\n    return int_arg('seed', seed, minimum=0)\n"}
     assert _own_checks(sources) == ["youmu.a:2 checks 'seed' itself"]
+
+
+def _own_state_int_ranges(sources: dict[str, str]) -> list[str]:
+    """Comparisons with ``MAX_STATE_INT`` outside ``youmu.stateful``: a module writing
+    the state-integer range itself (``stateful.is_state_int`` / ``state_value_int`` /
+    ``state_int`` hold it; passing it on as a bound, ``maximum=MAX_STATE_INT``, is fine)."""
+    found = []
+    for name, text in sources.items():
+        if name == "youmu.stateful":
+            continue
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.Compare) and any(isinstance(x, ast.Name) and x.id == "MAX_STATE_INT"
+                                                  for x in [n.left, *n.comparators]):
+                found.append(f"{name}:{n.lineno}")
+    return found
+
+
+def test_the_state_integer_range_is_checked_in_one_place() -> None:
+    bad = _own_state_int_ranges(_python_sources())
+    assert not bad, "use youmu.stateful.is_state_int / state_value_int / state_int: " + "; ".join(bad)
+
+
+def test_a_state_integer_range_written_again_is_caught() -> None:
+    sources = {"youmu.a": "def ok(x):\n    return 0 <= x <= MAX_STATE_INT\n",
+               "youmu.b": "def f(v):\n    return int_arg('run', v, maximum=MAX_STATE_INT)\n",
+               "youmu.stateful": "def is_state_int(x):\n    return 0 <= x <= MAX_STATE_INT\n"}
+    assert _own_state_int_ranges(sources) == ["youmu.a:2"]
+
+
+def _duck_typed_self(text: str) -> list[int]:
+    """Lines where a class reads an attribute of ``self`` by name with a fallback
+    (``getattr(self, "drop_last", False)``): an attribute only some subclasses have."""
+    return [n.lineno for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")
+            and len(n.args) >= 2 and isinstance(n.args[0], ast.Name) and n.args[0].id == "self"
+            and isinstance(n.args[1], ast.Constant)]
+
+
+def test_the_stream_core_asks_its_streams_through_methods_not_attribute_guesses() -> None:
+    # the positional core is the base of every youmu stream: what it needs of one is a
+    # method it declares (and a stream that resumes on another topology overrides)
+    text = (PACKAGE / "positional.py").read_text()
+    assert not _duck_typed_self(text), _duck_typed_self(text)
+    assert _duck_typed_self("class A:\n    def f(self):\n        return getattr(self, 'rank', 0)\n") == [3]
 
 
 def test_merging_stream_states_never_imports_torch() -> None:

@@ -224,17 +224,6 @@ class TrainerLoader:
         resumed on another number of ranks, until it ends — else ``None``."""
         return None if self._finished else self._epoch_steps
 
-    def check_equal_steps(self, trainer: str) -> None:
-        """Refuse a ``DynamicBatchLoader`` whose ranks may stop at different steps (join
-        mode with ``uneven="stop"``) for a trainer that cannot ``Join`` them: its DDP
-        all-reduces would wait forever for the rank that stopped."""
-        cfg = getattr(self.source, "config", None)
-        if self.pairs and cfg is not None and getattr(cfg, "join", False) and getattr(cfg, "uneven", "") == "stop":
-            raise InvalidArgumentError(
-                f"{trainer} has no DDP Join: build the DynamicBatchLoader with uneven='pad' so every rank takes the "
-                "same number of steps (a rank out of data takes zero-weight filler steps)"
-            )
-
     def has_length(self) -> bool:
         """Whether ``len()`` is known (sized streams, or ``steps_per_epoch`` given)."""
         return self._limit() is not None
