@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreScheme;
+use object_store::path::Path as ObjectPath;
 
 use super::redact::{redact, remember_secrets};
 use crate::error::{Error, Result, StorageErrorKind};
