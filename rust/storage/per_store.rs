@@ -2,28 +2,11 @@
 //! `s3://` files): each store takes the options of its kind, and an option that no store
 //! takes is refused, naming it, before anything is sent.
 
-use object_store::{ClientConfigKey, ObjectStoreScheme};
+use object_store::ObjectStoreScheme;
 
 use super::redact::redact;
-use super::spec::{HTTP_CREDENTIALS, StoreSpec, unknown_key};
+use super::spec::{StoreSpec, takes_option, unknown_key};
 use crate::error::{Error, Result};
-
-/// Whether a store of `scheme` takes the storage option `key` (lower case).
-pub(super) fn takes_option(scheme: &ObjectStoreScheme, key: &str) -> bool {
-    use object_store::aws::AmazonS3ConfigKey;
-    use object_store::azure::AzureConfigKey;
-    use object_store::gcp::GoogleConfigKey;
-    match scheme {
-        ObjectStoreScheme::AmazonS3 => key.parse::<AmazonS3ConfigKey>().is_ok(),
-        ObjectStoreScheme::GoogleCloudStorage => key.parse::<GoogleConfigKey>().is_ok(),
-        ObjectStoreScheme::MicrosoftAzure => key.parse::<AzureConfigKey>().is_ok(),
-        _ => {
-            key.parse::<ClientConfigKey>().is_ok()
-                || super::bearer::is_bearer_key(key)
-                || HTTP_CREDENTIALS.contains(&key)
-        }
-    }
-}
 
 /// One `storage_options` for paths in several kinds of store (an index over `hf://`
 /// and `s3://` files): each store takes the options of its kind (`bearer_token_env`

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use object_store::ObjectStoreScheme;
 use object_store::path::Path as ObjectPath;
+use object_store::{ClientConfigKey, ObjectStoreScheme};
 
 use super::redact::{redact, remember_secrets};
 use crate::error::{Error, Result, StorageErrorKind};
@@ -239,7 +239,7 @@ impl StoreSpec {
 
     fn check_options(&self) -> Result<()> {
         for (k, _) in &self.options {
-            if !super::per_store::takes_option(&self.scheme, k) {
+            if !takes_option(&self.scheme, k) {
                 return Err(unknown_key(&self.root, k));
             }
         }
@@ -338,6 +338,23 @@ fn slash_in_user_info(rest: &str) -> bool {
         return false;
     }
     first.split_once(':').is_some_and(|(_, port)| port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether a store of `scheme` takes the storage option `key` (lower case).
+pub(super) fn takes_option(scheme: &ObjectStoreScheme, key: &str) -> bool {
+    use object_store::aws::AmazonS3ConfigKey;
+    use object_store::azure::AzureConfigKey;
+    use object_store::gcp::GoogleConfigKey;
+    match scheme {
+        ObjectStoreScheme::AmazonS3 => key.parse::<AmazonS3ConfigKey>().is_ok(),
+        ObjectStoreScheme::GoogleCloudStorage => key.parse::<GoogleConfigKey>().is_ok(),
+        ObjectStoreScheme::MicrosoftAzure => key.parse::<AzureConfigKey>().is_ok(),
+        _ => {
+            key.parse::<ClientConfigKey>().is_ok()
+                || super::bearer::is_bearer_key(key)
+                || HTTP_CREDENTIALS.contains(&key)
+        }
+    }
 }
 
 /// `%XX` escapes decoded (a `%` not followed by two hex digits stays itself).
