@@ -42,6 +42,7 @@ pub mod redact;
 pub mod remote;
 pub mod retry;
 pub mod retry_after;
+pub mod scheme;
 pub mod source;
 pub mod spec;
 pub mod vectored;

@@ -1,5 +1,5 @@
-//! Opening what the user named: telling local paths from object URLs (once, here),
-//! listing them, opening found files and objects and running a parse over each, reading
+//! Opening what the user named: listing it (by the scheme that serves it,
+//! [`super::scheme`]), opening found files and objects and running a parse over each, reading
 //! and writing whole files or objects, reopening a saved index's files, and fetching a
 //! plan's byte ranges. Everything that waits on the async runtime does so here, so callers outside
 //! `storage/` stay synchronous and never branch on the backend.
@@ -18,38 +18,11 @@ use super::fetched::Fetched;
 use super::found::{Found, Listing};
 use super::local::{self, LocalFile};
 use super::options::io_options;
-use super::remote::{RemoteObject, list_objects, verify};
+use super::remote::{RemoteObject, verify};
+use super::scheme::scheme_of;
 use super::source::{Source, Storage};
-use super::spec::{StoreSpec, is_remote};
-use super::walk::list_local;
+use super::spec::StoreSpec;
 use crate::error::{Error, Result};
-
-/// What a user's path or URL names, as far as its form tells.
-#[derive(Debug, Clone)]
-pub enum Location {
-    /// A local path (a `file://` URL decoded).
-    Local(PathBuf),
-    /// An object, a prefix or a glob in the store of an object-store URL.
-    Store,
-}
-
-impl Location {
-    /// Classify `spec`: an object-store URL, or a local path or `file://` URL; a URL of
-    /// any other scheme is an error saying which schemes are supported.
-    pub fn of(spec: &str) -> Result<Location> {
-        if is_remote(spec)? {
-            return Ok(Location::Store);
-        }
-        if spec.to_ascii_lowercase().starts_with("file://") {
-            let p = url::Url::parse(spec)
-                .ok()
-                .and_then(|u| u.to_file_path().ok())
-                .ok_or_else(|| Error::InvalidArgument(format!("{spec:?} is not a valid file:// URL")))?;
-            return Ok(Location::Local(p));
-        }
-        Ok(Location::Local(PathBuf::from(spec)))
-    }
-}
 
 /// List every user path or URL, in order, by the rules of [`crate::paths`]: local paths
 /// walked ([`super::walk`]), object URLs listed ([`super::remote`]). `options` configure
@@ -57,10 +30,7 @@ impl Location {
 pub fn list(specs: &[String], options: &[(String, String)]) -> Result<Listing> {
     let mut out = Listing::default();
     for s in specs {
-        match Location::of(s)? {
-            Location::Store => list_objects(s, options, &mut out.found)?,
-            Location::Local(local) => list_local(&local.display().to_string(), &mut out)?,
-        }
+        scheme_of(s)?.list(s, options, &mut out)?;
     }
     if !out.found.iter().any(Found::in_store) {
         super::spec::refuse_unused_options(options, "the path list")?;
@@ -157,31 +127,19 @@ async fn open_remote<T: Send + 'static>(
 
 /// The whole file or object at `path` (a saved index); `options` configure its store.
 pub fn read_whole(path: &Path, options: &[(String, String)]) -> Result<Vec<u8>> {
-    let name = path.to_string_lossy();
-    match Location::of(&name)? {
-        Location::Store => super::client::read_object(&name, options),
-        Location::Local(_) => std::fs::read(path).map_err(|e| Error::io(path, e)),
-    }
+    scheme_of(&path.to_string_lossy())?.read_whole(path, options)
 }
 
 /// Write `data` as the file or object at `path`: a local file atomically (see
 /// `atomic.rs`), an object with one PUT (a reader sees the old object or the new one).
 pub fn write_whole(path: &Path, options: &[(String, String)], data: Vec<u8>, what: &str) -> Result<()> {
-    let name = path.to_string_lossy();
-    match Location::of(&name)? {
-        Location::Store => super::client::write_object(&name, options, data),
-        Location::Local(_) => crate::atomic::write(path, &data, what),
-    }
+    scheme_of(&path.to_string_lossy())?.write_whole(path, options, data, what)
 }
 
 /// `storage_options` given for a local `path` whose content names no object store
 /// either (`what` says so) are a mistake: refused naming the first key.
 pub fn refuse_unused_options_at(path: &Path, options: &[(String, String)], what: &str) -> Result<()> {
-    let name = path.to_string_lossy();
-    match Location::of(&name)? {
-        Location::Store => Ok(()),
-        Location::Local(_) => super::spec::refuse_unused_options(options, &format!("{name} ({what})")),
-    }
+    scheme_of(&path.to_string_lossy())?.refuse_unused_options(path, options, what)
 }
 
 /// A file or object as a saved index recorded it.
