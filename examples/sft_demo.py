@@ -33,7 +33,12 @@ online in the DataLoader workers — online dynamic batching vs fixed batches vs
    buys), optimizer steps (an ODB or packed step holds as many samples as fit its
    tokens, a fixed one 8 per rank) and wall time (what the speed buys).
 
-    python examples/sft_demo.py --out sft-out [--rows 3000] [--profile sharegpt4o]
+With ``--hub`` the Parquet is published to a local Hugging Face Hub first
+(``tests/hubserver.py``: the Hub's API, resolve redirects to a CDN, ranged reads, on
+127.0.0.1) and read where such data lives, as ``hf://datasets/youmu/sft-chats/...``,
+the revision pinned to a commit when the index is built.
+
+    python examples/sft_demo.py --out sft-out [--rows 3000] [--profile sharegpt4o] [--hub]
     python examples/demo.py --sft --out sft-out          # the same, from the main demo
 """
 
@@ -382,6 +387,35 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
     fig.savefig(out / "sft.png", dpi=110)
 
 
+def publish(path: Path) -> tuple[Any, str]:
+    """Commit ``path`` to a local Hub (started here, stopped by the caller) as dataset
+    ``youmu/sft-chats`` and point ``huggingface_hub`` (and youmu's ``hf://``) at it:
+    the Hub and its ``hf://`` URL of the file. The ranks spawned later inherit
+    ``HF_ENDPOINT``."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from hubserver import HubServer
+
+    hub = HubServer().start()
+    hub.create("youmu/sft-chats")
+    hub.commit("youmu/sft-chats", {f"data/{path.name}": path.read_bytes()})
+    os.environ["HF_ENDPOINT"] = hub.endpoint
+    return hub, f"hf://datasets/youmu/sft-chats/data/{path.name}"
+
+
+def report(mode: str, out: Path) -> dict[str, Any]:
+    """One mode's summary from its ranks' records, printed in a line."""
+    per_rank = [json.loads((out / mode / f"rank{r}.json").read_text()) for r in range(2)]
+    res = summarize_mode(per_rank)
+    print(f"{mode:>5}: {res['samples_per_s']:.1f} samples/s, padding {100 * res['padding_ratio']:.1f}%, "
+          f"{res['steps']} steps, mean batch {res['batch_size_mean']}, loss {res['final_loss']}, "
+          f"peak RSS {max(res['peak_rss_mb']):.0f} MB (+ worker {max(res['peak_worker_rss_mb']):.0f} MB)",
+          flush=True)
+    return res
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--out", default="sft-out")
@@ -399,6 +433,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--width", type=int, default=64, help="the GPT-2's hidden size")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hub", action="store_true",
+                    help="publish the Parquet to a local Hugging Face Hub and read it as hf://datasets/...")
     args = ap.parse_args(argv)
     if args.rows < 2 or args.rows % 2:
         ap.error(f"--rows must be even (two ranks take half each), got {args.rows}")
@@ -413,22 +449,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{args.rows} chats ({dataset['profile']}-shaped, scale {args.scale:g}): tokens mean {s['mean']}, median "
           f"{s['median']}, P95 {s['p95']}, P99 {s['p99']}, max {s['max']}, CV {s['cv']}", flush=True)
     args.path, args.tokenizer, args.cutoff_len = str(path), str(tok_dir), dataset["cutoff_len"]
+    hub = None
+    if args.hub:
+        hub, args.path = publish(path)
+        dataset["source"] = args.path
     summary: dict[str, Any] = {
         "dataset": dataset,
         "settings": {k: getattr(args, k) for k in ("token_budget", "pool", "batch_size", "seq_len", "pack_rows",
                                                    "workers", "width", "lr", "seed")} | {"world_size": 2},
         "modes": {},
     }
-    for mode in args.modes.split(","):
-        args.mode = mode
-        launch(run_rank, 2, args)
-        per_rank = [json.loads((out / mode / f"rank{r}.json").read_text()) for r in range(2)]
-        res = summarize_mode(per_rank)
-        summary["modes"][mode] = res
-        print(f"{mode:>5}: {res['samples_per_s']:.1f} samples/s, padding {100 * res['padding_ratio']:.1f}%, "
-              f"{res['steps']} steps, mean batch {res['batch_size_mean']}, loss {res['final_loss']}, "
-              f"peak RSS {max(res['peak_rss_mb']):.0f} MB (+ worker {max(res['peak_worker_rss_mb']):.0f} MB)",
-              flush=True)
+    try:
+        for mode in args.modes.split(","):
+            args.mode = mode
+            launch(run_rank, 2, args)
+            summary["modes"][mode] = report(mode, out)
+    finally:
+        if hub is not None:
+            hub.stop()
     m = summary["modes"]
     for other in ("fixed", "pack"):
         if "odb" in m and other in m:

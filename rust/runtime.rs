@@ -95,6 +95,24 @@ pub fn set_num_threads(n: usize) -> Result<()> {
     Ok(())
 }
 
+/// glibc's largest mmap threshold on 64-bit systems (`DEFAULT_MMAP_THRESHOLD_MAX`):
+/// `mallopt` refuses more.
+const MAX_MMAP_THRESHOLD: i32 = 32 << 20;
+
+/// `YOUMU_MMAP_THRESHOLD` if set: bytes in 1..=32 MiB, else an error naming the
+/// variable (`storage::check_env` reports it; the allocator is then left alone).
+pub fn env_allocator() -> Result<Option<i32>> {
+    let Some(raw) = std::env::var_os("YOUMU_MMAP_THRESHOLD") else { return Ok(None) };
+    let text = raw.to_string_lossy();
+    match text.trim().parse::<i64>() {
+        Ok(n) if (1..=MAX_MMAP_THRESHOLD as i64).contains(&n) => Ok(Some(n as i32)),
+        _ => Err(Error::InvalidArgument(format!(
+            "environment variable YOUMU_MMAP_THRESHOLD={text:?} must be an integer number of bytes, 1 to \
+             {MAX_MMAP_THRESHOLD} (glibc's largest mmap threshold)"
+        ))),
+    }
+}
+
 /// Optionally pin glibc's mmap threshold so freed page buffers go back to the OS.
 ///
 /// glibc raises its mmap threshold each time a large mmapped block is freed (up to
@@ -106,9 +124,7 @@ pub fn set_num_threads(n: usize) -> Result<()> {
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        if let Some(bytes) = std::env::var("YOUMU_MMAP_THRESHOLD").ok().and_then(|v| v.parse::<i32>().ok())
-            && bytes > 0
-        {
+        if let Ok(Some(bytes)) = env_allocator() {
             // SAFETY: mallopt only adjusts allocator parameters.
             unsafe {
                 libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);

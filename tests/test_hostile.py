@@ -779,3 +779,44 @@ def test_set_epoch_reaches_persistent_spawned_workers(index) -> None:
     ref = ds(index, shuffle="page")
     ref.set_epoch(1)
     assert second == [int(x["id"]) for x in ref] != first
+
+
+# -- wrong types at the vision and stream helpers ------------------------------------------
+NOT_AN_IMAGE = [None, 3, "x.png", b"not an image", {"a": 1}, [1, 2], 1.5]
+
+
+@pytest.mark.parametrize("value", NOT_AN_IMAGE, ids=repr)
+def test_the_image_helpers_refuse_what_is_not_an_image_by_name(value: object) -> None:
+    pytest.importorskip("PIL")
+    from youmu.vision import to_rgb, upright_size
+
+    for fn in (to_rgb, upright_size):  # an AttributeError ('int' has no attribute 'mode') before
+        with pytest.raises(ArgumentTypeError, match=r"img must be a PIL\.Image\.Image"):
+            fn(value)
+
+
+@pytest.mark.parametrize("value", [None, 3, b"x", ["a", 1], {"a": 1}, 1.5], ids=repr)
+def test_the_byte_tokenizer_encodes_text_only(value: object) -> None:
+    from youmu.vision import ByteTokenizer
+
+    with pytest.raises(ArgumentTypeError, match="text must be a str"):
+        ByteTokenizer().encode(value)  # type: ignore[arg-type]
+
+
+def test_the_byte_tokenizer_decodes_its_own_ids_only() -> None:
+    from youmu.vision import ByteTokenizer
+
+    t = ByteTokenizer()
+    assert t.decode(np.array(t.encode("hé<|im_start|>"))) == "hé<|im_start|>"
+    for ids in ([-1], [t.vocab_size], [10**9]):  # a ValueError from bytearray before
+        with pytest.raises(InvalidArgumentError, match=rf"range\(0, {t.vocab_size}\)"):
+            t.decode(ids)
+    for ids in (None, 3, ["a"], [[1]], [1.5]):  # TypeError / 'unhashable type' before
+        with pytest.raises(youmu.YoumuError, match="ids must be"):
+            t.decode(ids)  # type: ignore[arg-type]
+
+
+def test_a_dict_not_keyed_by_position_is_no_map_style_dataset() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"keys are not 0\.\.1.*positions 0\.\.len\(dataset\)-1"):
+        MapStream({"a": 1, "b": 2})  # a KeyError at the first read before
+    assert sorted(MapStream({1: "b", 0: "a"})) == ["a", "b"]  # keyed by position: fine

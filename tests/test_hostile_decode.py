@@ -261,3 +261,41 @@ def test_a_fuzz_of_forged_tables_never_reads_other_rows(two_files: list[Path], t
         accepted += 1
         assert got == want, f"{f.what} at byte {f.at}: {v} -> {new} loads and reads other rows"
     assert refused > 200
+
+
+def test_random_bytes_of_a_sealed_index_of_every_column_kind_give_a_typed_error_or_the_rows(
+        tmp_path: Path) -> None:
+    """Any byte of a saved index changed (strings, schema and tables alike), the checksum
+    recomputed: loading and reading it either raises a ``YoumuError`` or reads the
+    files' rows — never an untyped error from a layer below (an outside fuzz once saw
+    ``pyarrow.lib.ArrowInvalid`` escape, 2 in 2,000; not reproduced since, kept as a guard
+    over strings, structs, lists of structs, timestamps and dictionaries)."""
+    paths = []
+    for k in range(2):
+        n = 120
+        t = pa.table({"id": np.arange(n), "text": [f"row {i} " * (i % 5) for i in range(n)],
+                      "st": pa.array([{"x": i, "y": str(i)} for i in range(n)]),
+                      "msgs": pa.array([[{"role": "user", "content": "hi" * (i % 3)}] * (i % 3) for i in range(n)]),
+                      "ts": pa.array(np.arange(n).astype("datetime64[ms]")),
+                      "dict": pa.array([["a", "b", "c"][i % 3] for i in range(n)]).dictionary_encode()})
+        paths.append(tmp_path / f"{k}.parquet")
+        pq.write_table(t, paths[-1], data_page_size=128, write_batch_size=10, write_page_index=bool(k),
+                       row_group_size=60)
+    payload = youmu.PageIndex(paths).to_bytes()[:-12]
+    rng = random.Random(11)
+    p = tmp_path / "flipped.youmu"
+    for _ in range(300):
+        b = bytearray(payload)
+        for _ in range(rng.choice([1, 1, 2, 4])):
+            i = rng.randrange(len(b))
+            b[i] = rng.randrange(256) if rng.random() < 0.5 else b[i] ^ (1 << rng.randrange(8))
+        p.write_bytes(_seal(bytes(b)))
+        try:
+            idx = youmu.PageIndex.load(p)
+            batches = idx.read_pages(range(len(idx)))
+            idx.read_rows(np.arange(min(10, idx.num_rows)))
+            _ = idx.schema, repr(idx), idx.columns
+            if batches:
+                pa.Table.from_batches(batches)
+        except youmu.YoumuError:
+            continue

@@ -1,5 +1,6 @@
 """The SFT demo runs end to end at a tiny size from the main demo's ``--sft`` flag: chats
-generated in UltraChat's layout with Table 10's length shape, a tokenizer trained here,
+generated in UltraChat's layout with Table 10's length shape, published to a local Hub
+and read as ``hf://datasets/...``, a tokenizer trained here,
 online chat templating in DataLoader workers, the Hugging Face Trainer on 2 ranks over
 Gloo with dynamic batches, fixed batches and packing; a summary and a plot."""
 
@@ -25,13 +26,15 @@ ROWS = 64
 def test_sft_demo_tiny(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py"), "--sft", "--rows", str(ROWS), "--pool", "32",
-         "--token-budget", "1024", "--seq-len", "512", "--out", str(tmp_path)],
+         "--token-budget", "1024", "--seq-len", "512", "--hub", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=1480,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads((tmp_path / "summary.json").read_text())
     assert (tmp_path / "sft.png").stat().st_size > 10_000
     d = s["dataset"]
+    # read where such data is published: the local Hub, through hf:// (resolve, redirect, ranged reads)
+    assert d["source"] == "hf://datasets/youmu/sft-chats/data/ultrachat.parquet"
     assert d["rows"] == ROWS and d["truncated"] == 0  # cutoff_len above every sample, as in the paper
     assert 0.25 < d["lengths"]["cv"] < 0.75 and d["lengths"]["mean"] > 60  # UltraChat's shape, scaled by 1/8
     odb, fixed, packed = s["modes"]["odb"], s["modes"]["fixed"], s["modes"]["pack"]

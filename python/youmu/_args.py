@@ -38,6 +38,7 @@ __all__ = [
     "bool_arg",
     "choice_arg",
     "callable_arg",
+    "instance_arg",
     "index_of",
     "int_array",
     "float_array",
@@ -151,6 +152,22 @@ def callable_arg(name: str, value: T | None, *, optional: bool = False) -> T | N
         return None
     if not callable(value):
         what = "callable or None" if optional else "callable"
+        raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}")
+    return value
+
+
+def instance_arg(name: str, value: Any, types: type | tuple[type, ...], what: str) -> Any:
+    """``value`` when it is an instance of ``types`` (``what`` says what is expected, in
+    words), else :class:`~youmu.errors.ArgumentTypeError` naming the argument.
+
+    >>> instance_arg("text", "hi", str, "a str")
+    'hi'
+    >>> instance_arg("text", None, str, "a str")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.ArgumentTypeError: text must be a str, got NoneType
+    """
+    if not isinstance(value, types):
         raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}")
     return value
 

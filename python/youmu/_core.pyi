@@ -23,6 +23,9 @@ __all__ = [
     "set_io_options",
     "io_options",
     "redact",
+    "is_secret_key",
+    "listing_prefix",
+    "listed_data",
 ]
 
 import numpy as np
@@ -263,7 +266,15 @@ def redact(text: str) -> str:
 
     >>> from youmu._core import redact
     >>> redact("http://admin:hunter2@host/x.parquet?sv=1&sig=abc")
-    'http://***@host/x.parquet?sv=1&sig=***'
+    'http://***@host/x.parquet?sv=***&sig=***'
+    """
+def is_secret_key(key: str) -> bool:
+    """Whether a ``storage_options`` key names a secret (``secret_access_key``,
+    ``aws_session_token``, ``password``...): its value is never shown.
+
+    >>> from youmu._core import is_secret_key
+    >>> is_secret_key("aws_secret_access_key"), is_secret_key("endpoint")
+    (True, False)
     """
 def num_threads() -> int: ...
 def listing_prefix(key: str) -> str | None:

@@ -66,7 +66,18 @@ __all__ = [
 
 
 class YoumuError(Exception):
-    """Base class of every error youmu raises."""
+    """Base class of every error youmu raises. Its message never shows a credential
+    (:func:`youmu.redaction.redact`: user info and signatures in URLs, secret option
+    values), whichever layer built it."""
+
+    def __str__(self) -> str:
+        return _redact(super().__str__())
+
+
+def _redact(text: str) -> str:
+    from youmu.redaction import redact  # lazily: the native core maps its errors onto these classes
+
+    return redact(text)
 
 
 class YoumuWarning(UserWarning):
@@ -178,7 +189,7 @@ class RowError(YoumuError, ValueError):
         text = self.reason + (f" ({', '.join(parts)})" if parts else "")
         if self._carry:
             text += "\n" + self._fields_line() + json.dumps({"reason": self.reason, **self._fields()})
-        return text
+        return _redact(text)
 
 
 def _carried_fields(marker: str, message: str) -> tuple[str, dict] | None:
@@ -325,7 +336,7 @@ class UnknownNameError(YoumuError, KeyError):
     """A name (a mixture child, a source) that the object does not have."""
 
     def __str__(self) -> str:  # KeyError would show the message in quotes
-        return str(self.args[0]) if self.args else ""
+        return _redact(str(self.args[0])) if self.args else ""
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -409,4 +420,4 @@ class LoaderUnavailableError(LoaderError):
         self.actor = actor
 
     def __str__(self) -> str:  # the message alone (args also carry the actor, for pickling)
-        return str(self.args[0]) if self.args else ""
+        return _redact(str(self.args[0])) if self.args else ""

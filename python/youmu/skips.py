@@ -40,6 +40,7 @@ import numpy as np
 
 from youmu.errors import ImageError, YoumuWarning
 from youmu.positional import SKIP, in_worker_process
+from youmu.redaction import redact
 from youmu.shuffle import positions_to_rows
 
 __all__ = ["SkipLog", "locate", "reporting_pass"]
@@ -106,9 +107,9 @@ def reporting_pass(rows: Iterator[Any], transform: Callable[[Any], Any], start: 
                     held = None
                 raise (located.for_worker() if in_worker_process() else located) from None
             skipped += 1
-            report = {"position": located.position, "file": located.file, "row": located.row,
-                      "reason": located.reason, "column": located.column, "image": located.image,
-                      "path": located.path}
+            report = {"position": located.position, "file": _shown(located.file), "row": located.row,
+                      "reason": _shown(located.reason), "column": located.column, "image": located.image,
+                      "path": _shown(located.path)}
             log.add(report)
             reports.append(report)
             item = SKIP
@@ -126,6 +127,11 @@ def reporting_pass(rows: Iterator[Any], transform: Callable[[Any], Any], start: 
         yield deliver(held)
     if skipped and not delivered:
         _no_good_row(reports, skipped, start, pos)
+
+
+def _shown(text: str | None) -> str | None:
+    # reports are logged and delivered with samples: never a credential in them
+    return None if text is None else redact(text)
 
 
 def _no_good_row(reports: list[dict[str, Any]], skipped: int, start: int, end: int) -> None:

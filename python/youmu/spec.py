@@ -51,6 +51,7 @@ from youmu.convert import OUTPUTS
 from youmu.distributed.fingerprint import describe
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, YoumuWarning
 from youmu.page_grid import warn_small_page_column
+from youmu.redaction import is_secret_key, redacted_repr
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
 from youmu.shuffle import all_window_rows, dropped_rows, shuffle_args
@@ -59,9 +60,6 @@ from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 
 __all__ = ["StreamSpec", "StreamLayout", "SpecAttributes", "SETTINGS", "describe_paths"]
 
-# Storage option keys that hold credentials: left out of descriptions (a rotated key
-# reads the same source).
-_SECRETS = ("key", "secret", "token", "password", "credential")
 
 
 @dataclass(frozen=True)
@@ -217,14 +215,17 @@ class StreamSpec:
                                       f"not have{where}; they have {have}")
 
     # -- descriptions -----------------------------------------------------------------
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # storage_options hold credentials
+
     def describe(self, where: Any) -> dict[str, Any]:
         """The settings that shape the stream, by value, with ``where`` the data is
         (:func:`describe_paths`): what a Ray deployment's fingerprint holds. Storage
         options keep the endpoint and region, not the credentials."""
         out = {k: getattr(self, k) for k in ("shuffle", "buffer_size", "seed", "drop_last", "output",
                                                "memory_budget", "page_slices")}
-        opts = {k: str(v) for k, v in sorted((self.storage_options or {}).items())
-                if not any(s in k.lower() for s in _SECRETS)}
+        # credentials are left out (a rotated key reads the same source)
+        opts = {k: str(v) for k, v in sorted((self.storage_options or {}).items()) if not is_secret_key(k)}
         out.update(paths=where, columns=list(self.columns) if self.columns else None, storage=opts,
                    transform=None if self.transform is None else describe(self.transform))
         return out

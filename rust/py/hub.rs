@@ -9,6 +9,9 @@ use pyo3::types::PyDict;
 
 use crate::paths::rules::{KeyPlan, names_object};
 
+/// Path specs and storage options, as a `PageIndex` is given them.
+type SpecsAndOptions = (Vec<String>, Vec<(String, String)>);
+
 /// Whether `spec` is an `hf://` URL.
 pub fn is_hf(spec: &str) -> bool {
     spec.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("hf://"))
@@ -16,11 +19,7 @@ pub fn is_hf(spec: &str) -> bool {
 
 /// `specs` with every `hf://` URL replaced by the resolve URLs of the files it names, and
 /// `options` with the token's source added (both unchanged when there is none).
-pub fn expand(
-    py: Python<'_>,
-    specs: Vec<String>,
-    options: Vec<(String, String)>,
-) -> PyResult<(Vec<String>, Vec<(String, String)>)> {
+pub fn expand(py: Python<'_>, specs: Vec<String>, options: Vec<(String, String)>) -> PyResult<SpecsAndOptions> {
     if !specs.iter().any(|s| is_hf(s)) {
         return Ok((specs, options));
     }

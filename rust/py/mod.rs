@@ -159,6 +159,13 @@ fn redact(text: &str) -> String {
     crate::storage::redact::redact(text)
 }
 
+/// Whether a `storage_options` key names a secret (its value is never shown): the rule
+/// [`redact`] applies, for Python's reprs and descriptions of options.
+#[pyfunction]
+fn is_secret_key(key: &str) -> bool {
+    crate::storage::redact::is_secret_key(key)
+}
+
 /// The current I/O settings (see `set_io_options`).
 #[pyfunction]
 fn io_options(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -301,8 +308,8 @@ fn set_fast_decode(on: &Bound<'_, PyAny>) -> PyResult<()> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::runtime::tune_allocator();
-    if std::env::var("YOUMU_FAST_DECODE").is_ok_and(|v| v == "0") {
-        crate::tokens::set_enabled(false);
+    if let Ok(Some(on)) = crate::tokens::env_fast_decode() {
+        crate::tokens::set_enabled(on); // a bad value: storage::check_env names it at first use
     }
     m.add_class::<index::PyPageIndex>()?;
     m.add_class::<pending::PendingPages>()?;
@@ -318,6 +325,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_io_options, m)?)?;
     m.add_function(wrap_pyfunction!(io_options, m)?)?;
     m.add_function(wrap_pyfunction!(redact, m)?)?;
+    m.add_function(wrap_pyfunction!(is_secret_key, m)?)?;
     m.add_function(wrap_pyfunction!(hub::listing_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(hub::listed_data, m)?)?;
     Ok(())

@@ -19,7 +19,7 @@ use super::counters::{REMOTE_BYTES, REMOTE_REQUESTS, record_first_byte};
 use super::redact::redact;
 use super::retry::{Failed, retrying};
 use super::retry_after::RetryAfterConnector;
-use super::spec::{StoreSpec, config_error, env_sets, unknown_key};
+use super::spec::{HTTP_CREDENTIALS, StoreSpec, config_error, env_sets, unknown_key};
 use crate::error::{Error, Result, StorageErrorKind};
 
 impl StoreSpec {
@@ -45,7 +45,7 @@ impl StoreSpec {
             ObjectStoreScheme::AmazonS3 => "AWS_",
             ObjectStoreScheme::GoogleCloudStorage => "GOOGLE_",
             ObjectStoreScheme::MicrosoftAzure => "AZURE_",
-            _ => "YOUMU_HTTP_",
+            _ => super::options::HTTP_ENV_PREFIX,
         };
         // youmu's timeouts unless the environment or the options set the store's own.
         let mut client: Vec<(ClientConfigKey, String)> = Vec::new();
@@ -107,24 +107,45 @@ impl StoreSpec {
                 Arc::new(b.build().map_err(err)?)
             }
             _ => {
-                let base = root
-                    .split_once("://")
-                    .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
-                    .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"));
+                let base = if self.one_object {
+                    root.clone() // the object's own URL, its query included
+                } else {
+                    root.split_once("://")
+                        .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
+                        .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"))
+                };
                 let mut b =
                     HttpBuilder::new().with_url(base).with_retry(retry).with_http_connector(RetryAfterConnector);
                 // first: the client options replace any set before them
-                if let Some(token) = super::bearer::token(&self.options, root)? {
+                let token = super::bearer::token(&self.options, root)?;
+                let basic = self.basic_auth();
+                if token.is_some() && basic.is_some() {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: a bearer token and Basic credentials (user info or username/password) both \
+                         authenticate the requests: give one",
+                        redact(root)
+                    )));
+                }
+                if let Some(token) = token {
                     let headers = super::bearer::headers(&token, root)?;
+                    b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));
+                } else if let Some(auth) = basic {
+                    let mut value = reqwest::header::HeaderValue::from_str(&auth).map_err(|e| config_error(root, e))?;
+                    value.set_sensitive(true);
+                    let headers = reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
                     b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));
                 }
                 if root.starts_with("http://") {
                     b = b.with_config(ClientConfigKey::AllowHttp, "true");
                 }
-                for (ck, v) in client {
+                for (ck, v) in client.into_iter().chain(super::options::http_env()?) {
                     b = b.with_config(ck, v);
                 }
-                for (k, v) in self.options.iter().filter(|(k, _)| !super::bearer::is_bearer_key(k)) {
+                for (k, v) in self
+                    .options
+                    .iter()
+                    .filter(|(k, _)| !HTTP_CREDENTIALS.contains(&k.as_str()) && !super::bearer::is_bearer_key(k))
+                {
                     b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
                 }
                 Arc::new(b.build().map_err(err)?)
@@ -196,6 +217,16 @@ impl StoreSpec {
         })
         .await
         .map_err(|e| classify(e, &self.url_of(path), "", false))
+    }
+
+    /// What an object is now: a HEAD, or for a URL with a query (presigned for GET
+    /// only: a HEAD is refused) a GET of its first byte.
+    pub(super) async fn check_one(&self, path: &ObjectPath, url: &str) -> Result<ObjectMeta> {
+        if !self.one_object {
+            return self.head(path).await;
+        }
+        let opts = GetOptions { range: Some(object_store::GetRange::Bounded(0..1)), ..Default::default() };
+        Ok(self.get(path, opts, (url, "bytes 0-0", false)).await?.0)
     }
 
     /// One GET of `path` (the whole object, or `opts.range`), its body read in full (a
@@ -287,7 +318,16 @@ pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) ->
             return Error::Changed { path: url.to_string(), detail: "the object no longer exists".into() };
         }
         E::NotFound { .. } => StorageErrorKind::NotFound,
-        E::PermissionDenied { .. } | E::Unauthenticated { .. } => StorageErrorKind::Auth,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
+            if url.starts_with("http") && !detail.contains("storage_options") {
+                // user info is never saved with an index or pickled with it
+                detail.push_str(
+                    " (credentials of an http(s) URL's user info are not stored in saved or pickled indexes: pass \
+                     storage_options={\"username\": ..., \"password\": ...} when loading one)",
+                );
+            }
+            StorageErrorKind::Auth
+        }
         E::UnknownConfigurationKey { .. } => StorageErrorKind::Config,
         // reqwest refuses to build the request: an http:// URL with allow_http off
         _ if detail.contains("URL scheme is not allowed") => {

@@ -147,13 +147,55 @@ fn env_options() -> Result<IoOptions> {
     Ok(o)
 }
 
+/// The client settings of http(s) stores that `YOUMU_HTTP_<KEY>` variables give (any
+/// key of `object_store`'s client options: `YOUMU_HTTP_TIMEOUT=30s`,
+/// `YOUMU_HTTP_PROXY_URL=...`), or an error naming the first variable whose key or value
+/// the client refuses (checked by building a client with it: nothing is sent).
+pub fn http_env() -> Result<Vec<(object_store::ClientConfigKey, String)>> {
+    let mut out = Vec::new();
+    let mut vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+        .filter(|(k, _)| k.starts_with(HTTP_ENV_PREFIX))
+        .collect();
+    vars.sort();
+    if !vars.is_empty() {
+        // building the client below needs rustls's process provider, which the I/O
+        // runtime installs too (ring); checking may come first
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    for (var, value) in vars {
+        let key = var[HTTP_ENV_PREFIX.len()..].to_ascii_lowercase();
+        let bad = |why: String| Error::InvalidArgument(format!("environment variable {var}={value:?} {why}"));
+        let ck: object_store::ClientConfigKey = key
+            .parse()
+            .map_err(|_| bad(format!("names no http client option {key:?} (see object_store's ClientConfigKey)")))?;
+        object_store::http::HttpBuilder::new()
+            .with_url("http://127.0.0.1/")
+            .with_config(ck, value.as_str())
+            .build()
+            .map_err(|e| bad(format!("is not a valid {key}: {e}")))?;
+        out.push((ck, value));
+    }
+    Ok(out)
+}
+
+/// The prefix of the variables [`http_env`] reads.
+pub const HTTP_ENV_PREFIX: &str = "YOUMU_HTTP_";
+
 /// `Err` naming the first `YOUMU_*` variable that is malformed or out of range (the
 /// settings then keep their defaults). Checked where indexes are made and settings
 /// read or changed, so a typo is an error rather than silently ignored.
 pub fn check_env() -> Result<()> {
     static CHECKED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let found = CHECKED
-        .get_or_init(|| env_options().err().or_else(|| crate::runtime::env_threads().err()).map(|e| e.to_string()));
+    let found = CHECKED.get_or_init(|| {
+        env_options()
+            .err()
+            .or_else(|| crate::runtime::env_threads().err())
+            .or_else(|| crate::runtime::env_allocator().err())
+            .or_else(|| crate::tokens::env_fast_decode().err())
+            .or_else(|| http_env().err())
+            .map(|e| e.to_string())
+    });
     match found {
         Some(msg) => Err(Error::InvalidArgument(msg.clone())),
         None => Ok(()),

@@ -28,7 +28,6 @@ const SECRET_PARAMS: &[&str] = &[
     "token",
     "access_token",
     "sas_token",
-    "code",
     "password",
 ];
 
@@ -95,7 +94,9 @@ fn redact_urls(text: &str) -> String {
     while let Some(i) = rest.find("://") {
         let (before, after) = rest.split_at(i + 3);
         out.push_str(before);
-        let end = after.find(ends_token).unwrap_or(after.len());
+        let mut end = after.find(ends_token).unwrap_or(after.len());
+        // punctuation after a URL in a sentence ("GET <url>: 403") is not part of it
+        end = after[..end].trim_end_matches([':', '.', ',']).len();
         let (url, tail) = after.split_at(end);
         out.push_str(&redact_one_url(url));
         rest = tail;
@@ -104,13 +105,45 @@ fn redact_urls(text: &str) -> String {
     redact_params(&out)
 }
 
-/// The part of a URL after `://`.
+/// The part of a URL after `://`: user info blanked, and every value of its query and
+/// fragment (a presigned or SAS URL's whole query is its credential: `X-Amz-Credential`,
+/// `se`, `sp` and `sig` together grant access).
 fn redact_one_url(url: &str) -> String {
-    let auth_end = url.find(['/', '?', '#']).unwrap_or(url.len());
-    match url[..auth_end].rfind('@') {
-        Some(at) => format!("{MASK}{}", &url[at..]),
-        None => url.to_string(),
+    // the authority ends at the first `/`: a password may hold `#` or `?` (unescaped, as
+    // users type them), and blanking a little more than user info is harmless
+    let auth_end = url.find('/').unwrap_or(url.len());
+    let (auth, rest) = match url[..auth_end].rfind('@') {
+        Some(at) => (format!("{MASK}@"), &url[at + 1..]),
+        None => (String::new(), url),
+    };
+    let split = rest.find(['?', '#']).unwrap_or(rest.len());
+    let (path, query) = rest.split_at(split);
+    format!("{auth}{path}{}", blank_query(query))
+}
+
+/// `?a=1&b=2#c=3` -> `?a=***&b=***#c=***` (a part without `=` is blanked whole).
+fn blank_query(query: &str) -> String {
+    let mut out = String::with_capacity(query.len());
+    let mut part = String::new();
+    let flush = |part: &mut String, out: &mut String| {
+        if !part.is_empty() {
+            match part.split_once('=') {
+                Some((name, _)) => out.push_str(&format!("{name}={MASK}")),
+                None => out.push_str(MASK),
+            }
+            part.clear();
+        }
+    };
+    for c in query.chars() {
+        if matches!(c, '?' | '&' | '#' | ';') {
+            flush(&mut part, &mut out);
+            out.push(c);
+        } else {
+            part.push(c);
+        }
     }
+    flush(&mut part, &mut out);
+    out
 }
 
 /// `name=value` query parameters (after `?` or `&`, or a bare SAS string) whose name is
@@ -120,7 +153,8 @@ fn redact_params(text: &str) -> String {
     let mut i = 0;
     let bytes = text.as_bytes();
     while i < text.len() {
-        let at_boundary = i == 0 || matches!(bytes[i - 1], b'?' | b'&' | b' ' | b'"' | b'\'' | b'(' | b'=' | b':');
+        let at_boundary =
+            i == 0 || matches!(bytes[i - 1], b'?' | b'&' | b'#' | b' ' | b'"' | b'\'' | b'(' | b'=' | b':');
         if at_boundary && let Some(eq) = text[i..].find('=') {
             let name = &text[i..i + eq];
             if !name.is_empty()
@@ -131,6 +165,15 @@ fn redact_params(text: &str) -> String {
                 let vstart = i + eq + 1;
                 let vlen =
                     text[vstart..].find(|c: char| c == '&' || c == '#' || ends_token(c)).unwrap_or(text.len() - vstart);
+                // as for URLs: a sentence's punctuation after the value stays
+                let vlen = text[vstart..vstart + vlen].trim_end_matches([':', '.', ',']).len();
+                if text[vstart..vstart + vlen].contains('/') {
+                    // a path segment (a Hive-style partition `token=a/part-0.parquet`), not a
+                    // credential: signatures and tokens in query strings are URL-encoded
+                    out.push_str(&text[i..vstart + vlen]);
+                    i = vstart + vlen;
+                    continue;
+                }
                 out.push_str(name);
                 out.push('=');
                 if vlen > 0 {
@@ -157,8 +200,16 @@ mod tests {
             redact("GET http://admin:hunter2@127.0.0.1:1/x.parquet failed"),
             "GET http://***@127.0.0.1:1/x.parquet failed"
         );
-        assert_eq!(redact("\"https://u@h/p?a=1\""), "\"https://***@h/p?a=1\"");
-        assert_eq!(redact("https://h/p?sv=2020&sig=abc%2Fdef&se=1"), "https://h/p?sv=2020&sig=***&se=1");
+        assert_eq!(redact("\"https://u@h/p?a=1\""), "\"https://***@h/p?a=***\"");
+        assert_eq!(redact("https://h/p?sv=2020&sig=abc%2Fdef&se=1"), "https://h/p?sv=***&sig=***&se=***");
+        assert_eq!(redact("https://h/p.parquet?download"), "https://h/p.parquet?***");
+        assert_eq!(redact("GET https://h/p#sig=abc: 403"), "GET https://h/p#sig=***: 403");
+        assert_eq!(redact("http://admin:pa#ss@h/x.parquet"), "http://***@h/x.parquet", "a # in the password");
+        assert_eq!(redact("http://admin:p?w@h/x.parquet"), "http://***@h/x.parquet", "a ? in the password");
+        assert_eq!(redact("http://admin:p@w@h/x"), "http://***@h/x", "an @ in the password");
+        assert_eq!(redact("code=python/part-0.parquet"), "code=python/part-0.parquet", "a Hive partition");
+        assert_eq!(redact("token=a/part-0.parquet: bad"), "token=a/part-0.parquet: bad", "a Hive partition");
+        assert_eq!(redact("x.parquet#sig=abc"), "x.parquet#sig=***");
         assert_eq!(redact("sv=2020&SIG=abc"), "sv=2020&SIG=***");
         assert_eq!(redact("X-Amz-Signature=deadbeef&X-Amz-Date=1"), "X-Amz-Signature=***&X-Amz-Date=1");
         assert_eq!(redact("design=1 signature"), "design=1 signature", "only whole parameter names");

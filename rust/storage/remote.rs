@@ -172,7 +172,7 @@ pub async fn verify(objs: &[Arc<RemoteObject>]) -> Result<std::result::Result<()
             // a plain HTTP server cannot list: a HEAD each
             if members.len() < 4 || !members[0].spec.can_list() {
                 for o in &members {
-                    let meta = match o.spec.head(&o.path).await {
+                    let meta = match o.spec.check_one(&o.path, &o.url).await {
                         Ok(m) => m,
                         Err(Error::Storage { kind: StorageErrorKind::NotFound, .. }) => {
                             return Ok(Err((o.url.clone(), "no longer exists".to_string())));
@@ -221,8 +221,13 @@ pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut V
     let push = |out: &mut Vec<Found>, m: ObjectMeta| {
         out.push(Found::Remote { spec: store.clone(), path: m.location.clone(), meta: Some(m) })
     };
+    if store.one_object {
+        out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
+        return Ok(());
+    }
     if is_glob(&key) {
-        let plan = KeyPlan::new(&key).map_err(|e| Error::InvalidArgument(format!("bad glob {spec:?}: {e}")))?;
+        let plan =
+            KeyPlan::new(&key).map_err(|e| Error::InvalidArgument(format!("bad glob {:?}: {e}", redact(spec))))?;
         let before = out.len();
         for m in listed(plan.prefix())? {
             if plan.takes(m.location.as_ref()) {
@@ -230,7 +235,7 @@ pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut V
             }
         }
         if out.len() == before {
-            return Err(Error::InvalidArgument(format!("glob {spec:?} matched no Parquet objects")));
+            return Err(Error::InvalidArgument(format!("glob {:?} matched no Parquet objects", redact(spec))));
         }
         return Ok(());
     }
@@ -253,7 +258,8 @@ pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut V
             return Ok(());
         }
         return Err(Error::InvalidArgument(format!(
-            "{spec} holds no Parquet objects (*.parquet, *.parq, *.pq; hidden names skipped)"
+            "{} holds no Parquet objects (*.parquet, *.parq, *.pq; hidden names skipped)",
+            redact(spec)
         )));
     }
     Ok(())

@@ -65,6 +65,10 @@ pub fn refuse_unused_options(options: &[(String, String)], what: &str) -> Result
 
 static NEXT_SPEC: AtomicU64 = AtomicU64::new(1);
 
+/// youmu's own `storage_options` of http(s) stores: Basic credentials, what user info in
+/// the URL gives (an index or a pickle never stores either: pass them at load).
+pub const HTTP_CREDENTIALS: &[&str] = &["username", "password"];
+
 /// One store: its root URL (scheme and bucket/container/host) and the options it is
 /// built with. Built per process, lazily (see `aio::IoRuntime::store`).
 #[derive(Debug)]
@@ -77,6 +81,14 @@ pub struct StoreSpec {
     /// Whether the store has answered this process yet (a store that never did and
     /// refuses connections is a wrong endpoint, not a restart to wait out).
     pub answered: AtomicBool,
+    /// The user info an http(s) URL was written with (`user:password`, as typed): sent
+    /// as the client's Basic credentials, never part of `root` or of any URL youmu
+    /// shows or saves. `storage_options` `username`/`password` give the same.
+    pub user_info: Option<String>,
+    /// The root is one object's whole http(s) URL with its query string (a presigned S3
+    /// or GCS URL, an Azure SAS URL, `?download=true`): requests go to it as written,
+    /// unsigned, and its key is empty.
+    pub one_object: bool,
 }
 
 pub(super) fn config_error(root: &str, e: impl std::fmt::Display) -> Error {
@@ -135,9 +147,18 @@ impl StoreSpec {
         if !is_remote(spec)? {
             return Err(bad("not an object-store URL"));
         }
+        let http = matches!(scheme.as_str(), "http" | "https");
+        // user info first: a password may hold `/`, `?` or `#` as typed
+        let (user_info, rest) = match rest.split_once('/').unwrap_or((rest, "")).0.rfind('@') {
+            Some(at) if http => (Some(rest[..at].to_string()), &rest[at + 1..]),
+            _ => (None, rest),
+        };
         let (authority, mut key) = rest.split_once('/').unwrap_or((rest, ""));
         if authority.is_empty() {
             return Err(bad("no bucket or host"));
+        }
+        if http && rest.contains('?') {
+            return Self::one_object(&format!("{scheme}://{rest}"), user_info, options);
         }
         let base = format!("{scheme}://{authority}/");
         // Which store, and whether the first path segment belongs to the root
@@ -164,9 +185,43 @@ impl StoreSpec {
             root,
             options,
             answered: AtomicBool::new(false),
+            user_info,
+            one_object: false,
         };
         spec.check_options()?;
         Ok((Arc::new(spec), key.to_string()))
+    }
+
+    /// An http(s) URL with a query string names one object: the query is part of its
+    /// address (a signature, a SAS token), so `?` is no glob character there and the
+    /// URL is fetched as written — never re-signed, whatever host it names.
+    fn one_object(
+        spec: &str,
+        user_info: Option<String>,
+        options: &[(String, String)],
+    ) -> Result<(Arc<StoreSpec>, String)> {
+        let bad = |why: &str| Error::InvalidArgument(format!("{:?} is not a usable storage URL: {why}", redact(spec)));
+        let url = spec.split_once('#').map_or(spec, |(u, _)| u); // a fragment is never sent
+        let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(bad("no host"));
+        }
+        if parsed.path().ends_with('/') {
+            return Err(bad("a URL with a query string names one object, and this path ends in '/'"));
+        }
+        let options: Vec<(String, String)> = options.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+        remember_secrets(&options);
+        let spec = StoreSpec {
+            id: NEXT_SPEC.fetch_add(1, Ordering::Relaxed),
+            scheme: ObjectStoreScheme::Http,
+            root: url.to_string(),
+            options,
+            answered: AtomicBool::new(false),
+            user_info,
+            one_object: true,
+        };
+        spec.check_options()?;
+        Ok((Arc::new(spec), String::new()))
     }
 
     /// The same store with another id (a loaded index gets stores of its own).
@@ -179,6 +234,9 @@ impl StoreSpec {
         use object_store::azure::AzureConfigKey;
         use object_store::gcp::GoogleConfigKey;
         for (k, _) in &self.options {
+            if self.scheme == ObjectStoreScheme::Http && HTTP_CREDENTIALS.contains(&k.as_str()) {
+                continue;
+            }
             let ok = match self.scheme {
                 ObjectStoreScheme::AmazonS3 => k.parse::<AmazonS3ConfigKey>().is_ok(),
                 ObjectStoreScheme::GoogleCloudStorage => k.parse::<GoogleConfigKey>().is_ok(),
@@ -195,6 +253,31 @@ impl StoreSpec {
         Ok(())
     }
 
+    /// The `Authorization: Basic` value the client sends: the URL's own user info (as
+    /// typed: a `#`, `?` or `@` in a password is itself, a `%XX` its byte), else the
+    /// `username` and `password` options taken literally. A default header of the
+    /// client: object_store builds its requests from `http::Uri`s, which drop user info.
+    pub(super) fn basic_auth(&self) -> Option<String> {
+        let (user, password) = match &self.user_info {
+            Some(info) => {
+                let (u, p) = info.split_once(':').map_or((info.as_str(), ""), |(u, p)| (u, p));
+                (percent_decode(u), percent_decode(p))
+            }
+            None => {
+                let get = |name: &str| self.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec());
+                let (user, password) = (get("username"), get("password"));
+                if user.is_none() && password.is_none() {
+                    return None;
+                }
+                (user.unwrap_or_default(), password.unwrap_or_default())
+            }
+        };
+        let mut pair = user;
+        pair.push(b':');
+        pair.extend_from_slice(&password);
+        Some(format!("Basic {}", base64(&pair)))
+    }
+
     pub(super) fn user_sets(&self, client_key: &str) -> bool {
         self.options.iter().any(|(k, _)| {
             k == client_key
@@ -205,6 +288,9 @@ impl StoreSpec {
     /// The object path of a key inside this store (`HttpStore` paths include the
     /// path-style prefix of the root).
     pub fn object_path(&self, key: &str) -> Result<ObjectPath> {
+        if self.one_object {
+            return Ok(ObjectPath::default()); // the root is the object
+        }
         let full = match self.scheme {
             ObjectStoreScheme::Http => {
                 let after_host = self.root.split_once("://").and_then(|(_, r)| r.split_once('/')).map_or("", |x| x.1);
@@ -218,6 +304,9 @@ impl StoreSpec {
 
     /// The URL of an object path of this store.
     pub fn url_of(&self, path: &ObjectPath) -> String {
+        if self.one_object {
+            return self.root.clone();
+        }
         match self.scheme {
             ObjectStoreScheme::Http => {
                 let host_end =
@@ -240,6 +329,40 @@ impl StoreSpec {
             redact(url)
         ))
     }
+}
+
+/// `%XX` escapes decoded (a `%` not followed by two hex digits stays itself).
+fn percent_decode(text: &str) -> Vec<u8> {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding (RFC 4648), what Basic authentication sends.
+fn base64(data: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &c)| n | (c as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ABC[(n >> (18 - 6 * i)) as usize & 63] as char } else { '=' });
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -265,6 +388,47 @@ mod tests {
         assert!(
             is_url("S3://b/k") && is_url("abfs://c@a.dfs.core.windows.net/k") && !is_url("/tmp/x") && !is_url("a:b")
         );
+    }
+
+    #[test]
+    fn base64_is_rfc_4648() {
+        let cases =
+            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")];
+        for (plain, encoded) in cases {
+            assert_eq!(base64(plain.as_bytes()), encoded);
+        }
+        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+    }
+
+    #[test]
+    fn user_info_stays_out_of_roots_and_urls() {
+        let (s, k) = StoreSpec::parse("http://admin:p#w?x@127.0.0.1:9/d/x.parquet", &[]).unwrap();
+        assert_eq!((s.root.as_str(), k.as_str()), ("http://127.0.0.1:9/", "d/x.parquet"));
+        assert_eq!(s.url_of(&s.object_path(&k).unwrap()), "http://127.0.0.1:9/d/x.parquet");
+        assert_eq!(s.basic_auth().as_deref(), Some(format!("Basic {}", base64(b"admin:p#w?x"))).as_deref());
+        let opts = [("username".to_string(), "ad min".to_string()), ("password".to_string(), "p@ss".to_string())];
+        let (s, _) = StoreSpec::parse("http://127.0.0.1:9/d/x.parquet", &opts).unwrap();
+        assert_eq!(s.basic_auth().as_deref(), Some(format!("Basic {}", base64(b"ad min:p@ss"))).as_deref());
+        let (s, _) = StoreSpec::parse("http://a%40b:100%@127.0.0.1:9/d/x.parquet", &[]).unwrap();
+        assert_eq!(s.basic_auth().as_deref(), Some(format!("Basic {}", base64(b"a@b:100%"))).as_deref());
+        assert!(StoreSpec::parse("s3://b/k", &opts).is_err(), "credentials of http stores only");
+        let (s, _) = StoreSpec::parse("abfs://container@acct.dfs.core.windows.net/k", &[]).unwrap();
+        assert!(s.user_info.is_none() && s.root.contains("container@"), "not user info outside http(s)");
+    }
+
+    #[test]
+    fn a_url_with_a_query_names_one_object() {
+        for url in [
+            "https://bkt.s3.amazonaws.com/a/x.parquet?X-Amz-Signature=ab&X-Amz-Expires=60",
+            "https://acct.blob.core.windows.net/c/x?sv=2020&sig=abc#frag",
+            "http://127.0.0.1:9000/data/x.parquet?download=true",
+        ] {
+            let (s, k) = StoreSpec::parse(url, &[]).unwrap();
+            assert!(s.one_object && k.is_empty() && s.scheme == ObjectStoreScheme::Http, "{url}");
+            assert_eq!(s.url_of(&s.object_path(&k).unwrap()), url.split('#').next().unwrap());
+        }
+        assert!(StoreSpec::parse("http://h/dir/?sig=1", &[]).is_err());
+        assert!(!StoreSpec::parse("s3://b/k?x", &[]).unwrap().0.one_object, "s3 keys may hold '?'");
     }
 
     #[test]

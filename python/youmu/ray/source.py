@@ -31,6 +31,7 @@ from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 from youmu.jobstates import Level
 from youmu.parquet import ParquetStream
+from youmu.redaction import redacted_repr
 from youmu.spec import SpecAttributes, StreamSpec, describe_paths
 
 __all__ = ["Source", "Record", "Records", "MeasureFns"]
@@ -147,6 +148,9 @@ class Source(SpecAttributes):
         object.__setattr__(self, "paths", paths)
         object.__setattr__(self, "stream", stream)
         object.__setattr__(self, "spec", spec)
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # its spec's storage_options and URL paths hold credentials
 
     @classmethod
     def of(cls, value: Any, what: str = "source") -> Source:

@@ -41,7 +41,7 @@ import numpy as np
 from youmu import mixture_change
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
-from youmu.errors import StateError
+from youmu.errors import InvalidArgumentError, StateError
 from youmu.jobstates import Level, is_merged
 from youmu.mixture_change import Switch
 from youmu.resume import Origin, Units, decode_levels, remaining_after
@@ -102,6 +102,12 @@ class MapStream(PositionalStream[Any]):
             from youmu.errors import ArgumentTypeError
 
             raise ArgumentTypeError(f"dataset must be map-style (len and [i]), got {type(dataset).__name__}")
+        if isinstance(dataset, Mapping) and not all(k in dataset for k in range(len(dataset))):
+            # a map-style dataset is read at positions 0..len-1: a dict keyed otherwise
+            # would fail at its first read, on one rank, mid-epoch
+            raise InvalidArgumentError(f"dataset is a {type(dataset).__name__} whose keys are not "
+                                       f"0..{len(dataset) - 1}: a map-style dataset is read at positions "
+                                       "0..len(dataset)-1")
         self.dataset = dataset
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self._fingerprints: dict[int, str] = {}

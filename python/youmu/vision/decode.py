@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from youmu._args import int_arg
+from youmu._args import instance_arg, int_arg
 from youmu.errors import ImageError
 from youmu.vision.resize import (
     MAX_PIXELS,
@@ -66,6 +66,12 @@ def _pil() -> Any:
     except ImportError as e:  # pragma: no cover - the extra is missing
         raise ImportError("youmu.vision needs Pillow: pip install 'youmu[vision]'") from e
     return Image
+
+
+def _image_arg(img: Any) -> Any:
+    """``img`` when it is a Pillow image (what :func:`open_image` returns), else an
+    :class:`~youmu.errors.ArgumentTypeError` saying so."""
+    return instance_arg("img", img, _pil().Image, "a PIL.Image.Image (open bytes with youmu.vision.open_image)")
 
 
 def open_image(data: bytes, *, max_image_pixels: int = MAX_IMAGE_PIXELS) -> Image:
@@ -118,7 +124,7 @@ def _orientation(img: Image) -> int:
 def upright_size(img: Image) -> tuple[int, int]:
     """``(width, height)`` of an opened image once its EXIF orientation is applied
     (from the header: no pixel decoded)."""
-    w, h = img.size
+    w, h = _image_arg(img).size
     return (h, w) if _orientation(img) in _QUARTER_TURNS else (w, h)
 
 
@@ -139,6 +145,7 @@ def to_rgb(img: Image) -> Image:
     palette by Pillow's conversions; 16/32-bit grey scaled to 8 bits (Pillow would clip
     it); transparency composited on white."""
     Image = _pil()
+    img = _image_arg(img)
     if getattr(img, "n_frames", 1) > 1:
         img.seek(0)
     mode = img.mode

@@ -31,7 +31,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from youmu.errors import ArgumentTypeError, ImageError, TextError
+from youmu._args import instance_arg, int_array
+from youmu.errors import ArgumentTypeError, ImageError, InvalidArgumentError, TextError
 from youmu.text.chat import assistant_labels, generation_template, template_one
 
 __all__ = ["IMAGE_PLACEHOLDER", "SPECIAL_TOKENS", "DEFAULT_SYSTEM", "ByteTokenizer", "tokenize_chat"]
@@ -72,7 +73,7 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
-        for part in self._split.split(text):
+        for part in self._split.split(instance_arg("text", text, str, "a str")):
             if part in self.specials:
                 out.append(self.specials[part])
             elif part:
@@ -81,7 +82,9 @@ class ByteTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         out, raw = [], bytearray()
-        for i in ids:
+        for i in int_array(ids, "ids").tolist():
+            if not 0 <= i < self.vocab_size:
+                raise InvalidArgumentError(f"ids must be token ids in range(0, {self.vocab_size}), got {i}")
             if i in self._names:
                 out.append(raw.decode("utf-8", "replace") + self._names[i])
                 raw = bytearray()
