@@ -32,18 +32,19 @@ pub fn list(specs: &[String], options: &[(String, String)]) -> Result<Listing> {
     for s in specs {
         scheme_of(s)?.list(s, options, &mut out)?;
     }
-    if !out.found.iter().any(Found::in_store) {
+    if !out.found.iter().any(Found::takes_options) {
         super::spec::refuse_unused_options(options, "the path list")?;
     }
     Ok(out)
 }
 
-/// Open every one of `found` and run `work` over its bytes: local files on youmu's pool
-/// (waited for interruptibly: Ctrl-C stops between files), objects with many requests
-/// in flight (a tail GET each, which also gives the size and ETag, then whatever the
-/// parse finds missing, fetched concurrently, the parse rerun on the pool). `done` is
-/// called after each; once `stop` is set, files not started are skipped (`None`).
-/// Returns, in the order of `found`, what `work` returned and the GETs it took.
+/// Open every one of `found` and run `work` over its bytes, many at once (up to
+/// `max_inflight`): each opens itself ([`Found::open`]: a local file on youmu's pool,
+/// an object with a GET of its tail, which also gives the size and ETag), `work` runs on
+/// the pool, and whatever it finds missing of an object is fetched concurrently and
+/// `work` rerun. `done` is called after each; once `stop` is set (or Ctrl-C is pressed)
+/// entries not started are skipped (`None`) and those in flight dropped. Returns, in the
+/// order of `found`, what `work` returned and the GETs it took.
 #[allow(clippy::type_complexity)]
 pub fn open_each<T: Send + 'static>(
     found: &[Found],
@@ -51,78 +52,39 @@ pub fn open_each<T: Send + 'static>(
     done: &(dyn Fn() + Sync),
     stop: &AtomicBool,
 ) -> Result<Vec<Option<Result<(T, u64)>>>> {
-    let work = Arc::new(work);
-    let mut out: Vec<Option<Result<(T, u64)>>> = (0..found.len()).map(|_| None).collect();
-    let local: Vec<(usize, &PathBuf)> = found
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| if let Found::Local(p) = f { Some((i, p)) } else { None })
-        .collect();
-    let read_local = || -> Vec<(usize, Result<(T, u64)>)> {
-        crate::runtime::runtime().pool().install(|| {
-            local
-                .par_iter()
-                .filter_map(|&(i, p)| {
-                    if stop.load(Ordering::Relaxed) {
-                        return None;
-                    }
-                    let r = LocalFile::open(p).and_then(|f| work(Fetched::direct(Source::new(Arc::new(f)))));
-                    done();
-                    Some((i, r.map(|t| (t, 0))))
+    use futures_util::StreamExt;
+    let work: Arc<dyn Fn(Fetched) -> Result<T> + Send + Sync> = Arc::new(work);
+    let width = io_options().max_inflight.max(1);
+    let read = || {
+        block_on(async {
+            let mut out: Vec<Option<Result<(T, u64)>>> = (0..found.len()).map(|_| None).collect();
+            let mut stream = futures_util::stream::iter(found.iter().enumerate())
+                .map(|(i, f)| {
+                    let work = work.clone();
+                    async move { (i, open_one(f, work).await) }
                 })
-                .collect()
+                .buffer_unordered(width);
+            while let Some((i, r)) = stream.next().await {
+                out[i] = Some(r);
+                done();
+                if stop.load(Ordering::Relaxed) {
+                    break; // dropping the stream cancels what is in flight
+                }
+            }
+            out
         })
     };
-    let read = crate::runtime::run_interruptible(read_local, || stop.store(true, Ordering::Relaxed))?;
-    for (i, r) in read {
-        out[i] = Some(r);
-    }
-    let remote: Vec<(usize, Found)> =
-        found.iter().enumerate().filter(|(_, f)| f.in_store()).map(|(i, f)| (i, f.clone())).collect();
-    if remote.is_empty() || stop.load(Ordering::Relaxed) {
-        return Ok(out);
-    }
-    use futures_util::StreamExt;
-    let width = io_options().max_inflight.max(1);
-    let read: Vec<(usize, Result<(T, u64)>)> = block_on(async {
-        let mut stream = futures_util::stream::iter(remote)
-            .map(|(i, f)| {
-                let work = work.clone();
-                async move { (i, open_remote(f, move |r| work(r)).await) }
-            })
-            .buffer_unordered(width);
-        let mut read = Vec::with_capacity(found.len());
-        while let Some(r) = stream.next().await {
-            read.push(r);
-            done();
-            if stop.load(Ordering::Relaxed) {
-                break; // dropping the stream cancels the reads in flight
-            }
-        }
-        read
-    })?;
-    for (i, r) in read {
-        out[i] = Some(r);
-    }
-    Ok(out)
+    crate::runtime::run_interruptible(read, || stop.store(true, Ordering::Relaxed))?
 }
 
-/// One object: its tail first, then rounds of what `work` finds missing.
-async fn open_remote<T: Send + 'static>(
-    f: Found,
-    work: impl Fn(Fetched) -> Result<T> + Send + Sync + 'static,
+/// One entry: opened, then `work` over what came with it and rounds of what it finds missing.
+async fn open_one<T: Send + 'static>(
+    f: &Found,
+    work: Arc<dyn Fn(Fetched) -> Result<T> + Send + Sync>,
 ) -> Result<(T, u64)> {
-    let Found::Remote { spec, path, meta } = f else {
-        return Err(Error::Internal("a local file reached the object reader".into()));
-    };
-    if let Some(m) = &meta
-        && m.size < 12
-    {
-        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
-    }
-    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, io_options().tail_bytes).await?;
-    let (t, requests) = with_fetched(Arc::new(obj), start, tail, work).await?;
-    Ok((t, requests + 1))
+    let opened = f.open().await?;
+    let (t, requests) = with_fetched(opened.source, opened.start, opened.tail, work).await?;
+    Ok((t, requests + opened.requests))
 }
 
 /// The whole file or object at `path` (a saved index); `options` configure its store.
