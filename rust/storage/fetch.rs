@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::source::{Source, Storage};
+use super::source::Storage;
 use crate::error::{Error, Result, catch_panics};
 
 /// Requests for `ranges` of one object: a range joins the request before it when the
@@ -128,26 +128,32 @@ impl RangeSet {
     }
 }
 
-/// Run `work` over a source whose bytes came in part with opening it (`tail`, at
-/// `start`): `work` runs on the pool over a [`Fetched`](super::fetched::Fetched) holding
-/// them; where the source fetches ahead (an object), the view is strict and each
+/// Run `work` over an opened entry: its source is made and `work` first run in one
+/// pool task (a local file's open and `fstat` block, and then costs no second hop), over
+/// a [`Fetched`](super::fetched::Fetched) holding what came with opening it (an object's
+/// tail). Where the source fetches ahead (an object) the view is strict, and each
 /// [`Error::NeedData`] `work` returns is fetched (coalesced, concurrently) before it runs
-/// again, where it is read in place (a local file) `work` reads what it needs itself.
-/// Returns what `work` returned and the GETs this sent (the tail's not included).
+/// again; where it is read in place (a local file) `work` reads what it needs itself.
+/// Returns what `work` returned and the GETs this sent (opening's not included).
 pub async fn with_fetched<T: Send + 'static>(
-    source: Source,
-    start: u64,
-    tail: Bytes,
+    opened: super::found::Opened,
     work: Arc<dyn Fn(super::fetched::Fetched) -> Result<T> + Send + Sync>,
 ) -> Result<(T, u64)> {
     let o = super::options::io_options();
-    let strict = !source.reads_in_place();
+    let super::found::Opened { source: make, start, tail, .. } = opened;
     let mut have = if tail.is_empty() { RangeSet::default() } else { RangeSet::new(start, tail) };
+    let (w, held) = (work.clone(), have.as_vec());
+    let (source, mut result) = on_pool(move || {
+        let source = make()?;
+        let strict = !source.reads_in_place();
+        let r = w(super::fetched::Fetched::new(source.clone(), held, strict));
+        Ok((source, r))
+    })
+    .await?;
+    let strict = !source.reads_in_place();
     let mut requests = 0u64;
     for round in 0..8 {
-        let reader = super::fetched::Fetched::new(source.clone(), have.as_vec(), strict);
-        let w = work.clone();
-        match on_pool(move || w(reader)).await {
+        match result {
             Err(Error::NeedData(wanted)) if strict => {
                 let mut missing: Vec<Range<u64>> =
                     wanted.iter().flat_map(|&(a, b)| have.missing(&(a..b.min(source.len())))).collect();
@@ -170,6 +176,9 @@ pub async fn with_fetched<T: Send + 'static>(
                 for (s, b) in fetch_ranges(&source, &missing).await? {
                     have.insert(s, b);
                 }
+                let reader = super::fetched::Fetched::new(source.clone(), have.as_vec(), strict);
+                let w = work.clone();
+                result = on_pool(move || w(reader)).await;
             }
             other => return other.map(|t| (t, requests)),
         }

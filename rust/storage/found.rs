@@ -22,16 +22,19 @@ pub trait Listed: Send + Sync + std::fmt::Debug {
     /// Whether `storage_options` configure how it is reached (an object in a store);
     /// options given where no entry takes them are refused, not ignored.
     fn takes_options(&self) -> bool;
-    /// Open it (from async code; blocking work goes to youmu's pool): a source on it
-    /// and whatever bytes opening it brought along.
+    /// Open it (from async code; blocking work is left to [`Opened::source`], which
+    /// runs on youmu's pool): a source on it and whatever bytes opening it brought along.
     fn open(&self) -> BoxFuture<'_, Result<Opened>>;
 }
 
-/// A found entry opened: its source, the bytes `[start, len)` that came with opening it
-/// (an object's tail, from the GET that told its size and ETag; nothing for a local
-/// file, which is read in place) and the requests opening it took.
+/// A found entry opened: what makes its source, the bytes `[start, len)` that came with
+/// opening it (an object's tail, from the GET that told its size and ETag; nothing for a
+/// local file, which is read in place) and the requests opening it took.
 pub struct Opened {
-    pub source: Source,
+    /// Run on youmu's pool, in the task that first parses the entry: a local file's
+    /// open and `fstat` block (and would cost a second hop to the pool apart); an
+    /// object's source is made already.
+    pub source: Box<dyn FnOnce() -> Result<Source> + Send>,
     pub start: u64,
     pub tail: Bytes,
     pub requests: u64,

@@ -12,7 +12,6 @@ use futures_util::future::BoxFuture;
 use object_store::ObjectMeta;
 use object_store::path::Path as ObjectPath;
 
-use super::fetch::on_pool;
 use super::found::{Found, Listed, Opened};
 use super::local::LocalFile;
 use super::options::io_options;
@@ -44,12 +43,9 @@ impl Listed for ListedFile {
     }
     fn open(&self) -> BoxFuture<'_, Result<Opened>> {
         let path = self.0.clone();
-        Box::pin(async move {
-            // an open and a stat: blocking calls, made on the pool, not on an I/O thread
-            let file = on_pool(move || LocalFile::open(&path)).await?;
-            let size = file.size;
-            Ok(Opened { source: Source::new(Arc::new(file)), start: size, tail: Bytes::new(), requests: 0 })
-        })
+        // an open and a stat: blocking calls, made on the pool with the footer's parse
+        let source = Box::new(move || LocalFile::open(&path).map(|f| Source::new(Arc::new(f))));
+        Box::pin(async move { Ok(Opened { source, start: 0, tail: Bytes::new(), requests: 0 }) })
     }
 }
 
@@ -93,7 +89,8 @@ impl Listed for ListedObject {
                 io_options().tail_bytes,
             )
             .await?;
-            Ok(Opened { source: Source::new(Arc::new(obj)), start, tail, requests: 1 })
+            let source = Source::new(Arc::new(obj));
+            Ok(Opened { source: Box::new(move || Ok(source)), start, tail, requests: 1 })
         })
     }
 }

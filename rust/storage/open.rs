@@ -83,8 +83,9 @@ async fn open_one<T: Send + 'static>(
     work: Arc<dyn Fn(Fetched) -> Result<T> + Send + Sync>,
 ) -> Result<(T, u64)> {
     let opened = f.open().await?;
-    let (t, requests) = with_fetched(opened.source, opened.start, opened.tail, work).await?;
-    Ok((t, requests + opened.requests))
+    let opening = opened.requests;
+    let (t, requests) = with_fetched(opened, work).await?;
+    Ok((t, requests + opening))
 }
 
 /// The whole file or object at `path` (a saved index); `options` configure its store.
