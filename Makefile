@@ -5,7 +5,7 @@ PIP      := $(PY) -m pip
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-python test-seams test-seams-extra lint demo bench peers-venv compare clean
+.PHONY: setup build test test-rust test-python test-seams lint demo bench peers-venv compare clean
 
 setup: $(VENV)/.deps-installed
 
@@ -26,13 +26,10 @@ test-python: build
 	$(PY) -m pytest -q tests -m "not seams"
 
 # The seam matrix's trainer jobs (tests/test_seams.py: real trainers SIGKILLed and
-# resumed), the slow part of the matrix; CI runs it after `make test`. The extra cells
-# (more trainer x row pairs, the Ray client: minutes each) run with test-seams-extra.
+# resumed, the Ray client's on a local cluster), the slow part of the matrix; CI runs it
+# after `make test`.
 test-seams: build
-	$(PY) -m pytest -q tests/test_seams.py -m "seams and not seams_extra"
-
-test-seams-extra: build
-	$(PY) -m pytest -q tests/test_seams.py -m seams_extra
+	$(PY) -m pytest -q tests/test_seams.py -m seams
 
 test: test-rust test-python
 

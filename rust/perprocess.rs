@@ -21,7 +21,9 @@ extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
-fn fork_generation() -> u64 {
+/// This process image's fork generation: what [`PerProcess`] tags its values with, and
+/// what anything else made before a fork compares to know it is in the child.
+pub fn fork_generation() -> u64 {
     static REGISTER: std::sync::Once = std::sync::Once::new();
     REGISTER.call_once(|| {
         // SAFETY: registers a handler that only touches an atomic (async-signal-safe).

@@ -11,6 +11,7 @@ and flushed before the batch trains, so what a killed job trained survives the k
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -25,6 +26,12 @@ EOS, PAD = -2, -1
 ROWS = 96  # rows of the corpus
 BATCH = 4  # rows per batch (streams); pack: 2 sequences of SEQ tokens
 SEQ = 9
+MICRO = 2  # micro-batches per optimizer step of the balanced and ray rows
+
+
+def micro_batches(kind: str) -> int:
+    """Batches per optimizer step a row's loader yields (what a trainer accumulates)."""
+    return MICRO if kind in ("balanced", "ray") else 1
 
 
 def corpus(tmp: str) -> str:
@@ -78,7 +85,7 @@ def make_loader(kind: str, tmp: str, *, workers: int = 0, channel: Any = None, r
     if kind == "balanced":
         from youmu.planning import BalancedLoader
 
-        bl = BalancedLoader(_stream(tmp), num_microbatches=2, global_batch_size=8, length_fn=_row_len,
+        bl = BalancedLoader(_stream(tmp), num_microbatches=MICRO, global_batch_size=8, length_fn=_row_len,
                             collate_fn=collate_pad, seed=3, drop_last=True, channel=channel)
         return TrainerLoader(bl)
     if kind == "ray":
@@ -103,7 +110,7 @@ def deploy_ray(tmp: str, name: str) -> Any:
     from youmu.torch import collate_pad
 
     return RayLoaders({"default": Source(corpus(tmp), shuffle="page", buffer_size=8, seed=1, output="numpy")},
-                      world_size=2, num_microbatches=2, global_batch_size=8, length_fn=_row_len,
+                      world_size=2, num_microbatches=MICRO, global_batch_size=8, length_fn=_row_len,
                       collate_fn=collate_pad, seed=3, drop_last=True, name=name, namespace="youmu-seams", timeout=60.0)
 
 
@@ -175,13 +182,20 @@ def job(rank: int, world: int, trainer: str, kind: str, tmp: str, run: str, save
     torchrun_env(rank, world)
     torch.manual_seed(0)
     probe = Probe(f"{tmp}/{run}/rank{rank}.jsonl", kill_at)
-    run_fn = {"lightning": _lightning, "hf": _hf, "accelerate": _accelerate, "mesh": _mesh}[trainer]
-    return run_fn(probe, lambda channel=None: make_loader(kind, tmp, workers=workers, channel=channel, ray=ray),
-                  f"{tmp}/{run}/ckpt", save_every, None if resume is None else (f"{tmp}/{resume[0]}/ckpt", resume[1]),
-                  epochs)
+    # the trainer accumulates a step's micro-batches (Lightning's accumulate_grad_batches: its
+    # data module builds the loader after the Trainer, so the count comes from the row)
+    lightning = functools.partial(_lightning, per_step=micro_batches(kind))
+    run_fn = {"lightning": lightning, "hf": _hf, "accelerate": _accelerate, "mesh": _mesh}[trainer]
+
+    def make(channel: Any = None) -> TrainerLoader:
+        return make_loader(kind, tmp, workers=workers, channel=channel, ray=ray)
+
+    where = None if resume is None else (f"{tmp}/{resume[0]}/ckpt", resume[1])
+    return run_fn(probe, make, f"{tmp}/{run}/ckpt", save_every, where, epochs)
 
 
-def _lightning(probe: Probe, make: Any, ckpt: str, save_every: int, resume: tuple[str, int] | None, epochs: int) -> int:
+def _lightning(probe: Probe, make: Any, ckpt: str, save_every: int, resume: tuple[str, int] | None, epochs: int,
+               per_step: int = 1) -> int:
     import glob
 
     import lightning.pytorch as pl
@@ -206,7 +220,8 @@ def _lightning(probe: Probe, make: Any, ckpt: str, save_every: int, resume: tupl
     world = int(os.environ["WORLD_SIZE"])
     trainer = pl.Trainer(accelerator="gpu" if on_gpu() else "cpu", devices=world, num_nodes=1,
                          strategy=DDPStrategy(process_group_backend="nccl" if on_gpu() else "gloo"), logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=ckpt, callbacks=[saver], max_epochs=epochs)
+                         enable_model_summary=False, default_root_dir=ckpt, callbacks=[saver], max_epochs=epochs,
+                         accumulate_grad_batches=per_step)
     path = None if resume is None else sorted(glob.glob(f"{resume[0]}/*step={resume[1]}.ckpt"))[0]
     trainer.fit(Module(), datamodule=YoumuDataModule(make), ckpt_path=path)
     return trainer.global_step

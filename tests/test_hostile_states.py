@@ -233,6 +233,18 @@ def test_a_forged_dataset_size_in_a_loader_state_is_merged_without_allocating_an
         loader().load_state_dict(merged)
 
 
+@pytest.mark.parametrize("field", ["epoch", "step", "next_index"])
+def test_a_ray_planner_state_integer_past_int64_is_refused_like_every_other_states(field) -> None:
+    # every state keeps its integers in [0, 2**63): int64 in shared memory, numpy and Rust
+    from youmu.ray.state import PlannerState
+
+    fresh = PlannerState(0, 0, ((0,),), ((False,),), (0,), ((),), (None,)).to_dict()
+    assert PlannerState.from_dict(fresh, world_size=1, num_sources=1).epoch == 0
+    forged = {**fresh, field: [2**64] if field == "next_index" else 2**64}
+    with pytest.raises(StateError, match=rf"'{field}' must be a list of (1 )?ints in \[0, 2\*\*63\)"):
+        PlannerState.from_dict(forged, world_size=1, num_sources=1)
+
+
 # ----------------------------------------------------------------------------------------
 # pack: token columns that are not token ids
 # ----------------------------------------------------------------------------------------

@@ -125,6 +125,22 @@ def test_a_match_on_the_backend_is_caught() -> None:
     assert not FORBIDDEN.search(_code("let found = paths::discover(paths, options)?; // not Location::of"))
 
 
+# "Is this still the process that made it?" is one question with one answer, the fork
+# generation `rust/perprocess.rs` keeps (bumped by a `pthread_atfork` child handler):
+# a process id compared elsewhere is a second answer, and a pid can be reused.
+PROCESS_ID_COMPARED = re.compile(r"(?:==|!=)\s*std::process::id\(\)|std::process::id\(\)\s*(?:==|!=)|\bpid:\s*u32\b")
+
+
+def test_only_perprocess_asks_which_process_this_is() -> None:
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+            for p in sorted(RUST.rglob("*.rs")) if p.name != "perprocess.rs"
+            for n, line in enumerate(p.read_text().splitlines(), 1) if PROCESS_ID_COMPARED.search(_code(line))]
+    assert not hits, "compare crate::perprocess::fork_generation() instead:\n" + "\n".join(hits)
+    for line in ("if self.pid != std::process::id() {", "    pid: u32,"):
+        assert PROCESS_ID_COMPARED.search(line), line
+    assert not PROCESS_ID_COMPARED.search('let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));')
+
+
 def _storage_imports() -> dict[str, set[str]]:
     """Sibling modules each storage module refers to (``super::name``), tests excluded."""
     modules = {p.stem for p in STORAGE.glob("*.rs")} - {"mod"}
@@ -340,6 +356,120 @@ def test_a_re_export_is_caught() -> None:
     assert _pass_through_exports(sources) == ["youmu.b re-exports X"]
 
 
+def _renamed_imports(sources: dict[str, str]) -> list[str]:
+    """Module-level ``X = Y`` where ``Y`` is a name the module imports: one thing under a
+    second name, which a reader (or a grep for the first) does not find."""
+    found = []
+    for name, text in sources.items():
+        body = ast.parse(text).body
+        imported = {(a.asname or a.name).split(".")[0]
+                    for n in body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        found += [f"{name}:{n.lineno} {n.targets[0].id} = {n.value.id}" for n in body
+                  if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in imported
+                  and isinstance(n.targets[0], ast.Name)]
+    return found
+
+
+def test_no_module_renames_a_name_it_imports() -> None:
+    bad = _renamed_imports(_python_sources())
+    assert not bad, "use the imported name itself (or import it `as` the other name): " + "; ".join(bad)
+
+
+def test_a_renamed_import_is_caught() -> None:
+    sources = {"youmu.a": "from youmu.b import OWNER\n_OWNER = OWNER\nT = 3\nU = T\n"}
+    assert _renamed_imports(sources) == ["youmu.a:2 _OWNER = OWNER"]
+
+
+def _all_declarations(sources: dict[str, str]) -> list[str]:
+    """Modules whose ``__all__`` is assigned or extended by more than one statement."""
+    found = []
+    for name, text in sources.items():
+        lines = [n.lineno for n in ast.parse(text).body
+                 if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                 and any(isinstance(t, ast.Name) and t.id == "__all__"
+                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+        if len(lines) > 1:
+            found.append(f"{name} at lines {lines}")
+    return found
+
+
+def test_each_module_declares_its_all_once() -> None:
+    # what a module exports is read in one place, at its top
+    bad = _all_declarations(_python_sources())
+    assert not bad, "declare __all__ once: " + "; ".join(bad)
+
+
+def test_a_second_all_is_caught() -> None:
+    sources = {"youmu.a": "__all__ = ['f']\ndef f(): pass\n__all__ += ['g']\n", "youmu.b": "__all__ = []\n"}
+    assert _all_declarations(sources) == ["youmu.a at lines [1, 3]"]
+
+
+# Public class names two modules define, each for its own idea, left as they are for now:
+# name -> why. `youmu.integrations.mesh.LoaderState` (a DCP `Stateful`) is public API;
+# the other is the in-process plan loaders' base class, `youmu.planning.loader_state`.
+SHARED_CLASS_NAMES = {"LoaderState": "mesh's DCP wrapper is public; planning's is the plan loaders' base"}
+
+
+def _same_named_classes(sources: dict[str, str]) -> list[str]:
+    """Public class names defined at the top of more than one module, unless one class
+    is the other's adapter (it derives from ``module.SameName``, as the torch streams
+    derive from the torch-free core's)."""
+    where: dict[str, list[tuple[str, ast.ClassDef]]] = {}
+    for name, text in sources.items():
+        for n in ast.parse(text).body:
+            if isinstance(n, ast.ClassDef) and not n.name.startswith("_"):
+                where.setdefault(n.name, []).append((name, n))
+    found = []
+    for cls, defs in sorted(where.items()):
+        adapters = [m for m, d in defs if any(isinstance(b, (ast.Attribute, ast.Subscript)) and cls in ast.unparse(b)
+                                              for b in d.bases)]
+        if len(defs) - len(adapters) > 1 and cls not in SHARED_CLASS_NAMES:
+            found.append(f"{cls} in {', '.join(m for m, _ in defs)}")
+    return found
+
+
+def test_no_two_classes_share_a_name() -> None:
+    # two `Level`s once held two encodings of one idea: one name, one class
+    bad = _same_named_classes(_python_sources())
+    assert not bad, "name each class for its own idea: " + "; ".join(bad)
+
+
+def test_two_classes_sharing_a_name_are_caught() -> None:
+    sources = {"youmu.a": "class Level:\n    pass\n", "youmu.b": "class Level:\n    pass\nclass _P:\n    pass\n",
+               "youmu.c": "class _P:\n    pass\n", "youmu.core": "class S:\n    pass\n",
+               "youmu.t": "from youmu import core\nclass S(core.S, list):\n    pass\n"}
+    assert _same_named_classes(sources) == ["Level in youmu.a, youmu.b"]
+
+
+# A state's format tag, e.g. "youmu.MapStream/1": written once, as its owner's constant.
+_FORMAT_TAG = re.compile(r"^youmu\.[A-Za-z][\w.]*/\d+$")
+
+
+def _repeated_format_tags(sources: dict[str, str]) -> list[str]:
+    """Format tags written as a literal in code (docstrings and doctests aside) in more
+    than one place: a bump of one copy would refuse the states the other still writes."""
+    seen: dict[str, list[str]] = {}
+    for name, text in sources.items():
+        tree = ast.parse(text)
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                    and _FORMAT_TAG.match(n.value)):
+                seen.setdefault(n.value, []).append(f"{name}:{n.lineno}")
+    return [f"{tag} at {', '.join(at)}" for tag, at in sorted(seen.items()) if len(at) > 1]
+
+
+def test_each_state_format_tag_is_written_once() -> None:
+    bad = _repeated_format_tags(_python_sources())
+    assert not bad, "import the owner's format constant instead of writing the tag again: " + "; ".join(bad)
+
+
+def test_a_repeated_format_tag_is_caught() -> None:
+    sources = {"youmu.a": 'STATE_FORMAT = "youmu.A/1"\n',
+               "youmu.b": '"""Saves ``"youmu.A/1"`` states."""\nif s["format"] == "youmu.A/1":\n    pass\n'}
+    assert _repeated_format_tags(sources) == ["youmu.A/1 at youmu.a:1, youmu.b:2"]
+
+
 # the one rule per setting that every loader shares: (function that holds it, its module)
 _ONE_RULE = {"seed": ("seed_arg", "youmu._args"), "epoch": ("check_epoch", "youmu.stateful")}
 
@@ -371,6 +501,50 @@ def test_a_setting_checked_by_hand_is_caught() -> None:
     sources = {"youmu.a": "def f(seed):\n    return int_arg('seed', seed, minimum=0)\n",
                "youmu._args": "def seed_arg(seed):\n    return int_arg('seed', seed, minimum=0)\n"}
     assert _own_checks(sources) == ["youmu.a:2 checks 'seed' itself"]
+
+
+def _own_state_int_ranges(sources: dict[str, str]) -> list[str]:
+    """Comparisons with ``MAX_STATE_INT`` outside ``youmu.stateful``: a module writing
+    the state-integer range itself (``stateful.is_state_int`` / ``state_value_int`` /
+    ``state_int`` hold it; passing it on as a bound, ``maximum=MAX_STATE_INT``, is fine)."""
+    found = []
+    for name, text in sources.items():
+        if name == "youmu.stateful":
+            continue
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.Compare) and any(isinstance(x, ast.Name) and x.id == "MAX_STATE_INT"
+                                                  for x in [n.left, *n.comparators]):
+                found.append(f"{name}:{n.lineno}")
+    return found
+
+
+def test_the_state_integer_range_is_checked_in_one_place() -> None:
+    bad = _own_state_int_ranges(_python_sources())
+    assert not bad, "use youmu.stateful.is_state_int / state_value_int / state_int: " + "; ".join(bad)
+
+
+def test_a_state_integer_range_written_again_is_caught() -> None:
+    sources = {"youmu.a": "def ok(x):\n    return 0 <= x <= MAX_STATE_INT\n",
+               "youmu.b": "def f(v):\n    return int_arg('run', v, maximum=MAX_STATE_INT)\n",
+               "youmu.stateful": "def is_state_int(x):\n    return 0 <= x <= MAX_STATE_INT\n"}
+    assert _own_state_int_ranges(sources) == ["youmu.a:2"]
+
+
+def _duck_typed_self(text: str) -> list[int]:
+    """Lines where a class reads an attribute of ``self`` by name with a fallback
+    (``getattr(self, "drop_last", False)``): an attribute only some subclasses have."""
+    return [n.lineno for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")
+            and len(n.args) >= 2 and isinstance(n.args[0], ast.Name) and n.args[0].id == "self"
+            and isinstance(n.args[1], ast.Constant)]
+
+
+def test_the_stream_core_asks_its_streams_through_methods_not_attribute_guesses() -> None:
+    # the positional core is the base of every youmu stream: what it needs of one is a
+    # method it declares (and a stream that resumes on another topology overrides)
+    text = (PACKAGE / "positional.py").read_text()
+    assert not _duck_typed_self(text), _duck_typed_self(text)
+    assert _duck_typed_self("class A:\n    def f(self):\n        return getattr(self, 'rank', 0)\n") == [3]
 
 
 def test_merging_stream_states_never_imports_torch() -> None:

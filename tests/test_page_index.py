@@ -275,6 +275,29 @@ def test_reads_work_in_a_forked_child_after_the_parent_used_the_pool(tmp_path: P
     assert os.read(r, 1) == b"1" and status == 0
 
 
+def test_a_prefetch_started_before_a_fork_is_refused_in_the_child(tmp_path: Path) -> None:
+    # its reader thread is the parent's: the child would wait for pages nobody reads
+    path = tmp_path / "t.parquet"
+    pq.write_table(token_table(800), path, data_page_size=1024)
+    idx = youmu.PageIndex(path)
+    pending = idx.prefetch(np.arange(len(idx)))
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            try:
+                pending.result()
+                os.write(w, b"read")
+            except RuntimeError as e:
+                os.write(w, b"refused" if "another process" in str(e) else b"other")
+        finally:
+            os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"refused" and status == 0
+    assert pending.result()[0].equals(idx.read_pages([0])[0])  # the parent's read is intact
+
+
 def test_empty_and_zero_row_files(tmp_path: Path) -> None:
     pq.write_table(pa.table({"x": pa.array([], pa.int64())}), tmp_path / "empty.parquet")
     pq.write_table(pa.table({"x": [1, 2, 3]}), tmp_path / "full.parquet")

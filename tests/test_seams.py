@@ -11,8 +11,8 @@ size, a second epoch.
 The full product (9 rows x 7 columns x 3 events) would take hours on CI's 2 cores, so the
 trainer cells are a covering design: every row meets every trainer, and every (row, event)
 and (trainer, event) pair is covered (``TRAINER_CELLS``; the Ray client, which needs a
-Ray cluster, in HF and Lightning: ``test_a_killed_trainer_fed_by_ray_resumes_exactly``). Each trainer cell runs three jobs
-of real trainer processes (spawned Gloo ranks): an uninterrupted reference, a job that
+Ray cluster, in HF and Lightning: ``test_a_killed_trainer_fed_by_ray_resumes_exactly``).
+Each trainer cell runs three jobs of real trainer processes (spawned Gloo ranks): an uninterrupted reference, a job that
 checkpoints every ``SAVE`` optimizer steps and is SIGKILLed (not stopped politely) at a step
 drawn after a checkpoint, and the job resumed from that checkpoint. The property:
 
@@ -26,9 +26,7 @@ The stream cells (plain loop, ``StatefulDataLoader``) run in this process: they 
 from a saved state in a new loader, which is what a killed process leaves behind.
 
 The trainer cells are marked ``slow`` and ``seams``: ``make test`` leaves them out and
-``make test-seams`` runs them (CI runs both), except the extra cells (``seams_extra``:
-more pairs of the design and the Ray client, ``make test-seams-extra``), which would take
-``make test-seams`` well past 10 minutes on CI's 2 cores.
+``make test-seams`` runs every one of them, the Ray cells included (CI runs both).
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from typing import Any
 import pytest
 import torch
 from batching_mp import run_world
-from seams_mp import EOS, PAD, SEQ, batch_rows, corpus, job, read_log
+from seams_mp import EOS, PAD, SEQ, batch_rows, corpus, job, micro_batches, read_log
 
 SAVE = 3  # optimizer steps between checkpoints
 
@@ -61,29 +59,19 @@ TRAINER_CELLS = [
     ("accelerate", "balanced", 2, 2, 0),
     ("accelerate", "pack", 2, 3, 0),
     ("mesh", "mixture", 2, 2, 0),
-]
-# the rest of the covering design: minutes each on CI's 2 cores, so `make test-seams`
-# (which must stay near 10 minutes) leaves them to `make test-seams-extra` (marked
-# seams_extra). Measured on the 2-core machine they were verified on, under a load average
-# of 12-15 (the cells above took as long there: accelerate-balanced 229 s, accelerate-pack
-# 182 s, mesh-mixture 187 s): accelerate-rows-none 215 s, mesh-rows-local (a DataLoader
-# worker) 320 s, mesh-dbl 2to3 125 s; the Ray cells below are extra too.
-EXTRA_CELLS = [
     ("accelerate", "rows-none", 2, 2, 0),
     ("mesh", "rows-local", 2, 2, 1),
     ("mesh", "dbl", 2, 3, 0),
+    # micro-batches of balanced steps, accumulated by Lightning, behind its one-batch prefetch
+    ("lightning", "balanced", 2, 2, 0),
 ]
-
-
-def _per_step(kind: str) -> int:
-    return 2 if kind in ("balanced", "ray") else 1
 
 
 def _cell(tmp: str, trainer: str, kind: str, old: int, new: int, workers: int, ray: Any = None) -> None:
     """``ray``: ``deploy(run) -> (address, deployment name)``, a deployment per job."""
     name = f"{trainer}-{kind}-{old}-{new}"
     kill = _kill_step(name)
-    m = _per_step(kind)
+    m = micro_batches(kind)  # batches per optimizer step: checkpoints count steps
     epochs = 2 if old == new else 1
     corpus(tmp)
 
@@ -131,9 +119,8 @@ def _epoch_items(kind: str, tmp: str) -> Counter[int]:
 @pytest.mark.slow
 @pytest.mark.seams
 @pytest.mark.timeout(1800)  # three trainer jobs of up to 400 s each
-@pytest.mark.parametrize(("trainer", "kind", "old", "new", "workers"), [
-    *(pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}") for c in TRAINER_CELLS),
-    *(pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}", marks=pytest.mark.seams_extra) for c in EXTRA_CELLS)])
+@pytest.mark.parametrize(("trainer", "kind", "old", "new", "workers"),
+                         [pytest.param(*c, id=f"{c[0]}-{c[1]}-{c[2]}to{c[3]}") for c in TRAINER_CELLS])
 def test_a_killed_trainer_resumes_exactly(tmp_path, trainer: str, kind: str, old: int, new: int,
                                           workers: int) -> None:
     _cell(str(tmp_path), trainer, kind, old, new, workers)
@@ -158,12 +145,8 @@ def ray_cluster() -> Any:
 
 @pytest.mark.slow
 @pytest.mark.seams
-@pytest.mark.seams_extra
 @pytest.mark.timeout(1800)  # three trainer jobs of up to 400 s each
-@pytest.mark.parametrize("trainer", ["hf", pytest.param("lightning", marks=pytest.mark.xfail(
-    reason="a known bug, not fixed yet: Lightning over a RayBalancedLoader client killed and resumed on the same "
-           "2 ranks trains 3 micro-batches twice (rank 0: 51 batches, 48 expected; 319 s on a loaded 2-core "
-           "machine); the HF cell with the same client is exact", strict=False))])
+@pytest.mark.parametrize("trainer", ["hf", "lightning"])
 def test_a_killed_trainer_fed_by_ray_resumes_exactly(tmp_path, ray_cluster: Any, trainer: str) -> None:
     """A RayBalancedLoader client feeds the trainer through TrainerLoader like any loader
     of (batch, info) pairs; the resumed job's clients belong to a new deployment."""

@@ -6,6 +6,7 @@ and the loaders' keyword defaults are the boundary object's own."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
@@ -105,3 +106,17 @@ def test_a_bad_dynamic_batch_setting_is_refused_alike_by_every_entry_point(setti
     given = {"dataset": [{"n": 3}] * 4, "token_budget": 64, "length_fn": len, "num_workers": 0, setting: bad}
     at_boundary = _refusal(lambda: LoaderConfig.check(given))
     assert _refusal(lambda: DynamicBatchLoader(**given)) == at_boundary
+
+
+# -- defaults -------------------------------------------------------------------------------------
+def test_a_loaders_keyword_defaults_are_its_boundary_objects() -> None:
+    # a signature spells its defaults out for readers and IDEs; the boundary object's
+    # are the ones that count, so the two must not drift apart
+    from youmu.batching.config import DEFAULTS
+    from youmu.torch import YoumuDataset
+
+    dbl = inspect.signature(DynamicBatchLoader.__init__).parameters
+    assert {k: dbl[k].default for k in DEFAULTS} == DEFAULTS
+    fields = {f.name: f.default for f in dataclasses.fields(StreamSpec)}
+    ds = inspect.signature(YoumuDataset.__init__).parameters
+    assert {k: ds[k].default for k in fields} == fields

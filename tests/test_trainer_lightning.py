@@ -19,7 +19,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from trainers_mp import N, TinyLM, collate, dataset, gather, grads_match, length, params, reference_grad, torchrun_env
 
 from youmu.batching import DynamicBatchLoader
-from youmu.errors import ArgumentTypeError
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
 from youmu.integrations import TrainerLoader, odb_steps_per_epoch, scale_loss, split_info
 from youmu.integrations.lightning import LoaderMetrics, YoumuDataModule
 from youmu.mixture import MixtureDataset
@@ -194,3 +194,46 @@ def test_checkpoint_of_three_ranks_resumes_on_two(tmp_path) -> None:
     assert sorted(resumed) == list(range(N))
     assert sorted(i for r in new for i in r["seen"][15:]) == list(range(N))
     assert [r["steps"] for r in new] == [2 + 5 + 8] * 2
+
+
+def _balanced_loader() -> TrainerLoader:
+    """A BalancedLoader of 2 micro-batches per optimizer step, one rank (no process group)."""
+    from youmu.distributed import GlooChannel
+    from youmu.planning import BalancedLoader
+
+    bl = BalancedLoader(MapStream(dataset(), drop_last=True), num_microbatches=2, global_batch_size=8,
+                        length_fn=length, collate_fn=collate, seed=3, drop_last=True, channel=GlooChannel.local())
+    return TrainerLoader(bl)
+
+
+def _fit_one(tmp: str, *, ckpt: str | None = None, callbacks: tuple = (), **kw: Any) -> tuple[Any, Module]:
+    """Lightning on one CPU device in this process, fed by :func:`_balanced_loader`."""
+    module = Module()
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp, callbacks=list(callbacks),
+                         enable_checkpointing=bool(callbacks), **kw)
+    trainer.fit(module, datamodule=YoumuDataModule(_balanced_loader), ckpt_path=ckpt)
+    return trainer, module
+
+
+def test_balanced_micro_batches_need_as_many_accumulated(tmp_path) -> None:
+    # each micro-batch's loss_scale is for the whole step: stepping the optimizer on one
+    # micro-batch trains on part of a step, and its checkpoints fall inside a step
+    with pytest.raises(InvalidArgumentError, match="accumulate_grad_batches=2, got 1"):
+        _fit_one(str(tmp_path), max_epochs=1)
+
+
+def test_balanced_loader_resumes_from_a_checkpoint_inside_the_epoch(tmp_path) -> None:
+    # Lightning fetches one batch ahead of an unsized loader: the checkpoint of optimizer
+    # step 2 holds the position after micro-batch 4, not the fetched 5th
+    _, full = _fit_one(f"{tmp_path}/full", max_epochs=2, accumulate_grad_batches=2)
+    saver = ModelCheckpoint(dirpath=f"{tmp_path}/ckpt", every_n_train_steps=2, save_top_k=-1)
+    _, head = _fit_one(f"{tmp_path}/cut", max_epochs=2, max_steps=2, callbacks=(saver,), accumulate_grad_batches=2)
+    path = sorted(glob.glob(f"{tmp_path}/ckpt/*step=2.ckpt"))[0]
+    _, resumed = _fit_one(f"{tmp_path}/cut", max_epochs=2, ckpt=path, accumulate_grad_batches=2)
+    assert sorted(full.model.seen) == sorted(list(range(N)) * 2)  # two epochs, every sample once in each
+    done = full.steps[1]
+    assert head.steps == full.steps[:2] and head.model.seen[:done] == full.model.seen[:done]
+    assert resumed.model.seen == full.model.seen[done:]
+    assert [done + n for n in resumed.steps] == full.steps[2:]
+    assert all(torch.equal(a, b) for a, b in zip(params(full.model), params(resumed.model)))

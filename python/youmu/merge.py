@@ -40,8 +40,6 @@ from youmu.streammerge import merge_stream_ranks, stream_rank
 
 __all__ = ["merge_states"]
 
-_OWNER = OWNER
-
 #: The row streams, merged here; a wrapping stream (``pack``) has its own merge in the table.
 _ROW_STREAMS = (PARQUET_FORMAT, MAPSTREAM_FORMAT)
 
@@ -55,19 +53,19 @@ def _unwrap_loader(state: Mapping[str, Any], i: int) -> tuple[Any, int | None, d
     if "_snapshot" in state:  # StatefulDataLoader with workers
         since = state.get("_steps_since_snapshot")
         if since not in (0, None):
-            raise StateError(f"{_OWNER}: states[{i}] is a StatefulDataLoader state taken {since} steps after its "
+            raise StateError(f"{OWNER}: states[{i}] is a StatefulDataLoader state taken {since} steps after its "
                              "last snapshot: its workers' states miss those steps; save with "
                              "snapshot_every_n_steps=1 (the default)")
         snaps = state["_snapshot"].get("_worker_snapshots") if isinstance(state["_snapshot"], Mapping) else None
         if not isinstance(snaps, Mapping) or not snaps:
-            raise StateError(f"{_OWNER}: states[{i}] is a StatefulDataLoader state without worker snapshots")
+            raise StateError(f"{OWNER}: states[{i}] is a StatefulDataLoader state without worker snapshots")
         per = {}
         for snap in snaps.values():
             if not isinstance(snap, Mapping) or not isinstance(snap.get("worker_id"), int):
-                raise StateError(f"{_OWNER}: states[{i}] has a malformed worker snapshot")
+                raise StateError(f"{OWNER}: states[{i}] has a malformed worker snapshot")
             per[snap["worker_id"]] = snap.get("dataset_state")
         if sorted(per) != list(range(len(per))):
-            raise StateError(f"{_OWNER}: states[{i}] has snapshots of workers {sorted(per)}")
+            raise StateError(f"{OWNER}: states[{i}] has snapshots of workers {sorted(per)}")
         return None, len(per), per
     if "dataset_state" in state and "fetcher_state" in state:  # StatefulDataLoader, num_workers=0
         return state["dataset_state"], None, {}
@@ -78,26 +76,26 @@ def _stream_state(state: Any, i: int) -> Mapping[str, Any]:
     """States[``i``] as one stream state: a ``StatefulDataLoader``'s (with or without
     workers) unwrapped; a stream's or a loader's passes through."""
     if not isinstance(state, Mapping):
-        raise StateError(f"{_OWNER}: states[{i}] must be a state dict, got {type(state).__name__}")
+        raise StateError(f"{OWNER}: states[{i}] must be a state dict, got {type(state).__name__}")
     single, loader_workers, per_worker = _unwrap_loader(state, i)
     if loader_workers is not None:
         got = [s for s in per_worker.values() if isinstance(s, Mapping)]
         if not got:
-            raise StateError(f"{_OWNER}: states[{i}]: no worker of the StatefulDataLoader holds a stream state")
+            raise StateError(f"{OWNER}: states[{i}]: no worker of the StatefulDataLoader holds a stream state")
         base = dict(got[0])
         width = _POSITION_WIDTH.get(base.get("format"), 1)  # type: ignore[arg-type]
         positions: dict[int, Any] = {}
         for w, s in per_worker.items():
             if isinstance(s, Mapping):
                 # a worker's copy may also hold other workers' loaded positions: take its own
-                own = state_positions(s, "positions", owner=_OWNER, width=width)
+                own = state_positions(s, "positions", owner=OWNER, width=width)
                 if w in own:
                     positions[w] = own[w]
         base["positions"] = positions
         base["num_workers"] = loader_workers
         single = base
     if not isinstance(single, Mapping):
-        raise StateError(f"{_OWNER}: states[{i}] is a {type(single).__name__}, not the state of a youmu stream "
+        raise StateError(f"{OWNER}: states[{i}] is a {type(single).__name__}, not the state of a youmu stream "
                          f"or of a StatefulDataLoader over one")
     return single
 
@@ -130,7 +128,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     many rows were consumed.
     """
     if isinstance(states, Mapping) or not isinstance(states, Sequence) or not states:
-        raise StateError(f"{_OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
+        raise StateError(f"{OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
     table = _mergers()
     first = states[0].get("format") if isinstance(states[0], Mapping) else None
     merger = table.get(first) if isinstance(first, str) else None
@@ -143,6 +141,6 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return merger(unwrapped, merge_states)
     for i, st in enumerate(unwrapped):
         if st.get("format") not in _ROW_STREAMS:
-            raise StateError(f"{_OWNER}: states[{i}] is a {st.get('format')} state, not the state of a youmu stream "
+            raise StateError(f"{OWNER}: states[{i}] is a {st.get('format')} state, not the state of a youmu stream "
                              f"({', '.join((*_ROW_STREAMS, PACK_FORMAT))}) or of a StatefulDataLoader over one")
     return merge_stream_ranks([stream_rank(st, i) for i, st in enumerate(unwrapped)])

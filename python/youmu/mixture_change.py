@@ -49,7 +49,7 @@ import numpy as np
 
 from youmu.errors import StateError
 from youmu.resume import Units
-from youmu.stateful import MAX_STATE_INT, data_fingerprint
+from youmu.stateful import data_fingerprint, state_value_int
 
 if TYPE_CHECKING:
     from youmu.mixture import MixtureDataset
@@ -102,11 +102,6 @@ def state_field(ds: MixtureDataset, switches: Sequence[Switch], origin_len: int)
     return {**describe(ds), "switches": [[s.level, s.at, s.length] for s in switches], "origin_len": origin_len}
 
 
-def _int(value: Any, what: str, owner: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STATE_INT:
-        raise StateError(f"{owner} state field 'mixture'{what} must be an int in [0, 2**63), got {value!r:.80}")
-    return value
-
 
 def _weights(value: Any, what: str, owner: str) -> dict[str, float]:
     if not isinstance(value, Mapping) or not value:
@@ -139,7 +134,7 @@ def read(raw: Any, owner: str) -> Saved:
     for k, st in enumerate(stages_raw):
         if not isinstance(st, (list, tuple)) or len(st) != 2:
             raise StateError(f"{owner} state field 'mixture'['stages'][{k}] must be [start, {{name: weight}}]")
-        start = _int(st[0], f"['stages'][{k}][0]", owner)
+        start = state_value_int(st[0], f"'mixture'['stages'][{k}][0]", owner=owner)
         if stages and start <= stages[-1][0] or not stages and start != 0:
             raise StateError(f"{owner} state field 'mixture'['stages'] starts must begin at 0 and increase")
         weights = _weights(st[1], f"['stages'][{k}][1]", owner)
@@ -154,12 +149,13 @@ def read(raw: Any, owner: str) -> Saved:
     for k, sw in enumerate(switches_raw):
         if not isinstance(sw, (list, tuple)) or len(sw) != 3:
             raise StateError(f"{owner} state field 'mixture'['switches'][{k}] must be [level, index, length]")
-        switches.append(Switch(*(_int(v, f"['switches'][{k}]", owner) for v in sw)))
+        switches.append(Switch(*(state_value_int(v, f"'mixture'['switches'][{k}]", owner=owner) for v in sw)))
     for a, b in zip(switches, switches[1:]):
         if b.level <= a.level:
             raise StateError(f"{owner} state field 'mixture'['switches'] levels must increase")
-    _int(raw["len"], "['len']", owner)
-    return Saved(dict(raw), stages, switches, _int(raw["origin_len"], "['origin_len']", owner))
+    state_value_int(raw["len"], "'mixture'['len']", owner=owner)
+    origin_len = state_value_int(raw["origin_len"], "'mixture'['origin_len']", owner=owner)
+    return Saved(dict(raw), stages, switches, origin_len)
 
 
 def check_same_map(saved: Saved, ds: MixtureDataset, owner: str) -> None:

@@ -144,6 +144,9 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
     def _restore_adopted(self, saved: Any) -> None:
         self._resumed_wp = saved
 
+    def _dealt_to(self) -> tuple[int, int, bool]:
+        return self.rank, self.world_size, self.spec.drop_last
+
     def _origin(self, levels: Any) -> Origin:
         return self.layout.origin(self.epoch, self._window_pages())
 

@@ -258,14 +258,19 @@ class ShardedStream(Generic[T, P]):
 
     def _origin(self, levels: list[Level]) -> Origin:
         """How the epoch's first job dealt its units (streams that resume on another
-        topology implement it)."""
+        topology implement it, and :meth:`_dealt_to`)."""
+        raise StateError(f"{type(self).__name__} cannot resume on another topology")
+
+    def _dealt_to(self) -> tuple[int, int, bool]:
+        """``(rank, world size, drop_last)``: where and how the units a resumed epoch
+        left are dealt to this stream (streams that resume on another topology say)."""
         raise StateError(f"{type(self).__name__} cannot resume on another topology")
 
     def _remaining(self) -> Units:
         """The units the resumed chain left, in dealing order (computed once)."""
         if self._left is None:
             assert self._levels
-            drop_last = bool(getattr(self, "drop_last", False))
+            drop_last = self._dealt_to()[2]
             origin = self._origin(self._levels)
             self._origin_block = origin.block
             self._left = remaining_after(origin, self._levels, drop_last)
@@ -275,8 +280,7 @@ class ShardedStream(Generic[T, P]):
         """This (rank, worker)'s units in a resumed epoch; ``None`` in any other."""
         if not self._levels or (epoch is not None and epoch != self.epoch):
             return None
-        rank, world = getattr(self, "rank", 0), getattr(self, "world_size", 1)
-        drop_last = bool(getattr(self, "drop_last", False))
+        rank, world, drop_last = self._dealt_to()
         return deal(self._remaining(), Shard(rank, world, worker, num_workers), drop_last, self._origin_block)
 
     def _heads(self, worker: int, num_workers: int) -> dict[int, int]:

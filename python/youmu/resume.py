@@ -45,7 +45,7 @@ from youmu.errors import StateError
 from youmu.jobstates import Level, state_levels
 from youmu.sharding import Shard, round_robin
 from youmu.shuffle import ShardPlan, balanced_windows, row_chunk_rows, row_range
-from youmu.stateful import MAX_STATE_INT
+from youmu.stateful import state_value_int
 
 __all__ = [
     "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "encode_levels", "decode_levels",
@@ -244,11 +244,6 @@ def encode_levels(levels: Sequence[Level]) -> list[dict[str, Any]]:
     return out
 
 
-def _int(value: Any, field: str, owner: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not minimum <= value <= MAX_STATE_INT:
-        raise StateError(f"{owner} state field {field} must be an int in [{minimum}, 2**63), got {value!r}")
-    return int(value)
-
 
 def _grid(lv: Mapping[str, Any], name: str, f: str, ks: tuple[int, ...], owner: str) -> tuple[tuple[int, ...], ...]:
     g = lv.get(name)
@@ -256,7 +251,7 @@ def _grid(lv: Mapping[str, Any], name: str, f: str, ks: tuple[int, ...], owner: 
             not isinstance(row, (list, tuple)) or len(row) != k for row, k in zip(g, ks)):
         raise StateError(f"{owner} state field {f}[{name!r}] must hold one int per worker of each rank "
                          f"({list(ks)}), got {g!r:.80}")
-    return tuple(tuple(_int(x, f + f"[{name!r}]", owner) for x in row) for row in g)
+    return tuple(tuple(state_value_int(x, f + f"[{name!r}]", owner=owner) for x in row) for row in g)
 
 
 def decode_levels(raw: Any, owner: str) -> list[Level]:
@@ -264,11 +259,11 @@ def decode_levels(raw: Any, owner: str) -> list[Level]:
     names the first field that does not fit."""
     levels = []
     for f, lv in state_levels({"resumed": raw}, "resumed", owner=owner):
-        w = _int(lv.get("world_size"), f + "['world_size']", owner, 1)
+        w = state_value_int(lv.get("world_size"), f + "['world_size']", owner=owner, minimum=1)
         nw = lv.get("num_workers")
         if not isinstance(nw, (list, tuple)) or len(nw) != w:
             raise StateError(f"{owner} state field {f}['num_workers'] must list {w} worker counts, got {nw!r:.80}")
-        ks = tuple(_int(k, f + "['num_workers']", owner, 1) for k in nw)
+        ks = tuple(state_value_int(k, f + "['num_workers']", owner=owner, minimum=1) for k in nw)
 
         levels.append(Level(w, ks, _grid(lv, "positions", f, ks, owner),
                             _grid(lv, "tokens", f, ks, owner) if "tokens" in lv else None))

@@ -37,7 +37,8 @@ from typing import Any
 
 from youmu.errors import StateError
 
-__all__ = ["FORMAT", "to_plain", "from_plain", "dumps", "loads", "write_state", "read_state", "is_plain_state"]
+__all__ = ["FORMAT", "to_plain", "from_plain", "dumps", "loads", "write_state", "read_state", "is_plain_state",
+           "envelope", "open_envelope"]
 
 #: The envelope's format tag: what :func:`dumps` writes and :func:`loads` accepts.
 FORMAT = "youmu.StateFile/1"
@@ -287,5 +288,3 @@ def read_state(path: str | os.PathLike[str]) -> Any:
         raise StateError(f"{path}: cannot read the youmu state file ({e.strerror or e})") from None
     return loads(data, where=path)
 
-
-__all__ += ["envelope", "open_envelope"]

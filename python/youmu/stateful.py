@@ -57,6 +57,8 @@ import multiprocessing.sharedctypes
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from youmu.errors import StateError
 from youmu.hub import pinned_commits
 
@@ -71,6 +73,8 @@ __all__ = [
     "state_bool",
     "state_int",
     "state_ints",
+    "is_state_int",
+    "state_value_int",
     "state_positions",
     "MAX_STATE_INT",
     "LOADER_STATE_KEYS",
@@ -184,6 +188,31 @@ def state_int(
         shown = f"a {value.bit_length()}-bit int" if value.bit_length() > 64 else f"{value:,}"
         raise StateError(f"{owner} state field {key!r} must be at most {maximum:,}, got {shown}")
     return value
+
+
+def is_state_int(value: Any, minimum: int = 0) -> bool:
+    """Whether ``value``, read from a state, is an int (a numpy one too, never a bool)
+    in ``[minimum, MAX_STATE_INT]``: the one range every integer of every state keeps.
+
+    >>> is_state_int(3), is_state_int(True), is_state_int(2**63), is_state_int(-1, minimum=-5)
+    (True, False, False, True)
+    """
+    return (not isinstance(value, bool) and isinstance(value, (int, np.integer))
+            and minimum <= int(value) <= MAX_STATE_INT)
+
+
+def state_value_int(value: Any, field: str, *, owner: str, minimum: int = 0) -> int:
+    """``value``, an integer found inside a state at ``field`` (a list entry, a nested
+    dict's value), checked by :func:`is_state_int`; a :class:`StateError` names it.
+
+    >>> state_value_int(1.5, "'resumed'[0]['world_size']", owner="MapStream", minimum=1)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: MapStream state field 'resumed'[0]['world_size'] must be an int in [1, 2**63), got 1.5
+    """
+    if not is_state_int(value, minimum):
+        raise StateError(f"{owner} state field {field} must be an int in [{minimum}, 2**63), got {value!r:.80}")
+    return int(value)
 
 
 def state_bool(state: Mapping[str, Any], key: str, *, owner: str) -> bool:
@@ -403,7 +432,7 @@ class Loader(Stream, Protocol):
       peers learn it at their next exchange), waiting at most ``timeout`` seconds for
       the thread (``None``: the loader's default), and is idempotent; the loader stays
       usable. Every loader is a context manager that closes its pass on exit
-      (:class:`youmu.passes.ClosingLoader`).
+      (:class:`youmu.passes.PassLoader`).
 
     A loader whose passes yield ``(batch, info)`` pairs (a whole batch and its step
     information, :class:`~youmu.batching.StepInfo` or

@@ -27,7 +27,7 @@ pub(super) fn background(
     };
     crate::storage::spawn_read(index.sources(), job)
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start a prefetch thread: {e}")))?;
-    Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), pid: std::process::id() })
+    Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), generation: crate::perprocess::fork_generation() })
 }
 
 enum State {
@@ -40,14 +40,15 @@ enum State {
 #[pyclass(module = "youmu._core", frozen)]
 pub struct PendingPages {
     state: Mutex<State>,
-    pid: u32,
+    /// The fork generation it was started in: its reader does not exist in a forked child.
+    generation: u64,
 }
 
 #[pymethods]
 impl PendingPages {
     /// Wait for the pages (GIL released) and return them as a list of RecordBatches.
     fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        if self.pid != std::process::id() {
+        if self.generation != crate::perprocess::fork_generation() {
             return Err(PyRuntimeError::new_err(
                 "this prefetch was started in another process (before a fork); start it again here",
             ));

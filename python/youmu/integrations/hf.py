@@ -47,6 +47,7 @@ from typing import Any
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.batch_info import scale_loss, split_info
 from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.integrations.trainer_settings import check_accumulation, check_equal_steps
 from youmu.statefile import read_state, write_state
 
 __all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "load_loader_state", "STATE_FILE"]
@@ -174,16 +175,9 @@ class YoumuTrainerMixin:
             raise InvalidArgumentError(
                 f"train_loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}"
             )
-        loader.check_equal_steps("the Hugging Face Trainer")
+        check_equal_steps(loader.source, "the Hugging Face Trainer")
         args = self.args  # type: ignore[attr-defined]
-        # a DynamicBatchLoader's steps are optimizer steps; a BalancedLoader yields
-        # num_microbatches micro-batches per step, whose scaled losses are summed
-        per_step = int(getattr(loader.source, "num_microbatches", 1)) if loader.pairs else None
-        if per_step is not None and args.gradient_accumulation_steps != per_step:
-            raise InvalidArgumentError(
-                f"{type(loader.source).__name__} yields {per_step} batch(es) per optimizer step (their loss_scale is "
-                f"per step): use gradient_accumulation_steps={per_step}, got {args.gradient_accumulation_steps}"
-            )
+        check_accumulation(loader.source, "gradient_accumulation_steps", args.gradient_accumulation_steps)
         self.youmu_loader = loader
         # youmu resumes from its own state: the Trainer's batch-by-batch fast-forward would
         # skip the already-resumed stream a second time

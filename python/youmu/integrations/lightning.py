@@ -24,6 +24,10 @@ returns it from ``train_dataloader``:
   the new ranks, every sample of it once. The data module then has Lightning re-read the loader's length each epoch
   (``reload_dataloaders_every_n_epochs=1``, unless set): the resumed epoch and the full
   ones after it differ in length, and Lightning would otherwise keep the first;
+* a ``BalancedLoader`` (or ``RayBalancedLoader`` client) yields ``num_microbatches``
+  micro-batches per optimizer step, each scaled for the whole step: the ``Trainer`` needs
+  ``accumulate_grad_batches=num_microbatches`` (another value is refused in ``setup``:
+  it would step the optimizer on part of a step, and checkpoint inside one);
 * :class:`LoaderMetrics` logs tokens/s, padding ratio, data wait and mixture shares
   through ``LightningModule.log_dict``.
 
@@ -55,6 +59,7 @@ from youmu._args import bool_arg
 from youmu.errors import ArgumentTypeError, StateError
 from youmu.integrations.batch_info import INFO_KEY, split_info
 from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.integrations.trainer_settings import check_accumulation, check_equal_steps
 from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
@@ -102,7 +107,11 @@ class YoumuDataModule(pl.LightningDataModule):
             loader = self.make_loader()
             if not isinstance(loader, TrainerLoader):
                 raise ArgumentTypeError(f"make_loader() must return a TrainerLoader, got {type(loader).__name__}")
-            loader.check_equal_steps("Lightning")
+            check_equal_steps(loader.source, "Lightning")
+            trainer: Any = self.trainer  # attached by fit before setup; None when called by hand
+            if trainer is not None:
+                # a BalancedLoader's micro-batches of one step train under one optimizer step
+                check_accumulation(loader.source, "accumulate_grad_batches", trainer.accumulate_grad_batches)
             # Lightning's prefetching fetcher pulls a batch ahead of the one it trains (of an
             # unsized loader): the checkpoint must hold the position of the trained one
             loader.follow_consumption()

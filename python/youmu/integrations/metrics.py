@@ -7,7 +7,7 @@ from the info; a plain batch from its ``input_ids`` and ``attention_mask``.
 
 Example:
     >>> import torch
-    >>> m = LoaderMetrics(source_key="source")
+    >>> m = LoaderFigures(source_key="source")
     >>> m.record({"input_ids": torch.ones(2, 4), "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]),
     ...           "source": ["web", "code"]}, None, wait=0.001)
     >>> f = m.figures(epoch=0)
@@ -21,13 +21,13 @@ import time
 from collections import Counter
 from typing import Any
 
-__all__ = ["LoaderMetrics"]
+__all__ = ["LoaderFigures"]
 
 # A sliding window of waits keeps the percentiles cheap over a long run.
 _WAITS_KEPT = 4096
 
 
-class LoaderMetrics:
+class LoaderFigures:
     """This rank's figures since the last reset (see the module doc).
 
     Args:

@@ -64,7 +64,7 @@ from youmu.integrations.job_states import (
     job_states,
     saved_world,
 )
-from youmu.integrations.metrics import LoaderMetrics
+from youmu.integrations.metrics import LoaderFigures
 from youmu.integrations.steps import stream_batches_per_epoch
 from youmu.stateful import check_epoch, yields_pairs
 
@@ -190,7 +190,7 @@ class TrainerLoader:
         #: An integration that follows each pass (Accelerate's GradientState, see
         #: youmu.integrations.accelerate): it gets the pass's batches and returns what the trainer iterates.
         self.on_pass: Callable[[Iterator[Any]], Iterator[Any]] | None = None
-        self._metrics = LoaderMetrics(source_key)
+        self._metrics = LoaderFigures(source_key)
 
     # -- sizes and epochs -----------------------------------------------------------------
     def _limit(self) -> int | None:
@@ -223,17 +223,6 @@ class TrainerLoader:
         """The current epoch's steps when they differ from a full epoch's — an epoch
         resumed on another number of ranks, until it ends — else ``None``."""
         return None if self._finished else self._epoch_steps
-
-    def check_equal_steps(self, trainer: str) -> None:
-        """Refuse a ``DynamicBatchLoader`` whose ranks may stop at different steps (join
-        mode with ``uneven="stop"``) for a trainer that cannot ``Join`` them: its DDP
-        all-reduces would wait forever for the rank that stopped."""
-        cfg = getattr(self.source, "config", None)
-        if self.pairs and cfg is not None and getattr(cfg, "join", False) and getattr(cfg, "uneven", "") == "stop":
-            raise InvalidArgumentError(
-                f"{trainer} has no DDP Join: build the DynamicBatchLoader with uneven='pad' so every rank takes the "
-                "same number of steps (a rank out of data takes zero-weight filler steps)"
-            )
 
     def has_length(self) -> bool:
         """Whether ``len()`` is known (sized streams, or ``steps_per_epoch`` given)."""

@@ -24,13 +24,10 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.planning.rank_sources import Held
-from youmu.stateful import MAX_STATE_INT
+from youmu.stateful import MAX_STATE_INT, is_state_int
 
 __all__ = ["parse_carry"]
 
-
-def _int(x: Any, low: int = 0) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and low <= x <= MAX_STATE_INT
 
 
 def parse_carry(entries: Any, *, owner: str, where: str, num_sources: int, positions: bool = False) -> list[Held]:
@@ -48,11 +45,11 @@ def parse_carry(entries: Any, *, owner: str, where: str, num_sources: int, posit
         if not isinstance(entry, (list, tuple)) or len(entry) not in ((5,) if positions else (5, 6)):
             raise StateError(f"{owner} state field {field} must be {what}, got {type(entry).__name__}")
         sid, src, docs, tokens, payload, *images = entry
-        if images and not (isinstance(images[0], (list, tuple)) and all(_int(x) for x in images[0])):
+        if images and not (isinstance(images[0], (list, tuple)) and all(is_state_int(x) for x in images[0])):
             raise StateError(f"{owner} state field {field}: image patches must be a list of ints >= 0")
-        docs_ok = isinstance(docs, (list, tuple)) and all(_int(d) for d in docs)
-        if not (_int(sid, -MAX_STATE_INT) and _int(src) and src < num_sources and _int(tokens) and docs_ok
-                and (_int(payload) or not positions)):
+        docs_ok = isinstance(docs, (list, tuple)) and all(is_state_int(d) for d in docs)
+        if not (is_state_int(sid, -MAX_STATE_INT) and is_state_int(src) and src < num_sources
+                and is_state_int(tokens) and docs_ok and (is_state_int(payload) or not positions)):
             position = ", the position an int >= 0" if positions else ""
             raise StateError(f"{owner} state field {field} is malformed: id must be an int, source an int in "
                              f"range({num_sources}), tokens an int >= 0 and documents a list of ints >= 0{position}")

@@ -59,6 +59,7 @@ from typing import Any
 from youmu.errors import StateError
 from youmu.jobstates import Level
 from youmu.planning.state import parse_carry
+from youmu.stateful import is_state_int
 
 __all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT"]
 
@@ -200,9 +201,10 @@ class PlannerState:
 
         def ints(v: Any, what: str, n: int | None = None) -> tuple[int, ...]:
             if not isinstance(v, (list, tuple)) or (n is not None and len(v) != n) or not all(
-                    isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+                    is_state_int(x) for x in v):
                 size = f"{n} " if n is not None else ""
-                raise StateError(f"{_OWNER} state field {what} must be a list of {size}ints >= 0, got {v!r:.80}")
+                raise StateError(f"{_OWNER} state field {what} must be a list of {size}ints in [0, 2**63), "
+                                 f"got {v!r:.80}")
             return tuple(int(x) for x in v)
 
         def per_rank(key: str, n: int = world_size, v: Any = None) -> list[Any]:

@@ -214,6 +214,9 @@ class MapStream(PositionalStream[Any]):
         span = (world_size or self.world_size) * self.run
         return n - n % span if self.drop_last else n
 
+    def _dealt_to(self) -> tuple[int, int, bool]:
+        return self.rank, self.world_size, self.drop_last
+
     def _origin(self, levels: list[Level]) -> Origin:
         # the first job of the epoch dealt runs of the index space it cut for its world size
         # (of the mixture before any weight change of the epoch)
