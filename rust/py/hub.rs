@@ -7,7 +7,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::paths::rules::{KeyPlan, names_object};
+use crate::rules::{KeyPlan, names_object};
 
 /// Path specs and storage options, as a `PageIndex` is given them.
 type SpecsAndOptions = (Vec<String>, Vec<(String, String)>);

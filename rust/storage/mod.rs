@@ -13,7 +13,7 @@
 //!
 //! Whether a user's string names a local path or an object (`spec.rs`), how it is
 //! listed (a local walk in `walk.rs`, an object listing in `remote.rs`, by the naming
-//! rules of `paths::rules`), and how a set of found files is opened and read, saved and
+//! rules of `crate::rules`), and how a set of found files is opened and read, saved and
 //! reopened (`open.rs`), is decided here too, so no caller branches on the backend or
 //! waits on the async runtime itself.
 //!
@@ -38,7 +38,6 @@ pub mod found;
 pub mod local;
 pub mod open;
 pub mod options;
-pub mod redact;
 pub mod remote;
 pub mod retry;
 pub mod retry_after;

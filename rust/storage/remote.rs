@@ -10,10 +10,10 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStoreScheme};
 
 use super::found::Found;
-use super::redact::redact;
 use super::spec::StoreSpec;
 use crate::error::{Error, Result, StorageErrorKind, range_text};
-use crate::paths::rules::{KeyPlan, is_glob, names_object};
+use crate::redact::redact;
+use crate::rules::{KeyPlan, is_glob, names_object};
 
 /// One indexed object and what it looked like when indexed.
 #[derive(Debug)]
