@@ -33,6 +33,10 @@ from youmu.errors import LoaderError, StateError, YoumuError  # noqa: E402
 from youmu.stateful import LOADER_STATE_KEYS, Loader  # noqa: E402
 
 KINDS = ["dynamic", "balanced", "ray"]
+#: the class each kind builds: every loader class in youmu is one of these (a test walks the package)
+LOADER_CLASSES = {"dynamic": "youmu.batching.dynamic_loader.DynamicBatchLoader",
+                  "balanced": "youmu.planning.balanced_loader.BalancedLoader",
+                  "ray": "youmu.ray.client.RayBalancedLoader"}
 STREAMS = ["youmu_dataset", "map_stream", "pack"]
 _STREAM = {k: v for k, v in rs.STREAM.items() if k != "columns"}
 _PLAN = dict(num_microbatches=2, global_batch_size=16, cost="llama-12b", seed=3)
@@ -130,9 +134,74 @@ def _take(it: Iterator[Any], n: int) -> list[tuple[int, ...]]:
     return [_ids(next(it)) for _ in range(n)]
 
 
+# -- every loader, one contract ---------------------------------------------------------------
+def _loader_classes() -> set[str]:
+    """Every class in the package that is a loader: it declares ``yields_pairs = True`` or
+    derives from one of youmu.passes' loader bases (read from the source, so a loader in
+    a module nobody imports is found too)."""
+    import ast
+
+    import youmu
+
+    root = Path(youmu.__file__).parent
+    bases = {"PassLoader", "StepLoader", "LoaderState"}
+    found = set()
+    for path in root.rglob("*.py"):
+        module = ".".join(("youmu", *path.relative_to(root).with_suffix("").parts))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or node.name in bases:
+                continue
+            names = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+            names |= {b.value.id for b in node.bases if isinstance(b, ast.Subscript) and isinstance(b.value, ast.Name)}
+            declares = any(isinstance(x, ast.Assign) and any(getattr(t, "id", None) == "yields_pairs" for t in x.targets)
+                           for x in node.body)
+            if declares or names & bases:
+                found.add(f"{module}.{node.name}")
+    return found
+
+
+def test_every_loader_in_the_package_is_walked_by_these_tests() -> None:
+    """A new loader class must be added to ``KINDS`` (and so to every test here)."""
+    assert _loader_classes() == set(LOADER_CLASSES.values())
+
+
+def test_a_loader_outside_the_walk_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import youmu
+
+    fake = tmp_path / "youmu"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "stray.py").write_text("class Stray:\n    yields_pairs = True\n")
+    monkeypatch.setattr(youmu, "__file__", str(fake / "__init__.py"))
+    assert _loader_classes() == {"youmu.stray.Stray"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_loader_shares_the_one_pass_bookkeeping(kind: str) -> None:
+    import importlib
+
+    from youmu.passes import PassLoader
+
+    module, name = LOADER_CLASSES[kind].rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, PassLoader)
+    assert cls.epoch is PassLoader.epoch and cls.__enter__ is PassLoader.__enter__
+    assert cls.__exit__ is PassLoader.__exit__
+
+
 # -- iter(): an independent pass from the resume point -----------------------------------------
 def test_every_loader_keeps_the_protocol(make: Callable[[], Any]) -> None:
     assert isinstance(make(), Loader)
+
+
+def test_epoch_is_a_read_only_int(make: Callable[[], Any]) -> None:
+    loader = make()
+    assert type(loader.epoch) is int and loader.epoch == 0
+    loader.set_epoch(2)
+    assert type(loader.epoch) is int and loader.epoch == 2
+    with pytest.raises(AttributeError):
+        loader.epoch = 3
+    assert loader.epoch == 2
 
 
 def test_a_second_iter_is_a_new_pass_from_the_epoch_start(make: Callable[[], Any]) -> None:
@@ -163,6 +232,25 @@ def test_a_loaded_state_starts_the_next_pass_then_the_epoch_start_again(make: Ca
 
 
 # -- set_epoch: any time, from the next pass on ------------------------------------------------
+def test_a_loaded_state_resumes_its_epoch_without_a_set_epoch_call(make: Callable[[], Any]) -> None:
+    """The state says its epoch: a new loader that loads it is in that epoch (``epoch``,
+    the rest of the pass, the states it saves), whatever its own epoch was."""
+    ref = make()
+    ref.set_epoch(1)
+    full = _pass(ref)
+    it = iter(ref)
+    _take(it, 3)
+    state = statefile.loads(statefile.dumps(ref.state_dict()), where="checkpoint")
+    del it
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.epoch == 1
+    it = iter(resumed)
+    head = _take(it, 1)
+    assert resumed.state_dict()["epoch"] == 1  # a checkpoint taken now is of epoch 1 too
+    assert head + [_ids(x) for x in it] == full[3:]
+
+
 def test_set_epoch_before_a_pass(make: Callable[[], Any]) -> None:
     a, b = make(), make()
     epoch0 = _pass(a)

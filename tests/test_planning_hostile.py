@@ -247,6 +247,8 @@ FOREIGN: list[tuple[str, Callable[[dict], Any], str]] = [
     ("carry source", lambda s: dict(s, carry=[(1, 5, [3], 3, None)]), "'carry'\\[0\\]"),
     ("carry documents", lambda s: dict(s, carry=[(1, 0, [-3], 3, None)]), "'carry'\\[0\\]"),
     ("next_index", lambda s: dict(s, next_index=None), "'next_index'"),
+    ("epoch type", lambda s: dict(s, epoch="1"), "'epoch'"),
+    ("epoch negative", lambda s: dict(s, epoch=-1), "'epoch'"),
 ]
 
 
@@ -290,6 +292,58 @@ def test_set_epoch_keeps_a_loaded_resume_point(saved: dict[str, Any]) -> None:
     loader.load_state_dict(saved)
     loader.set_epoch(0)
     assert loader.state_dict() == saved  # no silent restart
+
+
+class EpochShuffled:
+    """A stateful source whose order is a function of its epoch."""
+
+    def __init__(self, data: list[Any]) -> None:
+        self.data, self.epoch, self.pos = data, 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = np.random.default_rng(self.epoch).permutation(len(self.data))
+        while self.pos < len(order):
+            self.pos += 1
+            yield self.data[order[self.pos - 1]]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.pos = state["epoch"], state["pos"]
+
+
+@pytest.mark.parametrize("resume_mode", ["replay", "state"])
+def test_a_loaded_state_resumes_its_epoch_without_a_set_epoch_call(resume_mode: str) -> None:
+    """A state of epoch 1 loaded into a new loader (of epoch 0): the rest of epoch 1 —
+    replayed over fresh sources set to epoch 1, or restored — and the states saved
+    after it say epoch 1."""
+    def loader() -> BalancedLoader:
+        return _loader(EpochShuffled(_data()), resume_mode=resume_mode)
+
+    def ids(batches: Any) -> list[list[int]]:
+        return [info.sample_ids for _, info in batches]
+
+    ref = loader()
+    ref.set_epoch(1)
+    full = ids(ref)
+    assert full != ids(loader())  # another epoch, another order
+    partial = loader()
+    partial.set_epoch(1)
+    it = iter(partial)
+    head = ids(next(it) for _ in range(3))
+    state = pickle.loads(pickle.dumps(partial.state_dict()))
+    assert state["mode"] == resume_mode and state["epoch"] == 1
+    resumed = loader()
+    resumed.load_state_dict(state)
+    it = iter(resumed)
+    rest = ids([next(it)])
+    assert resumed.epoch == 1 and resumed.state_dict()["epoch"] == 1
+    rest += ids(it)
+    assert head + rest == full
 
 
 # -- the layer's contract ----------------------------------------------------------------------------

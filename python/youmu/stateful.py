@@ -432,7 +432,7 @@ class Loader(Stream, Protocol):
       peers learn it at their next exchange), waiting at most ``timeout`` seconds for
       the thread (``None``: the loader's default), and is idempotent; the loader stays
       usable. Every loader is a context manager that closes its pass on exit
-      (:class:`youmu.passes.ClosingLoader`).
+      (:class:`youmu.passes.PassLoader`).
 
     A loader whose passes yield ``(batch, info)`` pairs (a whole batch and its step
     information, :class:`~youmu.batching.StepInfo` or

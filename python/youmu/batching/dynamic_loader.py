@@ -45,8 +45,7 @@ from youmu.batching.merge import check_loader_state
 from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
-from youmu.passes import ClosingLoader
-from youmu.stateful import check_epoch, keeps_resume_point
+from youmu.passes import PassCursor, PassLoader
 
 __all__ = ["DynamicBatchLoader"]
 
@@ -76,7 +75,7 @@ class _Setting(Generic[T]):
         obj._config = obj._config.replace(**{self.name: value})
 
 
-class DynamicBatchLoader(ClosingLoader):
+class DynamicBatchLoader(PassLoader):
     """Variable-size, length-grouped batches with the same number of steps on every rank.
 
     Args:
@@ -250,8 +249,8 @@ class DynamicBatchLoader(ClosingLoader):
         channel = channel_for(group, timeout=settings["timeout"], name="group")
         self._config = LoaderConfig.from_settings(settings, channel)
         self.metrics = BatchingMetrics()
-        self._epoch = 0
-        self._resume: dict[str, Any] | None = None
+        # epochs and a loaded state (the point) for the next pass; the pass keeps where the trainer is
+        self._pass = PassCursor()
         self._current: EpochIterator | None = None
 
     # -- what the config says -------------------------------------------------------------------
@@ -277,10 +276,6 @@ class DynamicBatchLoader(ClosingLoader):
         """``"map"`` or ``"iterable"``."""
         return self._config.kind
 
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
     def config_fingerprint(self) -> int:
         """63-bit hash of the settings every rank must share (checked at each start)."""
         self._config = self._config.current()
@@ -291,20 +286,17 @@ class DynamicBatchLoader(ClosingLoader):
         """Reshuffle for ``epoch`` from the next pass on (youmu.stateful's loader
         contract: a pass in progress keeps its epoch; a loaded state of the same epoch
         is kept, one of another epoch cleared)."""
-        epoch = check_epoch(epoch)
-        if self._resume is not None and not keeps_resume_point(int(self._resume["epoch"]), epoch):
-            self._resume = None
-        self._epoch = epoch
+        self._pass.set_epoch(epoch)
         ds = self._config.dataset
-        if self._config.kind == "iterable" and hasattr(ds, "set_epoch") and self._resume is None:
-            ds.set_epoch(epoch)
+        if self._config.kind == "iterable" and hasattr(ds, "set_epoch") and self._pass.point is None:
+            ds.set_epoch(self._pass.epoch)
 
     def __iter__(self) -> EpochHandle:
         if self._current is not None:
             self._current.retire()
         self._config = self._config.current()
-        it = EpochIterator(self._config, self._epoch, self._resume)
-        self._resume = None
+        resume = self._pass.begin()
+        it = EpochIterator(self._config, self._pass.epoch, resume)
         self._current = it
         self.metrics = it.metrics
         it.start()
@@ -321,10 +313,10 @@ class DynamicBatchLoader(ClosingLoader):
         """
         if self._current is not None:
             return self._current.state_dict()
-        if self._resume is not None:
-            return dict(self._resume)
+        if self._pass.point is not None:
+            return dict(self._pass.point)
         self._config = self._config.current()
-        return self._config.fresh_state(self._epoch)
+        return self._config.fresh_state(self._pass.epoch)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` on the next ``iter()``.
@@ -338,8 +330,7 @@ class DynamicBatchLoader(ClosingLoader):
         if self._current is not None:
             self._current.retire()
             self._current = None
-        self._resume = st
-        self._epoch = int(st["epoch"])
+        self._pass.load(st, epoch=int(st["epoch"]))
 
     # -- shutdown -------------------------------------------------------------------------------------
     def close(self, timeout: float | None = None) -> None:

@@ -81,23 +81,22 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import choice_arg, int_arg, seconds_arg
-from youmu.distributed import Producer, channel_for
+from youmu.distributed import channel_for
 from youmu.distributed.status import CLOSED, FAILED
 from youmu.errors import InvalidArgumentError
-from youmu.passes import CLOSE_TIMEOUT, microbatches
+from youmu.passes import PassCursor
 from youmu.planning.checkpoint import (
     RESUME_MODES,
-    Snapshots,
     agree_on_start,
     restore_sources,
 )
 from youmu.planning.exchange import EXHAUSTED, OK, StepExchange
-from youmu.planning.loader_state import LoaderState
+from youmu.planning.loader_state import Loaded, LoaderState
 from youmu.planning.microbatch import Assembler, MicroBatchInfo, check_split_images
 from youmu.planning.rank_sources import (
     Held,
@@ -204,8 +203,7 @@ class BalancedLoader(LoaderState):
         2
     """
 
-    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
-    yields_pairs = True
+    thread_name = "youmu-balanced"
 
     def __init__(
         self,
@@ -288,23 +286,10 @@ class BalancedLoader(LoaderState):
         # "auto" stops at the first source that cannot save a mid-epoch state (e.g. a
         # DynamicBatchLoader over a stateless iterable) and saves replay states instead
         self._stateful = not stateless
-        self._snapshots = Snapshots(resume_mode != "replay" and self._stateful, resume_mode)
-        self.step = 0
-        #: the epoch of the next pass (:meth:`set_epoch`; 0 until it is called)
-        self.epoch = 0
-        self._iterating = False  # a pass started since construction or the last load_state_dict
-        self._passes = 0
-        self._pass_epoch = 0  # the epoch of the pass in progress
+        self._snapshots = self._fresh_snapshots()
+        # epochs, the loaded resume point (a Loaded) and where the trainer is
+        self._pass = PassCursor()
         self._epoch_due = False  # set_epoch during a pass: forward it when the next one starts
-        self._gen: Iterator[_StepOut] | None = None
-        # resume target: (step, micro-batches of it already delivered), and what a
-        # "state"-mode state restores (streams, carry, next index)
-        self._resume: tuple[int, int] | None = None
-        self._restored: dict[str, Any] | None = None
-        self._loaded_state: dict[str, Any] | None = None
-        self._merged = False  # the loaded state is a merged one: every rank must restore
-        self._delivered = (0, 0)
-        self._producer: Producer[_StepOut] | None = None
         self._exchange: StepExchange | None = None
         self._stop = threading.Event()
         self._assembler = Assembler(rank=self.rank, world_size=self.world_size, names=self._names,
@@ -312,9 +297,9 @@ class BalancedLoader(LoaderState):
                                     split_images_fn=split_images_fn)
 
     # -- one step ---------------------------------------------------------------------------
-    def _produce(self) -> Generator[_StepOut, None, None]:
-        """The steps of this rank, computed in order (on the producer thread, or in the
-        trainer's with ``prefetch=0``)."""
+    def _produce(self, loaded: Loaded | None) -> Generator[_StepOut, None, None]:
+        """The steps of this rank from ``loaded`` (``None``: the epoch's start), computed
+        in order (on the producer thread, or in the trainer's with ``prefetch=0``)."""
         ex = self._exchange = StepExchange(self.channel)
         stop = self._stop  # this pass's: a later pass has its own
         streams = [SourceStream(n, c, self._sources[n], flatten_steps=not self.reorder_only)
@@ -327,9 +312,12 @@ class BalancedLoader(LoaderState):
                             schedule=self.schedule)
         carry: list[Held] = []
         step = 0  # replay: a resumed loader replays the plans before its resume point
-        restored, self._restored = self._restored, None
-        target, mb = self._resume if self._resume is not None else (0, 0)
-        strict = (self.resume_mode == "state" or self._merged) and self._loaded_state is not None
+        # the resume target: (step, micro-batches of it already delivered), and what a
+        # "state"-mode state restores (streams, carry, next index)
+        resume = loaded.resume if loaded is not None else None
+        restored = loaded.restored if loaded is not None else None
+        target, mb = resume if resume is not None else (0, 0)
+        strict = loaded is not None and (self.resume_mode == "state" or loaded.merged)
         if agree_on_start(self.channel, target, mb, restored is not None, self.config_fingerprint(),
                           strict=strict) and restored is not None:
             # every rank restores: the sources continue where step `target` began;
@@ -343,7 +331,7 @@ class BalancedLoader(LoaderState):
         elif restored is not None:
             log.info("BalancedLoader rank %d: a peer cannot restore its sources' states; replaying to step %d",
                      self.rank, target)
-        self._record(step, reader, carry)
+        self._record(step, resume, reader, carry)
         while True:
             if stop.is_set():
                 ex.announce(CLOSED)
@@ -360,17 +348,17 @@ class BalancedLoader(LoaderState):
             if plan is None:
                 return  # the same decision on every rank
             carry = carry_after(plan, held, leftover)
-            self._record(step + 1, reader, carry)
-            if self._resume is not None and step < self._resume[0]:
+            self._record(step + 1, resume, reader, carry)
+            if resume is not None and step < resume[0]:
                 # replaying up to the resume point: the plan is a pure function of the
                 # gathered metadata, so every rank rebuilds the same carry; the samples
                 # themselves need neither moving nor collating
                 step += 1
                 continue
             items = self._assembler.deliver(plan, {h.id: h.payload for h in held}, ex)
-            if self._resume is not None and step == self._resume[0]:
-                items = items[self._resume[1]:]
-                self._resume = None
+            if resume is not None and step == resume[0]:
+                items = items[resume[1]:]
+                resume = None
             try:
                 yield _StepOut(step, items)
             except GeneratorExit:
@@ -383,50 +371,36 @@ class BalancedLoader(LoaderState):
                 raise
             step += 1
 
-    def _record(self, step: int, reader: RankReader, carry: list[Held]) -> None:
-        """Snapshot where ``step`` starts (nobody can resume inside a replay: nothing
-        is recorded there)."""
-        if self._resume is not None and step < self._resume[0]:
+    def _record(self, step: int, resume: tuple[int, int] | None, reader: RankReader, carry: list[Held]) -> None:
+        """Snapshot where ``step`` starts (nobody can resume inside a replay up to
+        ``resume``: nothing is recorded there)."""
+        if resume is not None and step < resume[0]:
             return
         self._snapshots.record(step, reader, carry)
 
-    # -- iteration --------------------------------------------------------------------------
-    def _start(self) -> None:
+    # -- iteration (youmu.passes.StepLoader) -----------------------------------------------
+    def _begin_pass(self) -> Iterator[_StepOut]:
         """Begin a pass (youmu.stateful's loader contract): an earlier one is closed
         first; a pass after the first starts at the epoch's start unless a state was
         loaded since, and needs sources that can be iterated again."""
         self.close()
-        if self._passes:
+        cursor = self._pass
+        if cursor.passes:
             again_or_raise(type(self).__name__, self._sources)
-            if self._iterating:  # no state loaded since the last pass: the epoch's start
-                self._reset_pass()
+        if cursor.pass_epoch is not None:  # no state loaded since the last pass: the epoch's start
+            self._snapshots = self._fresh_snapshots()
+        loaded = cursor.begin()
         if self._epoch_due:
-            self._forward_epoch(self.epoch)
+            self._forward_epoch(cursor.epoch)
         self._epoch_due = False
         self._stop = threading.Event()
-        self._passes += 1
-        self._pass_epoch = self.epoch
-        self._iterating = True
+        return self._produce(loaded)
 
-    def _reset_pass(self) -> None:
-        """Forget the last pass's progress and any loaded resume point."""
-        self._resume = self._restored = self._loaded_state = None
-        self._merged = False
-        self._delivered = (0, 0)
-        self.step = 0
-        self._snapshots = Snapshots(self.resume_mode != "replay" and self._stateful, self.resume_mode)
+    def _delivered(self, out: _StepOut, at: tuple[int, int]) -> None:
+        super()._delivered(out, at)
+        self._snapshots.forget_before(at[0])
 
-    def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
-        self._start()
-
-        def delivered(out: _StepOut, at: tuple[int, int]) -> None:
-            self.step = out.step + 1
-            self._snapshots.forget_before(out.step)
-            self._delivered = at
-
-        yield from microbatches(self._steps(), self.num_microbatches, delivered)
-
-    def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
+    def iter_steps(self) -> Iterator[Sequence[tuple[Any, MicroBatchInfo]]]:
         """Iterate whole steps: a list of ``num_microbatches`` ``(batch, info)`` pairs.
 
         >>> loader = BalancedLoader([{"input_ids": [0] * n} for n in (3, 1, 2)], num_microbatches=2,
@@ -434,43 +408,27 @@ class BalancedLoader(LoaderState):
         >>> [[info.num_tokens for _, info in step] for step in loader.iter_steps()]
         [[3, 3]]
         """
-        self._start()
-        for out in self._steps():
-            self.step = out.step + 1
-            self._snapshots.forget_before(out.step + 1)
-            self._delivered = (out.step + 1, 0)
-            yield out.items
+        return super().iter_steps()
 
-    def _steps(self) -> Iterator[_StepOut]:
-        if self.prefetch == 0:
-            self._gen = gen = self._produce()
-            yield from gen
-            return
-        steps = self._produce()
+    def _stopping(self, steps: Iterator[_StepOut]) -> Callable[[], None]:
         stop = self._stop
 
         def tell_peers() -> None:
             # on the producer thread, when the trainer left its loop (or close()) before
             # the steps ran out: tell the peers at the next exchange instead of leaving
             # them to time out
-            if inspect.getgeneratorstate(steps) == inspect.GEN_CREATED:
+            if inspect.getgeneratorstate(steps) == inspect.GEN_CREATED:  # type: ignore[arg-type]
                 stop.set()
                 next(steps, None)  # meet the peers at the start, then say CLOSED at the first step
             elif self._exchange is not None:
                 self._exchange.announce(CLOSED)
 
-        self._producer = Producer(lambda: steps, depth=self.prefetch, name=f"youmu-balanced-r{self.rank}",
-                                  on_stop=tell_peers).start()
-        yield from self._producer
+        return tell_peers
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the pass in progress, if any (its background thread tells the peers at
-        its next exchange); idempotent. The loader stays usable: the next ``iter()``
-        starts a new pass (youmu.stateful's loader contract)."""
+        its next exchange; with ``prefetch=0`` the pass itself does); idempotent. The
+        loader stays usable: the next ``iter()`` starts a new pass (youmu.stateful's
+        loader contract)."""
         self._stop.set()
-        if self._producer is not None:
-            self._producer.stop(CLOSE_TIMEOUT if timeout is None else timeout)
-            self._producer = None
-        gen, self._gen = self._gen, None
-        if gen is not None and inspect.getgeneratorstate(gen) == inspect.GEN_SUSPENDED:  # type: ignore[arg-type]
-            gen.close()  # type: ignore[attr-defined]  # prefetch=0: its GeneratorExit tells the peers
+        super().close(timeout)

@@ -15,46 +15,48 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import LoaderError
 from youmu.jobstates import is_merged
-from youmu.passes import ClosingLoader
+from youmu.passes import StepLoader
 from youmu.planning.checkpoint import STATE_FORMAT, Snapshots, parse_state, start_snapshot
 from youmu.planning.merge import parse_merged
-from youmu.stateful import check_epoch, keeps_resume_point
+from youmu.stateful import state_int
 
-__all__ = ["LoaderState"]
+__all__ = ["LoaderState", "Loaded"]
 
 
-class LoaderState(ClosingLoader):
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded state, waiting for the next pass (a :class:`~youmu.passes.PassCursor`'s
+    point): the step and micro-batch it resumes at (``None``: the epoch's start), what
+    it restores (the sources' states, the carry, the next index; ``None``: replay), the
+    state itself, and whether it is a merged one (every rank must restore)."""
+
+    resume: tuple[int, int] | None
+    restored: dict[str, Any] | None
+    state: dict[str, Any]
+    merged: bool
+
+
+class LoaderState(StepLoader[Any]):
     """The stream contract of :class:`~youmu.planning.BalancedLoader` (a mixin: the
     loader sets these attributes in its constructor)."""
 
-    rank: int
     world_size: int
-    num_microbatches: int
     resume_mode: str
-    step: int
-    epoch: int
     _names: list[str]
     _sources: dict[str, Any]
     _portable: dict[str, Any]
     _fingerprint: int
     _stateful: bool
-    _iterating: bool
-    _pass_epoch: int
     _epoch_due: bool
     _snapshots: Snapshots
-    _delivered: tuple[int, int]
-    _resume: tuple[int, int] | None
-    _restored: dict[str, Any] | None
-    _loaded_state: dict[str, Any] | None
-    _merged: bool
 
-
-    def _reset_pass(self) -> None:
-        raise NotImplementedError
+    def _fresh_snapshots(self) -> Snapshots:
+        return Snapshots(self.resume_mode != "replay" and self._stateful, self.resume_mode)
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` from the next pass on (youmu.stateful's loader contract): it is
@@ -70,15 +72,12 @@ class LoaderState(ClosingLoader):
         >>> loader.set_epoch(3); loader.epoch
         3
         """
-        epoch = check_epoch(epoch)
-        loaded = self._loaded_state if not self._iterating else None
-        if loaded is not None and not keeps_resume_point(loaded.get("epoch"), epoch):
-            self._reset_pass()
-        self.epoch = epoch
-        if self._iterating:
+        if self._pass.set_epoch(epoch):  # a loaded resume point of another epoch: cleared
+            self._snapshots = self._fresh_snapshots()
+        if self._pass.pass_epoch is not None:
             self._epoch_due = True  # a pass in progress reads its sources at its own epoch
         else:
-            self._forward_epoch(epoch)
+            self._forward_epoch(self._pass.epoch)
 
     def _forward_epoch(self, epoch: int) -> None:
         for name in self._names:
@@ -106,12 +105,13 @@ class LoaderState(ClosingLoader):
         >>> BalancedLoader([{"input_ids": [1]}], num_microbatches=1, global_batch_size=1).state_dict()["mode"]
         'replay'
         """
-        if self._loaded_state is not None and not self._iterating:
-            return dict(self._loaded_state)  # loaded, not yet resumed: the same point
-        step, mb = self._delivered
+        cursor = self._pass
+        if cursor.point is not None:
+            return dict(cursor.point.state)  # loaded, not yet resumed: the same point
+        step, mb = cursor.delivered
         state: dict[str, Any] = {
             "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
-            "epoch": self._pass_epoch if self._iterating else self.epoch,
+            "epoch": cursor.state_epoch,
             "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
             "settings": self._portable, "step": step, "microbatch": mb,
         }
@@ -119,7 +119,7 @@ class LoaderState(ClosingLoader):
         snapshots = self._snapshots
         if snapshots.enabled:
             snap = snapshots.get(step)
-            if snap is None and not self._iterating:
+            if snap is None and cursor.pass_epoch is None:
                 try:  # not started: the sources' states now are step 0's start
                     snap = start_snapshot(self._names, self._sources)
                 except Exception as e:  # noqa: BLE001 - as in Snapshots.record: replay instead (or say why not)
@@ -168,18 +168,16 @@ class LoaderState(ClosingLoader):
                 config=self.config_fingerprint(), can_restore=can_restore, resume_mode=self.resume_mode,
                 names=self._names,
             )
+        epoch = state_int(state, "epoch", owner="BalancedLoader") if state.get("epoch") is not None else None
         self.close()  # a pass in progress ends: the state is where the next one starts
-        self._reset_pass()
+        self._snapshots = self._fresh_snapshots()
         # the sources load their states when iteration starts, once every rank has
         # agreed to restore (if one cannot, all replay over the untouched sources)
-        self._restored = resume.restored
         step, mb = resume.step, resume.microbatch
-        self._resume = (step, mb) if (step, mb) != (0, 0) or resume.restored is not None else None
-        self._delivered = (step, mb)
-        self._loaded_state = dict(state)
-        self._merged = merged
-        self.step = step
-        self._iterating = False
+        at = (step, mb) if (step, mb) != (0, 0) or resume.restored is not None else None
+        self._pass.load(Loaded(at, resume.restored, dict(state), merged), epoch=epoch, step=step, microbatch=mb)
+        if epoch is not None:
+            self._epoch_due = True  # the sources read the state's epoch (replayed, or restored after it)
 
     def config_fingerprint(self) -> int:
         """63-bit hash of the settings that decide the plans (batch size or token

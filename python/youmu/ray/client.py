@@ -46,22 +46,20 @@ process; with Ray, ``RayLoaders(...)`` after ``ray.init``):
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import int_arg
-from youmu.distributed import Producer
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
 from youmu.jobstates import is_merged
-from youmu.passes import CLOSE_TIMEOUT, ClosingLoader, microbatches
+from youmu.passes import PassCursor, StepLoader
 from youmu.planning.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
 from youmu.ray.merge import parse_merged
 from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
 from youmu.ray.state import CLIENT_FORMAT, Chain, PlannerState, Ref
-from youmu.stateful import check_epoch, check_state, keeps_resume_point, state_int
+from youmu.stateful import check_state, state_int
 
 __all__ = ["RayBalancedLoader", "Deployment"]
 
@@ -97,7 +95,7 @@ class _StepOut:
     after: dict[str, Any] | None = None
 
 
-class RayBalancedLoader(ClosingLoader):
+class RayBalancedLoader(StepLoader[_StepOut]):
     """This rank's balanced micro-batches from a deployment (see the module doc);
     get one with :meth:`youmu.ray.RayLoaders.client`.
 
@@ -108,8 +106,7 @@ class RayBalancedLoader(ClosingLoader):
         steps_per_call: plans asked of the planner per call.
     """
 
-    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
-    yields_pairs = True
+    thread_name = "youmu-ray-client"
 
     def __init__(self, deployment: Deployment, rank: int, *, prefetch: int = 2, steps_per_call: int = 2) -> None:
         if not isinstance(deployment, Deployment):
@@ -125,70 +122,28 @@ class RayBalancedLoader(ClosingLoader):
         self.world_size = deployment.world_size
         self.num_microbatches = deployment.num_microbatches
         self.collate_fn = deployment.collate_fn
-        self.epoch = 0
-        #: the next step (as BalancedLoader.step)
-        self.step = 0
-        self._start = PlannerState.initial(0, self.world_size, len(deployment.names))
-        self._resume: tuple[int, int] = (0, 0)
-        self._loaded = False  # a loaded resume point awaits the next pass
-        self._pass_epoch: int | None = None  # the epoch of the last pass (None: none since a load)
-        # what state_dict() describes: the next (step, micro-batch) and the planner state
-        # as of a step at or before it
-        self._delivered: tuple[int, int] = (0, 0)
-        self._delivered_state: dict[str, Any] = self._start.to_dict()
-        self._producer: Producer[_StepOut] | None = None
-        #: seconds the trainer waited for each micro-batch (latency benchmarks)
-        self.waits: list[float] = []
-        self.record_waits = False
+        # epochs, a loaded resume point (planner state, step, micro-batch) and where the trainer is
+        self._pass = PassCursor()
+        # what state_dict() describes besides the cursor's (step, micro-batch): the planner
+        # state as of a step at or before it (None: the start of the cursor's epoch)
+        self._delivered_state: dict[str, Any] | None = None
 
-    # -- iteration --------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[tuple[Any, MicroBatchInfo]]:
-        """``(batch, info)`` from the resume point (a loaded state, or the epoch's
-        start), as :class:`~youmu.planning.BalancedLoader` yields them."""
-        def delivered(out: _StepOut, at: tuple[int, int]) -> None:
-            self._delivered = at
-            # once a step is delivered, the state as of the next one: a merge needs it
-            self._delivered_state = out.after if at[1] == 0 and out.after is not None else out.state
-            self.step = out.step + 1
-
-        yield from microbatches(self._steps(), self.num_microbatches, delivered)
-
-    def iter_steps(self) -> Iterator[list[tuple[Any, MicroBatchInfo]]]:
-        """Whole steps: lists of ``(batch, info)``."""
-        for out in self._steps():
-            self._delivered = (out.step + 1, 0)
-            self._delivered_state = out.after if out.after is not None else out.state
-            self.step = out.step + 1
-            yield out.items
-
-    def _steps(self) -> Iterator[_StepOut]:
+    # -- iteration (youmu.passes.StepLoader) -----------------------------------------------------
+    def _begin_pass(self) -> Iterator[_StepOut]:
         _refuse_dataloader_worker()
         self.close()
-        epoch = self.epoch  # this pass's: set_epoch during it takes effect at the next one
-        start, resume = self._start, self._resume
-        # the next pass starts at the epoch's start, unless a state is loaded meanwhile
-        self._start = PlannerState.initial(epoch, self.world_size, len(self.deployment.names))
-        self._resume, self._loaded = (0, 0), False
-        self._pass_epoch = epoch
-        self._delivered, self._delivered_state = resume, start.to_dict()
-        if self.prefetch == 0:
-            yield from self._produce(start, resume, epoch)
-            return
-        self._producer = Producer(lambda: self._produce(start, resume, epoch), depth=self.prefetch,
-                                  name=f"youmu-ray-client-r{self.rank}").start()
-        producer = self._producer
-        if not self.record_waits:
-            yield from producer
-            return
-        it = iter(producer)
-        while True:
-            t0 = time.perf_counter()
-            try:
-                out = next(it)
-            except StopIteration:
-                return
-            self.waits.append(time.perf_counter() - t0)
-            yield out
+        loaded = self._pass.begin()  # None: the epoch's start
+        epoch = self._pass.epoch  # this pass's: set_epoch during it takes effect at the next one
+        if loaded is None:
+            loaded = (PlannerState.initial(epoch, self.world_size, len(self.deployment.names)), 0, 0)
+        start, step, mb = loaded
+        self._delivered_state = start.to_dict()
+        return self._produce(start, (step, mb), epoch)
+
+    def _delivered(self, out: _StepOut, at: tuple[int, int]) -> None:
+        super()._delivered(out, at)
+        # once a step is delivered, the state as of the next one: a merge needs it
+        self._delivered_state = out.after if at[1] == 0 and out.after is not None else out.state
 
     def _produce(self, start: PlannerState, resume: tuple[int, int], epoch: int) -> Iterator[_StepOut]:
         d = self.deployment
@@ -227,29 +182,13 @@ class RayBalancedLoader(ClosingLoader):
             raise ProtocolError(f"planner {self._planner.name!r} answered {reply!r:.80} for step {step}")
         return reply
 
-    def close(self, timeout: float | None = None) -> None:
-        """Stop the pass in progress (its background thread, waited for at most
-        ``timeout`` seconds, default :data:`~youmu.stateful.CLOSE_TIMEOUT`), if any;
-        idempotent. The next ``iter()`` starts a new pass (youmu.stateful's loader
-        contract)."""
-        if self._producer is not None:
-            self._producer.stop(CLOSE_TIMEOUT if timeout is None else timeout)
-            self._producer = None
-
     # -- the stream contract (youmu.stateful) ---------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` from the next pass on (every source stream reshuffles for it;
         a pass in progress keeps its epoch). A loaded resume point of another epoch is
         cleared, one of this epoch kept (youmu.stateful's loader contract)."""
-        epoch = check_epoch(epoch)
-        if self._loaded and keeps_resume_point(self._start.epoch, epoch):
-            return
-        self.epoch = epoch
-        self._start = PlannerState.initial(epoch, self.world_size, len(self.deployment.names))
-        self._resume, self._loaded = (0, 0), False
-        if self._pass_epoch is None:  # no pass yet: state_dict() is this resume point
-            self._delivered, self._delivered_state = (0, 0), self._start.to_dict()
-            self.step = 0
+        if self._pass.set_epoch(epoch):  # no pass since: state_dict() is the epoch's start
+            self._delivered_state = None
 
     def config_fingerprint(self) -> int:
         """The deployment's fingerprint: the plan's settings (as
@@ -268,12 +207,15 @@ class RayBalancedLoader(ClosingLoader):
         source order), ``settings`` (the plan settings such a resume keeps) and ``data``
         (the sources' and measuring functions' fingerprint). Integers, strings and lists
         only (JSON works)."""
-        step, mb = self._delivered
+        cursor = self._pass
+        step, mb = cursor.delivered
         d = self.deployment
+        planner = self._delivered_state
+        if planner is None:
+            planner = PlannerState.initial(cursor.epoch, self.world_size, len(d.names)).to_dict()
         return {"format": CLIENT_FORMAT, "world_size": self.world_size, "rank": self.rank,
                 "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
-                "epoch": self.epoch if self._pass_epoch is None else self._pass_epoch,
-                "step": step, "microbatch": mb, "planner": self._delivered_state,
+                "epoch": cursor.state_epoch, "step": step, "microbatch": mb, "planner": planner,
                 "sources": list(d.names), "settings": d.portable, "data": d.data}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -307,13 +249,9 @@ class RayBalancedLoader(ClosingLoader):
         self._install(planner, step, mb)
 
     def _install(self, planner: PlannerState, step: int, mb: int) -> None:
-        epoch = planner.epoch
         self.close()
-        self.epoch = epoch
-        self._start, self._resume = planner, (step, mb)
-        self._delivered, self._delivered_state = (step, mb), planner.to_dict()
-        self.step = step
-        self._loaded, self._pass_epoch = True, None
+        self._pass.load((planner, step, mb), epoch=planner.epoch, step=step, microbatch=mb)
+        self._delivered_state = planner.to_dict()
 
 
 class _Fetch:
