@@ -7,7 +7,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::paths::rules::{KeyPlan, names_object};
+use crate::rules::{KeyPlan, names_object};
 
 thread_local! {
     /// The exception `youmu.hub` raised while resolving on this thread: raised as it was

@@ -15,12 +15,12 @@ use object_store::path::Path as ObjectPath;
 use super::found::{Found, Listed, Opened};
 use super::local::LocalFile;
 use super::options::io_options;
-use super::redact::redact;
 use super::remote::RemoteObject;
 use super::source::Source;
 use super::spec::StoreSpec;
 use crate::error::{Error, Result};
-use crate::paths::rules::{KeyPlan, is_glob, names_object};
+use crate::redact::redact;
+use crate::rules::{KeyPlan, is_glob, names_object};
 
 /// A local file found by a walk.
 #[derive(Debug)]

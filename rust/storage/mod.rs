@@ -14,7 +14,7 @@
 //! Which kind of place a user's path or URL names is one registry of [`scheme`]s (local
 //! paths, S3, GCS, Azure, HTTP(S), the Hugging Face Hub), each listing its paths (a
 //! local walk in `walk.rs`, an object listing in `listed.rs`, by the naming rules of
-//! `paths::rules`) and reading and writing them whole; what a listing found is a
+//! `crate::rules`) and reading and writing them whole; what a listing found is a
 //! [`Found`], which opens itself; and how a set of found files is opened and read,
 //! saved and reopened is `open.rs`. No caller branches on the backend or waits on the
 //! async runtime itself.
@@ -41,7 +41,6 @@ pub mod listed;
 pub mod local;
 pub mod open;
 pub mod options;
-pub mod redact;
 pub mod remote;
 pub mod retry;
 pub mod retry_after;

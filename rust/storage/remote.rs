@@ -9,9 +9,9 @@ use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStoreScheme};
 
-use super::redact::redact;
 use super::spec::StoreSpec;
 use crate::error::{Error, Result, StorageErrorKind, range_text};
+use crate::redact::redact;
 
 /// One indexed object and what it looked like when indexed.
 #[derive(Debug)]

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::found::Listing;
-use super::redact::redact;
 use crate::error::{Error, Result};
+use crate::redact::redact;
 
 /// Paths or URLs and the `storage_options` that reach them.
 pub type Resolved = (Vec<String>, Vec<(String, String)>);

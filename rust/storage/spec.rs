@@ -8,15 +8,15 @@
 //! `object_store` accepts for that store, e.g. `endpoint`, `region`, `access_key_id`,
 //! `timeout`) override them; an unknown key is an error, not silently ignored, and so
 //! is any key given for local paths only. Messages never show credentials
-//! ([`super::redact`]).
+//! ([`crate::redact`]).
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ClientConfigKey, ObjectStoreScheme};
 
-use super::redact::{redact, remember_secrets};
 use crate::error::{Error, Result, StorageErrorKind};
+use crate::redact::{redact, remember_secrets};
 
 /// `storage_options` configure object stores: given where no object store is named
 /// (only local paths, or an index of local files), they are a mistake, refused naming
