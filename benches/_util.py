@@ -1,5 +1,6 @@
-"""Helpers shared by the benchmark scripts: subprocess phases with their own peak RSS,
-and the peer venv that runs the Hugging Face ``datasets`` baselines."""
+"""Helpers shared by the benchmark scripts: subprocess phases with their own peak RSS
+(of the process, or of its whole tree: DataLoader workers, ``map`` processes), and the
+peer venv that runs the Hugging Face ``datasets`` baselines."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import resource
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,65 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class TreePeak:
+    """Peak RSS and PSS of a process (``pid``, default this one) and all its descendants
+    together, sampled in a thread: RSS every ``every`` seconds (``/proc/<pid>/statm``,
+    microseconds), PSS every ``pss_every`` (``/proc/<pid>/smaps_rollup``: PSS counts the
+    pages forked workers share with their parent once, but the kernel walks the page
+    tables for it — tens of ms of system time per process with torch loaded, so it is
+    sampled sparsely or not at all with ``pss_every=None``)."""
+
+    def __init__(self, pid: int | None = None, every: float = 0.05, pss_every: float | None = 1.0) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.peak = 0
+        self.peak_pss = 0
+        self.every, self.pss_every = every, pss_every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        last_pss = float("-inf")
+        while not self.stop.is_set():
+            try:
+                tree = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:  # the root exited
+                return
+            with_pss = self.pss_every is not None and time.monotonic() - last_pss >= self.pss_every
+            total = pss = 0
+            for p in tree:
+                try:
+                    total += p.memory_info().rss
+                    if with_pss:
+                        pss += _pss(p.pid)
+                except (psutil.Error, OSError):
+                    pass
+            self.peak = max(self.peak, total)
+            if with_pss:
+                last_pss = time.monotonic()
+                self.peak_pss = max(self.peak_pss, pss)
+            time.sleep(self.every)
+
+    def close(self) -> tuple[float, float]:
+        """Stop sampling: ``(peak RSS MB, peak PSS MB)``."""
+        self.stop.set()
+        self.thread.join()
+        return self.peak / 2**20, self.peak_pss / 2**20
+
+
+def _pss(pid: int) -> int:
+    """PSS of ``pid`` in bytes (``smaps_rollup``)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def peers_python(path: str = PEERS_PYTHON, what: str = "HF datasets baseline") -> str | None:
     """``path`` if that interpreter exists and imports ``datasets``; else ``None``, after
     printing one line saying the baseline is skipped and why (youmu's side still runs)."""
@@ -42,21 +104,34 @@ def peers_python(path: str = PEERS_PYTHON, what: str = "HF datasets baseline") -
     return path
 
 
-def run_phase(script: str, phase: str, *args: str, timeout: int = 1800, python: str | None = None) -> dict[str, Any]:
+def run_phase(script: str, phase: str, *args: str, timeout: int = 1800, python: str | None = None,
+              tree_rss: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``script --phase phase args`` in a fresh interpreter (``python``, default this
     one); it prints one JSON line. Another interpreter (the peers' venv) gets this
-    checkout's ``python/`` on its path, so it imports the same youmu."""
-    env = None
+    checkout's ``python/`` on its path, so it imports the same youmu. ``tree_rss``: the
+    phase's whole process tree is sampled (:class:`TreePeak`) and its peaks added as
+    ``tree_peak_rss_mb`` / ``tree_peak_pss_mb``. ``env``: variables to set for it."""
+    environ = dict(os.environ, **(env or {}))
     if python is not None:
         src = str(Path(__file__).resolve().parents[1] / "python")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
-    out = subprocess.run(
-        [python or sys.executable, script, "--phase", phase, *args], capture_output=True, text=True, timeout=timeout,
-        env=env,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"phase {phase} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, environ.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen([python or sys.executable, script, "--phase", phase, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environ)
+    peak = TreePeak(proc.pid) if tree_rss else None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        peaks = peak.close() if peak is not None else None
+    if proc.returncode != 0:
+        raise RuntimeError(f"phase {phase} failed:\n{stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    if peaks is not None:
+        result["tree_peak_rss_mb"], result["tree_peak_pss_mb"] = round(peaks[0], 1), round(peaks[1], 1)
+    return result
 
 
 def emit(result: dict[str, Any]) -> None:

@@ -47,7 +47,6 @@ import json
 import os
 import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import PEERS_PYTHON, peers_python, run_phase  # noqa: E402
+from _util import PEERS_PYTHON, TreePeak, peers_python, run_phase  # noqa: E402
 
 ROWS_PER_GROUP = 100
 POOL = 48
@@ -120,42 +119,6 @@ def generate(out: Path, total_bytes: int, lo: int, hi: int, seed: int = 0) -> li
         part += 1
     stamp.write_text("ok")
     return sorted(out.glob("part-*.parquet"))
-
-
-class _TreePeak:
-    """Peak RSS of this process and its descendants, sampled in a thread."""
-
-    def __init__(self, every: float = 0.05) -> None:
-        import psutil
-
-        self.me = psutil.Process()
-        self.peak = 0
-        self.peak_pss = 0
-        self.every = every
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        import psutil
-
-        while not self.stop.is_set():
-            total = pss = 0
-            for p in [self.me, *self.me.children(recursive=True)]:
-                try:
-                    m = p.memory_full_info()  # PSS: pages shared by the forked workers counted once
-                    total += m.rss
-                    pss += getattr(m, "pss", m.rss)
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
-            self.peak_pss = max(self.peak_pss, pss)
-            time.sleep(self.every)
-
-    def close(self) -> tuple[float, float]:
-        self.stop.set()
-        self.thread.join()
-        return self.peak / 2**20, self.peak_pss / 2**20
 
 
 class RowGroups:
@@ -224,7 +187,7 @@ def phase_loader(impl: str, paths: list[str], workers: int, budget: int) -> dict
 
     torch.manual_seed(0)
     transform = VisionTransform(ByteTokenizer())
-    peak = _TreePeak()
+    peak = TreePeak()
     t0 = time.perf_counter()
     info: dict[str, Any] = {}
     if impl == "youmu":

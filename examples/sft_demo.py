@@ -283,8 +283,10 @@ def recording_trainer() -> Any:
     return RecordingTrainer
 
 
-def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
-    import torch
+def tiny_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``(tokenizer, model)``: the tokenizer from ``args.tokenizer`` (its pad and EOS ids
+    noted in ``args``) and the GPT-2 of 2 layers, width ``args.width``, from config
+    with seed ``args.seed``."""
     import transformers
 
     tok = transformers.PreTrainedTokenizerFast.from_pretrained(args.tokenizer)
@@ -293,12 +295,28 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=len(tok), n_positions=max(args.cutoff_len, args.seq_len), n_embd=args.width, n_layer=2,
         n_head=2, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    return tok, model
+
+
+def training_args(args: argparse.Namespace, output_dir: Path, **overrides: Any) -> Any:
+    """The demo's ``TrainingArguments`` (one epoch, constant learning rate, CPU, no
+    checkpoints), with ``overrides``."""
+    import transformers
+
+    return transformers.TrainingArguments(**{
+        "output_dir": str(output_dir), "num_train_epochs": 1, "learning_rate": args.lr,
+        "lr_scheduler_type": "constant", "logging_steps": 50, "save_strategy": "no", "report_to": [],
+        "use_cpu": True, "disable_tqdm": True, "dataloader_num_workers": 0, "ddp_find_unused_parameters": False,
+        "seed": args.seed, **overrides,
+    })
+
+
+def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
+    import torch
+
+    _, model = tiny_model(args)
     out = Path(args.out) / args.mode
-    targs = transformers.TrainingArguments(
-        output_dir=str(out / "trainer"), num_train_epochs=1, learning_rate=args.lr, lr_scheduler_type="constant",
-        logging_steps=50, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
-        dataloader_num_workers=0, ddp_find_unused_parameters=False, seed=args.seed,
-    )
+    targs = training_args(args, out / "trainer")
     loader = build_loader(args.mode, args, world)
     trainer = recording_trainer()(model=model, args=targs, train_loader=loader, pad_id=args.pad_id,
                                   eos_id=args.eos_id)

@@ -138,9 +138,9 @@ pub fn range_text(start: u64, end: u64) -> String {
 
 impl Error {
     /// The message a user sees: the error's text with credentials blanked out (user
-    /// info in URLs, signatures, secret `storage_options`; see `storage::redact`).
+    /// info in URLs, signatures, secret `storage_options`; see `crate::redact`).
     pub fn message(&self) -> String {
-        crate::storage::redact::redact(&self.to_string())
+        crate::redact::redact(&self.to_string())
     }
 
     pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {

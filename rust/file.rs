@@ -24,6 +24,10 @@ use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation}
 use crate::error::{Error, Result};
 use crate::storage::{Fetched, Source, Storage};
 
+/// The first bytes of a saved index (`persist` writes and checks them): kept here, below
+/// `persist`, so opening an index file as data can say what it is.
+pub(crate) const INDEX_MAGIC: &[u8; 8] = b"YOUMUIDX";
+
 mod footer;
 mod pagetable;
 mod projection;
@@ -105,7 +109,7 @@ impl FileEntry {
                 // a saved index passed where data goes: say so, not "corrupt footer"
                 // (where its first bytes are at hand: a strict reader fetches nothing)
                 let head = reader.read_range(0, 8.min(size as usize)).unwrap_or_default();
-                if head.as_ref() == crate::persist::MAGIC.as_slice() {
+                if head.as_ref() == INDEX_MAGIC.as_slice() {
                     Err(Error::corrupt(
                         &path,
                         "this is a saved youmu index, not a Parquet file: open it with PageIndex.load(path)",

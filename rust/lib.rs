@@ -21,6 +21,8 @@ pub mod permute;
 pub mod perprocess;
 pub mod persist;
 pub mod read;
+pub mod redact;
+pub mod rules;
 pub mod runtime;
 pub mod scan;
 pub mod storage;

@@ -29,12 +29,10 @@
 //!    names one object. `http(s)://` servers that are not S3 or Azure can only name
 //!    objects (plain HTTP has no listing).
 //!
-//! Rules 2 and 3 are [`rules`], pure functions of names; listing a local path or an
+//! Rules 2 and 3 are [`crate::rules`], pure functions of names; listing a local path or an
 //! object-store URL by them is storage's ([`storage::list`]: a walk of the local
 //! filesystem, a listing of a store's keys). What is left here is the same for both:
 //! the user's list as a whole, and the duplicates in it.
-
-pub mod rules;
 
 use crate::error::{Error, Result};
 use crate::storage;

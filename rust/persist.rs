@@ -24,12 +24,11 @@ use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{FileEntry, PageSource, SavedTables};
+use crate::file::{FileEntry, INDEX_MAGIC as MAGIC, PageSource, SavedTables};
 use crate::index::PageIndex;
 use crate::runtime::runtime;
 use crate::storage::{self, Fetched, ObjectVersion, Source, Storage};
 
-pub(crate) const MAGIC: &[u8; 8] = b"YOUMUIDX";
 /// 3: the INT96 unit, per file an object's ETag and version after its mtime, and the
 /// checksum trailer. 1 and 2 are older layouts (rebuild).
 const VERSION: u32 = 3;

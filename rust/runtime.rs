@@ -113,6 +113,21 @@ pub fn env_allocator() -> Result<Option<i32>> {
     }
 }
 
+/// `YOUMU_FAST_DECODE` if set: `1` (the default) or `0` (every page through arrow-rs,
+/// `tokens::set_enabled(false)`), else an error naming the variable
+/// (`storage::check_env` reports it). Read here, with the other process settings, so
+/// storage checks it without depending on the decoder.
+pub fn env_fast_decode() -> Result<Option<bool>> {
+    let Some(raw) = std::env::var_os("YOUMU_FAST_DECODE") else { return Ok(None) };
+    match raw.to_string_lossy().trim() {
+        "1" => Ok(Some(true)),
+        "0" => Ok(Some(false)),
+        other => Err(Error::InvalidArgument(format!(
+            "environment variable YOUMU_FAST_DECODE={other:?} must be 0 (decode every page with arrow-rs) or 1"
+        ))),
+    }
+}
+
 /// Optionally pin glibc's mmap threshold so freed page buffers go back to the OS.
 ///
 /// glibc raises its mmap threshold each time a large mmapped block is freed (up to

@@ -42,19 +42,6 @@ pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
 
-/// `YOUMU_FAST_DECODE` if set: `1` (the default) or `0` (every page through arrow-rs),
-/// else an error naming the variable (`storage::check_env` reports it).
-pub fn env_fast_decode() -> crate::error::Result<Option<bool>> {
-    let Some(raw) = std::env::var_os("YOUMU_FAST_DECODE") else { return Ok(None) };
-    match raw.to_string_lossy().trim() {
-        "1" => Ok(Some(true)),
-        "0" => Ok(Some(false)),
-        other => Err(crate::error::Error::InvalidArgument(format!(
-            "environment variable YOUMU_FAST_DECODE={other:?} must be 0 (decode every page with arrow-rs) or 1"
-        ))),
-    }
-}
-
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }

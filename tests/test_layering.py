@@ -46,7 +46,6 @@ ALLOWED = re.compile(r"^\s*fn is_remote\(&self\) -> bool \{$|^\s*crate::storage:
 # they hand storage the ranges a read needs and it decides (`storage::fetch_reads`).
 STORAGE_PREDICATES_CALLERS_MAY_ASK = {
     "is_empty": "a length",
-    "is_secret_key": "which storage option keys hold credentials (kept out of descriptions)",
 }
 
 
@@ -168,6 +167,64 @@ def test_storage_modules_form_no_import_cycle() -> None:
 
     for m in sorted(graph):
         visit(m, [])
+
+
+def _rust_top_level_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """The crate's top-level modules each top-level module refers to (``crate::name``,
+    ``crate::{a, b::c}``, or a name ``lib.rs`` re-exports such as ``crate::Error``), from
+    ``sources``: each module's code (a directory module's files together), tests excluded."""
+    lib = (RUST / "lib.rs").read_text()
+    reexported = {name.strip(): m for m, names in re.findall(r"^pub use (\w+)::\{?([\w, ]+)\}?;", lib, re.M)
+                  for name in names.split(",")}
+    graph: dict[str, set[str]] = {}
+    for m, text in sources.items():
+        code = "\n".join(_code(line) for line in text.splitlines())
+        refs = re.findall(r"crate::(\w+)", code)
+        for group in re.findall(r"crate::\{([^}]*)\}", code):
+            refs += re.findall(r"(?:^|,)\s*(\w+)", group)
+        graph[m] = {reexported.get(r, r) for r in refs} & set(sources) - {m}
+    return graph
+
+
+def _rust_top_level_sources() -> dict[str, str]:
+    """Each top-level module of the crate (``rust/x.rs`` with its ``rust/x/`` files) by name,
+    its ``#[cfg(test)]`` modules cut off."""
+    names = {p.stem for p in RUST.glob("*.rs")} - {"lib"} | {p.name for p in RUST.iterdir() if p.is_dir()}
+    out = {}
+    for m in sorted(names):
+        files = [RUST / f"{m}.rs"] if (RUST / f"{m}.rs").exists() else []
+        files += sorted((RUST / m).rglob("*.rs")) if (RUST / m).is_dir() else []
+        out[m] = "\n".join(f.read_text().split("#[cfg(test)]", 1)[0] for f in files)
+    return out
+
+
+def test_rust_top_level_modules_form_no_import_cycle() -> None:
+    # the layers, bottom up: error (with the leaves it uses: redact), the process settings
+    # (limits, runtime), storage, discovery (paths over rules), the file model, the index,
+    # its persistence, the readers; a cycle among them makes every layer every other's
+    graph = _rust_top_level_graph(_rust_top_level_sources())
+    assert {"storage", "error", "paths", "file", "index", "persist", "py"} <= set(graph), sorted(graph)
+    assert {"error", "storage"} <= graph["persist"], graph["persist"]
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle among the Rust crate's top-level modules: " + " -> ".join(cycle or [])
+
+
+def test_a_rust_import_cycle_is_caught_in_every_form() -> None:
+    # a path, a use list, a name lib.rs re-exports; comments name anything
+    planted = {
+        "error": "pub fn message(&self) -> String { crate::storage::redact::redact(&s) }",
+        "storage": "use crate::{error::Error, runtime};",
+        "runtime": "pub fn f() -> crate::Result<()> { Ok(()) } // crate::index::PageIndex",
+        "index": "use crate::storage::Source;",
+    }
+    graph = _rust_top_level_graph(planted)
+    assert graph == {"error": {"storage"}, "storage": {"error", "runtime"}, "runtime": {"error"},
+                     "index": {"storage"}}, graph
+    assert _cycle(graph) == ["error", "storage", "error"]
+    assert _cycle(_rust_top_level_graph({"error": "use crate::{limits};", "limits": "fn f() -> crate::Result<()>"})) \
+        == ["error", "limits", "error"]
+    del planted["error"]
+    assert _cycle(_rust_top_level_graph(planted)) is None
 
 
 def test_storage_modules_stay_small() -> None:

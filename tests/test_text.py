@@ -359,3 +359,18 @@ def test_image_text_chats_take_the_tokenizers_chat_template_as_text_chats_do() -
     sample, _ = ChatTemplate(tok, column="conversations")(pa.table({"conversations": [text_only]}))
     got = tokenize_chat(text_only, [], tok, system=None)
     assert [got["input_ids"], got["labels"]] == [sample.column("input_ids")[0].as_py(), sample.column("labels")[0].as_py()]
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.lists(st.tuples(st.integers(0, 2**40), st.booleans()), max_size=30), max_size=12),
+       cutoff_len=st.none() | st.integers(1, 40))
+def test_batch_labels_equal_each_rows_labels_cut_alone(rows, cutoff_len) -> None:
+    from youmu.text.chat import assistant_label_columns, assistant_labels
+
+    ids = [[i for i, _ in r] for r in rows]
+    masks = [[int(m) for _, m in r] for r in rows]
+    got_ids, got_labels, lengths = assistant_label_columns(ids, masks, cutoff_len)
+    want = [assistant_labels(i, m, cutoff_len) for i, m in zip(ids, masks)]
+    assert got_ids.to_pylist() == [a.tolist() for a, _ in want]
+    assert got_labels.to_pylist() == [b.tolist() for _, b in want]
+    assert lengths.tolist() == [len(r) for r in rows]

@@ -46,7 +46,7 @@ impl PyPageIndex {
             None => None,
         };
         let options = storage_options_from(storage_options)?;
-        let (specs, options) = super::hub::expand(py, specs, options)?;
+        let (specs, options) = super::hub::resolve(specs, options)?;
         let progress = progress.filter(|p| !p.is_none(py));
         if let Some(p) = &progress
             && !p.bind(py).is_callable()
@@ -91,13 +91,9 @@ impl PyPageIndex {
         crate::storage::check_env()?;
         let path = super::convert::path_arg(path, "PageIndex.load() argument 'path'")?;
         let options = storage_options_from(storage_options)?;
-        let raised: Mutex<Option<PyErr>> = Mutex::new(None);
-        let hook = |names: &[String]| super::hub::saved_options(names, &options, &raised);
-        let idx = super::detach(py, || PageIndex::load_for(&path, &options, &hook));
-        if let Some(e) = raised.into_inner().ok().flatten() {
-            return Err(e);
-        }
-        Ok(PyPageIndex { inner: Arc::new(idx?) })
+        let hook = |names: &[String]| super::hub::saved_options(names, &options);
+        let idx = super::hub::recover(super::detach(py, || PageIndex::load_for(&path, &options, &hook)))?;
+        Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
     /// One index over the pages of several (files shared, nothing re-read). Used by
@@ -159,15 +155,11 @@ impl PyPageIndex {
         })?;
         let verify = verify.map_or(Ok(true), |v| super::convert::bool_arg(v, "PageIndex.from_bytes(verify)"))?;
         let options = storage_options_from(storage_options)?;
-        let raised: Mutex<Option<PyErr>> = Mutex::new(None);
-        let hook = |names: &[String]| super::hub::saved_options(names, &options, &raised);
-        let idx = super::detach(py, || {
+        let hook = |names: &[String]| super::hub::saved_options(names, &options);
+        let idx = super::hub::recover(super::detach(py, || {
             PageIndex::from_bytes_for(&data, std::path::Path::new("<pickled index>"), &hook, verify)
-        });
-        if let Some(e) = raised.into_inner().ok().flatten() {
-            return Err(e);
-        }
-        Ok(PyPageIndex { inner: Arc::new(idx?) })
+        }))?;
+        Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
     /// Pickles carry the storage options (a spawned worker has no other way to get

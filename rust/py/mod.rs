@@ -156,14 +156,14 @@ fn set_io_options(
 /// redaction every message naming a URL goes through.
 #[pyfunction]
 fn redact(text: &str) -> String {
-    crate::storage::redact::redact(text)
+    crate::redact::redact(text)
 }
 
 /// Whether a `storage_options` key names a secret (its value is never shown): the rule
 /// [`redact`] applies, for Python's reprs and descriptions of options.
 #[pyfunction]
 fn is_secret_key(key: &str) -> bool {
-    crate::storage::redact::is_secret_key(key)
+    crate::redact::is_secret_key(key)
 }
 
 /// The current I/O settings (see `set_io_options`).
@@ -230,7 +230,7 @@ fn column_pages<'py>(
         ))
     })?;
     let options = convert::storage_options_from(storage_options)?;
-    let (specs, options) = hub::expand(py, vec![spec], options)?;
+    let (specs, options) = hub::resolve(vec![spec], options)?;
     let found = detach(py, move || {
         let mut found = crate::inspect::inspect(&specs[0], &options)?;
         for spec in &specs[1..] {
@@ -308,7 +308,8 @@ fn set_fast_decode(on: &Bound<'_, PyAny>) -> PyResult<()> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::runtime::tune_allocator();
-    if let Ok(Some(on)) = crate::tokens::env_fast_decode() {
+    hub::install();
+    if let Ok(Some(on)) = crate::runtime::env_fast_decode() {
         crate::tokens::set_enabled(on); // a bad value: storage::check_env names it at first use
     }
     m.add_class::<index::PyPageIndex>()?;

@@ -9,12 +9,12 @@
 //! into DataLoader workers or Ray actors carries where the token is, never the token.
 //! The token is sent as a sensitive header (reqwest drops it when a redirect leaves the
 //! host, as the Hub's redirects to its CDN's signed URLs need) and is remembered by
-//! [`super::redact`], so no message shows it.
+//! [`crate::redact`], so no message shows it.
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 
-use super::redact::{redact, remember_secrets};
 use crate::error::{Error, Result, StorageErrorKind};
+use crate::redact::{redact, remember_secrets};
 
 /// The `storage_options` keys read here (they configure youmu, not `object_store`).
 pub const KEYS: &[&str] = &["bearer_token", "bearer_token_env", "bearer_token_file"];

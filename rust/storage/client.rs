@@ -16,11 +16,11 @@ use object_store::{
 
 use super::aio::{block_on, io_runtime};
 use super::counters::{REMOTE_BYTES, REMOTE_REQUESTS, record_first_byte};
-use super::redact::redact;
 use super::retry::{Failed, retrying};
 use super::retry_after::RetryAfterConnector;
 use super::spec::{HTTP_CREDENTIALS, StoreSpec, config_error, env_sets, unknown_key};
 use crate::error::{Error, Result, StorageErrorKind};
+use crate::redact::redact;
 
 impl StoreSpec {
     /// Build the store (environment, then youmu's timeouts and retries, then options).

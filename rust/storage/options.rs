@@ -192,7 +192,7 @@ pub fn check_env() -> Result<()> {
             .err()
             .or_else(|| crate::runtime::env_threads().err())
             .or_else(|| crate::runtime::env_allocator().err())
-            .or_else(|| crate::tokens::env_fast_decode().err())
+            .or_else(|| crate::runtime::env_fast_decode().err())
             .or_else(|| http_env().err())
             .map(|e| e.to_string())
     });

@@ -4,9 +4,10 @@
 
 use object_store::ObjectStoreScheme;
 
-use super::redact::redact;
-use super::spec::{StoreSpec, takes_option, unknown_key};
+use super::scheme::scheme_of;
+use super::spec::{takes_option, unknown_key};
 use crate::error::{Error, Result};
+use crate::redact::redact;
 
 /// One `storage_options` for paths in several kinds of store (an index over `hf://`
 /// and `s3://` files): each store takes the options of its kind (`bearer_token_env`
@@ -19,17 +20,18 @@ pub struct OptionsPerStore {
 }
 
 impl OptionsPerStore {
-    /// The options the store of `url` takes.
+    /// The options the store of `url` takes (all of them where no store reads it: its
+    /// scheme refuses what it does not take).
     pub fn of(&mut self, url: &str, options: &[(String, String)]) -> Result<Vec<(String, String)>> {
         if options.is_empty() {
             return Ok(Vec::new());
         }
-        let (probe, _) = StoreSpec::parse(url, &[])?;
-        if self.stores.len() < 4 && !self.stores.contains(&probe.root) {
-            self.stores.push(probe.root.clone());
+        let Some((root, kind)) = scheme_of(url)?.store_of(url)? else { return Ok(options.to_vec()) };
+        if self.stores.len() < 4 && !self.stores.contains(&root) {
+            self.stores.push(root);
         }
         let mine: Vec<(String, String)> =
-            options.iter().filter(|(k, _)| takes_option(&probe.scheme, &k.to_ascii_lowercase())).cloned().collect();
+            options.iter().filter(|(k, _)| takes_option(&kind, &k.to_ascii_lowercase())).cloned().collect();
         self.taken.extend(mine.iter().map(|(k, _)| k.to_ascii_lowercase()));
         Ok(mine)
     }
@@ -43,8 +45,9 @@ impl OptionsPerStore {
             ObjectStoreScheme::MicrosoftAzure,
             ObjectStoreScheme::Http,
         ];
+        let in_store = !options.is_empty() && scheme_of(url)?.store_of(url)?.is_some();
         if let Some((k, _)) =
-            options.iter().find(|(k, _)| !kinds.iter().any(|s| takes_option(s, &k.to_ascii_lowercase())))
+            options.iter().find(|(k, _)| in_store && !kinds.iter().any(|s| takes_option(s, &k.to_ascii_lowercase())))
         {
             return Err(unknown_key(&redact(url), k));
         }
@@ -87,5 +90,10 @@ mod tests {
         assert!(e.contains("bearer_token_env"), "{e}");
         assert!(OptionsPerStore::of_one("s3://b/i.youmu", &[o("endpiont")]).is_err(), "a misspelt key");
         assert_eq!(OptionsPerStore::of_one("s3://b/i.youmu", &opts).unwrap().len(), 2);
+        let mut mixed = OptionsPerStore::default();
+        assert_eq!(keys(mixed.of("hf://datasets/o/n/x.parquet", &opts).unwrap()), ["bearer_token_env", "timeout"]);
+        assert_eq!(keys(mixed.of("/tmp/x.parquet", &opts).unwrap()), ["bearer_token_env", "aws_region", "timeout"]);
+        let e = mixed.refuse_untaken(&opts).unwrap_err().to_string();
+        assert!(e.contains("aws_region") && e.contains("hf://"), "local files take none: {e}");
     }
 }

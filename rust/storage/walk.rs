@@ -1,13 +1,13 @@
 //! Listing local paths for discovery: a directory walked in sorted order, a glob
 //! expanded component by component, each directory and file entered once however many
 //! links lead to it, bounded and interruptible (rules 1, 4 and 5 of [`crate::paths`];
-//! which names are data is [`crate::paths::rules`]).
+//! which names are data is [`crate::rules`]).
 
 use std::path::{Path, PathBuf};
 
-use super::found::{Found, Listing};
+use super::found::Listing;
 use crate::error::{Error, Result};
-use crate::paths::rules::{GLOB_OPTIONS, has_data_extension, hidden_for, is_glob, is_hidden, pattern_spells_extension};
+use crate::rules::{GLOB_OPTIONS, has_data_extension, hidden_for, is_glob, is_hidden, pattern_spells_extension};
 
 /// Most entries one discovery looks at, and deepest directory nesting it follows: a
 /// corpus is millions of files at a few levels, while a tree past these bounds is a
@@ -249,6 +249,6 @@ fn expand_local(spec: &str, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, S
 pub(crate) fn list_local(spec: &str, out: &mut Listing) -> Result<()> {
     let mut files = Vec::new();
     expand_local(spec, &mut files, &mut out.skipped)?;
-    out.found.extend(files.into_iter().map(Found::Local));
+    out.found.extend(files.into_iter().map(super::listed::file));
     Ok(())
 }

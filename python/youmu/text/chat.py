@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,10 +29,10 @@ from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
 from youmu.batched import BATCH_ROWS
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, TextError
 from youmu.text.cutoff import keep_lengths, turn_pairs
-from youmu.text.tokenizer import TokenizerRef, token_column
+from youmu.text.tokenizer import TokenizerRef, flat_ids, list_column, row_offsets, token_column
 
 __all__ = ["ChatTemplate", "DEFAULT_ROLES", "OVERFLOW", "IGNORE_INDEX", "conversation_of", "assistant_labels",
-           "generation_template", "template_one"]
+           "assistant_label_columns", "generation_template", "template_one"]
 
 #: The label of tokens the loss ignores (PyTorch's cross-entropy ``ignore_index``).
 IGNORE_INDEX = -100
@@ -53,13 +54,14 @@ def conversation_of(value: Any, roles: Mapping[str, str]) -> list[dict[str, str]
     index where one is at fault)."""
     if value is None:
         raise TextError("conversation is null")
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+    # (list, ...) first: a list (what Arrow gives) passes without the slower ABC check
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, Sequence)):
         raise TextError(f"conversation must be a list of messages, got {type(value).__name__}")
     if not value:
         raise TextError("conversation has no messages")
     out = []
     for i, m in enumerate(value):
-        if not isinstance(m, Mapping):
+        if not isinstance(m, (dict, Mapping)):
             raise TextError(f"message must be a mapping, got {type(m).__name__}", message=i)
         role = m.get("role")
         if role is None:
@@ -96,7 +98,8 @@ def template_one(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) 
     return list(out["input_ids"]), list(out["assistant_masks"])
 
 
-def assistant_labels(ids: Sequence[int], mask: Sequence[int], cutoff_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+def assistant_labels(ids: Sequence[int] | np.ndarray, mask: Sequence[int] | np.ndarray,
+                     cutoff_len: int | None) -> tuple[np.ndarray, np.ndarray]:
     """``(input_ids, labels)`` of one templated conversation: labels are the ids where
     ``mask`` marks the assistant's tokens and ``-100`` elsewhere, both cut to
     ``cutoff_len`` turn by turn as LLaMA-Factory cuts (:mod:`youmu.text.cutoff`).
@@ -119,6 +122,35 @@ def assistant_labels(ids: Sequence[int], mask: Sequence[int], cutoff_len: int | 
         at += source + target
     keep = np.concatenate(take) if take else np.zeros(0, dtype=np.int64)
     return ids_a[keep], labels[keep]
+
+
+def assistant_label_columns(ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
+                            cutoff_len: int | None) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """:func:`assistant_labels` of a batch of templated conversations at once:
+    ``(input_ids, labels, lengths before the cut)``, the first two as ``list<int64>``
+    Arrow columns. The ids, masks and labels are built once for the whole batch, flat
+    (no per-row arrays); only rows over ``cutoff_len`` are cut one by one.
+
+    >>> ids, labels, n = assistant_label_columns([[1, 2, 3], [4, 5]], [[0, 1, 1], [0, 1]], None)
+    >>> labels.to_pylist(), n.tolist()
+    ([[-100, 2, 3], [-100, 5]], [3, 2])
+    """
+    offsets = row_offsets(ids)
+    total = int(offsets[-1])
+    flat = flat_ids(ids, total)
+    marked = np.fromiter(itertools.chain.from_iterable(masks), dtype=bool, count=total)
+    labels = np.where(marked, flat, IGNORE_INDEX)
+    lengths = np.diff(offsets)
+    if cutoff_len is None or not (lengths > cutoff_len).any():
+        return list_column(offsets, flat), list_column(offsets, labels), lengths
+    ids_rows, label_rows = [], []
+    for lo, hi in zip(offsets[:-1], offsets[1:]):
+        a, b = flat[lo:hi], labels[lo:hi]
+        if hi - lo > cutoff_len:
+            a, b = assistant_labels(a, marked[lo:hi], cutoff_len)
+        ids_rows.append(a)
+        label_rows.append(b)
+    return token_column(ids_rows), token_column(label_rows), lengths
 
 
 class ChatTemplate:
@@ -233,23 +265,21 @@ class ChatTemplate:
         conversations = self._conversations(table)
         keep = np.ones(table.num_rows, dtype=bool)
         if not conversations:
-            ids_rows: list[np.ndarray] = []
-            label_rows: list[np.ndarray] = []
+            ids_col = labels_col = token_column([])
         else:
             out = self._template(conversations)
-            ids_rows, label_rows = [], []
-            for i, (ids, mask) in enumerate(zip(out["input_ids"], out["assistant_masks"])):
-                if self.cutoff_len is not None and len(ids) > self.cutoff_len:
-                    if self.overflow == "raise":
-                        raise TextError(f"conversation of {len(ids)} tokens is over cutoff_len={self.cutoff_len}",
-                                        column=self.column, batch_row=i)
-                    if self.overflow == "drop":
-                        keep[i] = False
-                a, b = assistant_labels(ids, mask, self.cutoff_len)
-                ids_rows.append(a)
-                label_rows.append(b)
+            ids_col, labels_col, lengths = assistant_label_columns(out["input_ids"], out["assistant_masks"],
+                                                                   self.cutoff_len)
+            if self.cutoff_len is not None:
+                over = lengths > self.cutoff_len
+                if over.any() and self.overflow == "raise":
+                    i = int(np.argmax(over))
+                    raise TextError(f"conversation of {int(lengths[i])} tokens is over cutoff_len={self.cutoff_len}",
+                                    column=self.column, batch_row=i)
+                if self.overflow == "drop":
+                    keep = ~over
         rest = table.drop_columns([self.column]) if self.keep_columns else pa.table({})
         rest = rest.drop_columns([c for c in ("input_ids", "labels") if c in rest.column_names])
         cols = {name: rest.column(name) for name in rest.column_names}
-        cols.update(input_ids=token_column(ids_rows), labels=token_column(label_rows))
+        cols.update(input_ids=ids_col, labels=labels_col)
         return pa.table(cols), keep

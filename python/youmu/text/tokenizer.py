@@ -29,7 +29,8 @@ import pyarrow as pa
 
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["TokenizerRef", "encode_texts", "token_column", "tokenizer_kind"]
+__all__ = ["TokenizerRef", "encode_texts", "flat_ids", "list_column", "row_offsets", "token_column",
+           "tokenizer_kind"]
 
 
 def tokenizer_kind(tokenizer: Any) -> str:
@@ -112,17 +113,46 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bo
 def token_column(ids: Sequence[Sequence[int]] | Sequence[np.ndarray]) -> pa.Array:
     """Rows of token ids (lists of ints, or int arrays) as one Arrow ``list<int64>``
     array, built in one pass over the ids (no per-row Arrow arrays)."""
-    lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    total = int(offsets[-1])
-    if total > np.iinfo(np.int32).max:
-        raise InvalidArgumentError(f"{total} tokens in one batch of {len(ids)} rows; lower batch_rows")
+    offsets = _fit(row_offsets(ids))  # before flattening them
     if len(ids) and isinstance(ids[0], np.ndarray):
         values = np.concatenate(ids).astype(np.int64, copy=False)
     else:
-        try:
-            values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=total)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise ArgumentTypeError(f"the tokenizer returned token ids that are not integers ({e})") from None
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+        values = flat_ids(ids, int(offsets[-1]))
+    return list_column(offsets, values)
+
+
+def _fit(offsets: np.ndarray) -> np.ndarray:
+    """``offsets`` if their total fits Arrow's 32-bit list offsets."""
+    total = int(offsets[-1])
+    if total > np.iinfo(np.int32).max:
+        raise InvalidArgumentError(f"{total} tokens in one batch of {len(offsets) - 1} rows; lower batch_rows")
+    return offsets
+
+
+def row_offsets(rows: Sequence[Sequence[Any]] | Sequence[np.ndarray]) -> np.ndarray:
+    """Where each of ``rows`` begins in their concatenation, and the total at the end
+    (``int64``, ``len(rows) + 1``)."""
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
+    return offsets
+
+
+def flat_ids(rows: Sequence[Sequence[int]] | Sequence[np.ndarray], total: int) -> np.ndarray:
+    """``rows`` of token ids (Python ints) concatenated into one ``int64`` array of
+    ``total`` ids, in one pass."""
+    try:
+        return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ArgumentTypeError(f"the tokenizer returned token ids that are not integers ({e})") from None
+
+
+def list_column(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
+    """A ``list<int64>`` Arrow array of the rows ``values[offsets[i]:offsets[i + 1]]``
+    (Arrow's 32-bit list offsets: more than 2³¹ ids is an
+    :class:`~youmu.errors.InvalidArgumentError`).
+
+    >>> list_column(np.array([0, 2, 2, 3]), np.array([7, 8, 9])).to_pylist()
+    [[7, 8], [], [9]]
+    """
+    return pa.ListArray.from_arrays(pa.array(_fit(offsets).astype(np.int32)),
+                                    pa.array(values.astype(np.int64, copy=False)))
