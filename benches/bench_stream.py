@@ -59,6 +59,7 @@ def phase_youmu(data: str, mode: str, workers: int, seconds: float) -> None:
     idx = youmu.PageIndex(data, columns=[COL])
     ds = YoumuDataset(idx, shuffle=mode, buffer_size=BUFFER, seed=0, output="torch")
     before = youmu.io_stats()["bytes_read"]
+    c0 = time.process_time()  # this process's CPU (workers = 0: every read and decode)
     if workers:
         # what training does: batches padded in the workers, one tensor per batch
         loader = DataLoader(ds, batch_size=64, num_workers=workers, prefetch_factor=4, collate_fn=collate_pad)
@@ -72,7 +73,10 @@ def phase_youmu(data: str, mode: str, workers: int, seconds: float) -> None:
         dt, lat = time.perf_counter() - t0, []
     else:
         rows, toks, dt, lat = _consume_rows(iter(ds), seconds)
+    cpu = time.process_time() - c0
     result = {"mode": mode, "workers": workers, "rows_per_s": rows / dt, "tokens_per_s": toks / dt}
+    if not workers:
+        result["rows_per_cpu_s"] = rows / max(cpu, 1e-9)
     if not workers:
         # amplification: bytes read / compressed bytes of the delivered rows' share of pages
         read = youmu.io_stats()["bytes_read"] - before

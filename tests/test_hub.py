@@ -176,6 +176,23 @@ def test_a_branch_that_moves_changes_nothing_the_index_pinned(hub: HubServer, tm
         rows_of(youmu.PageIndex.load(tmp_path / "pinned.youmu"))
 
 
+def test_a_saved_index_is_loaded_from_the_hub_and_never_written_there(hub: HubServer, tmp_path: Path) -> None:
+    idx = youmu.PageIndex("hf://datasets/org/corpus/data/train-00000.parquet")
+    idx.save(tmp_path / "corpus.youmu")
+    hub.commit("org/indexes", {"corpus.youmu": (tmp_path / "corpus.youmu").read_bytes()})
+    loaded = youmu.PageIndex.load("hf://datasets/org/indexes/corpus.youmu")
+    assert loaded.files == idx.files
+    assert rows_of(loaded).to_pydict() == rows_of(idx).to_pydict()
+    # the Hub takes commits, not PUTs: a clear refusal, nothing sent
+    with pytest.raises(youmu.InvalidArgumentError, match="does not write to the Hugging Face Hub"):
+        idx.save("hf://datasets/org/indexes/other.youmu")
+    with pytest.raises(youmu.InvalidArgumentError, match="names 3 files of the Hub, not one saved index"):
+        youmu.PageIndex.load("hf://datasets/org/corpus/data")
+    # what the Hub answered keeps its type, as it does for an index built over it
+    with pytest.raises(youmu.BucketNotFoundError, match="org/nothing"):
+        youmu.PageIndex.load("hf://datasets/org/nothing/i.youmu")
+
+
 def test_a_state_records_the_commit(hub: HubServer) -> None:
     from youmu.torch import YoumuDataset
 

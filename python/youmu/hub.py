@@ -265,8 +265,8 @@ def expand_paths(paths: Sequence[str], storage_options: Mapping[str, Any] | None
     """``paths`` with each ``hf://`` URL replaced by the resolve URLs of its files (at
     the commit its revision names now), and the ``storage_options`` that reach them:
     the given ones, plus where the token is (:func:`token_options`) unless one is
-    given. The native core calls this for every path argument, so ``hf://`` works
-    wherever a path does.
+    given. The native core's Hub scheme (its storage registry's ``hf`` entry) calls
+    this for each ``hf://`` path it is given, so ``hf://`` works wherever a path does.
 
     >>> expand_paths(["data/a.parquet"], {})
     (['data/a.parquet'], [])

@@ -1,33 +1,51 @@
-//! `hf://datasets/...` paths: the Hub is listed, and its branches resolved to commits, by
-//! `youmu.hub` (through `huggingface_hub`, which knows the Hub's API, tokens and
-//! endpoints); what comes back are resolve URLs pinned to a commit and the options that
-//! say where the token is. From there on they are http(s) objects like any other: ranged
-//! GETs, ETags checked, read by the core.
+//! `hf://datasets/...` paths: storage's Hub scheme resolves them through the resolver
+//! installed here, `youmu.hub` (through `huggingface_hub`, which knows the Hub's API,
+//! tokens and endpoints); what comes back are resolve URLs pinned to a commit and the
+//! options that say where the token is. From there on they are http(s) objects like any
+//! other: ranged GETs, ETags checked, read by the core.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::rules::{KeyPlan, names_object};
 
-/// Path specs and storage options, as a `PageIndex` is given them.
-type SpecsAndOptions = (Vec<String>, Vec<(String, String)>);
-
-/// Whether `spec` is an `hf://` URL.
-pub fn is_hf(spec: &str) -> bool {
-    spec.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("hf://"))
+thread_local! {
+    /// The exception `youmu.hub` raised while resolving on this thread: raised as it was
+    /// (its type says what the Hub answered) by [`recover`].
+    static RAISED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
 }
 
-/// `specs` with every `hf://` URL replaced by the resolve URLs of the files it names, and
-/// `options` with the token's source added (both unchanged when there is none).
-pub fn expand(py: Python<'_>, specs: Vec<String>, options: Vec<(String, String)>) -> PyResult<SpecsAndOptions> {
-    if !specs.iter().any(|s| is_hf(s)) {
-        return Ok((specs, options));
+/// Install storage's resolver of `hf://` URLs (its Hub scheme): `youmu.hub.expand_paths`.
+pub fn install() {
+    crate::storage::set_hub_resolver(Box::new(|spec: &str, options: &[(String, String)]| {
+        Python::attach(|py| -> PyResult<crate::storage::scheme::Resolved> {
+            let opts = PyDict::new(py);
+            for (k, v) in options {
+                opts.set_item(k, v)?;
+            }
+            py.import("youmu.hub")?.call_method1("expand_paths", (vec![spec], opts))?.extract()
+        })
+        .map_err(|e: PyErr| {
+            let message = Python::attach(|py| e.value(py).to_string());
+            RAISED.with(|r| r.borrow_mut().replace(e));
+            crate::error::Error::InvalidArgument(message)
+        })
+    }));
+}
+
+/// `r`, where it failed because resolving an `hf://` URL raised, as that exception.
+pub fn recover<T>(r: crate::error::Result<T>) -> PyResult<T> {
+    let raised = RAISED.with(|r| r.borrow_mut().take());
+    match (r, raised) {
+        (Err(_), Some(e)) => Err(e),
+        (r, _) => Ok(r?),
     }
-    let opts = PyDict::new(py);
-    for (k, v) in &options {
-        opts.set_item(k, v)?;
-    }
-    py.import("youmu.hub")?.call_method1("expand_paths", (specs, opts))?.extract()
+}
+
+/// `specs` with every path that stands for others (an `hf://` URL: the resolve URLs of
+/// its files) replaced by them, and `options` with what reaches them (the token's source).
+pub fn resolve(specs: Vec<String>, options: Vec<(String, String)>) -> PyResult<crate::storage::scheme::Resolved> {
+    recover(crate::storage::resolve(specs, options))
 }
 
 /// How a listing answers `key` (the part of a URL inside its store or repository):

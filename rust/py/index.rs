@@ -46,7 +46,7 @@ impl PyPageIndex {
             None => None,
         };
         let options = storage_options_from(storage_options)?;
-        let (specs, options) = super::hub::expand(py, specs, options)?;
+        let (specs, options) = super::hub::resolve(specs, options)?;
         let progress = progress.filter(|p| !p.is_none(py));
         if let Some(p) = &progress
             && !p.bind(py).is_callable()
@@ -91,7 +91,7 @@ impl PyPageIndex {
         crate::storage::check_env()?;
         let path = super::convert::path_arg(path, "PageIndex.load() argument 'path'")?;
         let options = storage_options_from(storage_options)?;
-        let idx = super::detach(py, || PageIndex::load_with(&path, &options))?;
+        let idx = super::hub::recover(super::detach(py, || PageIndex::load_with(&path, &options)))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 

@@ -230,7 +230,7 @@ fn column_pages<'py>(
         ))
     })?;
     let options = convert::storage_options_from(storage_options)?;
-    let (specs, options) = hub::expand(py, vec![spec], options)?;
+    let (specs, options) = hub::resolve(vec![spec], options)?;
     let found = detach(py, move || {
         let mut found = crate::inspect::inspect(&specs[0], &options)?;
         for spec in &specs[1..] {
@@ -308,6 +308,7 @@ fn set_fast_decode(on: &Bound<'_, PyAny>) -> PyResult<()> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::runtime::tune_allocator();
+    hub::install();
     if let Ok(Some(on)) = crate::runtime::env_fast_decode() {
         crate::tokens::set_enabled(on); // a bad value: storage::check_env names it at first use
     }

@@ -1,12 +1,12 @@
-//! Planned remote reads: coalescing a batch's byte ranges into requests, fetching them
-//! concurrently, and handing CPU work to youmu's pool from async code.
+//! Planned reads: coalescing a batch's byte ranges into requests, fetching them
+//! concurrently, running a parse over what opening a file brought and fetching what it
+//! finds missing, and handing CPU work to youmu's pool from async code.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::remote::RemoteObject;
 use super::source::Storage;
 use crate::error::{Error, Result, catch_panics};
 
@@ -128,28 +128,35 @@ impl RangeSet {
     }
 }
 
-/// Run `work` over an object whose bytes are fetched on demand: `work` runs on the pool
-/// over a strict [`Fetched`] holding what has been fetched so far (first the tail
-/// `[start, ..)` that came with the object), and each [`Error::NeedData`] it returns is
-/// fetched (coalesced, concurrently) before it runs again. Returns what `work` returned
-/// and the GETs this sent (the tail's not included).
+/// Run `work` over an opened entry: its source is made and `work` first run in one
+/// pool task (a local file's open and `fstat` block, and then costs no second hop), over
+/// a [`Fetched`](super::fetched::Fetched) holding what came with opening it (an object's
+/// tail). Where the source fetches ahead (an object) the view is strict, and each
+/// [`Error::NeedData`] `work` returns is fetched (coalesced, concurrently) before it runs
+/// again; where it is read in place (a local file) `work` reads what it needs itself.
+/// Returns what `work` returned and the GETs this sent (opening's not included).
 pub async fn with_fetched<T: Send + 'static>(
-    obj: Arc<RemoteObject>,
-    start: u64,
-    tail: Bytes,
-    work: impl Fn(super::fetched::Fetched) -> Result<T> + Send + Sync + 'static,
+    opened: super::found::Opened,
+    work: Arc<dyn Fn(super::fetched::Fetched) -> Result<T> + Send + Sync>,
 ) -> Result<(T, u64)> {
     let o = super::options::io_options();
-    let work = Arc::new(work);
-    let mut have = RangeSet::new(start, tail);
+    let super::found::Opened { source: make, start, tail, .. } = opened;
+    let mut have = if tail.is_empty() { RangeSet::default() } else { RangeSet::new(start, tail) };
+    let (w, held) = (work.clone(), have.as_vec());
+    let (source, mut result) = on_pool(move || {
+        let source = make()?;
+        let strict = !source.reads_in_place();
+        let r = w(super::fetched::Fetched::new(source.clone(), held, strict));
+        Ok((source, r))
+    })
+    .await?;
+    let strict = !source.reads_in_place();
     let mut requests = 0u64;
     for round in 0..8 {
-        let reader = super::fetched::Fetched::new(super::source::Source::new(obj.clone()), have.as_vec(), true);
-        let w = work.clone();
-        match on_pool(move || w(reader)).await {
-            Err(Error::NeedData(wanted)) => {
+        match result {
+            Err(Error::NeedData(wanted)) if strict => {
                 let mut missing: Vec<Range<u64>> =
-                    wanted.iter().flat_map(|&(a, b)| have.missing(&(a..b.min(obj.size)))).collect();
+                    wanted.iter().flat_map(|&(a, b)| have.missing(&(a..b.min(source.len())))).collect();
                 if round == 0 {
                     // The tail held less than the footer: writers put the OffsetIndex just
                     // before it, so fetch as much again before the footer's start too
@@ -160,17 +167,23 @@ pub async fn with_fetched<T: Send + 'static>(
                 }
                 missing = coalesce(&missing, o.coalesce_gap, o.coalesce_max);
                 if missing.is_empty() {
-                    return Err(Error::Internal(format!("{}: a needed range is held but was not found", obj.url)));
+                    return Err(Error::Internal(format!(
+                        "{}: a needed range is held but was not found",
+                        source.name()
+                    )));
                 }
                 requests += missing.len() as u64;
-                for (s, b) in fetch_ranges(obj.as_ref(), &missing).await? {
+                for (s, b) in fetch_ranges(&source, &missing).await? {
                     have.insert(s, b);
                 }
+                let reader = super::fetched::Fetched::new(source.clone(), have.as_vec(), strict);
+                let w = work.clone();
+                result = on_pool(move || w(reader)).await;
             }
             other => return other.map(|t| (t, requests)),
         }
     }
-    Err(Error::Internal(format!("{}: reading the object asked for more data eight times", obj.url)))
+    Err(Error::Internal(format!("{}: reading the object asked for more data eight times", source.name())))
 }
 
 /// Run CPU work on youmu's pool and await it from async code, so decoding and footer

@@ -1,47 +1,71 @@
-//! What discovery found, before anything is opened: a local file or an object (with
-//! what its listing said), and the entries it skipped, with why.
+//! What discovery found, before anything is opened: one [`Found`] per file or object, a
+//! handle on what the listing of its scheme made of it (as [`super::Source`] is a
+//! handle on an opened one), and the entries it skipped, with why. Nothing matches on
+//! what kind of entry it is: each kind says its name and identity and opens itself.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
 use std::sync::Arc;
 
-use object_store::ObjectMeta;
-use object_store::path::Path as ObjectPath;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
 
-use super::spec::StoreSpec;
+use super::source::Source;
+use crate::error::Result;
 
-/// One file or object found by discovery, not opened yet.
-#[derive(Debug, Clone)]
-pub enum Found {
-    Local(PathBuf),
-    Remote {
-        spec: Arc<StoreSpec>,
-        path: ObjectPath,
-        /// From the listing (size, ETag), when the object was listed.
-        meta: Option<ObjectMeta>,
-    },
+/// A file or object a listing found, not opened yet.
+pub trait Listed: Send + Sync + std::fmt::Debug {
+    /// Its path or URL, for messages and for the index.
+    fn name(&self) -> String;
+    /// What tells two found entries apart (two spellings of one local file are one).
+    /// Compared as bytes: two names that are not UTF-8 may display alike.
+    fn identity(&self) -> OsString;
+    /// Whether `storage_options` configure how it is reached (an object in a store);
+    /// options given where no entry takes them are refused, not ignored.
+    fn takes_options(&self) -> bool;
+    /// Open it (from async code; blocking work is left to [`Opened::source`], which
+    /// runs on youmu's pool): a source on it and whatever bytes opening it brought along.
+    fn open(&self) -> BoxFuture<'_, Result<Opened>>;
 }
 
+/// A found entry opened: what makes its source, the bytes `[start, len)` that came with
+/// opening it (an object's tail, from the GET that told its size and ETag; nothing for a
+/// local file, which is read in place) and the requests opening it took.
+pub struct Opened {
+    /// Run on youmu's pool, in the task that first parses the entry: a local file's
+    /// open and `fstat` block (and would cost a second hop to the pool apart); an
+    /// object's source is made already.
+    pub source: Box<dyn FnOnce() -> Result<Source> + Send>,
+    pub start: u64,
+    pub tail: Bytes,
+    pub requests: u64,
+}
+
+/// One file or object found by discovery: a shared handle on one [`Listed`].
+#[derive(Debug, Clone)]
+pub struct Found(Arc<dyn Listed>);
+
 impl Found {
+    pub fn new(listed: Arc<dyn Listed>) -> Found {
+        Found(listed)
+    }
+
     pub fn name(&self) -> String {
-        match self {
-            Found::Local(p) => p.display().to_string(),
-            Found::Remote { spec, path, .. } => spec.url_of(path),
-        }
+        self.0.name()
     }
 
-    /// What tells two found entries apart: a local file's canonical path (so two
-    /// spellings of one file are one), an object's URL. Compared as bytes: two names
-    /// that are not UTF-8 may display alike.
-    pub fn identity(&self) -> std::ffi::OsString {
-        match self {
-            Found::Local(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).into_os_string(),
-            Found::Remote { .. } => self.name().into(),
-        }
+    /// See [`Listed::identity`].
+    pub fn identity(&self) -> OsString {
+        self.0.identity()
     }
 
-    /// Whether this is an object in a store.
-    pub fn in_store(&self) -> bool {
-        matches!(self, Found::Remote { .. })
+    /// See [`Listed::takes_options`].
+    pub fn takes_options(&self) -> bool {
+        self.0.takes_options()
+    }
+
+    /// See [`Listed::open`].
+    pub fn open(&self) -> BoxFuture<'_, Result<Opened>> {
+        self.0.open()
     }
 }
 

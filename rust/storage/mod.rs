@@ -11,11 +11,13 @@
 //!   ranged GETs through the `object_store` crate ([`client`], [`remote`]) on youmu's
 //!   own async runtime ([`aio`]), conditional on the ETag recorded when it was indexed.
 //!
-//! Whether a user's string names a local path or an object (`spec.rs`), how it is
-//! listed (a local walk in `walk.rs`, an object listing in `remote.rs`, by the naming
-//! rules of `crate::rules`), and how a set of found files is opened and read, saved and
-//! reopened (`open.rs`), is decided here too, so no caller branches on the backend or
-//! waits on the async runtime itself.
+//! Which kind of place a user's path or URL names is one registry of [`scheme`]s (local
+//! paths, S3, GCS, Azure, HTTP(S), the Hugging Face Hub), each listing its paths (a
+//! local walk in `walk.rs`, an object listing in `listed.rs`, by the naming rules of
+//! `crate::rules`) and reading and writing them whole; what a listing found is a
+//! [`Found`], which opens itself; and how a set of found files is opened and read,
+//! saved and reopened is `open.rs`. No caller branches on the backend or waits on the
+//! async runtime itself.
 //!
 //! Reads are vectored: a batch of pages (or an index build step) names the byte ranges
 //! each read needs and storage brings them in ([`fetch_reads`], [`Source::fetch`]): a
@@ -35,12 +37,14 @@ pub mod counters;
 pub mod fetch;
 pub mod fetched;
 pub mod found;
+pub mod listed;
 pub mod local;
 pub mod open;
 pub mod options;
 pub mod remote;
 pub mod retry;
 pub mod retry_after;
+pub mod scheme;
 pub mod source;
 pub mod spec;
 pub mod vectored;
@@ -55,6 +59,7 @@ pub use fetched::{Fetched, FetchedCursor};
 pub use found::{Found, Listing};
 pub use open::*;
 pub use options::*;
+pub use scheme::{resolve, set_hub_resolver};
 pub use source::{ObjectVersion, Source, Storage};
 pub use spec::refuse_unused_options;
 pub use vectored::{any_remote, fetch_reads, refuse_unused_options_for, spawn_read, suggested_read_ahead};

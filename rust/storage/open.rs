@@ -1,5 +1,5 @@
-//! Opening what the user named: telling local paths from object URLs (once, here),
-//! listing them, opening found files and objects and running a parse over each, reading
+//! Opening what the user named: listing it (by the scheme that serves it,
+//! [`super::scheme`]), opening found files and objects and running a parse over each, reading
 //! and writing whole files or objects, reopening a saved index's files, and fetching a
 //! plan's byte ranges. Everything that waits on the async runtime does so here, so callers outside
 //! `storage/` stay synchronous and never branch on the backend.
@@ -18,38 +18,11 @@ use super::fetched::Fetched;
 use super::found::{Found, Listing};
 use super::local::{self, LocalFile};
 use super::options::io_options;
-use super::remote::{RemoteObject, list_objects, verify};
+use super::remote::{RemoteObject, verify};
+use super::scheme::scheme_of;
 use super::source::{Source, Storage};
-use super::spec::{StoreSpec, is_remote};
-use super::walk::list_local;
+use super::spec::StoreSpec;
 use crate::error::{Error, Result};
-
-/// What a user's path or URL names, as far as its form tells.
-#[derive(Debug, Clone)]
-pub enum Location {
-    /// A local path (a `file://` URL decoded).
-    Local(PathBuf),
-    /// An object, a prefix or a glob in the store of an object-store URL.
-    Store,
-}
-
-impl Location {
-    /// Classify `spec`: an object-store URL, or a local path or `file://` URL; a URL of
-    /// any other scheme is an error saying which schemes are supported.
-    pub fn of(spec: &str) -> Result<Location> {
-        if is_remote(spec)? {
-            return Ok(Location::Store);
-        }
-        if spec.to_ascii_lowercase().starts_with("file://") {
-            let p = url::Url::parse(spec)
-                .ok()
-                .and_then(|u| u.to_file_path().ok())
-                .ok_or_else(|| Error::InvalidArgument(format!("{spec:?} is not a valid file:// URL")))?;
-            return Ok(Location::Local(p));
-        }
-        Ok(Location::Local(PathBuf::from(spec)))
-    }
-}
 
 /// List every user path or URL, in order, by the rules of [`crate::paths`]: local paths
 /// walked ([`super::walk`]), object URLs listed ([`super::remote`]). `options` configure
@@ -57,23 +30,21 @@ impl Location {
 pub fn list(specs: &[String], options: &[(String, String)]) -> Result<Listing> {
     let mut out = Listing::default();
     for s in specs {
-        match Location::of(s)? {
-            Location::Store => list_objects(s, options, &mut out.found)?,
-            Location::Local(local) => list_local(&local.display().to_string(), &mut out)?,
-        }
+        scheme_of(s)?.list(s, options, &mut out)?;
     }
-    if !out.found.iter().any(Found::in_store) {
+    if !out.found.iter().any(Found::takes_options) {
         super::spec::refuse_unused_options(options, "the path list")?;
     }
     Ok(out)
 }
 
-/// Open every one of `found` and run `work` over its bytes: local files on youmu's pool
-/// (waited for interruptibly: Ctrl-C stops between files), objects with many requests
-/// in flight (a tail GET each, which also gives the size and ETag, then whatever the
-/// parse finds missing, fetched concurrently, the parse rerun on the pool). `done` is
-/// called after each; once `stop` is set, files not started are skipped (`None`).
-/// Returns, in the order of `found`, what `work` returned and the GETs it took.
+/// Open every one of `found` and run `work` over its bytes, many at once (up to
+/// `max_inflight`): each opens itself ([`Found::open`]: a local file on youmu's pool,
+/// an object with a GET of its tail, which also gives the size and ETag), `work` runs on
+/// the pool, and whatever it finds missing of an object is fetched concurrently and
+/// `work` rerun. `done` is called after each; once `stop` is set (or Ctrl-C is pressed)
+/// entries not started are skipped (`None`) and those in flight dropped. Returns, in the
+/// order of `found`, what `work` returned and the GETs it took.
 #[allow(clippy::type_complexity)]
 pub fn open_each<T: Send + 'static>(
     found: &[Found],
@@ -81,107 +52,57 @@ pub fn open_each<T: Send + 'static>(
     done: &(dyn Fn() + Sync),
     stop: &AtomicBool,
 ) -> Result<Vec<Option<Result<(T, u64)>>>> {
-    let work = Arc::new(work);
-    let mut out: Vec<Option<Result<(T, u64)>>> = (0..found.len()).map(|_| None).collect();
-    let local: Vec<(usize, &PathBuf)> = found
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| if let Found::Local(p) = f { Some((i, p)) } else { None })
-        .collect();
-    let read_local = || -> Vec<(usize, Result<(T, u64)>)> {
-        crate::runtime::runtime().pool().install(|| {
-            local
-                .par_iter()
-                .filter_map(|&(i, p)| {
-                    if stop.load(Ordering::Relaxed) {
-                        return None;
-                    }
-                    let r = LocalFile::open(p).and_then(|f| work(Fetched::direct(Source::new(Arc::new(f)))));
-                    done();
-                    Some((i, r.map(|t| (t, 0))))
+    use futures_util::StreamExt;
+    let work: Arc<dyn Fn(Fetched) -> Result<T> + Send + Sync> = Arc::new(work);
+    let width = io_options().max_inflight.max(1);
+    let read = || {
+        block_on(async {
+            let mut out: Vec<Option<Result<(T, u64)>>> = (0..found.len()).map(|_| None).collect();
+            let mut stream = futures_util::stream::iter(found.iter().enumerate())
+                .map(|(i, f)| {
+                    let work = work.clone();
+                    async move { (i, open_one(f, work).await) }
                 })
-                .collect()
+                .buffer_unordered(width);
+            while let Some((i, r)) = stream.next().await {
+                out[i] = Some(r);
+                done();
+                if stop.load(Ordering::Relaxed) {
+                    break; // dropping the stream cancels what is in flight
+                }
+            }
+            out
         })
     };
-    let read = crate::runtime::run_interruptible(read_local, || stop.store(true, Ordering::Relaxed))?;
-    for (i, r) in read {
-        out[i] = Some(r);
-    }
-    let remote: Vec<(usize, Found)> =
-        found.iter().enumerate().filter(|(_, f)| f.in_store()).map(|(i, f)| (i, f.clone())).collect();
-    if remote.is_empty() || stop.load(Ordering::Relaxed) {
-        return Ok(out);
-    }
-    use futures_util::StreamExt;
-    let width = io_options().max_inflight.max(1);
-    let read: Vec<(usize, Result<(T, u64)>)> = block_on(async {
-        let mut stream = futures_util::stream::iter(remote)
-            .map(|(i, f)| {
-                let work = work.clone();
-                async move { (i, open_remote(f, move |r| work(r)).await) }
-            })
-            .buffer_unordered(width);
-        let mut read = Vec::with_capacity(found.len());
-        while let Some(r) = stream.next().await {
-            read.push(r);
-            done();
-            if stop.load(Ordering::Relaxed) {
-                break; // dropping the stream cancels the reads in flight
-            }
-        }
-        read
-    })?;
-    for (i, r) in read {
-        out[i] = Some(r);
-    }
-    Ok(out)
+    crate::runtime::run_interruptible(read, || stop.store(true, Ordering::Relaxed))?
 }
 
-/// One object: its tail first, then rounds of what `work` finds missing.
-async fn open_remote<T: Send + 'static>(
-    f: Found,
-    work: impl Fn(Fetched) -> Result<T> + Send + Sync + 'static,
+/// One entry: opened, then `work` over what came with it and rounds of what it finds missing.
+async fn open_one<T: Send + 'static>(
+    f: &Found,
+    work: Arc<dyn Fn(Fetched) -> Result<T> + Send + Sync>,
 ) -> Result<(T, u64)> {
-    let Found::Remote { spec, path, meta } = f else {
-        return Err(Error::Internal("a local file reached the object reader".into()));
-    };
-    if let Some(m) = &meta
-        && m.size < 12
-    {
-        return Err(Error::corrupt(spec.url_of(&path), format!("object is {} bytes, too small to be Parquet", m.size)));
-    }
-    let (obj, start, tail) = RemoteObject::get_tail(spec, path, meta, io_options().tail_bytes).await?;
-    let (t, requests) = with_fetched(Arc::new(obj), start, tail, work).await?;
-    Ok((t, requests + 1))
+    let opened = f.open().await?;
+    let opening = opened.requests;
+    let (t, requests) = with_fetched(opened, work).await?;
+    Ok((t, requests + opening))
 }
 
 /// The whole file or object at `path` (a saved index); `options` configure its store.
 pub fn read_whole(path: &Path, options: &[(String, String)]) -> Result<Vec<u8>> {
-    let name = path.to_string_lossy();
-    match Location::of(&name)? {
-        Location::Store => super::client::read_object(&name, options),
-        Location::Local(_) => std::fs::read(path).map_err(|e| Error::io(path, e)),
-    }
+    scheme_of(&path.to_string_lossy())?.read_whole(path, options)
 }
 
 /// Write `data` as the file or object at `path`: a local file atomically (see
 /// `atomic.rs`), an object with one PUT (a reader sees the old object or the new one).
 pub fn write_whole(path: &Path, options: &[(String, String)], data: Vec<u8>, what: &str) -> Result<()> {
-    let name = path.to_string_lossy();
-    match Location::of(&name)? {
-        Location::Store => super::client::write_object(&name, options, data),
-        Location::Local(_) => crate::atomic::write(path, &data, what),
-    }
+    scheme_of(&path.to_string_lossy())?.write_whole(path, options, data, what)
 }
 
 /// `storage_options` given for a local `path` whose content names no object store
 /// either (`what` says so) are a mistake: refused naming the first key.
 pub fn refuse_unused_options_at(path: &Path, options: &[(String, String)], what: &str) -> Result<()> {
-    let name = path.to_string_lossy();
-    match Location::of(&name)? {
-        Location::Store => Ok(()),
-        Location::Local(_) => super::spec::refuse_unused_options(options, &format!("{name} ({what})")),
-    }
+    scheme_of(&path.to_string_lossy())?.refuse_unused_options(path, options, what)
 }
 
 /// A file or object as a saved index recorded it.

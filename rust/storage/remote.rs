@@ -1,7 +1,7 @@
 //! One indexed object and what it looked like when indexed (size, ETag, version,
 //! Last-Modified): its ranged GETs, conditional on the recorded ETag, and the checks that
-//! tell an object replaced since it was indexed from the one indexed; and listing a URL
-//! for discovery (one object, a prefix or a glob over a prefix's keys).
+//! tell an object replaced since it was indexed from the one indexed (listing a URL for
+//! discovery is `listed.rs`).
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -9,11 +9,9 @@ use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStoreScheme};
 
-use super::found::Found;
 use super::spec::StoreSpec;
 use crate::error::{Error, Result, StorageErrorKind, range_text};
 use crate::redact::redact;
-use crate::rules::{KeyPlan, is_glob, names_object};
 
 /// One indexed object and what it looked like when indexed.
 #[derive(Debug)]
@@ -211,56 +209,4 @@ pub async fn verify(objs: &[Arc<RemoteObject>]) -> Result<std::result::Result<()
         }
     }
     Ok(Ok(()))
-}
-
-/// List the object-store URL `spec` into `out` by the rules of [`crate::paths`]: an
-/// object, a prefix listed in key order, or a glob matched against a prefix's keys.
-pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut Vec<Found>) -> Result<()> {
-    let (store, key) = StoreSpec::parse(spec, options)?;
-    let listed = |prefix: &str| -> Result<Vec<ObjectMeta>> { store.list_sorted(prefix) };
-    let push = |out: &mut Vec<Found>, m: ObjectMeta| {
-        out.push(Found::Remote { spec: store.clone(), path: m.location.clone(), meta: Some(m) })
-    };
-    if store.one_object {
-        out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
-        return Ok(());
-    }
-    if is_glob(&key) {
-        let plan =
-            KeyPlan::new(&key).map_err(|e| Error::InvalidArgument(format!("bad glob {:?}: {e}", redact(spec))))?;
-        let before = out.len();
-        for m in listed(plan.prefix())? {
-            if plan.takes(m.location.as_ref()) {
-                push(out, m);
-            }
-        }
-        if out.len() == before {
-            return Err(Error::InvalidArgument(format!("glob {:?} matched no Parquet objects", redact(spec))));
-        }
-        return Ok(());
-    }
-    // plain HTTP cannot list: a URL there names one object, whatever its name
-    if names_object(&key) || (!store.can_list() && !key.is_empty() && !key.ends_with('/')) {
-        out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
-        return Ok(());
-    }
-    let plan = KeyPlan::new(&key).map_err(Error::InvalidArgument)?;
-    let before = out.len();
-    for m in listed(plan.prefix())? {
-        if plan.takes(m.location.as_ref()) {
-            push(out, m);
-        }
-    }
-    if out.len() == before {
-        if !key.is_empty() && !key.ends_with('/') {
-            // not a prefix of anything: an object named without an extension
-            out.push(Found::Remote { spec: store.clone(), path: store.object_path(&key)?, meta: None });
-            return Ok(());
-        }
-        return Err(Error::InvalidArgument(format!(
-            "{} holds no Parquet objects (*.parquet, *.parq, *.pq; hidden names skipped)",
-            redact(spec)
-        )));
-    }
-    Ok(())
 }

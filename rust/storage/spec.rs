@@ -1,6 +1,6 @@
-//! Object-store locations: which user strings are URLs of object stores (the one place
-//! a path is told from a URL), how a URL splits into a store and a key, and the checks
-//! of `storage_options` made before anything is sent.
+//! Object-store locations: how a URL of an object store (one the scheme registry,
+//! `scheme.rs`, gave a store) splits into a store and a key, and the checks of
+//! `storage_options` made before anything is sent.
 //!
 //! Configuration the way users of boto3, s3fs and pyarrow expect it: `AWS_*`,
 //! `GOOGLE_*` and `AZURE_*` environment variables (`AWS_ACCESS_KEY_ID`,
@@ -17,39 +17,6 @@ use object_store::{ClientConfigKey, ObjectStoreScheme};
 
 use crate::error::{Error, Result, StorageErrorKind};
 use crate::redact::{redact, remember_secrets};
-
-const URL_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https"];
-
-/// Whether `spec` names an object-store location (rather than a local path).
-pub fn is_url(spec: &str) -> bool {
-    spec.split_once("://").is_some_and(|(scheme, _)| URL_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
-}
-
-/// The scheme of `spec` if it is written as a URL (`name://...`; a one-letter "scheme"
-/// is a Windows drive, not a URL).
-fn url_scheme(spec: &str) -> Option<String> {
-    let (scheme, _) = spec.split_once("://")?;
-    let ok = scheme.len() >= 2
-        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    ok.then(|| scheme.to_ascii_lowercase())
-}
-
-/// Whether `spec` is an object-store URL (`Ok(true)`) or a local path or `file://` URL
-/// (`Ok(false)`); a URL of any other scheme (`ftp://`, `hdfs://`, `memory://`...) is an
-/// error saying which schemes are supported, never a local path that does not exist.
-pub fn is_remote(spec: &str) -> Result<bool> {
-    match url_scheme(spec) {
-        Some(s) if URL_SCHEMES.contains(&s.as_str()) => Ok(true),
-        Some(s) if s == "file" => Ok(false),
-        Some(s) => Err(Error::InvalidArgument(format!(
-            "{:?}: the URL scheme {s:?} is not supported (supported: {}, file, or a local path)",
-            redact(spec),
-            URL_SCHEMES.join(", ")
-        ))),
-        None => Ok(false),
-    }
-}
 
 /// `storage_options` configure object stores: given where no object store is named
 /// (only local paths, or an index of local files), they are a mistake, refused naming
@@ -144,9 +111,6 @@ impl StoreSpec {
         let bad = |why: &str| Error::InvalidArgument(format!("{:?} is not a usable storage URL: {why}", redact(spec)));
         let (scheme, rest) = spec.split_once("://").ok_or_else(|| bad("no scheme"))?;
         let scheme = scheme.to_ascii_lowercase();
-        if !is_remote(spec)? {
-            return Err(bad("not an object-store URL"));
-        }
         let http = matches!(scheme.as_str(), "http" | "https");
         // user info first: a password may hold `/`, `?` or `#` as typed
         let (user_info, rest) = match rest.split_once('/').unwrap_or((rest, "")).0.rfind('@') {
@@ -385,9 +349,6 @@ mod tests {
         assert_eq!(s.scheme, ObjectStoreScheme::GoogleCloudStorage);
         let (s, _) = StoreSpec::parse("az://c/k", &[]).unwrap();
         assert_eq!(s.scheme, ObjectStoreScheme::MicrosoftAzure);
-        assert!(
-            is_url("S3://b/k") && is_url("abfs://c@a.dfs.core.windows.net/k") && !is_url("/tmp/x") && !is_url("a:b")
-        );
     }
 
     #[test]

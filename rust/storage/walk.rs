@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::found::{Found, Listing};
+use super::found::Listing;
 use crate::error::{Error, Result};
 use crate::rules::{GLOB_OPTIONS, has_data_extension, hidden_for, is_glob, is_hidden, pattern_spells_extension};
 
@@ -249,6 +249,6 @@ fn expand_local(spec: &str, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, S
 pub(crate) fn list_local(spec: &str, out: &mut Listing) -> Result<()> {
     let mut files = Vec::new();
     expand_local(spec, &mut files, &mut out.skipped)?;
-    out.found.extend(files.into_iter().map(Found::Local));
+    out.found.extend(files.into_iter().map(super::listed::file));
     Ok(())
 }
