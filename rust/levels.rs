@@ -5,6 +5,8 @@
 //! row (otherwise the page continues its predecessor's last row and cannot start an index page
 //! on its own). This decodes just enough of the level encodings to answer that.
 
+use crate::varint::{VarintError, uleb128};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowStarts {
     /// Number of level values equal to 0 (rows starting in this page).
@@ -18,16 +20,10 @@ pub fn bit_width(max_level: i16) -> u8 {
 }
 
 fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, String> {
-    let mut out = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos).ok_or("level data ends inside a run header")?;
-        *pos += 1;
-        out |= ((b & 0x7f) as u64) << shift;
-        if b & 0x80 == 0 {
-            return Ok(out);
-        }
-    }
-    Err("level run header varint too long".into())
+    uleb128(buf, pos).map_err(|e| match e {
+        VarintError::End => "level data ends inside a run header".into(),
+        VarintError::TooLong => "level run header varint too long".into(),
+    })
 }
 
 /// Scan RLE / bit-packed-hybrid levels (no length prefix) for `num_values` values.
@@ -290,6 +286,14 @@ mod tests {
     fn truncated_levels_are_errors() {
         assert!(scan_rle_hybrid(&[(4 << 1) | 1, 0], 2, 32).is_err());
         assert!(scan_rle_hybrid(&[], 1, 1).is_err());
+    }
+
+    #[test]
+    fn a_run_header_wider_than_64_bits_is_an_error_not_truncated() {
+        // read modulo 2^64 it would be a valid RLE run of one 0 (one row)
+        let header = [0x82, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7e];
+        let e = scan_rle_hybrid(&[header.as_slice(), &[0]].concat(), 1, 1).unwrap_err();
+        assert!(e.contains("too long"), "{e}");
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod storage;
 pub mod thrift;
 pub mod tokens;
 pub mod validate;
+pub mod varint;
 
 pub use error::{Error, Result};
 pub use index::{PageIndex, PageInfo};

@@ -24,6 +24,7 @@ use parquet::schema::types::ColumnDescriptor;
 
 use crate::levels::{LevelCounts, bit_width, count_levels, decode_levels};
 use crate::thrift::{PageHeader, PageType, parse_page_header};
+use crate::varint::{VarintError, uleb128};
 
 const ENCODING_PLAIN: i32 = 0;
 const ENCODING_PLAIN_DICTIONARY: i32 = 2;
@@ -340,20 +341,10 @@ fn dictionary_runs(buf: &[u8], width: u8, count: usize) -> Result<(), String> {
     let (mut pos, mut seen) = (0usize, 0usize);
     let vbytes = (width as usize).div_ceil(8);
     while seen < count {
-        let mut header = 0u64;
-        let mut shift = 0;
-        loop {
-            let b = *buf.get(pos).ok_or("end early")?;
-            pos += 1;
-            header |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-            if shift > 56 {
-                return Err("hold a run header too long".into());
-            }
-        }
+        let header = uleb128(buf, &mut pos).map_err(|e| match e {
+            VarintError::End => "end early",
+            VarintError::TooLong => "hold a run header too long",
+        })?;
         let (n, bytes) = if header & 1 == 1 {
             let groups = usize::try_from(header >> 1).map_err(|_| "hold a run too long")?;
             (groups.saturating_mul(8), groups.checked_mul(width as usize).ok_or("hold a run too long")?)

@@ -5,6 +5,8 @@
 //! without decompressing pages. This reads exactly the fields we need, skips the rest,
 //! and bounds every length and nesting depth so corrupt bytes produce an error.
 
+use crate::varint::{VarintError, uleb128};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PageType {
     Data,
@@ -65,18 +67,10 @@ impl<'a> Cursor<'a> {
     }
 
     fn varint(&mut self) -> Result<u64, ThriftError> {
-        let mut out = 0u64;
-        for shift in (0..70).step_by(7) {
-            let b = self.byte()?;
-            if shift == 63 && b > 1 {
-                return Err(ThriftError::Invalid("varint overflows 64 bits".into()));
-            }
-            out |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(out);
-            }
-        }
-        Err(ThriftError::Invalid("varint longer than 10 bytes".into()))
+        uleb128(self.buf, &mut self.pos).map_err(|e| match e {
+            VarintError::End => ThriftError::NeedMore,
+            VarintError::TooLong => ThriftError::Invalid("varint longer than 64 bits".into()),
+        })
     }
 
     fn zigzag(&mut self) -> Result<i64, ThriftError> {

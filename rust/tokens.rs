@@ -31,6 +31,7 @@ use crate::levels::{bit_width, count_levels};
 use crate::pagecheck::{decompress, length_prefixed};
 use crate::storage::Fetched;
 use crate::thrift::{PageType, parse_page_header};
+use crate::varint::uleb128;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 /// Pages this decoder produced (the rest went through arrow-rs), for `io_stats()`.
@@ -293,20 +294,7 @@ fn runs(buf: &[u8], width: u8, num_values: usize) -> Option<Vec<Run<'_>>> {
     let mut seen = 0usize;
     let vbytes = (width as usize).div_ceil(8);
     while seen < num_values {
-        let mut header = 0u64;
-        let mut shift = 0;
-        loop {
-            let b = *buf.get(pos)?;
-            pos += 1;
-            header |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-            if shift > 56 {
-                return None;
-            }
-        }
+        let header = uleb128(buf, &mut pos).ok()?;
         if header & 1 == 1 {
             let groups = usize::try_from(header >> 1).ok()?;
             let nbytes = groups.checked_mul(width as usize)?;
