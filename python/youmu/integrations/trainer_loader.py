@@ -270,8 +270,8 @@ class TrainerLoader(PassLoader):
             self._source_set_epoch(self.epoch)
         if point is not None and point.source is not None:
             self._loader.load_state_dict(point.source)
-        self._running = self._batches()
-        return self._running if self.on_pass is None else self.on_pass(self._running)
+        self._running = running = self._batches()
+        return running if self.on_pass is None else self.on_pass(running)
 
     def _agree(self, have: bool) -> bool:
         """Whether every rank has a batch (unsized streams; one all-reduce)."""
@@ -279,7 +279,7 @@ class TrainerLoader(PassLoader):
             return have
         return min(int(t[0]) for t in self.channel.all_gather_int64([int(have)])) == 1
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self) -> Generator[Any, None, None]:
         it = iter(self._loader)
         limit = self._limit()
         while True:
@@ -443,6 +443,7 @@ class TrainerLoader(PassLoader):
         """Every rank's state of a job of another world size (see :meth:`load_state_dict`)."""
         from youmu.merge import merge_states
 
+        self._stop_pass()  # before the source is loaded: the old pass lets go of it first
         states = [self._checked(s, expect_shard=False) for s in job_states(ranks)]
         epochs = {s["epoch"] for s in states}
         if len(epochs) > 1:
@@ -458,7 +459,6 @@ class TrainerLoader(PassLoader):
 
             self.source.load_state_dict(merged)
             self._loader = StatefulDataLoader(self.source, **self._loader_args)
-        self._stop_pass()
         self._pass.load(_ResumePoint(None), epoch=epochs.pop())
         self._taken, self._finished = taken, finished
         self._positioned, self._epoch_steps = True, None
