@@ -1,272 +1,50 @@
-"""Mixtures over any map-style datasets (``len`` + indexing), as pure index maps.
+"""``MixtureDataset``: weighted, block-deterministic mixing with an exact allocation.
 
-* :class:`FlatMixture` — the children concatenated under one global keyed permutation:
-  behaves as if all data had been tokenized into one dataset, while every child keeps
-  its own files. Over youmu Parquet sources it also exposes one page space
-  (:meth:`FlatMixture.page_index`), so ``YoumuDataset(flat_mixture)`` streams it at
-  page-shuffle speed.
-* :class:`MixtureDataset` — weighted, block-deterministic mixing with an exact
-  allocation: every positive weight is sampled at its exact long-run rate, however
-  small; weight stages (curricula) switch at exact indices; finite children restart
-  in a fresh order per pass or stop the mixture.
+Every positive weight is sampled at its exact long-run rate, however small; weight
+stages (curricula) switch at exact indices; finite children restart in a fresh order
+per pass or stop the mixture. The index math is ``youmu._core.MixtureMap``.
 
-Both are pure functions of the index (``locate(i)`` needs no state), so resuming is
-setting the index and every rank computes the same answer. The index math runs in
-Rust (``youmu._core.FlatMap`` / ``MixtureMap``); these classes own the children and
-fetch the items.
-
-Allocation of :class:`MixtureDataset` (details in ``rust/mixture.rs``): the samples of a
-stage are dealt to the children by a binary tree whose nodes split their samples
-with mechanical sequences ``floor((k·p + φ) / 2^64)`` — exact integer arithmetic, so
-every block holds exactly ``block_size`` samples, every child's count is monotone, and
-a child's count in any window of whole blocks is within :meth:`MixtureDataset.window_bounds`
-of ``blocks · block_size · weight`` (below 1 for two children, about 1–2.5 for many;
-below 1 for all children at once is impossible in general with exact block sizes).
-No weight is rounded to zero: a 1e-6 child with ``block_size=64`` appears once per
-~10^6 samples, on schedule, where Levanter's ``int(weight · block_size)`` never
-samples it. Inside a block the slots are in a keyed random order.
+Allocation (details in ``rust/mixture/``): the samples of a stage are dealt to the
+children by a binary tree whose nodes split their samples with mechanical sequences
+``floor((k·p + φ) / 2^64)`` — exact integer arithmetic, so every block holds exactly
+``block_size`` samples, every child's count is monotone, and a child's count in any
+window of whole blocks is within :meth:`MixtureDataset.window_bounds` of ``blocks ·
+block_size · weight`` (below 1 for two children, about 1–2.5 for many; below 1 for
+all children at once is impossible in general with exact block sizes). No weight is
+rounded to zero: a 1e-6 child with ``block_size=64`` appears once per ~10^6 samples,
+on schedule, where Levanter's ``int(weight · block_size)`` never samples it. Inside a
+block the slots are in a keyed random order.
 
 Example:
-    >>> from youmu.mixture import FlatMixture, MixtureDataset
-    >>> web, math, code = list(range(1000)), list(range(10)), list(range(300))
-    >>> flat = FlatMixture({"math": math, "code": code}, seed=1)   # 310 items, shuffled
-    >>> mix = MixtureDataset({"web": web, "rest": flat}, weights={"web": 0.9, "rest": 0.1},
-    ...                      block_size=64, length=6400)
-    >>> mix.counts(6400)
-    {'web': 5760, 'rest': 640}
-    >>> name, index = mix.locate(0)
+    >>> mix = MixtureDataset({"web": list(range(1000)), "rest": list(range(310))},
+    ...                      weights={"web": 0.9, "rest": 0.1}, block_size=64, length=6400)
+    >>> mix.counts(6400), mix.block_counts(0)
+    ({'web': 5760, 'rest': 640}, {'web': 58, 'rest': 6})
 """
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
 
-from youmu._args import bool_arg, choice_arg, int_arg, int_array, opt_int_arg, seed_arg
-from youmu._core import FlatMap, MixtureMap
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, PageOutOfRangeError, UnknownNameError
-from youmu.stateful import describe_data
+from youmu._args import choice_arg, int_arg, int_array, opt_int_arg, seed_arg
+from youmu._core import MixtureMap
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, PageOutOfRangeError
+from youmu.mixture.children import MAX_INDEX, MapMixture, child_length, mixture_children, rows_per_page
 
+__all__ = ["MixtureDataset", "Stage", "POLICIES", "Weights"]
+
+#: What a ``MixtureDataset`` does when a child runs out (see its ``policy``).
 POLICIES = ("restart", "stop")
 
+#: ``{name: weight}``, or a curriculum: a list of ``(start_index, {name: weight})``.
 Weights = Union[Mapping[str, float], Sequence[tuple[int, Mapping[str, float]]]]  # noqa: UP007 - a runtime alias on 3.10
 
 
-def _as_child(name: str, ds: Any) -> Any:
-    """A youmu source given as a ``PageIndex`` or a path becomes a ``RowDataset`` (with a
-    small page cache, which chunk-local pass orders make effective); anything else must
-    be map-style already."""
-    from youmu._core import PageIndex
-
-    if isinstance(ds, (PageIndex, str, os.PathLike)):
-        from youmu.rows import RowDataset
-
-        return RowDataset(ds, cache_pages=4)
-    if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
-        raise ArgumentTypeError(f"child {name!r} ({type(ds).__name__}) needs len() and indexing")
-    return ds
-
-
-def _children(children: Mapping[str, Any], what: str) -> dict[str, Any]:
-    if not isinstance(children, Mapping):
-        raise ArgumentTypeError(f"{what} children must be a mapping {{name: dataset}}, got {type(children).__name__}")
-    if not children:
-        raise InvalidArgumentError(f"{what} needs at least one child")
-    out = {}
-    for name, ds in children.items():
-        if not isinstance(name, str):
-            raise ArgumentTypeError(f"child names must be str, got {name!r}")
-        out[name] = _as_child(name, ds)
-    return out
-
-
-def _length(name: str, ds: Any) -> int:
-    n = int(len(ds))
-    if n < 0:
-        raise InvalidArgumentError(f"child {name!r} has a negative length")
-    return n
-
-
-#: indices, lengths and block sizes are int64 in the Rust maps
-_MAX_INDEX = (1 << 63) - 1
-
-
-def _seed(seed: int) -> int:
-    return seed_arg(seed)
-
-
-def _rows_per_page(ds: Any) -> int:
-    """Typical rows per page of a youmu Parquet source (``RowDataset``), else 1."""
-    from youmu._core import PageIndex
-
-    index = getattr(ds, "index", None)
-    if isinstance(index, PageIndex) and len(index):
-        return max(1, int(np.median(index.page_num_rows())))
-    return 1
-
-
-def _get_many(ds: Any, idx: list[int]) -> list[Any]:
-    get = getattr(ds, "__getitems__", None)
-    if get is not None:
-        return list(get(idx))
-    return [ds[i] for i in idx]
-
-
-class _MapMixture:
-    """Item access shared by the mixtures. Subclasses set ``names``, ``children`` and
-    ``_map`` and define ``locate_many(indices) -> (child numbers, child indices)``."""
-
-    names: list[str]
-    children: dict[str, Any]
-
-    def __len__(self) -> int:
-        return len(self._map)  # type: ignore[attr-defined]
-
-    def locate(self, i: int) -> tuple[str, int]:
-        """``(child_name, index_in_child)`` of global index ``i`` (negative counts from
-        the end): a pure function of ``i``."""
-        c, local = self._map.locate(int_arg("i", i))[:2]  # type: ignore[attr-defined]
-        return self.names[c], int(local)
-
-    def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
-
-    def __getitem__(self, i: int) -> Any:
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise ArgumentTypeError(f"{type(self).__name__} indices must be integers, got {type(i).__name__}")
-        name, local = self.locate(i)
-        return self.children[name][local]
-
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """Batch access: one ``__getitems__`` call per child touched, so nested
-        mixtures and Parquet children stay batched all the way down."""
-        child, local = self.locate_many(indices)
-        out: list[Any] = [None] * len(child)
-        for c in np.unique(child):
-            pos = np.flatnonzero(child == c)
-            items = _get_many(self.children[self.names[int(c)]], local[pos].tolist())
-            for p, item in zip(pos.tolist(), items):
-                out[p] = item
-        return out
-
-    def _in_range(self, name: str, i: Any, *, upto: bool) -> int:
-        """``i`` as an index in ``[0, len]`` (``upto``: a count of indices) or ``[0, len)``."""
-        i = int_arg(name, i, minimum=0)
-        n = len(self)
-        if i > n or (i == n and not upto):
-            span = f"[0, {n}]" if upto else f"[0, {n})"
-            raise PageOutOfRangeError(f"{name}={i} is outside {span}: the mixture has {n} indices")
-        return i
-
-    def _child_draw(self, name: str, value: Any) -> int:
-        """A position in a child (a draw or item number): an int in ``[0, 2**63)``."""
-        return int_arg(name, value, minimum=0, maximum=_MAX_INDEX)
-
-    def _state_fingerprint(self) -> dict[str, Any]:
-        """What identifies this mixture for stream states (:func:`youmu.stateful.data_fingerprint`):
-        its settings and every child's own description."""
-        return {"type": type(self).__name__, "len": len(self), **self._settings_description(),
-                "children": {n: describe_data(c) for n, c in self.children.items()}}
-
-    def _settings_description(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def __iter__(self) -> Iterator[Any]:
-        n, step = len(self), 1024
-        for lo in range(0, n, step):
-            yield from self.__getitems__(range(lo, min(lo + step, n)))
-
-
-# --------------------------------------------------------------------------------------
-# FlatMixture
-# --------------------------------------------------------------------------------------
-class FlatMixture(_MapMixture):
-    """Children concatenated (in the given order) under one keyed permutation.
-
-    Args:
-        children: ``{name: dataset}``; a dataset needs ``len`` and indexing (a
-            ``youmu.PageIndex`` or a path is read as a ``youmu.RowDataset``). Empty
-            children are allowed.
-        seed: permutation key (``[0, 2^64)``).
-        shuffle: ``False`` keeps plain concatenation order.
-
-    ``len`` is the sum of the children's lengths; ``fm[i]`` is the item at
-    ``fm.locate(i)``; nothing is copied. The order is exactly
-    ``youmu.Permutation(len(fm), seed=seed, purpose="flat-mixture")`` applied to the
-    concatenation ("concatenate, then shuffle").
-
-    Example:
-        >>> fm = FlatMixture({"a": ["a0", "a1"], "b": ["b0", "b1", "b2"]}, seed=3)
-        >>> sorted(fm[i] for i in range(len(fm)))
-        ['a0', 'a1', 'b0', 'b1', 'b2']
-        >>> fm[fm.position("b", 2)]
-        'b2'
-    """
-
-    def __init__(self, children: Mapping[str, Any], seed: int = 0, shuffle: bool = True) -> None:
-        self.children = _children(children, "FlatMixture")
-        self.names = list(self.children)
-        self.seed = _seed(seed)
-        self.shuffle = bool_arg("shuffle", shuffle)
-        self._map = FlatMap([_length(n, c) for n, c in self.children.items()], seed=self.seed, shuffle=self.shuffle)
-
-    @property
-    def lengths(self) -> dict[str, int]:
-        return dict(zip(self.names, self._map.lengths))
-
-    def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(child numbers, indices in child)`` as int64 arrays for many global
-        indices (one Rust call; ``self.names[c]`` names child ``c``)."""
-        return self._map.locate_many(int_array(indices, "indices"))
-
-    def position(self, name: str, local: int) -> int:
-        """Global index where item ``local`` of child ``name`` appears (inverse of
-        :meth:`locate`)."""
-        return int(self._map.position(self._child_number(name), self._child_draw("local", local)))
-
-    def _child_number(self, name: str) -> int:
-        try:
-            return self.names.index(name)
-        except ValueError:
-            raise UnknownNameError(f"no child named {name!r}") from None
-
-    def _settings_description(self) -> dict[str, Any]:
-        return {"seed": self.seed, "shuffle": self.shuffle}
-
-    def page_index(self) -> Any:
-        """One ``youmu.PageIndex`` over all children, when every child is a youmu
-        Parquet source (``RowDataset``, ``PageIndex`` or a ``FlatMixture`` of them).
-
-        ``YoumuDataset(flat_mixture)`` uses it to shuffle pages and windows across all
-        sources at page-read speed, with no per-source buffer: the stream is a
-        different (page-granular) shuffle of the same rows, not ``fm[0], fm[1], …``.
-        Raises ``TypeError`` naming the first child that is not a Parquet source."""
-        from youmu._core import PageIndex
-
-        parts = []
-        for name, c in self.children.items():
-            if isinstance(c, PageIndex):
-                parts.append(c)
-            elif isinstance(c, FlatMixture):
-                parts.append(c.page_index())
-            elif isinstance(getattr(c, "index", None), PageIndex):
-                parts.append(c.index)
-            else:
-                raise ArgumentTypeError(f"child {name!r} ({type(c).__name__}) is not a youmu Parquet source")
-        return PageIndex.concat(parts)
-
-    def __repr__(self) -> str:
-        return f"FlatMixture({len(self.names)} children, {len(self)} items, seed={self.seed})"
-
-
-# --------------------------------------------------------------------------------------
-# MixtureDataset
-# --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Stage:
     """One weight stage: indices ``[start, end)`` (``end=None``: open-ended)."""
@@ -280,7 +58,7 @@ class Stage:
         return {names[int(c)]: float(w) for c, w in zip(self.children, self.weights)}
 
 
-class MixtureDataset(_MapMixture):
+class MixtureDataset(MapMixture):
     """Weighted, block-deterministic mixture with an exact allocation.
 
     Args:
@@ -334,12 +112,12 @@ class MixtureDataset(_MapMixture):
         length: int | None = None,
         child_chunk: int | Mapping[str, int] | str = "auto",
     ) -> None:
-        self.children = _children(children, "MixtureDataset")
+        self.children = mixture_children(children, "MixtureDataset")
         self.names = list(self.children)
         choice_arg("policy", policy, POLICIES)
-        int_arg("block_size", block_size, minimum=1, maximum=_MAX_INDEX)
-        opt_int_arg("length", length, minimum=0, maximum=_MAX_INDEX)
-        self.seed, self.block_size, self.policy = _seed(seed), int(block_size), policy
+        int_arg("block_size", block_size, minimum=1, maximum=MAX_INDEX)
+        opt_int_arg("length", length, minimum=0, maximum=MAX_INDEX)
+        self.seed, self.block_size, self.policy = seed_arg(seed), int(block_size), policy
         raw = self._stage_list(weights)
         self._length = None if length is None else int(length)
         # the weights as given (a state replays them: the Rust map quantises each stage's
@@ -348,7 +126,7 @@ class MixtureDataset(_MapMixture):
         self._chunk_list = self._chunks(child_chunk)
         self._map = MixtureMap(
             self.names,
-            [_length(n, c) for n, c in self.children.items()],
+            [child_length(n, c) for n, c in self.children.items()],
             [(start, [float(w.get(n, 0.0)) for n in self.names]) for start, w in raw],
             block_size=self.block_size,
             seed=self.seed,
@@ -378,7 +156,7 @@ class MixtureDataset(_MapMixture):
         if not stages:
             raise InvalidArgumentError("weights must not be empty")
         for k, (start, w) in enumerate(stages):
-            if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or not 0 <= start <= _MAX_INDEX:
+            if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or not 0 <= start <= MAX_INDEX:
                 raise InvalidArgumentError(f"stage {k}: start must be a non-negative int, got {start!r}")
             if not isinstance(w, Mapping):
                 raise ArgumentTypeError(f"stage {k}: weights must be a mapping {{name: weight}}")
@@ -395,7 +173,7 @@ class MixtureDataset(_MapMixture):
         if isinstance(spec, str):
             if spec != "auto":
                 raise InvalidArgumentError(f"child_chunk must be 'auto', an int or {{name: int}}, got {spec!r}")
-            return [_rows_per_page(c) for c in self.children.values()]
+            return [rows_per_page(c) for c in self.children.values()]
         if isinstance(spec, Mapping):
             unknown = sorted(set(spec) - set(self.names))
             if unknown:
@@ -404,7 +182,7 @@ class MixtureDataset(_MapMixture):
         else:
             values = [spec] * len(self.names)
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= _MAX_INDEX:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_INDEX:
                 raise InvalidArgumentError(f"child_chunk values must be ints >= 1, got {v!r}")
         return [int(v) for v in values]
 
@@ -417,12 +195,6 @@ class MixtureDataset(_MapMixture):
             kids = np.flatnonzero(vals > 0)
             out.append(Stage(int(start), None if end is None else int(end), kids, vals[kids] / vals.sum()))
         return out
-
-    def _child_number(self, name: str) -> int:
-        try:
-            return self.names.index(name)
-        except ValueError:
-            raise UnknownNameError(f"no child named {name!r}") from None
 
     def with_stages(self, stages: Sequence[tuple[int, Mapping[str, float]]], *,
                     length: int | None | str = "same") -> MixtureDataset:
@@ -476,7 +248,7 @@ class MixtureDataset(_MapMixture):
 
     def stage_of(self, i: int) -> int:
         """Weight stage in force at index ``i``."""
-        return int(self._map.stage_of(int_arg("i", i, minimum=0, maximum=_MAX_INDEX)))
+        return int(self._map.stage_of(int_arg("i", i, minimum=0, maximum=MAX_INDEX)))
 
     def block_start(self, b: int, stage: int = 0) -> int:
         """Global index where block ``b`` of ``stage`` begins."""
@@ -485,7 +257,7 @@ class MixtureDataset(_MapMixture):
     def block_counts(self, b: int, stage: int = 0) -> dict[str, int]:
         """Samples of each child in block ``b`` of ``stage`` (they sum to the block size)."""
         stage = self._stage_number(stage)
-        return dict(zip(self.names, self._map.block_counts(stage, int_arg("b", b, minimum=0, maximum=_MAX_INDEX))))
+        return dict(zip(self.names, self._map.block_counts(stage, int_arg("b", b, minimum=0, maximum=MAX_INDEX))))
 
     def _stage_number(self, stage: Any) -> int:
         stage = int_arg("stage", stage, minimum=0)
@@ -502,6 +274,3 @@ class MixtureDataset(_MapMixture):
     def __repr__(self) -> str:
         return (f"MixtureDataset({len(self.names)} children, {len(self.stages)} stage(s), "
                 f"block_size={self.block_size}, policy={self.policy!r}, len={len(self)})")
-
-
-__all__ = ["FlatMixture", "MixtureDataset", "Stage"]
