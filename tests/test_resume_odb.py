@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +21,11 @@ from resume_odb_mp import job_scenario
 import youmu
 from youmu.batching import DynamicBatchLoader, rank_indices
 from youmu.batching.merge import rank_order, sampler_level
-from youmu.batching.synthetic import synthetic_lengths
 from youmu.errors import StateError
 from youmu.jobstates import Level
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from synthetic import synthetic_lengths  # noqa: E402
 
 LENGTHS = synthetic_lengths("uniform-wide", 300, seed=2)
 
