@@ -224,3 +224,57 @@ def test_building_a_mixture_checks_each_setting_once(checks) -> None:
     checks.clear()
     FlatMixture({"a": list(range(10)), "b": list(range(5))}, seed=3)
     _once(checks, {"seed", "shuffle"})
+
+
+def test_the_inner_objects_a_boundary_builds_still_refuse_bad_input_given_directly(tmp_path) -> None:
+    # the boundary's path goes around their checks; a caller who builds them keeps them
+    import numpy as np
+
+    import youmu
+    from youmu.errors import ArgumentTypeError, InvalidArgumentError
+    from youmu.planning import Planner
+    from youmu.shuffle import ShardPlan, window_pages_for
+    from youmu.stream import RowStream, window_layout
+
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"x": list(range(16))}), path, row_group_size=4)
+    index = youmu.PageIndex(path)
+    rows = np.array([4, 4, 4, 4])
+    refused = [
+        (lambda: RowStream(index, buffer_size=0), InvalidArgumentError, "buffer_size"),
+        (lambda: RowStream(index, shuffle="rows"), InvalidArgumentError, "shuffle"),
+        (lambda: RowStream(index, rank=2, world_size=2), InvalidArgumentError, "rank"),
+        (lambda: RowStream(index, window_pages=0), InvalidArgumentError, "window_pages"),
+        (lambda: ShardPlan.build(rows, "page", window_pages=0, seed=0, epoch=0), InvalidArgumentError, "window_pages"),
+        (lambda: window_layout(index, 8, 1, read_ahead=-1), InvalidArgumentError, "read_ahead"),
+        (lambda: window_layout(index, 2.5, 1), ArgumentTypeError, "buffer_size"),
+        (lambda: window_pages_for(np.zeros(0), None, memory_budget=0), InvalidArgumentError, "memory_budget"),
+        (lambda: StreamSpec().layout(index, world_size=0), InvalidArgumentError, "world_size"),
+        (lambda: StreamSpec().layout(index, world_size=2).stream(rank=2), InvalidArgumentError, "rank"),
+        (lambda: Planner(seed=-1), InvalidArgumentError, "seed"),
+        (lambda: Planner().distribute(4, group_size=3), InvalidArgumentError, "group_size"),
+        (lambda: Planner().balance("interleave"), InvalidArgumentError, "reorder_only"),
+        (lambda: Planner().cost(42), ArgumentTypeError, "cost"),
+    ]
+    for build, error, name in refused:
+        with pytest.raises(error, match=name):
+            build()
+
+
+def test_a_plan_settings_planner_is_the_planner_its_stages_build() -> None:
+    from youmu.planning import Planner
+
+    s = PlanSettings.make(names=["default"], world_size=2, num_microbatches=2, global_batch_size=8, capacity=64,
+                          method="kk", placement="greedy", seed=5, group_size=2)
+    staged = (Planner(seed=5).distribute(2, 2, capacity=64, group_size=2).cost(None)
+              .balance("kk", on_overflow="defer", placement="greedy"))
+    assert s.planner() == staged
+    # the world size still open: groups of 2 ranks are settings a world of 2, 4, ... ranks plans with
+    open_world = PlanSettings.make(names=["default"], world_size=None, num_microbatches=1, global_batch_size=4,
+                                   group_size=2)
+    assert open_world.on(4).planner().group_size == 2
+    with pytest.raises(YoumuError, match="group_size must divide num_buckets=3"):
+        open_world.on(3).planner()
+    with pytest.raises(YoumuError, match="interleave"):
+        PlanSettings.make(names=["default"], world_size=1, num_microbatches=1, global_batch_size=4,
+                          method="interleave")

@@ -147,8 +147,9 @@ class PlanSettings:
                 reorder_only, placement, sched, group_size, seed, drop_last, encoder_cost, encoder_balance)
         if world_size is not None:
             s = s.on(world_size)
-        # what ties the settings together is checked now (Planner._from_checked), not at the first step
-        s._chain(world_size if world_size is not None else 1)  # cached: the loader's planner
+        # what ties the settings together is checked now (Planner._from_checked), not at the first step;
+        # with the world size still open, over one group of ranks (a group divides the world, not 1)
+        s._chain(world_size if world_size is not None else group_size or 1)  # cached: the loader's planner
         return s, sources
 
     @classmethod
