@@ -6,7 +6,7 @@ shard, number of shards): no I/O, no state. The row at position ``k`` of a shard
 stream is determined by those integers alone, which is what makes the loader resumable
 from a few integers and testable by property tests.
 
-Shuffle modes:
+Shuffle modes (:class:`ShuffleMode`, the one place that knows them):
 
 * ``"page"`` — pages in keyed-permuted order, cut into *windows* of ``window_pages``
   consecutive permuted pages; the rows of a window are shuffled together by a second
@@ -41,7 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -68,8 +69,58 @@ __all__ = [
     "balanced_windows",
 ]
 
-ShuffleMode = Literal["page", "row", "local", "none"]
-SHUFFLE_MODES: tuple[str, ...] = ("page", "row", "local", "none")
+class ShuffleMode(str, Enum):
+    """A shuffle mode, and what it means for a stream: the only place the modes are
+    named. Callers ask a mode's properties, never compare its name, so a new mode is a
+    member here, its answers below and the page order it gives in :class:`ShardPlan`.
+
+    A mode *is* its name (a ``str``): settings, saved states, fingerprints and reprs
+    hold the word (``'page'``), and ``shuffle="page"`` is what users write.
+
+    >>> mode = ShuffleMode("local")
+    >>> mode, mode == "local", mode.shuffles_windows, mode.permutes_pages
+    ('local', True, True, False)
+    """
+
+    PAGE = "page"
+    ROW = "row"
+    LOCAL = "local"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        # the word in f-strings (a permutation key, ``window-page-3``) on every Python
+        return format(str(self.value), spec)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    @property
+    def permutes_rows(self) -> bool:
+        """Every row placed independently by one keyed permutation over all rows, read
+        in chunks of positions (:meth:`ShardPlan.rows_of`): no page windows."""
+        return self is ShuffleMode.ROW
+
+    @property
+    def permutes_pages(self) -> bool:
+        """Pages in keyed-permuted order (otherwise in file order, or none at all)."""
+        return self is ShuffleMode.PAGE
+
+    @property
+    def shuffles_windows(self) -> bool:
+        """The rows of a page window shuffled together (:meth:`ShardPlan.row_order`)."""
+        return self in (ShuffleMode.PAGE, ShuffleMode.LOCAL)
+
+    @property
+    def slices_pages(self) -> bool:
+        """May cut pages into ``page_slices`` row slices and permute those."""
+        return self is ShuffleMode.PAGE
+
+
+#: The modes' names, in the order errors list them.
+SHUFFLE_MODES: tuple[str, ...] = tuple(m.value for m in ShuffleMode)
 
 
 def _permutation(n: int, seed: int, epoch: int, purpose: str) -> Any:
@@ -84,10 +135,11 @@ MAX_PAGE_SLICES = 64
 # stream it always was).
 _SLICES_PURPOSE = "page-slices"
 
-def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[str, int]:
+def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[ShuffleMode, int]:
     """``(shuffle, page_slices)`` checked together (the one place they are): a mode of
-    :data:`SHUFFLE_MODES`, and 1 to :data:`MAX_PAGE_SLICES` slices per page, more than
-    one only in page mode.
+    :data:`SHUFFLE_MODES`, parsed to its :class:`ShuffleMode`, and 1 to
+    :data:`MAX_PAGE_SLICES` slices per page, more than one only where the mode
+    :attr:`~ShuffleMode.slices_pages`.
 
     >>> shuffle_args("page", 4)
     ('page', 4)
@@ -96,11 +148,12 @@ def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[str, int]:
     ...
     youmu.errors.InvalidArgumentError: page_slices=2 needs shuffle='page' (got shuffle='row')
     """
-    choice_arg("shuffle", shuffle, SHUFFLE_MODES)
+    mode = ShuffleMode(choice_arg("shuffle", shuffle, SHUFFLE_MODES))
     k = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
-    if k > 1 and shuffle != "page":
-        raise InvalidArgumentError(f"page_slices={k} needs shuffle='page' (got shuffle={shuffle!r})")
-    return shuffle, k
+    if k > 1 and not mode.slices_pages:
+        sliced = ", ".join(repr(m.value) for m in ShuffleMode if m.slices_pages)
+        raise InvalidArgumentError(f"page_slices={k} needs shuffle={sliced} (got shuffle={mode!r})")
+    return mode, k
 
 
 #: Windows alive at once while streaming with one window read ahead (the default for
@@ -195,7 +248,7 @@ class ShardPlan:
     its workers.
     """
 
-    mode: str
+    mode: ShuffleMode
     num_pages: int
     num_rows: int
     window_pages: int
@@ -225,7 +278,7 @@ class ShardPlan:
     @staticmethod
     def build(
         page_rows: np.ndarray,
-        mode: str,
+        mode: ShuffleMode | str,
         *,
         window_pages: int,
         seed: int,
@@ -239,7 +292,7 @@ class ShardPlan:
         balanced: bool = False,
         page_slices: int = 1,
     ) -> ShardPlan:
-        mode, k = shuffle_args(mode, page_slices)
+        shuffle, k = shuffle_args(mode, page_slices)
         shard = Shard(rank, world_size, worker, num_workers)
         int_arg("window_pages", window_pages, minimum=1)
         page_rows = np.asarray(page_rows, dtype=np.int64)
@@ -247,7 +300,7 @@ class ShardPlan:
         n_rows = int(page_rows.sum())
         skip = None
         full = None
-        if mode == "row":
+        if shuffle.permutes_rows:
             # A chunk of c random rows touches ~c distinct pages, and every one is read
             # and decoded whole: size chunks by pages in memory, not by rows.
             size = int(window_rows) if window_rows else max(1, window_pages)
@@ -257,7 +310,7 @@ class ShardPlan:
             ids = np.arange(len(starts), dtype=np.int64)  # chunk number within the block
         else:
             size = 0
-            rows_all = all_window_rows(page_rows, mode, window_pages, seed, epoch, page_slices=k)
+            rows_all = all_window_rows(page_rows, shuffle, window_pages, seed, epoch, page_slices=k)
             if balanced:
                 ids, skip, rows = balanced_windows(rows_all, shard)
             else:
@@ -274,7 +327,7 @@ class ShardPlan:
         if cap is not None:
             total = min(total, int(cap))
         return ShardPlan(
-            mode, n_pages, n_rows, window_pages, size, seed, epoch, rank, world_size, worker, num_workers, ids,
+            shuffle, n_pages, n_rows, window_pages, size, seed, epoch, rank, world_size, worker, num_workers, ids,
             rows, total, cum, skip, bool(balanced), full, k, page_rows if k > 1 else np.zeros(0, dtype=np.int64),
         )
 
@@ -297,27 +350,25 @@ class ShardPlan:
         """Global page ids of the i-th window of this shard, in window order (with page
         slices: each page once, in the order its first slice appears)."""
         w = int(self.window_ids[i])
-        if self.mode == "page" and self.page_slices > 1:
+        if self.mode.permutes_rows:
+            raise InvalidArgumentError("row mode has no page windows; use rows_of()")
+        if self.mode.slices_pages and self.page_slices > 1:
             pages = self._slice_units(i) // self.page_slices
             _, first = np.unique(pages, return_index=True)
             return pages[np.sort(first)]
-        if self.mode == "page":
-            perm = _permutation(self.num_pages, self.seed, self.epoch, "pages")
-            stop = min((w + 1) * self.window_pages, self.num_pages)
-            return perm.range(w * self.window_pages, stop)
-        if self.mode in ("local", "none"):
-            stop = min((w + 1) * self.window_pages, self.num_pages)
-            return np.arange(w * self.window_pages, stop, dtype=np.int64)
-        raise InvalidArgumentError("row mode has no page windows; use rows_of()")
+        stop = min((w + 1) * self.window_pages, self.num_pages)
+        if self.mode.permutes_pages:
+            return _permutation(self.num_pages, self.seed, self.epoch, "pages").range(w * self.window_pages, stop)
+        return np.arange(w * self.window_pages, stop, dtype=np.int64)
 
     def row_order(self, i: int) -> np.ndarray | None:
         """Order of the window's rows (indices into the window's concatenated pages),
         or None for identity."""
         n = int(self.window_full_rows[i])
-        if self.mode in ("page", "local"):
+        if self.mode.shuffles_windows:
             w = int(self.window_ids[i])
             order = _permutation(n, self.seed, self.epoch, f"window-{self.mode}-{w}").range(0, n)
-            if self.mode == "page" and self.page_slices > 1:
+            if self.mode.slices_pages and self.page_slices > 1:
                 # the window's slices as indices into its pages' concatenated rows, shuffled
                 return self._slice_rows(i)[order]
             return order
@@ -340,7 +391,7 @@ class ShardPlan:
 
     def rows_of(self, i: int) -> np.ndarray:
         """Row mode: global row ids of the i-th chunk of this shard, in stream order."""
-        if self.mode != "row":
+        if not self.mode.permutes_rows:
             raise InvalidArgumentError("rows_of() is for row mode")
         shard = Shard(self.rank, self.world_size, self.worker, self.num_workers)
         if self.row_starts is not None:
@@ -397,18 +448,18 @@ def slice_rows(page_rows: np.ndarray, k: int) -> np.ndarray:
 
 
 def all_window_rows(
-    page_rows: np.ndarray, mode: str, window_pages: int, seed: int, epoch: int, *, page_slices: int = 1
+    page_rows: np.ndarray, mode: ShuffleMode, window_pages: int, seed: int, epoch: int, *, page_slices: int = 1
 ) -> np.ndarray:
     """Rows of every window of an epoch (page modes). One pass over the permutation;
     the permuted page order itself is not kept."""
     n = len(page_rows)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    if mode == "page" and page_slices > 1:
+    if mode.slices_pages and page_slices > 1:
         units = slice_rows(page_rows, page_slices)
         order = _permutation(len(units), seed, epoch, _SLICES_PURPOSE).range(0, len(units))
         return np.add.reduceat(units[order], np.arange(0, len(units), window_pages * page_slices)).astype(np.int64)
-    if mode == "page":
+    if mode.permutes_pages:
         order = _permutation(n, seed, epoch, "pages").range(0, n)
         in_order = page_rows[order]
         del order
