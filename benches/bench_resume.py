@@ -39,7 +39,8 @@ import numpy as np
 import youmu
 from youmu.resume import Origin, deal, remaining_after, shard_plan
 from youmu.sharding import Shard
-from youmu.shuffle import ShardPlan, ShuffleMode, all_window_rows, row_chunk_rows
+from youmu.shuffle import ShardPlan, all_window_rows, row_chunk_rows
+from youmu.shufflemodes import ShuffleMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import PEERS_PYTHON, peers_python, run_phase  # noqa: E402

@@ -624,10 +624,10 @@ def test_merging_stream_states_never_imports_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
 
 
-# The shuffle modes' names: only their owner, `youmu.shuffle.ShuffleMode`, compares them
+# The shuffle modes' names: only their owner, `youmu.shufflemodes.ShuffleMode`, compares them
 # (everyone else asks a mode's properties). "none" is a value of other settings too, so
 # it counts only against an operand named like a shuffle mode.
-_SHUFFLE_OWNER = "youmu.shuffle"
+_SHUFFLE_OWNER = "youmu.shufflemodes"
 _MODE_NAMES = ("page", "row", "local", "none")
 _SHARED_WORDS = {"none"}
 _MODE_OPERAND = re.compile(r"mode|shuffle", re.IGNORECASE)
@@ -671,11 +671,11 @@ def _mode_comparisons(sources: dict[str, str]) -> list[str]:
 
 
 def test_only_the_shuffle_module_names_the_shuffle_modes() -> None:
-    from youmu.shuffle import SHUFFLE_MODES
+    from youmu.shufflemodes import SHUFFLE_MODES
 
     assert set(SHUFFLE_MODES) == set(_MODE_NAMES), "a new mode: add it to _MODE_NAMES"
     bad = _mode_comparisons(_python_sources())
-    assert not bad, "ask the mode (youmu.shuffle.ShuffleMode's properties), don't compare its name: " + "; ".join(bad)
+    assert not bad, "ask the mode (youmu.shufflemodes.ShuffleMode's properties), don't compare its name: " + "; ".join(bad)
 
 
 def test_a_mode_compared_by_name_is_caught() -> None:
@@ -684,6 +684,6 @@ def test_a_mode_compared_by_name_is_caught() -> None:
                           '    if spec.shuffle_mode in ("page", "none"):\n        pass\n'
                           '    if kind == "none" or scaling == "none":\n        pass\n'
                           '    match spec.shuffle:\n        case "row":\n            pass\n',
-               "youmu.shuffle": 'def g(mode):\n    return mode == "page"\n'}
+               "youmu.shufflemodes": 'def g(mode):\n    return mode == "page"\n'}
     assert _mode_comparisons(sources) == ["youmu.a:2 compares 'local', 'row'", "youmu.a:4 compares 'none', 'page'",
                                           "youmu.a:8 compares 'row'"]

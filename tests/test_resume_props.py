@@ -21,7 +21,8 @@ from youmu.resume import (
     shard_plan,
 )
 from youmu.sharding import Shard
-from youmu.shuffle import ShardPlan, ShuffleMode, row_range
+from youmu.shuffle import ShardPlan, row_range
+from youmu.shufflemodes import ShuffleMode
 
 
 def _rows_of(units: Units, count: int) -> list[tuple[int, int]]:

@@ -44,7 +44,8 @@ import numpy as np
 from youmu.errors import StateError
 from youmu.jobstates import Level
 from youmu.sharding import Shard, round_robin
-from youmu.shuffle import ShardPlan, ShuffleMode, balanced_windows, row_chunk_rows, row_range
+from youmu.shuffle import ShardPlan, balanced_windows, row_chunk_rows, row_range
+from youmu.shufflemodes import ShuffleMode
 
 __all__ = [
     "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "shard_plan",

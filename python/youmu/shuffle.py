@@ -6,7 +6,7 @@ shard, number of shards): no I/O, no state. The row at position ``k`` of a shard
 stream is determined by those integers alone, which is what makes the loader resumable
 from a few integers and testable by property tests.
 
-Shuffle modes (:class:`ShuffleMode`, the one place that knows them):
+Shuffle modes (:class:`~youmu.shufflemodes.ShuffleMode` names them and says what each does):
 
 * ``"page"`` — pages in keyed-permuted order, cut into *windows* of ``window_pages``
   consecutive permuted pages; the rows of a window are shuffled together by a second
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -49,10 +48,9 @@ import numpy as np
 from youmu._args import choice_arg, int_arg, opt_int_arg
 from youmu.errors import InvalidArgumentError, PageOutOfRangeError
 from youmu.sharding import Shard, block, round_robin
+from youmu.shufflemodes import SHUFFLE_MODES, ShuffleMode
 
 __all__ = [
-    "ShuffleMode",
-    "SHUFFLE_MODES",
     "DEFAULT_WINDOW_ROWS",
     "DEFAULT_WINDOW_PAGES",
     "WINDOWS_IN_FLIGHT",
@@ -69,59 +67,6 @@ __all__ = [
     "row_range",
     "balanced_windows",
 ]
-
-class ShuffleMode(str, Enum):
-    """A shuffle mode, and what it means for a stream: the only place the modes are
-    named. Callers ask a mode's properties, never compare its name, so a new mode is a
-    member here, its answers below and the page order it gives in :class:`ShardPlan`.
-
-    A mode *is* its name (a ``str``): settings, saved states, fingerprints and reprs
-    hold the word (``'page'``), and ``shuffle="page"`` is what users write.
-
-    >>> mode = ShuffleMode("local")
-    >>> mode, mode == "local", mode.shuffles_windows, mode.permutes_pages
-    ('local', True, True, False)
-    """
-
-    PAGE = "page"
-    ROW = "row"
-    LOCAL = "local"
-    NONE = "none"
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        # the word in f-strings (a permutation key, ``window-page-3``) on every Python
-        return format(str(self.value), spec)
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-    @property
-    def permutes_rows(self) -> bool:
-        """Every row placed independently by one keyed permutation over all rows, read
-        in chunks of positions (:meth:`ShardPlan.rows_of`): no page windows."""
-        return self is ShuffleMode.ROW
-
-    @property
-    def permutes_pages(self) -> bool:
-        """Pages in keyed-permuted order (otherwise in file order, or none at all)."""
-        return self is ShuffleMode.PAGE
-
-    @property
-    def shuffles_windows(self) -> bool:
-        """The rows of a page window shuffled together (:meth:`ShardPlan.row_order`)."""
-        return self in (ShuffleMode.PAGE, ShuffleMode.LOCAL)
-
-    @property
-    def slices_pages(self) -> bool:
-        """May cut pages into ``page_slices`` row slices and permute those."""
-        return self is ShuffleMode.PAGE
-
-
-#: The modes' names, in the order errors list them.
-SHUFFLE_MODES: tuple[str, ...] = tuple(m.value for m in ShuffleMode)
 
 
 def _permutation(n: int, seed: int, epoch: int, purpose: str) -> Any:

@@ -54,7 +54,8 @@ from youmu.page_grid import warn_small_page_column
 from youmu.redaction import is_secret_key, redacted_repr
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
-from youmu.shuffle import ShardPlan, ShuffleMode, all_window_rows, dropped_rows, row_chunk_rows, shuffle_args
+from youmu.shuffle import ShardPlan, all_window_rows, dropped_rows, row_chunk_rows, shuffle_args
+from youmu.shufflemodes import ShuffleMode
 from youmu.stateful import data_fingerprint
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 
@@ -113,7 +114,7 @@ class StreamSpec:
 
     @property
     def shuffle_mode(self) -> ShuffleMode:
-        """``shuffle`` as the :class:`~youmu.shuffle.ShuffleMode` it was parsed to (the
+        """``shuffle`` as the :class:`~youmu.shufflemodes.ShuffleMode` it was parsed to (the
         field keeps the ``str`` annotation users pass, ``shuffle="row"``).
 
         >>> StreamSpec(shuffle="row").shuffle_mode.permutes_rows
