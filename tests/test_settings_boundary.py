@@ -211,6 +211,14 @@ def test_building_a_balanced_loader_checks_each_plan_setting_once(checks) -> Non
     _once(checks, ruled | {"world_size", "prefetch", "timeout", "resume_mode"})
 
 
+def test_making_plan_settings_for_a_world_size_checks_each_setting_once(checks) -> None:
+    # what the Ray deployment does: the world size is known when the settings are made
+    PlanSettings.make(names=["a", "b"], world_size=4, num_microbatches=2, global_batch_size=8, schedule={"a": 1, "b": 1},
+                      group_size=2, seed=3)
+    ruled = {k for k in PlanSettings.keywords() if k not in ("cost", "schedule", "encoder_cost", "placement")}
+    _once(checks, ruled | {"world_size"})
+
+
 def test_building_a_dynamic_batch_loader_checks_each_setting_once(checks) -> None:
     DynamicBatchLoader([{"n": 3}] * 8, token_budget=64, length_fn=len, num_workers=0, seed=3, timeout=60)
     _once(checks, {"token_budget", "pool_size", "num_workers", "seed", "timeout", "heartbeat", "loss_scaling"})

@@ -121,8 +121,10 @@ class PlanSettings:
                                                     given["seed"])
         drop_last, encoder_cost, encoder_balance = given["drop_last"], given["encoder_cost"], given["encoder_balance"]
         if world_size is not None:
-            int_arg("world_size", world_size, minimum=1)
+            world_size = int_arg("world_size", world_size, minimum=1)
         int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
+        if world_size is not None:
+            check_slots(world_size, num_microbatches, ("world_size", "num_microbatches"))
         reorder_only = bool_arg("reorder_only", reorder_only)
         drop_last = bool_arg("drop_last", drop_last)
         seed_arg(seed)
@@ -143,10 +145,8 @@ class PlanSettings:
             encoder_cost_function(encoder_cost)
         names, sources, sched = resolve_sources(source, schedule=schedule, global_batch_size=global_batch_size,
                                                 token_budget=token_budget, reorder_only=reorder_only)
-        s = cls(tuple(names), None, num_microbatches, global_batch_size, token_budget, capacity, cost, method,
+        s = cls(tuple(names), world_size, num_microbatches, global_batch_size, token_budget, capacity, cost, method,
                 reorder_only, placement, sched, group_size, seed, drop_last, encoder_cost, encoder_balance)
-        if world_size is not None:
-            s = s.on(world_size)
         # what ties the settings together is checked now (Planner._from_checked), not at the first step;
         # with the world size still open, over one group of ranks (a group divides the world, not 1)
         s._chain(world_size if world_size is not None else group_size or 1)  # cached: the loader's planner
