@@ -410,3 +410,17 @@ def test_a_saved_index_passed_as_data_says_so(small: Path, tmp_path: Path) -> No
         youmu.PageIndex(saved)
     with pytest.raises(CorruptFileError, match="saved youmu index"):
         youmu.PageIndex([small, saved])
+
+
+# -- a background page read that cannot deliver --------------------------------------------------
+def test_a_page_prefetch_taken_twice_is_a_prefetch_error_naming_its_call(tmp_path: Path) -> None:
+    from youmu.errors import PrefetchError
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": np.arange(4000, dtype=np.int64)}), path, data_page_size=1024)
+    idx = youmu.PageIndex(path)
+    for pending, call in ((idx.prefetch(np.arange(len(idx))), "PageIndex.prefetch"),
+                          (idx.prefetch_window(np.arange(len(idx))), "PageIndex.prefetch_window")):
+        pending.result()
+        with pytest.raises(PrefetchError, match=rf"^{call}: result\(\) was already taken"):
+            pending.result()

@@ -47,6 +47,18 @@ pub fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
     }
 }
 
+/// A `youmu.errors.PrefetchError`: a background read (`PageIndex.prefetch`,
+/// `prefetch_window`) that cannot deliver its pages, `msg` naming it and what failed;
+/// a plain `RuntimeError` (its base) only if the Python class cannot be reached.
+pub fn prefetch_error(py: Python<'_>, msg: String) -> PyErr {
+    let made =
+        py.import("youmu.errors").and_then(|m| m.getattr("PrefetchError")).and_then(|cls| cls.call1((msg.clone(),)));
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(_) => PyRuntimeError::new_err(msg),
+    }
+}
+
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         Python::attach(|py| to_pyerr(py, e))

@@ -323,7 +323,7 @@ impl PyPageIndex {
         let ids = ids_from(ids, self.inner.len(), "page", "prefetch() argument 'ids'", 8)?;
         self.inner.check_pages_fit(&ids, "prefetch")?;
         let inner = self.inner.clone();
-        background(&self.inner, move || inner.read_pages(&ids))
+        background(&self.inner, "PageIndex.prefetch", move || inner.read_pages(&ids))
     }
 
     /// Rows by global row id (in the given order) as one RecordBatch; each row is read
@@ -366,7 +366,7 @@ impl PyPageIndex {
             .transpose()?;
         self.inner.check_window_fits(&ids, take.as_deref())?;
         let inner = self.inner.clone();
-        background(&self.inner, move || inner.read_window_parts(&ids, take.as_deref()))
+        background(&self.inner, "PageIndex.prefetch_window", move || inner.read_window_parts(&ids, take.as_deref()))
     }
 
     /// Per-file details for `youmu inspect`.
