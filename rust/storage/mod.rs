@@ -38,6 +38,7 @@ pub mod fetch;
 pub mod fetched;
 pub mod found;
 pub mod http_client;
+pub mod hub_file;
 pub mod listed;
 pub mod local;
 pub mod open;
