@@ -92,7 +92,7 @@ class SendPickler(ForkingPickler):
         if type(obj) is not self._tensor or not self._inlinable(obj):
             return NotImplemented
         raw = obj.detach().reshape(-1).view(self._uint8).numpy()
-        return _inline_tensor, (pickle.PickleBuffer(raw), obj.dtype, tuple(obj.shape))
+        return _inline_tensor, (pickle.PickleBuffer(raw.data), obj.dtype, tuple(obj.shape))
 
     def _inlinable(self, t: Any) -> bool:
         # a plain contiguous CPU tensor: its bytes alone say all of it (a view is copied
