@@ -203,9 +203,9 @@ def main() -> None:
             size = len(json.dumps(merged))
 
             def resume(merged=merged, mode=mode):
-                from youmu.resume import decode_levels
+                from youmu.jobstates import decode_chain
 
-                levels = decode_levels(merged["resumed"], "bench")
+                levels = decode_chain(merged["resumed"], "bench", tokens=True)
                 if mode == "row":
                     origin = Origin(np.array([int(page_rows.sum())]), "block")
                     wrows = None

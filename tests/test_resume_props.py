@@ -11,13 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.errors import StateError
-from youmu.jobstates import Level
+from youmu.jobstates import Level, decode_chain, encode_chain
 from youmu.resume import (
     Origin,
     Units,
     deal,
-    decode_levels,
-    encode_levels,
     remaining,
     remaining_after,
     shard_plan,
@@ -86,7 +84,8 @@ def test_every_row_exactly_once_over_any_resizes(scenario):
         if drop_last:
             dropped_bound += world - 1
         # through the state encoding, as a merged state carries it
-        levels = decode_levels(encode_levels([*levels, Level(world, tuple(workers[:world]), tuple(positions))]), "t")
+        levels = decode_chain(encode_chain([*levels, Level(world, tuple(workers[:world]), tuple(positions))]), "t",
+                              tokens=True)
     assert len(delivered) == len(set(delivered))
     assert set(delivered) <= set(epoch)
     missing = len(epoch) - len(delivered)
@@ -193,4 +192,4 @@ def test_positions_past_a_shard_are_refused():
 ])
 def test_malformed_levels_name_the_field(bad, field):
     with pytest.raises(StateError, match=field):
-        decode_levels(bad, "YoumuDataset")
+        decode_chain(bad, "YoumuDataset", tokens=True)

@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from youmu._args import choice_arg, int_arg
+from youmu._args import choice_arg, int_arg, opt_int_arg
 from youmu.errors import InvalidArgumentError, PageOutOfRangeError
 from youmu.sharding import Shard, block, round_robin
 
@@ -64,6 +64,7 @@ __all__ = [
     "dropped_rows",
     "positions_to_rows",
     "shuffle_args",
+    "window_args",
     "row_range",
     "balanced_windows",
 ]
@@ -103,6 +104,21 @@ def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[str, int]:
     return shuffle, k
 
 
+def window_args(buffer_size: Any, memory_budget: Any, read_ahead: Any = None) -> tuple[int | None, ...]:
+    """``(buffer_size, memory_budget, read_ahead)`` checked (the one place they are):
+    each ``None`` or an int, at least 1 (``read_ahead``: at least 0).
+
+    >>> window_args(4096, None, 0)
+    (4096, None, 0)
+    >>> window_args(0, None)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: buffer_size must be a positive int, got 0
+    """
+    return (opt_int_arg("buffer_size", buffer_size, minimum=1), opt_int_arg("memory_budget", memory_budget, minimum=1),
+            opt_int_arg("read_ahead", read_ahead, minimum=0))
+
+
 #: Windows alive at once while streaming with one window read ahead (the default for
 #: local files): the one being consumed, the next one (read ahead by Rust threads)
 #: and, while that is assembled, its shuffled copy. A ``memory_budget`` sizes windows
@@ -129,6 +145,7 @@ def window_pages_for(
     page_bytes: np.ndarray | None = None,
     memory_budget: int | None = None,
     in_flight: int = WINDOWS_IN_FLIGHT,
+    checked: bool = False,
 ) -> int:
     """Pages per window so a window holds about ``buffer_size`` rows (``None``: about
     :data:`DEFAULT_WINDOW_ROWS` rows and at least :data:`DEFAULT_WINDOW_PAGES` pages) —
@@ -145,6 +162,9 @@ def window_pages_for(
     page: the stream then reads them one at a time, without read-ahead
     (:func:`youmu.stream.window_layout`), rather than refusing the data.
 
+    ``buffer_size`` and ``memory_budget`` are checked here (as
+    :class:`~youmu.spec.StreamSpec` checks them) unless ``checked`` says a spec did.
+
     >>> window_pages_for(np.array([100] * 50), 1000)
     10
     >>> window_pages_for(np.array([100] * 50), 1000, page_bytes=np.array([1 << 20] * 50), memory_budget=12 << 20)
@@ -152,8 +172,8 @@ def window_pages_for(
     >>> window_pages_for(np.array([25] * 50), 1000, page_bytes=np.array([25 << 20] * 50), memory_budget=64 << 20)
     1
     """
-    if buffer_size is not None:
-        int_arg("buffer_size", buffer_size, minimum=1)
+    if not checked:
+        window_args(buffer_size, memory_budget)
     if len(page_rows) == 0:
         return 1
     mean = max(float(page_rows.mean()), 1.0)
@@ -162,7 +182,6 @@ def window_pages_for(
     else:
         wanted = max(1, int(round(buffer_size / mean)))
     if memory_budget is not None:
-        int_arg("memory_budget", memory_budget, minimum=1)
         if page_bytes is None or len(page_bytes) != len(page_rows):
             raise InvalidArgumentError("memory_budget needs the estimated decoded bytes of every page (page_bytes)")
         biggest = max(int(np.max(page_bytes)), 1)
@@ -242,6 +261,17 @@ class ShardPlan:
         mode, k = shuffle_args(mode, page_slices)
         shard = Shard(rank, world_size, worker, num_workers)
         int_arg("window_pages", window_pages, minimum=1)
+        return ShardPlan._from_checked(page_rows, mode, shard, window_pages=window_pages, seed=seed, epoch=epoch,
+                                       window_rows=window_rows, cap=cap, balanced=balanced, page_slices=k)
+
+    @staticmethod
+    def _from_checked(page_rows: np.ndarray, mode: str, shard: Shard, *, window_pages: int, seed: int, epoch: int,
+                      window_rows: int | None = None, cap: int | None = None, balanced: bool = False,
+                      page_slices: int = 1) -> ShardPlan:
+        """:meth:`build` from settings checked already (a :class:`youmu.spec.StreamSpec`'s,
+        laid out by its :class:`~youmu.spec.StreamLayout`): nothing checked again."""
+        rank, world_size, worker, num_workers, k = (shard.rank, shard.world_size, shard.worker,
+                                                    shard.num_workers, page_slices)
         page_rows = np.asarray(page_rows, dtype=np.int64)
         n_pages = len(page_rows)
         n_rows = int(page_rows.sum())
@@ -342,7 +372,7 @@ class ShardPlan:
         """Row mode: global row ids of the i-th chunk of this shard, in stream order."""
         if self.mode != "row":
             raise InvalidArgumentError("rows_of() is for row mode")
-        shard = Shard(self.rank, self.world_size, self.worker, self.num_workers)
+        shard = Shard._from_checked(self.rank, self.world_size, self.worker, self.num_workers)  # checked at build
         if self.row_starts is not None:
             start = int(self.row_starts[i])
         else:

@@ -1,6 +1,9 @@
 """Early-epoch diversity of a stream: how many distinct pages (and sources) the first
 rows of a shard's stream draw from.
 
+A measuring tool for ``shuffle_quality.py`` and the stream tests, not part of the
+installed package.
+
 A page-shuffled stream is a sequence of windows of a few pages each, so its first rows
 come from those few pages only, where a full row shuffle draws every row from a
 different page. Short runs (fine-tuning, the first steps of pretraining) see only that
@@ -11,7 +14,7 @@ stream yields.
 Example:
     >>> import numpy as np
     >>> from youmu.shuffle import ShardPlan
-    >>> from youmu.diversity import plan_rows, rows_to_pages, running_distinct
+    >>> from diversity import plan_rows, rows_to_pages, running_distinct
     >>> page_rows = np.array([4] * 10)
     >>> plan = ShardPlan.build(page_rows, "none", window_pages=2, seed=0, epoch=0)
     >>> rows = plan_rows(plan, page_rows, 10)
