@@ -216,7 +216,7 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         worker, num_workers = current_worker()
         self._sync_epoch()
         plan = self._stream(worker, num_workers).plan
-        if plan.mode == "row":
+        if plan.mode.permutes_rows:
             ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
         else:
             if self._page_starts is None:

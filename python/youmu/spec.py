@@ -42,7 +42,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,6 +55,7 @@ from youmu.redaction import is_secret_key, redacted_repr
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
 from youmu.shuffle import ShardPlan, all_window_rows, dropped_rows, row_chunk_rows, shuffle_args
+from youmu.shufflemodes import ShuffleMode
 from youmu.stateful import data_fingerprint
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 
@@ -110,6 +111,16 @@ class StreamSpec:
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def shuffle_mode(self) -> ShuffleMode:
+        """``shuffle`` as the :class:`~youmu.shufflemodes.ShuffleMode` it was parsed to (the
+        field keeps the ``str`` annotation users pass, ``shuffle="row"``).
+
+        >>> StreamSpec(shuffle="row").shuffle_mode.permutes_rows
+        True
+        """
+        return cast(ShuffleMode, self.shuffle)
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> StreamSpec:
@@ -265,7 +276,7 @@ class StreamLayout:
         what ``load_state_dict`` checks and :func:`youmu.merge_states` compares across
         ranks. ``window_pages``: a resumed epoch's (default: this layout's)."""
         s = self.spec
-        return {"seed": s.seed, "shuffle": s.shuffle, "world_size": self.world_size, "rank": rank,
+        return {"seed": s.seed, "shuffle": s.shuffle_mode.value, "world_size": self.world_size, "rank": rank,
                 "window_pages": window_pages or self.window_pages, "drop_last": s.drop_last,
                 "page_slices": s.page_slices, "data": self.data}
 
@@ -274,13 +285,13 @@ class StreamLayout:
         s, key = self.spec, (epoch, window_pages or self.window_pages)
         if key not in self._rows:
             self._rows.clear()
-            self._rows[key] = all_window_rows(self.page_rows, s.shuffle, key[1], s.seed, epoch,
+            self._rows[key] = all_window_rows(self.page_rows, s.shuffle_mode, key[1], s.seed, epoch,
                                               page_slices=s.page_slices)
         return self._rows[key]
 
     def origin(self, epoch: int, window_pages: int | None = None) -> Origin:
         """How the first job of ``epoch`` dealt its units (:mod:`youmu.resume`)."""
-        if self.spec.shuffle == "row":
+        if self.spec.shuffle_mode.permutes_rows:
             return Origin(np.array([self.index.num_rows], dtype=np.int64),
                           "block-balanced" if self.spec.drop_last else "block")
         return Origin(self.window_rows(epoch, window_pages), "balanced" if self.spec.drop_last else "rr")
@@ -300,13 +311,12 @@ class StreamLayout:
         s, wp = self.spec, window_pages or self.window_pages
         if units is not None:
             plan = shard_plan(
-                units, None if s.shuffle == "row" else self.window_rows(epoch, wp), mode=s.shuffle,
+                units, None if s.shuffle_mode.permutes_rows else self.window_rows(epoch, wp), mode=s.shuffle_mode,
                 page_rows=self.page_rows, window_pages=wp, seed=s.seed, epoch=epoch, shard=shard,
                 drop_last=s.drop_last, page_slices=s.page_slices)
         else:
             plan = ShardPlan._from_checked(
-                self.page_rows, s.shuffle, shard, window_pages=wp,
-                window_rows=row_chunk_rows(wp) if s.shuffle == "row" else None,
+                self.page_rows, s.shuffle_mode, shard, window_pages=wp, window_rows=row_chunk_rows(wp),
                 seed=s.seed, epoch=epoch, balanced=s.drop_last, page_slices=s.page_slices)
         return RowStream._from_checked(self.index, self.page_rows, wp, self.read_ahead, plan)
 

@@ -267,8 +267,9 @@ class RowStream:
         if plan is None:
             plan = ShardPlan._from_checked(
                 page_rows, shuffle, shard, window_pages=window_pages,
-                # row mode: one chunk touches ~window_pages pages (the same memory as a window)
-                window_rows=row_chunk_rows(window_pages) if shuffle == "row" else None,
+                # row mode's chunks: one touches ~window_pages pages (the same memory as a
+                # window); page windows ignore it
+                window_rows=row_chunk_rows(window_pages),
                 seed=seed, epoch=epoch, cap=cap, balanced=drop_last, page_slices=page_slices,
             )
         self._setup(index, page_rows, window_pages, read_ahead, plan)
@@ -300,7 +301,7 @@ class RowStream:
 
     # -- reading ----------------------------------------------------------------------
     def _prefetch(self, i: int):
-        if self.plan.mode == "row":
+        if self.plan.mode.permutes_rows:
             return _RowChunk(self, i)
         return self.index.prefetch_window(self.plan.pages_of(i), self.plan.row_order(i))
 
@@ -319,7 +320,7 @@ class RowStream:
         int_arg("start", start, minimum=0)
         if start >= plan.total_rows:
             return
-        if self.read_ahead == 0 and plan.mode != "row":
+        if self.read_ahead == 0 and not plan.mode.permutes_rows:
             yield from self._iter_alone(start)
             return
         i, offset = plan.window_at(start)
