@@ -234,7 +234,7 @@ def test_storage_modules_stay_small() -> None:
 
 # Past this many lines a Rust module holds several ideas, to be split by idea, unless the
 # first line of its doc comment says it is one algorithm (and which).
-MODULE_LINES = 520
+MODULE_LINES = 500
 
 
 def test_rust_modules_stay_small_unless_one_algorithm() -> None:
@@ -622,3 +622,68 @@ def test_merging_stream_states_never_imports_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+
+
+# The shuffle modes' names: only their owner, `youmu.shufflemodes.ShuffleMode`, compares them
+# (everyone else asks a mode's properties). "none" is a value of other settings too, so
+# it counts only against an operand named like a shuffle mode.
+_SHUFFLE_OWNER = "youmu.shufflemodes"
+_MODE_NAMES = ("page", "row", "local", "none")
+_SHARED_WORDS = {"none"}
+_MODE_OPERAND = re.compile(r"mode|shuffle", re.IGNORECASE)
+
+
+def _operand_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Call):
+        return _operand_name(node.func)
+    return ""
+
+
+def _words(node: ast.AST) -> list[str]:
+    """The string literals of ``node``: itself, or the items of a tuple/list/set."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [x.value for x in items if isinstance(x, ast.Constant) and isinstance(x.value, str)]
+
+
+def _mode_comparisons(sources: dict[str, str]) -> list[str]:
+    """Comparisons (``==``, ``!=``, ``in``, ``match`` cases) against a shuffle mode's
+    name outside the module that owns the modes."""
+    found: dict[str, set[str]] = {}
+    for name, text in sources.items():
+        if name == _SHUFFLE_OWNER:
+            continue
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.Compare):
+                pairs = [(a, b) for a in [n.left, *n.comparators] for b in [n.left, *n.comparators] if a is not b]
+            elif isinstance(n, ast.Match):
+                pairs = [(p.value, n.subject) for c in n.cases for p in ast.walk(c.pattern)
+                         if isinstance(p, ast.MatchValue)]
+            else:
+                continue
+            found.setdefault(f"{name}:{n.lineno}", set()).update(
+                w for literal, other in pairs for w in _words(literal) if w in _MODE_NAMES
+                and (w not in _SHARED_WORDS or _MODE_OPERAND.search(_operand_name(other))))
+    return sorted(f"{at} compares {', '.join(map(repr, sorted(words)))}" for at, words in found.items() if words)
+
+
+def test_only_the_shuffle_module_names_the_shuffle_modes() -> None:
+    from youmu.shufflemodes import SHUFFLE_MODES
+
+    assert set(SHUFFLE_MODES) == set(_MODE_NAMES), "a new mode: add it to _MODE_NAMES"
+    bad = _mode_comparisons(_python_sources())
+    assert not bad, "ask the mode (youmu.shufflemodes.ShuffleMode's properties), don't compare its name: " + "; ".join(bad)
+
+
+def test_a_mode_compared_by_name_is_caught() -> None:
+    sources = {"youmu.a": 'def f(plan, spec, kind, scaling):\n'
+                          '    if plan.mode == "row" or "local" != spec.shuffle:\n        pass\n'
+                          '    if spec.shuffle_mode in ("page", "none"):\n        pass\n'
+                          '    if kind == "none" or scaling == "none":\n        pass\n'
+                          '    match spec.shuffle:\n        case "row":\n            pass\n',
+               "youmu.shufflemodes": 'def g(mode):\n    return mode == "page"\n'}
+    assert _mode_comparisons(sources) == ["youmu.a:2 compares 'local', 'row'", "youmu.a:4 compares 'none', 'page'",
+                                          "youmu.a:8 compares 'row'"]

@@ -52,15 +52,16 @@ from youmu.jobstates import (
     JobStates,
     Level,
     Merge,
+    decode_chain,
+    encode_chain,
     is_merged,
     load_merged,
     one_kind,
-    state_levels,
 )
-from youmu.stateful import state_int, state_ints
+from youmu.stateful import state_int
 
 __all__ = ["sampler_level", "rank_order", "chain_length", "merge_loader_states", "resume_from_merged",
-           "check_loader_state", "decode_chain", "encode_chain", "FIXED_SETTINGS"]
+           "check_loader_state", "loader_levels", "FIXED_SETTINGS"]
 
 _KIND = "DynamicBatchLoader"
 
@@ -158,26 +159,12 @@ def rank_order(settings: Mapping[str, Any], epoch: int, levels: Sequence[Level],
     return seq[rank::world_size]
 
 
-def encode_chain(levels: Sequence[Level]) -> list[dict[str, Any]]:
-    """Levels as plain lists (JSON- and ``torch.save``-friendly)."""
-    return [{"world_size": lv.world_size, "positions": [p[0] for p in lv.positions],
-             "pending": [list(p) for p in lv.pending or ((),) * lv.world_size]} for lv in levels]
-
-
-def decode_chain(raw: Any, owner: str) -> list[Level]:
-    """The ``resumed`` field of a ``DynamicBatchLoader`` state, validated (a
-    :class:`StateError` names the first field that does not fit)."""
-    out = []
-    for f, lv in state_levels({"resumed": raw}, "resumed", owner=owner):
-        w = state_int(lv, "world_size", owner=f"{owner} {f}", minimum=1)
-        positions = state_ints(lv, "positions", owner=f"{owner} {f}")
-        pending = lv.get("pending")
-        if len(positions) != w or not isinstance(pending, (list, tuple)) or len(pending) != w:
-            raise StateError(f"{owner} state field {f} must hold one position and one 'pending' list per rank "
-                             f"({w}), got {len(positions)} positions and {pending!r:.60}")
-        keys = tuple(tuple(state_ints({"pending": p}, "pending", owner=f"{owner} {f}")) for p in pending)
-        out.append(sampler_level(w, positions, keys))
-    return out
+def loader_levels(raw: Any, owner: str) -> list[Level]:
+    """The ``resumed`` field of a ``DynamicBatchLoader`` state, validated: the one chain
+    form (:func:`youmu.jobstates.decode_chain`) with one sampler position per rank and
+    its pending positions (a :class:`StateError` names the first field that does not
+    fit)."""
+    return decode_chain(raw, owner, pending=True, one_worker=True)
 
 
 # -- merging ----------------------------------------------------------------------------------
@@ -222,7 +209,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     }
     if ranks[0]["kind"] == "map":
         chain_raw = job.same("resumed")
-        chain = decode_chain(chain_raw, OWNER) if chain_raw is not None else []
+        chain = loader_levels(chain_raw, OWNER) if chain_raw is not None else []
         # what each rank's whole order holds: a finished rank delivered all of it
         left = chain_length(settings, chain) if chain else _first_length(settings, world)
         positions: list[int] = []
@@ -271,7 +258,7 @@ def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
     out = config.fresh_state(st["epoch"])
     out.update({k: st[k] for k in ("iteration", "round", "step", "emitted", "done")})
     if config.kind == "map":
-        levels = decode_chain(st.get("resumed"), owner)
+        levels = loader_levels(st.get("resumed"), owner)
         chain_length(mine, levels)  # validates every level
         out["resumed"] = encode_chain(levels)
         return out
@@ -306,8 +293,9 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
     keys = [k for entry in st["replay"] for k in entry["keys"]] + list(st["overflow"])
     if config.kind == "map":
         if st.get("resumed") is not None:  # a rank of a job resumed from a merged state
-            levels = decode_chain(st["resumed"], owner)
+            levels = loader_levels(st["resumed"], owner)
             left = chain_length(config.resume_settings, levels)
+            st["resumed"] = encode_chain(levels)  # a chain of an earlier version is saved in today's
             mine = len(range(config.rank, left, config.world_size))
         else:
             n, w = config.size or 0, config.world_size
