@@ -23,9 +23,8 @@ from youmu.errors import StateError
 from youmu.jobstates import job_ranks
 from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int
 
-__all__ = [
-    "TRAINER_LOADER_FORMAT", "GATHERED_FORMAT", "check_rank_state", "gather_objects", "job_states", "saved_world",
-]
+__all__ = ["TRAINER_LOADER_FORMAT", "GATHERED_FORMAT", "check_rank_state", "gather_objects", "job_states",
+           "other_workers", "saved_world"]
 
 TRAINER_LOADER_FORMAT = "youmu.TrainerLoader/1"
 GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
@@ -34,6 +33,21 @@ GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
 def saved_world(state: Any) -> Any:
     """The ``world_size`` a rank's state records (``None`` for anything else)."""
     return state.get("world_size") if isinstance(state, Mapping) else None
+
+
+def other_workers(state: Any, num_workers: int) -> int | None:
+    """The number of DataLoader workers a stream's rank state was saved with, when it is
+    not ``num_workers`` (``None``: the same, or no stream's state).
+
+    >>> other_workers({"source": {"_snapshot": {"_main_snapshot": {"_num_workers": 2}}}}, 0), other_workers({}, 0)
+    (2, None)
+    """
+    source = state.get("source") if isinstance(state, Mapping) else None
+    if not isinstance(source, Mapping):
+        return None
+    snapshot = source.get("_snapshot")  # torchdata StatefulDataLoader's state with workers
+    saved = snapshot.get("_main_snapshot", {}).get("_num_workers") if isinstance(snapshot, Mapping) else 0
+    return saved if isinstance(saved, int) and saved != num_workers else None
 
 
 def gather_objects(channel: Any, obj: Any) -> list[Any]:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -54,13 +54,14 @@ import numpy as np
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, balance_detailed
-from youmu.planning.cost import CostModel, ModelConfig, segment_sums
+from youmu.planning.cost import segment_sums
 from youmu.planning.hybrid import balance_colocated, balance_hybrid
 from youmu.planning.meta import SampleMeta, gather_metadata
 from youmu.planning.metrics import BalanceResult, Imbalance, check_grid
+from youmu.planning.sample_cost import cost_function, encoder_cost_function, image_cost_function
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
-__all__ = ["Mesh", "Planner", "StepPlan", "AXES", "ENCODER_BALANCES", "cost_function", "encoder_cost_function"]
+__all__ = ["Mesh", "Planner", "StepPlan", "AXES", "ENCODER_BALANCES"]
 
 AXES = ("DP", "CP", "WORLD")
 #: how :meth:`Planner.encoder` places images: on their sample's rank, or over every rank
@@ -218,57 +219,6 @@ class StepPlan:
         for a in (self.meta.ids, self.buckets, self.bins):
             h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
         return h.hexdigest()
-
-
-def encoder_cost_function(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
-    """Encoder cost per sample from its images' patches (each image its own
-    attention block, as a variable-resolution ViT runs them), of an ``encoder_cost``
-    setting (see :meth:`Planner.encoder`); refused where it is not one."""
-    if isinstance(fn, (ModelConfig, str)):
-        fn = CostModel.from_config(fn)
-    if isinstance(fn, CostModel):
-        model = fn
-        return lambda meta: model(meta.image_csr())
-    if not callable(fn):
-        raise ArgumentTypeError("encoder cost must be a CostModel, a ModelConfig, a preset name (e.g. 'vit-1b') "
-                                "or a callable image_patch_lists -> costs")
-
-    def call(meta: SampleMeta) -> np.ndarray:
-        return np.asarray(fn(meta.image_lists()), dtype=np.float64).reshape(-1)
-
-    return call
-
-
-def _image_cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
-    """Encoder cost per *image* (``meta.image_patches`` order): each image a sample of
-    its own to the encoder cost model."""
-    per_sample = encoder_cost_function(fn)
-
-    def call(meta: SampleMeta) -> np.ndarray:
-        p, _ = meta.image_csr()
-        alone = SampleMeta.build(ids=range(p.size), lengths=[1] * p.size, images=[[int(x)] for x in p])
-        return per_sample(alone)
-
-    return call
-
-
-def cost_function(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
-    """The per-sample cost of a ``cost`` setting (see :meth:`Planner.cost`), refused
-    with :class:`~youmu.errors.ArgumentTypeError` where it is not one."""
-    if fn is None:
-        fn = CostModel.from_config(None)
-    elif isinstance(fn, (ModelConfig, str)):
-        fn = CostModel.from_config(fn)
-    if isinstance(fn, CostModel):
-        model = fn
-        return lambda meta: model((meta.doc_lengths, meta.doc_offsets))
-    if not callable(fn):
-        raise ArgumentTypeError("cost must be a CostModel, a ModelConfig, a preset name or a callable seqs -> costs")
-
-    def call(meta: SampleMeta) -> np.ndarray:
-        return np.asarray(fn(meta.seqs()), dtype=np.float64).reshape(-1)
-
-    return call
 
 
 def _check_group(num_buckets: int | None, group_size: int | None) -> None:
@@ -462,7 +412,7 @@ class Planner:
                 raise InvalidArgumentError(f"the encoder cost function returned shape {enc.shape} for {len(sub)} "
                                            "samples")
             if self.encoder_balance == "hybrid":
-                img = _image_cost_fn(self.encoder_cost_fn)(sub)
+                img = image_cost_function(self.encoder_cost_fn)(sub)
                 p, o = sub.image_csr()
                 if img.shape != p.shape:
                     raise InvalidArgumentError(f"the encoder cost function returned shape {img.shape} for "

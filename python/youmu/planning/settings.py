@@ -44,8 +44,9 @@ from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.balance import METHODS
 from youmu.planning.checkpoint import config_fingerprint, json_leaves
 from youmu.planning.metrics import check_slots
-from youmu.planning.planner import ENCODER_BALANCES, Planner, cost_function, encoder_cost_function
+from youmu.planning.planner import ENCODER_BALANCES, Planner
 from youmu.planning.rank_sources import resolve_sources
+from youmu.planning.sample_cost import cost_function, encoder_cost_function
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
 
 __all__ = ["PlanSettings", "MAX_MICROBATCHES"]
