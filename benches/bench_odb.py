@@ -34,9 +34,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
+from synthetic import proxy_lengths  # noqa: E402
+
 from youmu.batching.alignment import message_bytes  # noqa: E402
 from youmu.batching.simulation import fixed_batch_padding, simulate  # noqa: E402
-from youmu.batching.synthetic import proxy_lengths  # noqa: E402
 
 PAPER = {  # ShareGPT4o, ODB rows of ODB, Tables 13/14 (W=8): samples/update, padding %
     12288: (52.82, 0.9),

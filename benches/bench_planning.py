@@ -47,8 +47,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
+from workloads import arrival_assignment, lognormal_lengths, navit_like, next_fit_pack  # noqa: E402
+
 from youmu.planning import CostModel, ModelConfig, balance, balance_detailed, imbalance  # noqa: E402
-from youmu.planning.workloads import arrival_assignment, lognormal_lengths, navit_like, next_fit_pack  # noqa: E402
 
 LLM = CostModel.from_config("llama-12b")
 VIT = CostModel.from_config("vit-2b")
@@ -204,7 +205,7 @@ def bench_steps(quick: bool) -> list[dict[str, Any]]:
 def bench_skew(quick: bool) -> list[dict[str, Any]]:
     """coyo-like steps of 128 image-text samples: sequences over DP=4 x 4 micro-batches
     (Llama-12B), images over EDP=8 x 2 (ViT-2B); arrival order vs balanced."""
-    from youmu.planning.workloads import coyo_like
+    from workloads import coyo_like
 
     seeds = range(5 if quick else 50)
     out = []

@@ -28,10 +28,10 @@ import json
 import time
 
 import numpy as np
+from workloads import arrival_assignment, coyo_like, navit_like
 
 from youmu.planning import CostModel, balance_detailed
 from youmu.planning.hybrid import balance_colocated, balance_hybrid, module_imbalance
-from youmu.planning.workloads import arrival_assignment, coyo_like, navit_like
 
 VIT = CostModel.from_config("vit-2b")
 LLM = CostModel.from_config("llama-12b")

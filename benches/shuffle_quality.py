@@ -28,7 +28,7 @@ Design (why it can tell the modes apart):
   at rows per page x buffer rows, next to row and local shuffle, with the I/O each
   setting costs (pages read, bytes read per trained token, from ``youmu.io_stats()``).
 * **Early-epoch diversity**: distinct pages and sources among the rows of the first N
-  training steps and per step (``youmu.diversity``, pure functions of the stream plan,
+  training steps and per step (``benches/diversity.py``, pure functions of the stream plan,
   checked against the rows the training stream actually delivered).
 * **Page slices** (prototype of a diversity setting, not in the library): windows of
   ``W*k`` slices of ``R/k`` rows, each from a different page, so a window of the same
@@ -477,11 +477,11 @@ def setting_name(cfg: dict) -> str:
 
 def train_run(cfg: dict, cdir: str, out_path: str) -> dict:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import diversity as div
     import torch
     from model import GPTConfig, TinyGPT, lm_loss
 
     import youmu
-    from youmu import diversity as div
 
     torch.set_num_threads(1)
     youmu.set_num_threads(1)
@@ -660,7 +660,8 @@ def run_configs(a: argparse.Namespace, m: dict) -> list[dict]:
 def plan_diversity(a: argparse.Namespace, cdir: Path, configs: list[dict]) -> dict:
     """Early-epoch diversity of every setting from its stream plan alone (no training):
     distinct pages / sources in the rows of the first N steps, per seed."""
-    from youmu import diversity as div
+    import diversity as div
+
     from youmu.shuffle import ShardPlan, row_chunk_rows
 
     m, tr, _ = load_corpus(cdir)

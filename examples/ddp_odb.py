@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import random
 import socket
 import sys
 import time
@@ -29,7 +30,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count, lm_collate  # noqa: E402
-from youmu.batching.synthetic import synthetic_lengths  # noqa: E402
 
 VOCAB = 101
 
@@ -38,7 +38,8 @@ class Sequences(torch.utils.data.Dataset):
     """Token sequences with a masked prompt (labels -100), lengths from a long-tail mix."""
 
     def __init__(self, n: int) -> None:
-        self.lengths = [8 + x // 8 for x in synthetic_lengths("longtail", n, seed=7)]
+        rng = random.Random(7)  # 90% short, 10% long: the long tail that makes equal-count batches uneven
+        self.lengths = [8 + (rng.randint(1024, 2048) if rng.random() < 0.1 else rng.randint(32, 256)) // 8 for _ in range(n)]
 
     def __len__(self) -> int:
         return len(self.lengths)

@@ -9,16 +9,19 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from youmu.batching.synthetic import synthetic_lengths
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from synthetic import synthetic_lengths  # noqa: E402
 
 # Collective and data-stall timeouts of the test loaders and channels. Generous: CI runs
 # every multi-process test on 2 shared cores, where a starved rank can stall for tens of

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import tracemalloc
+from pathlib import Path
 
 import pytest
 from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
@@ -19,8 +20,10 @@ from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample
 import youmu.batching
 from youmu import statefile
 from youmu.batching import DynamicBatchLoader, simulate
-from youmu.batching.synthetic import synthetic_lengths
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, StateError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from synthetic import synthetic_lengths  # noqa: E402
 
 LENGTHS = synthetic_lengths("uniform-wide", 200, seed=5)
 

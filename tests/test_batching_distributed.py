@@ -13,7 +13,9 @@ the pure simulation's exactly (determinism).
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,9 @@ from batching_mp import matrix_scenario, run_world, token_counts, uneven_layout
 
 from youmu.batching.sampling import sampler_quota
 from youmu.batching.simulation import simulate
-from youmu.batching.synthetic import AUDIT_DISTRIBUTIONS, synthetic_lengths
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from synthetic import AUDIT_DISTRIBUTIONS, synthetic_lengths  # noqa: E402
 
 N = 1000
 

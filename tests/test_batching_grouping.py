@@ -121,7 +121,7 @@ def test_pure_modules_import_without_torch() -> None:
         "import sys\n"
         "import youmu.batching as b\n"
         "import youmu.batching.grouping, youmu.batching.alignment, youmu.batching.protocol\n"
-        "import youmu.batching.simulation, youmu.batching.sampling, youmu.batching.synthetic\n"
+        "import youmu.batching.simulation, youmu.batching.sampling\n"
         "import youmu.batching.loss, youmu.batching.metrics, youmu.batching.step_info\n"
         "b.simulate_ranks([[1, 2, 3]], 10, 2)\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"

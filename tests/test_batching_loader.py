@@ -5,7 +5,9 @@ metrics, epochs, workers, resume, early exit. (Multi-rank behaviour: the
 from __future__ import annotations
 
 import pickle
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +22,10 @@ from youmu.batching import (
     lm_collate,
     simulate,
 )
-from youmu.batching.synthetic import synthetic_lengths
 from youmu.errors import ArgumentTypeError, LoaderError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from synthetic import synthetic_lengths  # noqa: E402
 
 LENGTHS = synthetic_lengths("uniform-wide", 300, seed=3)
 
@@ -234,7 +238,7 @@ def test_info_counts_are_consistent_with_tokens() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["grouping", "alignment", "protocol", "simulation", "sampling", "synthetic", "loss", "step_info", "metrics",
+    ["grouping", "alignment", "protocol", "simulation", "sampling", "loss", "step_info", "metrics",
      "dynamic_loader", "config", "feed", "aligner", "epoch", "shutdown", "__init__"],
 )
 def test_docstring_examples(module: str) -> None:

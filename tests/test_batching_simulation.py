@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +17,9 @@ from youmu.batching.alignment import plan_round
 from youmu.batching.protocol import Item, RankProtocol
 from youmu.batching.sampling import logical_discard_bound, rank_indices, sampler_quota
 from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ranks
-from youmu.batching.synthetic import AUDIT_DISTRIBUTIONS, proxy_lengths, synthetic_lengths
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from synthetic import AUDIT_DISTRIBUTIONS, proxy_lengths, synthetic_lengths  # noqa: E402
 
 
 def _random_sharder(n: int, w: int, r: int, it: int) -> list[int]:
@@ -241,3 +245,11 @@ def test_no_second_gather_when_alignment_is_a_noop() -> None:
     plan, steps, _ = _round(per_rank, "exact")
     assert not plan.changed and plan.target == 2
     assert all(s.info.tokens_exact for r in range(2) for s in steps[r])
+
+
+def test_synthetic_length_examples_run() -> None:
+    import doctest
+
+    import synthetic
+
+    assert doctest.testmod(synthetic).failed == 0

@@ -1,10 +1,12 @@
-"""Early-epoch diversity counters (youmu.diversity): the rows a plan says a stream
+"""Early-epoch diversity counters (benches/diversity.py): the rows a plan says a stream
 delivers are the rows RowStream yields, and the counters match hand-computed values on
 a small clustered corpus."""
 
 from __future__ import annotations
 
 import doctest
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -12,9 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import youmu
-import youmu.diversity as div
 from youmu.shuffle import ShardPlan
 from youmu.stream import RowStream
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+import diversity as div  # noqa: E402
 
 ROWS_PER_PAGE = 5
 SOURCES = [37, 23, 40]  # rows per source (one file each, written in source order)

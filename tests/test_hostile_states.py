@@ -246,6 +246,62 @@ def test_a_ray_planner_state_integer_past_int64_is_refused_like_every_other_stat
 
 
 # ----------------------------------------------------------------------------------------
+# forged chains of jobs: every owner reads the one wire form, and names the field
+# ----------------------------------------------------------------------------------------
+def _merged_map_stream() -> dict[str, Any]:
+    s0 = MapStream(list(range(10)), rank=0, world_size=2)
+    s1 = MapStream(list(range(10)), rank=1, world_size=2)
+    take(iter(s0), 2)
+    return youmu.merge_states([s0.state_dict(), s1.state_dict()])
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda lv: {**lv, "pending": [[0], []]}, r"'resumed'\[0\] records 'pending'"),
+    (lambda lv: {k: v for k, v in lv.items() if k != "num_workers"}, r"'resumed'\[0\]\['num_workers'\] must be"),
+    (lambda lv: {**lv, "num_workers": [1, 2]}, r"'resumed'\[0\]\['positions'\] must hold one int per worker"),
+    (lambda lv: {**lv, "positions": [[1.5], [0]]}, r"'resumed'\[0\]\['positions'\] must be an int"),
+])
+def test_a_forged_stream_chain_is_refused_naming_the_field(edit, message) -> None:
+    merged = _merged_map_stream()
+    forged = {**merged, "resumed": [edit(merged["resumed"][0])]}
+    with pytest.raises(StateError, match=message):
+        MapStream(list(range(10))).load_state_dict(forged)
+
+
+def test_a_forged_dynamic_batch_loader_chain_is_refused_naming_the_field() -> None:
+    from youmu.batching.merge import loader_levels
+
+    good = {"world_size": 2, "num_workers": [1, 1], "positions": [[3], [2]], "pending": [[1], []]}
+    assert loader_levels([good], "DynamicBatchLoader")[0].pending == ((1,), ())
+    for lv, message in [({**good, "num_workers": [2, 1], "positions": [[3, 0], [2]]}, r"\['num_workers'\] must be one "
+                                                                                       "per rank"),
+                        ({**good, "tokens": [[0], [0]]}, r"'resumed'\[0\] records 'tokens'"),
+                        ({k: v for k, v in good.items() if k != "pending"}, r"\['pending'\] must hold one list"),
+                        ({**good, "pending": [[1], [-1]]}, r"'resumed'\[0\]\['pending'\]\[1\] must be an int")]:
+        with pytest.raises(StateError, match=message):
+            loader_levels([lv], "DynamicBatchLoader")
+
+
+def test_a_forged_ray_planner_chain_is_refused_naming_the_field() -> None:
+    from youmu.jobstates import Level, encode_chains
+    from youmu.ray.state import PlannerState
+
+    fresh = PlannerState(0, 0, ((0, 0),), ((False, False),), (0,), ((),), (None,)).to_dict()
+    two = Level(2, (1, 1), ((4,), (3,)))
+    three = Level(3, (1, 1, 1), ((1,), (0,), (2,)))
+    assert PlannerState.from_dict({**fresh, "resumed": encode_chains([[two], [two]])}, world_size=1,
+                                  num_sources=2).resumed == ((2, ((4, 4), (3, 3))),)
+    for chains, message in [(encode_chains([[two]]), r"'resumed' must hold one chain of levels per stream \(2\)"),
+                            (encode_chains([[two], [three]]), r"'resumed'\[1\] holds jobs of world sizes \[3\]"),
+                            (encode_chains([[two], [Level(2, (1, 2), ((4,), (3, 0)))]]),
+                             r"'resumed'\[1\]\[0\]\['num_workers'\] must be one per rank"),
+                            ([encode_chains([[two]])[0], [{**encode_chains([[two]])[0][0], "tokens": [[1], [0]]}]],
+                             r"'resumed'\[1\]\[0\] records 'tokens'")]:
+        with pytest.raises(StateError, match=message):
+            PlannerState.from_dict({**fresh, "resumed": chains}, world_size=1, num_sources=2)
+
+
+# ----------------------------------------------------------------------------------------
 # pack: token columns that are not token ids
 # ----------------------------------------------------------------------------------------
 def _write(tmp_path: Path, table: pa.Table) -> str:

@@ -29,7 +29,7 @@ from youmu.planning import (
     pack_microbatch,
 )
 
-MODULES = ["__init__", "cost", "balance", "planner", "schedule", "balanced_loader", "packing", "workloads", "microbatch", "rank_sources",
+MODULES = ["__init__", "cost", "balance", "planner", "schedule", "balanced_loader", "packing", "microbatch", "rank_sources",
            "exchange", "checkpoint", "hybrid"]
 
 

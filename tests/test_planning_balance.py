@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.planning import CapacityError, CostModel, balance, balance_detailed, compare, imbalance
-from youmu.planning.workloads import arrival_assignment, coyo_like
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from workloads import arrival_assignment, coyo_like  # noqa: E402
 
 costs_st = st.lists(st.floats(0, 1e6, allow_nan=False, allow_infinity=False), min_size=0, max_size=60)
 
@@ -244,3 +248,11 @@ def test_imbalance_and_compare_by_hand() -> None:
     assert imb.bin_max_over_min == float("inf") and imb.step_time == 4.0
     with pytest.raises(ValueError, match="outside"):
         imbalance([1], [(2, 0)], 2, 1)
+
+
+def test_workload_examples_run() -> None:
+    import doctest
+
+    import workloads
+
+    assert doctest.testmod(workloads).failed == 0

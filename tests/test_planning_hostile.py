@@ -39,10 +39,12 @@ from youmu.planning import (
     pack_microbatch,
 )
 from youmu.planning.balance import balance_detailed
-from youmu.planning.checkpoint import STATE_FORMAT
+from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT
 from youmu.planning.metrics import MAX_SLOTS
 from youmu.planning.settings import MAX_MICROBATCHES
-from youmu.planning.workloads import arrival_assignment
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from workloads import arrival_assignment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -215,7 +217,7 @@ def saved() -> dict[str, Any]:
     for _ in range(3):
         next(it)
     state = pickle.loads(pickle.dumps(loader.state_dict()))
-    assert state["mode"] == "state" and state["carry"] == [] and state["format"] == STATE_FORMAT
+    assert state["mode"] == "state" and state["carry"] == [] and state["format"] == BALANCED_LOADER_FORMAT
     state["carry"] = [(99, 0, [5], 5, {"id": 99, "input_ids": [0] * 5})]  # a held sample, as a budget leaves
     return state
 
@@ -412,7 +414,7 @@ def test_config_fingerprints_of_schedules_and_cost_models() -> None:
 
 
 def test_module_paths_resolve() -> None:
-    for name in ("microbatch", "rank_sources", "exchange", "checkpoint", "balanced_loader", "planner", "packing", "workloads"):
+    for name in ("microbatch", "rank_sources", "exchange", "checkpoint", "balanced_loader", "planner", "packing"):
         assert importlib.import_module(f"youmu.planning.{name}").__all__
 
 

@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.planning import Mesh, MixingSchedule, PlanError, Planner, SampleMeta, gather_metadata
-from youmu.planning.workloads import arrival_assignment, coyo_like
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from workloads import arrival_assignment, coyo_like  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

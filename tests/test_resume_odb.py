@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +21,11 @@ from resume_odb_mp import job_scenario
 import youmu
 from youmu.batching import DynamicBatchLoader, rank_indices
 from youmu.batching.merge import rank_order, sampler_level
-from youmu.batching.synthetic import synthetic_lengths
 from youmu.errors import StateError
 from youmu.jobstates import Level
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from synthetic import synthetic_lengths  # noqa: E402
 
 LENGTHS = synthetic_lengths("uniform-wide", 300, seed=2)
 
@@ -197,7 +201,7 @@ def test_merged_state_into_a_different_loader_is_refused():
     with pytest.raises(StateError, match="merged state of a 'youmu.MapStream/1'"):
         _loader().load_state_dict(edited)
     edited = json.loads(json.dumps(merged))
-    edited["resumed"][0]["positions"][0] = 10**4
+    edited["resumed"][0]["positions"][0][0] = 10**4  # rank 0's one sampler position
     loader = _loader()
     with pytest.raises(StateError, match="position"):
         loader.load_state_dict(edited)
@@ -267,7 +271,7 @@ def test_a_finished_rank_counts_as_delivered():
               {**done, "world_size": 2, "rank": 1}]
     merged = youmu.merge_states(states)
     assert not merged["done"] and merged["step"] == live["step"]
-    assert merged["resumed"][0]["positions"] == [1, len(range(1, len(LENGTHS), 2))]
+    assert merged["resumed"][0]["positions"] == [[1], [len(range(1, len(LENGTHS), 2))]]  # one sampler per rank
     loader = _loader()
     loader.load_state_dict(merged)
     rest = _steps(loader)[0]

@@ -11,19 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.errors import StateError
-from youmu.jobstates import Level
+from youmu.jobstates import Level, decode_chain, encode_chain
 from youmu.resume import (
     Origin,
     Units,
     deal,
-    decode_levels,
-    encode_levels,
     remaining,
     remaining_after,
     shard_plan,
 )
 from youmu.sharding import Shard
 from youmu.shuffle import ShardPlan, row_range
+from youmu.shufflemodes import ShuffleMode
 
 
 def _rows_of(units: Units, count: int) -> list[tuple[int, int]]:
@@ -86,7 +85,8 @@ def test_every_row_exactly_once_over_any_resizes(scenario):
         if drop_last:
             dropped_bound += world - 1
         # through the state encoding, as a merged state carries it
-        levels = decode_levels(encode_levels([*levels, Level(world, tuple(workers[:world]), tuple(positions))]), "t")
+        levels = decode_chain(encode_chain([*levels, Level(world, tuple(workers[:world]), tuple(positions))]), "t",
+                              tokens=True)
     assert len(delivered) == len(set(delivered))
     assert set(delivered) <= set(epoch)
     missing = len(epoch) - len(delivered)
@@ -143,7 +143,7 @@ def test_first_level_is_what_the_stream_plans(rows, world, workers, drop_last, c
                 assert (ru.lo.tolist(), ru.hi.tolist()) == ([lo], [hi])
                 # what the stream reads from the block, chunk by chunk, is that range
                 rows = np.concatenate([row_plan.rows_of(i) for i in range(len(row_plan.window_ids))])
-                resumed = shard_plan(ru, None, mode="row", page_rows=rows_arr, window_pages=chunk, seed=0, epoch=0,
+                resumed = shard_plan(ru, None, mode=ShuffleMode.ROW, page_rows=rows_arr, window_pages=chunk, seed=0, epoch=0,
                                      shard=shard, drop_last=drop_last, page_slices=1)
                 again = np.concatenate([resumed.rows_of(i) for i in range(len(resumed.window_ids))])
                 assert again.tolist() == rows.tolist()
@@ -193,4 +193,4 @@ def test_positions_past_a_shard_are_refused():
 ])
 def test_malformed_levels_name_the_field(bad, field):
     with pytest.raises(StateError, match=field):
-        decode_levels(bad, "YoumuDataset")
+        decode_chain(bad, "YoumuDataset", tokens=True)

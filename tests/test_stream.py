@@ -4,6 +4,7 @@ drop_last balance, determinism, resume equivalence, DataLoader workers, packing.
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -553,7 +554,8 @@ def test_page_slices_resume_and_are_part_of_the_state(index) -> None:
 
 
 def test_positions_map_to_rows_under_page_slices(index) -> None:
-    from youmu.diversity import plan_rows
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
+    from diversity import plan_rows
 
     s = RowStream(index, "page", 250, seed=9, rank=1, world_size=2, page_slices=3)
     rows = plan_rows(s.plan, index.page_num_rows())

@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -24,7 +27,9 @@ from youmu.batching.simulation import simulate_ranks
 from youmu.errors import InvalidArgumentError
 from youmu.planning import CostModel, balance_detailed
 from youmu.planning.hybrid import balance_colocated, balance_hybrid, module_imbalance
-from youmu.planning.workloads import navit_like
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
+from workloads import navit_like  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ deployment) knows its own fields; what they share is here:
 * :func:`load_merged`: the header of every ``load_state_dict`` of a merged state
   (its tag, the stream it is of, the settings that must match);
 * :class:`Level`: one job of the epoch's chain of jobs (its layout and progress),
-  the one type the stream, ``DynamicBatchLoader`` and Ray merges record;
+  the one type the stream, ``DynamicBatchLoader`` and Ray merges record, and its one
+  wire form (:func:`encode_chain`, :func:`decode_chain`; a Ray deployment's sources
+  resume in step, one chain each: :func:`encode_chains`, :func:`decode_chains`);
 * sizes bounded before anything is allocated: a level is dense (one position per
   shard), so a forged worker count is refused here (:data:`MAX_SHARDS`), not met
   with a ``MemoryError``.
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from youmu.errors import StateError
-from youmu.stateful import check_state
+from youmu.stateful import check_state, state_value_int
 
 __all__ = [
     "MERGED_FORMAT",
@@ -57,6 +59,10 @@ __all__ = [
     "is_merged",
     "load_merged",
     "check_shards",
+    "encode_chain",
+    "decode_chain",
+    "encode_chains",
+    "decode_chains",
 ]
 
 #: The format tag of a merged state (:func:`youmu.merge_states`).
@@ -224,10 +230,11 @@ def load_merged(state: Any, stream: str, *, owner: str, expect: Mapping[str, Any
     return check_state(st, MERGED_FORMAT, owner=owner, expect=expect, required=required)
 
 
-def state_levels(state: Mapping[str, Any], key: str, *, owner: str) -> list[tuple[str, Mapping[str, Any]]]:
+def state_levels(state: Mapping[str, Any], key: str, *, owner: str,
+                 label: str | None = None) -> list[tuple[str, Mapping[str, Any]]]:
     """The chain of resumed jobs a merged state carries: a non-empty list of dicts, one
     per job of the epoch, each returned with the name of its field for the caller's
-    own checks.
+    own checks (``label``: how messages name ``key``, by default its repr).
 
     >>> state_levels({"resumed": [{"world_size": 2}]}, "resumed", owner="YoumuDataset")
     [("'resumed'[0]", {'world_size': 2})]
@@ -237,11 +244,12 @@ def state_levels(state: Mapping[str, Any], key: str, *, owner: str) -> list[tupl
     youmu.errors.StateError: YoumuDataset state field 'resumed' must be a non-empty list of levels, got []
     """
     raw = state.get(key)
+    name = repr(key) if label is None else label
     if not isinstance(raw, (list, tuple)) or not raw:
-        raise StateError(f"{owner} state field {key!r} must be a non-empty list of levels, got {raw!r:.80}")
+        raise StateError(f"{owner} state field {name} must be a non-empty list of levels, got {raw!r:.80}")
     out = []
     for i, lv in enumerate(raw):
-        f = f"{key!r}[{i}]"
+        f = f"{name}[{i}]"
         if not isinstance(lv, Mapping):
             raise StateError(f"{owner} state field {f} must be a dict, got {type(lv).__name__}")
         out.append((f, lv))
@@ -280,3 +288,153 @@ class Level:
         """Ranks × workers."""
         return sum(self.num_workers)
 
+
+
+# -- the chain's wire form ----------------------------------------------------------------------
+# One form for every owner (version 2 of the chain; a stream's levels were already in it,
+# so a stream state's bytes are what they were): per level ``world_size``, ``num_workers``
+# (one count per rank) and ``positions`` (one int per shard), then ``tokens`` (per shard,
+# written only where a row is partly packed) and ``pending`` (per rank, the positions a
+# ``DynamicBatchLoader`` rank read but did not deliver) where the owner records them.
+# ``num_workers`` is what tells the versions apart: version 1 of the loaders' chains had
+# none (a ``DynamicBatchLoader`` level held one flat position per rank; a Ray planner's
+# chain held jobs of ``positions[rank][source]``), and those are still read.
+def encode_chain(levels: Sequence[Level]) -> list[dict[str, Any]]:
+    """Levels as plain lists, JSON- and ``torch.save``-friendly (the one wire form of
+    an epoch's chain of jobs, whoever records it).
+
+    >>> encode_chain([Level(2, (1, 2), ((3,), (2, 0)))])
+    [{'world_size': 2, 'num_workers': [1, 2], 'positions': [[3], [2, 0]]}]
+    >>> encode_chain([Level(1, (1,), ((4,),), pending=((1, 2),))])[0]["pending"]
+    [[1, 2]]
+    """
+    out = []
+    for lv in levels:
+        d: dict[str, Any] = {"world_size": lv.world_size, "num_workers": list(lv.num_workers),
+                             "positions": [list(p) for p in lv.positions]}
+        if lv.tokens is not None and any(any(t) for t in lv.tokens):
+            d["tokens"] = [list(t) for t in lv.tokens]
+        if lv.pending is not None:
+            d["pending"] = [list(p) for p in lv.pending]
+        out.append(d)
+    return out
+
+
+def _ints(raw: Any, field: str, owner: str, n: int | None = None, minimum: int = 0) -> tuple[int, ...]:
+    """A list of ints at ``field`` (of ``n`` entries); a :class:`StateError` names it."""
+    if not isinstance(raw, (list, tuple)) or (n is not None and len(raw) != n):
+        size = f"{n} " if n is not None else ""
+        raise StateError(f"{owner} state field {field} must be a list of {size}ints, got {raw!r:.80}")
+    return tuple(state_value_int(x, field, owner=owner, minimum=minimum) for x in raw)
+
+
+def _grid(lv: Mapping[str, Any], name: str, f: str, ks: Sequence[int], owner: str) -> tuple[tuple[int, ...], ...]:
+    """``lv[name]``: one list per rank of ``ks[r]`` ints (lengths checked before any
+    entry is read: a forged worker count allocates nothing)."""
+    g = lv.get(name)
+    if not isinstance(g, (list, tuple)) or len(g) != len(ks) or any(
+            not isinstance(row, (list, tuple)) or len(row) != k for row, k in zip(g, ks)):
+        raise StateError(f"{owner} state field {f}[{name!r}] must hold one int per worker of each rank "
+                         f"({list(ks)}), got {g!r:.80}")
+    return tuple(_ints(row, f"{f}[{name!r}]", owner) for row in g)
+
+
+def _pending(lv: Mapping[str, Any], f: str, w: int, owner: str) -> tuple[tuple[int, ...], ...]:
+    raw = lv.get("pending")
+    if not isinstance(raw, (list, tuple)) or len(raw) != w:
+        raise StateError(f"{owner} state field {f}['pending'] must hold one list of positions per rank ({w}), "
+                         f"got {raw!r:.80}")
+    return tuple(_ints(p, f"{f}['pending'][{r}]", owner) for r, p in enumerate(raw))
+
+
+def _sampler_level_v1(lv: Mapping[str, Any], f: str, w: int, owner: str) -> Level:
+    """A ``DynamicBatchLoader`` level of chain version 1: one position per rank (its
+    one "worker") and its pending positions."""
+    positions = _ints(lv.get("positions"), f"{f}['positions']", owner, w)
+    return Level(w, (1,) * w, tuple((p,) for p in positions), pending=_pending(lv, f, w, owner))
+
+
+def decode_chain(raw: Any, owner: str, *, field: str = "resumed", tokens: bool = False, pending: bool = False,
+                 one_worker: bool = False, label: str | None = None) -> list[Level]:
+    """The chain an owner's state holds at ``field`` (:func:`encode_chain`'s form, or a
+    ``DynamicBatchLoader``'s of version 1 where ``pending``), validated: the owner
+    says what its levels may record (``tokens``: packed tokens of a row; ``pending``:
+    a loader's held positions, then required; ``one_worker``: one shard per rank;
+    ``label``: how messages name the field). A
+    :class:`StateError` names the first field that does not fit.
+
+    >>> decode_chain([{"world_size": 1, "num_workers": [2], "positions": [[3, 1]]}], "MapStream")
+    [Level(world_size=1, num_workers=(2,), positions=((3, 1),), tokens=None, pending=None)]
+    >>> decode_chain([{"world_size": 1, "positions": [8], "pending": [[7]]}], "DynamicBatchLoader", pending=True,
+    ...              one_worker=True)[0].pending   # version 1
+    ((7,),)
+    >>> decode_chain([{"world_size": 1, "num_workers": [1], "positions": [[3]], "tokens": [[2]]}], "YoumuDataset")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: YoumuDataset state field 'resumed'[0] records 'tokens', which a YoumuDataset's levels ...
+    """
+    levels = []
+    for f, lv in state_levels({field: raw}, field, owner=owner, label=label):
+        w = state_value_int(lv.get("world_size"), f"{f}['world_size']", owner=owner, minimum=1)
+        if "num_workers" not in lv and pending and one_worker:
+            levels.append(_sampler_level_v1(lv, f, w, owner))
+            continue
+        for name, allowed in (("tokens", tokens), ("pending", pending)):
+            if name in lv and not allowed:
+                raise StateError(f"{owner} state field {f} records {name!r}, which a {owner}'s levels never hold")
+        ks = _ints(lv.get("num_workers"), f"{f}['num_workers']", owner, w, minimum=1)
+        if one_worker and any(k != 1 for k in ks):
+            raise StateError(f"{owner} state field {f}['num_workers'] must be one per rank, got {list(ks)[:8]}")
+        check_shards(ks, owner=owner, where=f"state field {f}['num_workers']")
+        levels.append(Level(w, ks, _grid(lv, "positions", f, ks, owner),
+                            _grid(lv, "tokens", f, ks, owner) if "tokens" in lv else None,
+                            _pending(lv, f, w, owner) if pending else None))
+    return levels
+
+
+def encode_chains(chains: Sequence[Sequence[Level]]) -> list[list[dict[str, Any]]]:
+    """The chains of streams that resumed in step (a Ray deployment's sources: one
+    chain per source, the same jobs in each), each in :func:`encode_chain`'s form.
+
+    >>> [c[0]["positions"] for c in encode_chains([[Level(1, (1,), ((4,),))], [Level(1, (1,), ((2,),))]])]
+    [[[4]], [[2]]]
+    """
+    return [encode_chain(c) for c in chains]
+
+
+def decode_chains(raw: Any, owner: str, *, count: int, field: str = "resumed") -> list[list[Level]]:
+    """``count`` chains of one shard per rank, run in step (:func:`encode_chains`; or
+    version 1, a Ray planner's list of jobs ``{"world_size", "positions":
+    [rank][stream]}``), validated: every chain has the same jobs of the same world
+    sizes. A :class:`StateError` names the first field that does not fit.
+
+    >>> decode_chains([{"world_size": 2, "positions": [[4, 2], [3, 1]]}], "planner", count=2)[1]   # version 1
+    [Level(world_size=2, num_workers=(1, 1), positions=((2,), (1,)), tokens=None, pending=None)]
+    """
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(job, Mapping) for job in raw):
+        return _chains_v1(raw, owner, count, field)
+    if not isinstance(raw, (list, tuple)) or len(raw) != count:
+        raise StateError(f"{owner} state field {field!r} must hold one chain of levels per stream ({count}), "
+                         f"got {raw!r:.80}")
+    chains = [decode_chain(c, owner, field=field, one_worker=True, label=f"{field!r}[{i}]") for i, c in enumerate(raw)]
+    for i, c in enumerate(chains[1:], 1):
+        sizes, first = [lv.world_size for lv in c], [lv.world_size for lv in chains[0]]
+        if sizes != first:
+            raise StateError(f"{owner} state field {field!r}[{i}] holds jobs of world sizes {sizes[:8]}, "
+                             f"{field!r}[0] of {first[:8]}: the streams resumed in step")
+    return chains
+
+
+def _chains_v1(raw: Sequence[Mapping[str, Any]], owner: str, count: int, field: str) -> list[list[Level]]:
+    chains: list[list[Level]] = [[] for _ in range(count)]
+    for j, job in enumerate(raw):
+        f = f"{field!r}[{j}]"
+        w = state_value_int(job.get("world_size"), f"{f}['world_size']", owner=owner, minimum=1)
+        pos = job.get("positions")
+        if not isinstance(pos, (list, tuple)) or len(pos) != w:
+            raise StateError(f"{owner} state field {f}['positions'] must have one entry per rank ({w}), "
+                             f"got {pos!r:.80}")
+        rows = [_ints(p, f"{f}['positions'][{r}]", owner, count) for r, p in enumerate(pos)]
+        for c in range(count):
+            chains[c].append(Level(w, (1,) * w, tuple((row[c],) for row in rows)))
+    return chains

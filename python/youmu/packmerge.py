@@ -25,7 +25,12 @@ from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge
 from youmu.streamformats import PACK_FORMAT
 from youmu.streammerge import PER_RANK, merge_stream_ranks, stream_rank
 
-__all__ = ["merge_pack_states"]
+__all__ = ["merge_pack_states", "POSITION_WIDTH"]
+
+#: Ints per worker position of a ``pack`` stream: the row the next sequence starts in and
+#: the tokens of it already taken (``PackedDataset.position_width``, and the width
+#: :func:`youmu.merge_states` reads a ``StatefulDataLoader``'s worker snapshots with).
+POSITION_WIDTH = 2
 
 
 def merge_pack_states(states: Sequence[Mapping[str, Any]], merge: Merge | None) -> dict[str, Any]:
@@ -37,7 +42,7 @@ def merge_pack_states(states: Sequence[Mapping[str, Any]], merge: Merge | None) 
     for i, s in enumerate(states):
         if not isinstance(s.get("dataset"), Mapping):
             raise StateError(f"{OWNER}: states[{i}] (a {PACK_FORMAT} state) has no 'dataset' state")
-    rows = [stream_rank(s, i, shard=s["dataset"], width=2) for i, s in enumerate(states)]
+    rows = [stream_rank(s, i, shard=s["dataset"], width=POSITION_WIDTH) for i, s in enumerate(states)]
     settings = job.same_settings(lambda s: {k: v for k, v in s.items() if k not in PER_RANK})
     inner = merge_stream_ranks(rows, what="the wrapped stream's ", tokens=True)
     return {"format": MERGED_FORMAT, "stream": PACK_FORMAT, **settings, "epoch": inner["epoch"], "dataset": inner}

@@ -44,10 +44,11 @@ import numpy as np
 
 from youmu._args import int_arg
 from youmu.errors import StateError
-from youmu.jobstates import Level, is_merged, load_merged
-from youmu.resume import Origin, Units, deal, decode_levels, encode_levels, remaining_after
+from youmu.jobstates import Level, decode_chain, encode_chain, is_merged, load_merged
+from youmu.resume import Origin, Units, deal, remaining_after
 from youmu.sharding import Shard
-from youmu.stateful import SharedEpoch, SharedInt, check_epoch, check_state, state_int, state_positions
+from youmu.shared_int import SharedEpoch, SharedInt
+from youmu.stateful import check_epoch, check_state, state_int, state_positions
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 
@@ -184,7 +185,7 @@ class ShardedStream(Generic[T, P]):
             "epoch": self.epoch,
             "num_workers": self._num_workers_seen,
             "positions": {w: self._encode(p) for w, p in positions.items()},
-            **({"resumed": encode_levels(self._levels)} if self._levels else {}),
+            **({"resumed": encode_chain(self._levels)} if self._levels else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -204,7 +205,7 @@ class ShardedStream(Generic[T, P]):
             nw = state_int(st, "num_workers", owner=owner, minimum=1)
             if any(w >= nw for w in positions):
                 raise StateError(f"{owner} state has positions for workers {sorted(positions)} but num_workers={nw}")
-        levels = decode_levels(st["resumed"], owner) if resumed else None
+        levels = decode_chain(st["resumed"], owner, tokens=True) if resumed else None
         self._install(st, epoch, levels, lambda: self._check_positions(positions, epoch, nw or 1))
         self._resume = dict(positions)  # type: ignore[arg-type]
         self._num_workers_seen = nw
@@ -215,7 +216,7 @@ class ShardedStream(Generic[T, P]):
         expect = {k: v for k, v in self._settings().items() if k not in ("rank", "world_size", *self.resume_adopts)}
         st = load_merged(state, self.state_format, owner=owner, expect=expect, required=("epoch", "resumed"))
         epoch = state_int(st, "epoch", owner=owner)
-        self._install(st, epoch, decode_levels(st["resumed"], owner), lambda: None)
+        self._install(st, epoch, decode_chain(st["resumed"], owner, tokens=True), lambda: None)
 
     def _install(self, st: Mapping[str, Any], epoch: int, levels: list[Level] | None,
                  check: Callable[[], None]) -> None:

@@ -35,21 +35,20 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from youmu.errors import StateError
-from youmu.jobstates import Level, state_levels
+from youmu.jobstates import Level
 from youmu.sharding import Shard, round_robin
 from youmu.shuffle import ShardPlan, balanced_windows, row_chunk_rows, row_range
-from youmu.stateful import state_value_int
+from youmu.shufflemodes import ShuffleMode
 
 __all__ = [
-    "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "encode_levels", "decode_levels",
-    "shard_plan",
+    "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "shard_plan",
 ]
 
 _I64 = np.int64
@@ -231,52 +230,14 @@ def resolve(origin: Origin, levels: Sequence[Level], *, rank: int, world_size: i
     return deal(remaining_after(origin, levels, drop_last), shard, drop_last, origin.block)
 
 
-# -- levels in states ---------------------------------------------------------------------------
-def encode_levels(levels: Sequence[Level]) -> list[dict[str, Any]]:
-    """Levels as plain lists (JSON- and ``torch.save``-friendly)."""
-    out = []
-    for lv in levels:
-        d: dict[str, Any] = {"world_size": lv.world_size, "num_workers": list(lv.num_workers),
-                             "positions": [list(p) for p in lv.positions]}
-        if lv.tokens is not None and any(any(t) for t in lv.tokens):
-            d["tokens"] = [list(t) for t in lv.tokens]
-        out.append(d)
-    return out
-
-
-
-def _grid(lv: Mapping[str, Any], name: str, f: str, ks: tuple[int, ...], owner: str) -> tuple[tuple[int, ...], ...]:
-    g = lv.get(name)
-    if not isinstance(g, (list, tuple)) or len(g) != len(ks) or any(
-            not isinstance(row, (list, tuple)) or len(row) != k for row, k in zip(g, ks)):
-        raise StateError(f"{owner} state field {f}[{name!r}] must hold one int per worker of each rank "
-                         f"({list(ks)}), got {g!r:.80}")
-    return tuple(tuple(state_value_int(x, f + f"[{name!r}]", owner=owner) for x in row) for row in g)
-
-
-def decode_levels(raw: Any, owner: str) -> list[Level]:
-    """Validate and parse the ``resumed`` field of a state; a :class:`StateError`
-    names the first field that does not fit."""
-    levels = []
-    for f, lv in state_levels({"resumed": raw}, "resumed", owner=owner):
-        w = state_value_int(lv.get("world_size"), f + "['world_size']", owner=owner, minimum=1)
-        nw = lv.get("num_workers")
-        if not isinstance(nw, (list, tuple)) or len(nw) != w:
-            raise StateError(f"{owner} state field {f}['num_workers'] must list {w} worker counts, got {nw!r:.80}")
-        ks = tuple(state_value_int(k, f + "['num_workers']", owner=owner, minimum=1) for k in nw)
-
-        levels.append(Level(w, ks, _grid(lv, "positions", f, ks, owner),
-                            _grid(lv, "tokens", f, ks, owner) if "tokens" in lv else None))
-    return levels
-
-
-def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: str, page_rows: np.ndarray, window_pages: int,
-               seed: int, epoch: int, shard: Shard, drop_last: bool, page_slices: int) -> ShardPlan:
+def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: ShuffleMode, page_rows: np.ndarray,
+               window_pages: int, seed: int, epoch: int, shard: Shard, drop_last: bool, page_slices: int) -> ShardPlan:
     """The :class:`~youmu.shuffle.ShardPlan` that reads ``units`` (of a resumed epoch):
     each unit is a window (``window_rows``: rows of every window) sliced at ``[lo, hi)``,
     or in row mode a range of permuted positions, read in chunks of
     :func:`~youmu.shuffle.row_chunk_rows` positions."""
-    if mode == "row":
+    row_mode = mode.permutes_rows
+    if row_mode:
         size = row_chunk_rows(window_pages)
         starts = [np.arange(lo, hi, size, dtype=_I64) for lo, hi in zip(units.lo.tolist(), units.hi.tolist())]
         stops = [np.minimum(st + size, hi) for st, hi in zip(starts, units.hi.tolist())]
@@ -285,7 +246,6 @@ def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: str, page_
     rows = units.rows
     cum = np.concatenate([[0], np.cumsum(rows, dtype=_I64)])
     page_rows = np.asarray(page_rows, dtype=_I64)
-    row_mode = mode == "row"
     return ShardPlan(
         mode=mode, num_pages=len(page_rows), num_rows=int(page_rows.sum()), window_pages=window_pages,
         window_rows_size=row_chunk_rows(window_pages) if row_mode else 0, seed=seed, epoch=epoch, rank=shard.rank,

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Level, check_shards
-from youmu.resume import decode_levels, encode_levels
+from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Level, check_shards, decode_chain, encode_chain
 from youmu.stateful import state_int, state_positions
 
 __all__ = ["PER_RANK", "StreamRank", "stream_rank", "merge_stream_ranks"]
@@ -78,7 +77,7 @@ def merge_stream_ranks(ranks: Sequence[StreamRank], *, what: str = "", tokens: b
     settings = job.same_settings(lambda r: r.settings, what)
     by_rank = job.in_rank_order(world, holds="the rows a rank delivered")
     chain_raw = job.same("resumed", lambda r: r.chain)
-    chain: list[Level] = decode_levels(chain_raw, OWNER) if chain_raw is not None else []
+    chain: list[Level] = decode_chain(chain_raw, OWNER, tokens=True) if chain_raw is not None else []
     check_shards([r.num_workers for r in by_rank], owner=OWNER, where="the states' 'num_workers'")
     level = Level(
         world, tuple(r.num_workers for r in by_rank),
@@ -86,4 +85,4 @@ def merge_stream_ranks(ranks: Sequence[StreamRank], *, what: str = "", tokens: b
         tuple(tuple(r.tokens.get(k, 0) for k in range(r.num_workers)) for r in by_rank) if tokens else None,
     )
     return {"format": MERGED_FORMAT, "stream": fmt, **settings, "epoch": epoch,
-            "resumed": encode_levels([*chain, level])}
+            "resumed": encode_chain([*chain, level])}

@@ -137,9 +137,9 @@ def map_positions(
     iteration, and how many of them are a resumed round's samples (read first)."""
     if resume is not None and resume.get("resumed") is not None:
         # a job resumed on another topology: this rank's share of what the old jobs left
-        from youmu.batching.merge import decode_chain, rank_order
+        from youmu.batching.merge import loader_levels, rank_order
 
-        indices = rank_order(config.resume_settings, epoch, decode_chain(resume["resumed"], "DynamicBatchLoader"),
+        indices = rank_order(config.resume_settings, epoch, loader_levels(resume["resumed"], "DynamicBatchLoader"),
                              rank=config.rank, world_size=config.world_size).tolist()
     else:
         indices = rank_indices(
@@ -196,7 +196,9 @@ class SampleFeed:
             make = self._map_source(config, epoch, iteration, resume)
         else:
             make = self._iterable_source(config, resume)
-        self.producer: Producer[Item] | None = Producer(make, credits=credits, name=f"youmu-fetcher-r{config.rank}")
+        self.producer: Producer[Item] | None = Producer(
+            make, credits=credits, name=f"youmu-fetcher-r{config.rank}",
+            what=f"DynamicBatchLoader (rank {config.rank}) drawing its samples ahead")
         self.producer.start()
 
     # -- the source ------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_saved_state
+from youmu.batching.config import DYNAMIC_LOADER_FORMAT, LoaderConfig, check_saved_state
 from youmu.errors import StateError
 from youmu.jobstates import (
     MERGED_FORMAT,
@@ -52,15 +52,16 @@ from youmu.jobstates import (
     JobStates,
     Level,
     Merge,
+    decode_chain,
+    encode_chain,
     is_merged,
     load_merged,
     one_kind,
-    state_levels,
 )
-from youmu.stateful import state_int, state_ints
+from youmu.stateful import state_int
 
 __all__ = ["sampler_level", "rank_order", "chain_length", "merge_loader_states", "resume_from_merged",
-           "check_loader_state", "decode_chain", "encode_chain", "FIXED_SETTINGS"]
+           "check_loader_state", "loader_levels", "FIXED_SETTINGS"]
 
 _KIND = "DynamicBatchLoader"
 
@@ -158,26 +159,12 @@ def rank_order(settings: Mapping[str, Any], epoch: int, levels: Sequence[Level],
     return seq[rank::world_size]
 
 
-def encode_chain(levels: Sequence[Level]) -> list[dict[str, Any]]:
-    """Levels as plain lists (JSON- and ``torch.save``-friendly)."""
-    return [{"world_size": lv.world_size, "positions": [p[0] for p in lv.positions],
-             "pending": [list(p) for p in lv.pending or ((),) * lv.world_size]} for lv in levels]
-
-
-def decode_chain(raw: Any, owner: str) -> list[Level]:
-    """The ``resumed`` field of a ``DynamicBatchLoader`` state, validated (a
-    :class:`StateError` names the first field that does not fit)."""
-    out = []
-    for f, lv in state_levels({"resumed": raw}, "resumed", owner=owner):
-        w = state_int(lv, "world_size", owner=f"{owner} {f}", minimum=1)
-        positions = state_ints(lv, "positions", owner=f"{owner} {f}")
-        pending = lv.get("pending")
-        if len(positions) != w or not isinstance(pending, (list, tuple)) or len(pending) != w:
-            raise StateError(f"{owner} state field {f} must hold one position and one 'pending' list per rank "
-                             f"({w}), got {len(positions)} positions and {pending!r:.60}")
-        keys = tuple(tuple(state_ints({"pending": p}, "pending", owner=f"{owner} {f}")) for p in pending)
-        out.append(sampler_level(w, positions, keys))
-    return out
+def loader_levels(raw: Any, owner: str) -> list[Level]:
+    """The ``resumed`` field of a ``DynamicBatchLoader`` state, validated: the one chain
+    form (:func:`youmu.jobstates.decode_chain`) with one sampler position per rank and
+    its pending positions (a :class:`StateError` names the first field that does not
+    fit)."""
+    return decode_chain(raw, owner, pending=True, one_worker=True)
 
 
 # -- merging ----------------------------------------------------------------------------------
@@ -200,7 +187,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     :class:`~youmu.errors.StateError` names the field for states of different
     datasets, seeds, epochs or settings, a missing or repeated rank, or a state of
     another kind."""
-    checked = [_checked(s, i) for i, s in enumerate(one_kind(states, STATE_FORMAT, kind=_KIND))]
+    checked = [_checked(s, i) for i, s in enumerate(one_kind(states, DYNAMIC_LOADER_FORMAT, kind=_KIND))]
     job = JobStates(checked, kind=_KIND)
     job.same("kind")
     settings = job.same_settings(lambda s: s["settings"])
@@ -216,13 +203,13 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     # the first step not consumed: the same on every live rank (DGAP keeps ranks in step)
     step = live.same("step", lambda s: s["step"] - len(s["replay"])) if live.states else max(s["step"] for s in ranks)
     out: dict[str, Any] = {
-        "format": MERGED_FORMAT, "stream": STATE_FORMAT, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
+        "format": MERGED_FORMAT, "stream": DYNAMIC_LOADER_FORMAT, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
         "iteration": ranks[0]["iteration"], "round": max(s["round"] for s in ranks), "step": step,
         "emitted": max(s["emitted"] for s in ranks), "done": not live.states,
     }
     if ranks[0]["kind"] == "map":
         chain_raw = job.same("resumed")
-        chain = decode_chain(chain_raw, OWNER) if chain_raw is not None else []
+        chain = loader_levels(chain_raw, OWNER) if chain_raw is not None else []
         # what each rank's whole order holds: a finished rank delivered all of it
         left = chain_length(settings, chain) if chain else _first_length(settings, world)
         positions: list[int] = []
@@ -262,8 +249,8 @@ def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
     this rank's share of the samples left."""
     owner = _KIND
     mine = config.resume_settings
-    st = load_merged(state, STATE_FORMAT, owner=owner, required=("kind", "epoch", "step"))
-    load_merged(st, STATE_FORMAT, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
+    st = load_merged(state, DYNAMIC_LOADER_FORMAT, owner=owner, required=("kind", "epoch", "step"))
+    load_merged(st, DYNAMIC_LOADER_FORMAT, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
     for key in ("epoch", "iteration", "round", "step", "emitted"):
         state_int(st, key, owner=owner)
     if not isinstance(st.get("done"), bool):
@@ -271,7 +258,7 @@ def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
     out = config.fresh_state(st["epoch"])
     out.update({k: st[k] for k in ("iteration", "round", "step", "emitted", "done")})
     if config.kind == "map":
-        levels = decode_chain(st.get("resumed"), owner)
+        levels = loader_levels(st.get("resumed"), owner)
         chain_length(mine, levels)  # validates every level
         out["resumed"] = encode_chain(levels)
         return out
@@ -306,8 +293,9 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
     keys = [k for entry in st["replay"] for k in entry["keys"]] + list(st["overflow"])
     if config.kind == "map":
         if st.get("resumed") is not None:  # a rank of a job resumed from a merged state
-            levels = decode_chain(st["resumed"], owner)
+            levels = loader_levels(st["resumed"], owner)
             left = chain_length(config.resume_settings, levels)
+            st["resumed"] = encode_chain(levels)  # a chain of an earlier version is saved in today's
             mine = len(range(config.rank, left, config.world_size))
         else:
             n, w = config.size or 0, config.world_size

@@ -18,8 +18,7 @@ balancing, declarative per-step plans and a balanced loader.
   :func:`balance_hybrid` (MegaScale-Data's hybrid balance, features routed between
   ranks) and :func:`balance_colocated` (both costs, images on their sample's rank),
   :func:`module_imbalance` (``hybrid``)
-  and :func:`pack_microbatch` (``packing``); synthetic workloads for the benchmarks
-  in ``workloads``.
+  and :func:`pack_microbatch` (``packing``).
 
 Everything deterministic here is a pure function of its inputs, so every rank can
 compute the same plan from the same (all-gathered) sample metadata. Nothing here

@@ -29,7 +29,9 @@ the old layout instead of translating it, exactly as :mod:`youmu.resume` does fo
   the new ranks have no last micro-batch (a padding slot before their first is
   empty, as after a ``BalancedLoader`` merge).
 
-Nothing is translated, so the merge needs no data and a chain composes any number
+In a state the chain is written per source, each in the one wire form of a chain
+(:func:`youmu.jobstates.encode_chains`); states that wrote it as a list of jobs are
+still read. Nothing is translated, so the merge needs no data and a chain composes any number
 of resizes (2 → 3 → 1). With the same world size the state is taken as it is (new
 batch size, token budget or mixing schedule from the resume step, every stream where
 it stood).
@@ -57,11 +59,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.jobstates import Level
+from youmu.jobstates import Level, decode_chains, encode_chains
 from youmu.planning.state import parse_carry
 from youmu.stateful import is_state_int
 
-__all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT"]
+__all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT", "source_levels"]
 
 #: tag of :meth:`youmu.ray.RayBalancedLoader.state_dict`
 CLIENT_FORMAT = "youmu.ray.RayBalancedLoader/1"
@@ -108,8 +110,13 @@ class Chain:
 
     def levels(self, name: str, depth: int) -> list[Level]:
         """Source ``name``'s :class:`~youmu.jobstates.Level` of each job before ``depth``."""
-        c = self.names.index(name)
-        return [Level(w, (1,) * w, tuple((p[c],) for p in pos)) for w, pos in self.jobs[:depth]]
+        return source_levels(self.jobs[:depth], self.names.index(name))
+
+
+def source_levels(jobs: Sequence[Job], source: int) -> list[Level]:
+    """Source number ``source``'s chain of ``jobs``: per job a
+    :class:`~youmu.jobstates.Level` of its ranks × one worker."""
+    return [Level(w, (1,) * w, tuple((p[source],) for p in pos)) for w, pos in jobs]
 
 
 @dataclass(frozen=True)
@@ -189,8 +196,8 @@ class PlannerState:
                "carry": [[[i, s, list(d), t, p, *([o] if o != self.origin(r) else [])] for i, s, d, t, p, o in c]
                          for r, c in enumerate(self.carry)],
                "last": [None if b is None else [list(x) for x in b] for b in self.last]}
-        if self.resumed:
-            out["resumed"] = [{"world_size": w, "positions": [list(p) for p in pos]} for w, pos in self.resumed]
+        if self.resumed:  # per source, its chain in the one wire form of a chain
+            out["resumed"] = encode_chains([source_levels(self.resumed, c) for c in range(len(self.positions[0]))])
         return out
 
     @classmethod
@@ -215,19 +222,11 @@ class PlannerState:
             return list(v)
 
         epoch, step = (ints([d.get(k)], repr(k))[0] for k in ("epoch", "step"))
-        jobs: list[Job] = []
-        raw = d.get("resumed", [])
-        if not isinstance(raw, (list, tuple)):
-            raise StateError(f"{_OWNER} state field 'resumed' must be a list of jobs, got {raw!r:.80}")
-        for j, job in enumerate(raw):
-            f = f"'resumed'[{j}]"
-            if not isinstance(job, Mapping):
-                raise StateError(f"{_OWNER} state field {f} must be a dict (world_size, positions)")
-            w = ints([job.get("world_size")], f + "['world_size']")[0]
-            if w < 1:
-                raise StateError(f"{_OWNER} state field {f}['world_size'] must be >= 1")
-            pos = per_rank(f + "['positions']", w, job.get("positions"))
-            jobs.append((w, tuple(ints(p, f + f"['positions'][{r}]", num_sources) for r, p in enumerate(pos))))
+        raw = d.get("resumed")
+        chains = decode_chains(raw, _OWNER, count=num_sources) if raw not in (None, []) else []
+        jobs: list[Job] = [(lv.world_size, tuple(tuple(c[depth].positions[r][0] for c in chains)
+                                                 for r in range(lv.world_size)))
+                           for depth, lv in enumerate(chains[0] if chains else [])]
         before = sum(w for w, _ in jobs)
         streams = before + world_size
         positions = tuple(ints(p, f"'positions'[{r}]", num_sources) for r, p in enumerate(per_rank("positions")))

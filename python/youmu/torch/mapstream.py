@@ -42,9 +42,9 @@ from youmu import mixture_change
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.jobstates import Level, is_merged
+from youmu.jobstates import Level, decode_chain, is_merged
 from youmu.mixture_change import Switch
-from youmu.resume import Origin, Units, decode_levels, remaining_after
+from youmu.resume import Origin, Units, remaining_after
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.stateful import MAX_STATE_INT, data_fingerprint
 from youmu.streamformats import MAPSTREAM_FORMAT
@@ -192,7 +192,7 @@ class MapStream(PositionalStream[Any]):
                     f"{owner}: the mixture weights changed at this resume; the switch to the new weights must be at "
                     "the same index on every rank, and one rank's own state does not say how far the others got: "
                     "load youmu.merge_states([every rank's state]) on every rank (on the same world size too)")
-            levels = decode_levels(state["resumed"], owner)
+            levels = decode_chain(state["resumed"], owner, tokens=True)
             self._effective, self._switches, self._origin_len = old, list(saved.switches), saved.origin_len
             origin = self._origin(levels)
             left = remaining_after(origin, levels, self.drop_last, mixture_change.splicer(self._switches, self.run))

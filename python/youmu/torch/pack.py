@@ -22,6 +22,7 @@ import torch
 from youmu._args import int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, StateError, ValueOverflowError
 from youmu.jobstates import is_merged, load_merged
+from youmu.packmerge import POSITION_WIDTH
 from youmu.positional import SKIP
 from youmu.stateful import state_int
 from youmu.streamformats import PACK_FORMAT
@@ -73,7 +74,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     """
 
     state_format = PACK_FORMAT
-    position_width = 2
+    position_width = POSITION_WIDTH
 
     def __init__(
         self,

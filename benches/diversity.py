@@ -1,6 +1,9 @@
 """Early-epoch diversity of a stream: how many distinct pages (and sources) the first
 rows of a shard's stream draw from.
 
+A measuring tool for ``shuffle_quality.py`` and the stream tests, not part of the
+installed package.
+
 A page-shuffled stream is a sequence of windows of a few pages each, so its first rows
 come from those few pages only, where a full row shuffle draws every row from a
 different page. Short runs (fine-tuning, the first steps of pretraining) see only that
@@ -11,7 +14,7 @@ stream yields.
 Example:
     >>> import numpy as np
     >>> from youmu.shuffle import ShardPlan
-    >>> from youmu.diversity import plan_rows, rows_to_pages, running_distinct
+    >>> from diversity import plan_rows, rows_to_pages, running_distinct
     >>> page_rows = np.array([4] * 10)
     >>> plan = ShardPlan.build(page_rows, "none", window_pages=2, seed=0, epoch=0)
     >>> rows = plan_rows(plan, page_rows, 10)
@@ -65,7 +68,7 @@ def window_global_rows(
 ) -> np.ndarray:
     """Global row ids of the ``i``-th window (row-mode chunk) of ``plan``, in stream order
     (the whole window: :func:`plan_rows` keeps the shard's part of it)."""
-    if plan.mode == "row":
+    if plan.mode.permutes_rows:
         return np.asarray(plan.rows_of(i), dtype=np.int64)
     page_rows = np.asarray(page_rows, dtype=np.int64)
     first = page_first_rows(page_rows) if first_rows is None else first_rows
@@ -88,7 +91,7 @@ def plan_rows(plan: ShardPlan, page_rows: np.ndarray, n: int | None = None) -> n
     i = 0
     while have < total:
         rows = window_global_rows(plan, page_rows, i, first)
-        if plan.mode != "row":  # the shard's part of the window (drop_last splits some)
+        if not plan.mode.permutes_rows:  # the shard's part of the window (drop_last splits some)
             skip = int(plan.window_skip[i])
             rows = rows[skip : skip + int(plan.window_rows[i])]
         out.append(rows[: total - have])
@@ -122,7 +125,7 @@ def window_distinct_pages(plan: ShardPlan, page_rows: np.ndarray, page_labels: n
     (row-mode chunk) of the plan, in stream order."""
     out = []
     for i in range(len(plan.window_ids)):
-        if plan.mode == "row":
+        if plan.mode.permutes_rows:
             pages = np.unique(rows_to_pages(plan.rows_of(i), page_rows))
         else:
             pages = np.unique(np.asarray(plan.pages_of(i), dtype=np.int64))

@@ -1,5 +1,8 @@
 """Synthetic length distributions for audits, tests and what-if simulations. Pure.
 
+Bench and test support, not part of the installed package (``bench_odb.py`` and the
+dynamic-batching tests draw their lengths here).
+
 The six correctness-audit distributions of ODB, App. I (1000 samples each) and three
 length proxies of ODB's real datasets (fitted to the statistics of ODB, Table 10). ODB
 gives no ranges for ``longtail`` and ``bimodal``; the values here are assumptions (90% U[32,256] + 10% U[1024,2048];

@@ -1,5 +1,8 @@
 """Synthetic workloads and unbalanced baselines for the virtual-clock simulations.
 
+Bench and test support, not part of the installed package: ``bench_planning.py``,
+``bench_vlm.py`` and the planning tests draw their workloads here.
+
 MegaScale-Data's datasets (coyo700M, the production ``navit_data``) are not public
 in a form we can use, so the benchmarks draw lengths from distributions calibrated to
 what MegaScale-Data states (Fig. 2): in coyo700M, 98.23% of captions have ≤ 64 text tokens
@@ -16,7 +19,7 @@ Baselines:
 
 Example:
     >>> import numpy as np
-    >>> from youmu.planning.workloads import coyo_like, arrival_assignment
+    >>> from workloads import coyo_like, arrival_assignment
     >>> w = coyo_like(1000, seed=0)
     >>> bool((w.text <= 64).mean() > 0.97)
     True
