@@ -20,7 +20,7 @@ import torch
 from youmu.batching import DynamicBatchLoader
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, PrefetchError, StateError
 from youmu.integrations.lightning import YoumuDataModule
-from youmu.integrations.trainer_loader import GATHERED_FORMAT, STATE_FORMAT, TrainerLoader
+from youmu.integrations.trainer_loader import GATHERED_FORMAT, TRAINER_LOADER_FORMAT, TrainerLoader
 from youmu.planning import BalancedLoader
 from youmu.torch import MapStream
 from youmu.torch.sendable import SendCollate, unpicklable_field
@@ -209,7 +209,7 @@ def test_a_trainer_loader_state_resumes_on_another_number_of_workers_exactly(sav
     it = iter(before)
     seen = [i for _ in range(3) for i in next(it)["id"].tolist()]
     state = before.state_dict()
-    assert state["format"] == STATE_FORMAT
+    assert state["format"] == TRAINER_LOADER_FORMAT
     loader = TrainerLoader(MapStream(ROWS), batch_size=2, num_workers=workers)
     loader.load_state_dict(state)
     rest = [i for b in loader for i in b["id"].tolist()]

@@ -521,6 +521,31 @@ def test_each_state_format_tag_is_written_once() -> None:
     assert not bad, "import the owner's format constant instead of writing the tag again: " + "; ".join(bad)
 
 
+def _format_constants(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Module-level names bound to a format tag, with the modules binding each."""
+    names: dict[str, list[str]] = {}
+    for name, text in sources.items():
+        for n in ast.parse(text).body:
+            target = n.targets[0] if isinstance(n, ast.Assign) and len(n.targets) == 1 else getattr(n, "target", None)
+            value = getattr(n, "value", None)
+            if (isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str)
+                    and _FORMAT_TAG.match(value.value)):
+                names.setdefault(target.id, []).append(name)
+    return names
+
+
+def test_each_state_format_constant_has_its_own_name() -> None:
+    """A tag's constant says whose states it marks (``BALANCED_LOADER_FORMAT``), so a
+    merge table or an import reads without renaming (``as``) what four modules call
+    alike."""
+    names = _format_constants(_python_sources())
+    alike = {k: v for k, v in names.items() if len(v) > 1}
+    assert not alike, f"name each owner's format tag for its owner: {alike}"
+    assert "STATE_FORMAT" not in names, names["STATE_FORMAT"]
+    assert _format_constants({"youmu.a": 'X_FORMAT = "youmu.A/1"\n', "youmu.b": 'X_FORMAT: str = "youmu.B/2"\n'}) == {
+        "X_FORMAT": ["youmu.a", "youmu.b"]}
+
+
 def test_a_repeated_format_tag_is_caught() -> None:
     sources = {"youmu.a": 'STATE_FORMAT = "youmu.A/1"\n',
                "youmu.b": '"""Saves ``"youmu.A/1"`` states."""\nif s["format"] == "youmu.A/1":\n    pass\n'}

@@ -18,7 +18,7 @@ import planning_mp as mp  # noqa: E402
 from youmu import statefile  # noqa: E402
 from youmu.errors import PrefetchError  # noqa: E402
 from youmu.planning import BalancedLoader, CostModel, MicroBatchInfo, pack_microbatch  # noqa: E402
-from youmu.planning.checkpoint import STATE_FORMAT  # noqa: E402
+from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT  # noqa: E402
 
 
 def _sid(s: dict[str, Any]) -> int:
@@ -353,7 +353,7 @@ def test_resume_from_a_youmu_dataset_state(tmp_path: Path) -> None:
 def test_resume_state_is_checked() -> None:
     data = mp.dataset(40)
     state = _balanced(data).state_dict()
-    assert state["format"] == STATE_FORMAT and (state["step"], state["microbatch"]) == (0, 0)
+    assert state["format"] == BALANCED_LOADER_FORMAT and (state["step"], state["microbatch"]) == (0, 0)
     for other, key in [
         (dict(num_microbatches=2), "num_microbatches"),
         (dict(token_budget=6000), "config"),

@@ -94,6 +94,31 @@ def test_a_tokenizer_path_is_loaded_in_each_process(tmp_path: Path) -> None:
         assert clone(pa.table({"text": texts})).column("input_ids").to_pylist() == want
 
 
+class _CountingTokenizer:
+    """A tokenizers-like tokenizer that counts how often it is serialised."""
+
+    pickled = 0
+
+    def encode_batch(self, texts, add_special_tokens=True):  # pragma: no cover - never called
+        raise AssertionError
+
+    def to_str(self) -> str:
+        return "{}"
+
+    def __getstate__(self) -> dict:
+        type(self).pickled += 1
+        return {}
+
+
+def test_a_tokenizer_is_serialised_once_per_pickle_of_its_transform() -> None:
+    # spawn workers receive the transform pickled (once per worker start): a large
+    # vocabulary's tokenizer costs a noticeable time to serialise, so not twice
+    _CountingTokenizer.pickled = 0
+    clone = pickle.loads(pickle.dumps(Tokenize(_CountingTokenizer())))
+    assert isinstance(clone.tokenizer.get(), _CountingTokenizer)
+    assert _CountingTokenizer.pickled == 1
+
+
 # -- into pack, through DataLoader workers, resumed ----------------------------------------
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
@@ -159,6 +184,47 @@ def test_the_state_counts_rows_not_tokens(corpus) -> None:
         next(it)
     assert ds.state_dict()["positions"] == {0: 10}
     assert len(ds) == len(texts)
+
+
+class _CountedTokenize(Tokenize):
+    """``Tokenize``, noting the rows of each call."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.calls: list[int] = []
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        self.calls.append(table.num_rows)
+        return super().__call__(table)
+
+
+def test_the_first_sample_waits_for_a_few_rows_not_a_window(tmp_path: Path) -> None:
+    """A pass's first call of a batched transform gets FIRST_ROWS rows and each next
+    one twice as many up to batch_rows, so a trainer's first step waits for a few rows'
+    tokenization, not a whole window's; the ids are the same, and a resumed pass ramps
+    up again from the row it resumes at."""
+    from youmu.batched import FIRST_ROWS
+
+    texts = [f"row {i} " + "the fox " * (i % 9) for i in range(600)]
+    path = write_texts(tmp_path / "t.parquet", texts, row_group_size=300)
+    tok = bpe_tokenizer()
+
+    def dataset() -> tuple[YoumuDataset, _CountedTokenize]:
+        t = _CountedTokenize(tok, batch_rows=100)
+        return YoumuDataset(path, columns=["text"], shuffle="none", output="numpy", transform=t), t
+
+    ds, counted = dataset()
+    assert _ids(ds) == [e.ids for e in tok.encode_batch(texts)]
+    assert counted.calls[:4] == [FIRST_ROWS, 2 * FIRST_ROWS, 4 * FIRST_ROWS, 100] and max(counted.calls) == 100
+    assert sum(counted.calls) == len(texts)
+    first, _ = dataset()
+    it = iter(first)
+    head = [next(it)["input_ids"].tolist() for _ in range(250)]
+    state = first.state_dict()
+    again, counted = dataset()
+    again.load_state_dict(state)
+    assert head + _ids(again) == [e.ids for e in tok.encode_batch(texts)]
+    assert counted.calls[:2] == [FIRST_ROWS, 2 * FIRST_ROWS] and sum(counted.calls) == len(texts) - 250
 
 
 # -- chat templates --------------------------------------------------------------------

@@ -42,10 +42,10 @@ from youmu.spec import SpecAttributes, StreamLayout, StreamSpec
 from youmu.stateful import state_int
 from youmu.stream import RowStream
 
-__all__ = ["ParquetStream", "STATE_FORMAT"]
+__all__ = ["ParquetStream", "PARQUET_STREAM_FORMAT"]
 
 #: The tag of a Parquet stream's states (the same stream, read by torch or by Ray).
-STATE_FORMAT = "youmu.YoumuDataset/1"
+PARQUET_STREAM_FORMAT = "youmu.YoumuDataset/1"
 
 
 class ParquetStream(SpecAttributes, PositionalStream[Any]):
@@ -62,7 +62,7 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         rank, world_size: default from ``torch.distributed`` when initialised.
     """
 
-    state_format = STATE_FORMAT
+    state_format = PARQUET_STREAM_FORMAT
     resume_adopts = ("window_pages",)
 
     def __init__(self, paths: Any, spec: StreamSpec | None = None, *, rank: int | None = None,

@@ -62,7 +62,7 @@ from youmu.integrations.channels import default_channel, pairs_channel
 from youmu.integrations.consumption import Consumption
 from youmu.integrations.job_states import (
     GATHERED_FORMAT,
-    STATE_FORMAT,
+    TRAINER_LOADER_FORMAT,
     check_rank_state,
     gather_objects,
     job_states,
@@ -333,7 +333,7 @@ class TrainerLoader(PassLoader):
         """This rank's resume point after every batch handed out so far."""
         point = self._pass.point
         source = point.source if point is not None and point.source is not None else self._loader.state_dict()
-        state = {"format": STATE_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
+        state = {"format": TRAINER_LOADER_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
                  "steps": self._taken, "finished": self._finished, "source": source}
         if self._epoch_steps is not None:
             state["epoch_steps"] = self._epoch_steps
@@ -375,7 +375,7 @@ class TrainerLoader(PassLoader):
         ...     stream = MapStream(rows, rank=r, world_size=2)
         ...     it = iter(stream)
         ...     _ = [next(it) for _ in range(2)]
-        ...     return {"format": STATE_FORMAT, "rank": r, "world_size": 2, "epoch": 0, "steps": 1,
+        ...     return {"format": TRAINER_LOADER_FORMAT, "rank": r, "world_size": 2, "epoch": 0, "steps": 1,
         ...             "finished": False, "source": stream.state_dict()}
         >>> loader = TrainerLoader(MapStream(rows), batch_size=4)
         >>> loader.load_state_dict([rank_state(0), rank_state(1)])
@@ -398,7 +398,7 @@ class TrainerLoader(PassLoader):
                 self._load_resized(ranks)
                 return
             state = ranks[self.rank]
-        elif isinstance(state, Mapping) and state.get("format") == STATE_FORMAT and saved_world(state) not in (
+        elif isinstance(state, Mapping) and state.get("format") == TRAINER_LOADER_FORMAT and saved_world(state) not in (
                 self.world_size, None):
             raise StateError(
                 f"the TrainerLoader state is rank {state.get('rank')!r}'s of a job of world_size="

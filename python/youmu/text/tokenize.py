@@ -63,8 +63,9 @@ class Tokenize:
             ``transformers``' ``add_special_tokens``). A tokenizer that adds no EOS
             (most LLaMA-style ones) gets one from ``pack(..., eos_id=...)``.
         keep_columns: keep the row's other columns (the text column is dropped).
-        batch_rows: rows tokenized per call (a page's rows or less; default
-            :data:`youmu.batched.BATCH_ROWS`).
+        batch_rows: the most rows tokenized per call (default
+            :data:`youmu.batched.BATCH_ROWS`; a pass's first calls take fewer,
+            :func:`youmu.batched.chunk_sizes`).
 
     The result is exactly what the tokenizer gives for each text on its own: the batch
     only decides how many texts its threads share. The stream's state counts rows,
@@ -74,6 +75,12 @@ class Tokenize:
     ``tokenizers`` encodes on one thread (its guard against waiting on threads the
     fork did not copy); ``TOKENIZERS_PARALLELISM=true`` turns that guard off, and such
     workers then hang. Parallelism across workers comes from ``num_workers``.
+
+    Hand-off: a worker tokenizes as fast as the tokenizer alone, but a row handed to the
+    training process alone costs torch a shared-memory segment per tensor, more than
+    tokenizing it. Hand rows over in batches (``DataLoader(ds, batch_size=8,
+    collate_fn=youmu.torch.SendCollate(lm_collate))``, :func:`~youmu.torch.pack`, or
+    ``TrainerLoader``), as ``benches/bench_text.py`` measures.
     """
 
     #: called with a table of rows (youmu.batched)
