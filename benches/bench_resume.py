@@ -40,6 +40,7 @@ import youmu
 from youmu.resume import Origin, deal, remaining_after, shard_plan
 from youmu.sharding import Shard
 from youmu.shuffle import ShardPlan, all_window_rows, row_chunk_rows
+from youmu.shufflemodes import ShuffleMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import PEERS_PYTHON, peers_python, run_phase  # noqa: E402
@@ -196,7 +197,7 @@ def main() -> None:
         return
     page_rows = np.full(a.rows // a.page_rows, a.page_rows, dtype=np.int64)
     rng = np.random.default_rng(0)
-    for mode in ("page", "row"):
+    for mode in (ShuffleMode.PAGE, ShuffleMode.ROW):
         for frac in (0.01, 0.5, 0.99):
             states = _states(page_rows, mode, frac, rng)
             merged = youmu.merge_states(states)

@@ -4,16 +4,22 @@ against ``tokenizers``' ``encode_batch`` alone on the same texts, in the same
 process, with the same number of tokenizer threads — the most a loader that
 tokenizes online could deliver. Target: youmu ≥ 90% of the limit's tokens/s.
 
-Three figures: the limit, the youmu stream in this process (what a DataLoader
-worker does, without the hand-off), and one DataLoader worker (plus the hand-off of
-every sample to the main process). Each is given in wall-clock tokens/s and in
-tokens per CPU second of the process doing the work (this one, or the worker: its
-CPU time as a finished child), which stays comparable on a machine shared with
-other jobs. The tokenizer is a byte-level BPE trained here on
-the generated corpus (no download); the texts are Zipf-distributed English-like words.
+The runs: the limit; ``encode_batch`` inside a forked DataLoader worker that hands
+over only a count per batch (the tokenizer's own cost in a worker: a second
+baseline); the youmu stream in this process (a worker's work without the hand-off);
+and the stream through DataLoader workers, handed over the ways youmu's loaders and
+their users do it: each row alone by torch (``batch_size=None``: a shared-memory
+segment per tensor), each row alone through youmu's ``SendCollate`` (what
+``DynamicBatchLoader`` does with workers), batches of 8 padded by ``lm_collate`` in the
+worker (torch's hand-off, and ``SendCollate``'s as ``TrainerLoader`` does it), over 1
+and 2 fork workers and 1 spawn worker. Each figure is tokens per wall second and
+tokens per CPU second of the whole process tree (this process and its workers), the
+median of ``--repeat`` interleaved runs, with the load average beside it (the
+machine may be shared). The tokenizer is a byte-level BPE trained here on the
+generated corpus (no download); the texts are Zipf-distributed English-like words.
 
-The DataLoader worker tokenizes on one thread whatever ``--threads`` says (see the
-comment in ``main``): compare it with ``--threads 1``.
+Workers tokenize on one thread whatever ``--threads`` says (see the comment in
+``main``): compare them with ``--threads 1``.
 
 ``--chat``: chat templating instead. ``youmu.text.ChatTemplate`` against the
 tokenizer's own ``apply_chat_template`` (``transformers``) alone on the same chats,
@@ -26,7 +32,7 @@ in the process, and through one DataLoader worker. A sanity check first: every r
 ``input_ids`` must be the template's ids and its ``labels`` the ids the template marks
 as the assistant's (``-100`` elsewhere).
 
-Usage: python benches/bench_text.py [--docs 4000] [--threads 1] [--repeat 3]
+Usage: python benches/bench_text.py [--docs 4000] [--threads 1] [--repeat 5]
        python benches/bench_text.py --chat [--chats 2048] [--repeat 3]
 """
 
@@ -35,11 +41,14 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import torch.utils.data
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -76,6 +85,11 @@ def _cpu(children: bool) -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _tree_cpu() -> float:
+    """CPU seconds of this process and its finished children (workers that exited)."""
+    return _cpu(False) + _cpu(True)
+
+
 def limit(tok, texts: list[str], batch: int) -> tuple[float, float, int]:
     """``encode_batch`` alone on the texts, ``batch`` at a time, ids taken out:
     ``(wall s, CPU s, tokens)``."""
@@ -86,51 +100,86 @@ def limit(tok, texts: list[str], batch: int) -> tuple[float, float, int]:
     return time.perf_counter() - t, _cpu(False) - c, tokens
 
 
-def youmu_stream(path: Path, transform, workers: int, column: str = "text",
-                 batch_size: int | None = None) -> tuple[float, float, int]:
+class EncodeInWorker(torch.utils.data.IterableDataset):
+    """``encode_batch`` on the texts, ``batch`` at a time, in a DataLoader worker that
+    hands over one count per batch: the tokenizer's cost in a worker, hand-off aside."""
+
+    def __init__(self, tok: Any, texts: list[str], batch: int) -> None:
+        self.tok, self.texts, self.batch = tok, texts, batch
+
+    def __iter__(self) -> Any:
+        for i in range(0, len(self.texts), self.batch):
+            yield sum(len(e.ids) for e in self.tok.encode_batch(self.texts[i:i + self.batch]))
+
+
+def limit_in_worker(tok, texts: list[str], batch: int) -> tuple[float, float, int]:
+    """:class:`EncodeInWorker` through one fork worker: ``(wall s, tree CPU s, tokens)``."""
+    loader = torch.utils.data.DataLoader(EncodeInWorker(tok, texts, batch), batch_size=None, num_workers=1,
+                                         multiprocessing_context="fork")
+    t, c = time.perf_counter(), _tree_cpu()
+    tokens = sum(int(n) for n in loader)
+    wall = time.perf_counter() - t
+    del loader
+    return wall, _tree_cpu() - c, tokens
+
+
+def _keep(x: Any) -> Any:
+    return x
+
+
+def youmu_stream(path: Path, transform, workers: int, column: str = "text", batch_size: int | None = None,
+                 send: bool = False, context: str = "fork") -> tuple[float, float, int]:
     """The stream's rows through ``transform`` (``Tokenize``, ``ChatTemplate``) in this
-    process (0) or through a DataLoader worker (1), each sample handed over alone or
-    ``batch_size`` at a time (padded by ``lm_collate`` in the worker, as a trainer's
-    loader does): ``(wall s, CPU s of the process that tokenized, tokens)``."""
+    process (0) or through ``workers`` DataLoader workers started by ``context``, each
+    row handed over alone or ``batch_size`` at a time (padded by ``lm_collate`` in the
+    worker, as a trainer's loader does), by torch or through youmu's ``SendCollate``
+    (``send``): ``(wall s, CPU s of the process tree, tokens)``."""
     from torch.utils.data import DataLoader
 
     from youmu.torch import YoumuDataset, lm_collate
+    from youmu.torch.sendable import SendCollate
 
     ds = YoumuDataset(path, columns=[column], shuffle="page", seed=0, output="numpy", transform=transform)
+    source: Any
     if workers == 0:
-        source: Any = ds
-    elif batch_size is None:
-        source = DataLoader(ds, batch_size=None, num_workers=workers)
+        source = ds
     else:
-        source = (
-            {"input_ids": ids[mask.bool()]}
-            for b in DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=lm_collate)
-            for ids, mask in zip(b["input_ids"], b["attention_mask"])
-        )
-    t, c = time.perf_counter(), _cpu(workers > 0)
-    tokens = sum(len(x["input_ids"]) for x in source)
+        collate = _keep if batch_size is None else lm_collate
+        kw: dict[str, Any] = dict(batch_size=batch_size, num_workers=workers, multiprocessing_context=context)
+        if send or batch_size is not None:
+            kw["collate_fn"] = SendCollate(collate) if send else collate
+        source = DataLoader(ds, **kw)
+    t, c = time.perf_counter(), _tree_cpu()
+    if batch_size is None:
+        tokens = sum(len(x["input_ids"]) for x in source)
+    else:
+        tokens = sum(int(b["attention_mask"].sum()) for b in source)
     wall = time.perf_counter() - t
-    del source  # the worker exits: its CPU time joins RUSAGE_CHILDREN
-    return wall, _cpu(workers > 0) - c, tokens
+    del source  # the workers exit: their CPU time joins RUSAGE_CHILDREN
+    return wall, _tree_cpu() - c, tokens
 
 
-def best_of(runs: list[tuple[str, Any]], repeat: int, unit: str = "tokens") -> tuple[dict[str, float], dict[str, float], int]:
-    """``runs`` (name, ``() -> (wall s, CPU s, count)``) interleaved ``repeat`` times,
-    best of each (the least disturbed run): ``(wall, cpu, count)``; every run must
-    count the same."""
-    wall: dict[str, float] = {}
-    cpu: dict[str, float] = {}
+def median_of(runs: list[tuple[str, Any]], repeat: int, unit: str = "tokens") -> tuple[dict[str, float], dict[str, float], int, list[float]]:
+    """``runs`` (name, ``() -> (wall s, CPU s, count)``) interleaved ``repeat`` times
+    (a shared machine's load moves: each run sees the same mix): the median of each,
+    ``(wall, cpu, count, load averages seen)``; every run must count the same."""
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
+    loads = []
     for r in range(repeat):
         for name, run in runs:
+            loads.append(os.getloadavg()[0])
             secs, cpu_secs, n = run()
-            wall[name] = min(wall.get(name, float("inf")), secs)
-            cpu[name] = min(cpu.get(name, float("inf")), cpu_secs)
+            walls.setdefault(name, []).append(secs)
+            cpus.setdefault(name, []).append(cpu_secs)
             counts[name] = n
             print(f"  run {r}: {name}: {n / secs / 1e6:.3f} M {unit}/s wall, "
-                  f"{n / cpu_secs / 1e6:.3f} M per CPU s ({secs:.2f} s)", flush=True)
+                  f"{n / cpu_secs / 1e6:.3f} M per CPU s ({secs:.2f} s, load {loads[-1]:.1f})", flush=True)
     assert len(set(counts.values())) == 1, counts  # the same tokens everywhere
-    return wall, cpu, next(iter(counts.values()))
+    wall = {k: statistics.median(v) for k, v in walls.items()}
+    cpu = {k: statistics.median(v) for k, v in cpus.items()}
+    return wall, cpu, next(iter(counts.values())), loads
 
 
 def chat_data(d: Path, chats: int, seed: int) -> tuple[Path, Any]:
@@ -209,7 +258,7 @@ def chat(args: argparse.Namespace) -> None:
             ("the same, batches of 8 collated in the worker",
              lambda: youmu_stream(path, transform, 1, "messages", batch_size=8)),
         ]
-        wall, cpu, n = best_of(runs, args.repeat)
+        wall, cpu, n, _ = median_of(runs, args.repeat)
     rows = args.chats
     print("\n| measurement | chats/s (wall) | M tokens/s (wall) | vs limit | chats per CPU s | M tokens per CPU s "
           "| vs limit |\n|---|---|---|---|---|---|---|")
@@ -224,10 +273,11 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=4_000)
     ap.add_argument("--threads", type=int, default=1, help="tokenizer threads (RAYON_NUM_THREADS), both sides")
     ap.add_argument("--vocab", type=int, default=16_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--chat", action="store_true", help="ChatTemplate against apply_chat_template instead")
     ap.add_argument("--chats", type=int, default=2048, help="--chat: chats generated")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="", help="comma-separated run numbers (1-8) to run beside the limit")
     args = ap.parse_args()
     if os.environ.get("RAYON_NUM_THREADS") != str(args.threads):  # rayon reads it once, at its pool's start
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)
@@ -254,14 +304,34 @@ def main() -> None:
               f"vocab {args.vocab}, {args.threads} tokenizer thread(s)", flush=True)
         from youmu.text import Tokenize
 
-        wall, cpu, n = best_of([
-            ("encode_batch alone (the limit)", lambda: limit(tok, texts, BATCH_ROWS)),
-            ("youmu stream + Tokenize, in-process", lambda: youmu_stream(path, Tokenize(tok), 0)),
-            ("youmu stream + Tokenize, 1 DataLoader worker", lambda: youmu_stream(path, Tokenize(tok), 1)),
-        ], args.repeat)
-        base_wall = n / wall["encode_batch alone (the limit)"]
-        base_cpu = n / cpu["encode_batch alone (the limit)"]
-        print("\n| measurement | M tokens/s (wall) | vs limit | M tokens per CPU s | vs limit |\n|---|---|---|---|---|")
+        limit_name = "encode_batch alone, in the process (the limit)"
+        runs = [
+            (limit_name, lambda: limit(tok, texts, BATCH_ROWS)),
+            ("encode_batch in 1 fork worker, a count per batch handed over",
+             lambda: limit_in_worker(tok, texts, BATCH_ROWS)),
+            ("youmu stream + Tokenize, in the process", lambda: youmu_stream(path, Tokenize(tok), 0)),
+            ("1 fork worker, each row alone by torch (batch_size=None)",
+             lambda: youmu_stream(path, Tokenize(tok), 1)),
+            ("1 fork worker, each row alone through SendCollate (DynamicBatchLoader's)",
+             lambda: youmu_stream(path, Tokenize(tok), 1, send=True)),
+            ("1 fork worker, batches of 8 by lm_collate, torch's hand-off",
+             lambda: youmu_stream(path, Tokenize(tok), 1, batch_size=8)),
+            ("1 fork worker, batches of 8 by lm_collate through SendCollate (TrainerLoader's)",
+             lambda: youmu_stream(path, Tokenize(tok), 1, batch_size=8, send=True)),
+            ("2 fork workers, batches of 8 through SendCollate",
+             lambda: youmu_stream(path, Tokenize(tok), 2, batch_size=8, send=True)),
+            ("1 spawn worker, batches of 8 through SendCollate",
+             lambda: youmu_stream(path, Tokenize(tok), 1, batch_size=8, send=True, context="spawn")),
+        ]
+        if args.only:
+            runs = [r for i, r in enumerate(runs) if i == 0 or str(i) in args.only.split(",")]
+        wall, cpu, n, loads = median_of(runs, args.repeat)
+        base_wall = n / wall[limit_name]
+        base_cpu = n / cpu[limit_name]
+        print(f"\nmedians of {args.repeat} runs; load average (1 min) {min(loads):.1f}–{max(loads):.1f}, "
+              f"median {statistics.median(loads):.1f}")
+        print("\n| measurement | M tokens/s (wall) | vs limit | M tokens per CPU s (process tree) | vs limit |\n"
+              "|---|---|---|---|---|")
         for name in wall:
             w, c = n / wall[name], n / cpu[name]
             print(f"| {name} | {w / 1e6:.3f} | {w / base_wall:.2f}× | {c / 1e6:.3f} | {c / base_cpu:.2f}× |")

@@ -68,7 +68,7 @@ def window_global_rows(
 ) -> np.ndarray:
     """Global row ids of the ``i``-th window (row-mode chunk) of ``plan``, in stream order
     (the whole window: :func:`plan_rows` keeps the shard's part of it)."""
-    if plan.mode == "row":
+    if plan.mode.permutes_rows:
         return np.asarray(plan.rows_of(i), dtype=np.int64)
     page_rows = np.asarray(page_rows, dtype=np.int64)
     first = page_first_rows(page_rows) if first_rows is None else first_rows
@@ -91,7 +91,7 @@ def plan_rows(plan: ShardPlan, page_rows: np.ndarray, n: int | None = None) -> n
     i = 0
     while have < total:
         rows = window_global_rows(plan, page_rows, i, first)
-        if plan.mode != "row":  # the shard's part of the window (drop_last splits some)
+        if not plan.mode.permutes_rows:  # the shard's part of the window (drop_last splits some)
             skip = int(plan.window_skip[i])
             rows = rows[skip : skip + int(plan.window_rows[i])]
         out.append(rows[: total - have])
@@ -125,7 +125,7 @@ def window_distinct_pages(plan: ShardPlan, page_rows: np.ndarray, page_labels: n
     (row-mode chunk) of the plan, in stream order."""
     out = []
     for i in range(len(plan.window_ids)):
-        if plan.mode == "row":
+        if plan.mode.permutes_rows:
             pages = np.unique(rows_to_pages(plan.rows_of(i), page_rows))
         else:
             pages = np.unique(np.asarray(plan.pages_of(i), dtype=np.int64))

@@ -204,8 +204,9 @@ def _failing(shard: list[Any], after: int):
 
 
 def scenario_failure(rank: int, world: int, store: Any) -> str:
-    """Rank 1's source raises: rank 1 sees its own error, the others RankFailedError
-    at once (well before the 30 s collective timeout)."""
+    """Rank 1's source raises: rank 1 sees its own error (as the cause of the
+    PrefetchError its planning thread raises), the others RankFailedError at once (well
+    before the 30 s collective timeout)."""
     from youmu.distributed import GlooChannel
     from youmu.planning import BalancedLoader
 
@@ -218,7 +219,8 @@ def scenario_failure(rank: int, world: int, store: Any) -> str:
         for _ in loader:
             pass
     except Exception as e:  # noqa: BLE001
-        return f"{type(e).__name__} after {time.monotonic() - start:.1f}s"
+        cause = f" from {type(e.__cause__).__name__}" if e.__cause__ is not None else ""
+        return f"{type(e).__name__}{cause} after {time.monotonic() - start:.1f}s"
     return "no error"
 
 

@@ -41,7 +41,9 @@ def outcomes() -> dict[str, list[dict]]:
 @pytest.mark.timeout(300)
 def test_worker_failure_raises_on_every_rank(outcomes) -> None:
     r0, r1 = outcomes["worker"]
-    assert r1["error"] == "RuntimeError" and "synthetic preprocessing failure" in r1["message"]
+    # the fetcher thread met the worker's error: typed, naming the loader, the cause's message kept
+    assert r1["error"] == "PrefetchError" and "synthetic preprocessing failure" in r1["message"]
+    assert "DynamicBatchLoader (rank 1) drawing its samples ahead" in r1["message"]
     assert r0["error"] == "RankFailedError" and "[1]" in r0["message"]
     assert max(r0["seconds"], r1["seconds"]) < FAST  # propagated at once, not by a timeout
 

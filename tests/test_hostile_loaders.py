@@ -1,5 +1,5 @@
 """Hostile use of the loaders that trainers iterate: workers whose batches cannot leave
-them, absurd batch sizes, edited or foreign ``TrainerLoader`` states, a resume on
+them, read-ahead threads whose source fails, absurd batch sizes, edited or foreign ``TrainerLoader`` states, a resume on
 another number of DataLoader workers, and arguments of the wrong type.
 
 Each case ends in a typed youmu error naming what is wrong — never a hang (every test
@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from youmu.batching import DynamicBatchLoader
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, StateError
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, PrefetchError, StateError
 from youmu.integrations.lightning import YoumuDataModule
-from youmu.integrations.trainer_loader import GATHERED_FORMAT, STATE_FORMAT, TrainerLoader
+from youmu.integrations.trainer_loader import GATHERED_FORMAT, TRAINER_LOADER_FORMAT, TrainerLoader
 from youmu.planning import BalancedLoader
 from youmu.torch import MapStream
 from youmu.torch.sendable import SendCollate, unpicklable_field
@@ -95,6 +95,68 @@ def test_a_batch_made_in_a_worker_reaches_the_trainer_unchanged() -> None:
     assert isinstance(next(iter(loader))["input_ids"], torch.Tensor)
 
 
+# -- a read-ahead thread whose source fails ---------------------------------------------------
+class FailsAtThird:
+    """A user's loader whose third batch fails with ``error``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __iter__(self) -> Any:
+        yield {"x": torch.ones(1)}
+        yield {"x": torch.ones(1)}
+        raise self.error
+
+
+@pytest.mark.timeout(60)
+def test_a_prefetcher_whose_loader_fails_names_it_at_the_failed_batch_with_the_cause() -> None:
+    from youmu.torch import Prefetcher
+
+    it = iter(Prefetcher(FailsAtThird(ZeroDivisionError("the user's batch code divided by zero")), depth=2))
+    next(it), next(it)  # the batches before the failure arrive
+    with pytest.raises(PrefetchError, match=r"^Prefetcher over FailsAtThird fetching its batches ahead failed on its "
+                       r"background thread 'youmu-prefetch': ZeroDivisionError: the user's batch code") as info:
+        next(it)
+    assert isinstance(info.value.__cause__, ZeroDivisionError) and isinstance(info.value, LoaderError)
+    assert info.value.__cause__.__traceback__ is not None  # the thread's traceback comes along
+
+
+@pytest.mark.timeout(60)
+def test_a_youmu_error_on_a_read_ahead_thread_keeps_its_kind() -> None:
+    from youmu.torch import Prefetcher
+
+    it = iter(Prefetcher(FailsAtThird(StateError("field 'epoch' of the state is -1")), depth=2))
+    next(it), next(it)
+    with pytest.raises(StateError, match="field 'epoch'") as info:
+        next(it)
+    assert not isinstance(info.value, PrefetchError)
+
+
+@pytest.mark.timeout(60)
+def test_a_balanced_loader_whose_collate_fails_ahead_names_itself() -> None:
+    def collate(samples: list[Any]) -> Any:
+        raise KeyError("input_ids")
+
+    loader = BalancedLoader(ROWS, num_microbatches=2, global_batch_size=4, cost="llama-12b", length_fn=lengths,
+                            collate_fn=collate, prefetch=1)
+    with pytest.raises(PrefetchError, match=r"^BalancedLoader \(rank 0\) computing its steps ahead failed on its "
+                       r"background thread 'youmu-balanced-r0': KeyError: 'input_ids'") as info:
+        next(iter(loader))
+    assert isinstance(info.value.__cause__, KeyError)
+    loader.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_dynamic_batch_loader_whose_length_fn_fails_ahead_names_itself() -> None:
+    loader = DynamicBatchLoader(ROWS, token_budget=16, length_fn=lambda s: s["no_such_field"], num_workers=0,
+                                collate_fn=None, data_timeout=300)
+    with pytest.raises(PrefetchError, match=r"^DynamicBatchLoader \(rank 0\) drawing its samples ahead failed on "
+                       r"its background thread 'youmu-fetcher-r0': KeyError: 'no_such_field'") as info:
+        next(iter(loader))
+    assert isinstance(info.value.__cause__, KeyError)
+    loader.close()
+
+
 # -- absurd sizes -----------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("size", [2**70, 2**40, 10**12])
@@ -147,7 +209,7 @@ def test_a_trainer_loader_state_resumes_on_another_number_of_workers_exactly(sav
     it = iter(before)
     seen = [i for _ in range(3) for i in next(it)["id"].tolist()]
     state = before.state_dict()
-    assert state["format"] == STATE_FORMAT
+    assert state["format"] == TRAINER_LOADER_FORMAT
     loader = TrainerLoader(MapStream(ROWS), batch_size=2, num_workers=workers)
     loader.load_state_dict(state)
     rest = [i for b in loader for i in b["id"].tolist()]

@@ -234,7 +234,7 @@ def test_storage_modules_stay_small() -> None:
 
 # Past this many lines a Rust module holds several ideas, to be split by idea, unless the
 # first line of its doc comment says it is one algorithm (and which).
-MODULE_LINES = 520
+MODULE_LINES = 500
 
 
 def test_rust_modules_stay_small_unless_one_algorithm() -> None:
@@ -521,6 +521,31 @@ def test_each_state_format_tag_is_written_once() -> None:
     assert not bad, "import the owner's format constant instead of writing the tag again: " + "; ".join(bad)
 
 
+def _format_constants(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Module-level names bound to a format tag, with the modules binding each."""
+    names: dict[str, list[str]] = {}
+    for name, text in sources.items():
+        for n in ast.parse(text).body:
+            target = n.targets[0] if isinstance(n, ast.Assign) and len(n.targets) == 1 else getattr(n, "target", None)
+            value = getattr(n, "value", None)
+            if (isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str)
+                    and _FORMAT_TAG.match(value.value)):
+                names.setdefault(target.id, []).append(name)
+    return names
+
+
+def test_each_state_format_constant_has_its_own_name() -> None:
+    """A tag's constant says whose states it marks (``BALANCED_LOADER_FORMAT``), so a
+    merge table or an import reads without renaming (``as``) what four modules call
+    alike."""
+    names = _format_constants(_python_sources())
+    alike = {k: v for k, v in names.items() if len(v) > 1}
+    assert not alike, f"name each owner's format tag for its owner: {alike}"
+    assert "STATE_FORMAT" not in names, names["STATE_FORMAT"]
+    assert _format_constants({"youmu.a": 'X_FORMAT = "youmu.A/1"\n', "youmu.b": 'X_FORMAT: str = "youmu.B/2"\n'}) == {
+        "X_FORMAT": ["youmu.a", "youmu.b"]}
+
+
 def test_a_repeated_format_tag_is_caught() -> None:
     sources = {"youmu.a": 'STATE_FORMAT = "youmu.A/1"\n',
                "youmu.b": '"""Saves ``"youmu.A/1"`` states."""\nif s["format"] == "youmu.A/1":\n    pass\n'}
@@ -622,3 +647,68 @@ def test_merging_stream_states_never_imports_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+
+
+# The shuffle modes' names: only their owner, `youmu.shufflemodes.ShuffleMode`, compares them
+# (everyone else asks a mode's properties). "none" is a value of other settings too, so
+# it counts only against an operand named like a shuffle mode.
+_SHUFFLE_OWNER = "youmu.shufflemodes"
+_MODE_NAMES = ("page", "row", "local", "none")
+_SHARED_WORDS = {"none"}
+_MODE_OPERAND = re.compile(r"mode|shuffle", re.IGNORECASE)
+
+
+def _operand_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Call):
+        return _operand_name(node.func)
+    return ""
+
+
+def _words(node: ast.AST) -> list[str]:
+    """The string literals of ``node``: itself, or the items of a tuple/list/set."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [x.value for x in items if isinstance(x, ast.Constant) and isinstance(x.value, str)]
+
+
+def _mode_comparisons(sources: dict[str, str]) -> list[str]:
+    """Comparisons (``==``, ``!=``, ``in``, ``match`` cases) against a shuffle mode's
+    name outside the module that owns the modes."""
+    found: dict[str, set[str]] = {}
+    for name, text in sources.items():
+        if name == _SHUFFLE_OWNER:
+            continue
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.Compare):
+                pairs = [(a, b) for a in [n.left, *n.comparators] for b in [n.left, *n.comparators] if a is not b]
+            elif isinstance(n, ast.Match):
+                pairs = [(p.value, n.subject) for c in n.cases for p in ast.walk(c.pattern)
+                         if isinstance(p, ast.MatchValue)]
+            else:
+                continue
+            found.setdefault(f"{name}:{n.lineno}", set()).update(
+                w for literal, other in pairs for w in _words(literal) if w in _MODE_NAMES
+                and (w not in _SHARED_WORDS or _MODE_OPERAND.search(_operand_name(other))))
+    return sorted(f"{at} compares {', '.join(map(repr, sorted(words)))}" for at, words in found.items() if words)
+
+
+def test_only_the_shuffle_module_names_the_shuffle_modes() -> None:
+    from youmu.shufflemodes import SHUFFLE_MODES
+
+    assert set(SHUFFLE_MODES) == set(_MODE_NAMES), "a new mode: add it to _MODE_NAMES"
+    bad = _mode_comparisons(_python_sources())
+    assert not bad, "ask the mode (youmu.shufflemodes.ShuffleMode's properties), don't compare its name: " + "; ".join(bad)
+
+
+def test_a_mode_compared_by_name_is_caught() -> None:
+    sources = {"youmu.a": 'def f(plan, spec, kind, scaling):\n'
+                          '    if plan.mode == "row" or "local" != spec.shuffle:\n        pass\n'
+                          '    if spec.shuffle_mode in ("page", "none"):\n        pass\n'
+                          '    if kind == "none" or scaling == "none":\n        pass\n'
+                          '    match spec.shuffle:\n        case "row":\n            pass\n',
+               "youmu.shufflemodes": 'def g(mode):\n    return mode == "page"\n'}
+    assert _mode_comparisons(sources) == ["youmu.a:2 compares 'local', 'row'", "youmu.a:4 compares 'none', 'page'",
+                                          "youmu.a:8 compares 'row'"]

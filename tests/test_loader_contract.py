@@ -37,6 +37,11 @@ KINDS = ["dynamic", "balanced", "ray"]
 LOADER_CLASSES = {"dynamic": "youmu.batching.dynamic_loader.DynamicBatchLoader",
                   "balanced": "youmu.planning.balanced_loader.BalancedLoader",
                   "ray": "youmu.ray.client.RayBalancedLoader"}
+#: loaders that adapt a loader or stream for trainers: they keep the contract's shared face
+#: (read-only ``epoch`` under the one epoch rule, ``close(timeout=None)``, ``with``) but not
+#: its passes — a new ``iter()`` after a finished pass is the next epoch, as trainers expect
+#: (youmu.integrations.trainer_loader) — so they are walked by the tests at the end, not by ``make``
+ADAPTER_CLASSES = {"trainer": "youmu.integrations.trainer_loader.TrainerLoader"}
 STREAMS = ["youmu_dataset", "map_stream", "pack"]
 _STREAM = {k: v for k, v in rs.STREAM.items() if k != "columns"}
 _PLAN = dict(num_microbatches=2, global_batch_size=16, cost="llama-12b", seed=3)
@@ -161,8 +166,9 @@ def _loader_classes() -> set[str]:
 
 
 def test_every_loader_in_the_package_is_walked_by_these_tests() -> None:
-    """A new loader class must be added to ``KINDS`` (and so to every test here)."""
-    assert _loader_classes() == set(LOADER_CLASSES.values())
+    """A new loader class must be added to ``KINDS`` (and so to every test here), or be an
+    adapter walked by the adapter tests."""
+    assert _loader_classes() == set(LOADER_CLASSES.values()) | set(ADAPTER_CLASSES.values())
 
 
 def test_a_loader_outside_the_walk_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,13 +182,13 @@ def test_a_loader_outside_the_walk_is_caught(tmp_path: Path, monkeypatch: pytest
     assert _loader_classes() == {"youmu.stray.Stray"}
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + list(ADAPTER_CLASSES))
 def test_every_loader_shares_the_one_pass_bookkeeping(kind: str) -> None:
     import importlib
 
     from youmu.passes import PassLoader
 
-    module, name = LOADER_CLASSES[kind].rsplit(".", 1)
+    module, name = {**LOADER_CLASSES, **ADAPTER_CLASSES}[kind].rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
     assert issubclass(cls, PassLoader)
     assert cls.epoch is PassLoader.epoch and cls.__enter__ is PassLoader.__enter__
@@ -510,3 +516,88 @@ def test_trainer_loader_follows_the_one_epoch_rule(make_trainer_loader: Callable
     fresh.set_epoch(3)
     ref.set_epoch(3)
     assert _trainer_pass(fresh) == _trainer_pass(ref)
+
+
+
+def test_trainer_loader_keeps_the_contracts_face(make_trainer_loader: Callable[[], Any]) -> None:
+    """Over any stream: the loader protocol, a read-only int ``epoch`` and one ``close``."""
+    import inspect
+
+    from youmu.stateful import Loader
+
+    loader = make_trainer_loader()
+    assert isinstance(loader, Loader)
+    params = inspect.signature(loader.close).parameters
+    assert list(params) == ["timeout"] and params["timeout"].default is None
+    assert type(loader.epoch) is int and loader.epoch == 0
+    with pytest.raises(AttributeError):
+        loader.epoch = 3
+    _trainer_pass(loader)
+    assert type(loader.epoch) is int and loader.epoch == 0
+
+
+def test_trainer_loader_close_and_with_stop_the_pass_in_progress(make_trainer_loader: Callable[[], Any]) -> None:
+    """``close(timeout)`` stops the pass in progress, idempotently; ``with`` closes on the
+    way out, however the block is left; the loader stays usable."""
+    loader = make_trainer_loader()
+    full = _trainer_pass(loader)
+    loader.set_epoch(0)
+    it = iter(loader)
+    next(it)
+    loader.close(timeout=1.0)
+    assert next(it, None) is None
+    loader.close()
+    with pytest.raises(KeyError), loader as same:
+        assert same is loader
+        it = iter(loader)
+        next(it)
+        raise KeyError("the block fails")
+    assert next(it, None) is None and loader.epoch == 0
+    assert _trainer_pass(loader) == full
+
+
+def test_trainer_loader_starts_a_left_pass_s_epoch_afresh(make_trainer_loader: Callable[[], Any]) -> None:
+    """A pass the trainer left early (no state loaded since) is not continued: the next
+    ``iter()`` delivers the whole epoch again, every batch of it, as its source's next pass
+    does (youmu.stateful's loader contract)."""
+    loader = make_trainer_loader()
+    full = _trainer_pass(loader)
+    loader.set_epoch(0)
+    it = iter(loader)
+    assert _batch_ids(next(it)) == full[0]
+    del it
+    assert _trainer_pass(loader) == full and loader.epoch == 0
+    _trainer_pass(loader)
+    assert loader.epoch == 1  # then the next epoch, as ever
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "balanced"])
+def test_trainer_loader_closes_its_loader_source_s_pass(path: str, kind: str) -> None:
+    """Over a loader of ``(batch, info)`` pairs, ``close(timeout)`` closes the source's pass
+    too: its background thread is gone when ``close`` returns."""
+    import threading
+
+    from youmu.integrations import TrainerLoader
+
+    def ids(rows: list[Any]) -> dict[str, Any]:
+        return {"id": [int(r["id"]) for r in rows]}
+
+    if kind == "dynamic":
+        from youmu.batching import DynamicBatchLoader
+
+        source: Any = DynamicBatchLoader(_dataset(path), token_budget=600, length_fn=lambda s: len(s["input_ids"]),
+                                         pool_size=16, num_workers=0, collate_fn=ids)
+    else:
+        from youmu.planning import BalancedLoader
+
+        source = BalancedLoader({"web": _dataset(path)}, schedule={"web": 1}, prefetch=1, collate_fn=ids, **_PLAN)
+    with source:
+        before = set(threading.enumerate())
+        loader = TrainerLoader(source)
+        with loader:
+            it = iter(loader)
+            next(it)
+            assert set(threading.enumerate()) - before  # the pass runs on its own thread
+        assert next(it, None) is None
+        assert not [t for t in set(threading.enumerate()) - before if t.is_alive()]
+        loader.close(timeout=1.0)

@@ -39,7 +39,7 @@ from youmu.planning import (
     pack_microbatch,
 )
 from youmu.planning.balance import balance_detailed
-from youmu.planning.checkpoint import STATE_FORMAT
+from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT
 from youmu.planning.metrics import MAX_SLOTS
 from youmu.planning.settings import MAX_MICROBATCHES
 
@@ -217,7 +217,7 @@ def saved() -> dict[str, Any]:
     for _ in range(3):
         next(it)
     state = pickle.loads(pickle.dumps(loader.state_dict()))
-    assert state["mode"] == "state" and state["carry"] == [] and state["format"] == STATE_FORMAT
+    assert state["mode"] == "state" and state["carry"] == [] and state["format"] == BALANCED_LOADER_FORMAT
     state["carry"] = [(99, 0, [5], 5, {"id": 99, "input_ids": [0] * 5})]  # a held sample, as a budget leaves
     return state
 

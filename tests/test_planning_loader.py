@@ -16,8 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planning_mp as mp  # noqa: E402
 
 from youmu import statefile  # noqa: E402
+from youmu.errors import PrefetchError  # noqa: E402
 from youmu.planning import BalancedLoader, CostModel, MicroBatchInfo, pack_microbatch  # noqa: E402
-from youmu.planning.checkpoint import STATE_FORMAT  # noqa: E402
+from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT  # noqa: E402
 
 
 def _sid(s: dict[str, Any]) -> int:
@@ -115,8 +116,12 @@ def test_source_error_surfaces_in_the_trainer() -> None:
         yield {"id": 0, "input_ids": [1, 2]}
         raise KeyError("broken shard")
 
-    with pytest.raises(KeyError, match="broken shard"):
+    with pytest.raises(KeyError, match="broken shard"):  # planned in the trainer's thread: the error as it is
+        list(BalancedLoader(bad(), num_microbatches=1, global_batch_size=1, id_fn=_sid, prefetch=0))
+    # planned ahead on a thread: a PrefetchError naming the loader, chained from the error
+    with pytest.raises(PrefetchError, match="BalancedLoader .* computing its steps ahead .*broken shard") as info:
         list(BalancedLoader(bad(), num_microbatches=1, global_batch_size=1, id_fn=_sid, prefetch=1))
+    assert isinstance(info.value.__cause__, KeyError)
 
 
 def test_pack_microbatch_keeps_packed_boundaries() -> None:
@@ -179,7 +184,7 @@ def test_two_ranks_failure_propagates_fast() -> None:
     res = mp.run_world(mp.scenario_failure, 2, timeout=90)
     assert [s for s, _ in res] == ["ok", "ok"], res
     r0, r1 = res[0][1], res[1][1]
-    assert r1.startswith("_Boom")
+    assert r1.startswith("PrefetchError from _Boom")
     assert r0.startswith("RankFailedError")
     assert float(r0.split(" after ")[1].rstrip("s")) < 20  # not the 30 s collective timeout
 
@@ -348,7 +353,7 @@ def test_resume_from_a_youmu_dataset_state(tmp_path: Path) -> None:
 def test_resume_state_is_checked() -> None:
     data = mp.dataset(40)
     state = _balanced(data).state_dict()
-    assert state["format"] == STATE_FORMAT and (state["step"], state["microbatch"]) == (0, 0)
+    assert state["format"] == BALANCED_LOADER_FORMAT and (state["step"], state["microbatch"]) == (0, 0)
     for other, key in [
         (dict(num_microbatches=2), "num_microbatches"),
         (dict(token_budget=6000), "config"),

@@ -22,6 +22,7 @@ from youmu.resume import (
 )
 from youmu.sharding import Shard
 from youmu.shuffle import ShardPlan, row_range
+from youmu.shufflemodes import ShuffleMode
 
 
 def _rows_of(units: Units, count: int) -> list[tuple[int, int]]:
@@ -142,7 +143,7 @@ def test_first_level_is_what_the_stream_plans(rows, world, workers, drop_last, c
                 assert (ru.lo.tolist(), ru.hi.tolist()) == ([lo], [hi])
                 # what the stream reads from the block, chunk by chunk, is that range
                 rows = np.concatenate([row_plan.rows_of(i) for i in range(len(row_plan.window_ids))])
-                resumed = shard_plan(ru, None, mode="row", page_rows=rows_arr, window_pages=chunk, seed=0, epoch=0,
+                resumed = shard_plan(ru, None, mode=ShuffleMode.ROW, page_rows=rows_arr, window_pages=chunk, seed=0, epoch=0,
                                      shard=shard, drop_last=drop_last, page_slices=1)
                 again = np.concatenate([resumed.rows_of(i) for i in range(len(resumed.window_ids))])
                 assert again.tolist() == rows.tolist()

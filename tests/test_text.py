@@ -94,6 +94,31 @@ def test_a_tokenizer_path_is_loaded_in_each_process(tmp_path: Path) -> None:
         assert clone(pa.table({"text": texts})).column("input_ids").to_pylist() == want
 
 
+class _CountingTokenizer:
+    """A tokenizers-like tokenizer that counts how often it is serialised."""
+
+    pickled = 0
+
+    def encode_batch(self, texts, add_special_tokens=True):  # pragma: no cover - never called
+        raise AssertionError
+
+    def to_str(self) -> str:
+        return "{}"
+
+    def __getstate__(self) -> dict:
+        type(self).pickled += 1
+        return {}
+
+
+def test_a_tokenizer_is_serialised_once_per_pickle_of_its_transform() -> None:
+    # spawn workers receive the transform pickled (once per worker start): a large
+    # vocabulary's tokenizer costs a noticeable time to serialise, so not twice
+    _CountingTokenizer.pickled = 0
+    clone = pickle.loads(pickle.dumps(Tokenize(_CountingTokenizer())))
+    assert isinstance(clone.tokenizer.get(), _CountingTokenizer)
+    assert _CountingTokenizer.pickled == 1
+
+
 # -- into pack, through DataLoader workers, resumed ----------------------------------------
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:

@@ -24,7 +24,7 @@ from youmu.errors import StateError
 from youmu.integrations import TrainerLoader
 from youmu.integrations.accelerate import prepare
 from youmu.integrations.hf import load_loader_state, loader_state_path
-from youmu.integrations.job_states import GATHERED_FORMAT, STATE_FORMAT
+from youmu.integrations.job_states import GATHERED_FORMAT, TRAINER_LOADER_FORMAT
 from youmu.statefile import write_state
 from youmu.torch import MapStream, YoumuDataset, collate_packed, collate_pad, pack
 
@@ -257,7 +257,7 @@ def test_states_of_a_foreign_kind_are_refused(jobs) -> None:
     with pytest.raises(StateError, match="non-empty list"):
         _fresh(tmp).load_state_dict({"format": GATHERED_FORMAT, "ranks": {"0": ranks[0]}})
     with pytest.raises(StateError, match="TrainerLoader.load_state_dict"):
-        _fresh(tmp).load_state_dict({"format": STATE_FORMAT.replace("/1", "/9"), "ranks": ranks})
+        _fresh(tmp).load_state_dict({"format": TRAINER_LOADER_FORMAT.replace("/1", "/9"), "ranks": ranks})
 
 
 # -- a real trainer: Accelerate saves on 2 ranks, resumes on 3 -------------------------------

@@ -52,6 +52,7 @@ __all__ = [
     "RankFailedError",
     "PeerClosedError",
     "DataStallError",
+    "PrefetchError",
     "ProtocolError",
     "LoaderUnavailableError",
     "YoumuIOError",
@@ -398,6 +399,28 @@ class PeerClosedError(LoaderError):
 
 class DataStallError(LoaderError):
     """The data source produced nothing for longer than the loader's timeout."""
+
+
+class PrefetchError(LoaderError):
+    """A loader's background thread failed while it read ahead of the consumer (the
+    ``Prefetcher``'s batches, a ``BalancedLoader``'s planned steps, a
+    ``DynamicBatchLoader``'s samples, ``PageIndex.prefetch``'s pages): the message names
+    the thread's loader and what it was doing, and the exception the thread met is the
+    ``__cause__`` (with the thread's traceback). It is raised where the consumer asks
+    for the item that failed. A youmu error met on the thread (a
+    :class:`RowError`, a :class:`StorageError`, ...) is raised as it is: it already
+    names its file or field, and callers act on its kind.
+
+    >>> from youmu.distributed import Producer
+    >>> def rows():
+    ...     yield 1
+    ...     raise KeyError("input_ids")
+    >>> try:
+    ...     list(Producer(rows, depth=1, name="demo", what="a demo reading rows ahead").start())
+    ... except PrefetchError as e:
+    ...     print(e, "|", type(e.__cause__).__name__)
+    a demo reading rows ahead failed on its background thread 'demo': KeyError: 'input_ids' | KeyError
+    """
 
 
 class ProtocolError(LoaderError):

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from youmu.errors import StateError
 from youmu.jobstates import OWNER, Merge
-from youmu.parquet import STATE_FORMAT as PARQUET_FORMAT
+from youmu.parquet import PARQUET_STREAM_FORMAT
 from youmu.stateful import state_positions
 from youmu.streamformats import MAPSTREAM_FORMAT, PACK_FORMAT
 from youmu.streammerge import merge_stream_ranks, stream_rank
@@ -41,7 +41,7 @@ from youmu.streammerge import merge_stream_ranks, stream_rank
 __all__ = ["merge_states"]
 
 #: The row streams, merged here; a wrapping stream (``pack``) has its own merge in the table.
-_ROW_STREAMS = (PARQUET_FORMAT, MAPSTREAM_FORMAT)
+_ROW_STREAMS = (PARQUET_STREAM_FORMAT, MAPSTREAM_FORMAT)
 
 #: A loader's or a wrapping stream's merge, as the table below keys it.
 _MergeFn = Callable[[Sequence[Mapping[str, Any]], Merge], dict[str, Any]]
@@ -115,15 +115,15 @@ def _mergers() -> dict[str, _Owner]:
     """Owners' own merges — loaders' and wrapping streams' — by the format constant of
     the states they save (imported on use: the loaders' packages need not be loaded to
     merge a stream's states)."""
-    from youmu.batching.config import STATE_FORMAT as BATCHING_FORMAT
+    from youmu.batching.config import DYNAMIC_LOADER_FORMAT
     from youmu.batching.merge import merge_loader_states
     from youmu.packmerge import POSITION_WIDTH, merge_pack_states
-    from youmu.planning.checkpoint import STATE_FORMAT as BALANCED_FORMAT
+    from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT
     from youmu.planning.merge import merge_balanced_states
     from youmu.ray.merge import merge_ray_states
     from youmu.ray.state import CLIENT_FORMAT
 
-    return {BATCHING_FORMAT: _Owner(merge_loader_states), BALANCED_FORMAT: _Owner(merge_balanced_states),
+    return {DYNAMIC_LOADER_FORMAT: _Owner(merge_loader_states), BALANCED_LOADER_FORMAT: _Owner(merge_balanced_states),
             CLIENT_FORMAT: _Owner(merge_ray_states), PACK_FORMAT: _Owner(merge_pack_states, POSITION_WIDTH)}
 
 

@@ -35,16 +35,17 @@ from youmu.errors import LoaderError
 from youmu.jobstates import Level
 from youmu.positional import SKIP, PositionalStream, current_worker, in_worker_process
 from youmu.resume import Origin
+from youmu.sharding import Shard
 from youmu.shuffle import positions_to_rows
 from youmu.skips import SkipLog, locate, reporting_pass
 from youmu.spec import SpecAttributes, StreamLayout, StreamSpec
 from youmu.stateful import state_int
 from youmu.stream import RowStream
 
-__all__ = ["ParquetStream", "STATE_FORMAT"]
+__all__ = ["ParquetStream", "PARQUET_STREAM_FORMAT"]
 
 #: The tag of a Parquet stream's states (the same stream, read by torch or by Ray).
-STATE_FORMAT = "youmu.YoumuDataset/1"
+PARQUET_STREAM_FORMAT = "youmu.YoumuDataset/1"
 
 
 class ParquetStream(SpecAttributes, PositionalStream[Any]):
@@ -61,7 +62,7 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         rank, world_size: default from ``torch.distributed`` when initialised.
     """
 
-    state_format = STATE_FORMAT
+    state_format = PARQUET_STREAM_FORMAT
     resume_adopts = ("window_pages",)
 
     def __init__(self, paths: Any, spec: StreamSpec | None = None, *, rank: int | None = None,
@@ -71,7 +72,7 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         self.spec = StreamSpec.given(spec, settings, "a ParquetStream")
         self.rank, self.world_size = rank_and_world(rank, world_size)
         #: the windows over these files for this world size (a pure function of both: computed once)
-        self.layout: StreamLayout = self.spec.layout(paths, self.world_size)
+        self.layout: StreamLayout = self.spec._layout(paths, self.world_size)  # checked by rank_and_world
         # a resumed epoch reads the windows of the job that started it (youmu.resume)
         self._resumed_wp: int | None = None
         self._page_starts: np.ndarray | None = None
@@ -107,6 +108,7 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         return self.layout.settings(self.rank, self._window_pages())
 
     def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
+        Shard(self.rank, self.world_size, worker, num_workers)  # a caller's worker numbers: checked
         return len(self._stream(worker, num_workers, epoch))
 
     # -- sizes ----------------------------------------------------------------------------
@@ -153,8 +155,10 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
     # -- iteration ------------------------------------------------------------------------
     def _stream(self, worker: int, num_workers: int, epoch: int | None = None) -> RowStream:
         epoch = self.epoch if epoch is None else epoch
-        return self.layout.stream(self.rank, worker, num_workers, epoch, window_pages=self._window_pages(),
-                                  units=self._resumed_units(worker, num_workers, epoch))
+        # rank and world size checked when the stream was built, the worker numbered by the DataLoader
+        shard = Shard._from_checked(self.rank, self.world_size, worker, num_workers)
+        return self.layout._stream(shard, epoch, window_pages=self._window_pages(),
+                                   units=self._resumed_units(worker, num_workers, epoch))
 
     def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
         compact = in_worker_process()
@@ -212,7 +216,7 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         worker, num_workers = current_worker()
         self._sync_epoch()
         plan = self._stream(worker, num_workers).plan
-        if plan.mode == "row":
+        if plan.mode.permutes_rows:
             ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
         else:
             if self._page_starts is None:

@@ -227,7 +227,8 @@ class StepLoader(PassLoader, Generic[_S]):
             yield from steps
             return
         self._producer = Producer(lambda: steps, depth=self.prefetch, name=f"{self.thread_name}-r{self.rank}",
-                                  on_stop=self._stopping(steps)).start()
+                                  on_stop=self._stopping(steps),
+                                  what=f"{type(self).__name__} (rank {self.rank}) computing its steps ahead").start()
         yield from self._producer
 
     def close(self, timeout: float | None = None) -> None:

@@ -47,7 +47,8 @@ from youmu.errors import StateError
 from youmu.jobstates import Level, decode_chain, encode_chain, is_merged, load_merged
 from youmu.resume import Origin, Units, deal, remaining_after
 from youmu.sharding import Shard
-from youmu.stateful import SharedEpoch, SharedInt, check_epoch, check_state, state_int, state_positions
+from youmu.shared_int import SharedEpoch, SharedInt
+from youmu.stateful import check_epoch, check_state, state_int, state_positions
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 

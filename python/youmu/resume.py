@@ -45,6 +45,7 @@ from youmu.errors import StateError
 from youmu.jobstates import Level
 from youmu.sharding import Shard, round_robin
 from youmu.shuffle import ShardPlan, balanced_windows, row_chunk_rows, row_range
+from youmu.shufflemodes import ShuffleMode
 
 __all__ = [
     "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "shard_plan",
@@ -229,13 +230,14 @@ def resolve(origin: Origin, levels: Sequence[Level], *, rank: int, world_size: i
     return deal(remaining_after(origin, levels, drop_last), shard, drop_last, origin.block)
 
 
-def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: str, page_rows: np.ndarray, window_pages: int,
-               seed: int, epoch: int, shard: Shard, drop_last: bool, page_slices: int) -> ShardPlan:
+def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: ShuffleMode, page_rows: np.ndarray,
+               window_pages: int, seed: int, epoch: int, shard: Shard, drop_last: bool, page_slices: int) -> ShardPlan:
     """The :class:`~youmu.shuffle.ShardPlan` that reads ``units`` (of a resumed epoch):
     each unit is a window (``window_rows``: rows of every window) sliced at ``[lo, hi)``,
     or in row mode a range of permuted positions, read in chunks of
     :func:`~youmu.shuffle.row_chunk_rows` positions."""
-    if mode == "row":
+    row_mode = mode.permutes_rows
+    if row_mode:
         size = row_chunk_rows(window_pages)
         starts = [np.arange(lo, hi, size, dtype=_I64) for lo, hi in zip(units.lo.tolist(), units.hi.tolist())]
         stops = [np.minimum(st + size, hi) for st, hi in zip(starts, units.hi.tolist())]
@@ -244,7 +246,6 @@ def shard_plan(units: Units, window_rows: np.ndarray | None, *, mode: str, page_
     rows = units.rows
     cum = np.concatenate([[0], np.cumsum(rows, dtype=_I64)])
     page_rows = np.asarray(page_rows, dtype=_I64)
-    row_mode = mode == "row"
     return ShardPlan(
         mode=mode, num_pages=len(page_rows), num_rows=int(page_rows.sum()), window_pages=window_pages,
         window_rows_size=row_chunk_rows(window_pages) if row_mode else 0, seed=seed, epoch=epoch, rank=shard.rank,

@@ -59,6 +59,17 @@ class Shard:
         if self.worker >= self.num_workers:
             raise InvalidArgumentError(f"worker {self.worker} is not in range(num_workers={self.num_workers})")
 
+    @classmethod
+    def _from_checked(cls, rank: int, world_size: int, worker: int, num_workers: int) -> Shard:
+        """A shard of a (rank, world size) its owner checked already (a stream's, from
+        :func:`youmu.distributed.world.rank_and_world`) and a worker the DataLoader
+        numbered: built without checking them again."""
+        shard = object.__new__(cls)
+        for name, value in (("rank", rank), ("world_size", world_size), ("worker", worker),
+                            ("num_workers", num_workers)):
+            object.__setattr__(shard, name, value)
+        return shard
+
     @property
     def index(self) -> int:
         """This shard's number in round-robin order: ``rank + world_size · worker``."""

@@ -6,7 +6,7 @@ shard, number of shards): no I/O, no state. The row at position ``k`` of a shard
 stream is determined by those integers alone, which is what makes the loader resumable
 from a few integers and testable by property tests.
 
-Shuffle modes:
+Shuffle modes (:class:`~youmu.shufflemodes.ShuffleMode` names them and says what each does):
 
 * ``"page"`` — pages in keyed-permuted order, cut into *windows* of ``window_pages``
   consecutive permuted pages; the rows of a window are shuffled together by a second
@@ -41,17 +41,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from youmu._args import choice_arg, int_arg
+from youmu._args import choice_arg, int_arg, opt_int_arg
 from youmu.errors import InvalidArgumentError, PageOutOfRangeError
 from youmu.sharding import Shard, block, round_robin
+from youmu.shufflemodes import SHUFFLE_MODES, ShuffleMode
 
 __all__ = [
-    "ShuffleMode",
-    "SHUFFLE_MODES",
     "DEFAULT_WINDOW_ROWS",
     "DEFAULT_WINDOW_PAGES",
     "WINDOWS_IN_FLIGHT",
@@ -64,12 +63,10 @@ __all__ = [
     "dropped_rows",
     "positions_to_rows",
     "shuffle_args",
+    "window_args",
     "row_range",
     "balanced_windows",
 ]
-
-ShuffleMode = Literal["page", "row", "local", "none"]
-SHUFFLE_MODES: tuple[str, ...] = ("page", "row", "local", "none")
 
 
 def _permutation(n: int, seed: int, epoch: int, purpose: str) -> Any:
@@ -84,10 +81,11 @@ MAX_PAGE_SLICES = 64
 # stream it always was).
 _SLICES_PURPOSE = "page-slices"
 
-def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[str, int]:
+def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[ShuffleMode, int]:
     """``(shuffle, page_slices)`` checked together (the one place they are): a mode of
-    :data:`SHUFFLE_MODES`, and 1 to :data:`MAX_PAGE_SLICES` slices per page, more than
-    one only in page mode.
+    :data:`SHUFFLE_MODES`, parsed to its :class:`ShuffleMode`, and 1 to
+    :data:`MAX_PAGE_SLICES` slices per page, more than one only where the mode
+    :attr:`~ShuffleMode.slices_pages`.
 
     >>> shuffle_args("page", 4)
     ('page', 4)
@@ -96,11 +94,27 @@ def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[str, int]:
     ...
     youmu.errors.InvalidArgumentError: page_slices=2 needs shuffle='page' (got shuffle='row')
     """
-    choice_arg("shuffle", shuffle, SHUFFLE_MODES)
+    mode = ShuffleMode(choice_arg("shuffle", shuffle, SHUFFLE_MODES))
     k = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
-    if k > 1 and shuffle != "page":
-        raise InvalidArgumentError(f"page_slices={k} needs shuffle='page' (got shuffle={shuffle!r})")
-    return shuffle, k
+    if k > 1 and not mode.slices_pages:
+        sliced = ", ".join(repr(m.value) for m in ShuffleMode if m.slices_pages)
+        raise InvalidArgumentError(f"page_slices={k} needs shuffle={sliced} (got shuffle={mode!r})")
+    return mode, k
+
+
+def window_args(buffer_size: Any, memory_budget: Any, read_ahead: Any = None) -> tuple[int | None, ...]:
+    """``(buffer_size, memory_budget, read_ahead)`` checked (the one place they are):
+    each ``None`` or an int, at least 1 (``read_ahead``: at least 0).
+
+    >>> window_args(4096, None, 0)
+    (4096, None, 0)
+    >>> window_args(0, None)
+    Traceback (most recent call last):
+    ...
+    youmu.errors.InvalidArgumentError: buffer_size must be a positive int, got 0
+    """
+    return (opt_int_arg("buffer_size", buffer_size, minimum=1), opt_int_arg("memory_budget", memory_budget, minimum=1),
+            opt_int_arg("read_ahead", read_ahead, minimum=0))
 
 
 #: Windows alive at once while streaming with one window read ahead (the default for
@@ -129,6 +143,7 @@ def window_pages_for(
     page_bytes: np.ndarray | None = None,
     memory_budget: int | None = None,
     in_flight: int = WINDOWS_IN_FLIGHT,
+    checked: bool = False,
 ) -> int:
     """Pages per window so a window holds about ``buffer_size`` rows (``None``: about
     :data:`DEFAULT_WINDOW_ROWS` rows and at least :data:`DEFAULT_WINDOW_PAGES` pages) —
@@ -145,6 +160,9 @@ def window_pages_for(
     page: the stream then reads them one at a time, without read-ahead
     (:func:`youmu.stream.window_layout`), rather than refusing the data.
 
+    ``buffer_size`` and ``memory_budget`` are checked here (as
+    :class:`~youmu.spec.StreamSpec` checks them) unless ``checked`` says a spec did.
+
     >>> window_pages_for(np.array([100] * 50), 1000)
     10
     >>> window_pages_for(np.array([100] * 50), 1000, page_bytes=np.array([1 << 20] * 50), memory_budget=12 << 20)
@@ -152,8 +170,8 @@ def window_pages_for(
     >>> window_pages_for(np.array([25] * 50), 1000, page_bytes=np.array([25 << 20] * 50), memory_budget=64 << 20)
     1
     """
-    if buffer_size is not None:
-        int_arg("buffer_size", buffer_size, minimum=1)
+    if not checked:
+        window_args(buffer_size, memory_budget)
     if len(page_rows) == 0:
         return 1
     mean = max(float(page_rows.mean()), 1.0)
@@ -162,7 +180,6 @@ def window_pages_for(
     else:
         wanted = max(1, int(round(buffer_size / mean)))
     if memory_budget is not None:
-        int_arg("memory_budget", memory_budget, minimum=1)
         if page_bytes is None or len(page_bytes) != len(page_rows):
             raise InvalidArgumentError("memory_budget needs the estimated decoded bytes of every page (page_bytes)")
         biggest = max(int(np.max(page_bytes)), 1)
@@ -195,7 +212,7 @@ class ShardPlan:
     its workers.
     """
 
-    mode: str
+    mode: ShuffleMode
     num_pages: int
     num_rows: int
     window_pages: int
@@ -225,7 +242,7 @@ class ShardPlan:
     @staticmethod
     def build(
         page_rows: np.ndarray,
-        mode: str,
+        mode: ShuffleMode | str,
         *,
         window_pages: int,
         seed: int,
@@ -242,12 +259,23 @@ class ShardPlan:
         mode, k = shuffle_args(mode, page_slices)
         shard = Shard(rank, world_size, worker, num_workers)
         int_arg("window_pages", window_pages, minimum=1)
+        return ShardPlan._from_checked(page_rows, mode, shard, window_pages=window_pages, seed=seed, epoch=epoch,
+                                       window_rows=window_rows, cap=cap, balanced=balanced, page_slices=k)
+
+    @staticmethod
+    def _from_checked(page_rows: np.ndarray, mode: ShuffleMode, shard: Shard, *, window_pages: int, seed: int,
+                      epoch: int, window_rows: int | None = None, cap: int | None = None, balanced: bool = False,
+                      page_slices: int = 1) -> ShardPlan:
+        """:meth:`build` from settings checked already (a :class:`youmu.spec.StreamSpec`'s,
+        laid out by its :class:`~youmu.spec.StreamLayout`): nothing checked again."""
+        rank, world_size, worker, num_workers, k = (shard.rank, shard.world_size, shard.worker,
+                                                    shard.num_workers, page_slices)
         page_rows = np.asarray(page_rows, dtype=np.int64)
         n_pages = len(page_rows)
         n_rows = int(page_rows.sum())
         skip = None
         full = None
-        if mode == "row":
+        if mode.permutes_rows:
             # A chunk of c random rows touches ~c distinct pages, and every one is read
             # and decoded whole: size chunks by pages in memory, not by rows.
             size = int(window_rows) if window_rows else max(1, window_pages)
@@ -297,27 +325,25 @@ class ShardPlan:
         """Global page ids of the i-th window of this shard, in window order (with page
         slices: each page once, in the order its first slice appears)."""
         w = int(self.window_ids[i])
-        if self.mode == "page" and self.page_slices > 1:
+        if self.mode.permutes_rows:
+            raise InvalidArgumentError("row mode has no page windows; use rows_of()")
+        if self.mode.slices_pages and self.page_slices > 1:
             pages = self._slice_units(i) // self.page_slices
             _, first = np.unique(pages, return_index=True)
             return pages[np.sort(first)]
-        if self.mode == "page":
-            perm = _permutation(self.num_pages, self.seed, self.epoch, "pages")
-            stop = min((w + 1) * self.window_pages, self.num_pages)
-            return perm.range(w * self.window_pages, stop)
-        if self.mode in ("local", "none"):
-            stop = min((w + 1) * self.window_pages, self.num_pages)
-            return np.arange(w * self.window_pages, stop, dtype=np.int64)
-        raise InvalidArgumentError("row mode has no page windows; use rows_of()")
+        stop = min((w + 1) * self.window_pages, self.num_pages)
+        if self.mode.permutes_pages:
+            return _permutation(self.num_pages, self.seed, self.epoch, "pages").range(w * self.window_pages, stop)
+        return np.arange(w * self.window_pages, stop, dtype=np.int64)
 
     def row_order(self, i: int) -> np.ndarray | None:
         """Order of the window's rows (indices into the window's concatenated pages),
         or None for identity."""
         n = int(self.window_full_rows[i])
-        if self.mode in ("page", "local"):
+        if self.mode.shuffles_windows:
             w = int(self.window_ids[i])
             order = _permutation(n, self.seed, self.epoch, f"window-{self.mode}-{w}").range(0, n)
-            if self.mode == "page" and self.page_slices > 1:
+            if self.mode.slices_pages and self.page_slices > 1:
                 # the window's slices as indices into its pages' concatenated rows, shuffled
                 return self._slice_rows(i)[order]
             return order
@@ -340,9 +366,9 @@ class ShardPlan:
 
     def rows_of(self, i: int) -> np.ndarray:
         """Row mode: global row ids of the i-th chunk of this shard, in stream order."""
-        if self.mode != "row":
+        if not self.mode.permutes_rows:
             raise InvalidArgumentError("rows_of() is for row mode")
-        shard = Shard(self.rank, self.world_size, self.worker, self.num_workers)
+        shard = Shard._from_checked(self.rank, self.world_size, self.worker, self.num_workers)  # checked at build
         if self.row_starts is not None:
             start = int(self.row_starts[i])
         else:
@@ -397,18 +423,18 @@ def slice_rows(page_rows: np.ndarray, k: int) -> np.ndarray:
 
 
 def all_window_rows(
-    page_rows: np.ndarray, mode: str, window_pages: int, seed: int, epoch: int, *, page_slices: int = 1
+    page_rows: np.ndarray, mode: ShuffleMode, window_pages: int, seed: int, epoch: int, *, page_slices: int = 1
 ) -> np.ndarray:
     """Rows of every window of an epoch (page modes). One pass over the permutation;
     the permuted page order itself is not kept."""
     n = len(page_rows)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    if mode == "page" and page_slices > 1:
+    if mode.slices_pages and page_slices > 1:
         units = slice_rows(page_rows, page_slices)
         order = _permutation(len(units), seed, epoch, _SLICES_PURPOSE).range(0, len(units))
         return np.add.reduceat(units[order], np.arange(0, len(units), window_pages * page_slices)).astype(np.int64)
-    if mode == "page":
+    if mode.permutes_pages:
         order = _permutation(n, seed, epoch, "pages").range(0, n)
         in_order = page_rows[order]
         del order

@@ -64,7 +64,7 @@ class SkipLog:
 def locate(index: Any, plan: Any, page_rows: np.ndarray, position: int) -> dict[str, Any]:
     """``{"file", "row", "position"}`` of stream ``position`` of ``plan``: the Parquet
     file and the row within it."""
-    if plan.mode == "row":
+    if plan.mode.permutes_rows:
         i, off = plan.window_at(position)
         pages, offsets = index.locate_rows(np.asarray(plan.rows_of(i)[off:off + 1], dtype=np.int64))
         page, r = int(pages[0]), int(offsets[0])

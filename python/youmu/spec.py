@@ -42,7 +42,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -54,7 +54,8 @@ from youmu.page_grid import warn_small_page_column
 from youmu.redaction import is_secret_key, redacted_repr
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
-from youmu.shuffle import all_window_rows, dropped_rows, shuffle_args
+from youmu.shuffle import ShardPlan, all_window_rows, dropped_rows, row_chunk_rows, shuffle_args
+from youmu.shufflemodes import ShuffleMode
 from youmu.stateful import data_fingerprint
 from youmu.stream import DEFAULT_BUFFER_SIZE, RowStream, window_layout
 
@@ -110,6 +111,16 @@ class StreamSpec:
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def shuffle_mode(self) -> ShuffleMode:
+        """``shuffle`` as the :class:`~youmu.shufflemodes.ShuffleMode` it was parsed to (the
+        field keeps the ``str`` annotation users pass, ``shuffle="row"``).
+
+        >>> StreamSpec(shuffle="row").shuffle_mode.permutes_rows
+        True
+        """
+        return cast(ShuffleMode, self.shuffle)
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> StreamSpec:
@@ -193,14 +204,18 @@ class StreamSpec:
     def layout(self, paths: Any, world_size: int = 1) -> StreamLayout:
         """This spec over ``paths`` (opened with :meth:`open`; a ready index is taken
         as is) for ``world_size`` ranks: its windows, computed once."""
+        return self._layout(paths, int_arg("world_size", world_size, minimum=1))
+
+    def _layout(self, paths: Any, world_size: int) -> StreamLayout:
+        """:meth:`layout` for a world size its owner checked (a stream's, from
+        :func:`youmu.distributed.world.rank_and_world`)."""
         index = self.open(paths)
-        world_size = int_arg("world_size", world_size, minimum=1)
         if self.columns is None:  # the first column's pages are the grid: said where it holds little
             warn_small_page_column(index, stacklevel=3)
         self._check_transform_columns(index.columns)
         window_pages, read_ahead = window_layout(index, self.buffer_size, world_size,
                                                  memory_budget=self.memory_budget, read_ahead=self.read_ahead,
-                                                 page_slices=self.page_slices)
+                                                 page_slices=self.page_slices, checked=True)
         return StreamLayout(self, index, world_size, index.page_num_rows(), window_pages, read_ahead)
 
     def _check_transform_columns(self, have: list[str]) -> None:
@@ -261,7 +276,7 @@ class StreamLayout:
         what ``load_state_dict`` checks and :func:`youmu.merge_states` compares across
         ranks. ``window_pages``: a resumed epoch's (default: this layout's)."""
         s = self.spec
-        return {"seed": s.seed, "shuffle": s.shuffle, "world_size": self.world_size, "rank": rank,
+        return {"seed": s.seed, "shuffle": s.shuffle_mode.value, "world_size": self.world_size, "rank": rank,
                 "window_pages": window_pages or self.window_pages, "drop_last": s.drop_last,
                 "page_slices": s.page_slices, "data": self.data}
 
@@ -270,13 +285,13 @@ class StreamLayout:
         s, key = self.spec, (epoch, window_pages or self.window_pages)
         if key not in self._rows:
             self._rows.clear()
-            self._rows[key] = all_window_rows(self.page_rows, s.shuffle, key[1], s.seed, epoch,
+            self._rows[key] = all_window_rows(self.page_rows, s.shuffle_mode, key[1], s.seed, epoch,
                                               page_slices=s.page_slices)
         return self._rows[key]
 
     def origin(self, epoch: int, window_pages: int | None = None) -> Origin:
         """How the first job of ``epoch`` dealt its units (:mod:`youmu.resume`)."""
-        if self.spec.shuffle == "row":
+        if self.spec.shuffle_mode.permutes_rows:
             return Origin(np.array([self.index.num_rows], dtype=np.int64),
                           "block-balanced" if self.spec.drop_last else "block")
         return Origin(self.window_rows(epoch, window_pages), "balanced" if self.spec.drop_last else "rr")
@@ -286,18 +301,24 @@ class StreamLayout:
         """The rows of (``rank``, ``worker`` of ``num_workers``) in ``epoch``; with
         ``units``, the rows of those units of a resumed epoch (:mod:`youmu.resume`),
         read with ``window_pages`` (a resumed epoch keeps its first job's windows)."""
+        return self._stream(Shard(rank, self.world_size, worker, num_workers), epoch, window_pages=window_pages,
+                            units=units)
+
+    def _stream(self, shard: Shard, epoch: int, *, window_pages: int | None = None,
+                units: Units | None = None) -> RowStream:
+        """:meth:`stream` of a shard its owner checked: the spec's settings were checked
+        when it was built and laid out here, so nothing is checked again."""
         s, wp = self.spec, window_pages or self.window_pages
-        plan = None if units is None else shard_plan(
-            units, None if s.shuffle == "row" else self.window_rows(epoch, wp), mode=s.shuffle,
-            page_rows=self.page_rows, window_pages=wp, seed=s.seed, epoch=epoch,
-            shard=Shard(rank, self.world_size, worker, num_workers), drop_last=s.drop_last,
-            page_slices=s.page_slices)
-        return RowStream(
-            self.index, s.shuffle, s.buffer_size, s.seed, epoch,
-            rank=rank, world_size=self.world_size, worker=worker, num_workers=num_workers,
-            page_rows=self.page_rows, window_pages=wp, drop_last=s.drop_last,
-            read_ahead=self.read_ahead, page_slices=s.page_slices, plan=plan,
-        )
+        if units is not None:
+            plan = shard_plan(
+                units, None if s.shuffle_mode.permutes_rows else self.window_rows(epoch, wp), mode=s.shuffle_mode,
+                page_rows=self.page_rows, window_pages=wp, seed=s.seed, epoch=epoch, shard=shard,
+                drop_last=s.drop_last, page_slices=s.page_slices)
+        else:
+            plan = ShardPlan._from_checked(
+                self.page_rows, s.shuffle_mode, shard, window_pages=wp, window_rows=row_chunk_rows(wp),
+                seed=s.seed, epoch=epoch, balanced=s.drop_last, page_slices=s.page_slices)
+        return RowStream._from_checked(self.index, self.page_rows, wp, self.read_ahead, plan)
 
     def dropped_rows(self) -> int:
         """Rows ``drop_last`` leaves out of each epoch (0 without it)."""
@@ -305,12 +326,14 @@ class StreamLayout:
 
     def check_rank_gets_rows(self, rank: int, stacklevel: int = 2) -> None:
         """A rank with no rows would leave its DDP peers waiting in their collectives:
-        refused with ``drop_last`` (every rank would get none), warned about without."""
+        refused with ``drop_last`` (every rank would get none), warned about without.
+        ``rank``: one of this layout's ranks, checked by the stream that asks."""
         rows = self.index.num_rows
         if self.spec.drop_last and rows < self.world_size:
             raise InvalidArgumentError(f"drop_last=True with {rows} rows over world_size={self.world_size} ranks "
                                        "leaves every rank with nothing")
-        if not self.spec.drop_last and rows and len(self.stream(rank)) == 0:
+        if not self.spec.drop_last and rows and len(self._stream(Shard._from_checked(rank, self.world_size, 0, 1),
+                                                                  0)) == 0:
             warnings.warn(
                 f"rank {rank} of {self.world_size} gets no rows ({rows} rows in {len(self.index)} pages): a DDP job "
                 "would wait for it; use drop_last=True (every rank the same number of rows) or fewer ranks",

@@ -28,7 +28,7 @@ already know:
   not begun is kept (the usual loop, load then ``set_epoch(e)`` for each epoch,
   continues the loaded epoch), a state of any other epoch is cleared. It reaches
   DataLoader workers that already run (``persistent_workers=True``): the epoch lives
-  in shared memory (:class:`SharedEpoch`).
+  in shared memory (:class:`youmu.shared_int.SharedEpoch`).
 
 Wrappers (``pack``, loaders over youmu streams) use only these methods.
 
@@ -51,9 +51,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
-import multiprocessing.context
-import multiprocessing.sharedctypes
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -65,8 +62,6 @@ from youmu.hub import pinned_commits
 __all__ = [
     "Stateful",
     "Stream",
-    "SharedEpoch",
-    "SharedInt",
     "check_state",
     "data_fingerprint",
     "describe_data",
@@ -334,64 +329,6 @@ def data_fingerprint(data: Any) -> str:
     """
     text = json.dumps(describe_data(data), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class SharedInt:
-    """An integer in shared memory, so a change in the main process reaches DataLoader
-    workers that already run (``persistent_workers=True``), and the reverse.
-
-    Workers inherit the memory when they are started (fork, or pickling while a
-    process is being spawned); any other copy or pickle carries the value only.
-
-    >>> e = SharedInt(3)
-    >>> e.value = 4
-    >>> e.value
-    4
-    """
-
-    __slots__ = ("_shared", "_plain")
-
-    def __init__(self, value: int = 0) -> None:
-        self._shared: Any = None
-        self._plain = int(value)
-        try:
-            self._shared = multiprocessing.sharedctypes.RawValue("q", int(value))
-        except OSError:  # no shared memory (a sandbox without /dev/shm): epochs stay per process
-            self._shared = None
-
-    @property
-    def value(self) -> int:
-        return int(self._shared.value) if self._shared is not None else self._plain
-
-    @value.setter
-    def value(self, epoch: int) -> None:
-        self._plain = int(epoch)
-        if self._shared is not None:
-            self._shared.value = int(epoch)
-
-    def __getstate__(self) -> dict[str, Any]:
-        spawning = multiprocessing.context.get_spawning_popen() is not None
-        return {"shared": self._shared if spawning else None, "plain": self.value}
-
-    def __setstate__(self, st: dict[str, Any]) -> None:
-        self._plain = int(st["plain"])
-        self._shared = st["shared"]
-        if self._shared is None:
-            try:
-                self._shared = multiprocessing.sharedctypes.RawValue("q", self._plain)
-            except OSError:
-                self._shared = None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.value})"
-
-
-class SharedEpoch(SharedInt):
-    """An epoch number in shared memory, so ``set_epoch`` in the main process reaches
-    DataLoader workers that already run (``persistent_workers=True``), as samplers'
-    epochs do."""
-
-    __slots__ = ()
 
 
 # ------------------------------------------------------------------------------------------

@@ -23,11 +23,14 @@ import pyarrow as pa
 
 from youmu._args import int_arg
 from youmu.errors import ArgumentTypeError, YoumuWarning
+from youmu.sharding import Shard
 from youmu.shuffle import (
     DEFAULT_WINDOW_PAGES,
     WINDOWS_IN_FLIGHT,
     ShardPlan,
     row_chunk_rows,
+    shuffle_args,
+    window_args,
     window_pages_for,
 )
 
@@ -62,8 +65,15 @@ def default_budget(page_rows: np.ndarray, page_bytes: np.ndarray | None, buffer_
     if page_bytes is None or len(page_bytes) == 0:
         return None
     wanted = window_pages_for(page_rows, buffer_size, world_size)
-    mean = float(np.mean(page_bytes))
-    return DEFAULT_MEMORY_BUDGET if in_flight * wanted * mean > DEFAULT_MEMORY_BUDGET else None
+    return DEFAULT_MEMORY_BUDGET if _over_default_budget(wanted, page_bytes, in_flight) else None
+
+
+def _over_default_budget(window_pages: int, page_bytes: np.ndarray | None, in_flight: int) -> bool:
+    """Whether ``in_flight`` windows of ``window_pages`` pages of the mean decoded size
+    hold more than :data:`DEFAULT_MEMORY_BUDGET` (see :func:`default_budget`)."""
+    if page_bytes is None or len(page_bytes) == 0:
+        return False
+    return in_flight * window_pages * float(np.mean(page_bytes)) > DEFAULT_MEMORY_BUDGET
 
 
 def default_read_ahead(index: object, window_pages: int) -> int:
@@ -85,7 +95,7 @@ def default_read_ahead(index: object, window_pages: int) -> int:
 
 
 def window_layout(index: object, buffer_size: int | None, world_size: int, *, memory_budget: int | None = None,
-                  read_ahead: int | None = None, page_slices: int = 1) -> tuple[int, int]:
+                  read_ahead: int | None = None, page_slices: int = 1, checked: bool = False) -> tuple[int, int]:
     """``(window pages, windows read ahead)`` of a sharded stream over ``index``.
     What :class:`~youmu.torch.YoumuDataset` and :mod:`youmu.ray`'s source loaders read
     with, so both read the same windows.
@@ -113,6 +123,10 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     loader is safe by default, and a budget that changes the windows is never silent.
     Passing ``memory_budget`` (any value) decides instead.
 
+    ``buffer_size``, ``memory_budget`` and ``read_ahead`` are checked here
+    (:func:`youmu.shuffle.window_args`) unless ``checked`` says a
+    :class:`~youmu.spec.StreamSpec` did (its :meth:`~youmu.spec.StreamSpec.layout`).
+
     >>> import numpy as np
     >>> class Index:
     ...     def page_num_rows(self): return np.full(100, 50)
@@ -127,18 +141,21 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     >>> str(caught[0].message).split(" (")[0]
     'memory_budget=67108864 holds windows of 1 pages, not the 10 the settings ask for'
     """
+    if not checked:
+        window_args(buffer_size, memory_budget, read_ahead)
     page_rows = index.page_num_rows()  # type: ignore[attr-defined]
     in_flight = WINDOWS_IN_FLIGHT + page_slices - 1
     sizes = getattr(index, "page_decoded_bytes", None)
     page_bytes = sizes() if callable(sizes) else None
-    derived = memory_budget is None and default_budget(page_rows, page_bytes, buffer_size, world_size, in_flight)
+    # the windows the settings ask for, before any budget
+    asked = window_pages_for(page_rows, buffer_size, world_size, checked=True)
+    derived = memory_budget is None and _over_default_budget(asked, page_bytes, in_flight)
     if derived:
         memory_budget = DEFAULT_MEMORY_BUDGET
     wp = window_pages_for(page_rows, buffer_size, world_size, page_bytes=page_bytes, memory_budget=memory_budget,
-                          in_flight=in_flight)
+                          in_flight=in_flight, checked=True)
     ahead = read_ahead if read_ahead is not None else default_read_ahead(index, wp)
     if memory_budget is not None and page_bytes is not None and len(page_bytes):
-        asked = window_pages_for(page_rows, buffer_size, world_size)
         biggest = max(int(np.max(page_bytes)), 1)
         if derived and wp < asked:
             _warn_derived(wp, asked, int(np.sum(page_bytes)) // max(int(np.sum(page_rows)), 1))
@@ -235,34 +252,44 @@ class RowStream:
     ) -> None:
         if not callable(getattr(index, "page_num_rows", None)):
             raise ArgumentTypeError(f"index must be a youmu.PageIndex, got {type(index).__name__}")
-        self.index = index
-        self.page_rows = index.page_num_rows() if page_rows is None else page_rows
-        if read_ahead is not None:
-            int_arg("read_ahead", read_ahead, minimum=0)
+        shuffle, page_slices = shuffle_args(shuffle, page_slices)
+        buffer_size, memory_budget, read_ahead = window_args(buffer_size, memory_budget, read_ahead)
+        shard = Shard(rank, world_size, worker, num_workers)
+        page_rows = index.page_num_rows() if page_rows is None else page_rows
         if window_pages is None:
             window_pages, read_ahead = window_layout(
                 index, buffer_size, world_size, memory_budget=memory_budget, read_ahead=read_ahead,
-                page_slices=int_arg("page_slices", page_slices, minimum=1),
+                page_slices=page_slices, checked=True,
             )
+        else:
+            int_arg("window_pages", window_pages, minimum=1)
+        # a ready plan: an epoch resumed on another topology (youmu.resume)
+        if plan is None:
+            plan = ShardPlan._from_checked(
+                page_rows, shuffle, shard, window_pages=window_pages,
+                # row mode's chunks: one touches ~window_pages pages (the same memory as a
+                # window); page windows ignore it
+                window_rows=row_chunk_rows(window_pages),
+                seed=seed, epoch=epoch, cap=cap, balanced=drop_last, page_slices=page_slices,
+            )
+        self._setup(index, page_rows, window_pages, read_ahead, plan)
+
+    @classmethod
+    def _from_checked(cls, index: object, page_rows: np.ndarray, window_pages: int, read_ahead: int,
+                      plan: ShardPlan) -> RowStream:
+        """The stream of ``plan`` over settings checked and laid out already (a
+        :class:`youmu.spec.StreamLayout`'s): nothing checked again."""
+        stream = cls.__new__(cls)
+        stream._setup(index, page_rows, window_pages, read_ahead, plan)
+        return stream
+
+    def _setup(self, index, page_rows: np.ndarray, window_pages: int, read_ahead: int | None,
+               plan: ShardPlan) -> None:
+        self.index = index
+        self.page_rows = page_rows
         self.window_pages = window_pages
         self.read_ahead = default_read_ahead(index, window_pages) if read_ahead is None else int(read_ahead)
-        # a ready plan: an epoch resumed on another topology (youmu.resume)
-        self.plan = plan if plan is not None else ShardPlan.build(
-            self.page_rows,
-            shuffle,
-            window_pages=self.window_pages,
-            # row mode: one chunk touches ~window_pages pages (the same memory as a window)
-            window_rows=row_chunk_rows(self.window_pages) if shuffle == "row" else None,
-            seed=seed,
-            epoch=epoch,
-            rank=rank,
-            world_size=world_size,
-            worker=worker,
-            num_workers=num_workers,
-            cap=cap,
-            balanced=drop_last,
-            page_slices=page_slices,
-        )
+        self.plan = plan
         self.schema: pa.Schema = index.schema
         # row mode: decoded pages by page id, least recently used first
         self._cache: OrderedDict[int, pa.RecordBatch] = OrderedDict()
@@ -274,7 +301,7 @@ class RowStream:
 
     # -- reading ----------------------------------------------------------------------
     def _prefetch(self, i: int):
-        if self.plan.mode == "row":
+        if self.plan.mode.permutes_rows:
             return _RowChunk(self, i)
         return self.index.prefetch_window(self.plan.pages_of(i), self.plan.row_order(i))
 
@@ -293,7 +320,7 @@ class RowStream:
         int_arg("start", start, minimum=0)
         if start >= plan.total_rows:
             return
-        if self.read_ahead == 0 and plan.mode != "row":
+        if self.read_ahead == 0 and not plan.mode.permutes_rows:
             yield from self._iter_alone(start)
             return
         i, offset = plan.window_at(start)

@@ -11,7 +11,8 @@ round), :mod:`~youmu.batching.simulation` (``W`` ranks in one process),
 :mod:`~youmu.batching.sampling`, :mod:`~youmu.batching.loss` (ODB, Eq. 2),
 :mod:`~youmu.batching.metrics`; the loader itself: :mod:`~youmu.batching.dynamic_loader`
 (``DynamicBatchLoader``) over :mod:`~youmu.batching.config`,
-:mod:`~youmu.batching.feed`, :mod:`~youmu.batching.aligner`,
+:mod:`~youmu.batching.feed`, :mod:`~youmu.batching.aligner` (its
+:mod:`~youmu.batching.handshake`),
 :mod:`~youmu.batching.epoch` and :mod:`~youmu.batching.shutdown`.
 
 Example:

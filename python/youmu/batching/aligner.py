@@ -14,9 +14,10 @@ Each round (ODB's DGAP protocol) the aligner
    slots, one with the batch and the rest with IDLE; exact loss scaling may need a
    second all_gather of the aligned token counts (ODB, Eq. 2).
 
-Before the first round a **handshake** checks that every rank runs the same settings
-and epoch and agrees on the counters to start from; after a resume the aligner first
-**replays** the rest of the interrupted round exactly as it was planned.
+Before the first round a **handshake** (:mod:`~youmu.batching.handshake`) checks that
+every rank runs the same settings and epoch and agrees on the counters to start from;
+after a resume the aligner first **replays** the rest of the interrupted round exactly
+as it was planned.
 
 Everything the trainer needs crosses over in :attr:`Aligner.out` (batches, IDLE,
 fillers, the end, failures) and :attr:`Aligner.records` (what each emitting round
@@ -60,17 +61,17 @@ from youmu.batching.alignment import (
 )
 from youmu.batching.config import LoaderConfig
 from youmu.batching.feed import SampleFeed
+from youmu.batching.handshake import agreed_start, handshake_row
 from youmu.batching.metrics import BatchingMetrics
 from youmu.batching.protocol import EmittedStep, Item, RankProtocol
 from youmu.batching.step_info import IDLE, StepInfo
 from youmu.distributed.producer import END, Credits, Failure
-from youmu.errors import DataStallError, LoaderError, ProtocolError, RankFailedError
+from youmu.errors import DataStallError, LoaderError, RankFailedError
 
 __all__ = ["Aligner", "RoundRecord", "Filler", "PEER_CLOSED"]
 
 log = logging.getLogger("youmu.batching")
 
-_MAGIC = 0x594F554D55  # "YOUMU": the first entry of the handshake row
 _ROUNDS_LOGGED = 100_000  # rounds_log keeps the most recent ones (heartbeat rounds never stop)
 
 
@@ -242,37 +243,8 @@ class Aligner:
 
     def _handshake(self) -> dict[str, Any]:
         """Check that every rank runs the same settings and epoch; agree on counters."""
-        s = self.start
-        row = [
-            _MAGIC,
-            self.config.fingerprint,
-            self.epoch,
-            int(s["iteration"]),
-            int(s["round"]),
-            int(s["step"]),
-            int(s["emitted"]),
-            int(bool(s["done"])),
-        ]
-        rows = self._exchange(row)
-        if any(r[0] != _MAGIC for r in rows):
-            raise ProtocolError("a peer is not a youmu DynamicBatchLoader of this version (handshake mismatch)")
-        if len({r[1] for r in rows}) != 1:
-            raise LoaderError(
-                "ranks use different DynamicBatchLoader settings (token_budget, pool_size, join, loss_scaling, "
-                "seed, dataset size, ...); they must match on every rank"
-            )
-        if len({r[2] for r in rows}) != 1:
-            raise LoaderError(f"ranks iterate different epochs: {[r[2] for r in rows]} (call set_epoch on every rank)")
-        live = [r for r in rows if not r[7]] or rows
-        if len({r[3] for r in live}) != 1:
-            raise LoaderError("ranks resumed from different logical iterations (states from different steps?)")
-        return {
-            "iteration": live[0][3],
-            "round": max(r[4] for r in rows),
-            "step": max(r[5] for r in rows),
-            "emitted": max(r[6] for r in rows),
-            "done": bool(s["done"]),
-        }
+        rows = self._exchange(handshake_row(self.config.fingerprint, self.epoch, self.start))
+        return agreed_start(rows, done=bool(self.start["done"]))
 
     def _protocol(self, iteration: int, start: dict[str, Any]) -> RankProtocol:
         c = self.config

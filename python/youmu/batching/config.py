@@ -53,10 +53,10 @@ from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.stateful import check_state, data_fingerprint, state_int, state_ints
 
-__all__ = ["LoaderConfig", "STATE_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_saved_state"]
+__all__ = ["LoaderConfig", "DYNAMIC_LOADER_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_saved_state"]
 
 #: The format tag of ``DynamicBatchLoader`` states.
-STATE_FORMAT = "youmu.batching/1"
+DYNAMIC_LOADER_FORMAT = "youmu.batching/1"
 #: Join mode's ways to end a rank whose data ran out before its peers'.
 UNEVEN_MODES = ("stop", "pad")
 
@@ -236,7 +236,7 @@ class LoaderConfig:
         """The state of ``epoch``'s start (what ``state_dict()`` says before iterating)."""
         return copy.deepcopy(
             {
-                "format": STATE_FORMAT,
+                "format": DYNAMIC_LOADER_FORMAT,
                 "kind": self.kind,
                 "world_size": self.world_size,
                 "rank": self.rank,
@@ -322,7 +322,7 @@ def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
     (``expect``: settings it must hold, see :func:`~youmu.stateful.check_state`): a
     :class:`~youmu.errors.StateError` names the first field that does not fit. Returns
     it as a new dict."""
-    st = check_state(state, STATE_FORMAT, owner=owner, required=_REQUIRED, expect=expect)
+    st = check_state(state, DYNAMIC_LOADER_FORMAT, owner=owner, required=_REQUIRED, expect=expect)
     for key in ("world_size", "epoch", "iteration", "round", "step", "emitted", "position"):
         state_int(st, key, owner=owner, minimum=1 if key == "world_size" else 0)
     state_int(st, "rank", owner=owner, maximum=st["world_size"] - 1)

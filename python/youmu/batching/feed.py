@@ -196,7 +196,9 @@ class SampleFeed:
             make = self._map_source(config, epoch, iteration, resume)
         else:
             make = self._iterable_source(config, resume)
-        self.producer: Producer[Item] | None = Producer(make, credits=credits, name=f"youmu-fetcher-r{config.rank}")
+        self.producer: Producer[Item] | None = Producer(
+            make, credits=credits, name=f"youmu-fetcher-r{config.rank}",
+            what=f"DynamicBatchLoader (rank {config.rank}) drawing its samples ahead")
         self.producer.start()
 
     # -- the source ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ LOSS_SCALING_MODES = ("exact", "approx", "sample", "none")
 
 
 def loss_scale(
-    mode: str,
+    scaling: str,
     world_size: int,
     local_tokens: float,
     global_tokens: float,
@@ -38,13 +38,13 @@ def loss_scale(
     global_samples: int,
 ) -> float:
     """The factor for this rank's mean loss (0 when this rank contributes nothing)."""
-    if mode in ("exact", "approx"):
+    if scaling in ("exact", "approx"):
         return world_size * local_tokens / global_tokens if global_tokens > 0 else 0.0
-    if mode == "sample":
+    if scaling == "sample":
         return world_size * local_samples / global_samples if global_samples > 0 else 0.0
-    if mode == "none":
+    if scaling == "none":
         return 1.0 if local_samples > 0 else 0.0
-    raise InvalidArgumentError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {mode!r}")
+    raise InvalidArgumentError(f"loss_scaling must be one of {LOSS_SCALING_MODES}, got {scaling!r}")
 
 
 def scaled_token_loss(token_loss_sum: Any, info: Any) -> Any:

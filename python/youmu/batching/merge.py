@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from youmu.batching.config import STATE_FORMAT, LoaderConfig, check_saved_state
+from youmu.batching.config import DYNAMIC_LOADER_FORMAT, LoaderConfig, check_saved_state
 from youmu.errors import StateError
 from youmu.jobstates import (
     MERGED_FORMAT,
@@ -187,7 +187,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     :class:`~youmu.errors.StateError` names the field for states of different
     datasets, seeds, epochs or settings, a missing or repeated rank, or a state of
     another kind."""
-    checked = [_checked(s, i) for i, s in enumerate(one_kind(states, STATE_FORMAT, kind=_KIND))]
+    checked = [_checked(s, i) for i, s in enumerate(one_kind(states, DYNAMIC_LOADER_FORMAT, kind=_KIND))]
     job = JobStates(checked, kind=_KIND)
     job.same("kind")
     settings = job.same_settings(lambda s: s["settings"])
@@ -203,7 +203,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     # the first step not consumed: the same on every live rank (DGAP keeps ranks in step)
     step = live.same("step", lambda s: s["step"] - len(s["replay"])) if live.states else max(s["step"] for s in ranks)
     out: dict[str, Any] = {
-        "format": MERGED_FORMAT, "stream": STATE_FORMAT, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
+        "format": MERGED_FORMAT, "stream": DYNAMIC_LOADER_FORMAT, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
         "iteration": ranks[0]["iteration"], "round": max(s["round"] for s in ranks), "step": step,
         "emitted": max(s["emitted"] for s in ranks), "done": not live.states,
     }
@@ -249,8 +249,8 @@ def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
     this rank's share of the samples left."""
     owner = _KIND
     mine = config.resume_settings
-    st = load_merged(state, STATE_FORMAT, owner=owner, required=("kind", "epoch", "step"))
-    load_merged(st, STATE_FORMAT, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
+    st = load_merged(state, DYNAMIC_LOADER_FORMAT, owner=owner, required=("kind", "epoch", "step"))
+    load_merged(st, DYNAMIC_LOADER_FORMAT, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
     for key in ("epoch", "iteration", "round", "step", "emitted"):
         state_int(st, key, owner=owner)
     if not isinstance(st.get("done"), bool):

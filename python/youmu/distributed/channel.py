@@ -272,7 +272,7 @@ class GlooChannel:
     @classmethod
     def local(cls) -> GlooChannel:
         """A one-rank channel without a process group (single-process runs)."""
-        return cls(None, 0, 1, _timedelta(DEFAULT_TIMEOUT))
+        return cls(None, 0, 1, datetime.timedelta(seconds=DEFAULT_TIMEOUT))  # youmu's own constant: nothing to check
 
     def __repr__(self) -> str:
         return f"GlooChannel(rank={self.rank}, world_size={self.world_size}, timeout={self.timeout.total_seconds():g}s)"

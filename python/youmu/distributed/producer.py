@@ -12,7 +12,9 @@ aligner). One implementation of the parts that are easy to get subtly wrong:
   several stages (the fetcher's samples stay counted until the trainer consumes the
   batch they went into);
 * **errors travel** — an exception in the source is handed over in order and raised
-  by the consumer at the item where it happened; the thread never dies silently;
+  by the consumer at the item where it happened, as a
+  :class:`~youmu.errors.PrefetchError` naming the thread's loader (``what``) chained
+  from it (a youmu error as it is); the thread never dies silently;
 * **stoppable** — :meth:`Producer.stop` ends the thread at its next item boundary
   (``on_stop`` then runs on the thread, e.g. to tell peers), and a consumer that
   leaves its loop stops it;
@@ -33,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from youmu.errors import InvalidArgumentError
+from youmu.errors import InvalidArgumentError, PrefetchError, YoumuError
 
 __all__ = ["Producer", "Credits", "END", "Failure"]
 
@@ -103,6 +105,8 @@ class Producer(Generic[T]):
             ``state_dict()`` as of that item.
         on_stop: called on the thread when :meth:`stop` ended it before the source
             was exhausted.
+        what: who reads ahead and what, for the :class:`~youmu.errors.PrefetchError` a
+            failure of the source is raised as (default: the thread's name).
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class Producer(Generic[T]):
         name: str,
         stamp: Callable[[], Any] | None = None,
         on_stop: Callable[[], None] | None = None,
+        what: str | None = None,
     ) -> None:
         if (depth is None) == (credits is None):
             raise InvalidArgumentError("Producer needs exactly one of depth= or credits=")
@@ -121,6 +126,7 @@ class Producer(Generic[T]):
         self._credits = credits
         self._stamp = stamp
         self._on_stop = on_stop
+        self.what = what or "a read-ahead"
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth or 0)
         self.stop_event = threading.Event()
         self._source_wait_since: float | None = None
@@ -191,8 +197,15 @@ class Producer(Generic[T]):
         except queue.Empty:
             return None
         if isinstance(x, Failure):
-            raise x.exc
+            self._raise(x.exc)
         return x
+
+    def _raise(self, exc: BaseException) -> None:
+        """Raise the source's failure in the consumer's thread, typed (see the module doc)."""
+        if isinstance(exc, YoumuError) or not isinstance(exc, Exception):
+            raise exc
+        raise PrefetchError(f"{self.what} failed on its background thread {self.thread.name!r}: "
+                            f"{type(exc).__name__}: {exc}") from exc
 
     def __iter__(self) -> Iterator[Any]:
         """Consume every item in order (with stamps when ``stamp`` is set); leaving the

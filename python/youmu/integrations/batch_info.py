@@ -14,10 +14,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["INFO_KEY", "split_info", "scale_loss"]
+from youmu.errors import ArgumentTypeError
+
+__all__ = ["INFO_KEY", "split_info", "scale_loss", "trainer_batch"]
 
 #: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
 INFO_KEY = "youmu_info"
+
+
+def trainer_batch(item: Any, pairs: bool, device: Any = None) -> Any:
+    """What the trainer gets for a delivered ``item``: a loader's ``(batch, info)`` pair
+    (``pairs``) as the batch dict with ``info`` under :data:`INFO_KEY`, a stream's batch
+    as it is; tensors moved to ``device`` when one is given.
+
+    >>> trainer_batch(({"input_ids": [1]}, "info"), pairs=True)
+    {'input_ids': [1], 'youmu_info': 'info'}
+    """
+    if pairs:
+        batch, info = item
+        if not isinstance(batch, dict):
+            raise ArgumentTypeError(
+                "the trainer integrations need the loader's collate_fn to return a dict of model inputs, got "
+                f"{type(batch).__name__}"
+            )
+        item = {**batch, INFO_KEY: info}
+    if device is not None:
+        item = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in item.items()}
+    return item
 
 
 def split_info(batch: Any) -> tuple[Any, Any]:

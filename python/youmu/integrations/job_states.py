@@ -4,8 +4,8 @@ per-rank states is one complete job before :func:`youmu.merge_states` turns them
 one state for another number of ranks.
 
 Example:
-    >>> states = [{"format": STATE_FORMAT, "rank": r, "world_size": 3, "epoch": 0, "steps": 2, "finished": False,
-    ...            "source": {}} for r in (0, 2)]
+    >>> states = [{"format": TRAINER_LOADER_FORMAT, "rank": r, "world_size": 3, "epoch": 0, "steps": 2,
+    ...            "finished": False, "source": {}} for r in (0, 2)]
     >>> try:
     ...     job_states(states)
     ... except StateError as e:
@@ -23,15 +23,31 @@ from youmu.errors import StateError
 from youmu.jobstates import job_ranks
 from youmu.stateful import MAX_STATE_INT, check_state, state_bool, state_int
 
-__all__ = ["STATE_FORMAT", "GATHERED_FORMAT", "check_rank_state", "gather_objects", "job_states", "saved_world"]
+__all__ = ["TRAINER_LOADER_FORMAT", "GATHERED_FORMAT", "check_rank_state", "gather_objects", "job_states",
+           "other_workers", "saved_world"]
 
-STATE_FORMAT = "youmu.TrainerLoader/1"
+TRAINER_LOADER_FORMAT = "youmu.TrainerLoader/1"
 GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
 
 
 def saved_world(state: Any) -> Any:
     """The ``world_size`` a rank's state records (``None`` for anything else)."""
     return state.get("world_size") if isinstance(state, Mapping) else None
+
+
+def other_workers(state: Any, num_workers: int) -> int | None:
+    """The number of DataLoader workers a stream's rank state was saved with, when it is
+    not ``num_workers`` (``None``: the same, or no stream's state).
+
+    >>> other_workers({"source": {"_snapshot": {"_main_snapshot": {"_num_workers": 2}}}}, 0), other_workers({}, 0)
+    (2, None)
+    """
+    source = state.get("source") if isinstance(state, Mapping) else None
+    if not isinstance(source, Mapping):
+        return None
+    snapshot = source.get("_snapshot")  # torchdata StatefulDataLoader's state with workers
+    saved = snapshot.get("_main_snapshot", {}).get("_num_workers") if isinstance(snapshot, Mapping) else 0
+    return saved if isinstance(saved, int) and saved != num_workers else None
 
 
 def gather_objects(channel: Any, obj: Any) -> list[Any]:
@@ -53,7 +69,7 @@ def job_states(ranks: Sequence[Any]) -> list[dict[str, Any]]:
     """The ``TrainerLoader`` states of every rank of one job, in rank order; a
     :class:`~youmu.errors.StateError` names a missing or repeated rank, or a state of
     another kind (the rows a rank delivered are only in its state)."""
-    states = [check_state(s, STATE_FORMAT, owner="TrainerLoader",
+    states = [check_state(s, TRAINER_LOADER_FORMAT, owner="TrainerLoader",
                           required=("rank", "world_size", "epoch", "steps", "finished", "source")) for s in ranks]
     worlds = {state_int(s, "world_size", owner="TrainerLoader", minimum=1) for s in states}
     if len(worlds) > 1:
@@ -72,7 +88,7 @@ def check_rank_state(state: Any, *, rank: int | None = None, world_size: int | N
     loader loading it (when known): a step count beyond it would skip the rest of the
     epoch, a ``finished`` that is not a bool or a missing source state would restart it."""
     owner = "TrainerLoader"
-    st = check_state(state, STATE_FORMAT, owner=owner,
+    st = check_state(state, TRAINER_LOADER_FORMAT, owner=owner,
                      expect={"rank": rank, "world_size": world_size} if rank is not None else None,
                      required=("epoch", "steps", "finished", "source"))
     st["epoch"] = state_int(st, "epoch", owner=owner)

@@ -27,6 +27,9 @@ What it guarantees, whatever the source:
   state of a job of another world size (the gathered dict, or the list of per-rank
   states): :func:`youmu.merge_states` turns them into one state for this topology, and
   the new job delivers the rest of the epoch exactly once (see :meth:`load_state_dict`).
+* **The loader contract** (:class:`youmu.passes.PassLoader`: read-only ``epoch``,
+  ``close(timeout=None)``, ``with``), but for one thing: a new ``iter()`` after a
+  finished pass is the *next* epoch (above).
 * **Metrics**: :meth:`metrics` gives tokens/s, samples/s, padding ratio, the wait for
   data (p50/p99) and mixture shares, ready for a trainer's logger.
 
@@ -48,25 +51,28 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.integrations.batch_info import INFO_KEY
+from youmu.integrations.batch_info import INFO_KEY, trainer_batch
 from youmu.integrations.channels import default_channel, pairs_channel
 from youmu.integrations.consumption import Consumption
 from youmu.integrations.job_states import (
     GATHERED_FORMAT,
-    STATE_FORMAT,
+    TRAINER_LOADER_FORMAT,
     check_rank_state,
     gather_objects,
     job_states,
+    other_workers,
     saved_world,
 )
 from youmu.integrations.metrics import LoaderFigures
 from youmu.integrations.steps import stream_batches_per_epoch
-from youmu.stateful import check_epoch, yields_pairs
+from youmu.passes import PassCursor, PassLoader
+from youmu.stateful import yields_pairs
 
 __all__ = ["TrainerLoader", "MAX_BATCH_SIZE"]
 
@@ -76,7 +82,14 @@ __all__ = ["TrainerLoader", "MAX_BATCH_SIZE"]
 MAX_BATCH_SIZE = 1 << 20
 
 
-class TrainerLoader:
+@dataclass(frozen=True)
+class _ResumePoint:
+    """A loaded state's point: the source's state for the next pass (``None``: in it already)."""
+
+    source: dict[str, Any] | None
+
+
+class TrainerLoader(PassLoader):
     """Batches from a youmu source for a trainer (see the module doc).
 
     Args:
@@ -176,15 +189,15 @@ class TrainerLoader:
                 self._steps = min(int(t[0]) for t in self.channel.all_gather_int64([mine]))
             else:
                 self._agree_each_step = True
-        self.epoch = 0
+        # the epoch and a loaded resume point (a _ResumePoint) that the next pass takes
+        self._pass = PassCursor()
         self._taken = 0  # steps delivered in the current epoch
         self._finished = False  # the current epoch's pass ran out
-        self._pending: dict[str, Any] | None = None  # a loaded source state for the next pass
+        self._running: Generator[Any, None, None] | None = None  # the pass in progress (close() stops it)
         # the current epoch's steps when they differ from a full epoch's: an epoch resumed on
         # another number of ranks is the steps taken before plus what is left
         self._epoch_steps: int | None = None
         self._positioned = False  # the source was loaded from a merged state: no set_epoch
-        self._loaded = False  # a state was loaded and no pass began since (the one epoch rule)
         # what the trainer consumed, as against what it fetched (see follow_consumption)
         self._consumption = Consumption()
         #: An integration that follows each pass (Accelerate's GradientState, see
@@ -232,12 +245,13 @@ class TrainerLoader:
         """The one epoch rule (:mod:`youmu.stateful`): the epoch of a loaded state, before
         its pass begins, keeps the resume point; any other call starts ``epoch`` fresh at the
         next ``iter()``. Trainers' own calls are not forwarded (see the module doc)."""
-        epoch = check_epoch(epoch)
-        if self._loaded and epoch == self.epoch:
-            return
-        self.epoch, self._taken, self._finished, self._pending = epoch, 0, False, None
-        self._epoch_steps, self._positioned, self._loaded = None, False, False
-        self._consumption.restart()
+        self._pass.set_epoch(epoch)
+        if self._pass.point is None:  # else the loaded state's epoch: its resume point stays
+            self._restart_epoch()
+            self._consumption.restart()
+
+    def _restart_epoch(self) -> None:
+        self._taken, self._finished, self._epoch_steps, self._positioned = 0, False, None, False
 
     def _source_set_epoch(self, epoch: int) -> None:
         if hasattr(self.source, "set_epoch"):
@@ -245,21 +259,19 @@ class TrainerLoader:
 
     # -- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        self._loaded = False  # this pass takes the resume point
-        if self._finished:  # the previous pass (maybe one before a resume) ended: next epoch
-            self.epoch += 1
-            self._taken = 0
-            self._finished = False
-            self._pending = None
-            self._epoch_steps = None
-            self._positioned = False
+        self._stop_pass()
+        point: _ResumePoint | None = self._pass.begin()  # this pass takes the resume point
+        if self._finished or (point is None and not self._positioned):
+            # the last pass ended (maybe before a resume): the next epoch; else this epoch afresh
+            if self._finished:
+                self._pass.set_epoch(self.epoch + 1)
+            point = None
+            self._restart_epoch()
             self._source_set_epoch(self.epoch)
-        elif self._pending is None and self._taken == 0 and not self._positioned:
-            self._source_set_epoch(self.epoch)
-        if self._pending is not None:
-            self._loader.load_state_dict(self._pending)
-            self._pending = None
-        return self._batches() if self.on_pass is None else self.on_pass(self._batches())
+        if point is not None and point.source is not None:
+            self._loader.load_state_dict(point.source)
+        self._running = running = self._batches()
+        return running if self.on_pass is None else self.on_pass(running)
 
     def _agree(self, have: bool) -> bool:
         """Whether every rank has a batch (unsized streams; one all-reduce)."""
@@ -267,7 +279,7 @@ class TrainerLoader:
             return have
         return min(int(t[0]) for t in self.channel.all_gather_int64([int(have)])) == 1
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self) -> Generator[Any, None, None]:
         it = iter(self._loader)
         limit = self._limit()
         while True:
@@ -287,7 +299,7 @@ class TrainerLoader:
             if not have:
                 break
             wait = time.perf_counter() - t0
-            batch = self._wrap(item)
+            batch = trainer_batch(item, self.pairs, self.device)
             self._consumption.fetched += 1
             self._taken += 1
             self._positioned = False
@@ -298,19 +310,6 @@ class TrainerLoader:
                 self._finished = True
             yield batch
         self._finished = True
-
-    def _wrap(self, item: Any) -> Any:
-        if self.pairs:
-            batch, info = item
-            if not isinstance(batch, dict):
-                raise ArgumentTypeError(
-                    "the trainer integrations need the loader's collate_fn to return a dict of model inputs, got "
-                    f"{type(batch).__name__}"
-                )
-            item = {**batch, INFO_KEY: info}
-        if self.device is not None:
-            item = {k: (v.to(self.device) if hasattr(v, "to") else v) for k, v in item.items()}
-        return item
 
     # -- consumed, not fetched -------------------------------------------------------------
     def follow_consumption(self, depth: int = 8) -> None:
@@ -332,8 +331,9 @@ class TrainerLoader:
 
     def _fetched_state(self) -> dict[str, Any]:
         """This rank's resume point after every batch handed out so far."""
-        source = self._pending if self._pending is not None else self._loader.state_dict()
-        state = {"format": STATE_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
+        point = self._pass.point
+        source = point.source if point is not None and point.source is not None else self._loader.state_dict()
+        state = {"format": TRAINER_LOADER_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
                  "steps": self._taken, "finished": self._finished, "source": source}
         if self._epoch_steps is not None:
             state["epoch_steps"] = self._epoch_steps
@@ -375,7 +375,7 @@ class TrainerLoader:
         ...     stream = MapStream(rows, rank=r, world_size=2)
         ...     it = iter(stream)
         ...     _ = [next(it) for _ in range(2)]
-        ...     return {"format": STATE_FORMAT, "rank": r, "world_size": 2, "epoch": 0, "steps": 1,
+        ...     return {"format": TRAINER_LOADER_FORMAT, "rank": r, "world_size": 2, "epoch": 0, "steps": 1,
         ...             "finished": False, "source": stream.state_dict()}
         >>> loader = TrainerLoader(MapStream(rows), batch_size=4)
         >>> loader.load_state_dict([rank_state(0), rank_state(1)])
@@ -398,7 +398,7 @@ class TrainerLoader:
                 self._load_resized(ranks)
                 return
             state = ranks[self.rank]
-        elif isinstance(state, Mapping) and state.get("format") == STATE_FORMAT and saved_world(state) not in (
+        elif isinstance(state, Mapping) and state.get("format") == TRAINER_LOADER_FORMAT and saved_world(state) not in (
                 self.world_size, None):
             raise StateError(
                 f"the TrainerLoader state is rank {state.get('rank')!r}'s of a job of world_size="
@@ -416,14 +416,13 @@ class TrainerLoader:
                 )
             self._load_resized([st])  # the whole job's positions: re-split over this loader's workers
             return
-        self.epoch = st["epoch"]
+        self._stop_pass()
+        self._pass.load(_ResumePoint(st["source"]), epoch=st["epoch"])
         self._taken = st["steps"]
         self._finished = st["finished"]
         self._epoch_steps = st.get("epoch_steps")
-        self._pending = st["source"]
         self._positioned = False
         self._consumption.restart()
-        self._loaded = True
 
     def _checked(self, state: Any, expect_shard: bool = True) -> dict[str, Any]:
         """A TrainerLoader state checked field by field and bounded by this loader's epoch
@@ -437,19 +436,14 @@ class TrainerLoader:
                                 world_size=self.world_size if expect_shard else None, full_epoch=full)
 
     def _other_workers(self, state: Any) -> int | None:
-        """The number of DataLoader workers a stream's state was saved with, when it is
-        not this loader's (``None``: the same, or a loader that batches itself)."""
-        source = state.get("source") if isinstance(state, Mapping) else None
-        if self.pairs or not isinstance(source, Mapping):
-            return None
-        snapshot = source.get("_snapshot")  # torchdata StatefulDataLoader's state with workers
-        saved = snapshot.get("_main_snapshot", {}).get("_num_workers") if isinstance(snapshot, Mapping) else 0
-        return saved if isinstance(saved, int) and saved != self.num_workers else None
+        """The DataLoader workers a stream's state was saved with, when not this loader's."""
+        return None if self.pairs else other_workers(state, self.num_workers)
 
     def _load_resized(self, ranks: list[Any]) -> None:
         """Every rank's state of a job of another world size (see :meth:`load_state_dict`)."""
         from youmu.merge import merge_states
 
+        self._stop_pass()  # before the source is loaded: the old pass lets go of it first
         states = [self._checked(s, expect_shard=False) for s in job_states(ranks)]
         epochs = {s["epoch"] for s in states}
         if len(epochs) > 1:
@@ -465,10 +459,10 @@ class TrainerLoader:
 
             self.source.load_state_dict(merged)
             self._loader = StatefulDataLoader(self.source, **self._loader_args)
-        self.epoch, self._taken, self._finished = epochs.pop(), taken, finished
-        self._pending, self._positioned, self._epoch_steps = None, True, None
+        self._pass.load(_ResumePoint(None), epoch=epochs.pop())
+        self._taken, self._finished = taken, finished
+        self._positioned, self._epoch_steps = True, None
         self._consumption.restart()
-        self._loaded = True
         if not (finished or self.pairs or self._user_steps):
             left = stream_batches_per_epoch(self.source, self.batch_size, self.num_workers)  # type: ignore[arg-type]
             if left is not None:  # a sized stream: what is left of the epoch on every rank
@@ -487,12 +481,20 @@ class TrainerLoader:
         ``..._p99_ms``, ``youmu/epoch``, and ``youmu/mixture/<source>`` shares."""
         return self._metrics.figures(self.epoch, reset)
 
-    def close(self) -> None:
-        """Stop a dynamic-batch iteration the trainer abandoned (at ``max_steps``)."""
-        if self.pairs and hasattr(self.source, "close"):
-            self.source.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the pass in progress (one the trainer abandoned at ``max_steps``) and a
+        loader source's (``close(timeout)``, then a ``DynamicBatchLoader``'s aligner is
+        waited for); a stream's DataLoader workers go with the pass. Idempotent."""
+        self._stop_pass()
+        if self.pairs:
+            self.source.close(timeout)
             if hasattr(self.source, "wait_finished"):
-                self.source.wait_finished()
+                self.source.wait_finished(timeout)
+
+    def _stop_pass(self) -> None:
+        gen, self._running = self._running, None
+        if gen is not None:
+            gen.close()  # a suspended pass stops at its yield: the epoch is not marked finished
 
     def __repr__(self) -> str:
         return f"TrainerLoader({type(self.source).__name__}, rank={self.rank}, world_size={self.world_size})"

@@ -16,7 +16,7 @@ to start.
   the same settings, and restores its sources' states only if every rank can.
 
 Example:
-    >>> state = {"format": STATE_FORMAT, "mode": "replay", "world_size": 1, "rank": 0, "num_microbatches": 2,
+    >>> state = {"format": BALANCED_LOADER_FORMAT, "mode": "replay", "world_size": 1, "rank": 0, "num_microbatches": 2,
     ...          "config": 7, "step": 3, "microbatch": 1}
     >>> parse_state(state, world_size=1, rank=0, num_microbatches=2, config=7, can_restore=False,
     ...             resume_mode="auto", names=["default"])
@@ -47,7 +47,7 @@ from youmu.planning.state import parse_carry
 from youmu.stateful import check_state, state_int
 
 __all__ = [
-    "STATE_FORMAT",
+    "BALANCED_LOADER_FORMAT",
     "RESUME_MODES",
     "Resume",
     "Snapshots",
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 #: tag of :meth:`BalancedLoader.state_dict` (bumped when the layout changes)
-STATE_FORMAT = "youmu.planning.BalancedLoader/2"
+BALANCED_LOADER_FORMAT = "youmu.planning.BalancedLoader/2"
 RESUME_MODES = ("auto", "state", "replay")
 _OWNER = "BalancedLoader"
 
@@ -228,7 +228,7 @@ def parse_state(
     them, otherwise the loader replays to the resume point.
     """
     try:
-        state = check_state(state, STATE_FORMAT, owner=_OWNER)
+        state = check_state(state, BALANCED_LOADER_FORMAT, owner=_OWNER)
     except StateError as e:
         raise StateError(f"not a BalancedLoader state: {e}") from None
     mode = state.get("mode")
@@ -239,14 +239,15 @@ def parse_state(
     if resume_mode == "state" and not restore:
         raise StateError("resume_mode='state' but the state was saved in replay mode (its sources "
                          "could not save their states); load it with resume_mode='replay' or 'auto'")
-    check_state(state, STATE_FORMAT, owner=_OWNER, expect={"world_size": world_size,
+    check_state(state, BALANCED_LOADER_FORMAT, owner=_OWNER, expect={"world_size": world_size,
                                                             "num_microbatches": num_microbatches})
     if state.get("config") != config:
         raise StateError(f"state was saved with config={state.get('config')!r}, this BalancedLoader has {config!r} "
                          "(batch size, token budget, capacity, cost, method, placement, schedule, seed, "
                          "drop_last or sources differ)")
     if restore:
-        check_state(state, STATE_FORMAT, owner=_OWNER, expect={"rank": rank})  # the sources' states are this rank's
+        # the sources' states are this rank's
+        check_state(state, BALANCED_LOADER_FORMAT, owner=_OWNER, expect={"rank": rank})
     try:
         step = state_int(state, "step", owner=_OWNER)
         mb = state_int(state, "microbatch", owner=_OWNER)

@@ -21,7 +21,7 @@ from typing import Any
 from youmu.errors import LoaderError
 from youmu.jobstates import is_merged
 from youmu.passes import StepLoader
-from youmu.planning.checkpoint import STATE_FORMAT, Snapshots, parse_state, start_snapshot
+from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT, Snapshots, parse_state, start_snapshot
 from youmu.planning.merge import parse_merged
 from youmu.stateful import state_int
 
@@ -110,7 +110,7 @@ class LoaderState(StepLoader[Any]):
             return dict(cursor.point.state)  # loaded, not yet resumed: the same point
         step, mb = cursor.delivered
         state: dict[str, Any] = {
-            "format": STATE_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
+            "format": BALANCED_LOADER_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
             "epoch": cursor.state_epoch,
             "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
             "settings": self._portable, "step": step, "microbatch": mb,

@@ -59,7 +59,7 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
-from youmu.planning.checkpoint import STATE_FORMAT, Resume, restored_state
+from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT, Resume, restored_state
 from youmu.planning.state import parse_carry
 from youmu.stateful import state_int
 
@@ -78,7 +78,7 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> 
     :class:`~youmu.errors.StateError` for states of different jobs, settings, epochs or
     steps, a missing or repeated rank, a state of another kind, a replay-mode state
     (its sources could not save their states) or one saved inside a step."""
-    states = one_kind(states, STATE_FORMAT, kind=_LOADER)
+    states = one_kind(states, BALANCED_LOADER_FORMAT, kind=_LOADER)
     for i, st in enumerate(states):
         if st.get("mode") != "state":
             raise StateError(f"{OWNER}: states[{i}] field 'mode' is {st.get('mode')!r}: only 'state'-mode states "
@@ -125,7 +125,7 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> 
              for p in parsed for h in p["carry"]]
     pending = {name: [x for p in parsed for x in p["streams"][c]["pending"]] for c, name in enumerate(names)}
     id_bound = max(int(p["next_index"]) for p in parsed) * world
-    return {"format": MERGED_FORMAT, "stream": STATE_FORMAT, "epoch": first.get("epoch", 0), "step": step,
+    return {"format": MERGED_FORMAT, "stream": BALANCED_LOADER_FORMAT, "epoch": first.get("epoch", 0), "step": step,
             "settings": first["settings"], "sources": names, "streams": streams, "carry": carry,
             "pending": pending, "id_bound": id_bound, "resized_from": world}
 
@@ -136,7 +136,7 @@ def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str
     step, each source's merged state, and its deal of the held samples. A setting that
     differs from ``settings`` (:meth:`PlanSettings.portable`) is a
     :class:`~youmu.errors.StateError` naming it."""
-    st = load_merged(state, STATE_FORMAT, owner=_LOADER,
+    st = load_merged(state, BALANCED_LOADER_FORMAT, owner=_LOADER,
                      required=("step", "settings", "sources", "streams", "carry", "pending", "id_bound"),
                      hint="load it into each rank's stream (the BalancedLoader's source), or merge the "
                           "BalancedLoader states")

@@ -20,7 +20,8 @@ import numpy as np
 from youmu._args import float_array, int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["BalanceResult", "Imbalance", "MAX_SLOTS", "check_grid", "compare", "cost_array", "grid_stats", "imbalance"]
+__all__ = ["BalanceResult", "Imbalance", "MAX_SLOTS", "check_grid", "check_slots", "compare", "cost_array",
+           "grid_stats", "imbalance"]
 
 #: The most (bucket, bin) slots — (rank, micro-batch) pairs — one step may have:
 #: 16,384 ranks × 64 micro-batches. The statistics of a result hold a float per slot
@@ -42,8 +43,15 @@ def check_grid(num_buckets: Any, num_bins: Any, names: tuple[str, str] = ("num_b
     ...
     youmu.errors.InvalidArgumentError: num_buckets × num_bins = 1,000,000,000 × 1 slots per step is more than ...
     """
-    n = int_arg(names[0], num_buckets, minimum=1)
-    m = int_arg(names[1], num_bins, minimum=1)
+    check_slots(int_arg(names[0], num_buckets, minimum=1), int_arg(names[1], num_bins, minimum=1), names)
+
+
+def check_slots(n: int, m: int, names: tuple[str, str] = ("num_buckets", "num_bins")) -> None:
+    """:func:`check_grid` of two ints checked already (each where it was given): their
+    product at most :data:`MAX_SLOTS`.
+
+    >>> check_slots(4, 2)
+    """
     if n * m > MAX_SLOTS:
         raise InvalidArgumentError(f"{names[0]} × {names[1]} = {n:,} × {m:,} slots per step is more than "
                                    f"youmu.planning plans (MAX_SLOTS = {MAX_SLOTS:,})")

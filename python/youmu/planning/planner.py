@@ -43,9 +43,10 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -53,10 +54,11 @@ import numpy as np
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PlanError
 from youmu.planning.balance import METHODS, balance_detailed
-from youmu.planning.cost import CostModel, ModelConfig, segment_sums
+from youmu.planning.cost import segment_sums
 from youmu.planning.hybrid import balance_colocated, balance_hybrid
 from youmu.planning.meta import SampleMeta, gather_metadata
 from youmu.planning.metrics import BalanceResult, Imbalance, check_grid
+from youmu.planning.sample_cost import cost_function, encoder_cost_function, image_cost_function
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
 
 __all__ = ["Mesh", "Planner", "StepPlan", "AXES", "ENCODER_BALANCES"]
@@ -219,52 +221,14 @@ class StepPlan:
         return h.hexdigest()
 
 
-def _encoder_cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
-    """Encoder cost per sample from its images' patches (each image its own
-    attention block, as a variable-resolution ViT runs them)."""
-    if isinstance(fn, (ModelConfig, str)):
-        fn = CostModel.from_config(fn)
-    if isinstance(fn, CostModel):
-        model = fn
-        return lambda meta: model(meta.image_csr())
-    if not callable(fn):
-        raise ArgumentTypeError("encoder cost must be a CostModel, a ModelConfig, a preset name (e.g. 'vit-1b') "
-                                "or a callable image_patch_lists -> costs")
-
-    def call(meta: SampleMeta) -> np.ndarray:
-        return np.asarray(fn(meta.image_lists()), dtype=np.float64).reshape(-1)
-
-    return call
+def _check_group(num_buckets: int | None, group_size: int | None) -> None:
+    if group_size is not None and num_buckets is not None and num_buckets % group_size:
+        raise InvalidArgumentError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")
 
 
-def _image_cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
-    """Encoder cost per *image* (``meta.image_patches`` order): each image a sample of
-    its own to the encoder cost model."""
-    per_sample = _encoder_cost_fn(fn)
-
-    def call(meta: SampleMeta) -> np.ndarray:
-        p, _ = meta.image_csr()
-        alone = SampleMeta.build(ids=range(p.size), lengths=[1] * p.size, images=[[int(x)] for x in p])
-        return per_sample(alone)
-
-    return call
-
-
-def _cost_fn(fn: Any) -> Callable[[SampleMeta], np.ndarray]:
-    if fn is None:
-        fn = CostModel.from_config(None)
-    elif isinstance(fn, (ModelConfig, str)):
-        fn = CostModel.from_config(fn)
-    if isinstance(fn, CostModel):
-        model = fn
-        return lambda meta: model((meta.doc_lengths, meta.doc_offsets))
-    if not callable(fn):
-        raise ArgumentTypeError("cost must be a CostModel, a ModelConfig, a preset name or a callable seqs -> costs")
-
-    def call(meta: SampleMeta) -> np.ndarray:
-        return np.asarray(fn(meta.seqs()), dtype=np.float64).reshape(-1)
-
-    return call
+def _check_interleave(method: str, reorder_only: bool) -> None:
+    if method == "interleave" and not reorder_only:
+        raise InvalidArgumentError("'interleave' places formed micro-batches: use it with reorder_only=True")
 
 
 @dataclass(frozen=True)
@@ -301,8 +265,26 @@ class Planner:
 
     def __post_init__(self) -> None:
         # the builder stages check their own arguments; the seed is only read when a
-        # step selects at random, so check it here rather than at that step
+        # step selects at random, so check it here rather than at that step (a stage
+        # copies the planner with _with, which does not run this again)
         seed_arg(self.seed)
+
+    def _with(self, **changes: Any) -> Planner:
+        """A copy with ``changes`` (the calling stage checked them; the rest were checked)."""
+        new = copy.copy(self)
+        for name, value in changes.items():
+            object.__setattr__(new, name, value)
+        return new
+
+    @classmethod
+    def _from_checked(cls, **values: Any) -> Planner:
+        """The planner of settings :class:`~youmu.planning.PlanSettings` checked one by
+        one; only what ties them together is checked here."""
+        planner = object.__new__(cls)
+        planner.__dict__.update({f.name: f.default for f in fields(cls)}, **values)
+        _check_group(planner.num_buckets, planner.group_size)
+        _check_interleave(planner.method, planner.reorder_only)
+        return planner
 
     # -- builder stages -------------------------------------------------------------------
     def mix(self, schedule: Any, global_batch_size: int | None = None, *, select: str = "fifo",
@@ -318,7 +300,7 @@ class Planner:
             global_batch_size = global_batch_size or sched.batch_size
         if global_batch_size is None:
             raise InvalidArgumentError("mix needs global_batch_size (samples per step), a positive int")
-        return replace(self, schedule=sched, global_batch_size=int(global_batch_size), select=select)
+        return self._with(schedule=sched, global_batch_size=int(global_batch_size), select=select)
 
     def distribute(self, num_buckets: int | None = None, num_microbatches: int = 1, *, axis: str | None = None,
                    mesh: Mesh | None = None, capacity: int | None = None, group_size: int | None = None) -> Planner:
@@ -336,17 +318,15 @@ class Planner:
             raise InvalidArgumentError("distribute needs num_buckets= (or mesh= and axis=)")
         check_grid(num_buckets, num_microbatches, ("num_buckets", "num_microbatches"))
         opt_int_arg("capacity", capacity, minimum=1)  # tokens per micro-batch
-        g = opt_int_arg("group_size", group_size, minimum=1)
-        if g is not None and int(num_buckets) % g:
-            raise InvalidArgumentError(f"group_size must divide num_buckets={num_buckets}, got {group_size!r}")
-        return replace(self, num_buckets=int(num_buckets), num_bins=int(num_microbatches), capacity=capacity,
+        _check_group(int(num_buckets), opt_int_arg("group_size", group_size, minimum=1))
+        return self._with( num_buckets=int(num_buckets), num_bins=int(num_microbatches), capacity=capacity,
                        group_size=group_size)
 
     def cost(self, fn: Any) -> Planner:
         """Per-sample cost from metadata (default: :class:`CostModel` of the default
         :class:`ModelConfig`)."""
-        _cost_fn(fn)  # validate now, not at the first step
-        return replace(self, cost_fn=fn)
+        cost_function(fn)  # validate now, not at the first step
+        return self._with(cost_fn=fn)
 
     def balance(self, method: str = "greedy", *, reorder_only: bool = False, on_overflow: str = "defer",
                 placement: str | None = None) -> Planner:
@@ -359,10 +339,8 @@ class Planner:
         if placement is not None:
             choice_arg("placement", placement, METHODS)
         choice_arg("on_overflow", on_overflow, ("defer", "error"))
-        bool_arg("reorder_only", reorder_only)
-        if method == "interleave" and not reorder_only:
-            raise InvalidArgumentError("'interleave' places formed micro-batches: use it with reorder_only=True")
-        return replace(self, method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
+        _check_interleave(method, bool_arg("reorder_only", reorder_only))
+        return self._with( method=method, reorder_only=reorder_only, on_overflow=on_overflow, placement=placement)
 
     def encoder(self, fn: Any, balance: str = "colocated") -> Planner:
         """Balance an image encoder too: ``fn`` is its cost model over each sample's
@@ -383,10 +361,10 @@ class Planner:
         >>> h.ids(0), h.ids(1), h.image_ranks.tolist(), h.method   # sample 1's two images on both ranks
         ([[0]], [[1]], [0, 1], 'hybrid')
         """
-        _encoder_cost_fn(fn)
+        encoder_cost_function(fn)
         choice_arg("balance", balance, ENCODER_BALANCES)
         # None: colocated, the setting's value before hybrid existed (config fingerprints)
-        return replace(self, encoder_cost_fn=fn, encoder_balance=None if balance == "colocated" else balance)
+        return self._with(encoder_cost_fn=fn, encoder_balance=None if balance == "colocated" else balance)
 
     # -- planning -------------------------------------------------------------------------
     def _select(self, step: int, meta: SampleMeta) -> tuple[np.ndarray, dict[int, int]]:
@@ -420,7 +398,7 @@ class Planner:
             raise ArgumentTypeError(f"meta must be a SampleMeta (see SampleMeta.build), got {type(meta).__name__}")
         rows, counts = self._select(int(step), meta)
         sub = meta.take(rows)
-        costs = _cost_fn(self.cost_fn)(sub)
+        costs = cost_function(self.cost_fn)(sub)
         if costs.shape != (len(sub),):
             raise InvalidArgumentError(f"the cost function returned shape {costs.shape} for {len(sub)} samples")
         enc: np.ndarray | None = None
@@ -429,12 +407,12 @@ class Planner:
         if self.encoder_cost_fn is not None:
             if self.reorder_only or self.group_size is not None:
                 raise InvalidArgumentError("encoder balancing places samples: not with reorder_only or group_size")
-            enc = _encoder_cost_fn(self.encoder_cost_fn)(sub)
+            enc = encoder_cost_function(self.encoder_cost_fn)(sub)
             if enc.shape != (len(sub),):
                 raise InvalidArgumentError(f"the encoder cost function returned shape {enc.shape} for {len(sub)} "
                                            "samples")
             if self.encoder_balance == "hybrid":
-                img = _image_cost_fn(self.encoder_cost_fn)(sub)
+                img = image_cost_function(self.encoder_cost_fn)(sub)
                 p, o = sub.image_csr()
                 if img.shape != p.shape:
                     raise InvalidArgumentError(f"the encoder cost function returned shape {img.shape} for "

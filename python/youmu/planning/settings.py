@@ -43,9 +43,10 @@ from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
 from youmu.planning.balance import METHODS
 from youmu.planning.checkpoint import config_fingerprint, json_leaves
-from youmu.planning.metrics import check_grid
+from youmu.planning.metrics import check_slots
 from youmu.planning.planner import ENCODER_BALANCES, Planner
 from youmu.planning.rank_sources import resolve_sources
+from youmu.planning.sample_cost import cost_function, encoder_cost_function
 from youmu.planning.schedule import MixingSchedule, MixtureSchedule
 
 __all__ = ["PlanSettings", "MAX_MICROBATCHES"]
@@ -121,8 +122,10 @@ class PlanSettings:
                                                     given["seed"])
         drop_last, encoder_cost, encoder_balance = given["drop_last"], given["encoder_cost"], given["encoder_balance"]
         if world_size is not None:
-            int_arg("world_size", world_size, minimum=1)
+            world_size = int_arg("world_size", world_size, minimum=1)
         int_arg("num_microbatches", num_microbatches, minimum=1, maximum=MAX_MICROBATCHES)
+        if world_size is not None:
+            check_slots(world_size, num_microbatches, ("world_size", "num_microbatches"))
         reorder_only = bool_arg("reorder_only", reorder_only)
         drop_last = bool_arg("drop_last", drop_last)
         seed_arg(seed)
@@ -137,14 +140,17 @@ class PlanSettings:
         choice_arg("encoder_balance", encoder_balance, ENCODER_BALANCES)
         if encoder_balance != "colocated" and encoder_cost is None:
             raise InvalidArgumentError(f"encoder_balance={encoder_balance!r} places images: it needs encoder_cost=")
+        # the cost models are checked now, not at the first step
+        cost_function(cost)
+        if encoder_cost is not None:
+            encoder_cost_function(encoder_cost)
         names, sources, sched = resolve_sources(source, schedule=schedule, global_batch_size=global_batch_size,
                                                 token_budget=token_budget, reorder_only=reorder_only)
-        s = cls(tuple(names), None, num_microbatches, global_batch_size, token_budget, capacity, cost, method,
+        s = cls(tuple(names), world_size, num_microbatches, global_batch_size, token_budget, capacity, cost, method,
                 reorder_only, placement, sched, group_size, seed, drop_last, encoder_cost, encoder_balance)
-        if world_size is not None:
-            s = s.on(world_size)
-        # the cost model and balancing settings are checked now, not at the first step
-        s._chain(world_size if world_size is not None else 1)  # cached: the loader's planner
+        # what ties the settings together is checked now (Planner._from_checked), not at the first step;
+        # with the world size still open, over one group of ranks (a group divides the world, not 1)
+        s._chain(world_size if world_size is not None else group_size or 1)  # cached: the loader's planner
         return s, sources
 
     @classmethod
@@ -188,9 +194,13 @@ class PlanSettings:
     def on(self, world_size: int) -> PlanSettings:
         """These settings over ``world_size`` ranks (checked against the grid of
         micro-batches)."""
-        int_arg("world_size", world_size, minimum=1)
-        check_grid(world_size, self.num_microbatches, ("world_size", "num_microbatches"))
-        return dataclasses.replace(self, world_size=int(world_size))
+        n = int_arg("world_size", world_size, minimum=1)
+        check_slots(n, self.num_microbatches, ("world_size", "num_microbatches"))  # num_microbatches: checked
+        on = dataclasses.replace(self, world_size=n)
+        for key, chain in self.__dict__.items():  # planners already built: the same settings
+            if key.startswith("_planner_"):
+                object.__setattr__(on, key, chain)
+        return on
 
     def _chain(self, world_size: int) -> Planner:
         """The planner chain over ``world_size`` ranks, built once per settings object
@@ -203,12 +213,14 @@ class PlanSettings:
         return cached
 
     def _build(self, world_size: int) -> Planner:
-        planner = (Planner(seed=self.seed)
-                   .distribute(world_size, self.num_microbatches, capacity=self.capacity, group_size=self.group_size)
-                   .cost(self.cost)
-                   .balance(self.method, reorder_only=self.reorder_only, on_overflow="defer",
-                            placement=self.placement))
-        return planner if self.encoder_cost is None else planner.encoder(self.encoder_cost, self.encoder_balance)
+        # each setting was checked by resolve: the stages' checks are not run again
+        return Planner._from_checked(
+            seed=self.seed, num_buckets=world_size, num_bins=self.num_microbatches, capacity=self.capacity,
+            group_size=self.group_size, cost_fn=self.cost, method=self.method, reorder_only=self.reorder_only,
+            on_overflow="defer", placement=self.placement, encoder_cost_fn=self.encoder_cost,
+            # None: colocated, the setting's value before hybrid existed (config fingerprints)
+            encoder_balance=(None if self.encoder_cost is None or self.encoder_balance == "colocated"
+                             else self.encoder_balance))
 
     def _ranks(self) -> int:
         if self.world_size is None:

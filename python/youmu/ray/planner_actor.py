@@ -191,6 +191,7 @@ class StepPlanner:
     def _plans(self, rank: int, epoch: int, step: int, count: int, state: Mapping[str, Any] | None
                ) -> list[RankStep] | str:
         int_arg("rank", rank, minimum=0, maximum=self.world_size - 1)
+        # an actor method is a process boundary: its caller's checks do not travel with the call
         check_epoch(epoch)
         int_arg("step", step, minimum=0)
         int_arg("count", count, minimum=1, maximum=MAX_STEPS_PER_CALL)

@@ -161,6 +161,7 @@ class SourceLoader:
         stream so numbered in a resized epoch, :mod:`youmu.ray.state`) from position
         ``start`` (positions a transform drops are skipped; a Parquet source's records
         run to the end of the last window read), unless the stream ends first."""
+        # an actor method is a process boundary: its caller's checks do not travel with the call
         epoch = check_epoch(epoch)
         with self._lock:
             return [self._records((name, int(stream), epoch, chain), start, count)
@@ -206,6 +207,7 @@ class SourceLoader:
                  chain: Chain | None = None) -> list[list[Any]]:
         """For each ``(source, stream, positions)``: the (transformed) samples at those
         positions of that stream (as in :meth:`records`), in that order."""
+        # an actor method is a process boundary: its caller's checks do not travel with the call
         epoch = check_epoch(epoch)
         with self._lock:
             return [self._payloads((name, int(stream), epoch, chain), positions)

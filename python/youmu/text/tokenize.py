@@ -74,6 +74,12 @@ class Tokenize:
     ``tokenizers`` encodes on one thread (its guard against waiting on threads the
     fork did not copy); ``TOKENIZERS_PARALLELISM=true`` turns that guard off, and such
     workers then hang. Parallelism across workers comes from ``num_workers``.
+
+    Hand-off: a worker tokenizes as fast as the tokenizer alone, but a row handed to the
+    training process alone costs torch a shared-memory segment per tensor, more than
+    tokenizing it. Hand rows over in batches (``DataLoader(ds, batch_size=8,
+    collate_fn=youmu.torch.SendCollate(lm_collate))``, :func:`~youmu.torch.pack`, or
+    ``TrainerLoader``), as ``benches/bench_text.py`` measures.
     """
 
     #: called with a table of rows (youmu.batched)

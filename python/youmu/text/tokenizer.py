@@ -78,11 +78,13 @@ class TokenizerRef:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        state["_tok"] = None
         if self.path is not None:
-            state["_tok"] = None  # each process loads its own
-            return state
+            return state  # each process loads its own
+        # pickled here, once: the bytes both prove that it pickles and carry it (the
+        # tokenizer is not serialised a second time by the pickler around us)
         try:
-            pickle.dumps(self._tok)
+            state["_blob"] = pickle.dumps(self._tok, pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # whatever the tokenizer's own pickling raises
             raise ArgumentTypeError(
                 f"the tokenizer ({type(self._tok).__name__}) cannot be pickled into DataLoader worker processes "
@@ -91,6 +93,12 @@ class TokenizerRef:
                 "use fork workers (multiprocessing_context='fork'), which inherit it"
             ) from None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        blob = state.pop("_blob", None)
+        self.__dict__.update(state)
+        if blob is not None:
+            self._tok = pickle.loads(blob)
 
 
 def encode_texts(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bool) -> list[list[int]]:

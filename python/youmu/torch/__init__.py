@@ -27,6 +27,7 @@ from youmu.torch.dataset import YoumuDataset
 from youmu.torch.mapstream import MapStream, MixtureStream
 from youmu.torch.pack import PackedDataset, collate_packed, pack
 from youmu.torch.prefetch import Prefetcher
+from youmu.torch.sendable import SendCollate
 from youmu.torch.sharded import ShardedStream
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "PackedDataset",
     "PadCollate",
     "Prefetcher",
+    "SendCollate",
     "ShardedStream",
     "YoumuDataset",
     "collate_packed",

@@ -43,8 +43,9 @@ class Prefetcher:
             after it was fetched (default: when the loader has ``state_dict``), so
             :meth:`state_dict` matches what was consumed.
 
-    Exceptions from the loader are raised in the training loop at the batch where they
-    happened. Breaking out of the loop (or :meth:`close`) stops the thread.
+    An exception from the loader is raised in the training loop at the batch where it
+    happened, as a :class:`~youmu.errors.PrefetchError` chained from it (a youmu error as
+    it is). Breaking out of the loop (or :meth:`close`) stops the thread.
     """
 
     def __init__(self, loader: Iterable[Any], depth: int = 2, track_state: bool | None = None) -> None:
@@ -82,7 +83,8 @@ class Prefetcher:
     def __iter__(self) -> Iterator[Any]:
         self.close()
         stamp = self.loader.state_dict if self.track_state else None  # type: ignore[attr-defined]
-        producer = Producer(lambda: iter(self.loader), depth=self.depth, name="youmu-prefetch", stamp=stamp)
+        producer = Producer(lambda: iter(self.loader), depth=self.depth, name="youmu-prefetch", stamp=stamp,
+                            what=f"Prefetcher over {type(self.loader).__name__} fetching its batches ahead")
         self._producer = producer.start()
         for x in producer:
             if self.track_state:

@@ -7,13 +7,22 @@ a lambda, an open file, a lock), CPython's feeder prints the traceback to the wo
 stderr and drops the batch; the training process then waits for it forever — torch's
 DataLoader has no timeout by default, and a youmu loader waiting on it only reports a
 stall long after. :class:`SendCollate` pickles the batch itself, in the worker, with
-the same pickler the queue uses (torch's tensor reducers included: tensors still
-travel as shared memory), so a failure is an ordinary exception of the worker: torch
+the same pickler the queue uses (torch's tensor reducers included: large tensors
+still travel as shared memory), so a failure is an ordinary exception of the worker: torch
 raises it in the training process at that batch, with the worker's traceback and the
 original error, and the message names the field that could not be pickled. The queue
 then only copies the pickled bytes, and the training process rebuilds the batch while
 unpickling them (nothing to unwrap there). In the training process itself
 (``num_workers=0``) the batch is returned as is.
+
+Small tensors travel inside those bytes. torch's own reducer moves every tensor into a
+shared-memory segment and passes its file descriptor through a connection to the
+worker's resource-sharer thread; that costs about a millisecond of CPU per tensor, on
+each side, whatever its size — more than tokenizing a document. A contiguous CPU tensor
+of at most :data:`INLINE_TENSOR_BYTES` is copied into the pickle instead (the same
+dtype, shape and values; a fresh, writable tensor on the training side); a view is
+copied alone, not the storage it looks into. Larger ones, tensors that require grad
+and subclasses keep torch's shared memory.
 
 Example:
     >>> send = SendCollate(list)
@@ -33,10 +42,25 @@ from typing import Any
 
 from youmu.errors import LoaderError
 
-__all__ = ["SendCollate", "unpicklable_field"]
+__all__ = ["INLINE_TENSOR_BYTES", "SendCollate", "SendPickler", "unpicklable_field"]
 
 # How deep the search for the unpicklable field goes (it runs only after a failure).
 _MAX_DEPTH = 16
+
+#: Tensors up to this many bytes cross inside the pickled batch rather than through
+#: shared memory: up to about 256 KiB the copy costs the training process less CPU
+#: than torch's segment and descriptor hand-off; at 1 MiB it costs more
+#: (benches/RESULTS.md, "Online tokenization").
+INLINE_TENSOR_BYTES = 256 << 10
+
+
+def _inline_tensor(data: bytearray, dtype: Any, shape: tuple[int, ...]) -> Any:
+    """The tensor :class:`SendPickler` copied into the pickle (rebuilt on its bytes)."""
+    import torch
+
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
 class _Pickled:
@@ -50,6 +74,32 @@ class _Pickled:
 
     def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
         return pickle.loads, (self.data,)
+
+
+class SendPickler(ForkingPickler):
+    """The pickler of a DataLoader worker's queue (torch's reducers included), with
+    small tensors copied into the pickle (see the module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        import torch
+
+        self._tensor = torch.Tensor
+        self._strided = torch.strided
+        self._uint8 = torch.uint8
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is not self._tensor or not self._inlinable(obj):
+            return NotImplemented
+        raw = obj.detach().reshape(-1).view(self._uint8).numpy()
+        return _inline_tensor, (pickle.PickleBuffer(raw.data), obj.dtype, tuple(obj.shape))
+
+    def _inlinable(self, t: Any) -> bool:
+        # a plain contiguous CPU tensor: its bytes alone say all of it (a view is copied
+        # alone, not the storage it looks into)
+        return (t.device.type == "cpu" and t.layout == self._strided and not t.requires_grad and not t.is_nested
+                and not t.is_quantized and not t.is_conj() and not t.is_neg() and t.is_contiguous()
+                and t.nbytes <= INLINE_TENSOR_BYTES)
 
 
 def _children(value: Any) -> list[tuple[str, Any]]:
@@ -104,7 +154,7 @@ class SendCollate:
             return batch
         buf = io.BytesIO()
         try:
-            ForkingPickler(buf, pickle.HIGHEST_PROTOCOL).dump(batch)
+            SendPickler(buf, pickle.HIGHEST_PROTOCOL).dump(batch)
         except Exception as e:
             field = unpicklable_field(batch)
             where = f"the batch's field {field} holds" if field else "the batch is"
