@@ -14,6 +14,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -380,6 +381,41 @@ def test_a_saved_index_of_a_private_repository_loads_with_this_processs_token(
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")
     with pytest.raises(youmu.StorageAuthError):
         youmu.PageIndex.load(tmp_path / "private.youmu")
+
+
+def test_every_refusal_of_a_hub_file_says_how_to_give_the_hub_token(hub: HubServer, monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """A 401 or 403 names the Hub's fix (``HF_TOKEN``, ``hf auth login``) wherever it is
+    answered: by the Hub's API (listing, a saved index loaded by its ``hf://`` URL) or to
+    the native core's reads of a file's resolve URL (the pages of a saved index, a saved
+    index loaded by its resolve URL) — never an http(s) username/password hint, never
+    the token."""
+    hub.create("org/secret", private=True, readers={TOKEN})
+    hub.commit("org/secret", {"train.parquet": parquet_bytes(shard(8000, 30))})
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    idx = youmu.PageIndex("hf://datasets/org/secret")
+    idx.save(tmp_path / "secret.youmu")
+    hub.commit("org/secret", {"index/secret.youmu": (tmp_path / "secret.youmu").read_bytes()})
+    index_url = youmu.PageIndex("hf://datasets/org/secret").files[0].replace("train.parquet", "index/secret.youmu")
+    reads: dict[str, Any] = {
+        "listing": lambda: youmu.PageIndex("hf://datasets/org/secret"),
+        "a saved index by its hf:// URL": lambda: youmu.PageIndex.load("hf://datasets/org/secret/index/secret.youmu"),
+        "a saved index by its resolve URL": lambda: youmu.PageIndex.load(index_url),
+        "pages of a saved index": lambda: rows_of(youmu.PageIndex.load(tmp_path / "secret.youmu")),
+    }
+    for token in (None, OTHER_TOKEN):
+        if token is None:
+            monkeypatch.delenv("HF_TOKEN")
+        else:
+            monkeypatch.setenv("HF_TOKEN", token)
+        for what, read in reads.items():
+            with pytest.raises(youmu.StorageAuthError) as e:
+                read()
+            msg = str(e.value)
+            assert "org/secret" in msg and ("401" in msg or "403" in msg), (what, msg)
+            assert "HF_TOKEN" in msg and "hf auth login" in msg, (what, msg)
+            assert "username" not in msg and "password" not in msg, (what, msg)
+            assert TOKEN not in msg and OTHER_TOKEN not in msg, (what, msg)
 
 
 def test_hub_and_s3_files_in_one_index_each_take_their_own_options(

@@ -186,6 +186,47 @@ def test_the_state_counts_rows_not_tokens(corpus) -> None:
     assert len(ds) == len(texts)
 
 
+class _CountedTokenize(Tokenize):
+    """``Tokenize``, noting the rows of each call."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.calls: list[int] = []
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        self.calls.append(table.num_rows)
+        return super().__call__(table)
+
+
+def test_the_first_sample_waits_for_a_few_rows_not_a_window(tmp_path: Path) -> None:
+    """A pass's first call of a batched transform gets FIRST_ROWS rows and each next
+    one twice as many up to batch_rows, so a trainer's first step waits for a few rows'
+    tokenization, not a whole window's; the ids are the same, and a resumed pass ramps
+    up again from the row it resumes at."""
+    from youmu.batched import FIRST_ROWS
+
+    texts = [f"row {i} " + "the fox " * (i % 9) for i in range(600)]
+    path = write_texts(tmp_path / "t.parquet", texts, row_group_size=300)
+    tok = bpe_tokenizer()
+
+    def dataset() -> tuple[YoumuDataset, _CountedTokenize]:
+        t = _CountedTokenize(tok, batch_rows=100)
+        return YoumuDataset(path, columns=["text"], shuffle="none", output="numpy", transform=t), t
+
+    ds, counted = dataset()
+    assert _ids(ds) == [e.ids for e in tok.encode_batch(texts)]
+    assert counted.calls[:4] == [FIRST_ROWS, 2 * FIRST_ROWS, 4 * FIRST_ROWS, 100] and max(counted.calls) == 100
+    assert sum(counted.calls) == len(texts)
+    first, _ = dataset()
+    it = iter(first)
+    head = [next(it)["input_ids"].tolist() for _ in range(250)]
+    state = first.state_dict()
+    again, counted = dataset()
+    again.load_state_dict(state)
+    assert head + _ids(again) == [e.ids for e in tok.encode_batch(texts)]
+    assert counted.calls[:2] == [FIRST_ROWS, 2 * FIRST_ROWS] and sum(counted.calls) == len(texts) - 250
+
+
 # -- chat templates --------------------------------------------------------------------
 def _reference(tok, conversations) -> list[tuple[list[int], list[int]]]:
     """What transformers gives for each conversation on its own: ids and labels from

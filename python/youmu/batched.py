@@ -13,6 +13,10 @@ attribute; default :data:`BATCH_ROWS`) and returns either
   ``False`` are dropped (their positions still count, as a per-row transform's
   ``None``).
 
+The first call of a pass gets :data:`FIRST_ROWS` rows, each next one twice as many
+up to ``batch_rows``, so the first sample leaves after a few rows are templated and
+tokenized, not a whole window's (a DataLoader worker's first batch, the trainer's
+first step), while the rest of the pass still shares ``batch_rows`` rows per call.
 The result is converted to items with the stream's ``output`` (``"torch"``: token
 columns become tensors). A batched transform must map each row on its own (a row's
 result may not depend on which rows share its batch): then a stream resumed at any
@@ -44,12 +48,29 @@ from youmu._args import int_arg
 from youmu.convert import rows as convert_rows
 from youmu.errors import ArgumentTypeError, RowError
 
-__all__ = ["BATCH_ROWS", "is_batched", "apply_batched", "batched_pass"]
+__all__ = ["BATCH_ROWS", "FIRST_ROWS", "is_batched", "apply_batched", "batched_pass", "chunk_sizes"]
 
 #: Rows a batched transform gets at a time by default: enough for a tokenizer's
-#: threads to share, few enough that the first sample of a window is not held back
-#: by the tokenization of the whole window.
+#: threads to share, few enough that a call's result stays a page's size.
 BATCH_ROWS = 1024
+#: Rows of a pass's first call of a batched transform; each next call doubles it up
+#: to ``batch_rows``: a trainer's first step waits for these rows, not for a window's
+#: (``benches/bench_sft.py --trace``).
+FIRST_ROWS = 16
+
+
+def chunk_sizes(batch_rows: int, first: int = FIRST_ROWS) -> Iterator[int]:
+    """The rows of each call of a pass: ``first``, doubling up to ``batch_rows``, then
+    ``batch_rows`` for ever (which rows share a call never changes a row's result).
+
+    >>> import itertools
+    >>> list(itertools.islice(chunk_sizes(100), 6))
+    [16, 32, 64, 100, 100, 100]
+    """
+    size = max(min(first, batch_rows), 1)
+    while True:
+        yield size
+        size = min(size * 2, batch_rows)
 
 
 def is_batched(transform: Any) -> bool:
@@ -93,16 +114,19 @@ def batched_pass(tables: Iterable[pa.Table], transform: Callable[[pa.Table], Any
                  where: Callable[[int], dict[str, Any]] | None = None, compact: bool = False,
                  in_worker: bool = False) -> Iterator[tuple[int, Any]]:
     """``(position after the row, item or None)`` of the stream rows in ``tables``
-    (which begin at position ``start``) through a batched ``transform``, ``batch_rows``
-    rows at a time. A :class:`~youmu.errors.RowError` naming its ``batch_row`` is
-    raised located, after the rows before it: ``where(position)`` gives its ``file`` and ``row`` (``in_worker``: in
-    a DataLoader worker, whose errors torch rebuilds from their message,
-    :meth:`~youmu.errors.RowError.for_worker`)."""
-    step = int_arg("batch_rows", getattr(transform, "batch_rows", BATCH_ROWS), minimum=1)
+    (which begin at position ``start``) through a batched ``transform``, called on
+    :func:`chunk_sizes` rows at a time (a few first, then ``batch_rows``). A
+    :class:`~youmu.errors.RowError` naming its ``batch_row`` is raised located, after
+    the rows before it: ``where(position)`` gives its ``file`` and ``row``
+    (``in_worker``: in a DataLoader worker, whose errors torch rebuilds from their
+    message, :meth:`~youmu.errors.RowError.for_worker`)."""
+    sizes = chunk_sizes(int_arg("batch_rows", getattr(transform, "batch_rows", BATCH_ROWS), minimum=1))
     pos = start
     for table in tables:
-        for lo in range(0, table.num_rows, step):
-            chunk = table.slice(lo, step)
+        lo = 0
+        while lo < table.num_rows:
+            chunk = table.slice(lo, next(sizes))
+            lo += chunk.num_rows
             try:
                 items = apply_batched(chunk, transform, output, compact=compact)
             except RowError as e:

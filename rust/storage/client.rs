@@ -327,16 +327,7 @@ pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) ->
             return Error::Changed { path: url.to_string(), detail: "the object no longer exists".into() };
         }
         E::NotFound { .. } => StorageErrorKind::NotFound,
-        E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
-            if url.starts_with("http") && !detail.contains("storage_options") {
-                // user info is never saved with an index or pickled with it
-                detail.push_str(
-                    " (credentials of an http(s) URL's user info are not stored in saved or pickled indexes: pass \
-                     storage_options={\"username\": ..., \"password\": ...} when loading one)",
-                );
-            }
-            StorageErrorKind::Auth
-        }
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => StorageErrorKind::Auth,
         E::UnknownConfigurationKey { .. } => StorageErrorKind::Config,
         // reqwest refuses to build the request: an http:// URL with allow_http off
         _ if detail.contains("URL scheme is not allowed") => {
@@ -347,7 +338,29 @@ pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) ->
         _ if detail.contains("builder error") => StorageErrorKind::Config,
         _ => transport_kind(&e, &detail),
     };
+    if kind == StorageErrorKind::Auth {
+        detail.push_str(&auth_hint(url, &detail));
+    }
     Error::Storage { url: url.to_string(), range: range.to_string(), kind, detail }
+}
+
+/// What to do about a refused request to `url`: a file of the Hugging Face Hub is read
+/// with the Hub's token, found where every Hugging Face library finds it (as
+/// `youmu.hub` says for listings); other http(s) URLs with their user info, which saved
+/// and pickled indexes do not keep. Never the credentials themselves.
+fn auth_hint(url: &str, detail: &str) -> String {
+    if let Some(file) = super::hub_file::hub_file(url) {
+        return format!(
+            " ({file} on the Hugging Face Hub: set HF_TOKEN, or log in with `hf auth login`, with a token that may \
+             read it)"
+        );
+    }
+    if url.starts_with("http") && !detail.contains("storage_options") {
+        return " (credentials of an http(s) URL's user info are not stored in saved or pickled indexes: pass \
+                storage_options={\"username\": ..., \"password\": ...} when loading one)"
+            .into();
+    }
+    String::new()
 }
 
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

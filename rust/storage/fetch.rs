@@ -128,29 +128,22 @@ impl RangeSet {
     }
 }
 
-/// Run `work` over an opened entry: its source is made and `work` first run in one
-/// pool task (a local file's open and `fstat` block, and then costs no second hop), over
-/// a [`Fetched`](super::fetched::Fetched) holding what came with opening it (an object's
+/// Run `work` over an entry opened by a request, on youmu's pool, over a
+/// [`Fetched`](super::fetched::Fetched) holding what came with opening it (an object's
 /// tail). Where the source fetches ahead (an object) the view is strict, and each
 /// [`Error::NeedData`] `work` returns is fetched (coalesced, concurrently) before it runs
-/// again; where it is read in place (a local file) `work` reads what it needs itself.
+/// again; where it is read in place `work` reads what it needs itself.
 /// Returns what `work` returned and the GETs this sent (opening's not included).
 pub async fn with_fetched<T: Send + 'static>(
     opened: super::found::Opened,
     work: Arc<dyn Fn(super::fetched::Fetched) -> Result<T> + Send + Sync>,
 ) -> Result<(T, u64)> {
     let o = super::options::io_options();
-    let super::found::Opened { source: make, start, tail, .. } = opened;
+    let super::found::Opened { source, start, tail, .. } = opened;
     let mut have = if tail.is_empty() { RangeSet::default() } else { RangeSet::new(start, tail) };
-    let (w, held) = (work.clone(), have.as_vec());
-    let (source, mut result) = on_pool(move || {
-        let source = make()?;
-        let strict = !source.reads_in_place();
-        let r = w(super::fetched::Fetched::new(source.clone(), held, strict));
-        Ok((source, r))
-    })
-    .await?;
     let strict = !source.reads_in_place();
+    let (w, reader) = (work.clone(), super::fetched::Fetched::new(source.clone(), have.as_vec(), strict));
+    let mut result = on_pool(move || w(reader)).await;
     let mut requests = 0u64;
     for round in 0..8 {
         match result {

@@ -22,19 +22,25 @@ pub trait Listed: Send + Sync + std::fmt::Debug {
     /// Whether `storage_options` configure how it is reached (an object in a store);
     /// options given where no entry takes them are refused, not ignored.
     fn takes_options(&self) -> bool;
-    /// Open it (from async code; blocking work is left to [`Opened::source`], which
-    /// runs on youmu's pool): a source on it and whatever bytes opening it brought along.
-    fn open(&self) -> BoxFuture<'_, Result<Opened>>;
+    /// How it opens (see [`Opening`]); nothing is done until that is run.
+    fn open(&self) -> Opening<'_>;
 }
 
-/// A found entry opened: what makes its source, the bytes `[start, len)` that came with
-/// opening it (an object's tail, from the GET that told its size and ETag; nothing for a
-/// local file, which is read in place) and the requests opening it took.
+/// How a found entry opens, which decides how a build schedules it (`opening.rs`).
+pub enum Opening<'a> {
+    /// By blocking calls, on youmu's pool (a local file's `open` and `fstat`), its
+    /// source read in place from then on: cheap enough that such entries are opened
+    /// and parsed many to a pool task rather than one task and one wake-up each.
+    InPlace(Box<dyn FnOnce() -> Result<Source> + Send>),
+    /// By a request that brings bytes along (an object's tail GET, which also tells its
+    /// size and ETag): a task of its own, many in flight.
+    Fetching(BoxFuture<'a, Result<Opened>>),
+}
+
+/// An entry opened by a request: its source, the bytes `[start, len)` that came with
+/// opening it and the requests opening it took.
 pub struct Opened {
-    /// Run on youmu's pool, in the task that first parses the entry: a local file's
-    /// open and `fstat` block (and would cost a second hop to the pool apart); an
-    /// object's source is made already.
-    pub source: Box<dyn FnOnce() -> Result<Source> + Send>,
+    pub source: Source,
     pub start: u64,
     pub tail: Bytes,
     pub requests: u64,
@@ -64,7 +70,7 @@ impl Found {
     }
 
     /// See [`Listed::open`].
-    pub fn open(&self) -> BoxFuture<'_, Result<Opened>> {
+    pub fn open(&self) -> Opening<'_> {
         self.0.open()
     }
 }

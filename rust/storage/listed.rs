@@ -1,18 +1,16 @@
 //! The entries listings find ([`Listed`]): a local file (found by the walk of
 //! `walk.rs`) and an object (found by [`list_objects`] here), each opened its own way:
 //! a file on youmu's pool, read in place from then on; an object by one GET of its
-//! tail, which also tells its size and ETag.
+//! tail, which also tells its size and ETag (see [`super::found::Opening`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use object_store::ObjectMeta;
 use object_store::path::Path as ObjectPath;
 
-use super::found::{Found, Listed, Opened};
+use super::found::{Found, Listed, Opened, Opening};
 use super::local::LocalFile;
 use super::options::io_options;
 use super::remote::RemoteObject;
@@ -41,11 +39,10 @@ impl Listed for ListedFile {
     fn takes_options(&self) -> bool {
         false
     }
-    fn open(&self) -> BoxFuture<'_, Result<Opened>> {
+    fn open(&self) -> Opening<'_> {
         let path = self.0.clone();
         // an open and a stat: blocking calls, made on the pool with the footer's parse
-        let source = Box::new(move || LocalFile::open(&path).map(|f| Source::new(Arc::new(f))));
-        Box::pin(async move { Ok(Opened { source, start: 0, tail: Bytes::new(), requests: 0 }) })
+        Opening::InPlace(Box::new(move || LocalFile::open(&path).map(|f| Source::new(Arc::new(f)))))
     }
 }
 
@@ -72,8 +69,8 @@ impl Listed for ListedObject {
     fn takes_options(&self) -> bool {
         true
     }
-    fn open(&self) -> BoxFuture<'_, Result<Opened>> {
-        Box::pin(async move {
+    fn open(&self) -> Opening<'_> {
+        Opening::Fetching(Box::pin(async move {
             if let Some(m) = &self.meta
                 && m.size < 12
             {
@@ -89,9 +86,8 @@ impl Listed for ListedObject {
                 io_options().tail_bytes,
             )
             .await?;
-            let source = Source::new(Arc::new(obj));
-            Ok(Opened { source: Box::new(move || Ok(source)), start, tail, requests: 1 })
-        })
+            Ok(Opened { source: Source::new(Arc::new(obj)), start, tail, requests: 1 })
+        }))
     }
 }
 

@@ -15,8 +15,9 @@
 //! paths, S3, GCS, Azure, HTTP(S), the Hugging Face Hub), each listing its paths (a
 //! local walk in `walk.rs`, an object listing in `listed.rs`, by the naming rules of
 //! `crate::rules`) and reading and writing them whole; what a listing found is a
-//! [`Found`], which opens itself; and how a set of found files is opened and read,
-//! saved and reopened is `open.rs`. No caller branches on the backend or waits on the
+//! [`Found`], which opens itself; how a set of found files is opened and parsed is
+//! `opening.rs` (local files in batches per pool task, objects one task each), how they
+//! are read, saved and reopened `open.rs`. No caller branches on the backend or waits on the
 //! async runtime itself.
 //!
 //! Reads are vectored: a batch of pages (or an index build step) names the byte ranges
@@ -38,9 +39,11 @@ pub mod fetch;
 pub mod fetched;
 pub mod found;
 pub mod http_client;
+pub mod hub_file;
 pub mod listed;
 pub mod local;
 pub mod open;
+pub mod opening;
 pub mod options;
 pub mod per_store;
 pub mod redirects;
@@ -61,6 +64,7 @@ pub use counters::{FIRST_BYTE_US, REMOTE_BYTES, REMOTE_REQUESTS, UNPLANNED_READS
 pub use fetched::{Fetched, FetchedCursor};
 pub use found::{Found, Listing};
 pub use open::*;
+pub use opening::open_each;
 pub use options::*;
 pub use scheme::{resolve, set_hub_resolver};
 pub use source::{ObjectVersion, Source, Storage};

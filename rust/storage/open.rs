@@ -1,5 +1,5 @@
 //! Opening what the user named: listing it (by the scheme that serves it,
-//! [`super::scheme`]), opening found files and objects and running a parse over each, reading
+//! [`super::scheme`]; what is found is opened and parsed by `opening.rs`), reading
 //! and writing whole files or objects, reopening a saved index's files, and fetching a
 //! plan's byte ranges. Everything that waits on the async runtime does so here, so callers outside
 //! `storage/` stay synchronous and never branch on the backend.
@@ -7,14 +7,11 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use rayon::prelude::*;
 
 use super::aio::block_on;
-use super::fetch::with_fetched;
-use super::fetched::Fetched;
 use super::found::{Found, Listing};
 use super::local::{self, LocalFile};
 use super::options::io_options;
@@ -45,56 +42,6 @@ pub fn list(specs: &[String], options: &[(String, String)]) -> Result<Listing> {
         super::spec::refuse_unused_options(options, "the path list")?;
     }
     Ok(out)
-}
-
-/// Open every one of `found` and run `work` over its bytes, many at once (up to
-/// `max_inflight`): each opens itself ([`Found::open`]: a local file on youmu's pool,
-/// an object with a GET of its tail, which also gives the size and ETag), `work` runs on
-/// the pool, and whatever it finds missing of an object is fetched concurrently and
-/// `work` rerun. `done` is called after each; once `stop` is set (or Ctrl-C is pressed)
-/// entries not started are skipped (`None`) and those in flight dropped. Returns, in the
-/// order of `found`, what `work` returned and the GETs it took.
-#[allow(clippy::type_complexity)]
-pub fn open_each<T: Send + 'static>(
-    found: &[Found],
-    work: impl Fn(Fetched) -> Result<T> + Send + Sync + 'static,
-    done: &(dyn Fn() + Sync),
-    stop: &AtomicBool,
-) -> Result<Vec<Option<Result<(T, u64)>>>> {
-    use futures_util::StreamExt;
-    let work: Arc<dyn Fn(Fetched) -> Result<T> + Send + Sync> = Arc::new(work);
-    let width = io_options().max_inflight.max(1);
-    let read = || {
-        block_on(async {
-            let mut out: Vec<Option<Result<(T, u64)>>> = (0..found.len()).map(|_| None).collect();
-            let mut stream = futures_util::stream::iter(found.iter().enumerate())
-                .map(|(i, f)| {
-                    let work = work.clone();
-                    async move { (i, open_one(f, work).await) }
-                })
-                .buffer_unordered(width);
-            while let Some((i, r)) = stream.next().await {
-                out[i] = Some(r);
-                done();
-                if stop.load(Ordering::Relaxed) {
-                    break; // dropping the stream cancels what is in flight
-                }
-            }
-            out
-        })
-    };
-    crate::runtime::run_interruptible(read, || stop.store(true, Ordering::Relaxed))?
-}
-
-/// One entry: opened, then `work` over what came with it and rounds of what it finds missing.
-async fn open_one<T: Send + 'static>(
-    f: &Found,
-    work: Arc<dyn Fn(Fetched) -> Result<T> + Send + Sync>,
-) -> Result<(T, u64)> {
-    let opened = f.open().await?;
-    let opening = opened.requests;
-    let (t, requests) = with_fetched(opened, work).await?;
-    Ok((t, requests + opening))
 }
 
 /// The whole file or object at `path` (a saved index); `options` configure its store.

@@ -2,9 +2,7 @@
 //! `s3://` files): each store takes the options of its kind, and an option that no store
 //! takes is refused, naming it, before anything is sent.
 
-use object_store::ObjectStoreScheme;
-
-use super::scheme::scheme_of;
+use super::scheme::{SCHEMES, scheme_of};
 use super::spec::{takes_option, unknown_key};
 use crate::error::{Error, Result};
 use crate::redact::redact;
@@ -37,17 +35,11 @@ impl OptionsPerStore {
     }
 
     /// The options the store of `url` (one object: a saved index) takes from those of
-    /// a whole index, refusing a key that no kind of store takes (a misspelt one).
+    /// a whole index, refusing a key that no scheme's store takes (a misspelt one).
     pub fn of_one(url: &str, options: &[(String, String)]) -> Result<Vec<(String, String)>> {
-        let kinds = [
-            ObjectStoreScheme::AmazonS3,
-            ObjectStoreScheme::GoogleCloudStorage,
-            ObjectStoreScheme::MicrosoftAzure,
-            ObjectStoreScheme::Http,
-        ];
         let in_store = !options.is_empty() && scheme_of(url)?.store_of(url)?.is_some();
         if let Some((k, _)) =
-            options.iter().find(|(k, _)| in_store && !kinds.iter().any(|s| takes_option(s, &k.to_ascii_lowercase())))
+            options.iter().find(|(k, _)| in_store && !SCHEMES.iter().any(|s| s.takes_option(&k.to_ascii_lowercase())))
         {
             return Err(unknown_key(&redact(url), k));
         }
@@ -88,7 +80,15 @@ mod tests {
         only_s3.of("s3://b/k", &opts).unwrap();
         let e = only_s3.refuse_untaken(&opts).unwrap_err().to_string();
         assert!(e.contains("bearer_token_env"), "{e}");
-        assert!(OptionsPerStore::of_one("s3://b/i.youmu", &[o("endpiont")]).is_err(), "a misspelt key");
+        let e = OptionsPerStore::of_one("s3://b/i.youmu", &[o("endpiont")]).unwrap_err().to_string();
+        assert!(
+            e.contains("\"endpiont\"") && e.contains("s3://b/i.youmu"),
+            "a misspelt key, named with the store: {e}"
+        );
+        // a key of another kind of store is meant for the index's data there, not refused
+        for key in ["google_service_account", "azure_storage_account_name", "bearer_token_env"] {
+            assert_eq!(OptionsPerStore::of_one("s3://b/i.youmu", &[o(key)]).unwrap(), vec![], "{key}");
+        }
         assert_eq!(OptionsPerStore::of_one("s3://b/i.youmu", &opts).unwrap().len(), 2);
         let mut mixed = OptionsPerStore::default();
         assert_eq!(keys(mixed.of("hf://datasets/o/n/x.parquet", &opts).unwrap()), ["bearer_token_env", "timeout"]);

@@ -40,6 +40,12 @@ pub trait Scheme: Sync {
     /// `storage_options` given for `path`, whose content names no object store (`what`
     /// says so): refused naming the first key where this scheme takes none.
     fn refuse_unused_options(&self, path: &Path, options: &[(String, String)], what: &str) -> Result<()>;
+    /// Whether a store of this scheme's own kind takes the `storage_options` key `key`
+    /// (lower case): every scheme's keys together tell a misspelt key from one meant for
+    /// another store (see [`super::per_store`]). Local files take none.
+    fn takes_option(&self, _key: &str) -> bool {
+        false
+    }
     /// The store `spec` is read from, as its root (for messages) and the kind whose
     /// `storage_options` it takes (see [`super::per_store`]); `None` where no store reads
     /// it (local files take no options).
@@ -52,10 +58,15 @@ pub trait Scheme: Sync {
 pub static SCHEMES: [&dyn Scheme; 6] = [&LOCAL, &S3, &GCS, &AZURE, &HTTP, &Hub];
 
 static LOCAL: LocalFiles = LocalFiles;
-static S3: Store = Store { name: "Amazon S3", url_schemes: &["s3", "s3a"] };
-static GCS: Store = Store { name: "Google Cloud Storage", url_schemes: &["gs"] };
-static AZURE: Store = Store { name: "Azure Blob Storage", url_schemes: &["az", "adl", "azure", "abfs", "abfss"] };
-static HTTP: Store = Store { name: "HTTP(S)", url_schemes: &["http", "https"] };
+static S3: Store = Store { name: "Amazon S3", url_schemes: &["s3", "s3a"], kind: ObjectStoreScheme::AmazonS3 };
+static GCS: Store =
+    Store { name: "Google Cloud Storage", url_schemes: &["gs"], kind: ObjectStoreScheme::GoogleCloudStorage };
+static AZURE: Store = Store {
+    name: "Azure Blob Storage",
+    url_schemes: &["az", "adl", "azure", "abfs", "abfss"],
+    kind: ObjectStoreScheme::MicrosoftAzure,
+};
+static HTTP: Store = Store { name: "HTTP(S)", url_schemes: &["http", "https"], kind: ObjectStoreScheme::Http };
 
 /// The URL scheme `spec` is written with, lowercased (`name://...`); `""` for a plain
 /// path (a one-letter "scheme" is a Windows drive, not a URL).
@@ -105,6 +116,9 @@ pub fn resolve(specs: Vec<String>, options: Vec<(String, String)>) -> Result<Res
 struct Store {
     name: &'static str,
     url_schemes: &'static [&'static str],
+    /// The kind of store its URLs name, whose options it declares (an https URL may
+    /// still name another kind's store: a path-style S3 endpoint is read as S3).
+    kind: ObjectStoreScheme,
 }
 
 impl Scheme for Store {
@@ -126,6 +140,9 @@ impl Scheme for Store {
     }
     fn refuse_unused_options(&self, _path: &Path, _options: &[(String, String)], _what: &str) -> Result<()> {
         Ok(())
+    }
+    fn takes_option(&self, key: &str) -> bool {
+        super::spec::takes_option(&self.kind, key)
     }
     fn store_of(&self, spec: &str) -> Result<Option<(String, ObjectStoreScheme)>> {
         let (store, _) = super::spec::StoreSpec::parse(spec, &[])?;
@@ -243,6 +260,9 @@ impl Scheme for Hub {
     fn refuse_unused_options(&self, _path: &Path, _options: &[(String, String)], _what: &str) -> Result<()> {
         Ok(())
     }
+    fn takes_option(&self, key: &str) -> bool {
+        HTTP.takes_option(key) // the token's options, and any http(s) client's
+    }
     fn store_of(&self, _spec: &str) -> Result<Option<(String, ObjectStoreScheme)>> {
         // its files are http(s) objects: they take an http(s) store's options (the token's)
         Ok(Some(("hf://".to_string(), ObjectStoreScheme::Http)))
@@ -282,6 +302,24 @@ mod tests {
         for path in ["/tmp/x.parquet", "rel/x.parquet", "file:///tmp/x.parquet"] {
             let err = scheme_of(path).unwrap().refuse_unused_options(Path::new(path), &opts, "x").unwrap_err();
             assert!(err.to_string().contains("region"), "{path}: {err}");
+        }
+    }
+
+    #[test]
+    fn each_scheme_declares_the_options_of_its_stores() {
+        let takes = |spec: &str, key: &str| scheme_of(spec).unwrap().takes_option(key);
+        assert!(takes("s3://b/k", "aws_region") && !takes("s3://b/k", "google_service_account"));
+        assert!(takes("gs://b/k", "google_service_account") && !takes("gs://b/k", "aws_region"));
+        assert!(takes("az://c/k", "azure_storage_account_name"));
+        assert!(takes("https://h/x", "bearer_token_env") && takes("https://h/x", "timeout"));
+        assert!(takes("hf://datasets/o/n/x.parquet", "bearer_token_env"), "the Hub's files are http(s) objects");
+        assert!(!takes("/tmp/x.parquet", "timeout"), "local files take none");
+        for key in ["aws_region", "google_service_account", "azure_storage_account_name", "bearer_token_env"] {
+            assert_eq!(
+                SCHEMES.iter().filter(|s| s.takes_option(key)).count(),
+                if key.starts_with("bearer") { 2 } else { 1 },
+                "{key}"
+            );
         }
     }
 

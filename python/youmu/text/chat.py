@@ -175,7 +175,8 @@ class ChatTemplate:
             :class:`~youmu.errors.TextError` naming the file and row) or ``"drop"``.
         template_kwargs: passed to the template (e.g. ``{"enable_thinking": False}``).
         keep_columns: keep the row's other columns (the conversation column is dropped).
-        batch_rows: rows templated per call.
+        batch_rows: the most rows templated per call (a pass's first calls take
+            fewer, :func:`youmu.batched.chunk_sizes`).
 
     A sample: ``input_ids`` and ``labels`` (``list<int64>``, as tensors with
     ``output="torch"``); ``len(input_ids)`` is its length for

@@ -63,8 +63,9 @@ class Tokenize:
             ``transformers``' ``add_special_tokens``). A tokenizer that adds no EOS
             (most LLaMA-style ones) gets one from ``pack(..., eos_id=...)``.
         keep_columns: keep the row's other columns (the text column is dropped).
-        batch_rows: rows tokenized per call (a page's rows or less; default
-            :data:`youmu.batched.BATCH_ROWS`).
+        batch_rows: the most rows tokenized per call (default
+            :data:`youmu.batched.BATCH_ROWS`; a pass's first calls take fewer,
+            :func:`youmu.batched.chunk_sizes`).
 
     The result is exactly what the tokenizer gives for each text on its own: the batch
     only decides how many texts its threads share. The stream's state counts rows,
