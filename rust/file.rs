@@ -49,6 +49,30 @@ pub enum PageSource {
     HeaderScanMerged,
 }
 
+/// Row groups of a page column counted by how their pages were found, and those read
+/// page by page (the rest are read whole): what `youmu inspect` reports per column and
+/// `PageIndex.file_info` per file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowGroupSources {
+    pub with_offset_index: usize,
+    pub header_scanned: usize,
+    pub merged_pages: usize,
+    pub page_granular: usize,
+}
+
+impl RowGroupSources {
+    /// Count one row group (`None`: no pages found for it).
+    pub fn add(&mut self, source: Option<PageSource>, page_granular: bool) {
+        match source {
+            Some(PageSource::OffsetIndex) => self.with_offset_index += 1,
+            Some(PageSource::HeaderScan) => self.header_scanned += 1,
+            Some(PageSource::HeaderScanMerged) => self.merged_pages += 1,
+            None => {}
+        }
+        self.page_granular += usize::from(page_granular);
+    }
+}
+
 pub struct FileEntry {
     /// The file's path, or the object's URL.
     pub path: PathBuf,
@@ -309,6 +333,15 @@ impl FileEntry {
 
     pub fn num_pages(&self) -> u64 {
         self.page_first_row.len() as u64
+    }
+
+    /// The row groups of the index's page column by how their pages were found.
+    pub fn row_group_sources(&self) -> RowGroupSources {
+        let mut out = RowGroupSources::default();
+        for rg in 0..self.page_source.len().max(self.rg_has_locations.len()) {
+            out.add(self.page_source.get(rg).copied(), self.rg_has_locations.get(rg) == Some(&true));
+        }
+        out
     }
 
     pub fn rg_rows(&self, rg: usize) -> u64 {

@@ -19,7 +19,7 @@ use parquet::file::metadata::ParquetMetaData;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{PageSource, Tables, build_tables, read_metadata, scan_ranges};
+use crate::file::{RowGroupSources, Tables, build_tables, read_metadata, scan_ranges};
 use crate::paths;
 use crate::runtime::runtime;
 use crate::storage::{self, Fetched, Storage};
@@ -32,10 +32,7 @@ pub struct ColumnPages {
     /// Compressed bytes of every page (header included); row groups without page
     /// locations report their chunk size shared out by rows, as `PageIndex` does.
     pub page_bytes: Vec<u64>,
-    pub row_groups_with_offset_index: usize,
-    pub row_groups_header_scanned: usize,
-    pub row_groups_merged_pages: usize,
-    pub row_groups_page_granular: usize,
+    pub row_groups: RowGroupSources,
 }
 
 /// One top-level column of a file: what its footer says, and its pages as youmu would
@@ -197,25 +194,12 @@ fn report(reader: Fetched) -> Result<FileReport> {
 /// A column's pages from its tables (see `file::build_tables`).
 fn pages_of(md: &ParquetMetaData, rg_row_start: &[u64], page_leaf: usize, tables: Tables) -> Result<ColumnPages> {
     let (locations, page_starts, sources) = tables;
-    let mut out = ColumnPages {
-        page_rows: vec![],
-        page_bytes: vec![],
-        row_groups_with_offset_index: 0,
-        row_groups_header_scanned: 0,
-        row_groups_merged_pages: 0,
-        row_groups_page_granular: 0,
-    };
+    let mut out = ColumnPages { page_rows: vec![], page_bytes: vec![], row_groups: RowGroupSources::default() };
     for (rg, starts) in page_starts.iter().enumerate() {
         let rows = rg_row_start[rg + 1] - rg_row_start[rg];
-        match sources.get(rg) {
-            Some(PageSource::OffsetIndex) => out.row_groups_with_offset_index += 1,
-            Some(PageSource::HeaderScan) => out.row_groups_header_scanned += 1,
-            Some(PageSource::HeaderScanMerged) => out.row_groups_merged_pages += 1,
-            None => {}
-        }
         // the page leaf is the first of the column's leaves
         let locs = locations.get(rg).and_then(|l| l.as_ref()).and_then(|per_leaf| per_leaf.first());
-        out.row_groups_page_granular += usize::from(locs.is_some());
+        out.row_groups.add(sources.get(rg).copied(), locs.is_some());
         let chunk = md.row_group(rg).column(page_leaf).compressed_size().max(0) as u128;
         for (k, &first) in starts.iter().enumerate() {
             let end = starts.get(k + 1).copied().unwrap_or(rows);

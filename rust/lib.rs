@@ -3,6 +3,7 @@
 //! `py/` behind the `python` feature and add nothing but conversions.
 
 pub mod atomic;
+pub mod batch;
 pub mod cache;
 pub mod checksum;
 pub mod error;

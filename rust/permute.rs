@@ -253,6 +253,31 @@ impl Permutation {
         }
         Some(())
     }
+
+    /// `apply` for every position of `ids` (all `< n`), as int64 (`n <= 2^63` where
+    /// this is used), in parallel for a large batch.
+    pub fn take(&self, ids: &[u64]) -> Vec<i64> {
+        crate::batch::map1(ids, |i| self.apply(i) as i64)
+    }
+
+    /// `inverse` for every element of `xs` (all `< n`).
+    pub fn inverse_take(&self, xs: &[u64]) -> Vec<i64> {
+        crate::batch::map1(xs, |x| self.inverse(x) as i64)
+    }
+
+    /// `apply` for every position of `start..stop` (`start <= stop <= n`) without an
+    /// index vector; the output is checked against the memory available first.
+    pub fn range(&self, start: u64, stop: u64) -> crate::error::Result<Vec<i64>> {
+        let what = || format!("Permutation.range({start}, {stop})");
+        let n = usize::try_from(stop - start).map_err(|_| crate::error::Error::TooLarge {
+            what: what(),
+            bytes: (stop - start) as u128 * 8,
+            available: crate::limits::available_memory(),
+        })?;
+        let mut out = crate::limits::vec_with_capacity::<i64>(n, what)?;
+        crate::batch::map_range(start..stop, &mut out, |i| self.apply(i) as i64);
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -276,6 +301,21 @@ mod tests {
         for n in (0..300).chain([511, 512, 513, 1000, 1024, 4093, 4096, 65_537, 100_003]) {
             assert_bijection(n, 42);
             assert_bijection(n, 7);
+        }
+    }
+
+    #[test]
+    fn batch_calls_equal_one_call_per_index_on_both_sides_of_the_parallel_threshold() {
+        for n in [0u64, 1, 1000, crate::batch::PARALLEL_MIN as u64 * 3 + 17] {
+            let p = Permutation::new(n, 99);
+            let ids: Vec<u64> = (0..n).map(|i| (i * 7919) % n.max(1)).collect();
+            let want: Vec<i64> = ids.iter().map(|&i| p.apply(i) as i64).collect();
+            assert_eq!(p.take(&ids), want, "n={n}");
+            let back: Vec<u64> = want.iter().map(|&x| x as u64).collect();
+            assert_eq!(p.inverse_take(&back), ids.iter().map(|&i| i as i64).collect::<Vec<_>>());
+            let start = n / 3;
+            let r = p.range(start, n).unwrap();
+            assert_eq!(r, (start..n).map(|i| p.apply(i) as i64).collect::<Vec<_>>(), "n={n}");
         }
     }
 

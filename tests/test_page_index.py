@@ -515,3 +515,23 @@ def test_a_page_claiming_a_huge_uncompressed_size_is_refused_before_allocating(t
     idx = youmu.PageIndex(bad)
     with pytest.raises(youmu.CorruptFileError, match="claims.parquet.*claims 104857600 bytes"):
         idx.read_pages(range(len(idx)))
+
+
+def test_file_info_and_inspect_count_the_page_columns_row_groups_alike(tmp_path: Path) -> None:
+    """``PageIndex.file_info`` and ``youmu inspect`` (``column_pages``) say how the row
+    groups of the same page column were found in the same words, with the same counts:
+    with an OffsetIndex, header-scanned, and read page by page."""
+    from youmu._core import column_pages
+
+    keys = ["row_groups_with_offset_index", "row_groups_header_scanned", "row_groups_merged_pages",
+            "row_groups_page_granular"]
+    for offset_index in (True, False):
+        path = tmp_path / f"oi_{offset_index}.parquet"
+        pq.write_table(token_table(600), path, row_group_size=200, data_page_size=2048,
+                       write_page_index=offset_index)
+        info = youmu.PageIndex(path, columns=["input_ids"]).file_info(0)
+        [report] = column_pages(str(path))
+        [column] = [c for c in report["columns"] if c["name"] == "input_ids"]
+        assert {k: info[k] for k in keys} == {k: column[k] for k in keys}
+        found = "row_groups_with_offset_index" if offset_index else "row_groups_header_scanned"
+        assert info[found] == 3 and info["row_groups_page_granular"] == 3, info

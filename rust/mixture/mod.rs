@@ -94,6 +94,7 @@ fn out_of_range(what: &'static str, id: u64, len: u64) -> Error {
 }
 
 mod flat;
+mod many;
 mod map;
 mod order;
 #[cfg(test)]

@@ -447,3 +447,36 @@ fn mixture_rates() {
         );
     }
 }
+
+#[test]
+fn batch_lookups_equal_one_lookup_per_index_on_both_sides_of_the_parallel_threshold() {
+    let n = crate::batch::PARALLEL_MIN as u64 * 2 + 1234;
+    let m = MixtureMap::new(
+        names(3),
+        vec![1000, 37, 5000],
+        &[(0, vec![0.5, 0.2, 0.3]), (n / 2, vec![0.1, 0.6, 0.3])],
+        64,
+        5,
+        Policy::Restart,
+        Some(n),
+    )
+    .expect("valid mixture");
+    let f = FlatMap::new(&[1000, 0, 37, 5000], Some(9)).expect("flat");
+    for count in [0usize, 5, crate::batch::PARALLEL_MIN + 3 * crate::batch::CHUNK + 7] {
+        let ids: Vec<u64> = (0..count as u64).map(|i| (i * 7919) % n).collect();
+        let (c, x, p) = m.locate_many(&ids);
+        let (sc, k) = m.samples_many(&ids);
+        for (j, &i) in ids.iter().enumerate() {
+            let l = m.locate_unchecked(i);
+            assert_eq!((c[j], x[j], p[j]), (l.child as i64, l.index as i64, l.pass as i64), "index {i}");
+            let (c1, k1) = m.sample_unchecked(i);
+            assert_eq!((sc[j], k[j]), (c1 as i64, k1 as i64), "index {i}");
+        }
+        let ids: Vec<u64> = ids.iter().map(|&i| i % f.len()).collect();
+        let (c, l) = f.locate_many(&ids);
+        for (j, &i) in ids.iter().enumerate() {
+            let (c1, l1) = f.locate_unchecked(i);
+            assert_eq!((c[j], l[j]), (c1 as i64, l1 as i64), "flat index {i}");
+        }
+    }
+}

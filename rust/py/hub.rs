@@ -5,7 +5,6 @@
 //! other: ranged GETs, ETags checked, read by the core.
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
 use crate::rules::{KeyPlan, names_object};
 
@@ -32,10 +31,7 @@ fn ask_hub<T>(
     extract: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>,
 ) -> crate::error::Result<T> {
     Python::attach(|py| -> PyResult<T> {
-        let opts = PyDict::new(py);
-        for (k, v) in options {
-            opts.set_item(k, v)?;
-        }
+        let opts = super::dicts::options_dict(py, options)?;
         extract(&py.import("youmu.hub")?.call_method1(function, (names, opts))?)
     })
     .map_err(|e: PyErr| {

@@ -11,9 +11,9 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use super::convert::{batches_to_py, columns_from, ids_from, index_from, paths_from, storage_options_from};
+use super::dicts::{options_dict, put_row_group_sources};
 use super::pending::{PendingPages, background};
 use crate::error::Result;
-use crate::file::PageSource;
 use crate::index::PageIndex;
 
 /// Two numpy int64 arrays of equal length (pages and offsets of rows).
@@ -170,10 +170,7 @@ impl PyPageIndex {
     ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>, Bound<'py, PyDict>, bool))> {
         let py = slf.py();
         let ctor = py.get_type::<PyPageIndex>().getattr("from_bytes")?;
-        let opts = PyDict::new(py);
-        for (k, v) in slf.get().inner.storage_options() {
-            opts.set_item(k, v)?;
-        }
+        let opts = options_dict(py, slf.get().inner.storage_options())?;
         Ok((ctor, (slf.get().to_bytes(py)?, opts, false)))
     }
 
@@ -384,11 +381,7 @@ impl PyPageIndex {
         d.set_item("created_by", f.meta.metadata().file_metadata().created_by().map(str::to_string))?;
         d.set_item("num_row_groups", f.num_row_groups())?;
         d.set_item("num_pages", f.num_pages())?;
-        let count = |s: PageSource| f.page_source.iter().filter(|&&x| x == s).count();
-        d.set_item("row_groups_with_offset_index", count(PageSource::OffsetIndex))?;
-        d.set_item("row_groups_header_scanned", count(PageSource::HeaderScan))?;
-        d.set_item("row_groups_merged_pages", count(PageSource::HeaderScanMerged))?;
-        d.set_item("row_groups_page_granular", f.rg_has_locations.iter().filter(|&&b| b).count())?;
+        put_row_group_sources(&d, &f.row_group_sources())?;
         Ok(d)
     }
 

@@ -1,61 +1,17 @@
 //! `youmu._core.FlatMap` / `youmu._core.MixtureMap`: the mixture index maps with
-//! vectorised numpy calls (GIL released, parallel above a size). The Python classes
-//! `youmu.FlatMixture` / `youmu.MixtureDataset` wrap these and own the children.
+//! vectorised numpy calls (GIL released; `crate::mixture` evaluates the batch). The
+//! Python classes `youmu.FlatMixture` / `youmu.MixtureDataset` wrap these and own the
+//! children.
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use rayon::prelude::*;
 
 use super::convert::{bool_arg, ids_from, index_from, int_arg, ints_arg, seed_arg};
 use crate::mixture::{FlatMap, MixtureMap, Policy, purpose_code};
 use crate::permute::derive_key;
-use crate::runtime::runtime;
-
-/// Below this many indices a batch call runs on the calling thread.
-const PARALLEL_MIN: usize = 1 << 15;
-const CHUNK: usize = 1 << 12;
 
 type I64Array<'py> = Bound<'py, PyArray1<i64>>;
-
-/// `f(index)` for every index into two int64 outputs, in parallel for large inputs.
-fn fill2(ids: &[u64], f: impl Fn(u64) -> (i64, i64) + Sync) -> (Vec<i64>, Vec<i64>) {
-    let (mut a, mut b) = (vec![0i64; ids.len()], vec![0i64; ids.len()]);
-    let run = |ids: &[u64], a: &mut [i64], b: &mut [i64]| {
-        for ((&i, a), b) in ids.iter().zip(a).zip(b) {
-            (*a, *b) = f(i);
-        }
-    };
-    if ids.len() < PARALLEL_MIN {
-        run(ids, &mut a, &mut b);
-    } else {
-        runtime().pool().install(|| {
-            (ids.par_chunks(CHUNK), a.par_chunks_mut(CHUNK), b.par_chunks_mut(CHUNK))
-                .into_par_iter()
-                .for_each(|(ids, a, b)| run(ids, a, b))
-        });
-    }
-    (a, b)
-}
-
-/// Three int64 outputs filled chunk by chunk by `f(ids, a, b, c)`, in parallel for
-/// large inputs (chunks let the core evaluate several indices side by side).
-fn fill3_chunks(
-    ids: &[u64],
-    f: impl Fn(&[u64], &mut [i64], &mut [i64], &mut [i64]) + Sync,
-) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
-    let (mut a, mut b, mut c) = (vec![0i64; ids.len()], vec![0i64; ids.len()], vec![0i64; ids.len()]);
-    if ids.len() < PARALLEL_MIN {
-        f(ids, &mut a, &mut b, &mut c);
-    } else {
-        runtime().pool().install(|| {
-            (ids.par_chunks(CHUNK), a.par_chunks_mut(CHUNK), b.par_chunks_mut(CHUNK), c.par_chunks_mut(CHUNK))
-                .into_par_iter()
-                .for_each(|(ids, a, b, c)| f(ids, a, b, c))
-        });
-    }
-    (a, b, c)
-}
 
 // ------------------------------------------------------------------------------------
 // FlatMap
@@ -116,12 +72,7 @@ impl PyFlatMap {
     fn locate_many<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<(I64Array<'py>, I64Array<'py>)> {
         let ids = ids_from(idx, self.inner.len(), "index", "locate_many() argument 'idx'", 24)?;
         let map = &self.inner;
-        let (c, l) = py.detach(|| {
-            fill2(&ids, |i| {
-                let (c, l) = map.locate_unchecked(i);
-                (c as i64, l as i64)
-            })
-        });
+        let (c, l) = py.detach(|| map.locate_many(&ids));
         Ok((PyArray1::from_vec(py, c), PyArray1::from_vec(py, l)))
     }
 
@@ -261,11 +212,7 @@ impl PyMixtureMap {
     ) -> PyResult<(I64Array<'py>, I64Array<'py>, I64Array<'py>)> {
         let ids = ids_from(idx, self.inner.len(), "index", "locate_many() argument 'idx'", 32)?;
         let map = &self.inner;
-        let (c, x, p) = py.detach(|| {
-            fill3_chunks(&ids, |ids, c, x, p| {
-                map.locate_batch(ids, |j, l| (c[j], x[j], p[j]) = (l.child as i64, l.index as i64, l.pass as i64))
-            })
-        });
+        let (c, x, p) = py.detach(|| map.locate_many(&ids));
         Ok((PyArray1::from_vec(py, c), PyArray1::from_vec(py, x), PyArray1::from_vec(py, p)))
     }
 
@@ -274,12 +221,7 @@ impl PyMixtureMap {
     fn samples_many<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<(I64Array<'py>, I64Array<'py>)> {
         let ids = ids_from(idx, self.inner.len(), "index", "samples_many() argument 'idx'", 24)?;
         let map = &self.inner;
-        let (c, k) = py.detach(|| {
-            fill2(&ids, |i| {
-                let (c, k) = map.sample_unchecked(i);
-                (c as i64, k as i64)
-            })
-        });
+        let (c, k) = py.detach(|| map.samples_many(&ids));
         Ok((PyArray1::from_vec(py, c), PyArray1::from_vec(py, k)))
     }
 

@@ -2,6 +2,7 @@
 //! released, conversions out. Errors map to exceptions in `errors.rs` only.
 
 mod convert;
+mod dicts;
 mod errors;
 mod hub;
 mod index;
@@ -269,10 +270,7 @@ fn column_pages<'py>(
                             cd.set_item("num_pages", p.page_rows.len())?;
                             cd.set_item("page_num_rows", PyArray1::from_vec(py, as_i64(p.page_rows)))?;
                             cd.set_item("page_byte_sizes", PyArray1::from_vec(py, as_i64(p.page_bytes)))?;
-                            cd.set_item("row_groups_with_offset_index", p.row_groups_with_offset_index)?;
-                            cd.set_item("row_groups_header_scanned", p.row_groups_header_scanned)?;
-                            cd.set_item("row_groups_merged_pages", p.row_groups_merged_pages)?;
-                            cd.set_item("row_groups_page_granular", p.row_groups_page_granular)?;
+                            dicts::put_row_group_sources(&cd, &p.row_groups)?;
                         }
                         Err(e) => cd.set_item("error", e.message())?,
                     }

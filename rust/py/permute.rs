@@ -2,14 +2,9 @@
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
-use rayon::prelude::*;
 
 use super::convert::{ids_from, index_from, int_arg, seed_arg};
 use crate::permute::{Permutation, derive_key};
-use crate::runtime::runtime;
-
-/// Below this many elements a batch call runs on the calling thread.
-const PARALLEL_MIN: usize = 1 << 16;
 
 /// Turn a purpose (int or str) into a u64 so different uses of one seed differ.
 fn purpose_code(p: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -40,34 +35,6 @@ pub struct PyPermutation {
     epoch: u64,
     #[pyo3(get)]
     key: u64,
-}
-
-fn run_many(perm: &Permutation, ids: Vec<u64>, inverse: bool) -> Vec<i64> {
-    let f = |x: u64| (if inverse { perm.inverse(x) } else { perm.apply(x) }) as i64;
-    if ids.len() < PARALLEL_MIN {
-        ids.into_iter().map(f).collect()
-    } else {
-        runtime().pool().install(|| ids.into_par_iter().map(f).collect())
-    }
-}
-
-/// `perm[start..stop]` without an index vector; the output is checked against the
-/// memory available before it is allocated.
-fn run_range(perm: &Permutation, start: u64, stop: u64) -> crate::error::Result<Vec<i64>> {
-    let n = usize::try_from(stop - start).map_err(|_| crate::error::Error::TooLarge {
-        what: format!("Permutation.range({start}, {stop})"),
-        bytes: (stop - start) as u128 * 8,
-        available: crate::limits::available_memory(),
-    })?;
-    let mut out = crate::limits::vec_with_capacity::<i64>(n, || format!("Permutation.range({start}, {stop})"))?;
-    if n < PARALLEL_MIN {
-        out.extend((start..stop).map(|i| perm.apply(i) as i64));
-    } else {
-        runtime()
-            .pool()
-            .install(|| (0..n).into_par_iter().map(|k| perm.apply(start + k as u64) as i64).collect_into_vec(&mut out));
-    }
-    Ok(out)
 }
 
 #[pymethods]
@@ -110,7 +77,7 @@ impl PyPermutation {
     fn take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let ids = ids_from(idx, self.inner.len(), "position", "take() argument 'idx'", 16)?;
         let perm = self.inner;
-        let out = py.detach(move || run_many(&perm, ids, false));
+        let out = py.detach(move || perm.take(&ids));
         Ok(PyArray1::from_vec(py, out))
     }
 
@@ -118,7 +85,7 @@ impl PyPermutation {
     fn inverse_take<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let ids = ids_from(idx, self.inner.len(), "element", "inverse_take() argument 'idx'", 16)?;
         let perm = self.inner;
-        let out = py.detach(move || run_many(&perm, ids, true));
+        let out = py.detach(move || perm.inverse_take(&ids));
         Ok(PyArray1::from_vec(py, out))
     }
 
@@ -136,7 +103,7 @@ impl PyPermutation {
         let start = bound(start, "Permutation.range(start)", 0)?;
         let stop = bound(stop, "Permutation.range(stop)", self.inner.len())?.min(self.inner.len());
         let perm = self.inner;
-        let out = super::detach(py, move || run_range(&perm, start.min(stop), stop))?;
+        let out = super::detach(py, move || perm.range(start.min(stop), stop))?;
         Ok(PyArray1::from_vec(py, out))
     }
 
