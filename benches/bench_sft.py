@@ -31,7 +31,8 @@ extra disk it wrote (the ``datasets`` cache, ``HF_HOME`` and ``TMPDIR``, each po
 a fresh folder). A sanity check: every pipeline trains every chat exactly once on the
 same tokens.
 
-``--ranks 2``: each pipeline on 2 CPU ranks over Gloo (the demo's launcher), as a
+``--ranks 2``: each pipeline on 2 CPU ranks over Gloo (the demo's launcher, with the
+workers started the platform's way, as under torchrun), as a
 ``datasets`` user runs it there: ``hf-map`` maps on rank 0 first
 (``main_process_first``; rank 1 reads its cache), the ``Trainer``'s
 ``DistributedSampler`` deals the rows; ``hf-stream``'s one file is read by both ranks,
@@ -126,6 +127,14 @@ def phase(kind: str, args: argparse.Namespace) -> None:
 def train_rank(rank: int, world: int, job: tuple[str, argparse.Namespace]) -> dict[str, Any]:
     """One rank's epoch: its figures (written to ``rank<r>.json`` on several ranks)."""
     kind, args = job
+    if world > 1:
+        import multiprocessing
+
+        # The launcher's torch.multiprocessing.spawn leaves "spawn" as each rank's start
+        # method, so every DataLoader worker would be a fresh interpreter (importing torch
+        # and transformers again); ranks started by torchrun fork theirs, the platform's
+        # default. Measure what a torchrun job does, for every pipeline alike.
+        multiprocessing.set_start_method(None, force=True)
     import torch
     import transformers
     from sft_demo import build_loader, recording_trainer, tiny_model, training_args
