@@ -7,6 +7,7 @@ would give them (so each trainer finds its process group as in a real job).
 from __future__ import annotations
 
 import datetime
+import multiprocessing
 import os
 import socket
 import tempfile
@@ -62,6 +63,11 @@ class LMSamples:
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable[..., None], args: Any) -> None:
+    # mp.spawn leaves "spawn" as its children's start method, so each rank's DataLoader
+    # workers would be fresh interpreters importing torch and the tokenizer again (tens of
+    # seconds on a loaded machine). Ranks started by torchrun use the platform's default
+    # (fork on Linux): so do these.
+    multiprocessing.set_start_method(None, force=True)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
