@@ -414,7 +414,7 @@ class PrefetchError(LoaderError):
     >>> from youmu.distributed import Producer
     >>> def rows():
     ...     yield 1
-    ...     raise KeyError("input_ids")
+    ...     yield {"text": "hi"}["input_ids"]  # a user's bug: no such column
     >>> try:
     ...     list(Producer(rows, depth=1, name="demo", what="a demo reading rows ahead").start())
     ... except PrefetchError as e:
