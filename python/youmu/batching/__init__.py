@@ -46,7 +46,6 @@ from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.batching.sampling import rank_indices, sampler_quota
 from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ranks
 from youmu.batching.step_info import IDLE, StepInfo
-from youmu.errors import ChannelError, DataStallError, PeerClosedError, RankFailedError
 
 if TYPE_CHECKING:  # the names below load on first use (they import torch)
     from youmu.batching.dynamic_loader import DynamicBatchLoader
@@ -65,16 +64,12 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "AlignedSizes",
     "BatchingMetrics",
-    "ChannelError",
-    "DataStallError",
     "DynamicBatchLoader",
     "FINISHED",
     "IDLE",
     "LOSS_SCALING_MODES",
     "MetricsSnapshot",
     "NOT_READY",
-    "PeerClosedError",
-    "RankFailedError",
     "RankReport",
     "RoundPlan",
     "StepInfo",
