@@ -73,6 +73,9 @@ def test_names_of_other_packages_have_one_public_path() -> None:
         assert name not in youmu.batching.__all__, name
     assert not set(errors) & set(youmu.distributed.__all__)
     assert set(errors) <= set(youmu.__all__)
+    import youmu.planning
+
+    assert not {"CapacityError", "PlanError"} & set(youmu.planning.__all__)
     for name in ("GlooChannel", "FAILED", "CLOSED", "PadCollate"):
         assert not hasattr(youmu.batching, name), name
     assert youmu.batching.lm_collate is youmu.torch.collate.lm_collate
