@@ -21,6 +21,7 @@ pub mod paths;
 pub mod permute;
 pub mod perprocess;
 pub mod persist;
+pub mod rcu;
 pub mod read;
 pub mod redact;
 pub mod rules;

@@ -12,7 +12,6 @@
 //!   they appear (a library may quote them in its own error).
 
 use std::collections::BTreeSet;
-use std::sync::RwLock;
 
 const MASK: &str = "***";
 
@@ -32,8 +31,8 @@ const SECRET_PARAMS: &[&str] = &[
 ];
 
 /// Secret option values seen by this process, longest first (so a value containing
-/// another is blanked whole).
-static SECRETS: RwLock<BTreeSet<(std::cmp::Reverse<usize>, String)>> = RwLock::new(BTreeSet::new());
+/// another is blanked whole). No lock a fork could leave held (see [`crate::rcu`]).
+static SECRETS: crate::rcu::Rcu<BTreeSet<(std::cmp::Reverse<usize>, String)>> = crate::rcu::Rcu::new(BTreeSet::new);
 
 /// Whether a `storage_options` key (any case, with or without its store's prefix)
 /// names a secret.
@@ -64,20 +63,21 @@ pub fn remember_secrets(options: &[(String, String)]) {
     if fresh.is_empty() {
         return;
     }
-    let mut s = SECRETS.write().unwrap_or_else(|p| p.into_inner());
-    for v in fresh {
-        s.insert((std::cmp::Reverse(v.len()), v));
-    }
+    // only a secret not seen yet makes a new set, so the sets left behind (see
+    // `crate::rcu`) are bounded by the distinct secrets a process is given
+    SECRETS.update(|s| {
+        let new: Vec<_> =
+            fresh.iter().map(|v| (std::cmp::Reverse(v.len()), v.clone())).filter(|e| !s.contains(e)).collect();
+        (!new.is_empty()).then(|| s.iter().cloned().chain(new).collect())
+    });
 }
 
 /// `text` with every credential it holds blanked out (see the module docs).
 pub fn redact(text: &str) -> String {
     let mut out = redact_urls(text);
-    if let Ok(s) = SECRETS.read() {
-        for (_, v) in s.iter() {
-            if out.contains(v.as_str()) {
-                out = out.replace(v.as_str(), MASK);
-            }
+    for (_, v) in SECRETS.get().iter() {
+        if out.contains(v.as_str()) {
+            out = out.replace(v.as_str(), MASK);
         }
     }
     out

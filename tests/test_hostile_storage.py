@@ -266,6 +266,72 @@ def test_passwords_in_urls_and_options_never_reach_a_message(tmp_path: Path, cap
     assert redact(f"GET https://u:{secret}@h/k?sv=1&sig=abc&X-Amz-Signature=def") == "GET https://***@h/k?sv=***&sig=***&X-Amz-Signature=***"
 
 
+
+# --- a fork never inherits a held lock --------------------------------------------------
+
+# A parent whose threads keep configuring stores (remembering their secrets, redacting
+# their errors) and changing the I/O settings forks workers; each must still change the
+# settings and configure a store with a new secret. A lock held by one of the parent's
+# threads at the fork would stay locked in the child forever: it would hang there.
+FORK_WHILE_BUSY = r"""
+import itertools, os, sys, threading, time, warnings
+import youmu
+from youmu._core import redact
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork of a threaded process, on purpose
+youmu.set_io_options(retries=0, connect_timeout=1.0)
+n = itertools.count()
+stop = threading.Event()
+
+def store(key_id, secret, **more):
+    try:
+        youmu.PageIndex("s3://b/x.parquet", storage_options={"access_key_id": key_id, "secret_access_key": secret,
+                        "region": "us-east-1", "endpoint": "http://127.0.0.1:1", "allow_http": "true", **more})
+    except youmu.YoumuError:
+        pass
+
+def configure_stores():
+    while not stop.is_set():
+        i = next(n) % 64
+        # a malformed option fails at once, after the secrets are remembered and
+        # before any request: the threads spend their time in the core, GIL released
+        store(f"AKIAPARENT{i:08d}", f"parent-secret-{i:08d}", timeout="soon" * 20000)
+
+def change_settings():
+    while not stop.is_set():
+        youmu.set_io_options(max_inflight=32 + next(n) % 32)
+
+for f in [configure_stores] * 3 + [change_settings]:
+    threading.Thread(target=f, daemon=True).start()
+hung = []
+for i in range(int(sys.argv[1])):
+    time.sleep(0.01)
+    pid = os.fork()
+    if pid == 0:
+        youmu.set_io_options(max_inflight=7)
+        store("AKIACHILD00000000", f"child-secret-{i:08d}")
+        ok = youmu.io_options()["max_inflight"] == 7 and redact(f"a child-secret-{i:08d} b") == "a *** b"
+        os._exit(0 if ok else 3)
+    deadline = time.monotonic() + 10
+    while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not done[0]:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        hung.append(i)
+    elif os.waitstatus_to_exitcode(done[1]) != 0:
+        sys.exit(f"child {i} saw wrong settings or an unredacted secret")
+stop.set()
+sys.exit(f"children {hung} hung" if hung else 0)
+"""
+
+
+def test_workers_forked_while_threads_configure_stores_and_settings_never_hang() -> None:
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", FORK_WHILE_BUSY, "100"], capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stderr[-2000:]
+
 # --- retries span the retry timeout -----------------------------------------------------
 
 

@@ -2,7 +2,6 @@
 //! variables that set them, and the checks of every value. None of them changes what is
 //! read, only how: a saved index stays valid whatever they are set to.
 
-use std::sync::RwLock;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -73,7 +72,9 @@ pub fn default_max_open_files() -> usize {
     ((soft.min(1 << 20) / 4) as usize).clamp(16, 16384)
 }
 
-static OPTIONS: RwLock<Option<IoOptions>> = RwLock::new(None);
+/// Read on the I/O path (no lock a fork could leave held: see [`crate::rcu`]); made
+/// from the `YOUMU_*` variables at first use.
+static OPTIONS: crate::rcu::Rcu<IoOptions> = crate::rcu::Rcu::new(|| env_options().unwrap_or_default());
 
 /// The range of every integer setting, shared by `set_io_options` and the `YOUMU_*`
 /// variables: (name, environment variable, lowest, highest). Bounded by what the
@@ -205,18 +206,10 @@ pub fn check_env() -> Result<()> {
 /// The current settings (from `YOUMU_*` environment variables at first use, then
 /// [`set_io_options`]).
 pub fn io_options() -> IoOptions {
-    if let Ok(g) = OPTIONS.read()
-        && let Some(o) = g.as_ref()
-    {
-        return o.clone();
-    }
-    let mut g = OPTIONS.write().unwrap_or_else(|p| p.into_inner());
-    g.get_or_insert_with(|| env_options().unwrap_or_default()).clone()
+    OPTIONS.get().clone()
 }
 
 /// Make `o` the settings (checked by the caller) and return the ones it replaces.
 pub(super) fn replace(o: IoOptions) -> IoOptions {
-    let old = io_options();
-    *OPTIONS.write().unwrap_or_else(|p| p.into_inner()) = Some(o);
-    old
+    OPTIONS.update(|_| Some(o.clone())).clone()
 }
