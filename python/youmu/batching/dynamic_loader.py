@@ -96,7 +96,10 @@ class DynamicBatchLoader(PassLoader):
             samples actually buffered, not this number.
         num_workers: DataLoader worker processes for preprocessing (0: the fetcher
             thread reads the dataset itself).
-        prefetch_factor: DataLoader prefetch per worker.
+        prefetch_factor: DataLoader prefetch per worker, in items. Workers hand samples
+            over in chunks of up to :data:`~youmu.batching.handoff.CHUNK_CAP` (16; the
+            first ones smaller), so up to ``prefetch_factor × num_workers × 16``
+            samples wait in the DataLoader beyond ``max_outstanding``.
         join: join mode (default): ranks keep exchanging until every rank has drained
             its data, so every sample is emitted exactly once; ranks finish at
             different steps (use :func:`~youmu.batching.integrations.join_uneven` or
