@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from typing import Any
 
 import pytest
@@ -246,3 +247,34 @@ def test_a_failing_sample_in_a_worker_fails_the_loader_naming_its_own_error() ->
             pass
     assert isinstance(e.value.__cause__, ValueError)  # the worker's own error, as torch raised it
     loader.close()
+
+
+def test_spawned_workers_hand_over_chunks_in_the_same_order() -> None:
+    counts = (5, 0, 18)
+    want, _ = per_item(Uneven(counts), len(counts))
+    arrival = {}
+    loader = DynamicBatchLoader(Uneven(counts), token_budget=64, length_fn=length, collate_fn=None, pool_size=16,
+                                num_workers=len(counts), multiprocessing_context="spawn", timeout=60, heartbeat=0.1)
+    for batch, info in loader:
+        arrival.update({k: (s["w"], s["i"]) for k, s in zip(info.sample_indices, batch)})
+    assert [arrival[k] for k in range(len(want))] == [(s["w"], s["i"]) for s in want]
+
+
+class Slow(IterableDataset):
+    """Samples that take ``seconds`` each to make (a video's frames, a remote call)."""
+
+    def __init__(self, n: int, seconds: float) -> None:
+        self.n, self.seconds = n, seconds
+
+    def __iter__(self) -> Any:
+        for i in range(self.n):
+            time.sleep(self.seconds)
+            yield {"i": i, "n": 1}
+
+
+def test_a_slow_iterable_sample_is_sent_without_waiting_for_a_full_chunk() -> None:
+    from youmu.batching.handoff import CHUNK_SECONDS, worker_chunks
+
+    sizes = [len(c.samples) for c in worker_chunks(Slow(24, CHUNK_SECONDS * 0.6), first=16)]
+    assert sum(sizes) == 24 and max(sizes) <= 2  # not 16: a sample waits CHUNK_SECONDS at most, plus one
+    assert [len(c.samples) for c in worker_chunks(Slow(24, 0), first=16)] == [16, 8]

@@ -121,7 +121,9 @@ class DynamicBatchLoader(PassLoader):
         data_timeout: the longest the data source may produce nothing before every
             rank raises :class:`~youmu.errors.DataStallError` (default
             ``timeout``). A stalled rank keeps exchanging heartbeat rounds meanwhile,
-            so this may be shorter or longer than ``timeout``.
+            so this may be shorter or longer than ``timeout``. With workers, a
+            map-style dataset's samples arrive up to 16 at a time: allow for 16
+            samples' preprocessing in one worker.
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
         quota: non-join mode's global sample quota ``N`` (default ``len(dataset)``).
         max_outstanding: credits per rank (samples fetched and not yet consumed);

@@ -24,7 +24,11 @@ The order does not change, so neither do saved states nor batches:
 
 Chunk sizes ramp like a batched transform's calls (:func:`youmu.batched.chunk_sizes`):
 :data:`FIRST_CHUNK` sample first, so the first samples do not wait for a whole chunk,
-doubling up to :data:`CHUNK_CAP`. A DataLoader keeps ``prefetch_factor`` items per
+doubling up to :data:`CHUNK_CAP`; an iterable source's worker also sends a chunk once
+its first sample has waited :data:`CHUNK_SECONDS`. A map-style source's chunks are cut
+in the training process (by count only: which worker reads which sample stays a
+function of the sampler), so its samples arrive up to ``CHUNK_CAP`` at a time: a
+``data_timeout`` must cover that many samples' preprocessing. A DataLoader keeps ``prefetch_factor`` items per
 worker in flight, so up to ``prefetch_factor × num_workers × CHUNK_CAP`` samples sit
 in the DataLoader beyond the loader's credits (and about one chunk per worker in
 :func:`round_robin`'s queues).
@@ -44,6 +48,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -51,14 +56,18 @@ from typing import Any, NamedTuple
 from youmu.batched import chunk_sizes
 from youmu.errors import LoaderError
 
-__all__ = ["FIRST_CHUNK", "CHUNK_CAP", "Chunk", "ChunkCollate", "ChunkedPairs", "collect", "worker_chunks",
-           "flatten", "round_robin"]
+__all__ = ["FIRST_CHUNK", "CHUNK_CAP", "CHUNK_SECONDS", "Chunk", "ChunkCollate", "ChunkedPairs", "collect",
+           "worker_chunks", "flatten", "round_robin"]
 
 #: Samples in a worker's first chunk; each next one doubles, up to :data:`CHUNK_CAP`.
 FIRST_CHUNK = 1
 #: The most samples one DataLoader item carries: 16 brings the per-item round trip
 #: under 0.05 ms a sample (``benches/RESULTS.md``, "Online tokenization").
 CHUNK_CAP = 16
+#: An iterable source's worker sends its chunk early once its first sample has waited
+#: this long (seconds): slow samples (seconds each) then cross one or two at a time, as
+#: before, while fast ones (milliseconds) still fill whole chunks.
+CHUNK_SECONDS = 0.1
 
 
 class Chunk(NamedTuple):
@@ -101,15 +110,18 @@ def collect(fn: Callable[[Any], Any], keys: Iterable[Any]) -> Chunk:
 
 
 def worker_chunks(samples: Iterable[Any], first: int = FIRST_CHUNK, cap: int = CHUNK_CAP) -> Iterator[Chunk]:
-    """A worker's samples in chunks of :func:`~youmu.batched.chunk_sizes`, tagged with its
-    worker id; the last is marked (an empty one when the samples end on a chunk's
-    edge, or there are none), and an error ends them."""
+    """A worker's samples in chunks of :func:`~youmu.batched.chunk_sizes` (or fewer, once
+    the first has waited :data:`CHUNK_SECONDS`), tagged with its worker id; the last is
+    marked (an empty one when the samples end on a chunk's edge, or there are none), and
+    an error ends them."""
     worker = _worker_id()
     it = iter(samples)
     for size in chunk_sizes(cap, first):
         got: list[Any] = []
+        start = time.monotonic()
         try:
-            for _ in range(size):
+            # slow samples go as they are made: a chunk's first waits for the last at most CHUNK_SECONDS
+            while len(got) < size and (not got or time.monotonic() - start < CHUNK_SECONDS):
                 got.append(next(it))
         except StopIteration:
             yield Chunk(worker, got, True)
