@@ -65,9 +65,9 @@ FIRST_CHUNK = 1
 #: under 0.05 ms a sample (``benches/RESULTS.md``, "Online tokenization").
 CHUNK_CAP = 16
 #: An iterable source's worker sends its chunk early once its first sample has waited
-#: this long (seconds): slow samples (seconds each) then cross one or two at a time, as
-#: before, while fast ones (milliseconds) still fill whole chunks.
-CHUNK_SECONDS = 0.1
+#: this long (seconds): slow samples (a second or more each) then cross one at a time,
+#: as before, while fast ones (milliseconds, even on a loaded machine) fill whole chunks.
+CHUNK_SECONDS = 0.5
 
 
 class Chunk(NamedTuple):
@@ -109,9 +109,10 @@ def collect(fn: Callable[[Any], Any], keys: Iterable[Any]) -> Chunk:
     return Chunk(worker, out, False)
 
 
-def worker_chunks(samples: Iterable[Any], first: int = FIRST_CHUNK, cap: int = CHUNK_CAP) -> Iterator[Chunk]:
+def worker_chunks(samples: Iterable[Any], first: int = FIRST_CHUNK, cap: int = CHUNK_CAP,
+                  seconds: float = CHUNK_SECONDS) -> Iterator[Chunk]:
     """A worker's samples in chunks of :func:`~youmu.batched.chunk_sizes` (or fewer, once
-    the first has waited :data:`CHUNK_SECONDS`), tagged with its worker id; the last is
+    the first has waited ``seconds``), tagged with its worker id; the last is
     marked (an empty one when the samples end on a chunk's edge, or there are none), and
     an error ends them."""
     worker = _worker_id()
@@ -120,8 +121,8 @@ def worker_chunks(samples: Iterable[Any], first: int = FIRST_CHUNK, cap: int = C
         got: list[Any] = []
         start = time.monotonic()
         try:
-            # slow samples go as they are made: a chunk's first waits for the last at most CHUNK_SECONDS
-            while len(got) < size and (not got or time.monotonic() - start < CHUNK_SECONDS):
+            # slow samples go as they are made: a chunk's first waits for the last at most `seconds`
+            while len(got) < size and (not got or time.monotonic() - start < seconds):
                 got.append(next(it))
         except StopIteration:
             yield Chunk(worker, got, True)
