@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -104,6 +106,39 @@ def peers_python(path: str = PEERS_PYTHON, what: str = "HF datasets baseline") -
     return path
 
 
+class PhaseFailed(RuntimeError):
+    """A phase that exited unsuccessfully: its exit status (negative: the signal that
+    killed it), what its process tree died of (:func:`cause_of_death`) and its stderr,
+    so a bench can report the run as failed and go on with the next one."""
+
+    def __init__(self, phase: str, returncode: int, stderr: str) -> None:
+        self.phase, self.returncode, self.stderr = phase, returncode, stderr
+        self.cause = cause_of_death(returncode, stderr)
+        super().__init__(f"phase {phase} failed ({self.cause}):\n{stderr[-4000:]}")
+
+
+#: How a descendant's death reaches a phase's stderr: torch.multiprocessing's
+#: ``spawn`` for a rank, the DataLoader for a worker, ``faulthandler`` for any process.
+_DEATHS = (
+    re.compile(r"process \d+ terminated with signal (SIG\w+)"),
+    re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: ([\w ]+)"),
+    re.compile(r"Fatal Python error: ([\w ]+)"),
+)
+
+
+def cause_of_death(returncode: int, stderr: str) -> str:
+    """What killed a phase, in words: the signal of the phase process itself, else the
+    first signal its stderr reports for a rank, a DataLoader worker or a faulting
+    interpreter, else its exit status."""
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    for pattern in _DEATHS:
+        found = pattern.search(stderr)
+        if found:
+            return f"a child died: {found.group(1).strip()}"
+    return f"exit status {returncode}"
+
+
 def run_phase(script: str, phase: str, *args: str, timeout: int = 1800, python: str | None = None,
               tree_rss: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``script --phase phase args`` in a fresh interpreter (``python``, default this
@@ -127,7 +162,7 @@ def run_phase(script: str, phase: str, *args: str, timeout: int = 1800, python: 
     finally:
         peaks = peak.close() if peak is not None else None
     if proc.returncode != 0:
-        raise RuntimeError(f"phase {phase} failed:\n{stderr[-4000:]}")
+        raise PhaseFailed(phase, proc.returncode, stderr)
     result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     if peaks is not None:
         result["tree_peak_rss_mb"], result["tree_peak_pss_mb"] = round(peaks[0], 1), round(peaks[1], 1)

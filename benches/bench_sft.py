@@ -38,7 +38,13 @@ workers started the platform's way, as under torchrun), as a
 ``DistributedSampler`` deals the rows; ``hf-stream``'s one file is read by both ranks,
 each keeping its batches (Accelerate's ``IterableDatasetShard``); youmu shards by
 itself. Figures: the slower rank's first step and run time, both ranks' samples.
-``--repeat N`` runs the pipelines N times, alternated, and reports medians;
+``--repeat N`` runs the pipelines N times, alternated (each repeat runs every pipeline
+once, starting one further along), and reports each figure's median and min–max, and
+youmu's figures as ratios against each peer's from the same repeat. A run whose process
+tree fails (a rank or worker killed by a signal: ``PYTHONFAULTHANDLER`` is set, so a
+fault prints the Python stacks) is reported as crashed, with the end of its stderr, and
+the others go on; crashed runs, and chats not trained exactly once on the same tokens,
+make the bench exit with status 1 after its report;
 ``--trace`` adds each run's timeline to its first step (data set-up, DataLoader worker
 start, tokenizer load, first rows read, first batch templated, first batch in the
 trainer, its optimizer step); ``--max-steps`` stops each run early (for first-step
@@ -60,6 +66,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -67,7 +74,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
-from _util import PEERS_PYTHON, emit, peers_python, run_phase  # noqa: E402
+from _util import PEERS_PYTHON, PhaseFailed, emit, peers_python, run_phase  # noqa: E402
 
 PIPELINES = ("youmu", "youmu-odb", "hf-map", "hf-stream")
 #: The demo's settings this bench keeps (examples/sft_demo.py: its modes need them).
@@ -139,6 +146,8 @@ def train_rank(rank: int, world: int, job: tuple[str, argparse.Namespace]) -> di
     import transformers
     from sft_demo import build_loader, recording_trainer, tiny_model, training_args
 
+    worker_fault_stacks()
+
     from youmu.torch import lm_collate
 
     torch.set_num_threads(1)
@@ -202,6 +211,29 @@ def train_rank(rank: int, world: int, job: tuple[str, argparse.Namespace]) -> di
         torch.distributed.barrier()
     res.pop("ids")
     return res
+
+
+def worker_fault_stacks() -> None:
+    """Make a DataLoader worker that faults print its Python stacks. torch's workers
+    install a SIGSEGV/SIGBUS handler of their own (one line, no stack) over the one
+    ``faulthandler`` (``PYTHONFAULTHANDLER``) set up; re-armed after it, ``faulthandler``
+    dumps every thread's stack and then hands the signal on to torch's handler, so the
+    loader still reports the worker killed. Workers forked from this process inherit it."""
+    import faulthandler
+
+    from torch.utils.data._utils import signal_handling
+
+    install = signal_handling._set_worker_signal_handlers
+    if not faulthandler.is_enabled() or getattr(install, "stacks", False):
+        return
+
+    def install_then_stacks(*a: Any) -> None:
+        faulthandler.disable()  # enable() is a no-op while enabled: re-arm it over torch's handler
+        install(*a)
+        faulthandler.enable(all_threads=True)
+
+    install_then_stacks.stacks = True  # type: ignore[attr-defined]
+    signal_handling._set_worker_signal_handlers = install_then_stacks
 
 
 def merge_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
@@ -382,7 +414,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.125, help="token lengths times this (the demo's)")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--ranks", type=int, choices=(1, 2), default=1, help="CPU ranks over Gloo per pipeline")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each pipeline, alternated; medians reported")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each pipeline, alternated; median and min–max reported")
     ap.add_argument("--trace", action="store_true", help="note each run's timeline to its first step")
     ap.add_argument("--max-steps", type=int, default=0, help="stop each run after this many steps (0: an epoch)")
     ap.add_argument("--batch-size", type=int, default=8, help="chats per step (fixed batches, hf-*)")
@@ -424,28 +456,46 @@ def main() -> None:
         py = peers_python(args.peers_python, "HF datasets pipelines") if any(k.startswith("hf-") for k in kinds) else None
         results = []
         for run in range(args.repeat):
-            for kind in kinds:
+            for kind in run_order(kinds, run):
                 if kind.startswith("hf-") and py is None:
                     continue
                 res = run_pipeline(kind, f"{kind}-{run}", work, path, tok_dir, data, args, py)
+                res["repeat"] = run
                 results.append(res)
-                print(json.dumps({k: v for k, v in res.items() if k != "trace"}), flush=True)
+                if "crashed" in res:
+                    print(f"CRASHED: {kind}, repeat {run}: {res['crashed']}; its stderr ends:", flush=True)
+                    print(textwrap.indent(res["stderr_tail"], "    "), flush=True)
+                else:
+                    print(json.dumps({k: v for k, v in res.items() if k != "trace"}), flush=True)
                 for line in res.get("trace", []):
                     print(f"    {line}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report(results, args)
+    failures = report(results, args)
+    if failures:
+        sys.exit(f"bench_sft: {len(failures)} failure(s), listed above")
+
+
+def run_order(kinds: list[str], run: int) -> list[str]:
+    """The pipelines in repeat ``run``: every one once, starting one further along each
+    repeat, so that none always runs first (just after the data is generated) or always
+    after the same neighbour."""
+    k = run % len(kinds)
+    return kinds[k:] + kinds[:k]
 
 
 def run_pipeline(kind: str, name: str, work: Path, path: Path, tok_dir: Path, data: dict[str, Any],
                  args: argparse.Namespace, py: str | None) -> dict[str, Any]:
-    """One run of ``kind`` in a fresh interpreter, with fresh cache folders: its figures."""
+    """One run of ``kind`` in a fresh interpreter, with fresh cache folders: its figures
+    (or, if its process tree failed, ``crashed``: what killed it, and its stderr's end)."""
     pdir = work / name
     dirs = {key: pdir / key for key in ("cache", "hf-home", "tmp")}
     for d in dirs.values():
         d.mkdir(parents=True)
     env = {"HF_DATASETS_CACHE": str(dirs["cache"]), "HF_HOME": str(dirs["hf-home"]), "TMPDIR": str(dirs["tmp"]),
-           "HF_HUB_OFFLINE": "1", "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+           "HF_HUB_OFFLINE": "1", "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           # a process of the tree that faults prints its threads' Python stacks into the crash report
+           "PYTHONFAULTHANDLER": "1"}
     phase_args = ["--rows", str(args.rows), "--batch-size", str(args.batch_size), "--token-budget",
                   str(args.token_budget), "--pool", str(args.pool), "--num-proc", str(args.num_proc),
                   "--buffer", str(args.buffer), "--seed", str(args.seed), "--ranks", str(args.ranks),
@@ -453,59 +503,130 @@ def run_pipeline(kind: str, name: str, work: Path, path: Path, tok_dir: Path, da
                   "--work", str(pdir), "--cache", str(dirs["cache"]), "--cutoff-len", str(data["cutoff_len"]),
                   *(["--trace"] if args.trace else [])]
     load = os.getloadavg()[0]
-    res = run_phase(__file__, kind, *phase_args, python=py if kind.startswith("hf-") else None, tree_rss=True,
-                    env=env)
+    try:
+        res = run_phase(__file__, kind, *phase_args, python=py if kind.startswith("hf-") else None, tree_rss=True,
+                        env=env)
+    except PhaseFailed as e:  # kept as a crashed run, with what killed it: the other runs go on
+        res = {"pipeline": kind, "crashed": e.cause, "stderr_tail": e.stderr[-6000:]}
     res["extra_disk_mb"] = round(sum(disk_mb(d) for d in dirs.values()), 2)
     res["load_before"] = round(load, 1)
     return res
 
 
-def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per pipeline: the median of each figure over its runs (the runs' first
-    steps, CPU seconds and loads kept as lists)."""
+#: The figures the table gives as median (min–max) over a pipeline's runs: key, column, format.
+FIGURES = (
+    ("first_step_s", "first step (s), slower rank", "{:.2f}"),
+    ("samples_per_s", "samples/s (run)", "{:.1f}"),
+    ("train_samples_per_s", "samples/s (`train()` only)", "{:.1f}"),
+    ("cpu_s", "CPU s (tree)", "{:.0f}"),
+    ("tree_peak_rss_mb", "peak RSS, tree (MB)", "{:,.0f}"),
+    ("tree_peak_pss_mb", "peak PSS, tree (MB)", "{:,.0f}"),
+    ("padding_pct", "padding (%)", "{:.1f}"),
+    ("extra_disk_mb", "extra disk (MB)", "{:.2f}"),
+)
+#: The figures youmu's runs are divided by a peer's from the same repeat.
+RATIOS = (("first_step_s", "first step"), ("samples_per_s", "samples/s (run)"), ("cpu_s", "CPU s"),
+          ("tree_peak_rss_mb", "peak RSS, tree"))
+
+
+def padding_pct(run: dict[str, Any]) -> float:
+    """The share of the tokens computed that were padding, in percent."""
+    return 100 * (1 - run["real_tokens"] / run["padded_tokens"]) if run["padded_tokens"] else 0.0
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """``median (min–max)``, or the one value."""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per pipeline, in the order they first ran: each figure's values over its
+    completed runs, the loads at their starts, and how many runs crashed."""
     out = []
     for kind in dict.fromkeys(r["pipeline"] for r in results):
         runs = [r for r in results if r["pipeline"] == kind]
-        row = dict(runs[0])
-        for key, value in runs[0].items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[key] = statistics.median(r[key] for r in runs)
-        row["runs"] = len(runs)
-        for key in ("first_step_s", "cpu_s", "load_before"):
-            row[f"{key}_runs"] = [r[key] for r in runs]
+        done = [dict(r, padding_pct=padding_pct(r)) for r in runs if "crashed" not in r]
+        row: dict[str, Any] = {"pipeline": kind, "runs": len(runs), "crashed": len(runs) - len(done),
+                               "loads": [r["load_before"] for r in runs]}
+        for key, _, _ in FIGURES:
+            row[key] = [r[key] for r in done]
+        row["steps"] = sorted({r["steps"] for r in done})
         out.append(row)
     return out
 
 
-def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    """The table (medians over ``--repeat`` runs), ratios against ``youmu`` (or the first
-    pipeline), and the sanity check."""
-    if not results:
-        return
-    rows = medians(results)
-    base = next((r for r in rows if r["pipeline"] == "youmu"), rows[0])
-    print(f"\n{args.ranks} rank(s); medians of {args.repeat} run(s) each")
-    print(f"| pipeline | first step (s) | vs {base['pipeline']} | samples/s (run) | vs {base['pipeline']} "
-          "| samples/s (train() only) | CPU s | peak RSS tree (MB) | peak PSS tree (MB) | extra disk (MB) | steps "
-          "| first steps (s), each run | loads at start |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['pipeline']} | {r['first_step_s']:.2f} | {r['first_step_s'] / base['first_step_s']:.2f}× "
-              f"| {r['samples_per_s']:.1f} | {r['samples_per_s'] / base['samples_per_s']:.2f}× "
-              f"| {r['train_samples_per_s']:.1f} | {r['cpu_s']:.0f} | {r['tree_peak_rss_mb']:.0f} "
-              f"| {r['tree_peak_pss_mb']:.0f} | {r['extra_disk_mb']:.2f} | {r['steps']:g} "
-              f"| {', '.join(f'{x:.1f}' for x in r['first_step_s_runs'])} "
-              f"| {', '.join(f'{x:.1f}' for x in r['load_before_runs'])} |")
-    if args.max_steps:
-        print(f"\nevery chat once: not checked (--max-steps {args.max_steps} stops before the epoch ends)")
-    else:
-        bad = sorted({r["pipeline"] for r in results if r["samples"] != args.rows or r["unique_samples"] != args.rows})
-        tokens = {r["real_tokens"] for r in results}
-        print(f"\nevery chat once: {'yes' if not bad else f'NO ({bad})'}; the same real tokens in every run: "
-              f"{'yes' if len(tokens) == 1 else f'NO ({sorted(tokens)})'}")
+def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each youmu pipeline against each peer: per figure, youmu's value over the peer's
+    from the same repeat, for every repeat where both completed."""
+    done = {(r["pipeline"], r["repeat"]): r for r in results if "crashed" not in r}
+    kinds = list(dict.fromkeys(r["pipeline"] for r in results))
+    out = []
+    for ours in (k for k in kinds if k.startswith("youmu")):
+        for peer in (k for k in kinds if not k.startswith("youmu")):
+            pairs = [(done[ours, n], done[peer, n]) for n in sorted({r["repeat"] for r in results})
+                     if (ours, n) in done and (peer, n) in done]
+            if pairs:
+                out.append({"ours": ours, "peer": peer, "repeats": len(pairs),
+                            **{key: [a[key] / b[key] for a, b in pairs] for key, _ in RATIOS}})
+    return out
+
+
+def epoch_problems(results: list[dict[str, Any]], rows: int, max_steps: int) -> list[str]:
+    """What makes the comparison void: runs that crashed, and (over a whole epoch) a
+    pipeline that did not train every chat exactly once, or runs that trained different
+    real token counts (their templates or labels disagree)."""
+    problems = [f"{r['pipeline']} crashed in repeat {r['repeat']} ({r['crashed']})" for r in results if "crashed" in r]
+    done = [r for r in results if "crashed" not in r]
+    if max_steps:
+        return problems
+    for r in done:
+        if r["samples"] != rows or r["unique_samples"] != rows:
+            problems.append(f"{r['pipeline']} (repeat {r['repeat']}) trained {r['samples']} chats, "
+                            f"{r['unique_samples']} distinct, not each of the {rows} once")
+    tokens = {r["real_tokens"] for r in done}
+    if len(tokens) > 1:
+        problems.append("the runs trained different real token counts: " + ", ".join(
+            f"{r['pipeline']} (repeat {r['repeat']}) {r['real_tokens']}" for r in done))
+    return problems
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """Print the table (median and min–max over ``--repeat`` runs, alternated), youmu's
+    figures as ratios against each peer's from the same repeat, and the sanity check;
+    return what failed (crashed runs, a chat not trained exactly once, token counts that
+    differ)."""
     if args.out:
         Path(args.out).write_text(json.dumps({"rows": args.rows, "batch_size": args.batch_size, "ranks": args.ranks,
                                               "repeat": args.repeat, "results": results}, indent=1))
+    if not results:
+        return []
+    print(f"\n{args.ranks} rank(s); median (min–max) of {args.repeat} run(s) each, the pipelines alternated")
+    print("| pipeline | " + " | ".join(head for _, head, _ in FIGURES) + " | steps | runs (crashed) | load avg at starts |")
+    print("|---|" + "---|" * (len(FIGURES) + 3))
+    for row in summary(results):
+        cells = [spread(row[key], fmt) if row[key] else "—" for key, _, fmt in FIGURES]
+        print(f"| {row['pipeline']} | " + " | ".join(cells) + f" | {', '.join(map(str, row['steps'])) or '—'} "
+              f"| {row['runs']} ({row['crashed']}) | {', '.join(f'{x:.1f}' for x in row['loads'])} |")
+    pairs = ratios(results)
+    if pairs:
+        print("\nyoumu over each peer, the same repeat's runs: median (min–max) of the per-repeat ratios")
+        print("| youmu | peer | repeats | " + " | ".join(head for _, head in RATIOS) + " |")
+        print("|---|---|---|" + "---|" * len(RATIOS))
+        for p in pairs:
+            print(f"| {p['ours']} | {p['peer']} | {p['repeats']} | "
+                  + " | ".join(spread(p[key], "{:.2f}") + "×" for key, _ in RATIOS) + " |")
+    problems = epoch_problems(results, args.rows, args.max_steps)
+    if args.max_steps:
+        print(f"\nevery chat once: not checked (--max-steps {args.max_steps} stops before the epoch ends)")
+    else:
+        tokens = sorted({r["real_tokens"] for r in results if "crashed" not in r})
+        print(f"\nevery chat once, on the same real tokens ({', '.join(map(str, tokens))}): "
+              f"{'yes' if not problems else 'NO'}")
+    for line in problems:
+        print(f"FAILED: {line}")
+    return problems
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count, lm_collate  # noqa: E402
+from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count  # noqa: E402
+from youmu.torch import lm_collate  # noqa: E402
 
 VOCAB = 101
 

@@ -190,7 +190,8 @@ class _Batches:
 
 
 def odb_batches(stream, args: argparse.Namespace) -> _Batches:
-    from youmu.batching import DynamicBatchLoader, lm_collate
+    from youmu.batching import DynamicBatchLoader
+    from youmu.torch import lm_collate
 
     def collate(samples):
         batch = lm_collate(samples)

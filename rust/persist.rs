@@ -141,18 +141,8 @@ impl PageIndex {
     /// Load a saved index (a path, or the URL of an object); `storage_options` configure
     /// the stores of its objects (and of the index object itself).
     pub fn load_with(path: &Path, storage_options: &[(String, String)]) -> Result<PageIndex> {
-        Self::load_for(path, storage_options, &|_| Ok(storage_options.to_vec()))
-    }
-
-    /// [`PageIndex::load_with`], the options of its files being `options_for` their
-    /// saved names (`storage_options` reads the index itself).
-    pub fn load_for(
-        path: &Path,
-        storage_options: &[(String, String)],
-        options_for: &OptionsFor<'_>,
-    ) -> Result<PageIndex> {
         let buf = storage::read_whole(path, storage_options)?;
-        let idx = Self::from_bytes_for(&buf, path, options_for, true)?;
+        let idx = Self::from_bytes_with(&buf, path, storage_options, true)?;
         storage::refuse_unused_options_for(path, storage_options, idx.sources(), "an index of local files")?;
         Ok(idx)
     }
@@ -229,12 +219,6 @@ impl PageIndex {
         storage_options: &[(String, String)],
         verify: bool,
     ) -> Result<PageIndex> {
-        Self::from_bytes_for(buf, path, &|_| Ok(storage_options.to_vec()), verify)
-    }
-
-    /// [`PageIndex::from_bytes_with`], the storage options being `options_for` the
-    /// saved names of the index's files (see [`OptionsFor`]).
-    pub fn from_bytes_for(buf: &[u8], path: &Path, options_for: &OptionsFor<'_>, verify: bool) -> Result<PageIndex> {
         if buf.get(..8) != Some(MAGIC.as_slice()) {
             let what = if buf.starts_with(b"PAR1") {
                 "this is a Parquet file, not a saved index (build one with PageIndex(paths))"
@@ -333,9 +317,7 @@ impl PageIndex {
                 object: raw.stamp.clone(),
             })
             .collect();
-        let names: Vec<String> = saved.iter().map(|s| s.name.clone()).collect();
-        let storage_options = options_for(&names)?;
-        let sources = storage::reopen(&saved, &storage_options, verify, path)?;
+        let sources = storage::reopen(&saved, storage_options, verify, path)?;
         let cols = columns.as_deref();
         let entries: Vec<Result<FileEntry>> = runtime().pool().install(|| {
             raws.into_par_iter()
@@ -367,15 +349,10 @@ impl PageIndex {
         });
         let entries = entries.into_iter().map(|r| r.map(std::sync::Arc::new)).collect::<Result<Vec<_>>>()?;
         let mut idx = PageIndex::from_entries(entries, columns, int96_unit)?;
-        idx.storage_options = storage_options;
+        idx.storage_options = storage_options.to_vec();
         Ok(idx)
     }
 }
-
-/// The storage options a loaded or unpickled index reads its files with, given their
-/// saved names: those passed, or more (the Python layer adds where this process's Hugging
-/// Face token is for files on the Hub, as listing them did).
-pub type OptionsFor<'a> = dyn Fn(&[String]) -> Result<Vec<(String, String)>> + Sync + 'a;
 
 /// An object's ETag and version (`None`: a local file).
 type ObjectStamp = Option<ObjectVersion>;

@@ -274,7 +274,7 @@ def collate_ids(samples: list[Any]) -> list[int]:
 # ----------------------------------------------------------------------------------------
 def default_group_channel() -> Any:
     """A fresh Gloo channel over the initialised default group (collective)."""
-    from youmu.batching import GlooChannel
+    from youmu.distributed import GlooChannel
 
     return GlooChannel.from_default_group(timeout=TIMEOUT)
 

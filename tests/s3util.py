@@ -145,6 +145,12 @@ class FaultProxy:
         class Server(ThreadingHTTPServer):
             daemon_threads = True
             allow_reuse_address = True
+            # socketserver's listen backlog is 5: a burst of connects (forked DataLoader
+            # workers each open up to max_inflight at once) overflows it, and Linux drops
+            # the SYNs, which the client resends after 1 s, then 3 s, so requests time out
+            # for want of an accept. A real store's front end takes the burst; so does
+            # moto's own server (werkzeug listens with 128).
+            request_queue_size = 128
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]

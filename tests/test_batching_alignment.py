@@ -9,8 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.batching.alignment import (
-    CLOSED,
-    FAILED,
     FINISHED,
     NOT_READY,
     ProtocolError,
@@ -28,6 +26,7 @@ from youmu.batching.alignment import (
     step_order,
     target_group_count,
 )
+from youmu.distributed import CLOSED, FAILED
 
 
 def _groups(sizes: list[int]) -> list[list[tuple[int, int]]]:

@@ -61,14 +61,24 @@ def test_all_is_sorted_and_every_name_resolves() -> None:
     assert set(names) <= set(dir(youmu.batching))
 
 
-def test_moved_names_stay_importable() -> None:
+def test_names_of_other_packages_have_one_public_path() -> None:
+    # the channel, the status codes and the collates are youmu.distributed's and
+    # youmu.torch's, the errors youmu's; lm_collate alone stays reachable here, as an
+    # alias earlier READMEs and examples imported
     import youmu.distributed
-    import youmu.errors
     import youmu.torch.collate
 
-    assert youmu.batching.GlooChannel is youmu.distributed.GlooChannel
+    errors = ("ChannelError", "DataStallError", "PeerClosedError", "RankFailedError")
+    for name in ("GlooChannel", "FAILED", "CLOSED", "PadCollate", "lm_collate", *errors):
+        assert name not in youmu.batching.__all__, name
+    assert not set(errors) & set(youmu.distributed.__all__)
+    assert set(errors) <= set(youmu.__all__)
+    import youmu.planning
+
+    assert not {"CapacityError", "PlanError"} & set(youmu.planning.__all__)
+    for name in ("GlooChannel", "FAILED", "CLOSED", "PadCollate"):
+        assert not hasattr(youmu.batching, name), name
     assert youmu.batching.lm_collate is youmu.torch.collate.lm_collate
-    assert youmu.batching.PadCollate is youmu.torch.collate.PadCollate
 
 
 # -- arguments -----------------------------------------------------------------------------------

@@ -13,16 +13,10 @@ import pytest
 import torch
 from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
 
-from youmu.batching import (
-    IDLE,
-    DynamicBatchLoader,
-    GlooChannel,
-    StepInfo,
-    label_token_count,
-    lm_collate,
-    simulate,
-)
+from youmu.batching import IDLE, DynamicBatchLoader, StepInfo, label_token_count, simulate
+from youmu.distributed import GlooChannel
 from youmu.errors import ArgumentTypeError, LoaderError
+from youmu.torch import lm_collate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from synthetic import synthetic_lengths  # noqa: E402

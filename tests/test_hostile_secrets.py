@@ -204,6 +204,82 @@ def test_hive_style_paths_are_shown_as_they_are(tmp_path: Path) -> None:
         youmu.PageIndex(str(tmp_path / "code=python" / "part-0.parquet"))
 
 
+# --- the Hugging Face Hub's token -----------------------------------------------------------------
+
+HUB_TOKEN = "hf_EnvironmentTokenShouldStayHome42"
+
+
+@pytest.fixture
+def no_login(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No Hub token but the ones a test sets: not the machine's ``hf auth login`` file."""
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_HUB_DISABLE_IMPLICIT_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-login"))
+
+
+@pytest.mark.parametrize("endpoint", [None, "not a url", "http://127.0.0.1:1", "ftp://127.0.0.1"])
+def test_the_hub_token_of_the_environment_reaches_no_other_server(
+        basic: GuardedServer, no_login: None, monkeypatch: pytest.MonkeyPatch, endpoint: str | None) -> None:
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+    if endpoint is not None:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    assert _ids(youmu.PageIndex(f"http://admin:{PASSWORD}@{basic.host}/d/a.parquet")) == list(range(300))
+    with pytest.raises(StorageAuthError) as e:
+        youmu.PageIndex(f"http://{basic.host}/d/a.parquet")
+    assert "HF_TOKEN" not in str(e.value), "a server that is not the Hub is not told of the Hub's token"
+    assert basic.requests and not any("Bearer" in str(auth) for _, _, auth in basic.requests)
+
+
+def test_on_the_hubs_host_credentials_given_win_over_the_environments_token(
+        basic: GuardedServer, no_login: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{basic.host}/")
+    assert _ids(youmu.PageIndex(f"http://admin:{PASSWORD}@{basic.host}/d/a.parquet")) == list(range(300))
+    opts = {"username": "admin", "password": PASSWORD}
+    assert _ids(youmu.PageIndex(f"http://{basic.host}/d/a.parquet", storage_options=opts)) == list(range(300))
+    assert not any("Bearer" in str(auth) for _, _, auth in basic.requests)
+    # none given: the Hub's token is sent, refused here, and never shown
+    with pytest.raises(StorageAuthError, match="HF_TOKEN") as e:
+        youmu.PageIndex(f"http://{basic.host}/d/a.parquet")
+    assert HUB_TOKEN not in str(e.value)
+    assert any(auth == f"Bearer {HUB_TOKEN}" for _, _, auth in basic.requests)
+
+
+@pytest.mark.parametrize("case", ["control character", "token file is a directory", "token file not UTF-8"])
+def test_an_unusable_hub_token_is_a_typed_error_naming_where_it_was_found(
+        basic: GuardedServer, no_login: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: str) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{basic.host}")
+    secret = "hf_Sec\x01retToken"
+    if case == "control character":
+        monkeypatch.setenv("HF_TOKEN", secret)
+        where = "HF_TOKEN"
+    elif case == "token file is a directory":
+        monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path))
+        where = str(tmp_path)
+    else:
+        (tmp_path / "token").write_bytes(b"hf_\xff\xfe" + secret.encode())
+        monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "token"))
+        where = str(tmp_path / "token")
+    with pytest.raises(youmu.InvalidArgumentError) as e:
+        youmu.PageIndex(f"http://{basic.host}/d/a.parquet")
+    msg = str(e.value)
+    assert where in msg and basic.host in msg, msg
+    assert "Sec" not in msg and "retToken" not in msg, msg
+    assert not basic.requests, "nothing is sent with a token that cannot be"
+
+
+def test_a_blank_hf_token_falls_back_to_the_login_file(basic: GuardedServer, no_login: None,
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{basic.host}")
+    monkeypatch.setenv("HF_TOKEN", " \n")
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_HiddenByTheBlankOne123")  # as huggingface_hub reads them
+    (tmp_path / "token").write_text(f"\n {HUB_TOKEN}\r\n")
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "token"))
+    with pytest.raises(StorageAuthError):
+        youmu.PageIndex(f"http://{basic.host}/d/a.parquet")
+    assert {auth for _, _, auth in basic.requests} == {f"Bearer {HUB_TOKEN}"}
+
+
 # --- reprs, image errors, skip reports ----------------------------------------------------------
 
 

@@ -241,8 +241,24 @@ def test_a_ray_planner_state_integer_past_int64_is_refused_like_every_other_stat
     fresh = PlannerState(0, 0, ((0,),), ((False,),), (0,), ((),), (None,)).to_dict()
     assert PlannerState.from_dict(fresh, world_size=1, num_sources=1).epoch == 0
     forged = {**fresh, field: [2**64] if field == "next_index" else 2**64}
-    with pytest.raises(StateError, match=rf"'{field}' must be a list of (1 )?ints in \[0, 2\*\*63\)"):
+    with pytest.raises(StateError, match=rf"'{field}' must be (a list of 1 ints|an int) in \[0, 2\*\*63\)"):
         PlannerState.from_dict(forged, world_size=1, num_sources=1)
+
+
+def test_a_list_of_state_integers_has_one_rule_whoever_reads_it() -> None:
+    # a loader's own list (DynamicBatchLoader's keys), a chain's positions and a Ray
+    # planner's cursors: one check, one message
+    from youmu.jobstates import decode_chain
+    from youmu.ray.state import PlannerState
+    from youmu.stateful import state_ints
+
+    fresh = PlannerState(0, 0, ((0,),), ((False,),), (0,), ((),), (None,)).to_dict()
+    reads = [lambda: state_ints({"keys": [1, 2**63]}, "keys", owner="DynamicBatchLoader"),
+             lambda: decode_chain([{"world_size": 1, "num_workers": [1], "positions": [[2**63]]}], "MapStream"),
+             lambda: PlannerState.from_dict({**fresh, "next_index": [2**63]}, world_size=1, num_sources=1)]
+    for read in reads:
+        with pytest.raises(StateError, match=r"field .* must be a list of (1 )?ints in \[0, 2\*\*63\), got \["):
+            read()
 
 
 # ----------------------------------------------------------------------------------------
@@ -259,7 +275,7 @@ def _merged_map_stream() -> dict[str, Any]:
     (lambda lv: {**lv, "pending": [[0], []]}, r"'resumed'\[0\] records 'pending'"),
     (lambda lv: {k: v for k, v in lv.items() if k != "num_workers"}, r"'resumed'\[0\]\['num_workers'\] must be"),
     (lambda lv: {**lv, "num_workers": [1, 2]}, r"'resumed'\[0\]\['positions'\] must hold one int per worker"),
-    (lambda lv: {**lv, "positions": [[1.5], [0]]}, r"'resumed'\[0\]\['positions'\] must be an int"),
+    (lambda lv: {**lv, "positions": [[1.5], [0]]}, r"'resumed'\[0\]\['positions'\] must be a list of ints in \[0, 2\*\*63\)"),
 ])
 def test_a_forged_stream_chain_is_refused_naming_the_field(edit, message) -> None:
     merged = _merged_map_stream()
@@ -277,7 +293,7 @@ def test_a_forged_dynamic_batch_loader_chain_is_refused_naming_the_field() -> No
                                                                                        "per rank"),
                         ({**good, "tokens": [[0], [0]]}, r"'resumed'\[0\] records 'tokens'"),
                         ({k: v for k, v in good.items() if k != "pending"}, r"\['pending'\] must hold one list"),
-                        ({**good, "pending": [[1], [-1]]}, r"'resumed'\[0\]\['pending'\]\[1\] must be an int")]:
+                        ({**good, "pending": [[1], [-1]]}, r"'resumed'\[0\]\['pending'\]\[1\] must be a list of ints in \[0, 2\*\*63\)")]:
         with pytest.raises(StateError, match=message):
             loader_levels([lv], "DynamicBatchLoader")
 

@@ -76,12 +76,20 @@ def env(hub: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
-    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.delenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", raising=False)
+    login_file(monkeypatch, tmp_path / "no-token")
     old = youmu.io_options()
     youmu.set_io_options(retries=4, retry_timeout=10.0)
     hub.requests.clear()
     yield
     youmu.set_io_options(retries=old["retries"], retry_timeout=old["retry_timeout"])
+
+
+def login_file(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Make ``path`` the file ``hf auth login`` writes, for huggingface_hub (which read
+    ``HF_TOKEN_PATH`` at its import) and for the native core (which reads it per store)."""
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(path))
+    monkeypatch.setenv("HF_TOKEN_PATH", str(path))
 
 
 def rows_of(index: youmu.PageIndex) -> pa.Table:
@@ -324,7 +332,7 @@ def test_a_private_repository_is_read_with_the_token_which_never_reaches_the_cdn
     monkeypatch.delenv("HF_TOKEN")
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(token_file))
+    login_file(monkeypatch, token_file)
     assert len(youmu.PageIndex("hf://datasets/org/gated")) > 0
 
 
@@ -335,9 +343,9 @@ def test_the_token_is_never_echoed(hub: HubServer, monkeypatch: pytest.MonkeyPat
     texts = [repr(idx), str(idx.files), (tmp_path / "private.youmu").read_bytes().decode("latin-1"),
              pickle.dumps(idx).decode("latin-1"), pickle.dumps(youmu.RowDataset(idx)).decode("latin-1")]
     assert not any(TOKEN in t for t in texts)
-    # the pickle says where the token is; the worker reads it there
+    # the pickle says nothing of the token; the worker finds its own
     assert rows_of(pickle.loads(pickle.dumps(idx))).num_rows == 40
-    loaded = youmu.PageIndex.load(tmp_path / "private.youmu", storage_options=youmu.hub.token_options())
+    loaded = youmu.PageIndex.load(tmp_path / "private.youmu")
     assert rows_of(loaded).num_rows == 40
     # a token passed explicitly, or inside a URL, is blanked in messages
     monkeypatch.delenv("HF_TOKEN")
@@ -369,11 +377,11 @@ def test_a_saved_index_of_a_private_repository_loads_with_this_processs_token(
     bare = pickle.dumps(youmu.PageIndex.from_bytes(idx.to_bytes(), verify=False))
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(token_file))  # hf auth login's file
+    login_file(monkeypatch, token_file)  # hf auth login's file
     assert rows_of(pickle.loads(bare)).num_rows == 40
     assert rows_of(youmu.PageIndex.load(tmp_path / "private.youmu")).num_rows == 40
     # no token anywhere: the typed refusal, naming what to set
-    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "none"))
+    login_file(monkeypatch, tmp_path / "none")
     with pytest.raises(youmu.StorageAuthError):
         youmu.PageIndex.load(tmp_path / "private.youmu")
     # a Hub at another address is never sent this one's token
@@ -416,6 +424,146 @@ def test_every_refusal_of_a_hub_file_says_how_to_give_the_hub_token(hub: HubServ
             assert "HF_TOKEN" in msg and "hf auth login" in msg, (what, msg)
             assert "username" not in msg and "password" not in msg, (what, msg)
             assert TOKEN not in msg and OTHER_TOKEN not in msg, (what, msg)
+
+
+# -- Hub URLs typed by hand ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def handtyped(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A private repository holding a shard and a saved index of it; its URLs as a user
+    copies them from the Hub's website (``resolve/main``) or pins them (``resolve/<sha>``)."""
+    hub.create("org/handtyped", private=True, readers={TOKEN})
+    sha = hub.commit("org/handtyped", {"train.parquet": parquet_bytes(shard(9000, 30))})
+    base = f"{hub.endpoint}/datasets/org/handtyped/resolve"
+    saved = tmp_path_factory.mktemp("handtyped") / "train.youmu"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_ENDPOINT", hub.endpoint)
+        mp.setenv("HF_TOKEN", TOKEN)
+        youmu.PageIndex(f"hf://datasets/org/handtyped@{sha}/train.parquet").save(saved)
+    hub.commit("org/handtyped", {"index/train.youmu": saved.read_bytes()})
+    return {"main": f"{base}/main/train.parquet", "pinned": f"{base}/{sha}/train.parquet",
+            "index": f"{base}/main/index/train.youmu", "hf_index": "hf://datasets/org/handtyped/index/train.youmu"}
+
+
+HANDTYPED_IDS = list(range(9000, 9030))
+
+
+def test_a_hub_url_typed_by_hand_is_read_with_the_hub_token_wherever_a_path_goes(
+        hub: HubServer, handtyped: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from youmu.torch import YoumuDataset
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hub.requests.clear()
+    for url in (handtyped["main"], handtyped["pinned"]):
+        assert rows_of(youmu.PageIndex(url)).column("id").to_pylist() == HANDTYPED_IDS, url
+    for saved in (handtyped["index"], handtyped["hf_index"]):
+        assert rows_of(youmu.PageIndex.load(saved)).column("id").to_pylist() == HANDTYPED_IDS, saved
+    assert youmu.RowDataset(handtyped["main"], columns=["id"])[3]["id"] == 9003
+    stream = YoumuDataset(handtyped["main"], columns=["id"], shuffle="none", output="python")
+    assert [r["id"] for r in stream] == HANDTYPED_IDS
+    out = subprocess.run([sys.executable, "-m", "youmu", "inspect", handtyped["main"]], capture_output=True,
+                         text=True, env={**os.environ}, timeout=60)
+    assert out.returncode == 0 and "train.parquet" in out.stdout, out.stderr
+    assert TOKEN not in out.stdout + out.stderr
+    resolves = [s for s in hub.requests if s.server == "hub" and "/resolve/" in s.path]
+    assert resolves and all(s.headers.get("authorization") == f"Bearer {TOKEN}" for s in resolves)
+    cdn = [s for s in hub.requests if s.server == "cdn"]
+    assert cdn and not any("authorization" in s.headers for s in cdn), "the token must not follow the redirect"
+    # the token file hf auth login writes works the same
+    monkeypatch.delenv("HF_TOKEN")
+    login_file(monkeypatch, tmp_path / "token")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    assert rows_of(youmu.PageIndex(handtyped["main"])).num_rows == 30
+
+
+def test_without_a_token_a_hub_url_typed_by_hand_is_a_typed_refusal_naming_the_hubs_fix(
+        handtyped: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: dict[str, Any] = {
+        "a file by its resolve URL": lambda: youmu.PageIndex(handtyped["main"]),
+        "a saved index by its resolve URL": lambda: youmu.PageIndex.load(handtyped["index"]),
+    }
+    for token, status in ((None, "401"), (OTHER_TOKEN, "403")):
+        if token is not None:
+            monkeypatch.setenv("HF_TOKEN", token)
+        for what, read in reads.items():
+            with pytest.raises(youmu.StorageAuthError) as e:
+                read()
+            msg = str(e.value)
+            assert "org/handtyped" in msg and status in msg, (what, msg)
+            assert "HF_TOKEN" in msg and "hf auth login" in msg and "username" not in msg, (what, msg)
+            assert OTHER_TOKEN not in msg, (what, msg)
+
+
+def test_the_hub_token_goes_to_the_hubs_own_host_only(hub: HubServer, handtyped: dict[str, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another server holding the same repository (another port: another origin) is never
+    sent the token of the Hub at ``HF_ENDPOINT``, nor is the CDN a redirect leads to."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    elsewhere = HubServer().start()
+    try:
+        elsewhere.create("org/handtyped", private=True, readers={TOKEN})
+        sha = elsewhere.commit("org/handtyped", {"train.parquet": parquet_bytes(shard(9000, 30))})
+        with pytest.raises(youmu.StorageAuthError, match="401"):
+            youmu.PageIndex(f"{elsewhere.endpoint}/datasets/org/handtyped/resolve/{sha}/train.parquet")
+        assert elsewhere.requests and not any("authorization" in s.headers for s in elsewhere.requests)
+        # pointed at it, it is the Hub: its host gets the token, the first one's no longer does
+        monkeypatch.setenv("HF_ENDPOINT", elsewhere.endpoint)
+        url = f"{elsewhere.endpoint}/datasets/org/handtyped/resolve/{sha}/train.parquet"
+        assert rows_of(youmu.PageIndex(url)).column("id").to_pylist() == HANDTYPED_IDS
+        hub.requests.clear()
+        with pytest.raises(youmu.StorageAuthError, match="401"):
+            youmu.PageIndex(handtyped["pinned"])
+        assert hub.requests and not any("authorization" in s.headers for s in hub.requests)
+        cdn = [s for s in elsewhere.requests if s.server == "cdn"]
+        assert cdn and not any("authorization" in s.headers for s in cdn), "the token must not follow the redirect"
+    finally:
+        elsewhere.stop()
+
+
+def test_credentials_given_as_options_win_over_the_environments(
+        hub: HubServer, handtyped: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    url = handtyped["pinned"]
+    hub.requests.clear()
+    with pytest.raises(youmu.StorageAuthError, match="403"):
+        youmu.PageIndex(url, storage_options={"bearer_token": OTHER_TOKEN})
+    assert {s.headers.get("authorization") for s in hub.requests} == {f"Bearer {OTHER_TOKEN}"}
+    monkeypatch.setenv("HF_TOKEN", OTHER_TOKEN)
+    monkeypatch.setenv("MY_HUB_TOKEN", TOKEN)
+    idx = youmu.PageIndex(url, storage_options={"bearer_token_env": "MY_HUB_TOKEN"})
+    assert rows_of(idx).column("id").to_pylist() == HANDTYPED_IDS
+    # Basic credentials given are sent instead of the token, not refused beside it
+    hub.requests.clear()
+    with pytest.raises(youmu.StorageAuthError, match="401"):
+        youmu.PageIndex(url, storage_options={"username": "u", "password": "p"})
+    assert all(s.headers.get("authorization", "").startswith("Basic ") for s in hub.requests)
+    # as huggingface_hub, no token is sent by itself where HF_HUB_DISABLE_IMPLICIT_TOKEN says so
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    with pytest.raises(youmu.StorageAuthError, match="401"):
+        youmu.PageIndex(url)
+
+
+def test_the_token_of_a_hub_url_is_never_saved_pickled_or_shown(
+        handtyped: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from youmu.torch import YoumuDataset
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    idx = youmu.PageIndex(handtyped["main"])
+    idx.save(tmp_path / "i.youmu")
+    stream = YoumuDataset(idx, shuffle="none", output="python")
+    next(iter(stream))
+    texts = [repr(idx), str(idx.files), repr(stream), str(stream.state_dict()),
+             (tmp_path / "i.youmu").read_bytes().decode("latin-1"), pickle.dumps(idx).decode("latin-1"),
+             pickle.dumps(youmu.RowDataset(idx)).decode("latin-1"), pickle.dumps(stream).decode("latin-1")]
+    assert not any(TOKEN in t for t in texts)
+    assert not any("HF_TOKEN" in t or "bearer_token" in t for t in texts), "not even where the token was found"
+    # a worker unpickling it, or a job loading it, finds its own token (here: a login file)
+    blob = pickle.dumps(idx)
+    monkeypatch.delenv("HF_TOKEN")
+    login_file(monkeypatch, tmp_path / "token")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    assert rows_of(pickle.loads(blob)).column("id").to_pylist() == HANDTYPED_IDS
+    assert rows_of(youmu.PageIndex.load(tmp_path / "i.youmu")).num_rows == 30
 
 
 def test_hub_and_s3_files_in_one_index_each_take_their_own_options(

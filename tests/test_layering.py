@@ -712,3 +712,49 @@ def test_a_mode_compared_by_name_is_caught() -> None:
                "youmu.shufflemodes": 'def g(mode):\n    return mode == "page"\n'}
     assert _mode_comparisons(sources) == ["youmu.a:2 compares 'local', 'row'", "youmu.a:4 compares 'none', 'page'",
                                           "youmu.a:8 compares 'row'"]
+
+
+# A stream state's fields (youmu.streamstate): only their owner reads or writes them by
+# name, so a new field is one module's edit. The modules that build, load or merge a
+# stream's states ask it; the loaders' own states (whose fields share some names) and
+# the chain's wire form (youmu.jobstates) are other formats and are not checked.
+_STREAM_STATE_OWNER = "youmu.streamstate"
+_STREAM_STATE_FIELDS = ("positions", "num_workers", "resumed", "dataset")
+_STREAM_STATE_USERS = ("youmu.positional", "youmu.parquet", "youmu.spec", "youmu.merge", "youmu.streammerge",
+                       "youmu.packmerge", "youmu.torch.pack", "youmu.torch.mapstream", "youmu.torch.sharded",
+                       "youmu.torch.dataset", "youmu.ray.source")
+
+
+def _stream_state_fields_by_name(sources: dict[str, str]) -> list[str]:
+    """Where a stream-state module names a field itself: a string constant used as a
+    key (a subscript, a dict literal's key, ``.get``'s argument)."""
+    found = []
+    for name in _STREAM_STATE_USERS:
+        for n in ast.walk(ast.parse(sources.get(name, ""))):
+            keys: list[ast.AST] = []
+            if isinstance(n, ast.Subscript):
+                keys = [n.slice]
+            elif isinstance(n, ast.Dict):
+                keys = [k for k in n.keys if k is not None]
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get" and n.args:
+                keys = [n.args[0]]
+            elif isinstance(n, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops):
+                keys = [n.left]
+            found += [f"{name}:{k.lineno} names {k.value!r}" for k in keys
+                      if isinstance(k, ast.Constant) and k.value in _STREAM_STATE_FIELDS]
+    return found
+
+
+def test_only_the_stream_state_module_names_a_stream_states_fields() -> None:
+    sources = _python_sources()
+    assert set(_STREAM_STATE_USERS) <= set(sources), set(_STREAM_STATE_USERS) - set(sources)
+    bad = _stream_state_fields_by_name(sources)
+    assert not bad, f"read and write a stream state's fields through {_STREAM_STATE_OWNER}: " + "; ".join(bad)
+
+
+def test_a_stream_state_field_named_by_hand_is_caught() -> None:
+    sources = {"youmu.positional": 'def f(s):\n    return {"positions": s.get("num_workers"), **s}["resumed"]\n',
+               "youmu.merge": 'def g(s):\n    return "dataset" in s\n'}
+    assert sorted(_stream_state_fields_by_name(sources)) == [
+        "youmu.merge:2 names 'dataset'", "youmu.positional:2 names 'num_workers'",
+        "youmu.positional:2 names 'positions'", "youmu.positional:2 names 'resumed'"]

@@ -36,14 +36,22 @@ def s3():
 
 
 @pytest.fixture(autouse=True)
-def fast_failures(s3: S3):
-    """Short timeouts and backoff so fault tests finish in seconds; restored after."""
+def clean_proxy_and_options(s3: S3):
+    """A proxy with no faults or requests recorded, and the I/O settings restored after."""
     before = youmu.io_options()
-    youmu.set_io_options(retries=3, retry_timeout=20, request_timeout=2, connect_timeout=2)
     s3.proxy.reset()
     yield
     s3.proxy.reset()
     youmu.set_io_options(**before)
+
+
+@pytest.fixture
+def fast_failures() -> None:
+    """Short timeouts and backoff, so the fault tests finish in seconds. Only for them:
+    the server is moto and this proxy, Python threads sharing one GIL with the test, and
+    on a loaded machine an answer can take more than 2 s of wall time; a test that
+    injects no fault reads with youmu's defaults, as users do."""
+    youmu.set_io_options(retries=3, retry_timeout=20, request_timeout=2, connect_timeout=2)
 
 
 def table(n: int, seed: int = 0, start: int = 0) -> pa.Table:
@@ -215,6 +223,7 @@ def remote_index(s3: S3, name: str = "pi=1-v1.0-dict=0-zstd.parquet", **kw: obje
     return youmu.PageIndex(s3.url(f"corpus/{name}"), columns=["input_ids", "id"], storage_options=s3.options(**kw))
 
 
+@pytest.mark.usefixtures("fast_failures")
 @pytest.mark.parametrize("action", ["fail", "stall", "truncate"])
 def test_a_transient_fault_is_retried(s3: S3, corpus: Path, action: str) -> None:
     idx = remote_index(s3)
@@ -225,6 +234,7 @@ def test_a_transient_fault_is_retried(s3: S3, corpus: Path, action: str) -> None
     assert s3.proxy.faults[0].fired == 1
 
 
+@pytest.mark.usefixtures("fast_failures")
 @pytest.mark.parametrize(
     "action, error",
     [("fail", "RetriesExhaustedError"), ("stall", "StorageTimeoutError"), ("truncate", "RetriesExhaustedError")],
@@ -275,6 +285,7 @@ def test_bad_credentials_missing_bucket_and_missing_key_are_typed_errors(s3: S3,
         youmu.PageIndex(s3.url("nothing-here/"), storage_options=s3.options())
 
 
+@pytest.mark.usefixtures("fast_failures")
 def test_unreachable_endpoint_fails_fast_and_typed(s3: S3) -> None:
     youmu.set_io_options(retries=1, connect_timeout=1)
     with pytest.raises(youmu.StorageError, match="s3://"):
@@ -326,6 +337,40 @@ def test_dataloader_fork_workers_over_s3_deliver_every_row_once(s3: S3, corpus: 
     )
     got = [r["id"] for r in loader]
     assert sorted(got) == list(range(700 * len(CORPUS)))
+
+
+def test_a_fork_while_a_request_is_in_flight_leaves_both_processes_reading(s3: S3, corpus: Path) -> None:
+    import multiprocessing as mp
+    import time
+
+    name = "pi=1-v1.0-dict=0-zstd.parquet"
+    idx = youmu.PageIndex(s3.url(f"corpus/{name}"), columns=["id"], storage_options=s3.options())
+    want = rows_of(youmu.PageIndex(corpus / name, columns=["id"]).read_pages(range(len(idx))))
+    idx.read_page(0)  # the pool holds an idle connection too
+    s3.proxy.reset()
+    s3.proxy.faults.append(Fault("stall", nth=1, seconds=5.0))
+    pending = idx.prefetch(np.arange(len(idx)))  # its first GET hangs in the proxy
+    deadline = time.monotonic() + 30
+    while not s3.proxy.gets() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert s3.proxy.gets() and not pending.done(), "the parent's request is in flight"
+
+    def child() -> None:
+        assert rows_of(idx.read_pages(range(len(idx)))).equals(want)
+        youmu.set_io_options(max_inflight=4)  # as a worker_init_fn may
+        assert rows_of(idx.read_pages(range(len(idx)))).equals(want)
+
+    # forked while the parent's runtime threads are mid-request and its pool threads wait
+    worker = mp.get_context("fork").Process(target=child)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        worker.kill()
+        worker.join()
+        pytest.fail("the forked child hung reading")
+    assert worker.exitcode == 0, "the forked child failed or read other rows (its traceback is above)"
+    assert rows_of(pending.result()).equals(want), "the parent's read in flight at the fork completes"
+    assert s3.proxy.faults[0].fired == 1
 
 
 def test_cli_inspects_and_indexes_objects(s3: S3, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

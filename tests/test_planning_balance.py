@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from youmu.planning import CapacityError, CostModel, balance, balance_detailed, compare, imbalance
+from youmu.errors import CapacityError
+from youmu.planning import CostModel, balance, balance_detailed, compare, imbalance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from workloads import arrival_assignment, coyo_like  # noqa: E402

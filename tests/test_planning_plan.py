@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from youmu.planning import Mesh, MixingSchedule, PlanError, Planner, SampleMeta, gather_metadata
+from youmu.errors import PlanError
+from youmu.planning import Mesh, MixingSchedule, Planner, SampleMeta, gather_metadata
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from workloads import arrival_assignment, coyo_like  # noqa: E402

@@ -19,15 +19,25 @@ login`` saved) apply as they do for every Hugging Face library:
   native core as ranged GETs on those URLs, following the Hub's redirects to its CDN,
   conditional on each file's ETag. The CDN's signed URL is remembered per file (one
   round trip a page, not two) until it says it expires or the CDN refuses it, when the
-  Hub is asked again; the token is sent to the Hub's own host only.
-* the token is never copied into the index, a state or a pickle: the store is told
-  where it is (``bearer_token_env="HF_TOKEN"`` or ``bearer_token_file=<path>``) and
-  each process reads it there. ``storage_options={"bearer_token": ...}`` passes one
-  explicitly (it then travels with pickles, like any other explicit credential). A
-  saved index of a private repository loads with the token of the process loading it,
-  found the same way (:func:`saved_options`).
-* the token options apply to the Hub's files only: an index mixing ``hf://`` with
-  ``s3://`` (or other stores) gives each store the ``storage_options`` of its kind.
+  Hub is asked again.
+* which URLs get the token: every ``http(s)://`` URL on the Hub's own scheme, host and
+  port (:func:`endpoint`: ``HF_ENDPOINT``, else ``https://huggingface.co``), wherever a
+  path goes and however it was written: the resolve URLs an ``hf://`` path stands for,
+  a resolve URL typed by hand or copied from the Hub's website
+  (``https://huggingface.co/datasets/<owner>/<name>/resolve/<revision>/<file>``, the
+  data's or a saved index's), and the files of a saved or pickled index. The native core
+  finds the token as ``huggingface_hub`` does (``HF_TOKEN``, else
+  ``HUGGING_FACE_HUB_TOKEN``, else the file ``hf auth login`` wrote: ``HF_TOKEN_PATH``,
+  else ``$HF_HOME/token``; none when ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set). No other
+  host is ever sent it: not an ``s3://`` or other ``http(s)://`` store in the same
+  index, not the CDN a redirect leads to.
+* credentials the ``storage_options`` give win over the environment's:
+  ``{"bearer_token": ...}`` (or ``bearer_token_env`` / ``bearer_token_file``: where to
+  read one), or Basic ``username``/``password`` (or user info in the URL).
+* the token is never copied into the index, a state or a pickle, nor where it was
+  found: each process (a DataLoader worker, a Ray actor, a job loading a saved index)
+  finds its own when it first reads, and no message shows it. An explicit
+  ``bearer_token`` option travels with pickles, like any other explicit credential.
 * ``429 Too Many Requests`` answers are waited out as their ``Retry-After`` asks,
   listing and reads alike.
 
@@ -62,8 +72,7 @@ from youmu.errors import (
     StorageError,
 )
 
-__all__ = ["HubPath", "is_hf_url", "parse_hf_url", "endpoint", "token_options", "saved_options", "expand_paths",
-           "pinned_commits"]
+__all__ = ["HubPath", "is_hf_url", "parse_hf_url", "endpoint", "expand_paths", "pinned_commits"]
 
 _T = TypeVar("_T")
 _RESOLVE = re.compile(r"/datasets/([^/]+/[^/]+)/resolve/([0-9a-f]{40})/")
@@ -116,62 +125,9 @@ def parse_hf_url(url: str) -> HubPath:
 
 def endpoint() -> str:
     """The Hub's address: ``HF_ENDPOINT`` as set now (``huggingface_hub`` reads it once,
-    at its import), else ``https://huggingface.co``."""
+    at its import), else ``https://huggingface.co``: what listings ask, and the one
+    host the native core sends the Hub's token to."""
     return (os.environ.get("HF_ENDPOINT") or _DEFAULT_ENDPOINT).rstrip("/")
-
-
-def token_options() -> dict[str, str]:
-    """The ``storage_options`` that send this process's Hub token, as where to find it
-    (never the token): ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``), else the
-    token file ``hf auth login`` writes; empty when there is none. Loading a saved
-    index of Hub files adds them by itself (:func:`saved_options`).
-
-    >>> import os
-    >>> os.environ["HF_TOKEN"] = "hf_example_token"
-    >>> token_options()
-    {'bearer_token_env': 'HF_TOKEN'}
-    >>> del os.environ["HF_TOKEN"]
-    """
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        if os.environ.get(var, "").strip():
-            return {"bearer_token_env": var}
-    path = _token_path()
-    if os.path.isfile(path):
-        return {"bearer_token_file": path}
-    return {}
-
-
-def _token_path() -> str:
-    """Where ``hf auth login`` saves the token: ``huggingface_hub``'s own answer where it
-    is installed (a worker reading a saved index may not have it), else its rule
-    (``HF_TOKEN_PATH``, else ``$HF_HOME/token``, ``HF_HOME`` defaulting to
-    ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``)."""
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
-        return os.environ.get("HF_TOKEN_PATH") or os.path.join(os.path.expanduser(home), "token")
-    return str(constants.HF_TOKEN_PATH)
-
-
-def saved_options(urls: Sequence[str], storage_options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
-    """The ``storage_options`` that a saved or pickled index whose files are ``urls``
-    reads them with: the given ones, plus where this process's token is
-    (:func:`token_options`) when some file is a resolve URL of the Hub at
-    :func:`endpoint` and none names a token source, as listing the files added it. A
-    resolve URL of another host is never sent this Hub's token. The native core calls
-    this when an index is loaded or unpickled.
-
-    >>> saved_options(["/data/a.parquet"], {"timeout": "30s"})
-    [('timeout', '30s')]
-    """
-    options = dict(storage_options or {})
-    base = f"{endpoint()}/datasets/"
-    if not any(k.lower().startswith("bearer_token") for k in options) and any(
-            u.startswith(base) and _RESOLVE.search(u) for u in urls):
-        options.update(token_options())
-    return [(k, str(v)) for k, v in options.items()]
 
 
 def _explicit_token(options: Mapping[str, Any]) -> str | None:
@@ -301,25 +257,18 @@ def _resolve_one(url: str, options: Mapping[str, Any]) -> list[str]:
 def expand_paths(paths: Sequence[str], storage_options: Mapping[str, Any] | None = None
                  ) -> tuple[list[str], list[tuple[str, str]]]:
     """``paths`` with each ``hf://`` URL replaced by the resolve URLs of its files (at
-    the commit its revision names now), and the ``storage_options`` that reach them:
-    the given ones, plus where the token is (:func:`token_options`) unless one is
-    given. The native core's Hub scheme (its storage registry's ``hf`` entry) calls
-    this for each ``hf://`` path it is given, so ``hf://`` works wherever a path does.
+    the commit its revision names now), and the ``storage_options`` that reach them (the
+    given ones: the native core adds the Hub's token where the Hub's host is read). The
+    native core's Hub scheme (its storage registry's ``hf`` entry) calls this for each
+    ``hf://`` path it is given, so ``hf://`` works wherever a path does.
 
     >>> expand_paths(["data/a.parquet"], {})
     (['data/a.parquet'], [])
     """
     options = dict(storage_options or {})
     out: list[str] = []
-    hub = False
     for p in paths:
-        if is_hf_url(p):
-            hub = True
-            out.extend(_resolve_one(p, options))
-        else:
-            out.append(p)
-    if hub and not any(k.startswith("bearer_token") for k in options):
-        options.update(token_options())
+        out.extend(_resolve_one(p, options) if is_hf_url(p) else [p])
     return out, [(k, str(v)) for k, v in options.items()]
 
 

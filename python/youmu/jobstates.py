@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from youmu.errors import StateError
-from youmu.stateful import check_state, state_value_int
+from youmu.stateful import check_state, is_state_int, state_value_int, state_value_ints
 
 __all__ = [
     "MERGED_FORMAT",
@@ -125,7 +125,7 @@ class JobStates(Generic[T]):
         :func:`job_ranks`)."""
         ranks = [self._rank(s) for s in self.states]
         for i, r in enumerate(ranks):
-            if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            if not is_state_int(r):
                 raise StateError(f"{OWNER}: states[{i}] field 'rank' must be an int >= 0, got {r!r}")
         return [self.states[i] for i in job_ranks(ranks, world, owner=OWNER, holds=holds)]
 
@@ -320,14 +320,6 @@ def encode_chain(levels: Sequence[Level]) -> list[dict[str, Any]]:
     return out
 
 
-def _ints(raw: Any, field: str, owner: str, n: int | None = None, minimum: int = 0) -> tuple[int, ...]:
-    """A list of ints at ``field`` (of ``n`` entries); a :class:`StateError` names it."""
-    if not isinstance(raw, (list, tuple)) or (n is not None and len(raw) != n):
-        size = f"{n} " if n is not None else ""
-        raise StateError(f"{owner} state field {field} must be a list of {size}ints, got {raw!r:.80}")
-    return tuple(state_value_int(x, field, owner=owner, minimum=minimum) for x in raw)
-
-
 def _grid(lv: Mapping[str, Any], name: str, f: str, ks: Sequence[int], owner: str) -> tuple[tuple[int, ...], ...]:
     """``lv[name]``: one list per rank of ``ks[r]`` ints (lengths checked before any
     entry is read: a forged worker count allocates nothing)."""
@@ -336,7 +328,7 @@ def _grid(lv: Mapping[str, Any], name: str, f: str, ks: Sequence[int], owner: st
             not isinstance(row, (list, tuple)) or len(row) != k for row, k in zip(g, ks)):
         raise StateError(f"{owner} state field {f}[{name!r}] must hold one int per worker of each rank "
                          f"({list(ks)}), got {g!r:.80}")
-    return tuple(_ints(row, f"{f}[{name!r}]", owner) for row in g)
+    return tuple(state_value_ints(row, f"{f}[{name!r}]", owner=owner) for row in g)
 
 
 def _pending(lv: Mapping[str, Any], f: str, w: int, owner: str) -> tuple[tuple[int, ...], ...]:
@@ -344,13 +336,13 @@ def _pending(lv: Mapping[str, Any], f: str, w: int, owner: str) -> tuple[tuple[i
     if not isinstance(raw, (list, tuple)) or len(raw) != w:
         raise StateError(f"{owner} state field {f}['pending'] must hold one list of positions per rank ({w}), "
                          f"got {raw!r:.80}")
-    return tuple(_ints(p, f"{f}['pending'][{r}]", owner) for r, p in enumerate(raw))
+    return tuple(state_value_ints(p, f"{f}['pending'][{r}]", owner=owner) for r, p in enumerate(raw))
 
 
 def _sampler_level_v1(lv: Mapping[str, Any], f: str, w: int, owner: str) -> Level:
     """A ``DynamicBatchLoader`` level of chain version 1: one position per rank (its
     one "worker") and its pending positions."""
-    positions = _ints(lv.get("positions"), f"{f}['positions']", owner, w)
+    positions = state_value_ints(lv.get("positions"), f"{f}['positions']", owner=owner, n=w)
     return Level(w, (1,) * w, tuple((p,) for p in positions), pending=_pending(lv, f, w, owner))
 
 
@@ -382,7 +374,7 @@ def decode_chain(raw: Any, owner: str, *, field: str = "resumed", tokens: bool =
         for name, allowed in (("tokens", tokens), ("pending", pending)):
             if name in lv and not allowed:
                 raise StateError(f"{owner} state field {f} records {name!r}, which a {owner}'s levels never hold")
-        ks = _ints(lv.get("num_workers"), f"{f}['num_workers']", owner, w, minimum=1)
+        ks = state_value_ints(lv.get("num_workers"), f"{f}['num_workers']", owner=owner, n=w, minimum=1)
         if one_worker and any(k != 1 for k in ks):
             raise StateError(f"{owner} state field {f}['num_workers'] must be one per rank, got {list(ks)[:8]}")
         check_shards(ks, owner=owner, where=f"state field {f}['num_workers']")
@@ -434,7 +426,7 @@ def _chains_v1(raw: Sequence[Mapping[str, Any]], owner: str, count: int, field: 
         if not isinstance(pos, (list, tuple)) or len(pos) != w:
             raise StateError(f"{owner} state field {f}['positions'] must have one entry per rank ({w}), "
                              f"got {pos!r:.80}")
-        rows = [_ints(p, f"{f}['positions'][{r}]", owner, count) for r, p in enumerate(pos)]
+        rows = [state_value_ints(p, f"{f}['positions'][{r}]", owner=owner, n=count) for r, p in enumerate(pos)]
         for c in range(count):
             chains[c].append(Level(w, (1,) * w, tuple((row[c],) for row in rows)))
     return chains

@@ -29,14 +29,20 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from youmu.errors import StateError
 from youmu.jobstates import OWNER, Merge
-from youmu.parquet import PARQUET_STREAM_FORMAT
 from youmu.stateful import state_positions
-from youmu.streamformats import MAPSTREAM_FORMAT, PACK_FORMAT
 from youmu.streammerge import merge_stream_ranks, stream_rank
+from youmu.streamstate import (
+    MAPSTREAM_FORMAT,
+    PACK_FORMAT,
+    PARQUET_STREAM_FORMAT,
+    POSITIONS,
+    position_width,
+    with_worker_positions,
+)
 
 __all__ = ["merge_states"]
 
@@ -45,15 +51,6 @@ _ROW_STREAMS = (PARQUET_STREAM_FORMAT, MAPSTREAM_FORMAT)
 
 #: A loader's or a wrapping stream's merge, as the table below keys it.
 _MergeFn = Callable[[Sequence[Mapping[str, Any]], Merge], dict[str, Any]]
-
-
-class _Owner(NamedTuple):
-    """A state format's entry in the table: its owner's merge, and the ints per worker
-    position its stream states hold (a ``StatefulDataLoader``'s worker snapshots are
-    read with it)."""
-
-    merge: _MergeFn
-    position_width: int = 1
 
 
 def _unwrap_loader(state: Mapping[str, Any], i: int) -> tuple[Any, int | None, dict[int, Any]]:
@@ -81,10 +78,9 @@ def _unwrap_loader(state: Mapping[str, Any], i: int) -> tuple[Any, int | None, d
     return state, None, {}
 
 
-def _stream_state(state: Any, i: int, table: Mapping[str, _Owner]) -> Mapping[str, Any]:
+def _stream_state(state: Any, i: int) -> Mapping[str, Any]:
     """States[``i``] as one stream state: a ``StatefulDataLoader``'s (with or without
-    workers) unwrapped (a position's width as ``table`` says); a stream's or a loader's
-    passes through."""
+    workers) unwrapped; a stream's or a loader's passes through."""
     if not isinstance(state, Mapping):
         raise StateError(f"{OWNER}: states[{i}] must be a state dict, got {type(state).__name__}")
     single, loader_workers, per_worker = _unwrap_loader(state, i)
@@ -92,39 +88,35 @@ def _stream_state(state: Any, i: int, table: Mapping[str, _Owner]) -> Mapping[st
         got = [s for s in per_worker.values() if isinstance(s, Mapping)]
         if not got:
             raise StateError(f"{OWNER}: states[{i}]: no worker of the StatefulDataLoader holds a stream state")
-        base = dict(got[0])
-        owner = table.get(base.get("format"))  # type: ignore[arg-type]
-        width = owner.position_width if owner is not None else 1
+        width = position_width(got[0].get("format"))
         positions: dict[int, Any] = {}
         for w, s in per_worker.items():
             if isinstance(s, Mapping):
                 # a worker's copy may also hold other workers' loaded positions: take its own
-                own = state_positions(s, "positions", owner=OWNER, width=width)
+                own = state_positions(s, POSITIONS, owner=OWNER, width=width)
                 if w in own:
                     positions[w] = own[w]
-        base["positions"] = positions
-        base["num_workers"] = loader_workers
-        single = base
+        single = with_worker_positions(got[0], positions, loader_workers)
     if not isinstance(single, Mapping):
         raise StateError(f"{OWNER}: states[{i}] is a {type(single).__name__}, not the state of a youmu stream "
                          f"or of a StatefulDataLoader over one")
     return single
 
 
-def _mergers() -> dict[str, _Owner]:
+def _mergers() -> dict[str, _MergeFn]:
     """Owners' own merges — loaders' and wrapping streams' — by the format constant of
     the states they save (imported on use: the loaders' packages need not be loaded to
     merge a stream's states)."""
     from youmu.batching.config import DYNAMIC_LOADER_FORMAT
     from youmu.batching.merge import merge_loader_states
-    from youmu.packmerge import POSITION_WIDTH, merge_pack_states
+    from youmu.packmerge import merge_pack_states
     from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT
     from youmu.planning.merge import merge_balanced_states
     from youmu.ray.merge import merge_ray_states
     from youmu.ray.state import CLIENT_FORMAT
 
-    return {DYNAMIC_LOADER_FORMAT: _Owner(merge_loader_states), BALANCED_LOADER_FORMAT: _Owner(merge_balanced_states),
-            CLIENT_FORMAT: _Owner(merge_ray_states), PACK_FORMAT: _Owner(merge_pack_states, POSITION_WIDTH)}
+    return {DYNAMIC_LOADER_FORMAT: merge_loader_states, BALANCED_LOADER_FORMAT: merge_balanced_states,
+            CLIENT_FORMAT: merge_ray_states, PACK_FORMAT: merge_pack_states}
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -144,12 +136,12 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     first = states[0].get("format") if isinstance(states[0], Mapping) else None
     merger = table.get(first) if isinstance(first, str) else None
     if merger is not None:  # a loader's states
-        return merger.merge(states, merge_states)
-    unwrapped = [_stream_state(s, i, table) for i, s in enumerate(states)]
+        return merger(states, merge_states)
+    unwrapped = [_stream_state(s, i) for i, s in enumerate(states)]
     first = unwrapped[0].get("format")
     merger = table.get(first) if isinstance(first, str) else None
     if merger is not None:  # a wrapping stream's, maybe saved by a StatefulDataLoader
-        return merger.merge(unwrapped, merge_states)
+        return merger(unwrapped, merge_states)
     for i, st in enumerate(unwrapped):
         if st.get("format") not in _ROW_STREAMS:
             raise StateError(f"{OWNER}: states[{i}] is a {st.get('format')} state, not the state of a youmu stream "

@@ -21,16 +21,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge
-from youmu.streamformats import PACK_FORMAT
-from youmu.streammerge import PER_RANK, merge_stream_ranks, stream_rank
+from youmu.jobstates import OWNER, JobStates, Merge
+from youmu.streammerge import merge_stream_ranks, stream_rank
+from youmu.streamstate import PACK_FORMAT, PACK_POSITION_WIDTH, WRAPPED, encode_merged, shared_settings
 
-__all__ = ["merge_pack_states", "POSITION_WIDTH"]
-
-#: Ints per worker position of a ``pack`` stream: the row the next sequence starts in and
-#: the tokens of it already taken (``PackedDataset.position_width``, and the width
-#: :func:`youmu.merge_states` reads a ``StatefulDataLoader``'s worker snapshots with).
-POSITION_WIDTH = 2
+__all__ = ["merge_pack_states"]
 
 
 def merge_pack_states(states: Sequence[Mapping[str, Any]], merge: Merge | None) -> dict[str, Any]:
@@ -40,15 +35,15 @@ def merge_pack_states(states: Sequence[Mapping[str, Any]], merge: Merge | None) 
     job = JobStates(list(states), kind="stream", rank=_rank)
     job.same("format", lambda s: s.get("format"))
     for i, s in enumerate(states):
-        if not isinstance(s.get("dataset"), Mapping):
-            raise StateError(f"{OWNER}: states[{i}] (a {PACK_FORMAT} state) has no 'dataset' state")
-    rows = [stream_rank(s, i, shard=s["dataset"], width=POSITION_WIDTH) for i, s in enumerate(states)]
-    settings = job.same_settings(lambda s: {k: v for k, v in s.items() if k not in PER_RANK})
+        if not isinstance(s.get(WRAPPED), Mapping):
+            raise StateError(f"{OWNER}: states[{i}] (a {PACK_FORMAT} state) has no {WRAPPED!r} state")
+    rows = [stream_rank(s, i, shard=s[WRAPPED], width=PACK_POSITION_WIDTH) for i, s in enumerate(states)]
+    settings = job.same_settings(shared_settings)
     inner = merge_stream_ranks(rows, what="the wrapped stream's ", tokens=True)
-    return {"format": MERGED_FORMAT, "stream": PACK_FORMAT, **settings, "epoch": inner["epoch"], "dataset": inner}
+    return encode_merged(PACK_FORMAT, settings, inner["epoch"], wrapped=inner)
 
 
 def _rank(state: Mapping[str, Any]) -> Any:
     """The rank a pack state's wrapped stream records (for the messages)."""
-    inner = state.get("dataset")
+    inner = state.get(WRAPPED)
     return inner.get("rank") if isinstance(inner, Mapping) else None

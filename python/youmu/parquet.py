@@ -41,11 +41,9 @@ from youmu.skips import SkipLog, locate, reporting_pass
 from youmu.spec import SpecAttributes, StreamLayout, StreamSpec
 from youmu.stateful import state_int
 from youmu.stream import RowStream
+from youmu.streamstate import PARQUET_STREAM_FORMAT
 
-__all__ = ["ParquetStream", "PARQUET_STREAM_FORMAT"]
-
-#: The tag of a Parquet stream's states (the same stream, read by torch or by Ray).
-PARQUET_STREAM_FORMAT = "youmu.YoumuDataset/1"
+__all__ = ["ParquetStream"]
 
 
 class ParquetStream(SpecAttributes, PositionalStream[Any]):

@@ -42,13 +42,14 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
+from youmu import streamstate
 from youmu._args import int_arg
 from youmu.errors import StateError
-from youmu.jobstates import Level, decode_chain, encode_chain, is_merged, load_merged
+from youmu.jobstates import Level, is_merged
 from youmu.resume import Origin, Units, deal, remaining_after
 from youmu.sharding import Shard
 from youmu.shared_int import SharedEpoch, SharedInt
-from youmu.stateful import check_epoch, check_state, state_int, state_positions
+from youmu.stateful import check_epoch
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 
@@ -157,9 +158,6 @@ class ShardedStream(Generic[T, P]):
             self._levels, self._left = None, None
 
     # -- state ------------------------------------------------------------------------------
-    def _encode(self, p: P) -> Any:
-        return list(p) if self.position_width > 1 else p  # type: ignore[call-overload]
-
     def state_dict(self) -> dict[str, Any]:
         """The stream's progress (see :mod:`youmu.stateful`): format, settings, epoch,
         DataLoader workers and each worker's position.
@@ -179,14 +177,8 @@ class ShardedStream(Generic[T, P]):
                 "loader.load_state_dict()) saves each worker's state (or use num_workers=0)"
             )
         positions = {**self._resume, **self._progress}
-        return {
-            "format": self.state_format,
-            **self._settings(),
-            "epoch": self.epoch,
-            "num_workers": self._num_workers_seen,
-            "positions": {w: self._encode(p) for w, p in positions.items()},
-            **({"resumed": encode_chain(self._levels)} if self._levels else {}),
-        }
+        return streamstate.encode(self.state_format, self._settings(), epoch=self.epoch,
+                                  num_workers=self._num_workers_seen, positions=positions, chain=self._levels)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state`` on the next ``iter()`` (the pass after that starts
@@ -195,28 +187,18 @@ class ShardedStream(Generic[T, P]):
         if is_merged(state):
             self._load_merged(state)
             return
-        resumed = isinstance(state, Mapping) and "resumed" in state
-        expect = {k: v for k, v in self._settings().items() if not (resumed and k in self.resume_adopts)}
-        st = check_state(state, self.state_format, owner=owner, expect=expect, required=("epoch", "positions"))
-        epoch = state_int(st, "epoch", owner=owner)
-        positions = state_positions(st, "positions", owner=owner, width=self.position_width)
-        nw = st.get("num_workers")
-        if nw is not None:
-            nw = state_int(st, "num_workers", owner=owner, minimum=1)
-            if any(w >= nw for w in positions):
-                raise StateError(f"{owner} state has positions for workers {sorted(positions)} but num_workers={nw}")
-        levels = decode_chain(st["resumed"], owner, tokens=True) if resumed else None
-        self._install(st, epoch, levels, lambda: self._check_positions(positions, epoch, nw or 1))
-        self._resume = dict(positions)  # type: ignore[arg-type]
-        self._num_workers_seen = nw
+        st = streamstate.decode(state, self.state_format, owner=owner, expect=self._settings(),
+                                width=self.position_width, adopts=self.resume_adopts)
+        self._install(st.fields, st.epoch, st.chain,
+                      lambda: self._check_positions(st.positions, st.epoch, st.num_workers or 1))
+        self._resume = dict(st.positions)
+        self._num_workers_seen = st.num_workers
 
     def _load_merged(self, state: Mapping[str, Any]) -> None:
         """A state of ``youmu.merge_states``: the rest of the epoch, on this topology."""
-        owner = type(self).__name__
-        expect = {k: v for k, v in self._settings().items() if k not in ("rank", "world_size", *self.resume_adopts)}
-        st = load_merged(state, self.state_format, owner=owner, expect=expect, required=("epoch", "resumed"))
-        epoch = state_int(st, "epoch", owner=owner)
-        self._install(st, epoch, decode_chain(st["resumed"], owner, tokens=True), lambda: None)
+        st, epoch, chain = streamstate.decode_merged(state, self.state_format, owner=type(self).__name__,
+                                                     expect=self._settings(), adopts=self.resume_adopts)
+        self._install(st, epoch, chain, lambda: None)
 
     def _install(self, st: Mapping[str, Any], epoch: int, levels: list[Level] | None,
                  check: Callable[[], None]) -> None:

@@ -68,6 +68,7 @@ __all__ = [
     "state_bool",
     "state_int",
     "state_ints",
+    "state_value_ints",
     "is_state_int",
     "state_value_int",
     "state_positions",
@@ -224,22 +225,32 @@ def state_bool(state: Mapping[str, Any], key: str, *, owner: str) -> bool:
     return value
 
 
+def state_value_ints(raw: Any, field: str, *, owner: str, n: int | None = None, minimum: int = 0) -> tuple[int, ...]:
+    """``raw``, a list of integers found inside a state at ``field`` (``n`` of them where
+    given), each checked by :func:`is_state_int`; a :class:`StateError` names the field.
+
+    >>> state_value_ints([3, 1], "'next_index'", owner="planner", n=2)
+    (3, 1)
+    >>> state_value_ints([1.5], "'keys'", owner="DynamicBatchLoader")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: DynamicBatchLoader state field 'keys' must be a list of ints in [0, 2**63), got [1.5]
+    """
+    if not isinstance(raw, (list, tuple)) or (n is not None and len(raw) != n) or not all(
+            is_state_int(x, minimum) for x in raw):
+        size = f"{n} " if n is not None else ""
+        raise StateError(f"{owner} state field {field} must be a list of {size}ints in [{minimum}, 2**63), "
+                         f"got {raw!r:.80}")
+    return tuple(int(x) for x in raw)
+
+
 def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int = 0) -> list[int]:
-    """A list-of-integers field of a state (each an int, never a bool, in
-    ``[minimum, MAX_STATE_INT]``).
+    """A list-of-integers field of a state (:func:`state_value_ints`).
 
     >>> state_ints({"keys": [3, 1]}, "keys", owner="DynamicBatchLoader")
     [3, 1]
-    >>> state_ints({"keys": [1.5]}, "keys", owner="DynamicBatchLoader")
-    Traceback (most recent call last):
-    ...
-    youmu.errors.StateError: DynamicBatchLoader state field 'keys' must be a list of ints >= 0, got [1.5]
     """
-    raw = state.get(key)
-    if not isinstance(raw, (list, tuple)) or any(
-            isinstance(k, bool) or not isinstance(k, int) or not minimum <= k <= MAX_STATE_INT for k in raw):
-        raise StateError(f"{owner} state field {key!r} must be a list of ints >= {minimum}, got {raw!r:.80}")
-    return [int(k) for k in raw]
+    return list(state_value_ints(state.get(key), repr(key), owner=owner, minimum=minimum))
 
 
 def state_positions(

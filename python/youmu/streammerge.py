@@ -18,14 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from youmu.errors import StateError
-from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Level, check_shards, decode_chain, encode_chain
-from youmu.stateful import state_int, state_positions
+from youmu.jobstates import OWNER, JobStates, Level, check_shards, decode_chain
+from youmu.stateful import state_int
+from youmu.streamstate import EPOCH, NUM_WORKERS, RESUMED, encode_merged, shared_settings, worker_positions
 
-__all__ = ["PER_RANK", "StreamRank", "stream_rank", "merge_stream_ranks"]
-
-#: Fields of a stream state that are not settings shared by all ranks.
-PER_RANK = ("format", "rank", "world_size", "epoch", "num_workers", "positions", "resumed", "dataset")
+__all__ = ["StreamRank", "stream_rank", "merge_stream_ranks"]
 
 
 @dataclass
@@ -51,18 +48,14 @@ def stream_rank(state: Mapping[str, Any], i: int, *, shard: Mapping[str, Any] | 
     shard = state if shard is None else shard
     rank = state_int(shard, "rank", owner=OWNER)
     world = state_int(shard, "world_size", owner=OWNER, minimum=1)
-    epoch = state_int(state, "epoch", owner=OWNER)
-    raw_pos = state_positions(state, "positions", owner=OWNER, width=width)
-    nw = state.get("num_workers")
-    nw = 1 if nw is None else state_int(state, "num_workers", owner=OWNER, minimum=1)
-    check_shards([nw], owner=OWNER, where=f"states[{i}] field 'num_workers'")
-    if any(w >= nw for w in raw_pos):
-        raise StateError(f"{OWNER}: states[{i}] field 'positions' has workers {sorted(raw_pos)} but num_workers={nw}")
+    epoch = state_int(state, EPOCH, owner=OWNER)
+    nw, raw_pos = worker_positions(state, owner=OWNER, who=f"{OWNER}: states[{i}]", width=width)
+    nw = 1 if nw is None else nw
+    check_shards([nw], owner=OWNER, where=f"states[{i}] field {NUM_WORKERS!r}")
     positions = {w: (p[0] if isinstance(p, tuple) else p) for w, p in raw_pos.items()}
     tokens = {w: p[1] for w, p in raw_pos.items() if isinstance(p, tuple)}
-    settings = {k: v for k, v in shard.items() if k not in PER_RANK}
-    return StreamRank(str(shard.get("format")), settings, rank, world, epoch, nw, positions, shard.get("resumed"),
-                      tokens)
+    return StreamRank(str(shard.get("format")), shared_settings(shard), rank, world, epoch, nw, positions,
+                      shard.get(RESUMED), tokens)
 
 
 def merge_stream_ranks(ranks: Sequence[StreamRank], *, what: str = "", tokens: bool = False) -> dict[str, Any]:
@@ -72,17 +65,16 @@ def merge_stream_ranks(ranks: Sequence[StreamRank], *, what: str = "", tokens: b
     job = JobStates(ranks, kind="stream", rank=lambda r: r.rank)
     fmt = job.same("format", lambda r: r.fmt, what)
     job.same("data", lambda r: r.settings.get("data"))
-    epoch = job.same("epoch", lambda r: r.epoch)
+    epoch = job.same(EPOCH, lambda r: r.epoch)
     world = job.same("world_size", lambda r: r.world_size)
     settings = job.same_settings(lambda r: r.settings, what)
     by_rank = job.in_rank_order(world, holds="the rows a rank delivered")
-    chain_raw = job.same("resumed", lambda r: r.chain)
+    chain_raw = job.same(RESUMED, lambda r: r.chain)
     chain: list[Level] = decode_chain(chain_raw, OWNER, tokens=True) if chain_raw is not None else []
-    check_shards([r.num_workers for r in by_rank], owner=OWNER, where="the states' 'num_workers'")
+    check_shards([r.num_workers for r in by_rank], owner=OWNER, where=f"the states' {NUM_WORKERS!r}")
     level = Level(
         world, tuple(r.num_workers for r in by_rank),
         tuple(tuple(r.positions.get(k, 0) for k in range(r.num_workers)) for r in by_rank),
         tuple(tuple(r.tokens.get(k, 0) for k in range(r.num_workers)) for r in by_rank) if tokens else None,
     )
-    return {"format": MERGED_FORMAT, "stream": fmt, **settings, "epoch": epoch,
-            "resumed": encode_chain([*chain, level])}
+    return encode_merged(fmt, settings, epoch, chain=[*chain, level])

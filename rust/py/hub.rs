@@ -1,16 +1,15 @@
 //! `hf://datasets/...` paths: storage's Hub scheme resolves them through the resolver
 //! installed here, `youmu.hub` (through `huggingface_hub`, which knows the Hub's API,
-//! tokens and endpoints); what comes back are resolve URLs pinned to a commit and the
-//! options that say where the token is. From there on they are http(s) objects like any
-//! other: ranged GETs, ETags checked, read by the core.
+//! tokens and endpoints); what comes back are resolve URLs pinned to a commit. From
+//! there on they are http(s) objects like any other: ranged GETs, ETags checked, read by
+//! the core, which sends the Hub's token to the Hub's host (`storage/hub_token.rs`).
 
 use pyo3::prelude::*;
 
 use crate::rules::{KeyPlan, names_object};
 
 thread_local! {
-    /// The exception `youmu.hub` raised while resolving on this thread (or finding the
-    /// token of a saved index's Hub files): raised as it was
+    /// The exception `youmu.hub` raised while resolving on this thread: raised as it was
     /// (its type says what the Hub answered) by [`recover`].
     static RAISED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
 }
@@ -51,21 +50,9 @@ pub fn recover<T>(r: crate::error::Result<T>) -> PyResult<T> {
 }
 
 /// `specs` with every path that stands for others (an `hf://` URL: the resolve URLs of
-/// its files) replaced by them, and `options` with what reaches them (the token's source).
+/// its files) replaced by them, and the options that reach them.
 pub fn resolve(specs: Vec<String>, options: Vec<(String, String)>) -> PyResult<crate::storage::scheme::Resolved> {
     recover(crate::storage::resolve(specs, options))
-}
-
-/// The storage options a loaded or unpickled index whose files are `names` reads them
-/// with: `options`, plus where this process's Hub token is (`youmu.hub.saved_options`,
-/// as listing them added it) when some file is a Hub resolve URL and `options` name no
-/// token source. What Python raised is raised as it was by [`recover`].
-pub fn saved_options(names: &[String], options: &[(String, String)]) -> crate::error::Result<Vec<(String, String)>> {
-    // only indexes with files on a Hub ask Python (which decides, token options given or not)
-    if !names.iter().any(|n| n.contains("/datasets/") && n.contains("/resolve/")) {
-        return Ok(options.to_vec());
-    }
-    ask_hub("saved_options", names.to_vec(), options, |r| r.extract())
 }
 
 /// How a listing answers `key` (the part of a URL inside its store or repository):

@@ -91,8 +91,7 @@ impl PyPageIndex {
         crate::storage::check_env()?;
         let path = super::convert::path_arg(path, "PageIndex.load() argument 'path'")?;
         let options = storage_options_from(storage_options)?;
-        let hook = |names: &[String]| super::hub::saved_options(names, &options);
-        let idx = super::hub::recover(super::detach(py, || PageIndex::load_for(&path, &options, &hook)))?;
+        let idx = super::hub::recover(super::detach(py, || PageIndex::load_with(&path, &options)))?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 
@@ -155,10 +154,9 @@ impl PyPageIndex {
         })?;
         let verify = verify.map_or(Ok(true), |v| super::convert::bool_arg(v, "PageIndex.from_bytes(verify)"))?;
         let options = storage_options_from(storage_options)?;
-        let hook = |names: &[String]| super::hub::saved_options(names, &options);
-        let idx = super::hub::recover(super::detach(py, || {
-            PageIndex::from_bytes_for(&data, std::path::Path::new("<pickled index>"), &hook, verify)
-        }))?;
+        let idx = super::detach(py, || {
+            PageIndex::from_bytes_with(&data, std::path::Path::new("<pickled index>"), &options, verify)
+        })?;
         Ok(PyPageIndex { inner: Arc::new(idx) })
     }
 

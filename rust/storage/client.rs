@@ -114,8 +114,12 @@ impl StoreSpec {
                         .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
                         .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"))
                 };
-                let token = super::bearer::token(&self.options, root)?;
+                // credentials the options give win; else the Hub's own host gets the Hub's token
                 let basic = self.basic_auth();
+                let token = match super::bearer::token(&self.options, root)? {
+                    None if basic.is_none() => super::hub_token::implicit_token(root)?,
+                    given => given,
+                };
                 if token.is_some() && basic.is_some() {
                     return Err(Error::InvalidArgument(format!(
                         "{}: a bearer token and Basic credentials (user info or username/password) both \
@@ -345,15 +349,16 @@ pub(crate) fn classify(failed: Failed, url: &str, range: &str, indexed: bool) ->
 }
 
 /// What to do about a refused request to `url`: a file of the Hugging Face Hub is read
-/// with the Hub's token, found where every Hugging Face library finds it (as
-/// `youmu.hub` says for listings); other http(s) URLs with their user info, which saved
-/// and pickled indexes do not keep. Never the credentials themselves.
+/// with the Hub's token, found where every Hugging Face library finds it
+/// ([`super::hub_token`]); other http(s) URLs with their user info, which saved and
+/// pickled indexes do not keep. Never the credentials themselves.
 fn auth_hint(url: &str, detail: &str) -> String {
+    const FIX: &str = "set HF_TOKEN, or log in with `hf auth login`, with a token that may read it";
     if let Some(file) = super::hub_file::hub_file(url) {
-        return format!(
-            " ({file} on the Hugging Face Hub: set HF_TOKEN, or log in with `hf auth login`, with a token that may \
-             read it)"
-        );
+        return format!(" ({file} on the Hugging Face Hub: {FIX})");
+    }
+    if super::hub_token::on_hub(url) {
+        return format!(" (a file of the Hugging Face Hub: {FIX})");
     }
     if url.starts_with("http") && !detail.contains("storage_options") {
         return " (credentials of an http(s) URL's user info are not stored in saved or pickled indexes: pass \

@@ -40,6 +40,7 @@ pub mod fetched;
 pub mod found;
 pub mod http_client;
 pub mod hub_file;
+pub mod hub_token;
 pub mod listed;
 pub mod local;
 pub mod open;

@@ -99,7 +99,8 @@ fn is_redirect(status: StatusCode) -> bool {
     matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
 }
 
-fn same_origin(a: &Url, b: &Url) -> bool {
+/// Whether `a` and `b` are on one scheme, host and port (where credentials may go).
+pub(super) fn same_origin(a: &Url, b: &Url) -> bool {
     a.scheme() == b.scheme() && a.host_str() == b.host_str() && a.port_or_known_default() == b.port_or_known_default()
 }
 

@@ -27,8 +27,6 @@ from typing import TYPE_CHECKING
 
 from youmu._lazy import lazy_attributes
 from youmu.batching.alignment import (
-    CLOSED,
-    FAILED,
     FINISHED,
     NOT_READY,
     AlignedSizes,
@@ -48,40 +46,30 @@ from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.batching.sampling import rank_indices, sampler_quota
 from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ranks
 from youmu.batching.step_info import IDLE, StepInfo
-from youmu.errors import ChannelError, DataStallError, PeerClosedError, RankFailedError
 
 if TYPE_CHECKING:  # the names below load on first use (they import torch)
     from youmu.batching.dynamic_loader import DynamicBatchLoader
     from youmu.batching.integrations import join_uneven
-    from youmu.distributed.channel import GlooChannel
-    from youmu.torch.collate import PadCollate, lm_collate
+    from youmu.torch.collate import lm_collate as lm_collate  # the alias below
 
 # torch-backed names, imported on first use (PEP 562)
 _LAZY: dict[str, str] = {
     "DynamicBatchLoader": "youmu.batching.dynamic_loader",
-    "GlooChannel": "youmu.distributed.channel",
-    "lm_collate": "youmu.torch.collate",
-    "PadCollate": "youmu.torch.collate",
     "join_uneven": "youmu.batching.integrations",
+    # An alias, not a name of this package (its one public path is youmu.torch.lm_collate):
+    # earlier READMEs and examples imported it from here, and their code keeps working.
+    "lm_collate": "youmu.torch.collate",
 }
 
 __all__ = [
     "AlignedSizes",
     "BatchingMetrics",
-    "CLOSED",
-    "ChannelError",
-    "DataStallError",
     "DynamicBatchLoader",
-    "FAILED",
     "FINISHED",
-    "GlooChannel",
     "IDLE",
     "LOSS_SCALING_MODES",
     "MetricsSnapshot",
     "NOT_READY",
-    "PadCollate",
-    "PeerClosedError",
-    "RankFailedError",
     "RankReport",
     "RoundPlan",
     "StepInfo",
@@ -93,7 +81,6 @@ __all__ = [
     "join_uneven",
     "keep_largest_groups",
     "label_token_count",
-    "lm_collate",
     "loss_scale",
     "message_bytes",
     "padded_tokens",

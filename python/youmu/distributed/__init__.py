@@ -11,9 +11,9 @@ the multi-node work built on them).
 * :data:`FAILED` / :data:`CLOSED` and :func:`raise_for_stopped_peers` — the one set of
   codes by which a rank tells its peers it failed or closed, and their one reaction;
 * :func:`rank_and_world` — rank and world size from the caller or ``torch.distributed``;
-* the collective errors (:class:`~youmu.errors.ChannelError`,
-  :class:`~youmu.errors.RankFailedError`, :class:`~youmu.errors.PeerClosedError`),
-  defined in :mod:`youmu.errors`.
+* the collective errors it raises (:class:`~youmu.errors.ChannelError`,
+  :class:`~youmu.errors.RankFailedError`, :class:`~youmu.errors.PeerClosedError`) are
+  :mod:`youmu.errors`' (importable from ``youmu``), like every youmu error.
 
 torch is imported only when a channel needs it.
 
@@ -31,20 +31,16 @@ from youmu.distributed.gather import all_gather_bytes, all_gather_varlen
 from youmu.distributed.producer import END, Credits, Failure, Producer
 from youmu.distributed.status import CLOSED, FAILED, raise_for_stopped_peers, stopped_peers
 from youmu.distributed.world import rank_and_world
-from youmu.errors import ChannelError, PeerClosedError, RankFailedError
 
 __all__ = [
     "CLOSED",
     "DEFAULT_TIMEOUT",
     "END",
     "FAILED",
-    "ChannelError",
     "Credits",
     "Failure",
     "GlooChannel",
-    "PeerClosedError",
     "Producer",
-    "RankFailedError",
     "abandon_collectives",
     "all_gather_bytes",
     "all_gather_varlen",

@@ -38,7 +38,6 @@ Example:
 
 from __future__ import annotations
 
-from youmu.errors import CapacityError, PlanError
 from youmu.planning.balance import METHODS, balance, balance_detailed
 from youmu.planning.balanced_loader import BalancedLoader
 from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
@@ -60,7 +59,6 @@ from youmu.planning.settings import PlanSettings
 __all__ = [
     "BalanceResult",
     "BalancedLoader",
-    "CapacityError",
     "ColocatedResult",
     "CostModel",
     "HybridBatch",
@@ -73,7 +71,6 @@ __all__ = [
     "MixtureSchedule",
     "ModelConfig",
     "PRESETS",
-    "PlanError",
     "PlanSettings",
     "Planner",
     "SampleMeta",

@@ -59,7 +59,7 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
-from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT, Resume, restored_state
+from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT, RESIZE_MAY_CHANGE, Resume, restored_state
 from youmu.planning.state import parse_carry
 from youmu.stateful import state_int
 
@@ -144,7 +144,7 @@ def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str
         raise StateError("a merged BalancedLoader state restores the sources' states: every source must be stateful "
                          "and resume_mode 'state' or 'auto'")
     same_settings(st["settings"], settings, owner="merged BalancedLoader state", what="BalancedLoader",
-                  may_change="the world size, num_microbatches, global_batch_size / token_budget and the schedule")
+                  may_change=RESIZE_MAY_CHANGE)
     step = state_int(st, "step", owner=_LOADER)
     id_bound = state_int(st, "id_bound", owner=_LOADER)
     by_name: dict[str, Mapping[str, Any]] = {}

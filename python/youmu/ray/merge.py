@@ -48,6 +48,7 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
+from youmu.planning.checkpoint import RESIZE_MAY_CHANGE
 from youmu.ray.state import CLIENT_FORMAT, PlannerState
 from youmu.stateful import state_int
 
@@ -102,7 +103,7 @@ def parse_merged(state: Any, *, portable: Mapping[str, Any], data: Any, names: S
                      required=("epoch", "step", "world_size", "sources", "settings", "data", "planner"),
                      hint="merge the RayBalancedLoader clients' states")
     same_settings(st["settings"], portable, owner="merged RayBalancedLoader state", what="deployment",
-                  may_change="the world size, num_microbatches, global_batch_size / token_budget and the schedule")
+                  may_change=RESIZE_MAY_CHANGE)
     if st["data"] != data:
         raise StateError(f"merged RayBalancedLoader state field 'data' is {st['data']!r}, this deployment's is "
                          f"{data!r}: its sources (files, stream settings) or measuring functions differ")

@@ -61,7 +61,7 @@ from typing import Any
 from youmu.errors import StateError
 from youmu.jobstates import Level, decode_chains, encode_chains
 from youmu.planning.state import parse_carry
-from youmu.stateful import is_state_int
+from youmu.stateful import state_value_int, state_value_ints
 
 __all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT", "source_levels"]
 
@@ -206,14 +206,6 @@ class PlannerState:
         if not isinstance(d, Mapping):
             raise StateError(f"{_OWNER} state must be a dict, got {type(d).__name__}")
 
-        def ints(v: Any, what: str, n: int | None = None) -> tuple[int, ...]:
-            if not isinstance(v, (list, tuple)) or (n is not None and len(v) != n) or not all(
-                    is_state_int(x) for x in v):
-                size = f"{n} " if n is not None else ""
-                raise StateError(f"{_OWNER} state field {what} must be a list of {size}ints in [0, 2**63), "
-                                 f"got {v!r:.80}")
-            return tuple(int(x) for x in v)
-
         def per_rank(key: str, n: int = world_size, v: Any = None) -> list[Any]:
             v = d.get(key) if v is None else v
             if not isinstance(v, (list, tuple)) or len(v) != n:
@@ -221,7 +213,7 @@ class PlannerState:
                                  f"got {v!r:.80}")
             return list(v)
 
-        epoch, step = (ints([d.get(k)], repr(k))[0] for k in ("epoch", "step"))
+        epoch, step = (state_value_int(d.get(k), repr(k), owner=_OWNER) for k in ("epoch", "step"))
         raw = d.get("resumed")
         chains = decode_chains(raw, _OWNER, count=num_sources) if raw not in (None, []) else []
         jobs: list[Job] = [(lv.world_size, tuple(tuple(c[depth].positions[r][0] for c in chains)
@@ -229,13 +221,14 @@ class PlannerState:
                            for depth, lv in enumerate(chains[0] if chains else [])]
         before = sum(w for w, _ in jobs)
         streams = before + world_size
-        positions = tuple(ints(p, f"'positions'[{r}]", num_sources) for r, p in enumerate(per_rank("positions")))
+        positions = tuple(state_value_ints(p, f"'positions'[{r}]", owner=_OWNER, n=num_sources)
+                          for r, p in enumerate(per_rank("positions")))
         done = []
         for r, v in enumerate(per_rank("done")):
             if not isinstance(v, (list, tuple)) or len(v) != num_sources or not all(isinstance(x, bool) for x in v):
                 raise StateError(f"{_OWNER} state field 'done'[{r}] must be {num_sources} bools")
             done.append(tuple(v))
-        next_index = ints(d.get("next_index"), "'next_index'", world_size)
+        next_index = state_value_ints(d.get("next_index"), "'next_index'", owner=_OWNER, n=world_size)
         carry = []
         for r, entries in enumerate(per_rank("carry")):
             if not isinstance(entries, (list, tuple)):
@@ -258,7 +251,7 @@ class PlannerState:
                 continue
             if not isinstance(b, (list, tuple)):
                 raise StateError(f"{_OWNER} state field 'last'[{r}] must be a list of (source, stream, position)")
-            refs = [ints(x, f"'last'[{r}]", 3) for x in b]
+            refs = [state_value_ints(x, f"'last'[{r}]", owner=_OWNER, n=3) for x in b]
             if any(s >= num_sources or o >= streams for s, o, _ in refs):
                 raise StateError(f"{_OWNER} state field 'last'[{r}] names a source or stream this state has not")
             last.append(tuple((a, o, p) for a, o, p in refs))

@@ -42,12 +42,12 @@ from youmu import mixture_change
 from youmu._args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.jobstates import Level, decode_chain, is_merged
+from youmu.jobstates import Level, is_merged
 from youmu.mixture_change import Switch
 from youmu.resume import Origin, Units, remaining_after
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.stateful import MAX_STATE_INT, data_fingerprint
-from youmu.streamformats import MAPSTREAM_FORMAT
+from youmu.streamstate import MAPSTREAM_FORMAT, RESUMED, chain_of
 from youmu.torch.sharded import PositionalStream
 
 __all__ = ["MapStream", "MixtureStream"]
@@ -187,12 +187,12 @@ class MapStream(PositionalStream[Any]):
             # the saved weights from the last switch on (a new length applies: a map does not depend on it)
             effective, switches = self.dataset.with_stages(saved.stages), list(saved.switches)
         else:
-            if not is_merged(state) or "resumed" not in state:
+            if not is_merged(state) or RESUMED not in state:
                 raise StateError(
                     f"{owner}: the mixture weights changed at this resume; the switch to the new weights must be at "
                     "the same index on every rank, and one rank's own state does not say how far the others got: "
                     "load youmu.merge_states([every rank's state]) on every rank (on the same world size too)")
-            levels = decode_chain(state["resumed"], owner, tokens=True)
+            levels = chain_of(state, owner)
             self._effective, self._switches, self._origin_len = old, list(saved.switches), saved.origin_len
             origin = self._origin(levels)
             left = remaining_after(origin, levels, self.drop_last, mixture_change.splicer(self._switches, self.run))

@@ -21,11 +21,9 @@ import torch
 
 from youmu._args import int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, StateError, ValueOverflowError
-from youmu.jobstates import is_merged, load_merged
-from youmu.packmerge import POSITION_WIDTH
+from youmu.jobstates import is_merged
 from youmu.positional import SKIP
-from youmu.stateful import state_int
-from youmu.streamformats import PACK_FORMAT
+from youmu.streamstate import PACK_FORMAT, PACK_POSITION_WIDTH, WRAPPED, decode_merged
 from youmu.torch.sharded import ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
@@ -74,7 +72,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     """
 
     state_format = PACK_FORMAT
-    position_width = POSITION_WIDTH
+    position_width = PACK_POSITION_WIDTH
 
     def __init__(
         self,
@@ -129,24 +127,20 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         super().set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "dataset": self.dataset.state_dict()}
-
+        return {**super().state_dict(), WRAPPED: self.dataset.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if is_merged(state):
             # youmu.merge_states: the wrapped stream holds the resumed chain (with the
             # tokens of partly packed rows); every worker of this job packs afresh
-            st = load_merged(state, self.state_format, owner="PackedDataset", expect=self._settings(),
-                             required=("epoch", "dataset"))
-            epoch = state_int(st, "epoch", owner="PackedDataset")
-            if not isinstance(st["dataset"], Mapping):
-                raise StateError("PackedDataset merged state has no 'dataset' state")
-            self.dataset.load_state_dict(st["dataset"])
+            st, epoch, _ = decode_merged(state, self.state_format, owner="PackedDataset", expect=self._settings(),
+                                         wrapped=True)
+            self.dataset.load_state_dict(st[WRAPPED])
             self._install(st, epoch, None, lambda: None)
             return
-        inner = state.get("dataset") if isinstance(state, Mapping) else None
+        inner = state.get(WRAPPED) if isinstance(state, Mapping) else None
         if isinstance(state, Mapping) and state.get("format") == self.state_format and not isinstance(inner, Mapping):
-            raise StateError(f"PackedDataset state has no 'dataset' state (got {type(inner).__name__})")
+            raise StateError(f"PackedDataset state has no {WRAPPED!r} state (got {type(inner).__name__})")
         if isinstance(inner, Mapping):
             # the wrapped stream first: its data and shard must be this one's before
             # the packing positions (rows of it) can mean anything
