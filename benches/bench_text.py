@@ -12,7 +12,9 @@ their users do it: each row alone by torch (``batch_size=None``: a shared-memory
 segment per tensor), each row alone through youmu's ``SendCollate`` (what
 ``DynamicBatchLoader`` does with workers), batches of 8 padded by ``lm_collate`` in the
 worker (torch's hand-off, and ``SendCollate``'s as ``TrainerLoader`` does it), over 1
-and 2 fork workers and 1 spawn worker. Each figure is tokens per wall second and
+and 2 fork workers and 1 spawn worker; then ``DynamicBatchLoader``'s hand-off (rows in
+chunks of up to 8, 16 and 32 through ``SendCollate``, put back in one-row-per-item order)
+and ``DynamicBatchLoader`` itself, in the process and over 1 and 2 fork workers. Each figure is tokens per wall second and
 tokens per CPU second of the whole process tree (this process and its workers), the
 median of ``--repeat`` interleaved runs, with the load average beside it (the
 machine may be shared). The tokenizer is a byte-level BPE trained here on the
@@ -159,6 +161,58 @@ def youmu_stream(path: Path, transform, workers: int, column: str = "text", batc
     return wall, _tree_cpu() - c, tokens
 
 
+def _ids(sample: Any) -> int:
+    return len(sample["input_ids"])
+
+
+class Chunked(torch.utils.data.IterableDataset):
+    """A worker's rows of ``ds`` in chunks of up to ``cap`` (``DynamicBatchLoader``'s
+    hand-off, :mod:`youmu.batching.handoff`, without the loader around it)."""
+
+    def __init__(self, ds: Any, cap: int) -> None:
+        self.ds, self.cap = ds, cap
+
+    def __iter__(self) -> Any:
+        from youmu.batching.handoff import worker_chunks
+
+        return worker_chunks(self.ds, cap=self.cap)
+
+
+def chunked_stream(path: Path, transform, workers: int, cap: int) -> tuple[float, float, int]:
+    """The stream's rows through ``workers`` fork workers, handed over in chunks of up to
+    ``cap`` and put back in one-row-per-item order, as ``DynamicBatchLoader`` does."""
+    from torch.utils.data import DataLoader
+
+    from youmu.batching.handoff import ChunkCollate, round_robin
+    from youmu.torch import YoumuDataset
+
+    ds = YoumuDataset(path, columns=["text"], shuffle="page", seed=0, output="numpy", transform=transform)
+    loader = DataLoader(Chunked(ds, cap), batch_size=None, num_workers=workers, collate_fn=ChunkCollate(),
+                        multiprocessing_context="fork")
+    t, c = time.perf_counter(), _tree_cpu()
+    tokens = sum(len(x["input_ids"]) for x in round_robin(loader, workers))
+    wall = time.perf_counter() - t
+    del loader
+    return wall, _tree_cpu() - c, tokens
+
+
+def dbl_stream(path: Path, transform, workers: int) -> tuple[float, float, int]:
+    """The stream through a ``DynamicBatchLoader`` (one process, no torch.distributed;
+    ``collate_fn=None``) with ``workers`` fork workers: the samples of its batches."""
+    from youmu.batching import DynamicBatchLoader
+    from youmu.torch import YoumuDataset
+
+    ds = YoumuDataset(path, columns=["text"], shuffle="page", seed=0, output="numpy", transform=transform)
+    loader = DynamicBatchLoader(ds, token_budget=16384, length_fn=_ids, collate_fn=None, num_workers=workers,
+                                multiprocessing_context="fork" if workers else None)
+    t, c = time.perf_counter(), _tree_cpu()
+    tokens = sum(len(s["input_ids"]) for batch, _ in loader for s in batch)
+    wall = time.perf_counter() - t
+    loader.close()
+    del loader
+    return wall, _tree_cpu() - c, tokens
+
+
 def median_of(runs: list[tuple[str, Any]], repeat: int, unit: str = "tokens") -> tuple[dict[str, float], dict[str, float], int, list[float]]:
     """``runs`` (name, ``() -> (wall s, CPU s, count)``) interleaved ``repeat`` times
     (a shared machine's load moves: each run sees the same mix): the median of each,
@@ -277,7 +331,7 @@ def main() -> None:
     ap.add_argument("--chat", action="store_true", help="ChatTemplate against apply_chat_template instead")
     ap.add_argument("--chats", type=int, default=2048, help="--chat: chats generated")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default="", help="comma-separated run numbers (1-8) to run beside the limit")
+    ap.add_argument("--only", default="", help="comma-separated run numbers (1-15) to run beside the limit")
     args = ap.parse_args()
     if os.environ.get("RAYON_NUM_THREADS") != str(args.threads):  # rayon reads it once, at its pool's start
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)
@@ -312,7 +366,7 @@ def main() -> None:
             ("youmu stream + Tokenize, in the process", lambda: youmu_stream(path, Tokenize(tok), 0)),
             ("1 fork worker, each row alone by torch (batch_size=None)",
              lambda: youmu_stream(path, Tokenize(tok), 1)),
-            ("1 fork worker, each row alone through SendCollate (DynamicBatchLoader's)",
+            ("1 fork worker, each row alone through SendCollate (DynamicBatchLoader's hand-off before chunks)",
              lambda: youmu_stream(path, Tokenize(tok), 1, send=True)),
             ("1 fork worker, batches of 8 by lm_collate, torch's hand-off",
              lambda: youmu_stream(path, Tokenize(tok), 1, batch_size=8)),
@@ -322,6 +376,15 @@ def main() -> None:
              lambda: youmu_stream(path, Tokenize(tok), 2, batch_size=8, send=True)),
             ("1 spawn worker, batches of 8 through SendCollate",
              lambda: youmu_stream(path, Tokenize(tok), 1, batch_size=8, send=True, context="spawn")),
+            ("1 fork worker, rows in chunks of up to 8 through SendCollate, one-row order rebuilt",
+             lambda: chunked_stream(path, Tokenize(tok), 1, 8)),
+            ("1 fork worker, rows in chunks of up to 16 (DynamicBatchLoader's hand-off)",
+             lambda: chunked_stream(path, Tokenize(tok), 1, 16)),
+            ("1 fork worker, rows in chunks of up to 32",
+             lambda: chunked_stream(path, Tokenize(tok), 1, 32)),
+            ("DynamicBatchLoader, in the process (num_workers=0)", lambda: dbl_stream(path, Tokenize(tok), 0)),
+            ("DynamicBatchLoader, 1 fork worker", lambda: dbl_stream(path, Tokenize(tok), 1)),
+            ("DynamicBatchLoader, 2 fork workers", lambda: dbl_stream(path, Tokenize(tok), 2)),
         ]
         if args.only:
             runs = [r for i, r in enumerate(runs) if i == 0 or str(i) in args.only.split(",")]

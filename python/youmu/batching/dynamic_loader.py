@@ -96,7 +96,10 @@ class DynamicBatchLoader(PassLoader):
             samples actually buffered, not this number.
         num_workers: DataLoader worker processes for preprocessing (0: the fetcher
             thread reads the dataset itself).
-        prefetch_factor: DataLoader prefetch per worker.
+        prefetch_factor: DataLoader prefetch per worker, in items. Workers hand samples
+            over in chunks of up to :data:`~youmu.batching.handoff.CHUNK_CAP` (16; the
+            first ones smaller), so up to ``prefetch_factor × num_workers × 16``
+            samples wait in the DataLoader beyond ``max_outstanding``.
         join: join mode (default): ranks keep exchanging until every rank has drained
             its data, so every sample is emitted exactly once; ranks finish at
             different steps (use :func:`~youmu.batching.integrations.join_uneven` or
@@ -118,7 +121,9 @@ class DynamicBatchLoader(PassLoader):
         data_timeout: the longest the data source may produce nothing before every
             rank raises :class:`~youmu.errors.DataStallError` (default
             ``timeout``). A stalled rank keeps exchanging heartbeat rounds meanwhile,
-            so this may be shorter or longer than ``timeout``.
+            so this may be shorter or longer than ``timeout``. With workers, a
+            map-style dataset's samples arrive up to 16 at a time: allow for 16
+            samples' preprocessing in one worker.
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
         quota: non-join mode's global sample quota ``N`` (default ``len(dataset)``).
         max_outstanding: credits per rank (samples fetched and not yet consumed);

@@ -3,7 +3,8 @@ measured :class:`~youmu.batching.protocol.Item` the aligner groups.
 
 * **measurement** — each sample's realised length (``length_fn``) and loss tokens
   (``token_count_fn``), taken where the sample is made (in the DataLoader workers when
-  there are any);
+  there are any, which hand samples over in chunks without changing their order:
+  :mod:`youmu.batching.handoff`);
 * **order** — a map-style dataset is read in its rank's sampler order
   (:func:`~youmu.batching.sampling.rank_indices`), keyed by sampler position; an
   iterable one in arrival order, keyed by arrival number;
@@ -37,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from youmu._args import index_of
+from youmu.batching.handoff import Chunk, ChunkCollate, ChunkedPairs, collect, flatten, round_robin, worker_chunks
 from youmu.batching.protocol import Item
 from youmu.batching.sampling import rank_indices
 from youmu.distributed.producer import END, Credits, Failure, Producer
@@ -87,11 +89,17 @@ class MeasuredMap:
         tokens = measure(self.token_fn, sample, "token_count_fn")
         return pos, idx, sample, length, tokens, measure_extra(self.extra_fn, sample)
 
+    def __getitems__(self, keys: Sequence[tuple[int, int]]) -> Chunk:
+        """A DataLoader worker's chunk of keys, measured (a sample that raises ends it,
+        after the samples before it: :mod:`youmu.batching.handoff`)."""
+        return collect(self.__getitem__, keys)
+
 
 def measured_iterable(dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any],
                       extra_fn: Callable[[Any], Any] | None = None) -> Any:
-    """An ``IterableDataset`` of ``(sample, length, tokens, extra)`` over ``dataset``
-    (measured in the DataLoader workers)."""
+    """An ``IterableDataset`` of each DataLoader worker's ``(sample, length, tokens,
+    extra)`` over ``dataset`` (measured in the workers), in
+    :class:`~youmu.batching.handoff.Chunk` s."""
     return _measured_iterable_class()(dataset, length_fn, token_fn, extra_fn)
 
 
@@ -109,7 +117,10 @@ def _measured_iterable_class() -> type:
             self.token_fn = token_fn
             self.extra_fn = extra_fn
 
-        def __iter__(self) -> Iterator[tuple[Any, int, int, int]]:
+        def __iter__(self) -> Iterator[Chunk]:
+            return worker_chunks(self._measured())
+
+        def _measured(self) -> Iterator[tuple[Any, int, int, int]]:
             for sample in self.dataset:
                 length = measure(self.length_fn, sample, "length_fn")
                 tokens = measure(self.token_fn, sample, "token_count_fn")
@@ -119,10 +130,6 @@ def _measured_iterable_class() -> type:
             return measured_iterable, (self.dataset, self.length_fn, self.token_fn, self.extra_fn)
 
     return MeasuredIterable
-
-
-def _keep(x: Any) -> Any:
-    return x
 
 
 def resume_keys(resume: dict[str, Any]) -> list[int]:
@@ -155,22 +162,23 @@ def map_positions(
     return [(k, indices[k]) for k in pre] + [(k, indices[k]) for k in range(start, len(indices))], len(pre)
 
 
-def _dataloader(config: LoaderConfig, dataset: Any, sampler: Sequence[Any] | None = None) -> Any:
+def _dataloader(config: LoaderConfig, dataset: Any, pairs: Sequence[tuple[int, int]] | None = None) -> Any:
+    """The DataLoader of a source read by workers: map-style ``pairs`` in consecutive
+    chunks, or an iterable's chunks one per item (see :mod:`youmu.batching.handoff`)."""
     from torch.utils.data import DataLoader
 
-    from youmu.torch.sendable import SendCollate
-
     kw: dict[str, Any] = dict(
-        batch_size=None,
-        collate_fn=SendCollate(_keep),  # a sample that cannot leave its worker fails there, not silently
+        collate_fn=ChunkCollate(),  # a sample that cannot leave its worker fails there, not silently
         num_workers=config.num_workers,
         worker_init_fn=config.worker_init_fn,
         multiprocessing_context=config.multiprocessing_context,
     )
     if config.prefetch_factor is not None:
         kw["prefetch_factor"] = config.prefetch_factor
-    if sampler is not None:
-        kw["sampler"] = sampler
+    if pairs is not None:
+        kw["batch_sampler"] = ChunkedPairs(pairs, config.num_workers)
+    else:
+        kw["batch_size"] = None
     return DataLoader(dataset, **kw)
 
 
@@ -213,7 +221,7 @@ class SampleFeed:
             if config.num_workers == 0:
                 rows: Iterator[Any] = (measured[p] for p in pairs)
             else:
-                rows = iter(_dataloader(config, measured, sampler=pairs))
+                rows = flatten(_dataloader(config, measured, pairs))
             return (Item(pos, idx, sample, length, tokens, extra=extra)
                     for pos, idx, sample, length, tokens, extra in rows)
 
@@ -254,8 +262,9 @@ class SampleFeed:
                         k += 1
 
                 return read()
-            rows = iter(_dataloader(config, measured_iterable(ds, config.length_fn, config.token_count_fn,
-                                                              config.encoder_fn)))
+            chunks = _dataloader(config, measured_iterable(ds, config.length_fn, config.token_count_fn,
+                                                           config.encoder_fn))
+            rows = round_robin(chunks, config.num_workers)
             return (Item(k, None, s, n, t, extra=e) for k, (s, n, t, e) in enumerate(rows, start=start))
 
         return make
