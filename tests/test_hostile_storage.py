@@ -473,6 +473,25 @@ def test_a_malformed_endpoint_is_an_invalid_argument_naming_it(value: str) -> No
         assert "internal error" not in str(e.value)
 
 
+@pytest.mark.parametrize("url", [
+    "s3://b/" + "k" * 100_000 + ".parquet",  # once an "internal error": object_store's signer panicked
+    "s3://b/" + "k" * 1_100,
+    "gs://b/" + "k" * 1_100,
+    "az://c/" + "é" * 1_025,
+    "http://127.0.0.1:9/" + "k" * 20_000,
+    "https://h.example/x?sig=" + "s" * 20_000,
+])
+def test_a_url_longer_than_any_store_accepts_is_an_invalid_argument_naming_it(url: str) -> None:
+    opts = {
+        "s3": {"endpoint": "http://127.0.0.1:9", "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1",
+               "allow_http": "true"},
+        "az": {"account_name": "a", "endpoint": "http://127.0.0.1:9", "allow_http": "true"},
+    }.get(url[:2], {})
+    with pytest.raises(youmu.InvalidArgumentError, match="at most") as e:
+        youmu.PageIndex(url, storage_options=opts)
+    assert url[:20] in str(e.value) and len(str(e.value)) < 400 and "internal error" not in str(e.value)
+
+
 @pytest.mark.parametrize("scheme", ["ftp", "hdfs", "memory", "sftp", "webhdfs"])
 def test_unsupported_url_schemes_are_refused_listing_the_supported_ones(scheme: str, tmp_path: Path) -> None:
     from youmu._core import column_pages

@@ -104,6 +104,12 @@ pub(super) fn env_sets(prefix: &str, key: &str) -> bool {
     std::env::var_os(format!("{prefix}{}", key.to_ascii_uppercase())).is_some()
 }
 
+/// The longest key S3 and GCS accept (bytes) and Azure (characters).
+const MAX_OBJECT_KEY: usize = 1024;
+/// The longest http(s) URL youmu requests: room for percent-encoding (up to 3 bytes a
+/// byte) under the `http` crate's 65,534-byte URI limit.
+const MAX_HTTP_URL: usize = 16 * 1024;
+
 impl StoreSpec {
     /// Split a URL into its store and the object key (or key pattern) inside it. The key
     /// is taken as written (no percent-decoding), as s3fs and pyarrow do.
@@ -174,6 +180,13 @@ impl StoreSpec {
     ) -> Result<(Arc<StoreSpec>, String)> {
         let bad = |why: &str| Error::InvalidArgument(format!("{:?} is not a usable storage URL: {why}", redact(spec)));
         let url = spec.split_once('#').map_or(spec, |(u, _)| u); // a fragment is never sent
+        if url.len() > MAX_HTTP_URL {
+            let shown: String = redact(url).chars().take(96).collect();
+            return Err(Error::InvalidArgument(format!(
+                "{shown:?}...: {} bytes long; an http(s) URL holds at most {MAX_HTTP_URL}",
+                url.len()
+            )));
+        }
         let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(bad("no host"));
@@ -251,6 +264,7 @@ impl StoreSpec {
         if self.one_object {
             return Ok(ObjectPath::default()); // the root is the object
         }
+        self.check_key_length(key)?;
         let full = match self.scheme {
             ObjectStoreScheme::Http => {
                 let after_host = self.root.split_once("://").and_then(|(_, r)| r.split_once('/')).map_or("", |x| x.1);
@@ -260,6 +274,26 @@ impl StoreSpec {
         };
         ObjectPath::parse(&full)
             .map_err(|e| Error::InvalidArgument(format!("{}{key:?} is not a valid object key: {e}", self.root)))
+    }
+
+    /// A key the store could never hold is refused here, naming it: S3 and GCS keys are at
+    /// most 1,024 bytes, Azure blob names 1,024 characters, and an http(s) URL longer than
+    /// [`MAX_HTTP_URL`] cannot be requested (the `http` crate under `object_store` stops at
+    /// 65,534 bytes once the key is percent-encoded, and its request builders panic).
+    fn check_key_length(&self, key: &str) -> Result<()> {
+        let (len, limit, unit, who) = match self.scheme {
+            ObjectStoreScheme::Http => (self.root.len() + key.len(), MAX_HTTP_URL, "bytes", "an http(s) URL"),
+            ObjectStoreScheme::MicrosoftAzure => {
+                (key.chars().count(), MAX_OBJECT_KEY, "characters", "an Azure blob name")
+            }
+            _ => (key.len(), MAX_OBJECT_KEY, "bytes", "an object key"),
+        };
+        if len <= limit {
+            return Ok(());
+        }
+        let shown: String = key.chars().take(64).collect();
+        let shown = format!("{}{shown}", redact(&self.root));
+        Err(Error::InvalidArgument(format!("{shown:?}...: {len} {unit} long; {who} holds at most {limit}")))
     }
 
     /// The URL of an object path of this store.
@@ -431,5 +465,26 @@ mod tests {
         assert!(StoreSpec::parse("s3://b/k", &opts("timeout")).is_ok());
         assert!(matches!(StoreSpec::parse("s3://b/k", &opts("endpiont")), Err(Error::InvalidArgument(_))));
         assert!(StoreSpec::parse("s3:///k", &[]).is_err());
+    }
+
+    #[test]
+    fn keys_no_store_could_hold_are_refused_naming_them() {
+        let long = "k".repeat(1025);
+        for url in ["s3://bkt/", "gs://bkt/"] {
+            let (s, _) = StoreSpec::parse(&format!("{url}x"), &[]).unwrap();
+            assert!(s.object_path(&"k".repeat(1024)).is_ok(), "{url}");
+            let e = s.object_path(&long).unwrap_err().to_string();
+            assert!(e.contains("1025 bytes") && e.contains(url) && e.len() < 300, "{e}");
+        }
+        let (az, _) = StoreSpec::parse("az://acct/ctr/x", &[]).unwrap();
+        assert!(az.object_path(&"é".repeat(1024)).is_ok(), "Azure counts characters");
+        assert!(az.object_path(&"é".repeat(1025)).unwrap_err().to_string().contains("1025 characters"));
+        let (h, _) = StoreSpec::parse("https://host.example/d/x", &[]).unwrap();
+        assert!(h.object_path(&"k".repeat(4000)).is_ok(), "http paths may be longer than object keys");
+        let e = h.object_path(&"k".repeat(MAX_HTTP_URL)).unwrap_err().to_string();
+        assert!(e.contains("an http(s) URL holds at most") && e.len() < 300, "{e}");
+        let q = format!("https://host.example/x?sig={}", "s".repeat(MAX_HTTP_URL));
+        let e = StoreSpec::parse(&q, &[]).unwrap_err().to_string();
+        assert!(e.contains("bytes long") && e.len() < 300, "{e}");
     }
 }
