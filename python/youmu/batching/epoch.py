@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import time
 from typing import Any
@@ -33,6 +34,8 @@ from youmu.batching.shutdown import register
 from youmu.batching.step_info import IDLE, StepInfo
 from youmu.distributed.producer import END, Credits, Failure
 from youmu.errors import LoaderError, PeerClosedError
+from youmu.forksafe import install as forksafe
+from youmu.forksafe import made_here
 
 __all__ = ["EpochIterator", "EpochHandle"]
 
@@ -58,6 +61,7 @@ class EpochIterator:
         self._last_batch: Any = None
         self._have_batch = False
         self._final_state: dict[str, Any] | None = None
+        self._pid = os.getpid()
 
     # -- diagnostics (tests of the uniform-call invariant and of ODB, Lemma 4) -----------------------
     @property
@@ -84,6 +88,7 @@ class EpochIterator:
     def start(self) -> None:
         self.metrics.start()
         register(self._aligner)
+        forksafe()  # a worker forked while this thread holds a lock must not finalise this epoch
         self._aligner.thread.start()
 
     def _join_limit(self, timeout: float | None) -> float:
@@ -116,7 +121,10 @@ class EpochIterator:
         """The program dropped the loader (garbage collection): stop, unless this rank's
         data is done and the aligner only serves its peers' last rounds (join mode; the
         exit hook bounds that). Never blocks: a finaliser may run on any thread,
-        this epoch's own included."""
+        this epoch's own included, and in a forked child, where the aligner does not
+        exist and a lock its thread held at the fork stays held (:mod:`youmu.forksafe`)."""
+        if not made_here(self._pid):
+            return
         a = self._aligner
         if not a.local_end and not a.end_sent and a.failure is None:
             a.closing.set()

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from youmu.errors import InvalidArgumentError, PrefetchError, YoumuError
+from youmu.forksafe import install as forksafe
 
 __all__ = ["Producer", "Credits", "END", "Failure"]
 
@@ -134,6 +135,7 @@ class Producer(Generic[T]):
 
     # -- producer side ----------------------------------------------------------------------
     def start(self) -> Producer[T]:
+        forksafe()  # a worker forked while this thread holds a lock must not finalise its objects
         self.thread.start()
         return self
 
