@@ -543,6 +543,28 @@ def test_credentials_given_as_options_win_over_the_environments(
         youmu.PageIndex(url)
 
 
+def test_a_listing_never_sends_the_environments_token_where_the_options_chose_other_credentials(
+        hub: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The listing of an ``hf://`` path follows the reads' rule: credentials given as
+    options win, and the environment's token is not sent beside or instead of them."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    unreadable = tmp_path / "a-directory"
+    unreadable.mkdir()
+    for options in ({"username": "u", "password": "p"}, {"bearer_token_env": "NOT_SET_ANYWHERE"},
+                    {"bearer_token_file": str(unreadable)}, {"bearer_token": OTHER_TOKEN}):
+        monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+        hub.requests.clear()
+        with pytest.raises(youmu.YoumuError):
+            youmu.PageIndex("hf://datasets/org/private", storage_options=options)
+        api_calls = [s for s in hub.requests if s.server == "hub" and s.path.startswith("/api/")]
+        assert api_calls, options
+        assert not any(TOKEN in s.headers.get("authorization", "") for s in hub.requests), options
+    # with no credentials among the options, the listing and the reads use the environment's
+    hub.requests.clear()
+    assert len(youmu.PageIndex("hf://datasets/org/private", storage_options={"timeout": "30s"})) > 0
+    assert all(s.headers.get("authorization") == f"Bearer {TOKEN}" for s in hub.requests if s.server == "hub")
+
+
 def test_the_token_of_a_hub_url_is_never_saved_pickled_or_shown(
         handtyped: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from youmu.torch import YoumuDataset

@@ -33,7 +33,10 @@ login`` saved) apply as they do for every Hugging Face library:
   index, not the CDN a redirect leads to.
 * credentials the ``storage_options`` give win over the environment's:
   ``{"bearer_token": ...}`` (or ``bearer_token_env`` / ``bearer_token_file``: where to
-  read one), or Basic ``username``/``password`` (or user info in the URL).
+  read one), or Basic ``username``/``password`` (or user info in the URL). The
+  listing follows the same rule: it sends the token the options name, and no token at
+  all where they give other credentials or a token that cannot be read (the Hub's API
+  takes no Basic credentials), never the environment's instead.
 * the token is never copied into the index, a state or a pickle, nor where it was
   found: each process (a DataLoader worker, a Ray actor, a job loading a saved index)
   finds its own when it first reads, and no message shows it. An explicit
@@ -130,19 +133,26 @@ def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or _DEFAULT_ENDPOINT).rstrip("/")
 
 
-def _explicit_token(options: Mapping[str, Any]) -> str | None:
-    """The token ``storage_options`` name (``bearer_token``, ``bearer_token_env``,
-    ``bearer_token_file``), for listing; ``None`` lets ``huggingface_hub`` find its own."""
+def _listing_token(options: Mapping[str, Any]) -> str | bool | None:
+    """The token a listing sends, by the rule the native core's reads follow: the one
+    ``storage_options`` name (``bearer_token``, ``bearer_token_env``,
+    ``bearer_token_file``); ``False`` (none at all) when they give credentials but no
+    usable token (Basic ``username``/``password``, a token variable that is not set, a
+    token file that cannot be read: the reads then say why, naming the option), so the
+    environment's token never goes where the options chose other credentials; ``None``
+    when they give none, letting ``huggingface_hub`` find its own."""
     if options.get("bearer_token") is not None:
-        return str(options["bearer_token"]).strip()
+        return str(options["bearer_token"]).strip() or False
     if options.get("bearer_token_env") is not None:
-        return os.environ.get(str(options["bearer_token_env"]), "").strip() or None
+        return os.environ.get(str(options["bearer_token_env"]), "").strip() or False
     if options.get("bearer_token_file") is not None:
         try:
             with open(str(options["bearer_token_file"])) as f:
-                return f.read().strip() or None
+                return f.read().strip() or False
         except OSError:
-            return None  # the read says why, naming the option
+            return False
+    if any(options.get(k) is not None for k in ("username", "password")):
+        return False
     return None
 
 
@@ -217,7 +227,7 @@ def _youmu_error(what: str, e: BaseException, status: int | None, tries: int) ->
 def _api(options: Mapping[str, Any]) -> Any:
     from huggingface_hub import HfApi
 
-    return HfApi(endpoint=endpoint(), token=_explicit_token(options))
+    return HfApi(endpoint=endpoint(), token=_listing_token(options))
 
 
 def _resolve_one(url: str, options: Mapping[str, Any]) -> list[str]:
