@@ -123,7 +123,9 @@ class DynamicBatchLoader(PassLoader):
             ``timeout``). A stalled rank keeps exchanging heartbeat rounds meanwhile,
             so this may be shorter or longer than ``timeout``. With workers, a
             map-style dataset's samples arrive up to 16 at a time: allow for 16
-            samples' preprocessing in one worker.
+            samples' preprocessing in one worker. Garbage collections that run on the
+            loader's fetcher thread (finalising whatever the program dropped) are not
+            counted (:mod:`youmu.gctime`).
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
         quota: non-join mode's global sample quota ``N`` (default ``len(dataset)``).
         max_outstanding: credits per rank (samples fetched and not yet consumed);

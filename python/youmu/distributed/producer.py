@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
+from youmu import gctime
 from youmu.errors import InvalidArgumentError, PrefetchError, YoumuError
 from youmu.forksafe import install as forksafe
 
@@ -131,11 +132,13 @@ class Producer(Generic[T]):
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth or 0)
         self.stop_event = threading.Event()
         self._source_wait_since: float | None = None
+        self._gc_at_wait = 0.0  # this thread's collection time when the wait began
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- producer side ----------------------------------------------------------------------
     def start(self) -> Producer[T]:
         forksafe()  # a worker forked while this thread holds a lock must not finalise its objects
+        gctime.install()  # collections that borrow this thread are not the source's stall
         self.thread.start()
         return self
 
@@ -155,6 +158,7 @@ class Producer(Generic[T]):
     def _run(self) -> None:
         it: Iterator[T] | None = None
         try:
+            self._gc_at_wait = gctime.spent(threading.get_ident())
             self._source_wait_since = time.monotonic()
             it = self._source()
             self._source_wait_since = None
@@ -165,6 +169,7 @@ class Producer(Generic[T]):
                     if self.stop_event.is_set():
                         self._credits.release()
                         break
+                self._gc_at_wait = gctime.spent(threading.get_ident())
                 self._source_wait_since = time.monotonic()
                 try:
                     item = next(it)
@@ -189,6 +194,7 @@ class Producer(Generic[T]):
         finally:
             self._source_wait_since = None
             it = None  # drops the source's iterator here (shuts DataLoader workers down)
+            gctime.forget(threading.get_ident())
 
     # -- consumer side ----------------------------------------------------------------------
     def get(self, timeout: float | None = None) -> Any:
@@ -245,6 +251,14 @@ class Producer(Generic[T]):
                 n += 1
 
     def stalled_for(self) -> float:
-        """Seconds the source has been blocked producing its current item (0 when not)."""
+        """Seconds the source has been blocked producing its current item (0 when not),
+        less what garbage collections took on the thread meanwhile: a collection runs the
+        finalisers of whatever garbage it finds on the thread that triggered it (a dropped
+        DataLoader iterator's can take seconds per worker), which is no stall of the
+        source (:mod:`youmu.gctime`)."""
+        at = self._gc_at_wait
         since = self._source_wait_since
-        return 0.0 if since is None else time.monotonic() - since
+        if since is None:
+            return 0.0
+        borrowed = gctime.spent(self.thread.ident) - at
+        return max(time.monotonic() - since - borrowed, 0.0)
