@@ -165,16 +165,17 @@ def test_a_loop_walked_once_is_reported_in_skipped(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_a_long_walk_promptly() -> None:
-    # When the timer sent the signal is printed too: a walk that ends by itself (no
-    # Parquet under /usr, an unreadable /proc entry) is fine only if it ended before the
-    # signal was sent or just after (a loaded machine can run the timer thread late), never
-    # long after it: an unheard Ctrl-C would end /usr's walk most of a second later.
+    # When the signal had been sent is printed too (read after the kill returned): a walk
+    # that ends by itself (no Parquet under /usr, an unreadable /proc entry) is fine only
+    # if it ended before the signal was sent or just after (a loaded machine can run the
+    # timer thread late, even between reading the clock and sending), never long after
+    # it: an unheard Ctrl-C would end /usr's walk most of a second later.
     code = """
     import os, signal, threading, time, youmu
     sent = []
     def interrupt():
-        sent.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
+        sent.append(time.monotonic())  # after the kill: a timer thread descheduled before it is no unheard Ctrl-C
     timer = threading.Timer(0.1, interrupt)  # well inside the walk of /usr (about 1 s warm)
     timer.start()
     t = time.monotonic()

@@ -95,6 +95,8 @@ fn walk_entered(
     walk.count(entries.len() % 4096, dir)?;
     entries.sort();
     for p in entries {
+        // a directory of many files stats each one: Ctrl-C must not wait for all of them
+        crate::runtime::interrupted()?;
         let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
         if is_hidden(&name) {
             continue;
