@@ -172,6 +172,10 @@ def test_ctrl_c_stops_a_long_walk_promptly() -> None:
     # it: an unheard Ctrl-C would end /usr's walk most of a second later.
     code = """
     import os, signal, threading, time, youmu
+    # Ctrl-C as an interactive user has it: a parent that ignores or blocks SIGINT (a
+    # library earlier in the test session) hands that on to its children
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
     sent = []
     def interrupt():
         os.kill(os.getpid(), signal.SIGINT)
