@@ -329,7 +329,9 @@ sys.exit(f"children {hung} hung" if hung else 0)
 def test_workers_forked_while_threads_configure_stores_and_settings_never_hang() -> None:
     import subprocess
 
-    r = subprocess.run([sys.executable, "-c", FORK_WHILE_BUSY, "100"], capture_output=True, text=True, timeout=100)
+    # faulthandler: a crash of the parent (seen once, rc -11 and no output) then says where
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", FORK_WHILE_BUSY, "100"], capture_output=True,
+                       text=True, timeout=100)
     assert r.returncode == 0, r.stderr[-2000:]
 
 # --- retries span the retry timeout -----------------------------------------------------
