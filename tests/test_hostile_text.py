@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -55,8 +56,10 @@ def test_a_null_text_is_located_in_a_shuffled_stream(tmp_path: Path) -> None:
                                          ([["a"], ["b"]], pa.list_(pa.string()))])
 def test_a_text_column_that_is_not_strings_is_refused(tmp_path: Path, values, typ) -> None:
     pq.write_table(pa.table({"text": pa.array(values, type=typ)}), tmp_path / "t.parquet")
-    err = _first_error(YoumuDataset(tmp_path / "t.parquet", transform=Tokenize(bpe_tokenizer())))
-    assert err.column == "text" and "not strings" in str(err)
+    for transform in (Tokenize(bpe_tokenizer()), Tokenize(bpe_tokenizer(), on_error="skip")):
+        err = _first_error(YoumuDataset(tmp_path / "t.parquet", transform=transform))
+        assert err.column == "text" and "not strings" in str(err)  # a wrong column: no policy skips it
+        assert err.file == str(tmp_path / "t.parquet") and "t.parquet" in str(err)
 
 
 def test_a_missing_text_column_names_the_columns_there_are(tmp_path: Path) -> None:
@@ -164,3 +167,129 @@ def test_a_batched_transform_that_returns_the_wrong_rows_is_named(tmp_path: Path
     path = write_texts(tmp_path / "t.parquet", ["a", "b", "c", "d"])
     with pytest.raises(ArgumentTypeError, match="Halves returned 2 rows for 4"):
         list(YoumuDataset(path, transform=Halves()))
+
+
+class _Ids:
+    """A tokenizer as a user may wrap one (called on a list of texts, as transformers'
+    are) that returns whatever ids it is given."""
+
+    def __init__(self, row) -> None:
+        self.row = row
+
+    def convert_tokens_to_ids(self, token):
+        return 0
+
+    def __call__(self, texts, **kwargs):
+        return {"input_ids": [self.row(t) for t in texts]}
+
+
+@pytest.mark.parametrize("row", [lambda t: [1.7, 2.2], lambda t: [1, 2.0], lambda t: np.array([1.5, 2.5]),
+                                 lambda t: ["1", "2"], lambda t: [1, 2**64]], ids=["floats", "a float",
+                                                                                    "float array", "strings", "huge"])
+def test_token_ids_that_are_not_integers_are_refused_not_cut(tmp_path: Path, row) -> None:
+    path = write_texts(tmp_path / "t.parquet", ["a", "b", "c"])
+    with pytest.raises(ArgumentTypeError, match="token id.*(integer|int64)"):
+        list(YoumuDataset(path, shuffle="none", transform=Tokenize(_Ids(row))))
+    with pytest.raises(ArgumentTypeError, match="token id.*(integer|int64)"):  # a broken tokenizer is no bad row
+        list(YoumuDataset(path, shuffle="none", transform=Tokenize(_Ids(row), on_error="skip")))
+
+
+def test_a_tokenizer_returning_no_ids_for_a_row_names_the_row(tmp_path: Path) -> None:
+    path = write_texts(tmp_path / "t.parquet", ["a", "b", "none here", "d"], row_group_size=2)
+    tok = _Ids(lambda t: None if t == "none here" else [1, 2])
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=Tokenize(tok)))
+    assert (err.column, err.file, err.row) == ("text", str(path), 2) and "NoneType" in str(err)
+    # and skipped with the policy, its neighbours tokenized
+    got = list(YoumuDataset(path, shuffle="none", output="python", transform=Tokenize(tok, on_error="skip")))
+    assert [g["input_ids"] for g in got] == [[1, 2]] * 3 and [r["row"] for g in got for r in g["skipped"]] == [2]
+
+
+def _lying_chat(ids):
+    """The real chat tokenizer, whose batch templating returns ``ids(rows)`` as input_ids."""
+    tok = chat_tokenizer()
+    real = tok.apply_chat_template
+
+    def apply(conversations, **kwargs):
+        out = real(conversations, **kwargs)
+        if kwargs.get("tokenize", True) and isinstance(conversations[0], list):
+            out = {"input_ids": ids(out["input_ids"]), "assistant_masks": out["assistant_masks"]}
+        return out
+
+    tok.apply_chat_template = apply
+    return tok
+
+
+def test_chat_ids_that_are_not_integers_are_refused_not_cut(tmp_path: Path) -> None:
+    path = write_chats(tmp_path / "c.parquet", ultrachat(4))
+    tok = _lying_chat(lambda rows: [[i + 0.7 for i in r] for r in rows])
+    with pytest.raises(ArgumentTypeError, match="ChatTemplate.*token id .*float"):
+        list(YoumuDataset(path, shuffle="none", transform=ChatTemplate(tok)))
+
+
+class _Huge:
+    """A row of ids claiming 2**31 of them (a tokenizer that lies about its length)."""
+
+    def __len__(self) -> int:
+        return 2**31
+
+    def __iter__(self):
+        raise AssertionError("the ids were copied before their count was checked")
+
+
+def test_a_chat_row_claiming_2_to_the_31_tokens_is_refused_before_allocating(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = write_chats(tmp_path / "c.parquet", ultrachat(4))
+    tok = _lying_chat(lambda rows: [_Huge() if i == 1 else r for i, r in enumerate(rows)])
+    tracemalloc.start()
+    try:
+        err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(tok)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(2**31) in str(err) and (err.file, err.row) == (str(path), 1)
+    assert peak < 1 << 30
+
+
+@pytest.mark.parametrize("encode", [lambda text: [1.7, 2.2], lambda text: None], ids=["floats", "none"])
+def test_a_vision_tokenizer_returning_ids_that_are_not_integers_is_refused(encode) -> None:
+    from youmu.vision import VisionTransform
+
+    class Tok:
+        image_token_id = 9
+
+        def encode(self, text):
+            return encode(text)
+
+    with pytest.raises(ArgumentTypeError, match="encode.*(token id 1.7|NoneType)"):
+        VisionTransform(Tok(), text_column="caption", pixels=False)({"image": None, "caption": "a cat"})
+
+
+@pytest.mark.parametrize("where", ["path", "absolute", "dotted", "json", "nested"])
+def test_a_tokenizer_path_that_does_not_exist_is_named_at_once_without_the_network(tmp_path: Path, monkeypatch,
+                                                                                   where: str) -> None:
+    import time
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # a lookup would fail here, not wait on the Hub
+    missing = {"path": tmp_path / "tok", "absolute": str(tmp_path / "tok"), "dotted": "./no-such-tokenizer",
+               "json": "no-such/tokenizer.json", "nested": "a/b/c/tokenizer"}[where]
+    t0 = time.monotonic()
+    for make in (Tokenize, ChatTemplate):
+        with pytest.raises(InvalidArgumentError, match=r"tokenizer path .*does not exist") as e:
+            make(missing)
+        assert str(missing) in str(e.value)
+    assert time.monotonic() - t0 < 10
+
+
+def test_data_given_as_the_tokenizer_path_is_named(tmp_path: Path) -> None:
+    data = write_texts(tmp_path / "train.parquet", ["a", "b"])
+    with pytest.raises(InvalidArgumentError, match=r"train\.parquet.* is a Parquet file, not a tokenizer"):
+        ChatTemplate(data)
+    with pytest.raises(InvalidArgumentError, match=r"is a Parquet file, not a tokenizer"):
+        list(YoumuDataset(data, transform=Tokenize(str(data))))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidArgumentError, match=r"directory .*empty.* holds no tokenizer"):
+        ChatTemplate(tmp_path / "empty")
+    (tmp_path / "bad.json").write_text('{"not": "a tokenizer"}')
+    with pytest.raises(InvalidArgumentError, match=r"bad\.json.* not a tokenizer\.json"):
+        list(YoumuDataset(data, transform=Tokenize(tmp_path / "bad.json")))

@@ -11,7 +11,13 @@ attribute; default :data:`BATCH_ROWS`) and returns either
 * a ``pyarrow.Table`` (or ``RecordBatch``) with one row per row given, or
 * ``(table, keep)``: ``keep`` a boolean array, one per row; the rows it marks
   ``False`` are dropped (their positions still count, as a per-row transform's
-  ``None``).
+  ``None``), or
+* ``(table, keep, errors)``: as ``(table, keep)``, and ``errors`` the
+  :class:`~youmu.errors.RowError` of each row it skipped (``batch_row`` set, marked
+  ``skip``; that row is ``False`` in ``keep``): what an ``on_error="skip"`` policy
+  returns, so one bad row does not take the good rows of its batch with it. The
+  stream locates each (file, row, position) and reports it (:mod:`youmu.skips`) when
+  the transform has a true ``reports_rows`` attribute; otherwise the first is raised.
 
 The first call of a pass gets :data:`FIRST_ROWS` rows, each next one twice as many
 up to ``batch_rows``, so the first sample leaves after a few rows are templated and
@@ -88,7 +94,10 @@ def apply_batched(table: pa.Table, transform: Callable[[pa.Table], Any], output:
     drops), converted with ``output`` (:func:`youmu.convert.rows`)."""
     got = transform(table)
     keep = None
-    if isinstance(got, tuple) and len(got) == 2:
+    errors: Any = ()
+    if isinstance(got, tuple) and len(got) == 3:
+        got, keep, errors = got
+    elif isinstance(got, tuple) and len(got) == 2:
         got, keep = got
     if isinstance(got, pa.RecordBatch):
         got = pa.Table.from_batches([got])
@@ -107,19 +116,28 @@ def apply_batched(table: pa.Table, transform: Callable[[pa.Table], Any], output:
     items = list(convert_rows(got, output, compact=compact))
     if keep is not None:
         items = [item if k else None for item, k in zip(items, keep)]
+    for e in errors:
+        if not (isinstance(e, RowError) and e.skip and isinstance(e.batch_row, int)
+                and 0 <= e.batch_row < table.num_rows and items[e.batch_row] is None):
+            raise ArgumentTypeError(f"batched transform {_name(transform)} returned {e!r} among the rows it skipped; "
+                                    "each must be a RowError marked skip whose batch_row it dropped from keep")
+        items[e.batch_row] = e
     return items
 
 
 def batched_pass(tables: Iterable[pa.Table], transform: Callable[[pa.Table], Any], output: str, start: int, *,
                  where: Callable[[int], dict[str, Any]] | None = None, compact: bool = False,
                  in_worker: bool = False) -> Iterator[tuple[int, Any]]:
-    """``(position after the row, item or None)`` of the stream rows in ``tables``
-    (which begin at position ``start``) through a batched ``transform``, called on
-    :func:`chunk_sizes` rows at a time (a few first, then ``batch_rows``). A
-    :class:`~youmu.errors.RowError` naming its ``batch_row`` is raised located, after
-    the rows before it: ``where(position)`` gives its ``file`` and ``row``
-    (``in_worker``: in a DataLoader worker, whose errors torch rebuilds from their
-    message, :meth:`~youmu.errors.RowError.for_worker`)."""
+    """``(position after the row, item, None or a skipped row's RowError)`` of the
+    stream rows in ``tables`` (which begin at position ``start``) through a batched
+    ``transform``, called on :func:`chunk_sizes` rows at a time (a few first, then
+    ``batch_rows``). A :class:`~youmu.errors.RowError` naming its ``batch_row`` is
+    raised located, after the rows before it, and a skipped row's is yielded located:
+    ``where(position)`` gives its ``file`` and ``row`` (``in_worker``: in a DataLoader
+    worker, whose errors torch rebuilds from their message,
+    :meth:`~youmu.errors.RowError.for_worker`). An error of the batch as a whole (no
+    ``batch_row``: a column of the wrong type) names the file of the batch's first
+    row."""
     sizes = chunk_sizes(int_arg("batch_rows", getattr(transform, "batch_rows", BATCH_ROWS), minimum=1))
     pos = start
     for table in tables:
@@ -131,15 +149,25 @@ def batched_pass(tables: Iterable[pa.Table], transform: Callable[[pa.Table], Any
                 items = apply_batched(chunk, transform, output, compact=compact)
             except RowError as e:
                 if e.batch_row is None or not 0 <= e.batch_row < chunk.num_rows:
-                    raise
+                    if e.file is not None or where is None:
+                        raise
+                    located = e.located(file=where(pos).get("file"))
+                    raise (located.for_worker() if in_worker else located) from e
                 at = pos + e.batch_row
                 located = e.located(**{"position": at, **(where(at) if where is not None else {})})
                 # the good rows before the bad one are delivered, as a per-row transform's would be
                 for item in apply_batched(chunk.slice(0, e.batch_row), transform, output, compact=compact):
                     pos += 1
-                    yield pos, item
+                    yield pos, _located(item, pos - 1, where)
                 raise (located.for_worker() if in_worker else located) from e
             for item in items:
                 pos += 1
-                yield pos, item
+                yield pos, _located(item, pos - 1, where)
             del items, chunk
+
+
+def _located(item: Any, position: int, where: Callable[[int], dict[str, Any]] | None) -> Any:
+    """``item``, or the error of a row the transform skipped named where it is."""
+    if not isinstance(item, RowError):
+        return item
+    return item.located(**{"position": position, **(where(position) if where is not None else {})})

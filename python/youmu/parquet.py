@@ -31,13 +31,13 @@ from youmu._args import int_arg
 from youmu.batched import batched_pass, is_batched
 from youmu.convert import rows as convert_rows
 from youmu.distributed.world import rank_and_world
-from youmu.errors import LoaderError
+from youmu.errors import LoaderError, RowError
 from youmu.jobstates import Level
 from youmu.positional import SKIP, PositionalStream, current_worker, in_worker_process
 from youmu.resume import Origin
 from youmu.sharding import Shard
 from youmu.shuffle import positions_to_rows
-from youmu.skips import SkipLog, locate, reporting_pass
+from youmu.skips import SkipLog, locate, report_skips, reporting_pass
 from youmu.spec import SpecAttributes, StreamLayout, StreamSpec
 from youmu.stateful import state_int
 from youmu.stream import RowStream
@@ -168,11 +168,17 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         if is_batched(self.transform):
             # a page's rows at a time (youmu.batched: tokenizers); positions still count rows
             stream = self._stream(worker, num_workers)
-            for pos, item in batched_pass(
+            outcomes = batched_pass(
                 stream.iter_tables(start), self.transform, self.spec.output, start,  # type: ignore[arg-type]
                 where=lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos),
                 compact=in_worker_process(), in_worker=in_worker_process(),
-            ):
+            )
+            if getattr(self.transform, "reports_rows", False):  # on_error="skip": rows skipped are reported
+                yield from report_skips(((p, SKIP if x is None else x) for p, x in outcomes), start, self.skip_log)
+                return
+            for pos, item in outcomes:
+                if isinstance(item, RowError):  # skipped by a transform that does not say it reports rows
+                    raise item.located(skip=False).for_worker() if in_worker_process() else item.located(skip=False)
                 yield pos, SKIP if item is None else item
             return
         if not getattr(self.transform, "reports_rows", False):

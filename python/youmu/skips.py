@@ -3,24 +3,33 @@ position) and either raised or — where the transform's policy says skip — dr
 counted and reported with the sample delivered next to them, so exactly-once
 accounting stays exact across DataLoader worker processes.
 
-A transform signals a bad row by raising :class:`youmu.errors.ImageError`
-(:class:`youmu.vision.VisionTransform` does, ``skip=True`` under
-``on_error="skip"``). A skipped row's position counts like any other (the stream's
-state moves past it); its report is a dict ``{"position", "file", "row", "reason",
-"column", "image", "path"}`` in the ``"skipped"`` list of a delivered sample: the
-last sample before it in the worker's shard, or the first one after it where none
-came before.
+A transform signals a bad row with a :class:`youmu.errors.RowError` marked ``skip``
+(its ``on_error="skip"`` policy): a per-row transform raises it
+(:class:`youmu.vision.VisionTransform`'s :class:`~youmu.errors.ImageError`), a batched
+one returns the errors of the rows it skipped beside the good rows of its batch
+(:mod:`youmu.batched`; :class:`youmu.text.Tokenize` and
+:class:`youmu.text.ChatTemplate`'s :class:`~youmu.errors.TextError`), so a bad row
+never takes its good neighbours with it. A skipped row's position counts like any
+other (the stream's state moves past it, so a resumed stream skips the same rows and
+reports each once); its report is a dict ``{"position", "file", "row", "reason",
+"column", ...}`` plus its error's own fields (``"image"``, ``"path"`` of an image,
+``"message"`` of a chat) in the ``"skipped"`` list of a delivered sample: the last
+sample before it in the worker's shard, or the first one after it where none came
+before. Under a skip policy every delivered sample has that list (empty where no row
+was skipped next to it): counting the reports of the samples a DataLoader delivers
+counts every skipped row once, whichever worker skipped it.
 
 A pass with no good row at all is not quiet: a whole pass (from the start of the
-worker's shard) whose every row was skipped raises an :class:`ImageError` with the
+worker's shard) whose every row was skipped raises the error's kind
+(:class:`~youmu.errors.ImageError`, :class:`~youmu.errors.TextError`) with the
 count and the first reason — a skip policy is there to drop the rare bad row, and a
-shard where not one image decodes is a wrong column or wrong data, which training on
+shard where not one row is good is a wrong column or wrong data, which training on
 zero samples would only hide. A resumed pass that only saw bad rows (the tail of a
 shard) warns with the count (:class:`youmu.errors.YoumuWarning`) instead.
 
 A row that raises is delivered after the good sample before it: that sample is
 yielded first, then the error surfaces (in a DataLoader worker with its fields
-carried through the message: :meth:`ImageError.for_worker`).
+carried through the message: :meth:`~youmu.errors.RowError.for_worker`).
 
 Example:
     >>> from youmu.skips import SkipLog
@@ -38,12 +47,15 @@ from typing import Any
 
 import numpy as np
 
-from youmu.errors import ImageError, YoumuWarning
+from youmu.errors import RowError, YoumuWarning
 from youmu.positional import SKIP, in_worker_process
 from youmu.redaction import redact
 from youmu.shuffle import positions_to_rows
 
-__all__ = ["SkipLog", "locate", "reporting_pass"]
+__all__ = ["ON_ERROR", "SkipLog", "locate", "report_skips", "reporting_pass"]
+
+#: What a transform does with a bad row: raise its error, or skip it (reported).
+ON_ERROR = ("raise", "skip")
 
 #: Reports a process keeps (the count is exact; the oldest reports are dropped).
 KEEP_REPORTS = 1000
@@ -77,56 +89,88 @@ def locate(index: Any, plan: Any, page_rows: np.ndarray, position: int) -> dict[
 
 def reporting_pass(rows: Iterator[Any], transform: Callable[[Any], Any], start: int,
                    where: Callable[[int], dict[str, Any]], log: SkipLog) -> Iterator[tuple[int, Any]]:
-    """``(position after, item or SKIP)`` of ``rows`` (from position ``start``) through
-    ``transform``: an :class:`ImageError` is located and raised, or, marked ``skip``,
-    logged and reported in the ``"skipped"`` list of the sample delivered with it. The
-    last good sample is held until the next row is done, so the rows skipped after it
-    travel with it (and its position covers them)."""
+    """``(position after, item or SKIP)`` of ``rows`` (from position ``start``) through a
+    per-row ``transform``: a :class:`RowError` it raises is located and raised, or,
+    marked ``skip``, reported (:func:`report_skips`)."""
+    return report_skips(_outcomes(rows, transform, start, where), start, log)
+
+
+def _outcomes(rows: Iterator[Any], transform: Callable[[Any], Any], start: int,
+              where: Callable[[int], dict[str, Any]]) -> Iterator[tuple[int, Any]]:
+    """``(position after, item, SKIP or the located RowError of a row to skip)``."""
+    pos = start
+    for row in rows:
+        pos += 1
+        try:
+            item = transform(row)
+        except RowError as e:
+            located = e.located(**where(pos - 1))
+            if not e.skip:
+                raise (located.for_worker() if in_worker_process() else located) from None
+            item = located
+        yield pos, SKIP if item is None else item
+
+
+def report_skips(outcomes: Iterator[tuple[int, Any]], start: int, log: SkipLog) -> Iterator[tuple[int, Any]]:
+    """``(position after, item or SKIP)`` of ``outcomes``, a pass from position ``start``
+    whose items are samples, ``SKIP`` (a row dropped on purpose) or the located
+    :class:`RowError` of a row to skip: that row is logged and reported in the
+    ``"skipped"`` list of the sample delivered with it (every delivered mapping gets
+    one). The last good sample is held until the next row is done, so the rows skipped
+    after it travel with it (and its position covers them); an error the outcomes
+    raise comes after that sample."""
     held: tuple[int, Any] | None = None
     reports: list[dict[str, Any]] = []
 
     def deliver(pos_item: tuple[int, Any]) -> tuple[int, Any]:
         item = pos_item[1]
-        if reports and isinstance(item, MutableMapping):
+        if isinstance(item, MutableMapping):
             item["skipped"] = list(item.get("skipped") or []) + reports
             reports.clear()
         return pos_item
 
     pos = start
     skipped = 0
+    first: RowError | None = None
     delivered = False
-    for row in rows:
-        pos += 1
-        try:
-            item = transform(row)
-        except ImageError as e:
-            located = e.located(**where(pos - 1))
-            if not e.skip:
-                if held is not None:  # the good sample before it is not lost with it
-                    yield deliver(held)
-                    held = None
-                raise (located.for_worker() if in_worker_process() else located) from None
-            skipped += 1
-            report = {"position": located.position, "file": _shown(located.file), "row": located.row,
-                      "reason": _shown(located.reason), "column": located.column, "image": located.image,
-                      "path": _shown(located.path)}
-            log.add(report)
-            reports.append(report)
-            item = SKIP
-        if item is None or item is SKIP:
+    try:
+        for pos, item in outcomes:
+            if isinstance(item, RowError):
+                skipped += 1
+                first = first or item
+                report = _report(item)
+                log.add(report)
+                reports.append(report)
+                item = SKIP
+            if item is SKIP:
+                if held is not None:
+                    held = (pos, held[1])
+                else:
+                    yield pos, SKIP  # reports wait for the first good sample
+                continue
             if held is not None:
-                held = (pos, held[1])
-            else:
-                yield pos, SKIP  # reports wait for the first good sample
-            continue
-        if held is not None:
+                yield deliver(held)
+            held = (pos, item)
+            delivered = True
+    except Exception:
+        if held is not None:  # the good sample before a raised row is not lost with it
             yield deliver(held)
-        held = (pos, item)
-        delivered = True
+        raise
     if held is not None:
         yield deliver(held)
-    if skipped and not delivered:
-        _no_good_row(reports, skipped, start, pos)
+    if first is not None and not delivered:
+        _no_good_row(first, skipped, start, pos)
+
+
+def _report(e: RowError) -> dict[str, Any]:
+    """The report of a skipped row: where it is, why, and where in the row (its error's
+    fields: ``column``, and ``image``/``path`` of an image, ``message`` of a chat)."""
+    report = {"position": e.position, "file": _shown(e.file), "row": e.row, "reason": _shown(e.reason)}
+    for k in e._FIELDS:
+        if k not in report and k not in ("batch_row", "skip"):
+            v = getattr(e, k)
+            report[k] = _shown(v) if isinstance(v, str) else v
+    return report
 
 
 def _shown(text: str | None) -> str | None:
@@ -134,16 +178,16 @@ def _shown(text: str | None) -> str | None:
     return None if text is None else redact(text)
 
 
-def _no_good_row(reports: list[dict[str, Any]], skipped: int, start: int, end: int) -> None:
+def _no_good_row(first: RowError, skipped: int, start: int, end: int) -> None:
     """A pass that skipped rows and delivered none: an error for a whole pass, a
     warning for the tail a resumed pass saw (see the module doc)."""
-    first = reports[0] if reports else {}
     what = (f"on_error='skip' skipped all {skipped} rows of this {'pass' if start == 0 else 'resumed pass'} "
             f"(stream positions {start}-{end - 1}) and delivered none")
     if start > 0:
-        warnings.warn(f"{what}; first: {first.get('reason')}", YoumuWarning, stacklevel=3)
+        warnings.warn(f"{what}; first: {_shown(first.reason)}", YoumuWarning, stacklevel=3)
         return
-    e = ImageError(f"{what}: the image column or its data is likely wrong; the first: {first.get('reason')}",
-                   column=first.get("column"), image=first.get("image"), path=first.get("path"),
-                   file=first.get("file"), row=first.get("row"), position=first.get("position"))
+    column = f"the {first.column!r} column" if first.column is not None else "the column"
+    e = first.located(skip=False)
+    e = type(first)(f"{what}: {column} or its data is likely wrong; the first: {first.reason}",
+                    **{k: getattr(e, k) for k in e._FIELDS})
     raise e.for_worker() if in_worker_process() else e

@@ -28,8 +28,9 @@ import pyarrow as pa
 from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
 from youmu.batched import BATCH_ROWS
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, TextError
+from youmu.skips import ON_ERROR
 from youmu.text.cutoff import keep_lengths, turn_pairs
-from youmu.text.tokenizer import TokenizerRef, flat_ids, list_column, row_offsets, token_column
+from youmu.text.tokenizer import TokenizerRef, fit_offsets, flat_ids, list_column, row_offsets, token_column
 
 __all__ = ["ChatTemplate", "DEFAULT_ROLES", "OVERFLOW", "IGNORE_INDEX", "conversation_of", "assistant_labels",
            "assistant_label_columns", "generation_template", "template_one"]
@@ -95,7 +96,9 @@ def template_one(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) 
                                             return_assistant_tokens_mask=True, **kwargs)
     except Exception as e:  # whatever the template raises (jinja's raise_exception, a bad key)
         raise TextError(f"the chat template raised {type(e).__name__}: {e}") from e
-    return list(out["input_ids"]), list(out["assistant_masks"])
+    ids = out["input_ids"]
+    # integers only: an id 1.7 would become 1 in the int64 arrays made of them
+    return flat_ids([ids], fit_offsets(row_offsets([ids]))[-1]).tolist(), list(out["assistant_masks"])
 
 
 def assistant_labels(ids: Sequence[int] | np.ndarray, mask: Sequence[int] | np.ndarray,
@@ -124,8 +127,8 @@ def assistant_labels(ids: Sequence[int] | np.ndarray, mask: Sequence[int] | np.n
     return ids_a[keep], labels[keep]
 
 
-def assistant_label_columns(ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
-                            cutoff_len: int | None) -> tuple[pa.Array, pa.Array, np.ndarray]:
+def assistant_label_columns(ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], cutoff_len: int | None,
+                            who: str = "the tokenizer") -> tuple[pa.Array, pa.Array, np.ndarray]:
     """:func:`assistant_labels` of a batch of templated conversations at once:
     ``(input_ids, labels, lengths before the cut)``, the first two as ``list<int64>``
     Arrow columns. The ids, masks and labels are built once for the whole batch, flat
@@ -135,9 +138,9 @@ def assistant_label_columns(ids: Sequence[Sequence[int]], masks: Sequence[Sequen
     >>> labels.to_pylist(), n.tolist()
     ([[-100, 2, 3], [-100, 5]], [3, 2])
     """
-    offsets = row_offsets(ids)
+    offsets = fit_offsets(row_offsets(ids, who))  # a row claiming 2**31 ids is refused before any is copied
     total = int(offsets[-1])
-    flat = flat_ids(ids, total)
+    flat = flat_ids(ids, total, who)
     marked = np.fromiter(itertools.chain.from_iterable(masks), dtype=bool, count=total)
     labels = np.where(marked, flat, IGNORE_INDEX)
     lengths = np.diff(offsets)
@@ -177,6 +180,16 @@ class ChatTemplate:
         keep_columns: keep the row's other columns (the conversation column is dropped).
         batch_rows: the most rows templated per call (a pass's first calls take
             fewer, :func:`youmu.batched.chunk_sizes`).
+        on_error: a bad row (a null or malformed conversation, a null ``content``, a
+            speaker not in ``roles`` such as ShareGPT's ``observation``, a turn the
+            template refuses such as a system turn under Gemma's, a row over
+            ``cutoff_len`` with ``overflow="raise"``): ``"raise"`` (default) its
+            :class:`~youmu.errors.TextError` naming the column, message, file and row;
+            ``"skip"``: the row is dropped and the rest of its batch kept, counted and
+            reported in the ``"skipped"`` list of a delivered sample, as
+            :class:`~youmu.vision.VisionTransform` reports its rows (:mod:`youmu.skips`:
+            every row delivered or reported once, across workers and resumes; a pass in
+            which no row was good is an error).
 
     A sample: ``input_ids`` and ``labels`` (``list<int64>``, as tensors with
     ``output="torch"``); ``len(input_ids)`` is its length for
@@ -190,7 +203,7 @@ class ChatTemplate:
     def __init__(self, tokenizer: Any, column: str = "messages", *, roles: Mapping[str, str] | None = None,
                  chat_template: str | None = None, cutoff_len: int | None = None, overflow: str = "truncate",
                  template_kwargs: Mapping[str, Any] | None = None, keep_columns: bool = True,
-                 batch_rows: int = BATCH_ROWS) -> None:
+                 batch_rows: int = BATCH_ROWS, on_error: str = "raise") -> None:
         if not isinstance(column, str) or not column:
             raise ArgumentTypeError(f"column must be a column name, got {column!r}")
         self.tokenizer = TokenizerRef(tokenizer)
@@ -230,57 +243,119 @@ class ChatTemplate:
         self.template_kwargs = dict(template_kwargs or {})
         self.keep_columns = bool_arg("keep_columns", keep_columns)
         self.batch_rows = int_arg("batch_rows", batch_rows, minimum=1)
+        self.on_error = choice_arg("on_error", on_error, ON_ERROR)
 
     def __repr__(self) -> str:
         return (f"ChatTemplate({type(self.tokenizer.get()).__name__}, column={self.column!r}, "
                 f"cutoff_len={self.cutoff_len})")
 
-    def _conversations(self, table: pa.Table) -> list[list[dict[str, str]]]:
+    @property
+    def reports_rows(self) -> bool:
+        """Whether the stream reports the rows this transform skips (``on_error="skip"``)."""
+        return self.on_error == "skip"
+
+    def _conversations(self, table: pa.Table, errors: dict[int, TextError] | None) -> list[Any]:
+        """Each row's conversation; a bad row's error is raised, or (``errors`` given)
+        kept there and the row's conversation is ``None``."""
         if self.column not in table.column_names:
             raise ColumnNotFoundError(f"chat column {self.column!r} is not in the rows (they have "
                                       f"{table.column_names}; read it with columns=[...] that include it)")
-        out = []
+        out: list[Any] = []
         for i, value in enumerate(table.column(self.column).to_pylist()):
             try:
                 out.append(conversation_of(value, self.roles))
             except TextError as e:
-                raise e.located(column=self.column, batch_row=i) from None
+                e = e.located(column=self.column, batch_row=i)
+                if errors is None:
+                    raise e from None
+                errors[i] = e
+                out.append(None)
         return out
 
-    def _template(self, conversations: list[list[dict[str, str]]]) -> Any:
+    def _template(self, conversations: list[list[dict[str, str]]], all_rows: bool) -> Any:
+        """The conversations templated and tokenized in one call. One that the template
+        refuses is found by rendering them one by one: its :class:`TextError` is
+        raised (``all_rows``: a :class:`_RowErrors` of every one refused)."""
         tok = self.tokenizer.get()
         kwargs = {"chat_template": self.chat_template, **self.template_kwargs}
         try:
             return tok.apply_chat_template(conversations, tokenize=True, return_dict=True,
                                            return_assistant_tokens_mask=True, **kwargs)
         except Exception as e:  # whatever the template raises (jinja's raise_exception, a bad key)
+            refused = []
             for i, conv in enumerate(conversations):  # which row: render them one by one
                 try:
                     tok.apply_chat_template(conv, tokenize=False, **kwargs)
                 except Exception as row_error:
-                    raise TextError(f"the chat template raised {type(row_error).__name__}: {row_error}",
-                                    column=self.column, batch_row=i) from row_error
+                    refused.append(TextError(f"the chat template raised {type(row_error).__name__}: {row_error}",
+                                             column=self.column, batch_row=i))
+                    if not all_rows:
+                        raise refused[0] from row_error
+            if refused:
+                raise _RowErrors(refused) from None
             raise TextError(f"the chat template raised {type(e).__name__}: {e}", column=self.column) from e
 
-    def __call__(self, table: pa.Table) -> tuple[pa.Table, np.ndarray]:
-        conversations = self._conversations(table)
-        keep = np.ones(table.num_rows, dtype=bool)
+    def _labelled(self, conversations: list[list[dict[str, str]]], skip: bool) -> tuple[pa.Array, pa.Array, np.ndarray]:
+        """``(input_ids, labels, keep)`` of conversations that all template well; a row
+        at fault raises its :class:`TextError` (``skip``: :class:`_RowErrors`)."""
+        keep = np.ones(len(conversations), dtype=bool)
         if not conversations:
-            ids_col = labels_col = token_column([])
-        else:
-            out = self._template(conversations)
-            ids_col, labels_col, lengths = assistant_label_columns(out["input_ids"], out["assistant_masks"],
-                                                                   self.cutoff_len)
-            if self.cutoff_len is not None:
-                over = lengths > self.cutoff_len
-                if over.any() and self.overflow == "raise":
-                    i = int(np.argmax(over))
-                    raise TextError(f"conversation of {int(lengths[i])} tokens is over cutoff_len={self.cutoff_len}",
-                                    column=self.column, batch_row=i)
-                if self.overflow == "drop":
-                    keep = ~over
+            return token_column([]), token_column([]), keep
+        out = self._template(conversations, skip)
+        who = f"the tokenizer of ChatTemplate(column {self.column!r})"
+        ids_col, labels_col, lengths = assistant_label_columns(out["input_ids"], out["assistant_masks"],
+                                                               self.cutoff_len, who)
+        if self.cutoff_len is not None:
+            over = lengths > self.cutoff_len
+            if over.any() and self.overflow == "raise":
+                refused = [TextError(f"conversation of {int(lengths[i])} tokens is over cutoff_len={self.cutoff_len}",
+                                     column=self.column, batch_row=int(i)) for i in np.flatnonzero(over)]
+                raise _RowErrors(refused) if skip else refused[0]
+            if self.overflow == "drop":
+                keep = ~over
+        return ids_col, labels_col, keep
+
+    def __call__(self, table: pa.Table) -> tuple[pa.Table, np.ndarray] | tuple[pa.Table, np.ndarray, list[TextError]]:
+        skip = self.on_error == "skip"
+        errors: dict[int, TextError] = {}
+        conversations = self._conversations(table, errors if skip else None)
+        good = [i for i, c in enumerate(conversations) if c is not None]
+        while True:
+            try:
+                ids_col, labels_col, kept = self._labelled([conversations[i] for i in good], skip)
+                break
+            except _RowErrors as e:  # on_error="skip": those rows out, the rest of the batch again
+                bad = {int(x.batch_row): x for x in e.errors}  # type: ignore[arg-type]
+            except TextError as e:
+                if not skip or e.batch_row is None:
+                    if e.batch_row is not None:  # the row in the table, not in the rows templated
+                        e = e.located(column=e.column or self.column, batch_row=good[e.batch_row])
+                    raise e from None
+                bad = {int(e.batch_row): e}
+            for j, x in bad.items():
+                errors[good[j]] = x.located(column=x.column or self.column, batch_row=good[j])
+            good = [i for j, i in enumerate(good) if j not in bad]
+        keep = np.zeros(table.num_rows, dtype=bool)
+        keep[good] = kept
+        if errors:  # the rows skipped hold no ids: one row out per row in
+            at = np.full(table.num_rows, len(good), dtype=np.int64)  # an empty row past the templated ones
+            at[good] = np.arange(len(good))
+            empty = token_column([[]])
+            ids_col = pa.concat_arrays([ids_col, empty]).take(pa.array(at))
+            labels_col = pa.concat_arrays([labels_col, empty]).take(pa.array(at))
         rest = table.drop_columns([self.column]) if self.keep_columns else pa.table({})
         rest = rest.drop_columns([c for c in ("input_ids", "labels") if c in rest.column_names])
         cols = {name: rest.column(name) for name in rest.column_names}
         cols.update(input_ids=ids_col, labels=labels_col)
-        return pa.table(cols), keep
+        if not skip:
+            return pa.table(cols), keep
+        return pa.table(cols), keep, [errors[i].located(skip=True) for i in sorted(errors)]
+
+
+class _RowErrors(Exception):
+    """The :class:`TextError` of every row of a batch a step refused (``on_error="skip"``:
+    all of them are skipped at once, not found one call at a time)."""
+
+    def __init__(self, errors: list[TextError]) -> None:
+        super().__init__(f"{len(errors)} rows refused")
+        self.errors = errors

@@ -19,18 +19,20 @@ Example:
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import pickle
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from youmu.errors import ArgumentTypeError, InvalidArgumentError
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, TextError
 
-__all__ = ["TokenizerRef", "encode_texts", "flat_ids", "list_column", "row_offsets", "token_column",
-           "tokenizer_kind"]
+__all__ = ["TokenizerRef", "encode_texts", "fit_offsets", "flat_ids", "list_column", "row_offsets", "token_column",
+           "tokenizer_kind", "tokenizer_path"]
 
 
 def tokenizer_kind(tokenizer: Any) -> str:
@@ -49,14 +51,59 @@ def tokenizer_kind(tokenizer: Any) -> str:
     )
 
 
+#: A Hugging Face Hub repo id (``gpt2``, ``org/name``): the one kind of tokenizer
+#: argument that is not a local path, and the only one ever looked up on the network.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+#: Endings of files that are no tokenizer: data given where the tokenizer goes.
+_DATA_SUFFIXES = (".parquet", ".pq", ".arrow", ".jsonl", ".csv", ".txt", ".gz", ".zst")
+
+
+def tokenizer_path(tokenizer: str | os.PathLike) -> str:
+    """The tokenizer argument ``tokenizer`` as a path to load from: an existing local
+    file or directory, or a Hub repo id (``org/name``: the only form
+    ``transformers`` may fetch). Anything else that does not exist — a ``Path``, an
+    absolute or ``./`` path, a name with a file ending — is an
+    :class:`~youmu.errors.InvalidArgumentError` naming it, at once and without the
+    network (``transformers`` would ask the Hub for it and fail minutes later)."""
+    path = os.fspath(tokenizer)
+    if os.path.exists(path):
+        return path
+    hub = (not isinstance(tokenizer, os.PathLike) and _HUB_ID.fullmatch(path) is not None
+           and ".." not in path and not path.endswith((".json", *_DATA_SUFFIXES)))
+    if not hub:
+        raise InvalidArgumentError(f"tokenizer path {path!r} does not exist (pass the path of a tokenizer.json, of a "
+                                   "saved tokenizer directory, or a Hub repo id 'org/name')")
+    return path
+
+
 def _load(path: str) -> Any:
-    if path.endswith(".json") and os.path.isfile(path):
+    """The tokenizer at ``path`` (:func:`tokenizer_path`): whatever it holds that is no
+    tokenizer is an :class:`~youmu.errors.InvalidArgumentError` naming it."""
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic == b"PAR1" or path.endswith(_DATA_SUFFIXES):
+            kind = "a Parquet file" if magic == b"PAR1" else "a data file"
+            raise InvalidArgumentError(f"tokenizer path {path!r} is {kind}, not a tokenizer: pass the path of a "
+                                       "tokenizer.json or of a saved tokenizer directory")
         from tokenizers import Tokenizer
 
-        return Tokenizer.from_file(path)
+        try:
+            return Tokenizer.from_file(path)
+        except Exception as e:  # whatever tokenizers raises for a file it cannot read
+            raise InvalidArgumentError(f"tokenizer path {path!r} is not a tokenizer.json tokenizers can read "
+                                       f"({type(e).__name__}: {e})") from None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    local = os.path.isdir(path)
+    try:
+        # a directory is read where it is: never a Hub lookup of its name
+        return AutoTokenizer.from_pretrained(path, local_files_only=True) if local else \
+            AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # OSError, ValueError, ...: whatever transformers raises for it
+        what = "directory" if local else "Hub repo id"
+        raise InvalidArgumentError(f"tokenizer {what} {path!r} holds no tokenizer transformers can load "
+                                   f"({type(e).__name__}: {e})") from None
 
 
 class TokenizerRef:
@@ -65,7 +112,7 @@ class TokenizerRef:
 
     def __init__(self, tokenizer: Any) -> None:
         self.kind = tokenizer_kind(tokenizer)
-        self.path = os.fspath(tokenizer) if self.kind == "path" else None
+        self.path = tokenizer_path(tokenizer) if self.kind == "path" else None
         self._tok = None if self.kind == "path" else tokenizer
 
     def get(self) -> Any:
@@ -115,43 +162,89 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bo
         return [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)]
     out = tokenizer(texts, add_special_tokens=add_special_tokens, return_attention_mask=False,
                     return_token_type_ids=False, verbose=False)
-    return list(out["input_ids"])
+    try:
+        rows = list(out["input_ids"])
+    except (TypeError, KeyError, IndexError):
+        raise ArgumentTypeError(f"the tokenizer returned {type(out).__name__} for a list of texts, not a mapping "
+                                "whose 'input_ids' hold a list of token ids per text") from None
+    if len(rows) != len(texts):
+        raise ArgumentTypeError(f"the tokenizer returned {len(rows)} rows of input_ids for {len(texts)} texts")
+    return rows
 
 
-def token_column(ids: Sequence[Sequence[int]] | Sequence[np.ndarray]) -> pa.Array:
+def token_column(ids: Sequence[Sequence[int]] | Sequence[np.ndarray], who: str = "the tokenizer") -> pa.Array:
     """Rows of token ids (lists of ints, or int arrays) as one Arrow ``list<int64>``
-    array, built in one pass over the ids (no per-row Arrow arrays)."""
-    offsets = _fit(row_offsets(ids))  # before flattening them
+    array, built in one pass over the ids (no per-row Arrow arrays); ``who`` made
+    them (named by the errors: ids that are not integers, see :func:`flat_ids`)."""
+    offsets = fit_offsets(row_offsets(ids, who))  # before flattening them
     if len(ids) and isinstance(ids[0], np.ndarray):
-        values = np.concatenate(ids).astype(np.int64, copy=False)
+        for row in ids:
+            if not (isinstance(row, np.ndarray) and row.dtype.kind in "iu"):
+                raise ArgumentTypeError(f"{who} returned token ids of type "
+                                        f"{getattr(row, 'dtype', type(row).__name__)}, not integers")
+        values = np.concatenate(ids) if len(ids) else np.zeros(0, dtype=np.int64)
+        if values.dtype == np.uint64 and values.size and int(values.max()) > np.iinfo(np.int64).max:
+            raise ArgumentTypeError(f"{who} returned token id {int(values.max())}, beyond int64")
+        values = values.astype(np.int64, copy=False)
     else:
-        values = flat_ids(ids, int(offsets[-1]))
+        values = flat_ids(ids, int(offsets[-1]), who)
     return list_column(offsets, values)
 
 
-def _fit(offsets: np.ndarray) -> np.ndarray:
-    """``offsets`` if their total fits Arrow's 32-bit list offsets."""
+def fit_offsets(offsets: np.ndarray) -> np.ndarray:
+    """``offsets`` if their total fits Arrow's 32-bit list offsets — checked before
+    anything that size is allocated: one row longer than that is a
+    :class:`~youmu.errors.TextError` naming it (``batch_row``), a batch of rows
+    together an :class:`~youmu.errors.InvalidArgumentError` (lower ``batch_rows``)."""
     total = int(offsets[-1])
-    if total > np.iinfo(np.int32).max:
+    if total > _INT32_MAX:
+        lengths = np.diff(offsets)
+        i = int(np.argmax(lengths))
+        if lengths[i] > _INT32_MAX:
+            raise TextError(f"{int(lengths[i])} token ids for one row, more than a list<int64> column holds "
+                            f"({_INT32_MAX})", batch_row=i)
         raise InvalidArgumentError(f"{total} tokens in one batch of {len(offsets) - 1} rows; lower batch_rows")
     return offsets
 
 
-def row_offsets(rows: Sequence[Sequence[Any]] | Sequence[np.ndarray]) -> np.ndarray:
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def row_offsets(rows: Sequence[Sequence[Any]] | Sequence[np.ndarray], who: str = "the tokenizer") -> np.ndarray:
     """Where each of ``rows`` begins in their concatenation, and the total at the end
-    (``int64``, ``len(rows) + 1``)."""
+    (``int64``, ``len(rows) + 1``). A row that is not a sequence of ids (``None``, a
+    number) is a :class:`~youmu.errors.TextError` naming it (``batch_row``) and
+    ``who`` returned it."""
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
+    try:
+        np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
+    except TypeError:
+        i, row = next((i, r) for i, r in enumerate(rows) if not hasattr(r, "__len__"))
+        raise TextError(f"{who} returned {type(row).__name__} for this row, not a list of token ids",
+                        batch_row=i) from None
     return offsets
 
 
-def flat_ids(rows: Sequence[Sequence[int]] | Sequence[np.ndarray], total: int) -> np.ndarray:
-    """``rows`` of token ids (Python ints) concatenated into one ``int64`` array of
-    ``total`` ids, in one pass."""
+def flat_ids(rows: Sequence[Sequence[int]] | Sequence[np.ndarray], total: int,
+             who: str = "the tokenizer") -> np.ndarray:
+    """``rows`` of token ids (Python or numpy integers) concatenated into one ``int64``
+    array of ``total`` ids, in one pass. Integers only: an id that is a float (``1.7``)
+    or anything else is an :class:`~youmu.errors.ArgumentTypeError` naming ``who``
+    returned it, never an id cut to ``1``."""
     try:
-        return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
+        # operator.index: integers pass, a float raises (np.fromiter alone would cut it)
+        return np.fromiter(map(operator.index, itertools.chain.from_iterable(rows)), dtype=np.int64, count=total)
     except (TypeError, ValueError, OverflowError) as e:
-        raise ArgumentTypeError(f"the tokenizer returned token ids that are not integers ({e})") from None
+        bad = next((x for x in itertools.chain.from_iterable(rows) if not _is_id(x)), None)
+        what = f"token id {bad!r} ({type(bad).__name__})" if bad is not None else f"token ids ({e})"
+        raise ArgumentTypeError(f"{who} returned {what}: token ids must be integers in the int64 range") from None
+
+
+def _is_id(x: Any) -> bool:
+    try:
+        return -(2**63) <= operator.index(x) < 2**63
+    except TypeError:
+        return False
 
 
 def list_column(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
@@ -162,5 +255,5 @@ def list_column(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
     >>> list_column(np.array([0, 2, 2, 3]), np.array([7, 8, 9])).to_pylist()
     [[7, 8], [], [9]]
     """
-    return pa.ListArray.from_arrays(pa.array(_fit(offsets).astype(np.int32)),
+    return pa.ListArray.from_arrays(pa.array(fit_offsets(offsets).astype(np.int32)),
                                     pa.array(values.astype(np.int64, copy=False)))

@@ -12,6 +12,7 @@ Example:
     1222
 """
 
+from youmu.skips import ON_ERROR
 from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image, open_image, to_rgb, upright_size
 from youmu.vision.resize import (
     FACTOR,
@@ -26,7 +27,7 @@ from youmu.vision.resize import (
     visual_cost,
 )
 from youmu.vision.template import IMAGE_PLACEHOLDER, ByteTokenizer, tokenize_chat
-from youmu.vision.transform import ON_ERROR, VisionTransform, images_of
+from youmu.vision.transform import VisionTransform, images_of
 
 __all__ = [
     "MAX_IMAGE_PIXELS",

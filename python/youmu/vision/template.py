@@ -34,6 +34,7 @@ from typing import Any
 from youmu._args import instance_arg, int_array
 from youmu.errors import ArgumentTypeError, ImageError, InvalidArgumentError, TextError
 from youmu.text.chat import assistant_labels, generation_template, template_one
+from youmu.text.tokenizer import flat_ids
 
 __all__ = ["IMAGE_PLACEHOLDER", "SPECIAL_TOKENS", "DEFAULT_SYSTEM", "ByteTokenizer", "tokenize_chat"]
 
@@ -101,9 +102,17 @@ def _encoder(tokenizer: Any):
         raise ArgumentTypeError(f"tokenizer must have encode(text) -> list[int], got {type(tokenizer).__name__}")
     try:  # Hugging Face tokenizers add BOS/EOS unless told not to; the template has its own
         enc("", add_special_tokens=False)
-        return lambda text: list(enc(text, add_special_tokens=False))
+        return lambda text: _ids(enc(text, add_special_tokens=False))
     except TypeError:
-        return lambda text: list(enc(text))
+        return lambda text: _ids(enc(text))
+
+
+def _ids(ids: Any) -> list[int]:
+    """What the tokenizer's ``encode`` returned, if it is a list of integer ids (an id
+    ``1.7`` is refused, never cut to ``1`` by the int64 arrays made of it)."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
+        raise ArgumentTypeError(f"the tokenizer's encode(text) returned {type(ids).__name__}, not a list of token ids")
+    return flat_ids([ids], len(ids), "the tokenizer's encode(text)").tolist()
 
 
 def image_token_id(tokenizer: Any) -> int:
