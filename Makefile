@@ -5,7 +5,7 @@ PIP      := $(PY) -m pip
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-python test-seams lint demo bench peers-venv compare clean
+.PHONY: setup build test test-rust test-python test-seams lint docs demo bench peers-venv compare clean
 
 setup: $(VENV)/.deps-installed
 
@@ -36,11 +36,17 @@ test: test-rust test-python
 # ruff (style, imports, bugs), mypy (types of python/youmu), stubtest (the .pyi stubs
 # against the built native module), clippy and rustfmt.
 lint: build
-	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/ruff check python tests benches examples docs
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest youmu._core --mypy-config-file stubtest.ini --ignore-disjoint-bases
 	cargo clippy --release --locked --all-targets --features python -- -D warnings
 	cargo fmt --check
+
+# The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a page
+# left out of the navigation, a missing API reference target or a docstring mkdocstrings
+# cannot read fails it. The guides' code runs in the tests (tests/test_docs_examples.py).
+docs: build
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 demo: build
 	$(PY) examples/demo.py
@@ -63,4 +69,4 @@ compare: build peers-venv
 	$(PY) benches/compare_peers.py
 
 clean:
-	rm -rf target $(VENV) demo-out
+	rm -rf target $(VENV) demo-out site

@@ -90,3 +90,72 @@ def test_tests_benches_and_examples_cite_no_issue_numbers() -> None:
     offenders = [f"{p.relative_to(root)}:{n}: {line.strip()}" for p in sorted(paths)
                  for n, line in enumerate(p.read_text().splitlines(), 1) if issue.search(line)]
     assert not offenders, "\n".join(offenders[:40])
+
+
+# The documentation site (mkdocs.yml, docs/): the API reference is generated from the
+# docstrings above, so what the package exports is what the site documents.
+ROOT = PACKAGE.parent.parent
+REFERENCE = ROOT / "docs" / "reference"
+# Imported on their own by users (they import their trainer): a reference entry each.
+TRAINER_MODULES = ["youmu.integrations.hf", "youmu.integrations.accelerate", "youmu.integrations.lightning",
+                   "youmu.integrations.mesh"]
+
+
+def _source(module: str) -> Path:
+    path = ROOT / "python" / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _documented_modules() -> list[str]:
+    """The modules the reference pages render (``::: youmu.x``; a directive naming a
+    function, as ``::: youmu.torch.pack.pack`` does, is not one)."""
+    return [m for page in sorted(REFERENCE.glob("*.md"))
+            for m in re.findall(r"^::: (youmu[\w.]*)\s*$", page.read_text(), re.MULTILINE) if _source(m).is_file()]
+
+
+def _exports(module: str) -> list[str]:
+    """A module's ``__all__``, read from its source: importing the trainer modules would
+    import their trainers."""
+    import ast
+
+    source = _source(module)
+    for node in ast.parse(source.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(getattr(t, "id", None) == "__all__" for t in targets):
+            return [ast.literal_eval(e) for e in node.value.elts]
+    return []
+
+
+def test_every_package_and_top_level_module_has_a_reference_entry() -> None:
+    wanted = [m for m in MODULES if m.count(".") <= 1] + TRAINER_MODULES
+    documented = set(_documented_modules())
+    missing = [m for m in wanted if m not in documented]
+    assert not missing, f"add `::: name` to a page of docs/reference/ for: {missing}"
+
+
+def test_the_design_notes_are_pages_of_the_site() -> None:
+    config = (ROOT / "mkdocs.yml").read_text()
+    for page in ["architecture.md", "references.md", "reference/index.md", "quickstart.md"]:
+        assert (ROOT / "docs" / page).is_file(), page
+        assert re.search(rf":\s*{re.escape(page)}\s*$", config, re.MULTILINE), f"{page} is not in mkdocs.yml's nav"
+
+
+@pytest.mark.timeout(300)
+def test_the_site_builds_strictly_with_an_entry_for_every_exported_name(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` (what ``make docs`` runs): no broken link or anchor, no page
+    outside the nav, no unreadable docstring; and the built reference has an anchor for
+    every name each documented module exports (a name that is also a submodule's is
+    documented as ``module.name.name``)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "NO_MKDOCS_2_WARNING": "1"}
+    site = tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+    anchors = {a for page in site.rglob("*.html") for a in re.findall(r'id="(youmu[\w.]*)"', page.read_text())}
+    missing = [f"{m}.{name}" for m in _documented_modules() for name in _exports(m)
+               if f"{m}.{name}" not in anchors and f"{m}.{name}.{name}" not in anchors]
+    assert not missing, f"exported but not in the built API reference: {missing}"
