@@ -13,6 +13,10 @@ $(VENV)/.deps-installed: requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install -r requirements-dev.txt
+	# TRL's published chat templates and their {% generation %}-tagged training versions, the
+	# reference the ChatTemplate tests check labels against (tests/chat_families.py reads the
+	# files, never imports trl): --no-deps, since only the .jinja files are needed
+	$(PIP) install --no-deps trl==1.16.0
 	touch $@
 
 # Release build of the native core, installed editable into the venv.

@@ -11,7 +11,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from textutil import CHATML, bpe_tokenizer, chat_tokenizer, ultrachat, write_chats, write_texts
+from textutil import (
+    CHATML,
+    CHATML_PUBLISHED,
+    CHATML_TRAINING,
+    bpe_tokenizer,
+    chat_tokenizer,
+    ultrachat,
+    write_chats,
+    write_texts,
+)
 from torch.utils.data import DataLoader
 
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, TextError
@@ -116,10 +125,69 @@ def test_a_row_over_cutoff_len_is_refused_when_asked(tmp_path: Path) -> None:
     assert f"over cutoff_len={cutoff}" in str(err) and (err.file, err.row) == (str(path), 6)
 
 
-def test_a_template_without_generation_blocks_is_refused_up_front() -> None:
-    no_generation = CHATML.replace("{% generation %}", "").replace("{% endgeneration %}", "")
-    with pytest.raises(InvalidArgumentError, match="generation"):
-        ChatTemplate(chat_tokenizer(no_generation))
+
+
+def _labels(template: str, convs) -> list[list[int]]:
+    out, _ = ChatTemplate(chat_tokenizer(template))(pa.table({"messages": convs}))
+    return out.column("labels").to_pylist()
+
+
+@pytest.mark.parametrize("dead", [
+    "{#- a training template: answers are {% generation %} blocks -#}\n",  # TRL's header comments
+    "{% if false %}{% generation %}{% endgeneration %}{% endif %}",  # a block no row can reach
+    "{{ '{% generation %}' if false else '' }}",  # the tag in a string
+])
+def test_a_generation_tag_that_can_never_run_is_no_block(dead: str) -> None:
+    # the text search saw a tag and every label came out -100; the parsed template has none,
+    # so the answers are found turn by turn, as the tagged template marks them
+    convs = ultrachat(8)
+    assert not ChatTemplate(chat_tokenizer(dead + CHATML_PUBLISHED)).tagged
+    labels = _labels(dead + CHATML_PUBLISHED, convs)
+    assert labels == _labels(CHATML_TRAINING, convs) and all(any(v != -100 for v in row) for row in labels)
+
+
+def test_a_generation_block_this_row_never_reaches_names_the_row(tmp_path: Path) -> None:
+    # the block is only in a branch for a role this data does not use: 0 labels is an error, not a sample
+    template = CHATML.replace("{% if m['role'] == 'assistant' %}", "{% if m['role'] == 'bot' %}")
+    convs = ultrachat(6)
+    path = write_chats(tmp_path / "c.parquet", convs, row_group_size=3)
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(chat_tokenizer(template))))
+    assert "0 labels" in str(err) and "never run" in str(err)
+    assert (err.column, err.file, err.row) == ("messages", str(path), 0)
+
+
+@pytest.mark.parametrize("template", [CHATML, CHATML_PUBLISHED], ids=["tagged", "published"])
+def test_a_chat_with_no_assistant_turn_names_its_row(tmp_path: Path, template: str) -> None:
+    convs = ultrachat(7)
+    convs[5] = [m for m in convs[5] if m["role"] != "assistant"]
+    path = write_chats(tmp_path / "c.parquet", convs, row_group_size=2)
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(chat_tokenizer(template))))
+    assert "no assistant turn" in str(err) and "0 labels" in str(err)
+    assert (err.column, err.file, err.row) == ("messages", str(path), 5)
+
+
+def test_an_answer_the_template_renders_otherwise_when_followed_names_its_message() -> None:
+    # the last answer shouted, earlier ones not: an earlier answer's text is nowhere to be
+    # found in the whole rendering, so its tokens cannot be told, and the row says so
+    shout = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
+             "{{ m['content'] | upper if loop.last and LAST else m['content'] }}{{ '!<|im_end|>\\n' }}{% endfor %}"
+             "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    one = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    conv = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "abc"},
+            {"role": "user", "content": "r"}, {"role": "assistant", "content": "def"}]
+    tok = chat_tokenizer(shout.replace("LAST", "m['role'] == 'assistant'"))
+    with pytest.raises(TextError, match="cannot tell which tokens") as e:
+        ChatTemplate(tok)(pa.table({"messages": [one, conv]}))
+    assert (e.value.message, e.value.batch_row) == (1, 1)
+    # nor is a prompt the template renders otherwise before an answer labelled
+    with pytest.raises(TextError, match="cannot tell which tokens") as e:
+        ChatTemplate(chat_tokenizer(shout.replace("LAST", "m['role'] == 'user'")))(pa.table({"messages": [one]}))
+    assert (e.value.message, e.value.batch_row) == (1, 0)
+
+
+def test_a_template_that_does_not_parse_is_refused_up_front() -> None:
+    with pytest.raises(InvalidArgumentError, match="does not parse"):
+        ChatTemplate(chat_tokenizer("{% for m in messages %}{{ m['content'] }}"))
 
 
 def test_a_tokenizer_without_a_chat_template_is_refused() -> None:

@@ -17,7 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from chat_tokenizer import CHATML, SPECIALS, train_bpe  # noqa: E402
 from chat_tokenizer import chat_tokenizer as wrap_chat  # noqa: E402
 
-__all__ = ["CHATML", "SPECIALS", "CORPUS", "bpe_tokenizer", "chat_tokenizer", "write_texts", "write_chats",
+#: ChatML as Qwen publishes it (no {% generation %} block; the same text as CHATML) and as
+#: TRL's training templates tag it: the answer, its <|im_end|> and the newline after it
+CHATML_PUBLISHED = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML_TRAINING = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}{% if m['role'] == 'assistant' %}"
+                   "{% generation %}{{ m['content'] + '<|im_end|>\\n' }}{% endgeneration %}"
+                   "{% else %}{{ m['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+__all__ = ["CHATML", "CHATML_PUBLISHED", "CHATML_TRAINING", "SPECIALS", "CORPUS", "bpe_tokenizer", "chat_tokenizer", "write_texts", "write_chats",
            "ultrachat", "sharegpt"]
 
 CORPUS = [

@@ -1,9 +1,15 @@
 """``ChatTemplate``: chat rows templated and tokenized the way trainers do it — the
 tokenizer's own ``chat_template`` through ``transformers``' ``apply_chat_template``,
-labels ``-100`` except on the tokens ``transformers`` marks as the assistant's
-(``return_assistant_tokens_mask``, a template with ``{% generation %}`` blocks), cut
+labels ``-100`` except on the assistant's tokens, cut
 to ``cutoff_len`` as LLaMA-Factory cuts (:mod:`youmu.text.cutoff`) — a page's rows
 at a time in the DataLoader workers (a batched transform, :mod:`youmu.batched`).
+
+The assistant's tokens: those ``transformers`` marks (``return_assistant_tokens_mask``)
+where the template has ``{% generation %}`` blocks; in a published model's template,
+which has none (Qwen, Llama 3, Mistral, Phi-3, Gemma, SmolLM2, DeepSeek-V3, gpt-oss),
+each answer found by rendering the conversation turn by turn
+(:mod:`youmu.text.turns`): the answer and its end-of-turn, as the families' training
+templates mark them, never the assistant header.
 
 Rows come in either published layout: UltraChat's ``messages`` (a list of
 ``{"role", "content"}``) or ShareGPT / OpenHermes' ``conversations`` (a list of
@@ -18,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +36,7 @@ from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgument
 from youmu.skips import ON_ERROR
 from youmu.text.cutoff import keep_lengths, turn_pairs
 from youmu.text.tokenizer import TokenizerRef, fit_offsets, flat_ids, list_column, row_offsets, token_column
+from youmu.text.turns import generation_reachable, label_turns
 
 __all__ = ["ChatTemplate", "DEFAULT_ROLES", "OVERFLOW", "IGNORE_INDEX", "conversation_of", "assistant_labels",
            "assistant_label_columns", "generation_template", "template_one"]
@@ -45,7 +51,6 @@ DEFAULT_ROLES: Mapping[str, str] = {
 #: What a row longer than ``cutoff_len`` gets: cut as LLaMA-Factory cuts, refused with
 #: a :class:`~youmu.errors.TextError` naming it, or dropped (its position counted).
 OVERFLOW = ("truncate", "raise", "drop")
-_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
 def conversation_of(value: Any, roles: Mapping[str, str]) -> list[dict[str, str]]:
@@ -81,9 +86,10 @@ def conversation_of(value: Any, roles: Mapping[str, str]) -> list[dict[str, str]
 
 def generation_template(tokenizer: Any, chat_template: str | None = None) -> bool:
     """Whether ``tokenizer`` is a fast ``transformers`` tokenizer whose chat template (or
-    ``chat_template``) marks the assistant's answers with ``{% generation %}``."""
+    ``chat_template``) marks the assistant's answers with ``{% generation %}`` blocks
+    (in the parsed template: a tag in a comment is none, :func:`~youmu.text.turns.generation_reachable`)."""
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
-    return (isinstance(template, str) and _GENERATION.search(template) is not None
+    return (isinstance(template, str) and generation_reachable(template)
             and getattr(tokenizer, "is_fast", False) is True
             and callable(getattr(tokenizer, "apply_chat_template", None)))
 
@@ -141,7 +147,10 @@ def assistant_label_columns(ids: Sequence[Sequence[int]], masks: Sequence[Sequen
     offsets = fit_offsets(row_offsets(ids, who))  # a row claiming 2**31 ids is refused before any is copied
     total = int(offsets[-1])
     flat = flat_ids(ids, total, who)
-    marked = np.fromiter(itertools.chain.from_iterable(masks), dtype=bool, count=total)
+    if len(masks) and isinstance(masks[0], np.ndarray):
+        marked = np.concatenate(masks).astype(bool, copy=False)
+    else:
+        marked = np.fromiter(itertools.chain.from_iterable(masks), dtype=bool, count=total)
     labels = np.where(marked, flat, IGNORE_INDEX)
     lengths = np.diff(offsets)
     if cutoff_len is None or not (lengths > cutoff_len).any():
@@ -161,10 +170,19 @@ class ChatTemplate:
     transform: ``YoumuDataset(..., transform=ChatTemplate(tok))``).
 
     Args:
-        tokenizer: a ``transformers`` fast tokenizer with a ``chat_template`` whose
-            assistant turns are ``{% generation %}`` blocks (how ``transformers`` tells
-            which tokens are the assistant's), or the path of a saved one (loaded once
-            per worker process).
+        tokenizer: a ``transformers`` fast tokenizer with a ``chat_template`` — a
+            published model's as it is (``AutoTokenizer.from_pretrained(...)``) — or the
+            path of a saved one (loaded once per worker process). Its assistant's tokens
+            are what the template's ``{% generation %}`` blocks mark, where it has any
+            (found in the parsed template: a tag in a comment is none); otherwise each
+            answer is found by rendering the conversation up to it with the generation
+            prompt and through it (:mod:`youmu.text.turns`): what the answer adds after
+            the prompt, its end-of-turn token and what the template writes after it
+            before the next message (``<|im_end|>\\n``, ``<|eot_id|>``,
+            ``<end_of_turn>\\n``), as TRL's training templates of those families mark
+            them; never the assistant header. An answer the template renders
+            differently once others follow (Qwen3 drops earlier ``<think>`` blocks) is
+            labelled on the text it renders for the whole conversation.
         column: the conversation column: UltraChat's ``messages`` or ShareGPT's
             ``conversations`` (either layout is read from any column).
         roles: stored speaker names → template roles (default :data:`DEFAULT_ROLES`:
@@ -194,7 +212,16 @@ class ChatTemplate:
     A sample: ``input_ids`` and ``labels`` (``list<int64>``, as tensors with
     ``output="torch"``); ``len(input_ids)`` is its length for
     ``DynamicBatchLoader``'s ``length_fn``, and
-    :func:`~youmu.batching.loss.label_token_count` its loss tokens.
+    :func:`~youmu.batching.loss.label_token_count` its loss tokens. A row with no
+    token to learn — no assistant turn, or ``{% generation %}`` blocks that never run
+    for it — or whose answers cannot be told from the template's rendering is a
+    :class:`~youmu.errors.TextError` naming it (``on_error="skip"``: skipped and
+    reported), never a sample whose labels are all ``-100``.
+
+    Example:
+        >>> from transformers import AutoTokenizer                  # doctest: +SKIP
+        >>> tok = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")  # doctest: +SKIP
+        >>> ds = YoumuDataset("ultrachat/*.parquet", transform=ChatTemplate(tok, cutoff_len=2048))  # doctest: +SKIP
     """
 
     #: called with a table of rows (youmu.batched)
@@ -222,12 +249,8 @@ class ChatTemplate:
             template = tok.get_chat_template(chat_template)
         except ValueError as e:
             raise InvalidArgumentError(f"the tokenizer has no chat template ({e}); pass chat_template=") from None
-        if not _GENERATION.search(template):
-            raise InvalidArgumentError(
-                "the chat template has no {% generation %} block, so transformers cannot mark the assistant's tokens "
-                "(every label would be -100): wrap each assistant answer in {% generation %}...{% endgeneration %} "
-                "and pass it as chat_template="
-            )
+        # a template that marks the answers itself keeps its marks; any other is run turn by turn
+        self.tagged = generation_reachable(template)
         roles = DEFAULT_ROLES if roles is None else roles
         if not isinstance(roles, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
                                                      for k, v in roles.items()):
@@ -295,16 +318,41 @@ class ChatTemplate:
                 raise _RowErrors(refused) from None
             raise TextError(f"the chat template raised {type(e).__name__}: {e}", column=self.column) from e
 
+    def _masks(self, conversations: list[list[dict[str, str]]], skip: bool) -> tuple[list[Any], list[Any]]:
+        """``(ids, assistant masks)`` of each conversation: the template's own
+        ``{% generation %}`` marks, or (none in it) its answers found turn by turn
+        (:func:`~youmu.text.turns.label_turns`). A row with no token to learn (no
+        assistant turn, or a template that marks none of its answers) or whose answers
+        cannot be found raises its :class:`TextError` (``skip``: :class:`_RowErrors`)."""
+        failures: dict[int, TextError] = {}
+        if self.tagged:
+            out = self._template(conversations, skip)
+            ids, masks = out["input_ids"], out["assistant_masks"]
+        else:
+            tok = self.tokenizer.get()
+            ids, masks, failures = label_turns(tok, conversations, {"chat_template": self.chat_template,
+                                                                    **self.template_kwargs})
+        for i, (conv, mask) in enumerate(zip(conversations, masks)):
+            if i not in failures and not any(mask):
+                if not any(m["role"] == "assistant" for m in conv):
+                    failures[i] = TextError("the conversation has no assistant turn: no token to learn (0 labels)")
+                else:
+                    failures[i] = TextError("the chat template marks none of the assistant's tokens (0 labels): its "
+                                            "{% generation %} blocks never run for this conversation")
+        if failures:
+            refused = [failures[i].located(column=self.column, batch_row=i) for i in sorted(failures)]
+            raise _RowErrors(refused) if skip else refused[0]
+        return ids, masks
+
     def _labelled(self, conversations: list[list[dict[str, str]]], skip: bool) -> tuple[pa.Array, pa.Array, np.ndarray]:
         """``(input_ids, labels, keep)`` of conversations that all template well; a row
         at fault raises its :class:`TextError` (``skip``: :class:`_RowErrors`)."""
         keep = np.ones(len(conversations), dtype=bool)
         if not conversations:
             return token_column([]), token_column([]), keep
-        out = self._template(conversations, skip)
+        ids, masks = self._masks(conversations, skip)
         who = f"the tokenizer of ChatTemplate(column {self.column!r})"
-        ids_col, labels_col, lengths = assistant_label_columns(out["input_ids"], out["assistant_masks"],
-                                                               self.cutoff_len, who)
+        ids_col, labels_col, lengths = assistant_label_columns(ids, masks, self.cutoff_len, who)
         if self.cutoff_len is not None:
             over = lengths > self.cutoff_len
             if over.any() and self.overflow == "raise":
