@@ -164,6 +164,10 @@ def test_a_chat_with_no_assistant_turn_names_its_row(tmp_path: Path, template: s
     err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(chat_tokenizer(template))))
     assert "no assistant turn" in str(err) and "0 labels" in str(err)
     assert (err.column, err.file, err.row) == ("messages", str(path), 5)
+    # on_error="skip": the row is left out and reported, the rest of its batch kept
+    out, keep, skipped = ChatTemplate(chat_tokenizer(template), on_error="skip")(pa.table({"messages": convs}))
+    assert keep.tolist() == [True] * 5 + [False, True]
+    assert [(e.batch_row, "no assistant turn" in e.reason) for e in skipped] == [(5, True)]
 
 
 def test_an_answer_the_template_renders_otherwise_when_followed_names_its_message() -> None:
