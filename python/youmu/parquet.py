@@ -22,10 +22,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from youmu._args import int_arg
 from youmu.batched import batched_pass, is_batched
@@ -158,68 +160,139 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         return self.layout._stream(shard, epoch, window_pages=self._window_pages(),
                                    units=self._resumed_units(worker, num_workers, epoch))
 
-    def _items(self, worker: int, num_workers: int, start: int) -> Iterator[Any]:
-        compact = in_worker_process()
-        for table in self._stream(worker, num_workers).iter_tables(start):
-            yield from convert_rows(table, self.spec.output, compact=compact)
-            del table  # not held while the next window is read (image windows are large)
-
     def _pass(self, worker: int, num_workers: int, start: int) -> Iterator[tuple[int, Any]]:
-        if is_batched(self.transform):
-            # a page's rows at a time (youmu.batched: tokenizers); positions still count rows
-            stream = self._stream(worker, num_workers)
-            outcomes = batched_pass(
-                stream.iter_tables(start), self.transform, self.spec.output, start,  # type: ignore[arg-type]
-                where=lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos),
-                compact=in_worker_process(), in_worker=in_worker_process(),
-            )
-            if getattr(self.transform, "reports_rows", False):  # on_error="skip": rows skipped are reported
-                yield from report_skips(((p, SKIP if x is None else x) for p, x in outcomes), start, self.skip_log)
+        stream = self._stream(worker, num_workers)
+        return self._transformed(stream.iter_tables(start), start, self._where(stream))
+
+    def _where(self, stream: RowStream) -> Callable[[int], dict[str, Any]]:
+        """``{"file", "row", "position"}`` of a position of ``stream`` (errors and skip reports name them)."""
+        return lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos)
+
+    def _transformed(self, tables: Iterable[pa.Table], start: int, where: Callable[[int], dict[str, Any]], *,
+                     log: SkipLog | None = None, whole: bool = True) -> Iterator[tuple[int, Any]]:
+        """The one Parquet pass: ``(position after, item or SKIP)`` of the consecutive
+        stream rows in ``tables`` (from position ``start``) through the transform, of
+        whichever kind — a plain one row by row (``None`` drops a row), a batched one a
+        page's rows at a time (:mod:`youmu.batched`), and either of them reporting rows
+        (``reports_rows``, :mod:`youmu.skips`: bad rows located, raised or skipped and
+        reported with the sample before them, whose position then covers them). Every reader goes
+        through it — a pass (the torch adapter), :meth:`iter_windows` and
+        :meth:`rows_at` (a Ray source loader) — so a transform works in all or none."""
+        transform, output, compact = self.spec.transform, self.spec.output, in_worker_process()
+        reports = getattr(transform, "reports_rows", False)
+        log = self.skip_log if log is None else log
+        if is_batched(transform):
+            outcomes = batched_pass(tables, transform, output, start,  # type: ignore[arg-type]
+                                    where=where, compact=compact, in_worker=compact)
+            if reports:  # on_error="skip": rows skipped are reported
+                yield from report_skips(((p, SKIP if x is None else x) for p, x in outcomes), start, log,
+                                        whole=whole)
                 return
             for pos, item in outcomes:
                 if isinstance(item, RowError):  # skipped by a transform that does not say it reports rows
-                    raise item.located(skip=False).for_worker() if in_worker_process() else item.located(skip=False)
+                    raise item.located(skip=False).for_worker() if compact else item.located(skip=False)
                 yield pos, SKIP if item is None else item
             return
-        if not getattr(self.transform, "reports_rows", False):
-            yield from super()._pass(worker, num_workers, start)
+        rows = _rows_of(tables, output, compact)
+        if reports:
+            yield from reporting_pass(rows, transform, start, where, log, whole=whole)  # type: ignore[arg-type]
             return
-        # a transform that may find rows bad (youmu.vision.VisionTransform): errors name
-        # the file and row; rows it skips are counted and reported (youmu.skips)
-        stream = self._stream(worker, num_workers)
-        yield from reporting_pass(
-            self._items(worker, num_workers, start), self.transform, start,  # type: ignore[arg-type]
-            lambda pos: locate(self.index, stream.plan, self.layout.page_rows, pos), self.skip_log,
-        )
+        pos = start
+        if transform is None:
+            for item in rows:
+                pos += 1
+                yield pos, item
+            return
+        for row in rows:
+            pos += 1
+            item = transform(row)
+            yield pos, SKIP if item is None else item
 
     # -- reads by window and by position (a Ray source loader's) ------------------------------
     def iter_windows(self, start: int = 0) -> Iterator[tuple[int, list[tuple[int, Any]]]]:
-        """The rest of each window from ``start``: ``(position after the window,
-        [(position, row), ...])``, transformed (rows the transform drops are left out).
-        The stream's own progress does not move."""
+        """The pass from ``start`` (:meth:`iter_positions`' items and positions), a
+        window at a time: ``(position the pass is at, [(position, item), ...])`` once
+        it is past the end of a window (rows the transform drops are left out; the
+        pass may be further where the sample that ends a window covers rows skipped
+        after it). The stream's own progress does not move."""
         worker, num_workers, _ = self._begin()
-        transform = self.spec.transform
-        pos = int_arg("start", start, minimum=0)
-        for table in self._stream(worker, num_workers).iter_tables(pos):
-            out = []
-            for row in convert_rows(table, self.spec.output, compact=in_worker_process()):
-                if transform is not None:
-                    row = transform(row)
-                pos += 1
-                if row is not None or transform is None:
-                    out.append((pos - 1, row))
-            yield pos, out
+        start = int_arg("start", start, minimum=0)
+        stream = self._stream(worker, num_workers)
+        ends: deque[int] = deque()  # where each window read so far ends
+
+        def tables() -> Iterator[pa.Table]:
+            end = start
+            for table in stream.iter_tables(start):
+                end += table.num_rows
+                ends.append(end)
+                yield table
+                del table  # not held while the next window is read
+
+        out: list[tuple[int, Any]] = []
+        for after, item in self._transformed(tables(), start, self._where(stream)):
+            if item is not SKIP:
+                out.append((after - 1, item))
+            if ends and after >= ends[0]:
+                while ends and ends[0] <= after:
+                    ends.popleft()
+                yield after, out
+                out = []
 
     def rows_at(self, positions: Sequence[int]) -> list[Any]:
-        """The rows at ``positions`` of this process's shard, read one by one through the
-        row map (a page read per row, no window): what :meth:`iter_positions` yields at
-        them. A transform that drops one of them is a :class:`~youmu.errors.LoaderError`
-        (it was measured there: a transform must be a pure function of the row)."""
+        """What :meth:`iter_positions` yields at ``positions`` of this process's shard
+        (the rows read one by one through the row map: a page read per row, no
+        window), through the same pass. A transform that drops one of them is a
+        :class:`~youmu.errors.LoaderError` (it was measured there: a transform must be
+        a pure function of the row). With a transform that reports rows, a sample
+        comes with the reports of the rows skipped after it (and, the first sample of
+        the shard, before it) as in the pass: those rows are read too."""
         if not len(positions):
             return []
         worker, num_workers = current_worker()
         self._sync_epoch()
-        plan = self._stream(worker, num_workers).plan
+        stream = self._stream(worker, num_workers)
+        where = self._where(stream)
+        if getattr(self.spec.transform, "reports_rows", False):
+            return self._reported_at(stream, [int(p) for p in positions])
+        table = self._read_at(stream, positions)
+        out = []
+        for (_, item), pos in zip(self._transformed([table], 0, lambda k: where(int(positions[k]))), positions):
+            if item is SKIP:
+                raise _dropped(int(pos))
+            out.append(item)
+        return out
+
+    def _reported_at(self, stream: RowStream, positions: list[int]) -> list[Any]:
+        """:meth:`rows_at` with a transform that reports rows: position ``q``'s sample is
+        the last of the pass over rows ``lo..q``, where ``lo`` is a row the transform
+        keeps (its sample carries no earlier reports) or the shard's first; ``lo``
+        starts at ``q - 1`` and moves back, doubling, past skipped rows."""
+        where = self._where(stream)
+        lo = {q: max(q - 1, 0) for q in positions}
+        got: dict[int, Any] = {}
+        pending = sorted(set(positions))
+        while pending:
+            wanted = sorted({p for q in pending for p in range(lo[q], q + 1)})
+            table = self._read_at(stream, wanted)
+            at = {p: i for i, p in enumerate(wanted)}
+            again = []
+            for q in pending:
+                rows = table.slice(at[lo[q]], q + 1 - lo[q])
+                passed = list(self._transformed([rows], lo[q], where, log=SkipLog(), whole=False))
+                if passed[0][1] is SKIP and lo[q] > 0:  # a skipped row: its report may belong to a sample before
+                    lo[q] = max(0, q - 2 * (q + 1 - lo[q]))
+                    again.append(q)
+                    continue
+                after, item = passed[-1]
+                if item is SKIP or after != q + 1:
+                    raise _dropped(q)
+                got[q] = item
+            pending = again
+        return [got[q] for q in positions]
+
+    def _read_at(self, stream: RowStream, positions: Sequence[int]) -> pa.Table:
+        """The untransformed rows at ``positions`` of ``stream`` (through its row map)."""
+        plan = stream.plan
         if plan.mode.permutes_rows:
             ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
         else:
@@ -227,19 +300,15 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
                 self._page_starts = np.concatenate([[0], np.cumsum(self.layout.page_rows)])
             starts = self._page_starts
             ids = [int(starts[p]) + r for p, r in positions_to_rows(plan, self.layout.page_rows, positions)]
-        batch = self.index.read_rows(ids)
-        schema = self.index.schema
-        if not batch.schema.equals(schema):  # files may differ in nullability, as RowStream conforms them
-            import pyarrow as pa
+        return pa.Table.from_batches([stream._conform(self.index.read_rows(ids))])
 
-            batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-        out = []
-        transform = self.spec.transform
-        for pos, row in zip(positions, convert_rows(batch, self.spec.output, compact=in_worker_process())):
-            if transform is not None:
-                row = transform(row)
-                if row is None:
-                    raise LoaderError(f"the transform dropped position {pos}, which the planner measured (a "
-                                      "transform must be a pure function of the row)")
-            out.append(row)
-        return out
+
+def _rows_of(tables: Iterable[pa.Table], output: str, compact: bool) -> Iterator[Any]:
+    for table in tables:
+        yield from convert_rows(table, output, compact=compact)
+        del table  # not held while the next window is read (image windows are large)
+
+
+def _dropped(position: int) -> LoaderError:
+    return LoaderError(f"the transform dropped position {position}, which the planner measured (a transform must "
+                       "be a pure function of the row)")

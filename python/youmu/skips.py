@@ -88,11 +88,12 @@ def locate(index: Any, plan: Any, page_rows: np.ndarray, position: int) -> dict[
 
 
 def reporting_pass(rows: Iterator[Any], transform: Callable[[Any], Any], start: int,
-                   where: Callable[[int], dict[str, Any]], log: SkipLog) -> Iterator[tuple[int, Any]]:
+                   where: Callable[[int], dict[str, Any]], log: SkipLog, *,
+                   whole: bool = True) -> Iterator[tuple[int, Any]]:
     """``(position after, item or SKIP)`` of ``rows`` (from position ``start``) through a
     per-row ``transform``: a :class:`RowError` it raises is located and raised, or,
     marked ``skip``, reported (:func:`report_skips`)."""
-    return report_skips(_outcomes(rows, transform, start, where), start, log)
+    return report_skips(_outcomes(rows, transform, start, where), start, log, whole=whole)
 
 
 def _outcomes(rows: Iterator[Any], transform: Callable[[Any], Any], start: int,
@@ -111,14 +112,17 @@ def _outcomes(rows: Iterator[Any], transform: Callable[[Any], Any], start: int,
         yield pos, SKIP if item is None else item
 
 
-def report_skips(outcomes: Iterator[tuple[int, Any]], start: int, log: SkipLog) -> Iterator[tuple[int, Any]]:
+def report_skips(outcomes: Iterator[tuple[int, Any]], start: int, log: SkipLog, *,
+                 whole: bool = True) -> Iterator[tuple[int, Any]]:
     """``(position after, item or SKIP)`` of ``outcomes``, a pass from position ``start``
     whose items are samples, ``SKIP`` (a row dropped on purpose) or the located
     :class:`RowError` of a row to skip: that row is logged and reported in the
     ``"skipped"`` list of the sample delivered with it (every delivered mapping gets
     one). The last good sample is held until the next row is done, so the rows skipped
     after it travel with it (and its position covers them); an error the outcomes
-    raise comes after that sample."""
+    raise comes after that sample. ``whole=False``: the outcomes are a few rows of a
+    pass read again (``ParquetStream.rows_at``), not a pass: none good among them is no
+    error."""
     held: tuple[int, Any] | None = None
     reports: list[dict[str, Any]] = []
 
@@ -158,7 +162,7 @@ def report_skips(outcomes: Iterator[tuple[int, Any]], start: int, log: SkipLog) 
         raise
     if held is not None:
         yield deliver(held)
-    if first is not None and not delivered:
+    if first is not None and not delivered and whole:
         _no_good_row(first, skipped, start, pos)
 
 
