@@ -194,3 +194,30 @@ def test_a_padding_collate_gathers_a_batchs_reports_into_one_list(texts: Path) -
     assert all(isinstance(b["skipped"], list) for b in batches)
     assert sorted(r["row"] for b in batches for r in b["skipped"]) == BAD_TEXTS
     assert sum(len(b["id"]) for b in batches) == N - len(BAD_TEXTS)
+
+
+def test_packed_rows_resume_exactly_with_each_skipped_row_reported_once(tmp_path: Path) -> None:
+    from youmu.torch import collate_packed, pack
+
+    # a long row split over sequences, then skipped rows its position covers: a state
+    # taken part-way through it must resume at that row, not at the rows skipped after it
+    texts = ["the quick brown fox jumps over the lazy dog " * 3, None, "parquet pages", None, None,
+             "tokenizers split text", "bpe merges", None]
+    path = write_texts(tmp_path / "t.parquet", texts, row_group_size=2)
+
+    def make():
+        ds = YoumuDataset(path, shuffle="none", output="python", transform=_tokenize())
+        return pack(ds, seq_len=8, pad_id=0)
+
+    whole = list(make())
+    assert sorted(r["row"] for s in whole for r in s["skipped"]) == [1, 3, 4, 7]
+    assert collate_packed(whole[:3])["skipped"] == [r for s in whole[:3] for r in s["skipped"]]
+    for k in range(1, len(whole)):
+        first = make()
+        it = iter(first)
+        got = [next(it) for _ in range(k)]
+        resumed = make()
+        resumed.load_state_dict(first.state_dict())
+        got += list(resumed)
+        assert [s["input_ids"].tolist() for s in got] == [s["input_ids"].tolist() for s in whole], k
+        assert sorted(r["row"] for s in got for r in s["skipped"]) == [1, 3, 4, 7], k

@@ -61,7 +61,11 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     ``transformers`` models do) then never learns a piece's first token from the end of
     the document before it. The last partial sequence is
     dropped unless ``pad_id`` is given (it is then padded and its padding forms a final
-    pseudo-document, labelled ``-100``).
+    pseudo-document, labelled ``-100``). Rows that come with a ``"skipped"`` list (an
+    ``on_error="skip"`` transform's reports, :mod:`youmu.skips`) give each item one:
+    the reports travel with the sequence that holds the first token of the row they
+    came with, once across resumes (those of a dropped partial last sequence are lost
+    with it).
 
     State (:mod:`youmu.stateful`): per worker, the row the next sequence starts in and
     the tokens of it already taken, with the wrapped stream's own state nested under
@@ -197,12 +201,12 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                                        f"{self.label_column!r}: labels must be in step with the ids")
         return np.stack([ids, labels])
 
-    def _emit(self, pieces: list[np.ndarray]) -> dict[str, torch.Tensor]:
+    def _emit(self, pieces: list[np.ndarray], reports: list[Any] | None = None) -> dict[str, Any]:
         tokens = np.concatenate(pieces, axis=1).astype(np.int64)
         lens = [p.shape[1] for p in pieces]
         cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
         pos = np.concatenate([np.arange(n) for n in lens]).astype(np.int64)
-        out = {
+        out: dict[str, Any] = {
             "input_ids": torch.from_numpy(np.ascontiguousarray(tokens[0])),
             "position_ids": torch.from_numpy(pos),
             "cu_seqlens": torch.from_numpy(cu),
@@ -211,6 +215,8 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
             labels = np.ascontiguousarray(tokens[1])
             labels[cu[:-1]] = _IGNORE  # no piece's first token is learnt from another document
             out["labels"] = torch.from_numpy(labels)
+        if reports is not None:
+            out["skipped"] = reports
         return out
 
     def _pass(self, worker: int, num_workers: int, start: tuple[int, int]) -> Iterator[tuple[tuple[int, int], Any]]:
@@ -219,10 +225,12 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         have = 0
         end = row_pos
         first = True
+        reports: list[Any] | None = None  # rows an on_error="skip" transform skipped, for the next sequence
         # head: tokens of a row that a job before a resume on another topology already
         # packed and delivered (youmu.resume); they are skipped
-        for pos, row, head in self.dataset.iter_with_heads(row_pos):
-            end = pos + 1
+        for at, row, head in self.dataset.iter_with_heads(row_pos):
+            end = at + 1
+            pos, skipped = _own_position(at, row)
             toks = self._tokens(row)
             n = toks.shape[1]
             if first and skip and (pos != row_pos or skip >= n):
@@ -233,6 +241,10 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                 )
             first = False
             off = skip if pos == row_pos and skip else head
+            if skipped is not None:
+                # reported with the sequence that holds the row's first token (a row
+                # resumed part-way had them delivered with an earlier one)
+                reports = (reports or []) + (skipped if not off else [])
             if off >= n and off and not (pos == row_pos and skip):
                 # a merged state's tokens of a partly packed row: as checked as a direct
                 # load's (the rest of the row must exist), else the row would vanish
@@ -244,8 +256,9 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
                 have += take
                 off += take
                 if have == self.seq_len:
-                    yield ((pos, off) if off < n else (pos + 1, 0)), self._emit(pieces)
+                    yield ((pos, off) if off < n else (end, 0)), self._emit(pieces, reports)
                     pieces, have = [], 0
+                    reports = None if reports is None else []
         if first and skip:
             raise StateError(f"PackedDataset state field 'positions'[{worker}]=({row_pos}, {skip}) is past the end "
                              "of the shard")
@@ -253,10 +266,25 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
             pad = np.full((len(pieces[0]), self.seq_len - have), self.pad_id, dtype=np.int64)
             pad[1:] = _IGNORE
             pieces.append(pad)
-            yield (end, 0), self._emit(pieces)
+            yield (end, 0), self._emit(pieces, reports)
         # The end position: a state saved now resumes to the empty rest of the epoch; a
         # partial last sequence without pad_id is dropped, as documented.
         yield (end, 0), SKIP
+
+
+def _own_position(at: int, row: Any) -> tuple[int, list[Any] | None]:
+    """``(the row's own position, the reports it carries)`` of a row the stream gives
+    at position ``at``: a sample carrying the reports of rows an ``on_error="skip"``
+    transform skipped right after it stands at the last of them (:mod:`youmu.skips`:
+    its position covers them), and a row resumed part-way must be found at its own."""
+    skipped = row.get("skipped") if isinstance(row, dict) else None
+    if not isinstance(skipped, list):
+        return at, None
+    covered = {r.get("position") for r in skipped if isinstance(r, Mapping)}
+    pos = at
+    while pos in covered:
+        pos -= 1
+    return pos, skipped
 
 
 def pack(
@@ -285,7 +313,10 @@ def collate_packed(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tens
     cus = [items[0]["cu_seqlens"]] + [x["cu_seqlens"][1:] + i * seq_len for i, x in enumerate(items) if i > 0]
     cu = torch.cat(cus).to(torch.int32)
     max_len = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
-    out = {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu, "max_seqlen": torch.tensor(max_len)}
+    out: dict[str, Any] = {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu,
+                           "max_seqlen": torch.tensor(max_len)}
     if all("labels" in x for x in items):  # packed with label_column
         out["labels"] = torch.stack([x["labels"] for x in items])
+    if all("skipped" in x for x in items):  # rows an on_error="skip" transform skipped: one list a batch
+        out["skipped"] = [r for x in items for r in x["skipped"]]
     return out
