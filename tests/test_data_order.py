@@ -162,7 +162,7 @@ def test_a_budget_that_shrinks_the_windows_says_so(places: dict[str, tuple[str, 
     assert ds.window_pages == 10
     message = str(caught[0].message)
     assert "windows of 10 pages" in message, message
-    assert f"{DEFAULT_WINDOW_PAGES} pages" in message and "Shuffling: how many pages per window" in message, message
+    assert f"{DEFAULT_WINDOW_PAGES} pages" in message and "Page shuffle and pages per window" in message, message
 
 
 # -- a state follows the data ---------------------------------------------------------------

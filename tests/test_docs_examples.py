@@ -182,12 +182,32 @@ def test_every_included_file_is_run_by_a_test() -> None:
     assert included >= set(RUN_HERE), f"examples run here but shown nowhere: {set(RUN_HERE) - included}"
 
 
+def own_blocks(page: str) -> list[tuple[str, int]]:
+    """A page's python blocks that are not includes: ``(code, line)``."""
+    return [(code, line) for lang, code, line in code_blocks(page) if lang == "python" and not _INCLUDE.search(code)]
+
+
+RUNNABLE = [page for page in PAGES if own_blocks(page)]
+
+
+def test_a_page_without_code_of_its_own_shows_an_example_a_test_runs() -> None:
+    bare = [page for page in PAGES if page not in RUNNABLE and not set(includes(page)) & set(RUN_HERE)]
+    assert not bare, f"pages with neither python blocks of their own nor an example run here: {bare}"
+
+
+def test_the_readme_quickstart_is_the_quickstart_page_s() -> None:
+    """The README's 20-line example is the quickstart page's first block (which runs
+    here); the README keeps the same code, not a variant of it."""
+    readme = (ROOT / "README.md").read_text()
+    m = re.search(r"## Quickstart\s+```python\n(.*?)```", readme, re.S)
+    assert m, "the README has a Quickstart code block"
+    assert m.group(1) == own_blocks("quickstart.md")[0][0]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", RUNNABLE)
 def test_a_page_s_code_runs(page: str, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = [(code, line) for lang, code, line in code_blocks(page) if lang == "python" and not _INCLUDE.search(code)]
-    if not blocks:
-        pytest.skip(f"{page} has no python block of its own (it includes the examples tests run)")
+    blocks = own_blocks(page)
     for entry in workspace.iterdir():
         (tmp_path / entry.name).symlink_to(entry)
     monkeypatch.chdir(tmp_path)

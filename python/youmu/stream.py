@@ -116,7 +116,7 @@ def window_layout(index: object, buffer_size: int | None, world_size: int, *, me
     writer that put a row group of 25 images of 1 MB into one page), windows are
     single pages read one at a time with nothing ahead (``read_ahead`` 0): the peak is
     then about that one page, not a multiple, and the shuffle draws from one page per
-    window (see the README on ``page_slices``).
+    window (``docs/concepts/memory.md`` on ``page_slices``).
 
     Without ``memory_budget``, large rows get one (:func:`default_budget`), and a
     :class:`~youmu.errors.YoumuWarning` says so with the window size it gives: a
@@ -174,7 +174,7 @@ def _warn_derived(got: int, asked: int, row_bytes: int) -> None:
         f"no memory_budget given and rows of {row_bytes:,} decoded bytes on average (from the footers): "
         f"{WINDOWS_IN_FLIGHT} windows of the {asked} pages the settings ask for would not fit in memory_budget="
         f"{DEFAULT_MEMORY_BUDGET} (youmu.stream.DEFAULT_MEMORY_BUDGET), which this stream now reads with: windows "
-        f"of {got} pages; pass memory_budget= to choose (README: \"Image-text data\")",
+        f"of {got} pages; pass memory_budget= to choose (docs/concepts/memory.md)",
         YoumuWarning,
         stacklevel=5,  # the line that built the dataset: _warn_derived, window_layout, layout, __init__
     )
@@ -188,8 +188,8 @@ def _warn_shrunk(memory_budget: int, got: int, asked: int, needs: int) -> None:
             f"still at least the {DEFAULT_WINDOW_PAGES} pages the shuffle-quality rule needs")
     warnings.warn(
         f"memory_budget={memory_budget} holds windows of {got} pages, not the {asked} the settings ask for "
-        f"({WINDOWS_IN_FLIGHT} windows of the largest pages in flight); {rule} (README: \"Shuffling: how many "
-        f"pages per window\"); windows of {asked} pages need memory_budget >= {needs}",
+        f"({WINDOWS_IN_FLIGHT} windows of the largest pages in flight); {rule} (docs/concepts/shuffle.md: \"Page shuffle "
+        f"and pages per window\"); windows of {asked} pages need memory_budget >= {needs}",
         YoumuWarning,
         stacklevel=5,  # the line that built the dataset: _warn_shrunk, window_layout, layout, __init__
     )

@@ -36,8 +36,8 @@ class YoumuDataset(ParquetStream, IterableDataset):
         shuffle: ``"page"`` (default), ``"row"``, ``"local"`` or ``"none"``.
         buffer_size: rows shuffled together (about this many rows per window). Default:
             about 8,192 rows and at least 32 pages per window — shuffle quality depends
-            on the distinct pages per window (:attr:`window_pages`; see the README's
-            shuffle guidance).
+            on the distinct pages per window (:attr:`window_pages`; see
+            ``docs/concepts/shuffle.md``).
         seed: shuffle seed; ``set_epoch`` reshuffles.
         rank, world_size: default from ``torch.distributed`` when initialised.
         transform: called on each row in the worker; returning ``None`` drops the row.
@@ -65,7 +65,7 @@ class YoumuDataset(ParquetStream, IterableDataset):
             window of ``buffer_size`` rows draws from that many times more pages — more
             diverse early batches, at that many times the page reads (each page is read
             once per slice). Part of the shuffle (saved in the state). Default 1; see
-            the README's shuffle guidance.
+            ``docs/concepts/shuffle.md``.
         read_ahead: windows read ahead of the one being consumed (default
             :func:`youmu.stream.default_read_ahead`: 1 for local files, 4–8 for object
             stores, from the I/O runtime's ``max_inflight``). More hides storage
@@ -83,8 +83,7 @@ class YoumuDataset(ParquetStream, IterableDataset):
     after ``load_state_dict``. With DataLoader workers use torchdata's
     ``StatefulDataLoader``, which calls these methods inside each worker.
     A job that comes back with another world size or worker count resumes from
-    :func:`youmu.merge_states` of all its ranks' states (README: "Resume on another
-    topology").
+    :func:`youmu.merge_states` of all its ranks' states (``docs/guides/resume-topology.md``).
     """
 
     def __init__(
