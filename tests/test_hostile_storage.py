@@ -547,3 +547,29 @@ def test_storage_options_for_local_paths_or_other_stores_are_refused(tmp_path: P
 
     assert inspect_file(str(path), out=out, storage_options={"region": "x"}) == 1
     assert "region" in out.getvalue() and "does not apply" in out.getvalue()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("value, error", [
+    ("http://127.0.0.1:{closed}", youmu.StorageError),  # nothing listens: httpx's ConnectError once
+    ("http://user:s3cret-endpoint-pass@127.0.0.1:{closed}", youmu.StorageError),
+    ("ftp://127.0.0.1:21", youmu.InvalidArgumentError),  # httpx's UnsupportedProtocol once
+    ("127.0.0.1:8080", youmu.InvalidArgumentError),
+    ("http://h:port", youmu.InvalidArgumentError),
+    ("http://user:s3cret-endpoint-pass@[::1", youmu.InvalidArgumentError),
+])
+def test_an_unreachable_or_malformed_hf_endpoint_is_a_typed_error_naming_it(
+        value: str, error: type[Exception], monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_ENDPOINT", value.format(closed=_closed_port()))
+    monkeypatch.setenv("HF_TOKEN", "hf_NeverShownToken0123456789")
+    with pytest.raises(error) as e:
+        youmu.PageIndex("hf://datasets/org/data/train.parquet")
+    text = str(e.value)
+    assert "HF_ENDPOINT" in text and "hf://datasets/org/data" in text, text
+    assert "s3cret-endpoint-pass" not in text and "hf_NeverShownToken" not in text, text

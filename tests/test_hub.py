@@ -265,7 +265,8 @@ def test_a_saved_index_is_loaded_from_the_hub_and_never_written_there(hub: HubSe
         youmu.PageIndex.load("hf://datasets/org/nothing/i.youmu")
 
 
-def test_a_state_records_the_commit(hub: HubServer) -> None:
+def test_a_state_follows_the_files_content_not_the_commit_or_where_they_are_served(hub: HubServer,
+                                                                                    tmp_path: Path) -> None:
     from youmu.torch import YoumuDataset
 
     def fixed_size(ids: np.ndarray) -> bytes:  # plain, uncompressed, no statistics: the size ignores values
@@ -273,22 +274,39 @@ def test_a_state_records_the_commit(hub: HubServer) -> None:
         pq.write_table(pa.table({"id": ids}), buf, use_dictionary=False, compression="none", write_statistics=False)
         return buf.getvalue()
 
-    first = hub.commit("org/states", {"a.parquet": fixed_size(np.arange(30, dtype=np.int64))})
-    ds = YoumuDataset("hf://datasets/org/states", columns=["id"], shuffle="none")
-    it = iter(ds)
-    next(it)
-    state = ds.state_dict()
-    # the same file name, size and pages at another commit: other data, refused
-    second = hub.commit("org/states", {"a.parquet": fixed_size(np.arange(100, 130, dtype=np.int64))})
-    assert len(hub.repos["org/states"].commits[second]["a.parquet"]) == len(
-        hub.repos["org/states"].commits[first]["a.parquet"])
-    assert second != first
-    other = YoumuDataset("hf://datasets/org/states", columns=["id"], shuffle="none")
-    with pytest.raises(youmu.StateError):
-        other.load_state_dict(state)
-    again = YoumuDataset(f"hf://datasets/org/states@{first}", columns=["id"], shuffle="none")
+    def stream(where: str | Path) -> YoumuDataset:
+        return YoumuDataset(str(where), columns=["id"], shuffle="none")
+
+    def state_after_one(where: str | Path) -> dict:
+        ds = stream(where)
+        next(iter(ds))
+        return ds.state_dict()
+
+    first_bytes = fixed_size(np.arange(30, dtype=np.int64))
+    first = hub.commit("org/states", {"data/a.parquet": first_bytes})
+    state = state_after_one("hf://datasets/org/states/data")
+    # the same file name, size and pages at another commit, other bytes: other data, refused
+    second = hub.commit("org/states", {"data/a.parquet": fixed_size(np.arange(100, 130, dtype=np.int64))})
+    assert len(hub.repos["org/states"].commits[second]["data/a.parquet"]) == len(first_bytes) and second != first
+    with pytest.raises(youmu.StateError, match="other data"):
+        stream("hf://datasets/org/states/data").load_state_dict(state)
+    again = stream(f"hf://datasets/org/states@{first}/data")
     again.load_state_dict(state)
     assert [r["id"] for r in again][:2] == [1, 2]
+    # a later commit that leaves the file's bytes as they were: the same data
+    third = hub.commit("org/states", {"data/a.parquet": first_bytes, "README.md": b"# card\n"})
+    same = stream(f"hf://datasets/org/states@{third}/data")
+    same.load_state_dict(state)
+    assert [r["id"] for r in same][:2] == [1, 2]
+    # the same files on a local disk, both ways: the order is the same, and so is the data
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.parquet").write_bytes(first_bytes)
+    local = stream(tmp_path / "data")
+    local.load_state_dict(state)
+    assert [r["id"] for r in local][:2] == [1, 2]
+    from_hub = stream(f"hf://datasets/org/states@{first}/data")
+    from_hub.load_state_dict(state_after_one(tmp_path / "data"))
+    assert [r["id"] for r in from_hub][:2] == [1, 2]
 
 
 # -- errors -----------------------------------------------------------------------------

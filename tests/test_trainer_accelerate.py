@@ -195,6 +195,32 @@ def test_prepare_refuses_a_raw_stream() -> None:
         prepare(Accelerator(cpu=True), [sample(0)])  # type: ignore[arg-type]
 
 
+def test_an_accumulation_that_disagrees_with_the_loaders_micro_batches_is_refused() -> None:
+    """A BalancedLoader's ``num_microbatches`` batches make one optimizer step (their
+    loss_scale is the step's), a DynamicBatchLoader's batches one each: Accelerate's
+    ``accumulate`` over another count would step the optimizer on other groups, so
+    ``prepare`` refuses it, as the HF Trainer and Lightning do; the matching count, and
+    1 (the loop steps the optimizer itself), are taken."""
+    from youmu.errors import InvalidArgumentError
+    from youmu.planning import BalancedLoader
+
+    def balanced() -> TrainerLoader:
+        return TrainerLoader(BalancedLoader(dataset(16), num_microbatches=2, global_batch_size=4, collate_fn=collate,
+                                            prefetch=0))
+
+    with pytest.raises(InvalidArgumentError, match=r"Accelerator.s gradient_accumulation_steps=2, got 3"):
+        prepare(Accelerator(cpu=True, gradient_accumulation_steps=3), balanced())
+    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, num_workers=0)
+    with pytest.raises(InvalidArgumentError, match=r"Accelerator.s gradient_accumulation_steps=1, got 2"):
+        prepare(Accelerator(cpu=True, gradient_accumulation_steps=2), TrainerLoader(dbl))
+    dbl.close()
+    for steps in (2, 1):
+        loader = balanced()
+        assert prepare(Accelerator(cpu=True, gradient_accumulation_steps=steps), loader) is loader
+    stream = _stream()  # a stream of samples takes any accumulation
+    assert prepare(Accelerator(cpu=True, gradient_accumulation_steps=3), stream) is stream
+
+
 def test_balanced_loader_micro_batches_resume_exactly() -> None:
     from youmu.planning import BalancedLoader
 

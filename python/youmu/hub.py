@@ -75,7 +75,7 @@ from youmu.errors import (
     StorageError,
 )
 
-__all__ = ["HubPath", "is_hf_url", "parse_hf_url", "endpoint", "expand_paths", "pinned_commits"]
+__all__ = ["HubPath", "is_hf_url", "is_hub_file", "parse_hf_url", "endpoint", "expand_paths", "pinned_commits"]
 
 _T = TypeVar("_T")
 _RESOLVE = re.compile(r"/datasets/([^/]+/[^/]+)/resolve/([0-9a-f]{40})/")
@@ -196,8 +196,19 @@ def _hub_call(what: str, call: Callable[[], _T]) -> _T:
                 time.sleep(pause)
                 continue
             raise _youmu_error(what, e, status, tries) from None
-        except OSError as e:  # the endpoint did not answer (refused, DNS, timeout)
-            raise StorageError(redact(f"{what}: the Hub at {endpoint()} did not answer: {e}")) from None
+        except _transport_errors(hf) as e:  # the endpoint did not answer (refused, DNS, timeout)
+            raise StorageError(redact(f"{what}: the Hub at {endpoint()} (HF_ENDPOINT) did not answer: "
+                                      f"{type(e).__name__}: {e}")) from None
+
+
+def _transport_errors(hf: Any) -> tuple[type[BaseException], ...]:
+    """``OSError`` (``requests``' errors derive from it) and the base error of the HTTP
+    library ``huggingface_hub`` is built on, found as a base of its ``HfHubHTTPError``:
+    httpx's connection errors (``ConnectError``, ``UnsupportedProtocol``, timeouts)
+    derive from that, not from ``OSError``."""
+    own = tuple(c for c in hf.HfHubHTTPError.__mro__[1:]
+                if issubclass(c, BaseException) and c not in (OSError, Exception, BaseException))
+    return (OSError, *own)
 
 
 def _youmu_error(what: str, e: BaseException, status: int | None, tries: int) -> StorageError:
@@ -224,10 +235,33 @@ def _youmu_error(what: str, e: BaseException, status: int | None, tries: int) ->
     return StorageError(redact(f"{what}: the Hub answered {status}: {e}"))
 
 
-def _api(options: Mapping[str, Any]) -> Any:
+def _checked_endpoint(url: str) -> str:
+    """:func:`endpoint`, where ``url`` (an ``hf://`` URL) is read from; refused (naming
+    ``url`` and ``HF_ENDPOINT``, its credentials blanked) unless
+    it is an ``http(s)://host[:port][/path]`` address: anything else fails deep inside the
+    HTTP library, with its own exception types."""
+    from urllib.parse import urlsplit
+
+    from youmu._core import redact
+
+    address = endpoint()
+    try:
+        parts = urlsplit(address)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
+        parts.port  # noqa: B018  (a port that is no number raises here)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidArgumentError(
+            f"{url}: HF_ENDPOINT={redact(address)!r} is not a usable Hub address: write http(s)://host[:port], "
+            f"e.g. {_DEFAULT_ENDPOINT}")
+    return address
+
+
+def _api(url: str, options: Mapping[str, Any]) -> Any:
     from huggingface_hub import HfApi
 
-    return HfApi(endpoint=endpoint(), token=_listing_token(options))
+    return HfApi(endpoint=_checked_endpoint(url), token=_listing_token(options))
 
 
 def _resolve_one(url: str, options: Mapping[str, Any]) -> list[str]:
@@ -235,7 +269,7 @@ def _resolve_one(url: str, options: Mapping[str, Any]) -> list[str]:
     from youmu._core import listed_data, listing_prefix
 
     where = parse_hf_url(url)
-    api = _api(options)
+    api = _api(url, options)
     info = _hub_call(f"{url} (revision {where.revision!r})",
                      lambda: api.dataset_info(where.repo, revision=where.revision))
     commit = str(info.sha)
@@ -284,11 +318,25 @@ def expand_paths(paths: Sequence[str], storage_options: Mapping[str, Any] | None
 
 def pinned_commits(urls: Sequence[str]) -> list[str]:
     """The Hub commits (``owner/name@sha``) that resolve URLs among ``urls`` are pinned
-    to, sorted: what a state's data fingerprint adds, so a state saved over one commit
-    is refused over another even where the files' names, sizes and pages agree.
+    to, sorted.
 
     >>> pinned_commits(["https://huggingface.co/datasets/o/n/resolve/" + "a" * 40 + "/x.parquet", "/data/y.parquet"])
     ['o/n@aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa']
     """
     found = {f"{m.group(1)}@{m.group(2)}" for u in urls if (m := _RESOLVE.search(u))}
     return sorted(found)
+
+
+def is_hub_file(url: str) -> bool:
+    """Whether ``url`` is a Hub file's resolve URL pinned to a commit (what an ``hf://``
+    path resolves to): its ETag is a hash of its bytes (the LFS object's SHA-256, a git
+    blob's id), the same at every commit and on every mirror of those bytes, which is
+    what a state's data fingerprint takes as the file's content
+    (:func:`youmu.stateful.data_fingerprint`).
+
+    >>> is_hub_file("https://huggingface.co/datasets/o/n/resolve/" + "a" * 40 + "/x.parquet")
+    True
+    >>> is_hub_file("s3://bucket/datasets/o/n/resolve/main/x.parquet")
+    False
+    """
+    return url[:4].lower() == "http" and _RESOLVE.search(url) is not None

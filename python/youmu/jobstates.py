@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from youmu.errors import StateError
-from youmu.stateful import check_state, is_state_int, state_value_int, state_value_ints
+from youmu.stateful import check_state, is_state_int, same_data, state_value_int, state_value_ints
 
 __all__ = [
     "MERGED_FORMAT",
@@ -200,7 +200,7 @@ def same_settings(saved: Any, mine: Mapping[str, Any], *, owner: str, what: str,
     if not isinstance(saved, Mapping):
         raise StateError(f"{owner} field 'settings' must be a dict, got {type(saved).__name__}")
     for key in sorted(set(saved) | set(mine)):
-        if saved.get(key) != mine.get(key):
+        if saved.get(key) != mine.get(key) and not (key == "data" and same_data(saved.get(key), mine.get(key))):
             raise StateError(f"{owner} was saved with {key}={saved.get(key)!r} but this {what} has "
                              f"{key}={mine.get(key)!r} (at a resume on another topology only {may_change} may change)")
 

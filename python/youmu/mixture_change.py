@@ -49,7 +49,7 @@ import numpy as np
 
 from youmu.errors import StateError
 from youmu.resume import Units
-from youmu.stateful import data_fingerprint, state_value_int
+from youmu.stateful import data_fingerprint, same_data, state_value_int
 
 if TYPE_CHECKING:
     from youmu.mixture import MixtureDataset
@@ -171,7 +171,7 @@ def check_same_map(saved: Saved, ds: MixtureDataset, owner: str) -> None:
         if name not in mine:
             raise StateError(f"the mixture of the state has a child {name!r} that this mixture lacks: rows of it may "
                              "still be owed under the old weights; keep the child and give it weight 0 instead")
-        if list(entry) != list(mine[name]):
+        if list(entry)[1:] != list(mine[name])[1:] or not same_data(list(entry)[0], mine[name][0]):
             raise StateError(f"child {name!r} is other data than when the state was saved (fingerprint, length, "
                              f"chunk {list(entry)} then, {list(mine[name])} now)")
 

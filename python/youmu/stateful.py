@@ -49,6 +49,7 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -57,7 +58,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from youmu.errors import StateError
-from youmu.hub import pinned_commits
+from youmu.hub import is_hub_file
 
 __all__ = [
     "Stateful",
@@ -65,6 +66,7 @@ __all__ = [
     "check_state",
     "data_fingerprint",
     "describe_data",
+    "same_data",
     "state_bool",
     "state_int",
     "state_ints",
@@ -85,10 +87,14 @@ __all__ = [
 #: (shared memory, numpy, Rust), so a larger one is a corrupted or edited state.
 MAX_STATE_INT = (1 << 63) - 1
 
+#: Content hashes of the files :func:`data_fingerprint` is describing (a list while it
+#: runs): :func:`describe_data` of a page index adds its Hub files' ``[name, ETag]``.
+_CONTENT: contextvars.ContextVar[list[list[str]] | None] = contextvars.ContextVar("youmu_content", default=None)
+
 #: Why a field differs, said with the mismatch (the field name alone is not enough).
 _HINTS = {
     "data": "the state was saved over other data (the fingerprint covers file names, sizes, row and page "
-            "counts; a mixture's children and settings)",
+            "counts, the content where a hash of it is known; a mixture's children and settings)",
     "rank": "a rank's state resumes that rank only: load each rank's own state",
     "world_size": "positions are per rank of that many ranks",
     "window_pages": "the state was saved with windows of another size (buffer_size or memory_budget differ): "
@@ -157,6 +163,8 @@ def check_state(
     for key, mine in (expect or {}).items():
         saved = state.get(key)
         # type-strict: "3" is not 3 and True is not 1 (an edited or foreign state)
+        if key == "data" and type(saved) is type(mine) and same_data(saved, mine):
+            continue  # content known on one side only (local files, the Hub's): the same data
         if saved != mine or type(saved) is not type(mine):
             if key not in state:
                 raise StateError(f"{owner} state ({got}) has no {key!r} field (this {owner} has {key}={mine!r})")
@@ -283,9 +291,11 @@ def state_positions(
 def describe_data(data: Any) -> Any:
     """What identifies the data a stream reads, cheaply: from a page index, per file its
     name relative to the directory all the files are in (:func:`_relative_names`: a
-    copy moved elsewhere, or to an object store, is the same data), size and rows, plus
-    the columns and every page's row count; from a youmu mixture or ``RowDataset``, its
-    own description; from anything else, its type and length."""
+    copy moved elsewhere, to an object store or to the Hub, is the same data), size and
+    rows, plus the columns and every page's row count; from a youmu mixture or
+    ``RowDataset``, its own description; from anything else, its type and length. Where
+    a file's content is known by a hash (a Hub file's ETag, the same at any commit that
+    holds the same bytes) :func:`data_fingerprint` adds it apart (see :func:`same_data`)."""
     own = getattr(data, "_state_fingerprint", None)
     if callable(own):
         return own()
@@ -294,11 +304,11 @@ def describe_data(data: Any) -> Any:
         names = _relative_names([str(info["path"]) for info in infos])
         files = [[name, info["size"], info["num_rows"]] for name, info in zip(names, infos)]
         pages = hashlib.sha256(data.page_num_rows().astype("<i8").tobytes()).hexdigest()
-        described = {"files": files, "columns": list(data.columns), "pages": pages}
-        commits = pinned_commits([str(info["path"]) for info in infos])
-        if commits:  # files on the Hub: the commit they were read at is part of the data
-            described["commits"] = commits
-        return described
+        collected = _CONTENT.get()
+        if collected is not None:
+            collected.extend([name, info["etag"]] for name, info in zip(names, infos)
+                             if info.get("etag") and is_hub_file(str(info["path"])))
+        return {"files": files, "columns": list(data.columns), "pages": pages}
     try:
         n: Any = len(data)
     except TypeError:
@@ -331,15 +341,41 @@ def _relative_names(paths: Sequence[str]) -> list[str]:
 def data_fingerprint(data: Any) -> str:
     """A short digest of the data a stream reads (see :func:`describe_data`): a state
     saved over other files, or another mixture, is refused on load instead of resuming
-    positions that mean other rows.
+    positions that mean other rows. Where files' content hashes are known (Hub files)
+    their digest follows a ``+``: compare fingerprints with :func:`same_data`.
 
     >>> data_fingerprint(list(range(10))) == data_fingerprint(list(range(10)))
     True
     >>> data_fingerprint(list(range(10))) == data_fingerprint(list(range(11)))
     False
     """
-    text = json.dumps(describe_data(data), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    token = _CONTENT.set([])
+    try:
+        described = describe_data(data)
+        content = _CONTENT.get()
+    finally:
+        _CONTENT.reset(token)
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    if content:
+        digest += "+" + hashlib.sha256(json.dumps(content).encode()).hexdigest()[:16]
+    return digest
+
+
+def same_data(saved: Any, mine: Any) -> bool:
+    """Whether a state's ``data`` fingerprint ``saved`` is of the data fingerprinted
+    ``mine``: the same names, sizes, rows and pages, and the same content where both
+    know it (the Hub's hashes: a state saved over local files loads over the same files
+    on the Hub and back; over another commit with other bytes it does not).
+
+    >>> same_data("0123456789abcdef", "0123456789abcdef+00ff00ff00ff00ff")
+    True
+    >>> same_data("0123456789abcdef+00ff00ff00ff00ff", "0123456789abcdef+11ee11ee11ee11ee")
+    False
+    """
+    if saved == mine or not isinstance(saved, str) or not isinstance(mine, str):
+        return saved == mine
+    (a, _, a_content), (b, _, b_content) = saved.partition("+"), mine.partition("+")
+    return a == b and not (a_content and b_content)
 
 
 # ------------------------------------------------------------------------------------------

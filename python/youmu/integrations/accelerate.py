@@ -21,6 +21,12 @@ accelerator and hands it back — without wrapping it:
   for Accelerate's own DataLoaders: the epoch's short last step is taken and its gradient
   does not leak into the next epoch. For an unsized stream pass ``steps_per_epoch``, or
   the epoch's end is known only after its last batch and the accumulation runs on;
+* a loader of ``(batch, info)`` pairs fixes how many of its batches make one optimizer
+  step (a ``BalancedLoader``'s ``num_microbatches``, one for a ``DynamicBatchLoader``:
+  their ``loss_scale`` is the step's): ``Accelerator(gradient_accumulation_steps=k)``
+  with another ``k`` above 1 is refused here, as the HF ``Trainer`` and Lightning refuse
+  theirs (``accumulate`` would step the optimizer on groups the loss scale was not
+  made for). ``k = 1`` leaves the stepping to the loop;
 * batches land on ``accelerator.device``.
 
 The loop (``split_info``/``scale_loss`` apply a dynamic batch's token-level loss scale;
@@ -48,6 +54,7 @@ from typing import Any
 
 from youmu.errors import ArgumentTypeError
 from youmu.integrations.trainer_loader import TrainerLoader
+from youmu.integrations.trainer_settings import check_accumulation
 from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["prepare", "log_metrics", "CheckpointedLoader"]
@@ -102,12 +109,17 @@ def _follow_passes(gradient_state: Any, loader: TrainerLoader) -> Callable[[Iter
 def prepare(accelerator: Any, loader: TrainerLoader) -> TrainerLoader:
     """Register ``loader`` for ``save_state``/``load_state``, have its passes mark the
     epoch's end for gradient accumulation, and move its batches to the accelerator's
-    device; returns the loader itself (iterate it as a DataLoader)."""
+    device; returns the loader itself (iterate it as a DataLoader). Accelerate's
+    ``gradient_accumulation_steps``, where above 1, must be the loader's batches per
+    optimizer step (:class:`~youmu.errors.InvalidArgumentError` otherwise)."""
     if not isinstance(loader, TrainerLoader):
         raise ArgumentTypeError(
             f"loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}; do not pass a youmu "
             "stream to accelerator.prepare (it would re-shard it)"
         )
+    accumulation = getattr(accelerator, "gradient_accumulation_steps", 1)
+    if accumulation != 1:  # 1: Accelerate does not accumulate, the loop steps the optimizer itself
+        check_accumulation(loader.source, "the Accelerator's gradient_accumulation_steps", accumulation)
     if loader.device is None and str(accelerator.device) != "cpu":
         loader.device = accelerator.device
     accelerator.register_for_checkpointing(CheckpointedLoader(loader))

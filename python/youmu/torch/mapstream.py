@@ -46,7 +46,7 @@ from youmu.jobstates import Level, is_merged
 from youmu.mixture_change import Switch
 from youmu.resume import Origin, Units, remaining_after
 from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
-from youmu.stateful import MAX_STATE_INT, data_fingerprint
+from youmu.stateful import MAX_STATE_INT, data_fingerprint, same_data
 from youmu.streamstate import MAPSTREAM_FORMAT, RESUMED, chain_of
 from youmu.torch.sharded import PositionalStream
 
@@ -180,7 +180,8 @@ class MapStream(PositionalStream[Any]):
         # the mixture the state was saved over (its length too: a map does not depend on it)
         old = self.dataset.with_stages(saved.stages, length=saved.desc["len"] if self.dataset.policy == "restart"
                                        else "same")
-        if set(saved.desc["children"]) == set(self.dataset.names) and data_fingerprint(old) != state.get("data"):
+        if set(saved.desc["children"]) == set(self.dataset.names) and not same_data(state.get("data"),
+                                                                                   data_fingerprint(old)):
             return state  # other data all the same: the usual check says so
         since = saved.switches[-1].at if saved.switches else 0
         if mixture_change.same_from(saved.stages, self.dataset.raw_stages, since):
