@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from youmu.errors import ImageError, LoaderError
+from youmu.errors import ImageError, LoaderError, TextError
 from youmu.parquet import ParquetStream
 
 BAD = {0, 3, 4, 9, 10, 11, 17}  # the first row, runs across page (and window) boundaries
@@ -45,6 +45,21 @@ class SkipBad:
         return {"x": row["x"], "y": 2 * row["x"]}
 
 
+class SkipBadBatched:
+    """A batched transform that skips the rows of ``BAD`` (as ``Tokenize(on_error="skip")``
+    does: the errors of the rows it skips returned beside the good rows of the batch)."""
+
+    batched = True
+    batch_rows = 3
+    reports_rows = True
+
+    def __call__(self, table: pa.Table) -> tuple[pa.Table, list[bool], list[TextError]]:
+        xs = table["x"].to_pylist()
+        errors = [TextError(f"bad text in row {x}", column="x", batch_row=i, skip=True)
+                  for i, x in enumerate(xs) if x in BAD]
+        return pa.table({"x": table["x"], "y": pc.multiply(table["x"], 2)}), [x not in BAD for x in xs], errors
+
+
 def drop_odd(row: dict[str, Any]) -> dict[str, Any] | None:
     return None if row["x"] % 2 else row
 
@@ -62,7 +77,7 @@ def _stream(path: str, transform: Any, shuffle: str, rank: int = 0, world: int =
                          transform=transform, rank=rank, world_size=world, **kw)
 
 
-TRANSFORMS = {"plain": drop_odd, "batched": Double(), "reporting": SkipBad()}
+TRANSFORMS = {"plain": drop_odd, "batched": Double(), "reporting": SkipBad(), "batched-reporting": SkipBadBatched()}
 
 
 @pytest.mark.parametrize("shuffle", ["none", "page", "row", "local", "page-slices"])
@@ -86,8 +101,9 @@ def test_windows_and_rows_at_are_the_pass(path: str, kind: str, shuffle: str, wo
             assert s.rows_at(some) == [full[p] for p in some]
 
 
-def test_skipped_rows_are_reported_once_by_the_pass_and_by_its_windows(path: str) -> None:
-    s = _stream(path, SkipBad(), "none")
+@pytest.mark.parametrize("transform", [SkipBad(), SkipBadBatched()], ids=["per-row", "batched"])
+def test_skipped_rows_are_reported_once_by_the_pass_and_by_its_windows(path: str, transform: Any) -> None:
+    s = _stream(path, transform, "none")
     reports = [r["position"] for _, item in s.iter_positions(0) for r in item.get("skipped", [])]
     assert reports == sorted(BAD)
     # the first sample carries the rows skipped before it, the others those after them
