@@ -11,17 +11,39 @@ from batching_mp import TIMEOUT, make_loader, sample_len, sample_tok
 
 
 def _youmu_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any) -> Any:
-    from youmu.batching import DynamicBatchLoader
+    from youmu.batching import DynamicBatchLoader, label_token_count
     from youmu.torch import YoumuDataset
 
-    ds = YoumuDataset(cfg["path"], columns=["id", "len", "tok"], buffer_size=16, seed=3, rank=rank, world_size=world,
-                      output="python")
-    return DynamicBatchLoader(ds, token_budget=cfg.get("budget", 4096), length_fn=sample_len,
-                              token_count_fn=sample_tok, collate_fn=_ids, pool_size=cfg.get("buffer", 32),
-                              num_workers=0, group=channel, timeout=TIMEOUT, heartbeat=0.2, seed=cfg.get("seed", 0))
+    if cfg.get("chat"):  # the SFT recipe: chats templated and tokenized in the DataLoader workers
+        ds = sft_dataset(cfg["path"], rank, world)
+        length, tokens = input_len, label_token_count()
+    else:
+        ds = YoumuDataset(cfg["path"], columns=["id", "len", "tok"], buffer_size=16, seed=3, rank=rank,
+                          world_size=world, output="python")
+        length, tokens = sample_len, sample_tok
+    return DynamicBatchLoader(ds, token_budget=cfg.get("budget", 4096), length_fn=length,
+                              token_count_fn=tokens, collate_fn=_ids, pool_size=cfg.get("buffer", 32),
+                              num_workers=cfg.get("workers", 0), group=channel, timeout=TIMEOUT, heartbeat=0.2,
+                              seed=cfg.get("seed", 0))
 
 
-def _ids(samples: list[dict[str, int]]) -> list[int]:
+def sft_dataset(path: str, rank: int = 0, world: int = 1) -> Any:
+    """The README's SFT dataset over the chats at ``path``: ``ChatTemplate`` with the
+    examples' tagged ChatML tokenizer, in page mode, ``id`` kept."""
+    from textutil import chat_tokenizer
+
+    from youmu.text import ChatTemplate
+    from youmu.torch import YoumuDataset
+
+    return YoumuDataset(path, columns=["id", "messages"], buffer_size=16, seed=3, rank=rank, world_size=world,
+                        transform=ChatTemplate(chat_tokenizer(), cutoff_len=256))
+
+
+def input_len(s: dict[str, Any]) -> int:
+    return len(s["input_ids"])
+
+
+def _ids(samples: list[dict[str, Any]]) -> list[int]:
     return [int(s["id"]) for s in samples]
 
 

@@ -41,6 +41,16 @@ def corpus(tmp: str) -> str:
     return path
 
 
+def chat_corpus(tmp: str) -> str:
+    """``ROWS`` chats in UltraChat's layout with an ``id`` (the ``sft`` row's data)."""
+    from textutil import ultrachat, write_chats
+
+    path = f"{tmp}/chats.parquet"
+    if not os.path.exists(path):
+        write_chats(path, ultrachat(ROWS, seed=9))  # type: ignore[arg-type]
+    return path
+
+
 # -- the loaders of the matrix ----------------------------------------------------------------
 def _stream(tmp: str, shuffle: str = "page", *, columns: list[str] | None = None, output: str = "python") -> Any:
     from youmu.torch import YoumuDataset
@@ -55,7 +65,8 @@ def _row_len(row: Any) -> int:
 def make_loader(kind: str, tmp: str, *, workers: int = 0, channel: Any = None, ray: Any = None) -> TrainerLoader:
     """The ``TrainerLoader`` of a matrix row: ``rows-<shuffle mode>``, ``pack``,
     ``mixture`` (``MapStream`` over a ``MixtureDataset``), ``dbl`` (an unsized
-    ``DynamicBatchLoader``), ``balanced`` (``BalancedLoader``), ``ray`` (a
+    ``DynamicBatchLoader``), ``sft`` (one over chats templated by ``ChatTemplate`` in
+    ``workers`` DataLoader workers), ``balanced`` (``BalancedLoader``), ``ray`` (a
     ``RayBalancedLoader`` client of the deployment ``ray``, with this job's rank)."""
     from youmu.torch import collate_packed, collate_pad, pack
 
@@ -82,6 +93,17 @@ def make_loader(kind: str, tmp: str, *, workers: int = 0, channel: Any = None, r
         dbl = DynamicBatchLoader(_stream(tmp), token_budget=24, length_fn=_row_len, collate_fn=collate_pad,
                                  pool_size=8, num_workers=0, uneven="pad", seed=7)  # over the default group
         return TrainerLoader(dbl)
+    if kind == "sft":  # the README's SFT recipe: chats templated in `workers` DataLoader workers per rank
+        from resume_odb_mp import input_len, sft_dataset
+
+        from youmu.batching import DynamicBatchLoader, label_token_count
+        from youmu.torch import lm_collate
+
+        dbl = DynamicBatchLoader(sft_dataset(chat_corpus(tmp)), token_budget=600, length_fn=input_len,
+                                 token_count_fn=label_token_count(), collate_fn=lm_collate, pool_size=8,
+                                 num_workers=workers, uneven="pad", seed=7)
+        # a bound above the epoch: the Trainer runs one epoch, which ends when the loader does
+        return TrainerLoader(dbl, steps_per_epoch=ROWS)
     if kind == "balanced":
         from youmu.planning import BalancedLoader
 
@@ -316,6 +338,6 @@ def _mesh(probe: Probe, make: Any, ckpt: str, save_every: int, resume: tuple[str
 def batch_rows(kind: str) -> int:
     """Rows (tokens for ``pack``) one batch carries at most: the unit of the counted
     exclusions (a rank's rows past the step count every rank agrees on)."""
-    return 2 * SEQ if kind == "pack" else 8 if kind in ("dbl", "balanced", "ray") else BATCH
+    return 2 * SEQ if kind == "pack" else 8 if kind in ("dbl", "sft", "balanced", "ray") else BATCH
 
 

@@ -92,7 +92,8 @@ def chunked_iterable(dataset: Any, workers: int) -> tuple[list[Any], BaseExcepti
 
 
 def measured(samples: list[Any]) -> list[Any]:
-    return [(s, length(s), length(s), 0) for s in samples]
+    """Rows as the workers measure them: a dataset without state_dict() has no states."""
+    return [(s, length(s), length(s), 0, None) for s in samples]
 
 
 # Workers of unequal lengths: none, one, and either side of the chunks' edges (1, 2, 4, 8,

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
+from batching_mp import (
+    LengthDataset,
+    RankIterable,
+    StatefulRankIterable,
+    collate_ids,
+    sample_len,
+    sample_tok,
+    token_counts,
+)
 
 from youmu.batching import IDLE, DynamicBatchLoader, StepInfo, label_token_count, simulate
 from youmu.distributed import GlooChannel
@@ -184,13 +192,20 @@ def test_state_dict_rules() -> None:
     loader.load_state_dict(st)
     loader.set_epoch(0)  # the same epoch keeps the loaded state
     assert loader.state_dict()["config"] == st["config"]
-    # an iterable dataset with workers cannot checkpoint mid-epoch
+    # an iterable dataset with workers checkpoints mid-epoch: its worker's own state
     it_loader = _loader(ds=StatefulRankIterable([LENGTHS], 0), num_workers=1)
     it = iter(it_loader)
     next(it)
-    with pytest.raises(LoaderError, match="num_workers=0"):
-        it_loader.state_dict()
+    assert it_loader.state_dict()["workers"]["states"][0]["pos"] > 0
     it_loader.close()
+    # one without state_dict() cannot, with or without workers
+    for workers in (0, 1):
+        bare = _loader(ds=RankIterable([LENGTHS], 0), num_workers=workers)
+        it = iter(bare)
+        next(it)
+        with pytest.raises(LoaderError, match="RankIterable has none"):
+            bare.state_dict()
+        bare.close()
 
 
 def test_label_token_count_and_pad_collate() -> None:

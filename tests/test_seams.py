@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import torch
 from batching_mp import run_world
-from seams_mp import EOS, PAD, SEQ, batch_rows, corpus, job, micro_batches, read_log
+from seams_mp import EOS, PAD, SEQ, batch_rows, chat_corpus, corpus, job, micro_batches, read_log
 
 SAVE = 3  # optimizer steps between checkpoints
 
@@ -64,6 +64,8 @@ TRAINER_CELLS = [
     ("mesh", "dbl", 2, 3, 0),
     # micro-batches of balanced steps, accumulated by Lightning, behind its one-batch prefetch
     ("lightning", "balanced", 2, 2, 0),
+    # the README's SFT recipe: ChatTemplate in 2 DataLoader workers per rank, every chat once
+    ("hf", "sft", 2, 3, 2),
 ]
 
 
@@ -100,6 +102,8 @@ def _cell(tmp: str, trainer: str, kind: str, old: int, new: int, workers: int, r
     assert not twice, f"{name}: trained twice: {twice[:10]}"
     missing = sum((every - trained).values())
     assert missing < new * batch_rows(kind), f"{name}: {missing} items never trained"
+    if kind == "sft":  # join mode drains every rank: each chat (its assistant tokens) trained exactly once
+        assert not missing, f"{name}: chats never trained: {sorted((every - trained).elements())[:10]}"
 
 
 def _epoch_items(kind: str, tmp: str) -> Counter[int]:
@@ -110,7 +114,7 @@ def _epoch_items(kind: str, tmp: str) -> Counter[int]:
     if kind == "mixture":
         mix = _source(kind, tmp).dataset
         return Counter(int(mix[i]["id"]) for i in range(len(mix)))
-    table = pq.read_table(corpus(tmp))
+    table = pq.read_table(chat_corpus(tmp) if kind == "sft" else corpus(tmp))
     if kind == "pack":
         return Counter(t for row in table.column("input_ids").to_pylist() for t in row)
     return Counter(table.column("id").to_pylist())

@@ -192,6 +192,26 @@ def test_refuses_accumulation_with_dynamic_batches_and_foreign_checkpoints(tmp_p
         trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
 
 
+def test_a_loader_without_mid_epoch_states_is_refused_when_the_trainer_takes_it(tmp_path) -> None:
+    """A DynamicBatchLoader over an iterable dataset without state_dict() cannot save a
+    mid-epoch state: a Trainer that saves checkpoints refuses it when it is built (not
+    at its first checkpoint); one that saves none takes it."""
+
+    class Stateless(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(dataset(8))
+
+    Trainer = make_trainer()
+    for workers in (0, 2):
+        dbl = DynamicBatchLoader(Stateless(), token_budget=40, length_fn=length, collate_fn=collate, pool_size=4,
+                                 num_workers=workers, uneven="pad")
+        with pytest.raises(InvalidArgumentError, match="saves checkpoints.*Stateless has none"):
+            Trainer(model=TinyLM(), args=_args(str(tmp_path), max_steps=2, save_strategy="steps", save_steps=1),
+                    train_loader=TrainerLoader(dbl))
+        Trainer(model=TinyLM(), args=_args(str(tmp_path), max_steps=2), train_loader=TrainerLoader(dbl))
+        dbl.close()
+
+
 def test_import_youmu_imports_no_trainer() -> None:
     import subprocess
     import sys

@@ -107,7 +107,7 @@ def _mergers() -> dict[str, _MergeFn]:
     """Owners' own merges — loaders' and wrapping streams' — by the format constant of
     the states they save (imported on use: the loaders' packages need not be loaded to
     merge a stream's states)."""
-    from youmu.batching.config import DYNAMIC_LOADER_FORMAT
+    from youmu.batching.config import DYNAMIC_LOADER_FORMATS
     from youmu.batching.merge import merge_loader_states
     from youmu.packmerge import merge_pack_states
     from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT
@@ -115,7 +115,7 @@ def _mergers() -> dict[str, _MergeFn]:
     from youmu.ray.merge import merge_ray_states
     from youmu.ray.state import CLIENT_FORMAT
 
-    return {DYNAMIC_LOADER_FORMAT: merge_loader_states, BALANCED_LOADER_FORMAT: merge_balanced_states,
+    return {**dict.fromkeys(DYNAMIC_LOADER_FORMATS, merge_loader_states), BALANCED_LOADER_FORMAT: merge_balanced_states,
             CLIENT_FORMAT: merge_ray_states, PACK_FORMAT: merge_pack_states}
 
 

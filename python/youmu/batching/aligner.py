@@ -108,6 +108,8 @@ class RoundRecord:
     emitted_before: int
     round_after: int
     step_after: int
+    #: an iterable source's DataLoader workers (:meth:`~youmu.batching.feed.SampleFeed.workers_state`)
+    workers: Any = None
 
 
 class Aligner:
@@ -293,6 +295,7 @@ class Aligner:
                 iteration=iteration, round=steps[0].info.round, steps=[(s.items, s.info) for s in steps],
                 overflow=list(proto.buffer), position=feed.position, source_state=feed.source_state,
                 emitted_before=self.emitted, round_after=proto.round_id, step_after=proto.step,
+                workers=feed.workers_state(),
             ))
             for st in steps:
                 self._emit_step(st)
@@ -443,6 +446,7 @@ class Aligner:
             source_state=feed.source_state if feed is not None else None,
             emitted_before=self.emitted - sum(s.info.global_num_samples for s in steps) if not c.join else 0,
             round_after=proto.round_id, step_after=proto.step,
+            workers=feed.workers_state() if feed is not None else None,
         ))
         for st in steps:
             self._emit_step(st)

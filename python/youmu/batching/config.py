@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu._args import (
+    MAX_WORKERS,
     bool_arg,
     callable_arg,
     choice_arg,
@@ -53,10 +54,17 @@ from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.stateful import check_state, data_fingerprint, state_int, state_ints
 
-__all__ = ["LoaderConfig", "DYNAMIC_LOADER_FORMAT", "UNEVEN_MODES", "DEFAULTS", "check_saved_state"]
+__all__ = ["LoaderConfig", "DYNAMIC_LOADER_FORMAT", "DYNAMIC_LOADER_FORMATS", "UNEVEN_MODES", "DEFAULTS",
+           "check_saved_state", "stateless_message"]
 
-#: The format tag of ``DynamicBatchLoader`` states.
-DYNAMIC_LOADER_FORMAT = "youmu.batching/1"
+#: The format tag of the ``DynamicBatchLoader`` states saved now. Version 2 added
+#: ``workers``: an iterable dataset's DataLoader workers, each one's dataset state and
+#: the rotation's turn (version 1 saved mid-epoch iterable states with
+#: ``num_workers=0`` only); a version-1 youmu refuses such a state instead of replaying
+#: every worker's samples.
+DYNAMIC_LOADER_FORMAT = "youmu.batching/2"
+#: Every tag a ``DynamicBatchLoader`` loads (and merges): the states of earlier versions too.
+DYNAMIC_LOADER_FORMATS = (DYNAMIC_LOADER_FORMAT, "youmu.batching/1")
 #: Join mode's ways to end a rank whose data ran out before its peers'.
 UNEVEN_MODES = ("stop", "pad")
 
@@ -251,6 +259,7 @@ class LoaderConfig:
                 "overflow": [],
                 "position": 0,
                 "source_state": None,
+                "workers": None,
                 "payloads": {},
                 "settings": dict(self.resume_settings),
             }
@@ -322,7 +331,7 @@ def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
     (``expect``: settings it must hold, see :func:`~youmu.stateful.check_state`): a
     :class:`~youmu.errors.StateError` names the first field that does not fit. Returns
     it as a new dict."""
-    st = check_state(state, DYNAMIC_LOADER_FORMAT, owner=owner, required=_REQUIRED, expect=expect)
+    st = check_state(state, DYNAMIC_LOADER_FORMATS, owner=owner, required=_REQUIRED, expect=expect)
     for key in ("world_size", "epoch", "iteration", "round", "step", "emitted", "position"):
         state_int(st, key, owner=owner, minimum=1 if key == "world_size" else 0)
     state_int(st, "rank", owner=owner, maximum=st["world_size"] - 1)
@@ -351,5 +360,31 @@ def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
             p = payloads.get(k)
             if not isinstance(p, (list, tuple)) or len(p) not in (3, 4):
                 raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
+    st["workers"] = _checked_workers(st.get("workers"), st["kind"], owner)
     return st
+
+
+def _checked_workers(workers: Any, kind: str, owner: str) -> dict[str, Any] | None:
+    """A state's ``workers`` field (version 2; ``None`` in version 1): each DataLoader
+    worker's dataset state (``None``: nothing taken from it) and the next turn."""
+    if workers is None:
+        return None
+    where = f"{owner} state field 'workers'"
+    if kind != "iterable" or not isinstance(workers, Mapping):
+        raise StateError(f"{where} must be None or, for an iterable dataset, a dict with 'states' and 'turn'")
+    states = workers.get("states")
+    if not isinstance(states, (list, tuple)) or not 1 <= len(states) <= MAX_WORKERS:
+        raise StateError(f"{where}: 'states' must list one dataset state per DataLoader worker (1 to {MAX_WORKERS})")
+    turn = state_int(workers, "turn", owner=f"{owner} 'workers'", maximum=len(states) - 1)
+    return {"states": list(states), "turn": turn}
+
+
+def stateless_message(dataset: Any) -> str:
+    """Why a ``DynamicBatchLoader`` over ``dataset`` (iterable, without ``state_dict``)
+    has no mid-epoch state, and what gives it one."""
+    return (
+        f"a mid-epoch state of a DynamicBatchLoader over an iterable dataset needs the dataset's own "
+        f"state_dict()/load_state_dict() (e.g. YoumuDataset); {type(dataset).__name__} has none: give it those "
+        "methods (with DataLoader workers, each worker's copy saves and loads its own), or use a map-style dataset"
+    )
 

@@ -310,13 +310,19 @@ class DynamicBatchLoader(PassLoader):
         return EpochHandle(self, it)
 
     def state_dict(self) -> dict[str, Any]:
-        """Resume point of this rank (format ``"youmu.batching/1"``): a resumed epoch
-        emits exactly the samples not yet delivered, in the same batches as an
-        uninterrupted run.
+        """Resume point of this rank (format ``"youmu.batching/2"``; states of version 1
+        load too): a resumed epoch emits exactly the samples not yet delivered, in the
+        same batches as an uninterrupted run.
 
         Call it on every rank at the same step (as for model checkpoints). Map-style
         datasets need only integers; iterable datasets also carry the buffered samples
-        and the dataset's own ``state_dict()`` (``num_workers=0`` only).
+        and the dataset's own ``state_dict()`` — with DataLoader workers, each worker's
+        copy's state as of the last sample taken from it, and the workers' rotation
+        (``workers``), which a loader with the same ``num_workers`` resumes as is, and
+        one with another through :func:`youmu.merge_states`. An iterable dataset
+        without ``state_dict()`` has no mid-epoch state (a
+        :class:`~youmu.errors.LoaderError` here; the trainer integrations refuse it
+        when the trainer takes the loader, if the trainer saves checkpoints).
         """
         if self._current is not None:
             return self._current.state_dict()

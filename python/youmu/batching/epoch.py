@@ -28,8 +28,9 @@ import time
 from typing import Any
 
 from youmu.batching.aligner import PEER_CLOSED, Aligner, Filler, RoundRecord
-from youmu.batching.config import LoaderConfig
+from youmu.batching.config import LoaderConfig, stateless_message
 from youmu.batching.metrics import BatchingMetrics
+from youmu.batching.payloads import pack_sample
 from youmu.batching.shutdown import register
 from youmu.batching.step_info import IDLE, StepInfo
 from youmu.distributed.producer import END, Credits, Failure
@@ -239,9 +240,15 @@ class EpochIterator:
         st = self._fresh()
         st.update(done=True, step=a.steps_consumed, emitted=a.emitted)
         c = self.config
-        if c.kind == "iterable" and c.num_workers == 0 and hasattr(c.dataset, "state_dict"):
+        if c.kind == "iterable" and hasattr(c.dataset, "state_dict"):
             # the dataset's end of pass: what a merge of this rank's state needs (unused by a plain resume)
-            st["source_state"] = c.dataset.state_dict()
+            if c.num_workers == 0:
+                st["source_state"] = c.dataset.state_dict()
+            elif a.feed is not None:  # the workers' copies' ends, as of the last sample each made
+                st["source_state"], st["workers"] = a.feed.source_state, a.feed.workers_state()
+            else:  # resumed after its data ended: the ends it saved then
+                start = self._start_state
+                st["source_state"], st["workers"] = start.get("source_state"), start.get("workers")
         with a.records_lock:
             if a.records:
                 rec = a.records[-1]
@@ -255,11 +262,8 @@ class EpochIterator:
         if self._consumed is None:
             return dict(self._start_state)
         c = self.config
-        if c.kind == "iterable" and (c.num_workers > 0 or not hasattr(c.dataset, "state_dict")):
-            raise LoaderError(
-                "a mid-epoch state of an iterable dataset needs num_workers=0 and a dataset with "
-                "state_dict()/load_state_dict() (e.g. YoumuDataset); map-style datasets resume with any num_workers"
-            )
+        if c.kind == "iterable" and not hasattr(c.dataset, "state_dict"):
+            raise LoaderError(stateless_message(c.dataset))
         a = self._aligner
         with a.records_lock:
             rec: RoundRecord | None = next(
@@ -280,13 +284,17 @@ class EpochIterator:
             overflow=[it.key for it in rec.overflow],
             position=rec.position,
             source_state=rec.source_state,
+            workers=rec.workers,
         )
         if c.kind == "iterable":
             payload_items = [it for items, _ in replay for it in items] + list(rec.overflow)
+            for it in payload_items:  # packed once: an overflow sample stays in the pool for rounds
+                if it.packed is None:
+                    it.packed = pack_sample(it.sample)
             if self.config.encoder_budget is None:
-                st["payloads"] = {it.key: (it.sample, it.length, it.tokens) for it in payload_items}
+                st["payloads"] = {it.key: (it.packed, it.length, it.tokens) for it in payload_items}
             else:
-                st["payloads"] = {it.key: (it.sample, it.length, it.tokens, it.extra) for it in payload_items}
+                st["payloads"] = {it.key: (it.packed, it.length, it.tokens, it.extra) for it in payload_items}
         return st
 
 

@@ -39,10 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from youmu._args import index_of
 from youmu.batching.handoff import Chunk, ChunkCollate, ChunkedPairs, collect, flatten, round_robin, worker_chunks
+from youmu.batching.payloads import unpack_sample
 from youmu.batching.protocol import Item
 from youmu.batching.sampling import rank_indices
 from youmu.distributed.producer import END, Credits, Failure, Producer
 from youmu.errors import ArgumentTypeError, DataStallError, InvalidArgumentError, LoaderError, StateError
+from youmu.positional import current_worker
 
 if TYPE_CHECKING:  # pragma: no cover
     from youmu.batching.config import LoaderConfig
@@ -96,11 +98,14 @@ class MeasuredMap:
 
 
 def measured_iterable(dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any],
-                      extra_fn: Callable[[Any], Any] | None = None) -> Any:
+                      extra_fn: Callable[[Any], Any] | None = None, worker_states: Sequence[Any] | None = None) -> Any:
     """An ``IterableDataset`` of each DataLoader worker's ``(sample, length, tokens,
-    extra)`` over ``dataset`` (measured in the workers), in
-    :class:`~youmu.batching.handoff.Chunk` s."""
-    return _measured_iterable_class()(dataset, length_fn, token_fn, extra_fn)
+    extra, state)`` over ``dataset`` (measured in the workers), in
+    :class:`~youmu.batching.handoff.Chunk` s. ``state``: the worker's copy's
+    ``state_dict()`` just after the sample (``None`` for a dataset without one);
+    ``worker_states``: what each worker's copy loads before its pass (``None``: the
+    copy as it came from this process)."""
+    return _measured_iterable_class()(dataset, length_fn, token_fn, extra_fn, worker_states)
 
 
 @functools.cache
@@ -110,24 +115,32 @@ def _measured_iterable_class() -> type:
 
     class MeasuredIterable(IterableDataset):
         def __init__(self, dataset: Any, length_fn: Callable[[Any], Any], token_fn: Callable[[Any], Any],
-                     extra_fn: Callable[[Any], Any] | None = None) -> None:
+                     extra_fn: Callable[[Any], Any] | None = None, worker_states: Sequence[Any] | None = None) -> None:
             super().__init__()
             self.dataset = dataset
             self.length_fn = length_fn
             self.token_fn = token_fn
             self.extra_fn = extra_fn
+            self.worker_states = worker_states
 
         def __iter__(self) -> Iterator[Chunk]:
+            if self.worker_states is not None:
+                # a resumed pass: this worker's copy continues where the samples taken from it end
+                own = self.worker_states[current_worker()[0]]
+                if own is not None:
+                    self.dataset.load_state_dict(own)
             return worker_chunks(self._measured())
 
-        def _measured(self) -> Iterator[tuple[Any, int, int, int]]:
+        def _measured(self) -> Iterator[tuple[Any, int, int, int, Any]]:
+            stateful = hasattr(self.dataset, "state_dict")
             for sample in self.dataset:
                 length = measure(self.length_fn, sample, "length_fn")
                 tokens = measure(self.token_fn, sample, "token_count_fn")
-                yield sample, length, tokens, measure_extra(self.extra_fn, sample)
+                state = self.dataset.state_dict() if stateful else None
+                yield sample, length, tokens, measure_extra(self.extra_fn, sample), state
 
         def __reduce__(self) -> Any:  # spawned workers rebuild it through the module-level factory
-            return measured_iterable, (self.dataset, self.length_fn, self.token_fn, self.extra_fn)
+            return measured_iterable, (self.dataset, self.length_fn, self.token_fn, self.extra_fn, self.worker_states)
 
     return MeasuredIterable
 
@@ -189,7 +202,10 @@ class SampleFeed:
 
     It also tracks where a resume would restart the source: the position after the
     last sample taken (samples of a resumed round do not advance it) and, for a
-    stateful iterable dataset read in this process, its state as of that sample.
+    stateful iterable dataset, its state as of that sample: read in this process, the
+    dataset's own; read by DataLoader workers, each worker's copy's state as of the
+    last sample taken from it, and whose turn the rotation is at
+    (:func:`~youmu.batching.handoff.round_robin`) — :meth:`workers_state`.
     """
 
     def __init__(
@@ -200,10 +216,14 @@ class SampleFeed:
         self.preloaded: deque[Item] = deque()
         self.taken = 0  # samples taken in this logical iteration
         self.source_state = source_state
+        # DataLoader workers of an iterable source: each one's state as of the last sample
+        # taken from it (None: none taken, it starts where the pass does) and the next turn
+        self.worker_states: list[Any] | None = None
+        self.turn = 0
         if config.kind == "map":
             make = self._map_source(config, epoch, iteration, resume)
         else:
-            make = self._iterable_source(config, resume)
+            make = self._iterable_source(config, epoch, resume)
         self.producer: Producer[Item] | None = Producer(
             make, credits=credits, name=f"youmu-fetcher-r{config.rank}",
             what=f"DynamicBatchLoader (rank {config.rank}) drawing its samples ahead")
@@ -227,8 +247,10 @@ class SampleFeed:
 
         return make
 
-    def _iterable_source(self, config: LoaderConfig, resume: dict[str, Any] | None) -> Callable[[], Iterator[Item]]:
+    def _iterable_source(self, config: LoaderConfig, epoch: int,
+                         resume: dict[str, Any] | None) -> Callable[[], Iterator[Item]]:
         ds = config.dataset
+        nw = config.num_workers
         self.n_pre = 0
         start = 0
         if resume is not None:
@@ -236,14 +258,29 @@ class SampleFeed:
             keys = resume_keys(resume)
             for k in keys:
                 sample, length, tokens, *extra = payloads[k]
+                sample = unpack_sample(sample, where=f"'payloads'[{k}]")
                 self.preloaded.append(Item(k, None, sample, length, tokens, extra=int(extra[0]) if extra else 0))
             self.n_pre = len(keys)
             start = int(resume["position"])
             if resume.get("source_state") is not None:
                 ds.load_state_dict(resume["source_state"])
+            elif nw and hasattr(ds, "set_epoch"):
+                ds.set_epoch(epoch)  # the workers' copies start the state's epoch (or load their own state)
         self.position = start
         self.source_state = resume.get("source_state") if resume is not None else None
-        stateful = config.num_workers == 0 and hasattr(ds, "state_dict")
+        stateful = nw == 0 and hasattr(ds, "state_dict")
+        worker_states: list[Any] | None = None
+        if nw:
+            saved = resume.get("workers") if resume is not None else None
+            if saved is not None:  # the loader checked that it is this number of workers'
+                self.worker_states, self.turn = list(saved["states"]), int(saved["turn"])
+                worker_states = self.worker_states[:]
+            else:
+                self.worker_states = [None] * nw
+            if self.source_state is not None:
+                # what the workers' copies start from (a merged state's chain): this
+                # process's copy as loaded, which a merge of this rank's state reads
+                self.source_state = ds.state_dict()
 
         def make() -> Iterator[Item]:
             if config.num_workers == 0:
@@ -263,9 +300,10 @@ class SampleFeed:
 
                 return read()
             chunks = _dataloader(config, measured_iterable(ds, config.length_fn, config.token_count_fn,
-                                                           config.encoder_fn))
-            rows = round_robin(chunks, config.num_workers)
-            return (Item(k, None, s, n, t, extra=e) for k, (s, n, t, e) in enumerate(rows, start=start))
+                                                           config.encoder_fn, worker_states))
+            rows = round_robin(chunks, nw, start=self.turn, tagged=True)
+            return (Item(k, None, s, n, t, state, extra=e, worker=w)
+                    for k, (w, (s, n, t, e, state)) in enumerate(rows, start=start))
 
         return make
 
@@ -302,9 +340,21 @@ class SampleFeed:
         self.taken += 1
         if self.taken > self.n_pre:
             self.position = item.key + 1
-            if item.state is not None:
+            if item.worker >= 0 and self.worker_states is not None:
+                if item.state is not None:
+                    self.worker_states[item.worker] = item.state
+                self.turn = (item.worker + 1) % len(self.worker_states)
+            elif item.state is not None:
                 self.source_state = item.state
         return item
+
+    def workers_state(self) -> dict[str, Any] | None:
+        """Where the DataLoader workers of an iterable source stand as of the last sample
+        taken: ``{"states": [each worker's state or None], "turn": next worker}``
+        (``None`` without workers)."""
+        if self.worker_states is None:
+            return None
+        return {"states": list(self.worker_states), "turn": self.turn}
 
     def stalled_for(self) -> float:
         """Seconds the source has been blocked producing its current sample."""

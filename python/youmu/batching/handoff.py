@@ -41,6 +41,8 @@ Example:
     >>> chunks = [Chunk(0, ["a0", "a1"], False), Chunk(1, ["b0"], True), Chunk(0, ["a2"], True)]
     >>> list(round_robin(chunks, workers=2))          # one at a time, worker 1 ran out first
     ['a0', 'b0', 'a1', 'a2']
+    >>> list(round_robin(chunks, workers=2, start=1, tagged=True))   # resumed: worker 1's turn first
+    [(1, 'b0'), (0, 'a0'), (0, 'a1'), (0, 'a2')]
     >>> [len(c) for c in ChunkedPairs(list(range(12)), workers=2, first=1, cap=4)]
     [1, 1, 2, 2, 4, 2]
 """
@@ -200,17 +202,22 @@ def flatten(chunks: Iterable[Chunk]) -> Iterator[Any]:
             chunk.error.reraise()
 
 
-def round_robin(chunks: Iterable[Chunk], workers: int) -> Iterator[Any]:
+def round_robin(chunks: Iterable[Chunk], workers: int, start: int = 0, tagged: bool = False) -> Iterator[Any]:
     """The samples of ``workers`` workers' chunks in the order torch delivers one sample
     per item: worker 0's first, worker 1's first, …, then each one's second; a worker
     whose samples ended leaves the rotation, one whose sample failed raises there.
-    Chunks are pulled only while the worker whose turn it is has nothing queued."""
+    Chunks are pulled only while the worker whose turn it is has nothing queued.
+
+    ``start``: the worker whose turn comes first (a resumed rotation: the worker after
+    the one whose sample was taken last; workers that ran out before leave again at
+    their turn, so the order is the uninterrupted one's); ``tagged``: yield
+    ``(worker, sample)``."""
     source = iter(chunks)
     queued: list[deque[Any]] = [deque() for _ in range(workers)]
     ended = [False] * workers
     errors: list[Any] = [None] * workers
     turn = list(range(workers))
-    at = 0
+    at = start % workers if workers else 0
     while turn:
         w = turn[at]
         while not queued[w] and not ended[w]:
@@ -223,7 +230,7 @@ def round_robin(chunks: Iterable[Chunk], workers: int) -> Iterator[Any]:
             ended[chunk.worker] = chunk.last
             errors[chunk.worker] = chunk.error
         if queued[w]:
-            yield queued[w].popleft()
+            yield (w, queued[w].popleft()) if tagged else queued[w].popleft()
             at = (at + 1) % len(turn)
         elif errors[w] is not None:
             errors[w].reraise()

@@ -18,10 +18,12 @@ anything fetched past the position (a worker's prefetch, the fetch queue).
   the next job strides over its ranks; a chain of levels composes any number of resizes
   (2 ranks → 3 → 2). A level holds ``world_size`` positions plus at most about
   ``pool_size`` keys per rank, however many samples were consumed.
-* **Iterable datasets** (mid-epoch states need ``num_workers=0`` and a dataset with
-  ``state_dict``, e.g. ``YoumuDataset``): the datasets' own states are merged by the
-  stream merge (:func:`youmu.merge_states`), and the carried samples (replay and
-  overflow payloads) are dealt round-robin to the new ranks, which group them first.
+* **Iterable datasets** (mid-epoch states need a dataset with ``state_dict``, e.g.
+  ``YoumuDataset``): the datasets' own states are merged by the stream merge
+  (:func:`youmu.merge_states`) — read by DataLoader workers, a rank's is put together
+  from its workers' copies' (:func:`rank_source_state`), so the new job may run
+  another ``num_workers`` too — and the carried samples (replay and overflow payloads)
+  are dealt round-robin to the new ranks, which group them first.
 
 The step count continues: every rank of the new job starts at the first step not
 consumed, and the round protocol (DGAP) keeps every rank at the same number of steps
@@ -44,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from youmu.batching.config import DYNAMIC_LOADER_FORMAT, LoaderConfig, check_saved_state
+from youmu.batching.config import DYNAMIC_LOADER_FORMAT, DYNAMIC_LOADER_FORMATS, LoaderConfig, check_saved_state
 from youmu.errors import StateError
 from youmu.jobstates import (
     MERGED_FORMAT,
@@ -58,10 +60,11 @@ from youmu.jobstates import (
     load_merged,
     one_kind,
 )
-from youmu.stateful import state_int
+from youmu.stateful import state_int, state_positions
+from youmu.streamstate import POSITIONS, position_width, with_worker_positions
 
 __all__ = ["sampler_level", "rank_order", "chain_length", "merge_loader_states", "resume_from_merged",
-           "check_loader_state", "loader_levels", "FIXED_SETTINGS"]
+           "check_loader_state", "loader_levels", "rank_source_state", "resume_workers", "FIXED_SETTINGS"]
 
 _KIND = "DynamicBatchLoader"
 
@@ -187,7 +190,10 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     :class:`~youmu.errors.StateError` names the field for states of different
     datasets, seeds, epochs or settings, a missing or repeated rank, or a state of
     another kind."""
-    checked = [_checked(s, i) for i, s in enumerate(one_kind(states, DYNAMIC_LOADER_FORMAT, kind=_KIND))]
+    # every version's states merge (a job's ranks saved one version; the merged state is today's)
+    same = [dict(s, format=DYNAMIC_LOADER_FORMAT) if isinstance(s, Mapping) and s.get("format") in
+            DYNAMIC_LOADER_FORMATS else s for s in states] if isinstance(states, Sequence) else states
+    checked = [_checked(s, i) for i, s in enumerate(one_kind(same, DYNAMIC_LOADER_FORMAT, kind=_KIND))]
     job = JobStates(checked, kind=_KIND)
     job.same("kind")
     settings = job.same_settings(lambda s: s["settings"])
@@ -226,13 +232,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
         chain_length(settings, levels)  # validates every level
         out["resumed"] = encode_chain(levels)
         return out
-    sources = []
-    for st in ranks:
-        if st["source_state"] is None:
-            raise StateError(f"{OWNER}: the state of rank {st['rank']} holds no dataset state (field "
-                             "'source_state'): save iterable-dataset states after the first step, with num_workers=0 "
-                             "and a dataset with state_dict() (e.g. YoumuDataset)")
-        sources.append(st["source_state"])
+    sources = [rank_source_state(st) for st in ranks]
     carried = []
     for st in ranks:
         for k in _pending(st):
@@ -242,6 +242,48 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     return out
 
 
+def rank_source_state(st: Mapping[str, Any]) -> Any:
+    """The dataset state of a rank's iterable ``DynamicBatchLoader`` state (checked), as
+    one stream state a merge takes: read in the training process, the dataset's own;
+    read by DataLoader workers, the rank's state put together from its workers' (each
+    worker's own position, as of the last sample taken from it; a worker nothing was
+    taken from stands where the pass started)."""
+    workers = st.get("workers")
+    if workers is None:
+        if st["source_state"] is None:
+            raise StateError(f"{OWNER}: the state of rank {st['rank']} holds no dataset state (field "
+                             "'source_state'): save iterable-dataset states after the first step, from a dataset "
+                             "with state_dict() (e.g. YoumuDataset)")
+        return st["source_state"]
+    states = workers["states"]
+    got = [s for s in (st["source_state"], *states) if isinstance(s, Mapping)]
+    if not got:
+        raise StateError(f"{OWNER}: the state of rank {st['rank']} holds no dataset state (fields 'source_state', "
+                         "'workers'): save iterable-dataset states after the first step")
+    width = position_width(got[0].get("format"))
+    positions: dict[int, Any] = {}
+    for w, s in enumerate(states):
+        if s is not None:
+            # a worker's copy may also hold the positions other workers loaded: take its own
+            own = state_positions(s, POSITIONS, owner=f"{OWNER}: rank {st['rank']} 'workers'[{w}]", width=width)
+            if w in own:
+                positions[w] = own[w]
+    return with_worker_positions(got[0], positions, len(states))
+
+
+def resume_workers(state: Any) -> int | None:
+    """The DataLoader workers a ``DynamicBatchLoader`` rank state must resume with, when
+    it holds where an iterable dataset stands split over them (0: read in the training
+    process); ``None`` when any number fits (map-style, not begun, done, a merged state)."""
+    if not isinstance(state, Mapping) or state.get("kind") != "iterable" or state.get("done") is not False:
+        return None
+    workers = state.get("workers")
+    if isinstance(workers, Mapping) and isinstance(workers.get("states"), (list, tuple)):
+        return len(workers["states"])
+    source = state.get("source_state")
+    return 0 if isinstance(source, Mapping) and not is_merged(source) else None
+
+
 # -- loading ------------------------------------------------------------------------------------
 def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
     """The resume state of this rank of ``config`` from a merged state: settings
@@ -249,8 +291,10 @@ def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
     this rank's share of the samples left."""
     owner = _KIND
     mine = config.resume_settings
-    st = load_merged(state, DYNAMIC_LOADER_FORMAT, owner=owner, required=("kind", "epoch", "step"))
-    load_merged(st, DYNAMIC_LOADER_FORMAT, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
+    stream = state.get("stream") if isinstance(state, Mapping) else None
+    fmt = stream if stream in DYNAMIC_LOADER_FORMATS else DYNAMIC_LOADER_FORMAT  # merged states of every version
+    st = load_merged(state, fmt, owner=owner, required=("kind", "epoch", "step"))
+    load_merged(st, fmt, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
     for key in ("epoch", "iteration", "round", "step", "emitted"):
         state_int(st, key, owner=owner)
     if not isinstance(st.get("done"), bool):
@@ -308,4 +352,16 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
             )
     elif st["source_state"] is not None and not hasattr(config.dataset, "load_state_dict"):
         raise StateError("the state holds a dataset state but the dataset has no load_state_dict")
+    else:
+        saved = resume_workers(st)
+        if saved is not None and saved != config.num_workers:
+            # the dataset's rows are split over the workers: another split is a merge's re-deal
+            raise StateError(
+                f"{owner} state field 'workers': saved with num_workers={saved}, this loader has num_workers="
+                f"{config.num_workers}; an iterable dataset's position is split over its DataLoader workers, so "
+                "resuming on another number of workers goes through youmu.merge_states([every rank's state]) "
+                "(one rank: merge_states([state])), loaded on every rank"
+            )
+        if st["workers"] is not None and not hasattr(config.dataset, "load_state_dict"):
+            raise StateError("the state holds the workers' dataset states but the dataset has no load_state_dict")
     return st

@@ -51,17 +51,21 @@ class Item:
     payload, realised length (grouping), loss-token count (loss scaling) and its count
     of the second budget (``extra``: encoder patches or images; 0 without one)."""
 
-    __slots__ = ("key", "index", "sample", "length", "tokens", "state", "extra")
+    __slots__ = ("key", "index", "sample", "length", "tokens", "state", "extra", "worker", "packed")
 
     def __init__(self, key: int, index: int | None, sample: Any, length: int, tokens: int, state: Any = None,
-                 extra: int = 0) -> None:
+                 extra: int = 0, worker: int = -1) -> None:
         self.key = key
         self.index = index
         self.sample = sample
         self.length = length
         self.tokens = tokens
-        self.state = state  # the source's resume state just after this item (stateful iterables)
+        # the source's resume state just after this item (stateful iterables): the
+        # dataset's own, or with DataLoader workers its copy's in the worker that made it
+        self.state = state
         self.extra = extra
+        self.worker = worker  # the DataLoader worker that made it (iterable sources; -1: none)
+        self.packed: Any = None  # the sample as a state carries it, once a state did (youmu.batching.payloads)
 
     def __repr__(self) -> str:
         return f"Item(key={self.key}, length={self.length})"

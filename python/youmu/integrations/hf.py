@@ -46,8 +46,9 @@ from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.batch_info import scale_loss, split_info
+from youmu.integrations.job_states import other_workers
 from youmu.integrations.trainer_loader import TrainerLoader
-from youmu.integrations.trainer_settings import check_accumulation, check_equal_steps
+from youmu.integrations.trainer_settings import check_accumulation, check_checkpointable, check_equal_steps
 from youmu.statefile import read_state, write_state
 
 __all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "load_loader_state", "STATE_FILE"]
@@ -82,14 +83,18 @@ def load_loader_state(loader: TrainerLoader, checkpoint_dir: str | os.PathLike[s
     """Load a Trainer checkpoint's youmu loader state into ``loader``: this rank's file
     when the checkpoint was saved by a job of this world size (as before), else every
     rank's file of the saving job, merged by :meth:`TrainerLoader.load_state_dict`
-    (collective then: every rank calls it). A missing file is a
+    (collective then: every rank calls it) — also for a job of the same size whose
+    stream (or ``DynamicBatchLoader`` over an iterable dataset) runs another number of
+    DataLoader workers. A missing file is a
     :class:`~youmu.errors.StateError` naming the rank and the path."""
     own = loader_state_path(checkpoint_dir, loader.rank)
     if not os.path.lexists(own):
         _refuse_pickled(checkpoint_dir, loader.rank)
     state = _read_state(own) if os.path.lexists(own) else None
     saved = state.get("world_size") if isinstance(state, dict) else None
-    if state is not None and saved in (loader.world_size, None):
+    workers = getattr(loader.source, "num_workers", 0) if loader.pairs else loader.num_workers
+    if state is not None and saved in (loader.world_size, None) and (
+            saved is None or other_workers(state, workers, loader.pairs) is None):
         loader.load_state_dict(state)  # this job's size (or not a loader state: refused there)
         return
     if saved is None:
@@ -177,6 +182,8 @@ class YoumuTrainerMixin:
             )
         check_equal_steps(loader.source, "the Hugging Face Trainer")
         args = self.args  # type: ignore[attr-defined]
+        saves = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
+        check_checkpointable(loader.source, "the Hugging Face Trainer", saves)
         check_accumulation(loader.source, "gradient_accumulation_steps", args.gradient_accumulation_steps)
         self.youmu_loader = loader
         # youmu resumes from its own state: the Trainer's batch-by-batch fast-forward would

@@ -35,9 +35,11 @@ def saved_world(state: Any) -> Any:
     return state.get("world_size") if isinstance(state, Mapping) else None
 
 
-def other_workers(state: Any, num_workers: int) -> int | None:
+def other_workers(state: Any, num_workers: int, pairs: bool = False) -> int | None:
     """The number of DataLoader workers a stream's rank state was saved with, when it is
-    not ``num_workers`` (``None``: the same, or no stream's state).
+    not ``num_workers`` (``None``: the same, or no stream's state); ``pairs``: the state
+    of a loader of ``(batch, info)`` pairs, whose ``DynamicBatchLoader`` over an iterable
+    dataset holds where the dataset stands split over its ``num_workers`` workers.
 
     >>> other_workers({"source": {"_snapshot": {"_main_snapshot": {"_num_workers": 2}}}}, 0), other_workers({}, 0)
     (2, None)
@@ -45,6 +47,12 @@ def other_workers(state: Any, num_workers: int) -> int | None:
     source = state.get("source") if isinstance(state, Mapping) else None
     if not isinstance(source, Mapping):
         return None
+    if pairs:
+        from youmu.batching.config import DYNAMIC_LOADER_FORMATS
+        from youmu.batching.merge import resume_workers
+
+        need = resume_workers(source) if source.get("format") in DYNAMIC_LOADER_FORMATS else None
+        return need if need is not None and need != num_workers else None
     snapshot = source.get("_snapshot")  # torchdata StatefulDataLoader's state with workers
     saved = snapshot.get("_main_snapshot", {}).get("_num_workers") if isinstance(snapshot, Mapping) else 0
     return saved if isinstance(saved, int) and saved != num_workers else None

@@ -59,7 +59,7 @@ from youmu._args import bool_arg
 from youmu.errors import ArgumentTypeError, StateError
 from youmu.integrations.batch_info import INFO_KEY, split_info
 from youmu.integrations.trainer_loader import TrainerLoader
-from youmu.integrations.trainer_settings import check_accumulation, check_equal_steps
+from youmu.integrations.trainer_settings import check_accumulation, check_checkpointable, check_equal_steps
 from youmu.statefile import envelope, is_plain_state, open_envelope
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
@@ -112,6 +112,7 @@ class YoumuDataModule(pl.LightningDataModule):
             if trainer is not None:
                 # a BalancedLoader's micro-batches of one step train under one optimizer step
                 check_accumulation(loader.source, "accumulate_grad_batches", trainer.accumulate_grad_batches)
+                check_checkpointable(loader.source, "Lightning", bool(trainer.checkpoint_callbacks))
             # Lightning's prefetching fetcher pulls a batch ahead of the one it trains (of an
             # unsized loader): the checkpoint must hold the position of the trained one
             loader.follow_consumption()

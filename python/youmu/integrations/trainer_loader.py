@@ -179,9 +179,8 @@ class TrainerLoader(PassLoader):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.rank, self.world_size = self.channel.rank, self.channel.world_size
-        # a stream whose ranks' batch counts are not known here (unsized, or a bound given
-        # as steps_per_epoch) agrees each step: a rank out of data early would leave the
-        # others in a collective it never joins
+        # a stream whose ranks' batch counts are not known here (unsized, or a bound given as steps_per_epoch)
+        # agrees each step: a rank out of data early would leave the others in a collective it never joins
         self._agree_each_step = not self.pairs and self._steps is not None
         if not self.pairs and self._steps is None:
             mine = stream_batches_per_epoch(source, batch_size, num_workers)  # type: ignore[arg-type]
@@ -436,8 +435,9 @@ class TrainerLoader(PassLoader):
                                 world_size=self.world_size if expect_shard else None, full_epoch=full)
 
     def _other_workers(self, state: Any) -> int | None:
-        """The DataLoader workers a stream's state was saved with, when not this loader's."""
-        return None if self.pairs else other_workers(state, self.num_workers)
+        """The DataLoader workers a stream's (or a DynamicBatchLoader's) state was saved with, if not this one's."""
+        return other_workers(state, getattr(self.source, "num_workers", 0) if self.pairs else self.num_workers,
+                             self.pairs)
 
     def _load_resized(self, ranks: list[Any]) -> None:
         """Every rank's state of a job of another world size (see :meth:`load_state_dict`)."""

@@ -1,7 +1,8 @@
 """The trainer settings a loader of ``(batch, info)`` pairs needs, checked when the
 trainer takes it (``YoumuTrainerMixin``, ``YoumuDataModule``): every rank takes the same
 number of steps unless the trainer can ``Join`` ranks, and the trainer's gradient
-accumulation is the loader's batches per optimizer step. A stream of samples takes
+accumulation is the loader's batches per optimizer step, and a trainer that saves
+checkpoints gets a loader that can save its state mid-epoch. A stream of samples takes
 any trainer settings.
 
 Example:
@@ -23,7 +24,7 @@ from typing import Any
 from youmu.errors import InvalidArgumentError
 from youmu.stateful import yields_pairs
 
-__all__ = ["check_equal_steps", "check_accumulation"]
+__all__ = ["check_equal_steps", "check_accumulation", "check_checkpointable"]
 
 
 def check_equal_steps(source: Any, trainer: str) -> None:
@@ -54,3 +55,17 @@ def check_accumulation(source: Any, option: str, value: int) -> None:
             f"{type(source).__name__} yields {per_step} batch(es) per optimizer step (their loss_scale is "
             f"per step): use {option}={per_step}, got {value}"
         )
+
+
+def check_checkpointable(source: Any, trainer: str, saves: bool) -> None:
+    """Refuse a ``DynamicBatchLoader`` ``source`` that cannot save a mid-epoch state (an
+    iterable dataset without ``state_dict``/``load_state_dict``) for a ``trainer`` that
+    ``saves`` checkpoints: refused when the trainer is built, not at its first
+    checkpoint, hours in. A map-style dataset, or one with those methods (``YoumuDataset``,
+    with any ``num_workers``), can."""
+    cfg = getattr(source, "config", None) if saves and yields_pairs(source) else None
+    if cfg is not None and getattr(cfg, "kind", None) == "iterable" and not hasattr(cfg.dataset, "state_dict"):
+        from youmu.batching.config import stateless_message
+
+        raise InvalidArgumentError(f"{trainer} saves checkpoints, but {stateless_message(cfg.dataset)} "
+                                   "(or turn the trainer's checkpoints off)")
