@@ -5,7 +5,7 @@ PIP      := $(PY) -m pip
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-python test-seams lint docs demo bench peers-venv compare clean
+.PHONY: setup build test test-rust test-python test-seams test-examples lint docs demo bench peers-venv compare clean
 
 setup: $(VENV)/.deps-installed
 
@@ -34,6 +34,12 @@ test-python: build
 # after `make test`.
 test-seams: build
 	$(PY) -m pytest -q tests/test_seams.py -m seams
+
+# The example jobs the documentation includes (trainers, DDP, Ray), each run as the page
+# shows it (tests/test_docs_examples.py, marked seams: `make test` leaves them out). Not
+# in CI: about 20 min on the loaded 2-core machine, beside CI's 90-minute budget.
+test-examples: build
+	$(PY) -m pytest -q tests/test_docs_examples.py -m seams
 
 test: test-rust test-python
 

@@ -6,8 +6,9 @@
 * A page never copies a script that needs a trainer, several ranks or a Ray cluster: it
   includes the example itself (``--8<-- "examples/x.py"``), and every file a page
   includes is run by a test — the demos by their own tests (:data:`RUN_ELSEWHERE`), the
-  trainer and cluster examples here (:data:`RUN_HERE`, ``slow`` + ``seams``: ``make
-  test-seams`` runs them, as CI does).
+  trainer, DDP and Ray examples here (:data:`RUN_HERE`, marked ``slow`` + ``seams`` so
+  ``make test`` leaves them out; ``make test-examples`` runs them: 20 minutes at a load
+  average of 20 on the 2-core machine, 2–5 minutes each, which CI's budget does not hold).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def _images(path: Path, rows: int) -> None:
 def write_workspace(root: Path) -> Path:
     """What the pages read, under the names they use."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from textutil import CORPUS, chat_tokenizer, ultrachat, write_chats, write_texts
+    from textutil import CHATML_PUBLISHED, CORPUS, chat_tokenizer, ultrachat, write_chats, write_texts
 
     _tokens(root / "data", 2400, seed=0, files=2)                      # the quickstart's corpus
     for k, (name, rows) in enumerate({"web": 1200, "code": 500, "math": 200,
@@ -116,7 +117,7 @@ def write_workspace(root: Path) -> Path:
         _tokens(root / (f"pubs/{name}" if name in ("pes2o", "pubmed", "peps") else name), rows, seed=k + 1)
     (root / "fineweb").mkdir()
     write_texts(root / "fineweb" / "part-0.parquet", CORPUS[:200])
-    tok = chat_tokenizer()
+    tok = chat_tokenizer(CHATML_PUBLISHED)                             # ChatML as Qwen publishes it
     tok.save_pretrained(root / "my-model")                             # a local "published" model
     tok.backend_tokenizer.save(str(root / "tokenizer.json"))
     (root / "ultrachat").mkdir()
