@@ -31,7 +31,7 @@ MICRO = 2  # micro-batches per optimizer step of the balanced and ray rows
 
 def micro_batches(kind: str) -> int:
     """Batches per optimizer step a row's loader yields (what a trainer accumulates)."""
-    return MICRO if kind in ("balanced", "ray") else 1
+    return MICRO if kind == "balanced" or kind.startswith("ray") else 1
 
 
 def corpus(tmp: str) -> str:
@@ -110,7 +110,7 @@ def make_loader(kind: str, tmp: str, *, workers: int = 0, channel: Any = None, r
         bl = BalancedLoader(_stream(tmp), num_microbatches=MICRO, global_batch_size=8, length_fn=_row_len,
                             collate_fn=collate_pad, seed=3, drop_last=True, channel=channel)
         return TrainerLoader(bl)
-    if kind == "ray":
+    if kind.startswith("ray"):  # ray, ray-sft: the deployment says what it serves
         import ray as ray_mod
 
         from youmu.ray import RayBalancedLoader, RayLoaders
@@ -120,20 +120,47 @@ def make_loader(kind: str, tmp: str, *, workers: int = 0, channel: Any = None, r
             ray_mod.init(address=address, log_to_driver=False)
         deployment = RayLoaders.connect(name, namespace="youmu-seams")
         rank = channel.rank if channel is not None else int(os.environ.get("RANK", "0"))
-        return TrainerLoader(RayBalancedLoader(deployment, rank), channel=channel)
+        # ray-sft: its epochs whole (96 chats in steps of 8, MICRO batches a step), so every chat trains
+        steps = ROWS // 8 * MICRO if kind == "ray-sft" else None
+        return TrainerLoader(RayBalancedLoader(deployment, rank), channel=channel, steps_per_epoch=steps)
     raise ValueError(kind)
 
 
-def deploy_ray(tmp: str, name: str) -> Any:
+def deploy_ray(tmp: str, name: str, kind: str = "ray") -> Any:
     """A Ray deployment serving the corpus as one source to 2 ranks (balanced steps of 2
     micro-batches, as the ``balanced`` row), named ``name`` in the namespace the ``ray``
-    row's clients look in; call it after ``ray.init``."""
+    row's clients look in; call it after ``ray.init``. ``kind="ray-sft"``: the chat
+    corpus through ``ChatTemplate`` (a batched transform, run in the source loader),
+    batches padded as a language model takes them (labels with -100)."""
     from youmu.ray import RayLoaders, Source
-    from youmu.torch import collate_pad
+    from youmu.torch import collate_pad, lm_collate
 
-    return RayLoaders({"default": Source(corpus(tmp), shuffle="page", buffer_size=8, seed=1, output="numpy")},
-                      world_size=2, num_microbatches=MICRO, global_batch_size=8, length_fn=_row_len,
-                      collate_fn=collate_pad, seed=3, drop_last=True, name=name, namespace="youmu-seams", timeout=60.0)
+    if kind == "ray-sft":
+        source = Source(chat_corpus(tmp), shuffle="page", buffer_size=8, seed=1, output="numpy", transform=chat_template())
+    else:
+        source = Source(corpus(tmp), shuffle="page", buffer_size=8, seed=1, output="numpy")
+    return RayLoaders({"default": source}, world_size=2, num_microbatches=MICRO, global_batch_size=8,
+                      length_fn=_row_len, collate_fn=lm_collate if kind == "ray-sft" else collate_pad, seed=3,
+                      drop_last=True, name=name, namespace="youmu-seams", timeout=60.0)
+
+
+def chat_template() -> Any:
+    """``ChatTemplate`` with the tests' chat tokenizer (a ChatML template whose assistant
+    answers are ``{% generation %}`` blocks; trained here, never downloaded)."""
+    from textutil import chat_tokenizer
+
+    from youmu.text import ChatTemplate
+
+    return ChatTemplate(chat_tokenizer())
+
+
+def assistant_tokens(tmp: str) -> dict[int, int]:
+    """Each chat's assistant (label) tokens, by the chat's id, templated in this process."""
+    from youmu.parquet import ParquetStream
+
+    rows = ParquetStream(chat_corpus(tmp), shuffle="none", output="numpy", transform=chat_template(), rank=0,
+                         world_size=1)
+    return {int(r["id"]): int((r["labels"] != -100).sum()) for r in rows}
 
 
 def items(batch: Any) -> list[int]:

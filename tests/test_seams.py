@@ -150,24 +150,38 @@ def ray_cluster() -> Any:
 @pytest.mark.slow
 @pytest.mark.seams
 @pytest.mark.timeout(1800)  # three trainer jobs of up to 400 s each
-@pytest.mark.parametrize("trainer", ["hf", "lightning"])
-def test_a_killed_trainer_fed_by_ray_resumes_exactly(tmp_path, ray_cluster: Any, trainer: str) -> None:
+@pytest.mark.parametrize(("trainer", "kind"), [("hf", "ray"), ("lightning", "ray"), ("hf", "ray-sft")])
+def test_a_killed_trainer_fed_by_ray_resumes_exactly(tmp_path, ray_cluster: Any, trainer: str, kind: str) -> None:
     """A RayBalancedLoader client feeds the trainer through TrainerLoader like any loader
-    of (batch, info) pairs; the resumed job's clients belong to a new deployment."""
-    from seams_mp import deploy_ray
+    of (batch, info) pairs; the resumed job's clients belong to a new deployment.
+    ``ray-sft``: chats templated by ``ChatTemplate`` in the source loaders — each chat's
+    assistant tokens (the chat, by its id in the data) trained exactly once an epoch,
+    across the kill."""
+    from seams_mp import assistant_tokens, deploy_ray
 
     tmp = str(tmp_path)
     deployments = []
 
     def serve(run: str) -> Any:
-        deployments.append(deploy_ray(tmp, f"{trainer}-{run}"))
-        return ray_cluster.address, f"{trainer}-{run}"
+        deployments.append(deploy_ray(tmp, f"{trainer}-{kind}-{run}", kind))
+        return ray_cluster.address, f"{trainer}-{kind}-{run}"
 
     try:
-        _cell(tmp, trainer, "ray", 2, 2, 0, ray=serve)
+        _cell(tmp, trainer, kind, 2, 2, 0, ray=serve)
     finally:
         for d in deployments:
             d.shutdown()
+    if kind == "ray-sft":  # every chat, with its assistant tokens, trained once an epoch
+        labelled = assistant_tokens(tmp)
+        assert min(labelled.values()) > 0, "a chat without assistant tokens: the labels were not made"
+        logs = [read_log(f"{tmp}/cut/rank{r}.jsonl", upto=SAVE * micro_batches(kind)) + read_log(
+            f"{tmp}/resumed/rank{r}.jsonl") for r in range(2)]
+        assert all(len(log) % 2 == 0 for log in logs)
+        every = Counter(labelled.keys())  # each chat once
+        for epoch in range(2):  # each rank's log: two epochs of as many batches
+            trained = Counter(i for log in logs for b in log[epoch * len(log) // 2:(epoch + 1) * len(log) // 2]
+                              for i in b)
+            assert trained == every, f"epoch {epoch}: {sorted((trained - every) | (every - trained))[:10]}"
 
 
 
