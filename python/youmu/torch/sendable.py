@@ -24,6 +24,12 @@ dtype, shape and values; a fresh, writable tensor on the training side); a view 
 copied alone, not the storage it looks into. Larger ones, tensors that require grad
 and subclasses keep torch's shared memory.
 
+A conjugated or negated view (``t.conj()``, ``t._neg_view()``) is a lazy flag on the
+tensor, not on its storage, and torch's reducer sends the storage alone: the flag would
+be dropped and the training process would see the values unconjugated or unnegated.
+Such a tensor is materialized first (``resolve_conj`` / ``resolve_neg``), so every
+batch arrives with the values the worker saw.
+
 Example:
     >>> send = SendCollate(list)
     >>> send([1, 2])                      # in the training process: untouched
@@ -63,6 +69,11 @@ def _inline_tensor(data: bytearray, dtype: Any, shape: tuple[int, ...]) -> Any:
     return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
+def _same(value: Any) -> Any:
+    """What a materialized conjugate or negative view is rebuilt by: itself."""
+    return value
+
+
 class _Pickled:
     """A batch already pickled in the worker: the queue pickles it as "unpickle these
     bytes", so the receiving process gets the batch itself."""
@@ -89,6 +100,9 @@ class SendPickler(ForkingPickler):
         self._uint8 = torch.uint8
 
     def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, self._tensor) and (obj.is_conj() or obj.is_neg()):
+            # the lazy bit lives on the view, not the storage torch's reducer sends
+            return _same, (obj.resolve_conj().resolve_neg(),)
         if type(obj) is not self._tensor or not self._inlinable(obj):
             return NotImplemented
         raw = obj.detach().reshape(-1).view(self._uint8).numpy()
@@ -98,7 +112,7 @@ class SendPickler(ForkingPickler):
         # a plain contiguous CPU tensor: its bytes alone say all of it (a view is copied
         # alone, not the storage it looks into)
         return (t.device.type == "cpu" and t.layout == self._strided and not t.requires_grad and not t.is_nested
-                and not t.is_quantized and not t.is_conj() and not t.is_neg() and t.is_contiguous()
+                and not t.is_quantized and t.is_contiguous()
                 and t.nbytes <= INLINE_TENSOR_BYTES)
 
 
