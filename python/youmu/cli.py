@@ -37,6 +37,7 @@ Example (the report of a small file, and how ``-s`` options are parsed):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -197,8 +198,31 @@ def _storage_options(pairs: Sequence[str] | None) -> dict[str, str] | None:
     return opts
 
 
+#: The exit status of a command whose reader went away (``| head``): what a Unix tool
+#: killed by SIGPIPE reports to its shell (128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``youmu`` command (``argv`` defaults to ``sys.argv[1:]``); returns the exit code."""
+    """The ``youmu`` command (``argv`` defaults to ``sys.argv[1:]``); returns the exit code.
+
+    A reader that stops early (``youmu inspect ... | head``) ends the command quietly
+    with :data:`EXIT_BROKEN_PIPE`, as ``cat`` or ``grep`` end, not with a traceback.
+    """
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # inside the guard: the interpreter's own flush at exit would print the error
+    except BrokenPipeError:
+        # nothing more can be written; pointing stdout at /dev/null keeps the flush at
+        # exit from reporting the closed pipe (the recipe of Python's signal docs)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="youmu", description="Page-granular Parquet tools")
     sub = parser.add_subparsers(dest="cmd", required=True)
     so_help = "object-store option KEY=VALUE (endpoint, region, access_key_id, ...); repeatable"

@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from youmu._args import instance_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError
 from youmu.integrations.trainer_loader import TrainerLoader
 from youmu.integrations.trainer_settings import check_accumulation
@@ -65,7 +66,7 @@ class CheckpointedLoader:
     (``state_dict`` is collective; Accelerate calls it on every rank in ``save_state``)."""
 
     def __init__(self, loader: TrainerLoader) -> None:
-        self.loader = loader
+        self.loader = instance_arg("loader", loader, TrainerLoader, "a youmu.integrations.TrainerLoader")
 
     def state_dict(self) -> dict[str, Any]:
         # plain data (youmu.statefile): the checkpoint holds no object a load would construct
@@ -106,6 +107,13 @@ def _follow_passes(gradient_state: Any, loader: TrainerLoader) -> Callable[[Iter
     return on_pass
 
 
+def _accelerator_arg(accelerator: Any) -> Any:
+    # duck-typed as Accelerate itself is used: what prepare and log_metrics call on it
+    if not all(hasattr(accelerator, a) for a in ("device", "register_for_checkpointing", "gradient_state", "log")):
+        raise ArgumentTypeError(f"accelerator must be an accelerate.Accelerator, got {type(accelerator).__name__}")
+    return accelerator
+
+
 def prepare(accelerator: Any, loader: TrainerLoader) -> TrainerLoader:
     """Register ``loader`` for ``save_state``/``load_state``, have its passes mark the
     epoch's end for gradient accumulation, and move its batches to the accelerator's
@@ -117,6 +125,7 @@ def prepare(accelerator: Any, loader: TrainerLoader) -> TrainerLoader:
             f"loader must be a youmu.integrations.TrainerLoader, got {type(loader).__name__}; do not pass a youmu "
             "stream to accelerator.prepare (it would re-shard it)"
         )
+    _accelerator_arg(accelerator)
     accumulation = getattr(accelerator, "gradient_accumulation_steps", 1)
     if accumulation != 1:  # 1: Accelerate does not accumulate, the loop steps the optimizer itself
         check_accumulation(loader.source, "the Accelerator's gradient_accumulation_steps", accumulation)
@@ -130,6 +139,8 @@ def prepare(accelerator: Any, loader: TrainerLoader) -> TrainerLoader:
 def log_metrics(accelerator: Any, loader: TrainerLoader, step: int | None = None) -> dict[str, float]:
     """Send the loader's metrics (tokens/s, padding ratio, data wait, mixture shares) to
     the accelerator's trackers; returns them."""
+    _accelerator_arg(accelerator)
+    instance_arg("loader", loader, TrainerLoader, "a youmu.integrations.TrainerLoader")
     values = loader.metrics()
-    accelerator.log(values, step=step)
+    accelerator.log(values, step=opt_int_arg("step", step, minimum=0))
     return values

@@ -11,12 +11,13 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
 from youmu.errors import ArgumentTypeError
 
-__all__ = ["INFO_KEY", "split_info", "scale_loss", "trainer_batch"]
+__all__ = ["INFO_KEY", "device_arg", "split_info", "scale_loss", "trainer_batch"]
 
 #: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
 INFO_KEY = "youmu_info"
@@ -43,6 +44,22 @@ def trainer_batch(item: Any, pairs: bool, device: Any = None) -> Any:
     return item
 
 
+def device_arg(device: Any) -> Any:
+    """``device`` when torch can place a tensor there (``None``: leave batches where they
+    are), else :class:`~youmu.errors.ArgumentTypeError` naming it (checked when the
+    loader is built, not at its first batch)."""
+    if device is None:
+        return None
+    import torch
+
+    try:
+        torch.device(device)
+    except (TypeError, RuntimeError, ValueError) as e:
+        raise ArgumentTypeError(f"device must be a torch.device, a device string such as 'cuda:0', or None, got "
+                                f"{type(device).__name__} {device!r:.40} ({e})") from None
+    return device
+
+
 def split_info(batch: Any) -> tuple[Any, Any]:
     """``(model inputs, info or None)``: the batch without :data:`INFO_KEY`."""
     if isinstance(batch, Mapping) and INFO_KEY in batch:
@@ -55,5 +72,11 @@ def scale_loss(loss: Any, info: Any) -> Any:
     """``loss * info.loss_scale`` (ODB, Eq. 2: the rank's mean per-token loss times
     ``W · t_r / T_tok``, so DDP's gradient average is the per-token mean over every rank's
     tokens); ``loss`` unchanged when ``info`` is ``None`` (a fixed-size batch)."""
-    return loss if info is None else loss * info.loss_scale
+    if info is None:
+        return loss
+    scale = getattr(info, "loss_scale", None)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise ArgumentTypeError(f"info must be a batch's step info (split_info's second value) or None, got "
+                                f"{type(info).__name__} {info!r:.40}")
+    return loss * scale
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from youmu.errors import InvalidArgumentError
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["default_channel", "pairs_channel"]
+__all__ = ["channel_arg", "default_channel", "pairs_channel", "stream_channel"]
 
 
 def default_channel() -> Any:
@@ -28,6 +28,23 @@ def default_channel() -> Any:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return GlooChannel.from_default_group()
     return GlooChannel.local()
+
+
+def channel_arg(channel: Any) -> Any:
+    """``channel`` when it is ``None`` or a youmu ``GlooChannel`` (a backend's name such as
+    ``"gloo"`` is not one), else :class:`~youmu.errors.ArgumentTypeError`."""
+    from youmu.distributed.channel import GlooChannel
+
+    if channel is not None and not isinstance(channel, GlooChannel):
+        raise ArgumentTypeError(f"channel must be a youmu.distributed.GlooChannel or None (build one with "
+                                f"GlooChannel.from_process_group), got {type(channel).__name__} {channel!r:.40}")
+    return channel
+
+
+def stream_channel(channel: Any) -> Any:
+    """The channel of a ``TrainerLoader`` over a stream: ``channel`` (checked), else the
+    default group's."""
+    return channel_arg(channel) if channel is not None else default_channel()
 
 
 def pairs_channel(source: Any, channel: Any) -> Any:
@@ -42,6 +59,7 @@ def pairs_channel(source: Any, channel: Any) -> Any:
     default one. A loader that communicates in the caller's thread (``DynamicBatchLoader``)
     shares its own; one without a channel (a Ray client: its peers meet in the planner)
     uses ``channel`` or the default group's."""
+    channel_arg(channel)
     own = getattr(source, "channel", None)
     if own is None:
         return channel if channel is not None else default_channel()

@@ -44,7 +44,8 @@ import os
 import re
 from typing import Any
 
-from youmu.errors import InvalidArgumentError, StateError
+from youmu._args import instance_arg, int_arg
+from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
 from youmu.integrations.batch_info import scale_loss, split_info
 from youmu.integrations.job_states import other_workers
 from youmu.integrations.trainer_loader import TrainerLoader
@@ -61,7 +62,14 @@ _PICKLED_FILE = "youmu_loader_rank{rank}.pkl"
 
 def loader_state_path(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
     """Where rank ``rank``'s loader state lives in a Trainer checkpoint folder."""
-    return os.path.join(os.fspath(checkpoint_dir), STATE_FILE.format(rank=rank))
+    return os.path.join(_folder(checkpoint_dir), STATE_FILE.format(rank=int_arg("rank", rank, minimum=0)))
+
+
+def _folder(checkpoint_dir: Any) -> str:
+    if not isinstance(checkpoint_dir, (str, os.PathLike)):
+        raise ArgumentTypeError(f"checkpoint_dir must be a path (str or os.PathLike), got "
+                                f"{type(checkpoint_dir).__name__}")
+    return os.fspath(checkpoint_dir)
 
 
 def _read_state(path: str) -> Any:
@@ -87,6 +95,7 @@ def load_loader_state(loader: TrainerLoader, checkpoint_dir: str | os.PathLike[s
     stream (or ``DynamicBatchLoader`` over an iterable dataset) runs another number of
     DataLoader workers. A missing file is a
     :class:`~youmu.errors.StateError` naming the rank and the path."""
+    instance_arg("loader", loader, TrainerLoader, "a youmu.integrations.TrainerLoader")
     own = loader_state_path(checkpoint_dir, loader.rank)
     if not os.path.lexists(own):
         _refuse_pickled(checkpoint_dir, loader.rank)
@@ -267,4 +276,5 @@ def make_trainer(trainer_cls: Any = None) -> Any:
     """A ``Trainer`` subclass with :class:`YoumuTrainerMixin` (default: ``transformers.Trainer``)."""
     if trainer_cls is None:
         from transformers import Trainer as trainer_cls
+    instance_arg("trainer_cls", trainer_cls, type, "a Trainer class (transformers.Trainer or a subclass)")
     return type(f"Youmu{trainer_cls.__name__}", (YoumuTrainerMixin, trainer_cls), {})

@@ -55,7 +55,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from youmu._args import bool_arg
+from youmu._args import bool_arg, int_arg
 from youmu.errors import ArgumentTypeError, StateError
 from youmu.integrations.batch_info import INFO_KEY, split_info
 from youmu.integrations.trainer_loader import TrainerLoader
@@ -158,6 +158,9 @@ class YoumuDataModule(pl.LightningDataModule):
         return {} if self.loader is None else envelope(self.loader.gathered_state_dict())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not isinstance(state_dict, Mapping):
+            raise StateError(f"the Lightning checkpoint's youmu loader state must be a dict, got "
+                             f"{type(state_dict).__name__}")
         if not state_dict:
             raise StateError("the checkpoint holds no youmu loader state (saved before the loader was built?)")
         if is_plain_state(state_dict):  # else a checkpoint of an older youmu: the state itself
@@ -188,7 +191,7 @@ class LoaderMetrics(pl.Callback):
     """Log the loader's metrics every ``every_n_steps`` training steps."""
 
     def __init__(self, every_n_steps: int = 50) -> None:
-        self.every_n_steps = every_n_steps
+        self.every_n_steps = int_arg("every_n_steps", every_n_steps, minimum=1)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         dm = trainer.datamodule

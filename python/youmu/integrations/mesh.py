@@ -40,11 +40,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from youmu._args import instance_arg
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.trainer_loader import TrainerLoader
 from youmu.statefile import dumps, loads
 
 __all__ = ["data_parallel", "LoaderState"]
+
+
+def _mesh_arg(mesh: Any) -> Any:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return instance_arg("mesh", mesh, DeviceMesh, "a torch.distributed DeviceMesh")
 
 
 def data_parallel(mesh: Any, dim: str = "dp") -> tuple[int, int, Any]:
@@ -54,6 +61,8 @@ def data_parallel(mesh: Any, dim: str = "dp") -> tuple[int, int, Any]:
 
     from youmu.distributed.channel import GlooChannel
 
+    _mesh_arg(mesh)
+    instance_arg("dim", dim, str, "a mesh dimension's name (a str)")
     names = mesh.mesh_dim_names or ()
     if dim not in names:
         raise InvalidArgumentError(f"the mesh has no {dim!r} dimension (its dimensions: {list(names)})")
@@ -77,6 +86,12 @@ class LoaderState:
         if not isinstance(loader, TrainerLoader):
             raise InvalidArgumentError(f"loader must be a TrainerLoader, got {type(loader).__name__}")
         self.loader = loader
+        if mesh is not None:
+            _mesh_arg(mesh)
+            instance_arg("dim", dim, str, "a mesh dimension's name (a str)")
+            if dim not in (mesh.mesh_dim_names or ()):
+                raise InvalidArgumentError(f"the mesh has no {dim!r} dimension (its dimensions: "
+                                           f"{list(mesh.mesh_dim_names or ())})")
         self.dp_rank = mesh.get_local_rank(dim) if mesh is not None else loader.rank
         if self.dp_rank != loader.rank:
             raise InvalidArgumentError(
@@ -90,7 +105,7 @@ class LoaderState:
                 "dp_world_size": self.loader.world_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        blob = state.get(self.KEY)
+        blob = state.get(self.KEY) if isinstance(state, dict) else None
         if not isinstance(blob, (bytes, bytearray)):
             raise StateError(f"the checkpoint has no youmu loader state under {self.KEY!r}")
         self.loader.load_state_dict(loads(blob, where=f"the checkpoint's youmu loader state ({self.KEY!r})"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from youmu._args import instance_arg
 from youmu.errors import InvalidArgumentError
 
 __all__ = ["odb_steps_per_epoch", "stream_batches_per_epoch"]
@@ -39,9 +40,12 @@ def odb_steps_per_epoch(loader: Any, epoch: int | None = None) -> int:
     for several dynamic-batch epochs give the trainer ``max_steps`` (or the sum of each
     epoch's count) rather than ``epochs × steps_per_epoch``.
     """
+    from youmu.batching import DynamicBatchLoader
     from youmu.batching.sampling import rank_indices
     from youmu.batching.simulation import simulate_ranks
+    from youmu.stateful import check_epoch
 
+    instance_arg("loader", loader, DynamicBatchLoader, "a youmu DynamicBatchLoader")
     cfg = loader.config
     if cfg.kind != "map":
         raise InvalidArgumentError(
@@ -50,7 +54,7 @@ def odb_steps_per_epoch(loader: Any, epoch: int | None = None) -> int:
         )
     if not cfg.join:
         raise InvalidArgumentError("odb_steps_per_epoch counts join-mode epochs; non-join mode stops at quota")
-    epoch = loader.epoch if epoch is None else epoch
+    epoch = loader.epoch if epoch is None else check_epoch(epoch)
     ds = cfg.dataset
     lengths: list[list[int]] = []
     tokens: list[list[int]] = []

@@ -55,10 +55,10 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, int_arg, opt_int_arg, workers_arg
+from youmu._args import bool_arg, callable_arg, instance_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.integrations.batch_info import INFO_KEY, trainer_batch
-from youmu.integrations.channels import default_channel, pairs_channel
+from youmu.integrations.batch_info import INFO_KEY, device_arg, trainer_batch
+from youmu.integrations.channels import pairs_channel, stream_channel
 from youmu.integrations.consumption import Consumption
 from youmu.integrations.job_states import (
     GATHERED_FORMAT,
@@ -139,8 +139,8 @@ class TrainerLoader(PassLoader):
         self._steps = opt_int_arg("steps_per_epoch", steps_per_epoch, minimum=1)
         self._user_steps = steps_per_epoch is not None
         self.even = bool_arg("even", even)
-        self.source_key = source_key
-        self.device = device
+        self.source_key = instance_arg("source_key", source_key, (str, type(None)), "a str (a batch field) or None")
+        self.device = device_arg(device)
         self.source = source
         self.pairs = yields_pairs(source)
         if self.pairs:
@@ -170,7 +170,7 @@ class TrainerLoader(PassLoader):
             from youmu.torch.collate import collate_pad
             from youmu.torch.sendable import SendCollate
 
-            self.channel = channel if channel is not None else default_channel()
+            self.channel = stream_channel(channel)
             # kept to build a fresh loader over a stream resumed from a merged state
             collate = collate_fn or collate_pad
             self._loader_args = {"batch_size": batch_size, "num_workers": num_workers,
