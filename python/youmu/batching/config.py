@@ -52,7 +52,7 @@ from youmu.batching.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
 from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.stateful import check_state, data_fingerprint, state_int, state_ints
+from youmu.stateful import check_state, data_fingerprint, is_state_int, state_int, state_ints
 
 __all__ = ["LoaderConfig", "DYNAMIC_LOADER_FORMAT", "DYNAMIC_LOADER_FORMATS", "UNEVEN_MODES", "DEFAULTS",
            "check_saved_state", "stateless_message"]
@@ -326,9 +326,10 @@ def _fingerprint(s: Mapping[str, Any], world_size: int) -> int:
 
 
 def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
-                      expect: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      expect: Mapping[str, Any] | None = None, pool_size: int | None = None) -> dict[str, Any]:
     """A rank's ``DynamicBatchLoader`` state checked field by field, without a loader
-    (``expect``: settings it must hold, see :func:`~youmu.stateful.check_state`): a
+    (``expect``: settings it must hold, see :func:`~youmu.stateful.check_state`;
+    ``pool_size``: the loader's, else the state's own ``settings``): a
     :class:`~youmu.errors.StateError` names the first field that does not fit. Returns
     it as a new dict."""
     st = check_state(state, DYNAMIC_LOADER_FORMATS, owner=owner, required=_REQUIRED, expect=expect)
@@ -352,6 +353,7 @@ def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
             StepInfo(**{**info, "sample_indices": tuple(info.get("sample_indices", ()))})
         except (TypeError, ValueError) as e:
             raise StateError(f"{owner} state field 'replay'[{i}]['info'] is not a step's info: {e}") from None
+    _check_pooled(st, keys, owner, pool_size)
     if st["kind"] == "iterable":
         payloads = st["payloads"]
         if not isinstance(payloads, Mapping):
@@ -360,8 +362,32 @@ def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
             p = payloads.get(k)
             if not isinstance(p, (list, tuple)) or len(p) not in (3, 4):
                 raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
+        if len(payloads) != len(keys):
+            extra = sorted(set(payloads) - set(keys), key=repr)[:3]
+            raise StateError(f"{owner} state field 'payloads' holds samples of keys no replayed step or overflow "
+                             f"names ({extra!r:.80}): a forged or corrupted state")
     st["workers"] = _checked_workers(st.get("workers"), st["kind"], owner)
     return st
+
+
+def _check_pooled(st: Mapping[str, Any], keys: list[int], owner: str, pool_size: int | None) -> None:
+    """The samples a state's round still holds (its ``replay`` steps' and its
+    ``overflow``): each once, and no more than the grouping pool held when the round
+    fired. A key twice would deliver one sample twice; more keys than the pool holds
+    would wait forever for credits the loader never grants (a resume takes every one of
+    them before its first step)."""
+    seen: set[int] = set()
+    for k in keys:
+        if k in seen:
+            raise StateError(f"{owner} state names sample key {k} twice in its 'replay' steps and 'overflow': a "
+                             "resume would deliver that sample twice, so the state is forged or corrupted")
+        seen.add(k)
+    settings = st.get("settings")
+    if pool_size is None and isinstance(settings, Mapping) and is_state_int(settings.get("pool_size"), minimum=1):
+        pool_size = int(settings["pool_size"])
+    if pool_size is not None and len(keys) > pool_size:
+        raise StateError(f"{owner} state's round holds {len(keys):,} samples ('replay' and 'overflow') but its "
+                         f"grouping pool holds {pool_size:,} (pool_size): a forged or corrupted state")
 
 
 def _checked_workers(workers: Any, kind: str, owner: str) -> dict[str, Any] | None:

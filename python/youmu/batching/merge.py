@@ -328,7 +328,8 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
     owner = _KIND
     if is_merged(state):
         return resume_from_merged(state, config)
-    st = check_saved_state(state, expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind})
+    st = check_saved_state(state, expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind},
+                           pool_size=config.pool_size)
     if st["config"] != config.fingerprint:
         raise StateError(
             f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
