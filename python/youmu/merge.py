@@ -33,6 +33,7 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.jobstates import OWNER, Merge
+from youmu.statebounds import check_tree
 from youmu.stateful import state_positions
 from youmu.streammerge import merge_stream_ranks, stream_rank
 from youmu.streamstate import (
@@ -93,7 +94,7 @@ def _stream_state(state: Any, i: int) -> Mapping[str, Any]:
         for w, s in per_worker.items():
             if isinstance(s, Mapping):
                 # a worker's copy may also hold other workers' loaded positions: take its own
-                own = state_positions(s, POSITIONS, owner=OWNER, width=width)
+                own = state_positions(s, POSITIONS, owner=OWNER, width=width, workers=loader_workers)
                 if w in own:
                     positions[w] = own[w]
         single = with_worker_positions(got[0], positions, loader_workers)
@@ -132,6 +133,8 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if isinstance(states, Mapping) or not isinstance(states, Sequence) or not states:
         raise StateError(f"{OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
+    for i, s in enumerate(states):
+        check_tree(s, owner=f"{OWNER}: states[{i}]")  # before any field is read
     table = _mergers()
     first = states[0].get("format") if isinstance(states[0], Mapping) else None
     merger = table.get(first) if isinstance(first, str) else None

@@ -153,8 +153,16 @@ def read(raw: Any, owner: str) -> Saved:
     for a, b in zip(switches, switches[1:]):
         if b.level <= a.level:
             raise StateError(f"{owner} state field 'mixture'['switches'] levels must increase")
-    state_value_int(raw["len"], "'mixture'['len']", owner=owner)
+    length = state_value_int(raw["len"], "'mixture'['len']", owner=owner)
     origin_len = state_value_int(raw["origin_len"], "'mixture'['origin_len']", owner=owner)
+    # the epoch's first mixture had the same children: its length is one the state
+    # describes (the mixture's, a switch's) or their sum's under "restart" by default;
+    # a forged one would size the resume's run table (8 bytes per run) before any check
+    sizes = [state_value_int(v[1], f"'mixture'['children'][{n!r}][1]", owner=owner) for n, v in children.items()]
+    most = max(length, sum(sizes), *(sw.length for sw in switches))
+    if origin_len > most:
+        raise StateError(f"{owner} state field 'mixture'['origin_len']={origin_len:,} is longer than any mixture the "
+                         f"state describes (at most {most:,}: its length, its switches', its children's together)")
     return Saved(dict(raw), stages, switches, origin_len)
 
 

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from youmu.errors import StateError
+from youmu.statebounds import MAX_INT_BITS, check_array_shape, check_encoded_tree, check_json_depth
 
 __all__ = ["FORMAT", "to_plain", "from_plain", "dumps", "loads", "write_state", "read_state", "is_plain_state",
            "envelope", "open_envelope"]
@@ -119,11 +120,11 @@ def _decoded_bytes(node: Mapping[str, Any], where: str, path: str) -> bytes:
         raise _bad(where, path, "'b64' is not valid base64") from None
 
 
-def _shape(node: Mapping[str, Any], where: str, path: str) -> tuple[int, ...]:
-    shape = node.get("shape")
-    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
-        raise _bad(where, path, "'shape' must be a list of ints >= 0")
-    return tuple(shape)
+def _shape(node: Mapping[str, Any], itemsize: int, where: str, path: str) -> tuple[int, ...]:
+    try:
+        return check_array_shape(node.get("shape"), itemsize, where=path)
+    except StateError as e:
+        raise _bad(where, path, str(e).removeprefix(f"{path}: ")) from None
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -131,7 +132,6 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _from_array(node: Mapping[str, Any], kind: str, where: str, path: str) -> Any:
-    shape, data = _shape(node, where, path), _decoded_bytes(node, where, path)
     dtype = node.get("dtype")
     if not isinstance(dtype, str):
         raise _bad(where, path, "'dtype' must be a string")
@@ -142,6 +142,7 @@ def _from_array(node: Mapping[str, Any], kind: str, where: str, path: str) -> An
         if not isinstance(tdtype, torch.dtype):
             raise _bad(where, path, f"unknown torch dtype {dtype!r}")
         size = torch.empty((), dtype=tdtype).element_size()
+        shape, data = _shape(node, size, where, path), _decoded_bytes(node, where, path)
         if len(data) != _numel(shape) * size:
             raise _bad(where, path, f"{len(data)} bytes for a {dtype} tensor of shape {list(shape)}")
         if not data:
@@ -155,6 +156,7 @@ def _from_array(node: Mapping[str, Any], kind: str, where: str, path: str) -> An
         raise _bad(where, path, f"unknown numpy dtype {dtype!r}") from None
     if ndtype.kind not in _NUMPY_KINDS:
         raise _bad(where, path, f"numpy dtype {dtype!r} is not numeric")
+    shape, data = _shape(node, ndtype.itemsize, where, path), _decoded_bytes(node, where, path)
     if len(data) != _numel(shape) * ndtype.itemsize:
         raise _bad(where, path, f"{len(data)} bytes for a {dtype} array of shape {list(shape)}")
     arr = np.frombuffer(data, dtype=ndtype).reshape(shape).copy()
@@ -205,7 +207,10 @@ def _from(node: Any, where: str, path: str) -> Any:
 
 def from_plain(tree: Any, *, where: str = "state") -> Any:
     """The state :func:`to_plain` encoded, checked node by node (a malformed tree is a
-    :class:`~youmu.errors.StateError` naming ``where`` and the node)."""
+    :class:`~youmu.errors.StateError` naming ``where`` and the node), and first as a
+    whole (:mod:`youmu.statebounds`: no deeper than a state's encoding, no integer past
+    64 bits, nothing holding itself)."""
+    check_encoded_tree(tree, where=where)
     return _from(tree, where, "state")
 
 
@@ -251,14 +256,28 @@ def loads(data: bytes | bytearray | memoryview, *, where: str) -> Any:
             "its author put in it. Resume from a checkpoint saved by this youmu version (states are JSON now), or, "
             "for a checkpoint you trust, unpickle it yourself and call loader.load_state_dict on the result"
         )
+    check_json_depth(data, where=where)
     try:
-        tree = json.loads(data.decode("utf-8"))
+        tree = json.loads(data.decode("utf-8"), parse_int=lambda text: _json_int(text, where))
     except UnicodeDecodeError:
         raise StateError(f"{where}: not a youmu state file (not UTF-8 JSON)") from None
     except json.JSONDecodeError as e:
         raise StateError(f"{where}: not a youmu state file, or truncated ({e.msg} at byte {e.pos} of "
                          f"{len(data)})") from None
     return open_envelope(tree, where=where)
+
+
+# no state integer has more than MAX_INT_BITS bits: that many decimal digits and a sign
+_MAX_INT_DIGITS = len(str(1 << MAX_INT_BITS)) + 1
+
+
+def _json_int(text: str, where: str) -> int:
+    """An integer of the JSON, refused by its length before it is converted (a
+    5,000-digit one would be a ``ValueError`` of Python's own conversion limit)."""
+    if len(text) > _MAX_INT_DIGITS:
+        raise StateError(f"{where}: not a valid youmu state (an integer of {len(text):,} digits: no state integer "
+                         f"has more than {MAX_INT_BITS} bits)")
+    return int(text)
 
 
 def write_state(path: str | os.PathLike[str], state: Any) -> None:

@@ -59,6 +59,7 @@ import numpy as np
 
 from youmu.errors import StateError
 from youmu.hub import is_hub_file
+from youmu.statebounds import check_tree
 
 __all__ = [
     "Stateful",
@@ -144,13 +145,16 @@ def check_state(
         expect: settings that shape the stream; each must equal the saved value.
         required: keys the state must have.
 
-    Raises :class:`~youmu.errors.StateError` naming the first field that does not fit.
+    Raises :class:`~youmu.errors.StateError` naming the first field that does not fit,
+    and for a state past the bounds of :mod:`youmu.statebounds` (too deep, holding
+    itself or a huge integer) before reading any field.
     """
     accepted = (fmt,) if isinstance(fmt, str) else tuple(fmt)
     if not isinstance(state, Mapping):
         raise StateError(
             f"{owner}.load_state_dict expects the dict that {owner}.state_dict() returned, got {_describe(state)}"
         )
+    check_tree(state, owner=owner)  # before any field is read: depth, integers, cycles
     got = state.get("format")
     if got not in accepted:
         raise StateError(
@@ -262,14 +266,19 @@ def state_ints(state: Mapping[str, Any], key: str, *, owner: str, minimum: int =
 
 
 def state_positions(
-    state: Mapping[str, Any], key: str, *, owner: str, width: int = 1
+    state: Mapping[str, Any], key: str, *, owner: str, width: int = 1, workers: int | None = None
 ) -> dict[int, int | tuple[int, ...]]:
     """A ``{worker: position}`` field: non-negative worker ids (ints, or their string
     form after a JSON round trip) to non-negative positions — one int, or ``width``
-    ints for positions with several parts (packing: row, tokens into the row)."""
+    ints for positions with several parts (packing: row, tokens into the row). With
+    ``workers`` (the state's own worker count), more entries than workers are refused
+    before any is read."""
     raw = state.get(key)
     if not isinstance(raw, Mapping):
         raise StateError(f"{owner} state field {key!r} must be a dict of worker -> position, got {type(raw).__name__}")
+    if workers is not None and len(raw) > workers:
+        raise StateError(f"{owner} state field {key!r} holds {len(raw):,} worker positions but the state has "
+                         f"num_workers={workers}: a forged or corrupted state")
     out: dict[int, int | tuple[int, ...]] = {}
     for k, v in raw.items():
         try:

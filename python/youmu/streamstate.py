@@ -121,13 +121,14 @@ def worker_positions(state: Mapping[str, Any], *, owner: str, who: str | None = 
     """``(num_workers or None, {worker: position})`` of a rank's state, checked: every
     worker below ``num_workers`` (``who``: how a message names the state, by default
     ``"<owner> state"``)."""
-    positions = state_positions(state, POSITIONS, owner=owner, width=width)
     nw = state.get(NUM_WORKERS)
     if nw is not None:
         nw = state_int(state, NUM_WORKERS, owner=owner, minimum=1)
-        if any(w >= nw for w in positions):
-            raise StateError(f"{who or owner + ' state'} field {POSITIONS!r} has workers {sorted(positions)} but "
-                             f"{NUM_WORKERS}={nw}")
+    positions = state_positions(state, POSITIONS, owner=owner, width=width, workers=nw)
+    if nw is not None and any(w >= nw for w in positions):
+        bad = sorted(w for w in positions if w >= nw)
+        raise StateError(f"{who or owner + ' state'} field {POSITIONS!r} has workers {bad[:8]}{'...' * (len(bad) > 8)} "
+                         f"but {NUM_WORKERS}={nw}")
     return nw, positions
 
 
