@@ -34,6 +34,7 @@ PAGES = sorted(str(p.relative_to(DOCS)) for pattern in ("quickstart.md", "guides
 # Included example files run by another test: (the test module, a string it holds that
 # names the file it runs).
 RUN_ELSEWHERE = {
+    "examples/sft_trainer.py": ("tests/test_docs_examples.py", "test_the_sft_script_trains_checkpoints_and_resumes"),
     "examples/demo.py": ("tests/test_demo.py", "demo.py"),
     "examples/sft_demo.py": ("tests/test_sft_demo.py", "sft_demo.py"),
     "examples/vlm_demo.py": ("tests/test_vlm_demo.py", "vlm_demo.py"),
@@ -119,6 +120,11 @@ def write_workspace(root: Path) -> Path:
     write_texts(root / "fineweb" / "part-0.parquet", CORPUS[:200])
     tok = chat_tokenizer(CHATML_PUBLISHED)                             # ChatML as Qwen publishes it
     tok.save_pretrained(root / "my-model")                             # a local "published" model
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=1, n_head=2,
+                                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    transformers.GPT2LMHeadModel(config).save_pretrained(root / "my-model")
     tok.backend_tokenizer.save(str(root / "tokenizer.json"))
     (root / "ultrachat").mkdir()
     write_chats(root / "ultrachat" / "part-0.parquet", ultrachat(240))
@@ -236,3 +242,23 @@ def test_an_included_example_runs(script: str, workspace: Path, tmp_path: Path) 
     run = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=580)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+
+
+@pytest.mark.timeout(400)
+def test_the_sft_script_trains_checkpoints_and_resumes(workspace: Path, tmp_path: Path) -> None:
+    """The SFT guide's whole script (examples/sft_trainer.py), on one process with the
+    workspace's tiny model: a job that stops at ``max_steps`` after its checkpoints, and
+    the same command with a later ``max_steps`` resuming from the last one."""
+    for entry in workspace.iterdir():
+        (tmp_path / entry.name).symlink_to(entry)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    small = ["--save-steps", "2", "--token-budget", "2048", "--cutoff-len", "512"]
+    outputs = []
+    for steps in (4, 6):
+        run = subprocess.run([sys.executable, str(ROOT / "examples" / "sft_trainer.py"), "--max-steps", str(steps),
+                              *small], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=380)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+        outputs.append(run.stdout)
+    assert "global step 4, resumed from None" in outputs[0]
+    assert f"global step 6, resumed from {Path('sft-out') / 'checkpoint-4'}" in outputs[1], outputs[1]
+    assert (tmp_path / "sft-out" / "checkpoint-4" / "youmu_loader_rank0.json").is_file()
