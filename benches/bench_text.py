@@ -34,8 +34,14 @@ in the process, and through one DataLoader worker. A sanity check first: every r
 ``input_ids`` must be the template's ids and its ``labels`` the ids the template marks
 as the assistant's (``-100`` elsewhere).
 
+``--chat --published``: what finding the answers of a template with no
+``{% generation %}`` block costs (a published model's, :mod:`youmu.text.turns`):
+``ChatTemplate`` with the demo's ChatML template as it is (tagged) against the same
+template with its tags taken out (the same text and ids; answers found turn by turn),
+on the same Arrow batches and through one DataLoader worker, interleaved.
+
 Usage: python benches/bench_text.py [--docs 4000] [--threads 1] [--repeat 5]
-       python benches/bench_text.py --chat [--chats 2048] [--repeat 3]
+       python benches/bench_text.py --chat [--chats 2048] [--repeat 3] [--published]
 """
 
 from __future__ import annotations
@@ -322,6 +328,43 @@ def chat(args: argparse.Namespace) -> None:
     print(f"\n{n:,} tokens ({n / rows:.0f} per chat)")
 
 
+def published(args: argparse.Namespace) -> None:
+    import pyarrow.parquet as pq
+
+    from youmu.batched import BATCH_ROWS
+    from youmu.text import ChatTemplate
+
+    with tempfile.TemporaryDirectory() as d:
+        path, tok = chat_data(Path(d), args.chats, args.seed)
+        table = pq.read_table(path)
+        untagged = tok.chat_template.replace("{% generation %}", "").replace("{% endgeneration %}", "")
+        tagged, found = ChatTemplate(tok), ChatTemplate(tok, chat_template=untagged)
+        assert tagged.tagged and not found.tagged
+        a, b = tagged(table)[0], found(table)[0]
+        assert a.column("input_ids").equals(b.column("input_ids")), "the two templates' ids differ"
+        turns = sum(m["role"] == "assistant" for c in table.column("messages").to_pylist() for m in c)
+        print(f"{args.chats} chats, {turns} answers ({turns / args.chats:.1f} per chat); ids equal on both paths; "
+              f"label tokens {sum(v != -100 for r in a.column('labels').to_pylist() for v in r):,} (tagged) vs "
+              f"{sum(v != -100 for r in b.column('labels').to_pylist() for v in r):,} (found: + the newline after "
+              "each <|im_end|>, as TRL's ChatML training templates mark it)", flush=True)
+        base = "tagged template (transformers' assistant mask), on Arrow batches"
+        runs = [
+            (base, lambda: transform_alone(tagged, table, BATCH_ROWS)),
+            ("published template (answers found turn by turn), on Arrow batches",
+             lambda: transform_alone(found, table, BATCH_ROWS)),
+            ("tagged, youmu stream in 1 DataLoader worker", lambda: youmu_stream(path, tagged, 1, "messages")),
+            ("published, youmu stream in 1 DataLoader worker", lambda: youmu_stream(path, found, 1, "messages")),
+        ]
+        wall, cpu, n, loads = median_of(runs, args.repeat)
+    rows = args.chats
+    print("\n| measurement | chats/s (wall) | vs tagged | chats per CPU s | vs tagged |\n|---|---|---|---|---|")
+    for name in wall:
+        ref = base if "Arrow" in name else "tagged, youmu stream in 1 DataLoader worker"
+        print(f"| {name} | {rows / wall[name]:.0f} | {wall[ref] / wall[name]:.2f}× | {rows / cpu[name]:.0f} "
+              f"| {cpu[ref] / cpu[name]:.2f}× |")
+    print(f"\n{n:,} tokens ({n / rows:.0f} per chat); load average {min(loads):.1f}-{max(loads):.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=4_000)
@@ -330,6 +373,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--chat", action="store_true", help="ChatTemplate against apply_chat_template instead")
     ap.add_argument("--chats", type=int, default=2048, help="--chat: chats generated")
+    ap.add_argument("--published", action="store_true",
+                    help="--chat: a template without {% generation %} blocks against the tagged one")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="comma-separated run numbers (1-15) to run beside the limit")
     args = ap.parse_args()
@@ -340,7 +385,7 @@ def main() -> None:
         # them off there unless told otherwise), so the worker tokenizes on 1 thread
         os.execv(sys.executable, [sys.executable, *sys.argv])
     if args.chat:
-        chat(args)
+        published(args) if args.published else chat(args)
         return
 
     import pyarrow as pa

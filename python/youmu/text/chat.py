@@ -89,9 +89,13 @@ def generation_template(tokenizer: Any, chat_template: str | None = None) -> boo
     ``chat_template``) marks the assistant's answers with ``{% generation %}`` blocks
     (in the parsed template: a tag in a comment is none, :func:`~youmu.text.turns.generation_reachable`)."""
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
-    return (isinstance(template, str) and generation_reachable(template)
-            and getattr(tokenizer, "is_fast", False) is True
-            and callable(getattr(tokenizer, "apply_chat_template", None)))
+    if not (isinstance(template, str) and getattr(tokenizer, "is_fast", False) is True
+            and callable(getattr(tokenizer, "apply_chat_template", None))):
+        return False
+    try:
+        return generation_reachable(template)
+    except InvalidArgumentError:  # does not parse: rendering it says why, where it is used
+        return "generation" in template
 
 
 def template_one(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) -> tuple[list[int], list[int]]:
