@@ -179,6 +179,24 @@ def test_a_password_with_a_hash_or_a_signature_fragment_is_never_shown() -> None
     assert redact(f"x.parquet#sig={SIGNATURE}") == "x.parquet#sig=***"
 
 
+def test_a_url_fragment_is_never_sent_nor_shown(data: bytes) -> None:
+    """A fragment (``#sig=...``) is the client's own: never part of the object's key, so
+    never sent to the server and never quoted back in a message (it once went out as
+    ``%23sig=...`` and came back unmasked in the server's error)."""
+    s = GuardedServer({"/d/a.parquet": data})
+    try:
+        idx = youmu.PageIndex(f"http://admin:{PASSWORD}@{s.host}/d/a.parquet#sig={SIGNATURE}")
+        assert _ids(idx) == list(range(300))
+        assert SIGNATURE not in str(idx.files) + repr(idx)
+        with pytest.raises(youmu.YoumuError) as e:
+            youmu.PageIndex(f"http://admin:{PASSWORD}@{s.host}/d/missing.parquet#sig={SIGNATURE}")
+        assert "missing.parquet" in str(e.value)
+        assert SIGNATURE not in str(e.value) and "%23" not in str(e.value), str(e.value)
+        assert s.requests and not any("#" in p or "%23" in p or SIGNATURE in p for _, p, _ in s.requests), s.requests
+    finally:
+        s.stop()
+
+
 def test_a_password_with_an_unescaped_slash_is_a_typed_error_that_never_shows_it(
         basic: GuardedServer, monkeypatch: pytest.MonkeyPatch) -> None:
     import test_hostile_secrets as here

@@ -183,6 +183,32 @@ def test_later_reads_of_a_file_go_straight_to_its_signed_url(hub: HubServer) -> 
     assert all("if-match" in s.headers for s in cdn), "still conditional on the indexed ETag"
 
 
+@pytest.mark.parametrize("num_workers, loaded", [(0, False), (2, False), (2, True)])
+def test_dataloader_workers_ask_the_hub_once_per_file_not_once_per_page(hub: HubServer, tmp_path: Path,
+                                                                        num_workers: int, loaded: bool) -> None:
+    """A forked DataLoader worker reads its pages from the signed URLs the main process
+    was given when it indexed (or loaded and checked) the files: no Hub request (the
+    rate-limited API) per page, in the main process or a worker."""
+    from torch.utils.data import DataLoader
+
+    from youmu.torch import YoumuDataset
+
+    index = youmu.PageIndex("hf://datasets/org/corpus/data", columns=["id"])
+    if loaded:
+        index.save(tmp_path / "corpus.youmu")
+        index = youmu.PageIndex.load(tmp_path / "corpus.youmu")
+    ds = YoumuDataset(index, shuffle="page", buffer_size=1, seed=3, output="python")
+    hub.requests.clear()
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
+                        multiprocessing_context="fork" if num_workers else None)
+    files = ["data/sub/train-00002.parquet", "data/train-00000.parquet", "data/train-00001.parquet"]
+    assert sorted(r["id"] for r in loader) == sorted(local_rows(files).column("id").to_pylist())
+    resolves, cdn = resolves_and_cdn_gets(hub)
+    processes = max(num_workers, 1)
+    assert len(cdn) >= len(files) and all(s.status == 206 for s in cdn)
+    assert resolves == [], f"{len(resolves)} Hub resolves for {len(cdn)} page reads in {processes} process(es)"
+
+
 def test_a_signed_url_about_to_expire_is_asked_for_again(hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hub, "signed_ttl", 5.0)  # says when it expires: sooner than youmu's margin
     idx = youmu.PageIndex("hf://datasets/org/corpus/data/train-00001.parquet")

@@ -143,7 +143,7 @@ impl StoreSpec {
                 let mut b = HttpBuilder::new()
                     .with_url(base)
                     .with_retry(retry)
-                    .with_http_connector(super::redirects::RedirectingConnector { auth });
+                    .with_http_connector(super::redirects::RedirectingConnector { auth, store: self.id });
                 // first: the client options replace any set before them
                 if let Some(headers) = headers {
                     b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));

@@ -20,13 +20,23 @@
 //!   expired, revoked, or gone) is dropped and the requested URL asked again, once,
 //!   before the answer is returned.
 //!
+//! Where each URL was sent is kept once per process, not per store client, and outlives
+//! a fork: a fork-based DataLoader worker starts from what the parent knew (the parent
+//! resolved every file when it indexed it), so a worker's pages go straight to the CDN
+//! too. The parent's table is copied on the child's first use only if no thread of the
+//! parent held its lock at the fork (`try_lock`: that thread does not exist in the child,
+//! and waiting on it would hang; the child then starts empty). Requests for a URL not
+//! known yet wait for one of them to ask (single flight, as a browser's or Go's
+//! `singleflight` coalescing does): a worker's first window of reads, all in flight at
+//! once, asks the Hub once, not once per page.
+//!
 //! Only GET and HEAD are followed here; other methods go through `object_store`'s own
 //! client, which follows redirects itself.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use object_store::ClientOptions;
@@ -36,6 +46,8 @@ use object_store::client::{
 use reqwest::header::{AUTHORIZATION, HeaderValue, LOCATION};
 use reqwest::{Method, StatusCode};
 use url::Url;
+
+use crate::perprocess::PerProcess;
 
 /// A signed URL this close to its expiry is asked for anew rather than used.
 pub const EXPIRY_MARGIN: Duration = Duration::from_secs(10);
@@ -47,10 +59,13 @@ const MAX_TARGETS: usize = 1 << 16;
 
 /// Connects an http(s) store: its GETs and HEADs through [`Redirects`], `Retry-After`
 /// waited out on every answer ([`super::retry_after`]). `auth`: the `Authorization`
-/// value of the store's own host, if any.
+/// value of the store's own host, if any; `store`: the store's id (`StoreSpec::id`, the
+/// same in a forked child), which keys what it remembers: a URL another store (other
+/// credentials) was sent to is never used for this one.
 #[derive(Debug, Default)]
 pub struct RedirectingConnector {
     pub auth: Option<HeaderValue>,
+    pub store: u64,
 }
 
 impl HttpConnector for RedirectingConnector {
@@ -59,10 +74,40 @@ impl HttpConnector for RedirectingConnector {
             direct: HttpClient::new(super::http_client::without_redirects(options)?),
             following: ReqwestConnector::default().connect(options)?,
             auth: self.auth.clone(),
-            targets: Mutex::new(HashMap::new()),
+            store: self.store,
+            asking: Mutex::new(HashMap::new()),
         };
         Ok(super::retry_after::waiting(HttpClient::new(redirects)))
     }
+}
+
+/// Where requested URLs were sent: `(store id, requested URL)` to its target.
+type Table = HashMap<(u64, String), Target>;
+
+static TARGETS: PerProcess<Mutex<Table>> = PerProcess::new();
+
+/// This process's table; in a forked child, made on first use from the parent's where
+/// no thread held the parent's lock at the fork (see the module doc).
+fn targets() -> &'static Mutex<Table> {
+    let mut inherited: Option<Table> = None;
+    let table = TARGETS.get(
+        || Mutex::new(HashMap::new()),
+        |parents| {
+            inherited = match parents.try_lock() {
+                Ok(t) => Some(t.clone()),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner().clone()),
+                Err(TryLockError::WouldBlock) => None, // held by a thread of the parent: not here
+            }
+        },
+    );
+    if let Some(parents) = inherited {
+        let now = SystemTime::now();
+        let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, v) in parents.into_iter().filter(|(_, v)| v.usable(now)) {
+            t.entry(k).or_insert(v);
+        }
+    }
+    table
 }
 
 /// Where a requested URL was last sent, and until when that holds.
@@ -85,7 +130,9 @@ struct Redirects {
     /// `object_store`'s client (follows redirects, sends the store's credentials).
     following: HttpClient,
     auth: Option<HeaderValue>,
-    targets: Mutex<HashMap<String, Target>>,
+    store: u64,
+    /// The URLs being asked now, each with the gate its other requests wait at.
+    asking: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 type Answer = Result<HttpResponse, HttpError>;
@@ -120,19 +167,24 @@ impl std::fmt::Display for Redirected {
 impl std::error::Error for Redirected {}
 
 impl Redirects {
+    fn key(&self, requested: &str) -> (u64, String) {
+        (self.store, requested.to_string())
+    }
+
     fn remembered(&self, requested: &str) -> Option<Url> {
-        let mut targets = self.targets.lock().ok()?;
-        let t = targets.get(requested)?;
+        let mut targets = targets().lock().ok()?;
+        let key = self.key(requested);
+        let t = targets.get(&key)?;
         if t.usable(SystemTime::now()) {
             return Some(t.url.clone());
         }
-        targets.remove(requested);
+        targets.remove(&key);
         None
     }
 
     fn remember(&self, requested: &str, url: Url) {
         let expires = expiry(&url);
-        let Ok(mut targets) = self.targets.lock() else { return };
+        let Ok(mut targets) = targets().lock() else { return };
         if targets.len() >= MAX_TARGETS {
             let now = SystemTime::now();
             targets.retain(|_, t| t.usable(now));
@@ -140,12 +192,31 @@ impl Redirects {
                 targets.clear();
             }
         }
-        targets.insert(requested.to_string(), Target { url, expires });
+        targets.insert(self.key(requested), Target { url, expires });
     }
 
     fn forget(&self, requested: &str) {
-        if let Ok(mut targets) = self.targets.lock() {
-            targets.remove(requested);
+        if let Ok(mut targets) = targets().lock() {
+            targets.remove(&self.key(requested));
+        }
+    }
+
+    /// The gate of `requested` while it is being asked: `(gate, whether this request asks)`.
+    fn gate(&self, requested: &str) -> Option<(Arc<tokio::sync::Mutex<()>>, bool)> {
+        let mut asking = self.asking.lock().ok()?;
+        match asking.get(requested) {
+            Some(g) => Some((g.clone(), false)),
+            None => {
+                let g = Arc::new(tokio::sync::Mutex::new(()));
+                asking.insert(requested.to_string(), g.clone());
+                Some((g, true))
+            }
+        }
+    }
+
+    fn asked(&self, requested: &str) {
+        if let Ok(mut asking) = self.asking.lock() {
+            asking.remove(requested);
         }
     }
 
@@ -182,28 +253,56 @@ impl Redirects {
             Ok(HttpRequest::from_parts(p, body.clone()))
         };
         let mut asked_again = false;
-        if let Some(target) = self.remembered(&key) {
+        let mut target = self.remembered(&key);
+        // Not known yet: one request asks, the others wait for it and then use its answer
+        // (the gate is held across the request: a tokio mutex, dropped on cancellation).
+        let mut asking = None;
+        if target.is_none()
+            && let Some((gate, first)) = self.gate(&key)
+        {
+            let guard = gate.clone().lock_owned().await;
+            if first {
+                asking = Some(guard);
+            } else {
+                drop(guard);
+                target = self.remembered(&key);
+            }
+        }
+        if let Some(target) = target {
             let resp = self.direct.execute(make(&target, same_origin(&target, &requested))?).await?;
-            if !refused(resp.status()) && !is_redirect(resp.status()) {
+            // a URL that answered without a redirect before has nothing to ask again
+            let unsent = target == requested;
+            if !is_redirect(resp.status()) && (unsent || !refused(resp.status())) {
                 return Ok(resp);
             }
             self.forget(&key);
             asked_again = true;
         }
-        loop {
-            let (resp, at) = self.follow(&make, &requested).await?;
-            if at == requested {
-                return Ok(resp); // no redirect: nothing to remember
+        let answer = async {
+            loop {
+                let (resp, at) = self.follow(&make, &requested).await?;
+                if at == requested {
+                    // no redirect: remembered as such, so later requests wait for no gate
+                    if resp.status().is_success() {
+                        self.remember(&key, at);
+                    }
+                    return Ok(resp);
+                }
+                if refused(resp.status()) && !asked_again {
+                    asked_again = true; // a signed URL refused as soon as it was given: ask once more
+                    continue;
+                }
+                if resp.status().is_success() {
+                    self.remember(&key, at);
+                }
+                return Ok(resp);
             }
-            if refused(resp.status()) && !asked_again {
-                asked_again = true; // a signed URL refused as soon as it was given: ask once more
-                continue;
-            }
-            if resp.status().is_success() {
-                self.remember(&key, at);
-            }
-            return Ok(resp);
         }
+        .await;
+        if asking.take().is_some() {
+            self.asked(&key);
+        }
+        answer
     }
 }
 

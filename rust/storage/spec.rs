@@ -131,6 +131,9 @@ impl StoreSpec {
                 redact(spec)
             )));
         }
+        // an http(s) URL's fragment is the client's own (a browser never sends it): not
+        // part of the object's key, never sent, and so never quoted by a server's answer
+        let rest = if http { rest.split_once('#').map_or(rest, |(r, _)| r) } else { rest };
         let (authority, mut key) = rest.split_once('/').unwrap_or((rest, ""));
         if authority.is_empty() {
             return Err(bad("no bucket or host"));
@@ -435,6 +438,8 @@ mod tests {
         assert!(StoreSpec::parse("s3://b/k", &opts).is_err(), "credentials of http stores only");
         let e = StoreSpec::parse("http://admin:pa/ss@127.0.0.1:9/d/x.parquet", &[]).unwrap_err().to_string();
         assert!(e.contains("%2F") && !e.contains("pa/ss") && e.contains("127.0.0.1:9"), "{e}");
+        let (s, k) = StoreSpec::parse("http://127.0.0.1:9/d/x.parquet#sig=S3CRET", &[]).unwrap();
+        assert_eq!(s.url_of(&s.object_path(&k).unwrap()), "http://127.0.0.1:9/d/x.parquet", "a fragment is never sent");
         let (s, k) = StoreSpec::parse("http://127.0.0.1:9/d/a@b.parquet", &[]).unwrap();
         assert_eq!((s.root.as_str(), k.as_str()), ("http://127.0.0.1:9/", "d/a@b.parquet"), "a port, then a path");
         let (s, _) = StoreSpec::parse("abfs://container@acct.dfs.core.windows.net/k", &[]).unwrap();
