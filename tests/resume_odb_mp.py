@@ -27,9 +27,10 @@ def _youmu_loader(rank: int, world: int, cfg: dict[str, Any], channel: Any) -> A
                               seed=cfg.get("seed", 0))
 
 
-def sft_dataset(path: str, rank: int = 0, world: int = 1) -> Any:
+def sft_dataset(path: str, rank: int | None = None, world: int | None = None) -> Any:
     """The README's SFT dataset over the chats at ``path``: ``ChatTemplate`` with the
-    examples' tagged ChatML tokenizer, in page mode, ``id`` kept."""
+    examples' tagged ChatML tokenizer, in page mode, ``id`` kept (``rank``/``world``:
+    by default torch.distributed's)."""
     from textutil import chat_tokenizer
 
     from youmu.text import ChatTemplate

@@ -639,3 +639,32 @@ def test_storage_options_reach_the_ray_source_and_the_cli(s3, tmp_path, monkeypa
     assert main(["index", url, "-o", str(out), *opts]) == 0
     assert youmu.PageIndex.load(str(out), storage_options=s3.options()).num_rows == 400
     assert main(["inspect", url, *opts]) == 0
+
+
+def test_a_forged_workers_field_or_packed_sample_in_a_loader_state_is_refused_naming_it() -> None:
+    """A DynamicBatchLoader state of version 2 (tests/loader_states_v2.json): its
+    ``workers`` (each DataLoader worker's dataset state, the rotation's turn) and its
+    packed samples are checked before anything is loaded or built from them."""
+    import json
+
+    from youmu.batching.config import check_saved_state
+    from youmu.batching.payloads import unpack_sample
+    from youmu.statefile import from_plain
+
+    raw = json.loads((Path(__file__).parent / "loader_states_v2.json").read_text())["DynamicBatchLoader"]["workers"]
+    state = from_plain(raw, where="fixture")
+    assert check_saved_state(state)["workers"]["turn"] == state["workers"]["turn"]
+    for forged, match in [({"states": [], "turn": 0}, "one dataset state per DataLoader worker"),
+                          ({"states": [None] * 2000, "turn": 0}, "1 to 1024"),
+                          ({"states": [None, None], "turn": 2}, "'turn' must be at most 1"),
+                          ({"states": [None], "turn": True}, "'turn' must be an int"),
+                          ([None], "a dict with 'states' and 'turn'")]:
+        with pytest.raises(StateError, match=match):
+            check_saved_state({**state, "workers": forged})
+    packed = next(iter(state["payloads"].values()))[0]
+    for kinds in ({"input_ids": ["torch", "object"]}, {"input_ids": ["pickle", "int64"]}, {"missing": ["list", "int64"]},
+                  {"input_ids": "list"}):
+        with pytest.raises(StateError, match="is not a packed integer sequence"):
+            unpack_sample({**packed, "kinds": kinds}, where="'payloads'[25]")
+    with pytest.raises(StateError, match="without 'fields' and 'kinds'"):
+        unpack_sample({"format": packed["format"], "fields": []}, where="'payloads'[25]")
