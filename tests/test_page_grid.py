@@ -1,8 +1,8 @@
-"""Which column's pages are the index's pages: the first selected column's, kept as
-it was (streams and saved states stay what they were), and said with a warning where
-``columns=None`` puts the pages on a column holding little of the data — the files
-Hugging Face ``datasets`` writes, an ``id`` column (one page per row group) before
-the image column (many pages)."""
+"""Which column's pages are the index's pages: the first selected column's; with
+``columns=None`` a stream pages by the column that holds the data where the first holds
+little — the files Hugging Face ``datasets`` writes, an ``id`` column (one page per
+row group) before the image column (many pages) — while saved states keep their grid,
+and a ready ``PageIndex`` paged by such a column is said with a warning."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import youmu
-from youmu.page_grid import column_bytes, small_page_column
+from youmu.page_grid import column_bytes, dominant_columns, small_page_column
 from youmu.torch import YoumuDataset
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -45,19 +45,47 @@ def test_the_bytes_of_every_column_come_from_the_footer(hf_like) -> None:
     assert youmu.PageIndex(hf_like).columns[0] == "id"  # the page column: the first
 
 
-def test_columns_none_on_a_small_first_column_warns_and_names_the_column_to_page_by(hf_like) -> None:
-    with pytest.warns(youmu.YoumuWarning, match=r"column 'id'.*holds 0\.\d% of the bytes; column 'image' holds "
-                                                r"the most.*columns=\['image', \.\.\.\]"):
-        coarse = YoumuDataset(hf_like, output="python")
-    assert small_page_column(coarse.index)[:2] == ("id", "image")
-    # what the warning offers: the image column's pages, many more of them
+def test_columns_none_pages_a_stream_by_the_dominant_column(hf_like) -> None:
+    """The files as Hugging Face writes them: a stream over them with ``columns=None``
+    pages by the image column (many small pages, fine shuffle windows), not by the
+    ``id`` column's one page per row group; it says nothing, having nothing to say."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fine = YoumuDataset(hf_like, output="python", columns=["image", "id"])
-        YoumuDataset(hf_like, output="python", columns=["id", "image"])  # an explicit choice is the user's
-        YoumuDataset(hf_like, output="python", columns=["id"])
-    assert len(coarse.index) == 2 and len(fine.index) > 20
-    assert sorted(r["id"] for r in fine) == list(range(200))
+        ds = YoumuDataset(hf_like, output="python")
+        chosen = YoumuDataset(hf_like, output="python", columns=["id", "image"])  # an explicit choice is the user's
+    assert ds.index.columns == ["image", "id"]
+    assert len(ds.index) == len(youmu.PageIndex(hf_like, columns=["image"])) > 20
+    assert len(chosen.index) == 2
+    assert sorted(r["id"] for r in ds) == list(range(200))
+    assert dominant_columns(youmu.PageIndex(hf_like)) == ["image", "id"]
+
+
+def test_a_ready_index_on_a_small_first_column_warns_and_names_the_column_to_page_by(hf_like) -> None:
+    with pytest.warns(youmu.YoumuWarning, match=r"column 'id'.*holds 0\.\d% of the bytes; column 'image' holds "
+                                                r"the most.*columns=\['image', \.\.\.\]"):
+        coarse = YoumuDataset(youmu.PageIndex(hf_like), output="python")
+    assert small_page_column(coarse.index)[:2] == ("id", "image")
+    assert len(coarse.index) == 2
+
+
+def test_a_state_saved_on_the_first_column_grid_resumes_on_it(hf_like) -> None:
+    """A state saved while ``columns=None`` paged by the first column (before the
+    default followed the dominant one; the same grid as ``columns=["id", "image"]``)
+    resumes its own stream, not the new grid's."""
+    old = YoumuDataset(hf_like, output="python", columns=["id", "image"], buffer_size=150, seed=3)
+    it = iter(old)
+    head = [next(it)["id"] for _ in range(70)]
+    state = old.state_dict()
+    rest = [r["id"] for r in it]
+    new = YoumuDataset(hf_like, output="python", buffer_size=150, seed=3)
+    assert len(new.index) > 20
+    new.load_state_dict(state)
+    assert len(new.index) == 2  # the saved grid
+    assert [r["id"] for r in new] == rest
+    assert sorted(head + rest) == list(range(200))
+    fresh = YoumuDataset(hf_like, output="python", buffer_size=150, seed=3)
+    fresh.load_state_dict(fresh.state_dict())  # a state of the new grid keeps it
+    assert len(fresh.index) > 20
 
 
 def test_a_first_column_that_holds_the_data_is_quiet(tmp_path) -> None:

@@ -7,16 +7,21 @@ so the pages of that column are the grain of the shuffle and of every read. File
 written by Hugging Face ``datasets`` start with a small ``id`` column whose one page
 covers a whole row group, while the image column beside it has hundreds of pages: with
 ``id`` first, a window holds a few row-group-sized pages rather than many small ones
-(measured on a 2.3 GB image set: 25 pages instead of 473). The choice is kept — a
-stream's pages and order are a pure function of the files and the settings, and
-existing streams and saved states stay valid — and :func:`warn_small_page_column`
-says when it is likely a poor one: with ``columns=None``, the page column holds under
-:data:`SMALL_SHARE` of the stored bytes (from the footer the index holds: local files
-and objects in stores alike) while another column holds the most and
-averages at least :data:`SPLIT_BYTES` a row group (so a writer's default 1 MiB pages
-split it into several pages per row group: token corpora whose every column is one
-page per row group stay quiet); ``columns=[that column, ...]`` (the first listed
-sets the pages) pages by it.
+(measured on a 2.3 GB image set: 25 pages instead of 473; 5.09 distinct 50-row blocks
+per 32 samples instead of 16.67, and 0.81x the speed).
+
+So a *stream* over paths with ``columns=None`` pages by the dominant column
+(:func:`dominant_columns`): where the first column holds under :data:`SMALL_SHARE` of
+the stored bytes (from the footer the index holds: local files and objects in stores
+alike) while another column holds the most and averages at least :data:`SPLIT_BYTES`
+a row group (so a writer's default 1 MiB pages split it into several pages per row
+group: token corpora whose every column is one page per row group keep their first
+column), the stream's columns are that column first, then the others in file order.
+A state saved while such a stream paged by the first column (before this default)
+resumes on that grid (:meth:`youmu.parquet.ParquetStream.load_state_dict`). A
+``PageIndex`` built by hand is taken as it is, and :func:`warn_small_page_column`
+says when its first column is likely a poor grid; ``columns=[...]`` (the first listed
+sets the pages) is always the user's choice.
 
 Example:
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os, youmu
@@ -34,7 +39,8 @@ from typing import Any
 
 from youmu.errors import YoumuWarning
 
-__all__ = ["SMALL_SHARE", "SPLIT_BYTES", "column_bytes", "small_page_column", "warn_small_page_column"]
+__all__ = ["SMALL_SHARE", "SPLIT_BYTES", "column_bytes", "dominant_columns", "small_page_column",
+           "warn_small_page_column"]
 
 #: A page column holding less than this share of the bytes is said ...
 SMALL_SHARE = 0.1
@@ -72,6 +78,25 @@ def small_page_column(index: Any) -> tuple[str, str, float] | None:
     if largest != page and most >= SPLIT_BYTES * max(row_groups, 1) and share < SMALL_SHARE:
         return page, largest, round(share, 3)
     return None
+
+
+def dominant_columns(index: Any) -> list[str] | None:
+    """The columns of ``index`` with the dominant one first (the others in their order),
+    where :func:`small_page_column` finds the first column a poor grid; else ``None``
+    (the first column stays the grid).
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os, youmu
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> t = pa.table({"id": list(range(5000)), "text": ["x" * 1000] * 5000})
+    >>> pq.write_table(t, path, use_dictionary=False, compression="none")
+    >>> dominant_columns(youmu.PageIndex(path))
+    ['text', 'id']
+    """
+    found = small_page_column(index)
+    if found is None:
+        return None
+    largest = found[1]
+    return [largest, *(c for c in index.columns if c != largest)]
 
 
 def warn_small_page_column(index: Any, stacklevel: int = 2) -> None:

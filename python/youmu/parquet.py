@@ -73,6 +73,7 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
         self.rank, self.world_size = rank_and_world(rank, world_size)
         #: the windows over these files for this world size (a pure function of both: computed once)
         self.layout: StreamLayout = self.spec._layout(paths, self.world_size)  # checked by rank_and_world
+        self._paths = paths
         # a resumed epoch reads the windows of the job that started it (youmu.resume)
         self._resumed_wp: int | None = None
         self._page_starts: np.ndarray | None = None
@@ -110,6 +111,25 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
     def shard_length(self, worker: int, num_workers: int, epoch: int | None = None) -> int:
         Shard(self.rank, self.world_size, worker, num_workers)  # a caller's worker numbers: checked
         return len(self._stream(worker, num_workers, epoch))
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` on the next ``iter()``; a state saved when
+        ``columns=None`` paged by the first column rather than the dominant one (before
+        that default, :mod:`youmu.page_grid`) resumes on its own grid."""
+        self._keep_saved_grid(state)
+        super().load_state_dict(state)
+
+    def _keep_saved_grid(self, state: Any) -> None:
+        """Switch to the first-column grid where ``state``'s data fingerprint is that
+        grid's and not this layout's (the fingerprint holds the columns in grid order)."""
+        data = state.get("data") if isinstance(state, Mapping) else None
+        if (not isinstance(data, str) or data == self.layout.data or self.spec.columns is not None
+                or self.spec.check_paths(self._paths) != "paths"):
+            return
+        old = self.spec._layout(self._paths, self.world_size, first_column_grid=True)
+        if old.data == data:
+            self.layout = old
+            self._page_starts = None
 
     # -- sizes ----------------------------------------------------------------------------
     @property

@@ -50,7 +50,7 @@ from youmu._args import bool_arg, callable_arg, choice_arg, int_arg, opt_int_arg
 from youmu.convert import OUTPUTS
 from youmu.distributed.fingerprint import describe
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, YoumuWarning
-from youmu.page_grid import warn_small_page_column
+from youmu.page_grid import dominant_columns, warn_small_page_column
 from youmu.redaction import is_secret_key, redacted_repr
 from youmu.resume import Origin, Units, shard_plan
 from youmu.sharding import Shard
@@ -175,10 +175,12 @@ class StreamSpec:
                                     f"got {type(paths).__name__}")
         return kind
 
-    def open(self, paths: Any) -> Any:
+    def open(self, paths: Any, *, first_column_grid: bool = False) -> Any:
         """The page index of ``paths`` (see :meth:`check_paths`): built from the files'
         footers with ``columns`` and ``storage_options``, or the one given (whose
-        columns must then be ``columns``, where set)."""
+        columns must then be ``columns``, where set). Built here with ``columns=None``,
+        its pages are the dominant column's (:func:`youmu.page_grid.dominant_columns`)
+        unless ``first_column_grid`` (the grid of streams before that default)."""
         from youmu._core import PageIndex
 
         kind = self.check_paths(paths)
@@ -195,6 +197,9 @@ class StreamSpec:
             where = [os.fspath(p) for p in paths] if isinstance(paths, (list, tuple)) else os.fspath(paths)
             index = PageIndex(where, columns=list(self.columns) if self.columns else None,
                               storage_options=self.storage_options)
+            dominant = None if self.columns is not None or first_column_grid else dominant_columns(index)
+            if dominant is not None:  # the same files, paged by the column that holds the data
+                index = PageIndex(index.files, columns=dominant, storage_options=self.storage_options)
         if self.columns is not None and list(self.columns) != index.columns:
             raise InvalidArgumentError(f"columns={list(self.columns)} but the given index reads {index.columns}; "
                                        "build the PageIndex with those columns (or omit columns=)")
@@ -206,11 +211,12 @@ class StreamSpec:
         as is) for ``world_size`` ranks: its windows, computed once."""
         return self._layout(paths, int_arg("world_size", world_size, minimum=1))
 
-    def _layout(self, paths: Any, world_size: int) -> StreamLayout:
+    def _layout(self, paths: Any, world_size: int, *, first_column_grid: bool = False) -> StreamLayout:
         """:meth:`layout` for a world size its owner checked (a stream's, from
-        :func:`youmu.distributed.world.rank_and_world`)."""
-        index = self.open(paths)
-        if self.columns is None:  # the first column's pages are the grid: said where it holds little
+        :func:`youmu.distributed.world.rank_and_world`); ``first_column_grid``: see
+        :meth:`open`."""
+        index = self.open(paths, first_column_grid=first_column_grid)
+        if self.columns is None and not first_column_grid:  # said where the first column's pages hold little
             warn_small_page_column(index, stacklevel=3)
         self._check_transform_columns(index.columns)
         window_pages, read_ahead = window_layout(index, self.buffer_size, world_size,
