@@ -221,3 +221,58 @@ def test_packed_rows_resume_exactly_with_each_skipped_row_reported_once(tmp_path
         got += list(resumed)
         assert [s["input_ids"].tolist() for s in got] == [s["input_ids"].tolist() for s in whole], k
         assert sorted(r["row"] for s in got for r in s["skipped"]) == [1, 3, 4, 7], k
+
+
+class _SkipEveryFifth:
+    """A transform that skips the rows whose id is 3 mod 5 (reported as a skip policy's)."""
+
+    reports_rows = True
+
+    def __call__(self, row):
+        if row["id"] % 5 == 3:
+            raise TextError("bad row", column="input_ids", skip=True)
+        return {**row, "skipped": []}
+
+
+def test_packed_rows_with_skips_resized_across_jobs_deliver_every_token_once(tmp_path: Path) -> None:
+    """Jobs of 2, 3, 1 and 4 ranks each resuming the last one's merged state: a row that
+    an earlier job packed part of, its position covering rows skipped after it, gives
+    the next job only the rest of its tokens."""
+    import json
+    import random
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from youmu.torch import pack
+
+    rng = np.random.RandomState(3)
+    toks = [[r * 1000 + t for t in range(rng.randint(1, 14))] for r in range(120)]
+    pq.write_table(pa.table({"id": list(range(120)), "input_ids": pa.array(toks, pa.list_(pa.int64()))}),
+                   tmp_path / "p.parquet", row_group_size=6)
+
+    def make(r, w):
+        ds = YoumuDataset(tmp_path / "p.parquet", buffer_size=12, seed=2, rank=r, world_size=w, output="python",
+                          transform=_SkipEveryFifth())
+        return pack(ds, seq_len=11, pad_id=-1)
+
+    pick = random.Random(1)  # stops a job part-way through a row whose position covers skipped rows
+    got: list[int] = []
+    reported: list[int] = []
+    state = None
+    worlds = [2, 3, 1, 4]
+    for j, w in enumerate(worlds):
+        states = []
+        for r in range(w):
+            s = make(r, w)
+            if state is not None:
+                s.load_state_dict(json.loads(json.dumps(state)))
+            it = iter(s)
+            items = list(it) if j == len(worlds) - 1 else [x for _, x in zip(range(pick.randint(0, 12)), it)]
+            got += [t for x in items for t in x["input_ids"].tolist() if t != -1]
+            reported += [rep["row"] for x in items for rep in x["skipped"]]
+            states.append(s.state_dict())
+        state = youmu.merge_states(states)
+    assert sorted(got) == sorted(t for r, row in enumerate(toks) if r % 5 != 3 for t in row)
+    assert sorted(reported) == [r for r in range(120) if r % 5 == 3]

@@ -382,6 +382,13 @@ class PositionalStream(ShardedStream[T, int]):
         worker, num_workers, resume = self._begin()
         heads = self._heads(worker, num_workers)
         begin = resume if start is None else int_arg("start", start, minimum=0)
+        prev = begin
         for after, item in self._pass(worker, num_workers, begin):
-            if item is not SKIP:
-                yield after - 1, item, heads.get(after - 1, 0)
+            if item is SKIP:
+                continue
+            # an item's position may cover rows skipped after it (youmu.skips); only its
+            # own row, somewhere in what it covers, has tokens and so a head
+            head = heads.get(after - 1, 0) if not heads else \
+                next((heads[p] for p in range(after - 1, prev - 1, -1) if p in heads), 0)
+            prev = after
+            yield after - 1, item, head
