@@ -97,3 +97,15 @@ def test_published_chatml_labels_as_its_training_version_on_any_conversation(con
     got, want = (ChatTemplate(chat_tokenizer(template), batch_rows=4)(t)[0]
                  for template in (CHATML_PUBLISHED, CHATML_TRAINING))
     assert got.equals(want)
+
+
+def test_glm_labels_differ_from_trl_only_on_the_next_turns_role_token() -> None:
+    # GLM stops on <|user|>; TRL's training version labels it after each answer, while the
+    # published template writes it as the next message's, so it is not an answer token here.
+    # The answers themselves match, the last one's reasoning block included
+    tok = family_tokenizer("glm4moe", 0)
+    r = compare("glm4moe", CHATS)
+    assert r.compared >= 20 and r.youmu_refused == []
+    for _, _, labels, want in r.mismatches:
+        assert {tok.convert_ids_to_tokens(b) for a, b in zip(labels, want) if a != b} <= {"<|user|>", "<|system|>"}
+        assert all(a == -100 for a, b in zip(labels, want) if a != b)

@@ -121,15 +121,17 @@ def turn_span(full: str, prompt: str, through: str, floor: int, gen: str | None 
     common = _common(answer, full, start)
     if common == len(answer) or not answer:
         return start, start + common
-    # the turn renders otherwise once others follow (an earlier answer's reasoning dropped):
-    # its text is the longest end of the answer that the whole rendering has at `start`
-    head = full[start:start + 1]
-    p = answer.find(head, 1) if head else -1
+    # the turn renders otherwise once others follow (an earlier answer's reasoning dropped,
+    # Qwen3's whole <think> block, GLM's text inside it): where the two part, the whole
+    # rendering goes on with the longest end of the answer found right there
+    at = start + common
+    head = full[at:at + 1]
+    p = answer.find(head, common + 1) if head else -1
     while p != -1:
-        if full.startswith(answer[p:], start):
-            return start, start + max(common, len(answer) - p)
+        if full.startswith(answer[p:], at):
+            return start, at + len(answer) - p
         p = answer.find(head, p + 1)
-    return (start, start + common) if common else None
+    return (start, at) if common else None
 
 
 def assistant_turns(conversation: Sequence[dict[str, str]]) -> list[int]:
