@@ -1,6 +1,6 @@
 """Chat SFT with the Hugging Face ``Trainer`` fed by youmu: the whole script.
 
-    torchrun --nproc-per-node 8 examples/sft_trainer.py --model my-model --data ultrachat/
+    torchrun --nproc-per-node 8 examples/sft_trainer.py --data ultrachat/
 
 A published model's tokenizer and its own chat template (``ChatTemplate``: labels -100
 except on the assistant's tokens, cut to ``cutoff_len`` turn by turn as LLaMA-Factory
@@ -8,7 +8,8 @@ cuts), templating and tokenizing in 2 DataLoader workers per rank, online dynami
 of ``token_budget`` tokens, a checkpoint every ``save_steps`` that holds each rank's loader
 state, and a resume from the latest checkpoint after a preemption: run it again and every
 chat left is trained exactly once. The defaults are a real job's; the documentation's test
-runs it on one process with a tiny model (``--max-steps 4 --save-steps 2``), twice.
+runs it on one process with a tiny local model (``--model my-model --max-steps 4
+--save-steps 2``), twice.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import os
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="my-model", help="a model directory or Hub id with a chat template")
+    p.add_argument("--model", default="Qwen/Qwen2.5-7B-Instruct",
+                   help="a Hub id or model directory: its tokenizer and chat template as published")
     p.add_argument("--data", default="ultrachat/", help="Parquet of chats (a `messages` column), a path or URL")
     p.add_argument("--out", default="sft-out")
     p.add_argument("--max-steps", type=int, default=20_000)

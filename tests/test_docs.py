@@ -159,3 +159,15 @@ def test_the_site_builds_strictly_with_an_entry_for_every_exported_name(tmp_path
     missing = [f"{m}.{name}" for m in _documented_modules() for name in _exports(m)
                if f"{m}.{name}" not in anchors and f"{m}.{name}.{name}" not in anchors]
     assert not missing, f"exported but not in the built API reference: {missing}"
+
+
+def test_the_readme_opens_with_the_two_commands_and_links_into_the_site() -> None:
+    """The README is the first screen: its first code block is the two commands, and
+    every page it links to exists (the rest of the documentation is the site's)."""
+    readme = (ROOT / "README.md").read_text()
+    first = re.search(r"```(\w*)\n(.*?)```", readme, re.DOTALL)
+    assert first and first.group(2) == "make demo\nmake test\n", first and first.group(0)
+    links = re.findall(r"\]\(((?:docs|benches)/[^)#]+)(?:#[^)]*)?\)", readme)
+    assert any(link.startswith("docs/") for link in links)
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert not missing, f"the README links to files that do not exist: {missing}"

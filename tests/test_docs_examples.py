@@ -252,7 +252,7 @@ def test_the_sft_script_trains_checkpoints_and_resumes(workspace: Path, tmp_path
     for entry in workspace.iterdir():
         (tmp_path / entry.name).symlink_to(entry)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
-    small = ["--save-steps", "2", "--token-budget", "2048", "--cutoff-len", "512"]
+    small = ["--model", "my-model", "--save-steps", "2", "--token-budget", "2048", "--cutoff-len", "512"]
     outputs = []
     for steps in (4, 6):
         run = subprocess.run([sys.executable, str(ROOT / "examples" / "sft_trainer.py"), "--max-steps", str(steps),
