@@ -171,6 +171,29 @@ def phase_latency(data: str, step_ms: float, batches: int, prefetch: bool = Fals
           "max_ms": float(w.max()), "tokens_per_batch": float(np.mean(tokens))})
 
 
+def _keep(row):
+    return row
+
+
+def phase_pass(data: str, mode: str, transform: str, epochs: int = 3) -> None:
+    """The stream's pass alone: CPU seconds of this process for a whole epoch of rows
+    (``output="numpy"``, no consumer work), without a transform or with a plain one
+    that keeps every row; the best of ``epochs`` epochs (the pages cached after the
+    first). What a change to the per-row pass (``ParquetStream._pass``) costs."""
+    import youmu
+    from youmu.parquet import ParquetStream
+
+    idx = youmu.PageIndex(data, columns=[COL])
+    s = ParquetStream(idx, shuffle=mode, buffer_size=BUFFER, seed=0, output="numpy", rank=0, world_size=1,
+                      transform=_keep if transform == "plain" else None)
+    best, rows = float("inf"), 0
+    for _ in range(epochs):
+        c0 = time.process_time()
+        rows = sum(1 for _ in s)
+        best = min(best, time.process_time() - c0)
+    emit({"mode": mode, "transform": transform, "rows": rows, "cpu_s": best, "rows_per_cpu_s": rows / best})
+
+
 def phase_rss(data: str, rows: int) -> None:
     import youmu
     from youmu.torch import YoumuDataset
@@ -235,6 +258,9 @@ def main() -> None:
             phase_latency(a.data, float(step), 300, prefetch=prefetch == "1")
         elif a.phase == "rss":
             phase_rss(a.data, int(a.arg))
+        elif a.phase == "pass":
+            mode, transform = a.arg.split(",")
+            phase_pass(a.data, mode, transform)
         elif a.phase == "hf_map":
             phase_hf_map(a.data, a.seconds, a.arg)
         elif a.phase == "hf_stream":
