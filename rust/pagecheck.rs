@@ -366,9 +366,7 @@ pub(crate) fn decompress(codec: Compression, input: &[u8], size: usize) -> Resul
         Compression::UNCOMPRESSED => Ok(None),
         Compression::ZSTD(_) => {
             let mut out = Vec::with_capacity(size);
-            let n = zstd::bulk::Decompressor::new()
-                .and_then(|mut d| d.decompress_to_buffer(input, &mut out))
-                .map_err(|e| format!("zstd: {e}"))?;
+            let n = zstd_decompress(input, &mut out)?;
             if n != size {
                 return Err(format!("decompressed to {n} bytes, the header says {size}"));
             }
@@ -388,6 +386,29 @@ pub(crate) fn decompress(codec: Compression, input: &[u8], size: usize) -> Resul
         }
         _ => Err(format!("codec {codec:?} reached the page check")),
     }
+}
+
+thread_local! {
+    /// One zstd decompression context per thread, reused: creating one per page (a
+    /// ~100 KB context, allocated and initialised) cost as much as decompressing a
+    /// small page.
+    static ZSTD: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Decompress one zstd frame into `out`'s spare capacity with this thread's context.
+fn zstd_decompress(input: &[u8], out: &mut Vec<u8>) -> Result<usize, String> {
+    ZSTD.with(|cell| {
+        let mut slot = cell.try_borrow_mut().map_err(|_| "zstd: context in use".to_string())?;
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?);
+        }
+        let d = slot.as_mut().ok_or_else(|| "zstd: no context".to_string())?;
+        let n = d.decompress_to_buffer(input, out);
+        if n.is_err() {
+            *slot = None; // a context left mid-frame by an error is not reused
+        }
+        n.map_err(|e| format!("zstd: {e}"))
+    })
 }
 
 /// v1 levels: a 4-byte little-endian length, then that many bytes.

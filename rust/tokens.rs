@@ -61,8 +61,18 @@ enum Width {
     I64,
 }
 
+/// What every data page of a column chunk shares.
+#[derive(Clone, Copy)]
+struct ChunkInfo {
+    codec: Compression,
+    max_def: i16,
+    /// The chunk's uncompressed bytes (per the footer): no page holds more.
+    bytes: usize,
+    width: Width,
+}
+
 /// What one data page turned out to be.
-type Decoded = Result<Option<()>, String>;
+type Decoded = Result<Option<PageValues>, String>;
 
 /// Rows `[first, first + n)` of row group `rg`, if they are whole pages of a token
 /// column this decoder handles; `None` otherwise, `Some(Err(why))` if such a page is
@@ -102,6 +112,8 @@ pub fn try_read(f: &FileEntry, src: &Fetched, rg: usize, first: u64, n: u64) -> 
         Width::I64 => Values::I64(Vec::new()),
     };
     let chunk_bytes = usize::try_from(chunk.uncompressed_size()).unwrap_or(0);
+    let info = ChunkInfo { codec, max_def, bytes: chunk_bytes, width };
+    let mut whole: Option<ArrayRef> = None;
     let mut k = lo;
     loop {
         let page = locs.get(k)?;
@@ -112,23 +124,38 @@ pub fn try_read(f: &FileEntry, src: &Fetched, rg: usize, first: u64, n: u64) -> 
         let rows = page_end.checked_sub(page.first_row_index as u64)?;
         // a read that fails is left to the arrow-rs path, which reports it typed
         let bytes = src.read_range(page.offset as u64, usize::try_from(page.compressed_page_size).ok()?).ok()?;
-        match decode_page(&bytes, codec, max_def, chunk_bytes, rows, &mut offsets, &mut values) {
-            Ok(Some(())) => {}
+        let vals = match decode_page(&bytes, &info, rows, values.len(), &mut offsets) {
+            Ok(Some(v)) => v,
             Ok(None) => return None,
             Err(why) => return Some(Err(format!("data page at byte {} (page {k} of the chunk): {why}", page.offset))),
+        };
+        if k == lo && page_end == end {
+            // the unit is this one page: its decompressed buffer becomes the values
+            // buffer as it is, no second copy
+            match vals.into_array(width) {
+                Ok(array) => {
+                    whole = Some(array);
+                    break;
+                }
+                Err(vals) => values.extend_le(vals.slice(&bytes)),
+            }
+        } else {
+            values.extend_le(vals.slice(&bytes));
         }
         k += 1;
         if page_end == end {
             break;
         }
     }
+    let values_len = whole.as_ref().map_or(values.len(), |a| a.len());
     // by construction; checked because a wrong list array is read out of bounds by pyarrow
-    if offsets.len() as u64 != n + 1 || offsets.last().is_none_or(|&o| o as usize != values.len()) {
-        return Some(Err(format!("{} rows and {} values decoded for {n} rows", offsets.len() - 1, values.len())));
+    if offsets.len() as u64 != n + 1 || offsets.last().is_none_or(|&o| o as usize != values_len) {
+        return Some(Err(format!("{} rows and {values_len} values decoded for {n} rows", offsets.len() - 1)));
     }
-    let array: ArrayRef = match values {
-        Values::I32(v) => Arc::new(Int32Array::from(v)),
-        Values::I64(v) => Arc::new(Int64Array::from(v)),
+    let array: ArrayRef = match (whole, values) {
+        (Some(array), _) => array,
+        (None, Values::I32(v)) => Arc::new(Int32Array::from(v)),
+        (None, Values::I64(v)) => Arc::new(Int64Array::from(v)),
     };
     let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
     let list = match ListArray::try_new(child.clone(), offsets, array, None) {
@@ -154,13 +181,6 @@ impl Values {
         }
     }
 
-    fn width(&self) -> usize {
-        match self {
-            Values::I32(_) => 4,
-            Values::I64(_) => 8,
-        }
-    }
-
     fn extend_le(&mut self, bytes: &[u8]) {
         match self {
             Values::I32(v) => v.extend(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
@@ -171,17 +191,50 @@ impl Values {
     }
 }
 
-/// Append one data page's rows: `rows` new offsets and their values. `Ok(None)` when the
-/// page is not one this decoder handles, `Err` when it is but its bytes do not add up.
-fn decode_page(
-    bytes: &[u8],
-    codec: Compression,
-    max_def: i16,
-    chunk_bytes: usize,
-    rows: u64,
-    offsets: &mut Vec<i32>,
-    values: &mut Values,
-) -> Decoded {
+/// Where one data page's PLAIN values are: in the page decompressed (`owned`), or in the bytes read.
+struct PageValues {
+    owned: Option<Vec<u8>>,
+    start: usize,
+    len: usize,
+}
+
+impl PageValues {
+    fn slice<'a>(&'a self, read: &'a [u8]) -> &'a [u8] {
+        let all = self.owned.as_deref().unwrap_or(read);
+        &all[self.start..self.start + self.len]
+    }
+
+    /// The values as an Arrow array over the decompressed buffer itself (moved down by at most
+    /// `width - 1` bytes where the levels leave them unaligned); `Err(self)` where there is no
+    /// such buffer (stored uncompressed) or the machine is not little-endian (PLAIN is).
+    fn into_array(self, width: Width) -> Result<ArrayRef, PageValues> {
+        let w = match width {
+            Width::I32 => 4,
+            Width::I64 => 8,
+        };
+        let Some(mut buf) = self.owned else { return Err(self) };
+        let misaligned = (buf.as_ptr() as usize).wrapping_add(self.start) % w;
+        if cfg!(target_endian = "big") || misaligned > self.start {
+            return Err(PageValues { owned: Some(buf), ..self });
+        }
+        let at = self.start - misaligned;
+        if misaligned != 0 {
+            buf.copy_within(self.start..self.start + self.len, at);
+        }
+        let values = arrow_buffer::Buffer::from_vec(buf).slice_with_length(at, self.len);
+        let n = self.len / w;
+        Ok(match width {
+            Width::I32 => Arc::new(Int32Array::new(ScalarBuffer::new(values, 0, n), None)),
+            Width::I64 => Arc::new(Int64Array::new(ScalarBuffer::new(values, 0, n), None)),
+        })
+    }
+}
+
+/// One data page's rows: `rows` new offsets (after `base` values so far) and where its
+/// values are. `Ok(None)` when the page is not one this decoder handles, `Err` when it
+/// is but its bytes do not add up.
+fn decode_page(bytes: &[u8], chunk: &ChunkInfo, rows: u64, base: usize, offsets: &mut Vec<i32>) -> Decoded {
+    let ChunkInfo { codec, max_def, bytes: chunk_bytes, width } = *chunk;
     let Ok((h, header_len)) = parse_page_header(&bytes[..bytes.len().min(MAX_HEADER_BYTES)]) else {
         return Ok(None); // arrow-rs says what is wrong with the header
     };
@@ -243,7 +296,10 @@ fn decode_page(
     // were damaged (pyarrow: "list offsets larger than values array")
     let present = present_levels(def, def_width, num_values, max_def as u64)
         .map_err(|why| format!("definition levels: {why}"))?;
-    let width = values.width();
+    let width = match width {
+        Width::I32 => 4,
+        Width::I64 => 8,
+    };
     if vals.len() / width != present {
         return Err(format!(
             "its definition levels account for {present} values, its values section holds {} bytes ({} values)",
@@ -254,8 +310,9 @@ fn decode_page(
     if present != num_values {
         return Ok(None); // nulls or empty lists: the general path
     }
-    let vals = &vals[..present * width];
-    let Ok(base) = i32::try_from(values.len()) else { return Ok(None) };
+    let len = present * width;
+    let start = (vals.as_ptr() as usize).wrapping_sub(owned.as_deref().unwrap_or(bytes).as_ptr() as usize);
+    let Ok(base) = i32::try_from(base) else { return Ok(None) };
     let Some(end) = i32::try_from(num_values).ok().and_then(|n| base.checked_add(n)) else { return Ok(None) };
     let before = offsets.len();
     // the previous row ends where this page's first row starts: drop its provisional end
@@ -270,8 +327,7 @@ fn decode_page(
     if got != rows {
         return Err(format!("its repetition levels start {got} rows, the page index says {rows}"));
     }
-    values.extend_le(vals);
-    Ok(Some(()))
+    Ok(Some(PageValues { owned, start, len }))
 }
 
 /// One run of RLE / bit-packed-hybrid data.
