@@ -154,6 +154,28 @@ fn blank_query(query: &str) -> String {
     out
 }
 
+/// The longest name a parameter of [`SECRET_PARAMS`] has, and more.
+const MAX_PARAM_NAME: usize = 24;
+
+/// The length of the parameter name `bytes` starts with when an `=` follows it (a name
+/// is 1 to [`MAX_PARAM_NAME`] bytes of `[A-Za-z0-9_-]`). It looks at most
+/// `MAX_PARAM_NAME + 1` bytes, so [`redact_params`] is linear in its text: searching
+/// for the next `=` from every word boundary instead made a long message without one
+/// quadratic (a 400 kB message took seconds).
+fn param_name_len(bytes: &[u8]) -> Option<usize> {
+    let window = &bytes[..bytes.len().min(MAX_PARAM_NAME + 1)];
+    #[cfg(test)]
+    LOOKED_AT.with(|n| n.set(n.get() + window.len()));
+    let len = window.iter().position(|&b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))?;
+    (len > 0 && window[len] == b'=').then_some(len)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes [`param_name_len`] looked at on this thread: what the linearity test counts.
+    static LOOKED_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// `name=value` query parameters (after `?` or `&`, or a bare SAS string) whose name is
 /// a credential.
 fn redact_params(text: &str) -> String {
@@ -163,13 +185,9 @@ fn redact_params(text: &str) -> String {
     while i < text.len() {
         let at_boundary =
             i == 0 || matches!(bytes[i - 1], b'?' | b'&' | b'#' | b' ' | b'"' | b'\'' | b'(' | b'=' | b':');
-        if at_boundary && let Some(eq) = text[i..].find('=') {
+        if at_boundary && let Some(eq) = param_name_len(&bytes[i..]) {
             let name = &text[i..i + eq];
-            if !name.is_empty()
-                && name.len() <= 24
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                && SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str())
-            {
+            if SECRET_PARAMS.contains(&name.to_ascii_lowercase().as_str()) {
                 let vstart = i + eq + 1;
                 let vlen =
                     text[vstart..].find(|c: char| c == '&' || c == '#' || ends_token(c)).unwrap_or(text.len() - vstart);
@@ -201,6 +219,25 @@ fn redact_params(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes the parameter scan looks at while redacting `text`.
+    fn looked_at(text: &str) -> usize {
+        LOOKED_AT.with(|n| n.set(0));
+        redact(text);
+        LOOKED_AT.with(|n| n.get())
+    }
+
+    #[test]
+    fn redaction_looks_at_each_byte_a_bounded_number_of_times() {
+        // word boundaries without an `=` after them: each used to search to the end
+        for (unit, n) in [("a ", 500_000), ("x:", 500_000), ("ab&", 300_000), ("é ", 300_000), ("token ", 100_000)] {
+            let text = unit.repeat(n);
+            let work = looked_at(&text);
+            assert!(work <= (MAX_PARAM_NAME + 1) * text.len(), "{unit:?} x {n}: {work} bytes looked at");
+        }
+        let text = format!("{} sig=abc", "word ".repeat(200_000));
+        assert!(redact(&text).ends_with(" sig=***"), "a parameter after a long text is still found");
+    }
 
     #[test]
     fn user_info_signatures_and_secret_values_are_blanked() {
