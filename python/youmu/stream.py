@@ -188,8 +188,8 @@ def _warn_shrunk(memory_budget: int, got: int, asked: int, needs: int) -> None:
             f"still at least the {DEFAULT_WINDOW_PAGES} pages the shuffle-quality rule needs")
     warnings.warn(
         f"memory_budget={memory_budget} holds windows of {got} pages, not the {asked} the settings ask for "
-        f"({WINDOWS_IN_FLIGHT} windows of the largest pages in flight); {rule} (docs/concepts/shuffle.md: \"Page shuffle "
-        f"and pages per window\"); windows of {asked} pages need memory_budget >= {needs}",
+        f"({WINDOWS_IN_FLIGHT} windows of the largest pages in flight); {rule} (docs/concepts/shuffle.md: "
+        f"\"Page shuffle and pages per window\"); windows of {asked} pages need memory_budget >= {needs}",
         YoumuWarning,
         stacklevel=5,  # the line that built the dataset: _warn_shrunk, window_layout, layout, __init__
     )
