@@ -160,6 +160,10 @@ def train_rank(rank: int, world: int, job: tuple[str, argparse.Namespace]) -> di
                          dataloader_num_workers=DEMO["workers"], accelerator_config={"dispatch_batches": False})
     if args.max_steps:
         overrides["max_steps"] = args.max_steps
+    if args.save_steps:
+        # checkpoints as a real job takes them: the model, the optimizer and (youmu) every
+        # rank's loader state, every N optimizer steps
+        overrides.update(save_strategy="steps", save_steps=args.save_steps)
     targs = training_args(args, Path(args.work) / "trainer", per_device_train_batch_size=args.batch_size,
                           **overrides)
     first: dict[str, float] = {}
@@ -204,6 +208,10 @@ def train_rank(rank: int, world: int, job: tuple[str, argparse.Namespace]) -> di
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "datasets": _version("datasets")},
     }
+    if args.save_steps:
+        res["checkpoints"] = len(list(Path(targs.output_dir).glob("checkpoint-*")))
+        res["loader_state_bytes"] = max((f.stat().st_size for f in Path(targs.output_dir).glob("checkpoint-*/youmu_loader_rank*")),
+                                        default=0)
     if trace is not None:
         res["trace"] = trace.read()
     if world > 1:
@@ -423,6 +431,8 @@ def main() -> None:
     ap.add_argument("--num-proc", type=int, default=2, help="hf-map: map processes")
     ap.add_argument("--buffer", type=int, default=1000, help="hf-stream: shuffle buffer size")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-steps", type=int, default=0,
+                    help="checkpoint every N optimizer steps (0: none); reports the loader state's bytes per rank")
     ap.add_argument("--out", help="write the figures here as JSON")
     ap.add_argument("--peers-python", default=PEERS_PYTHON, help="runs the hf-* pipelines (make peers-venv)")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
