@@ -157,7 +157,7 @@ def train_rank(rank: int, world: int, job: tuple[str, argparse.Namespace]) -> di
     if kind == "hf-stream":
         # an iterable has no length: an epoch's steps; each rank reads its own batches
         overrides.update(max_steps=math.ceil(args.rows / (args.batch_size * world)),
-                         dataloader_num_workers=DEMO["workers"], accelerator_config={"dispatch_batches": False})
+                         dataloader_num_workers=args.workers, accelerator_config={"dispatch_batches": False})
     if args.max_steps:
         overrides["max_steps"] = args.max_steps
     if args.save_steps:
@@ -431,6 +431,8 @@ def main() -> None:
     ap.add_argument("--num-proc", type=int, default=2, help="hf-map: map processes")
     ap.add_argument("--buffer", type=int, default=1000, help="hf-stream: shuffle buffer size")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=DEMO["workers"],
+                    help="DataLoader workers templating the chats (youmu, youmu-odb, hf-stream)")
     ap.add_argument("--save-steps", type=int, default=0,
                     help="checkpoint every N optimizer steps (0: none); reports the loader state's bytes per rank")
     ap.add_argument("--out", help="write the figures here as JSON")
@@ -441,7 +443,8 @@ def main() -> None:
     ap.add_argument("--cutoff-len", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     for k, v in DEMO.items():
-        setattr(args, k, v)
+        if not hasattr(args, k):  # --workers is a flag of its own
+            setattr(args, k, v)
     if args.phase:
         phase(args.phase, args)
         return
@@ -509,7 +512,8 @@ def run_pipeline(kind: str, name: str, work: Path, path: Path, tok_dir: Path, da
     phase_args = ["--rows", str(args.rows), "--batch-size", str(args.batch_size), "--token-budget",
                   str(args.token_budget), "--pool", str(args.pool), "--num-proc", str(args.num_proc),
                   "--buffer", str(args.buffer), "--seed", str(args.seed), "--ranks", str(args.ranks),
-                  "--max-steps", str(args.max_steps), "--path", str(path), "--tokenizer", str(tok_dir),
+                  "--max-steps", str(args.max_steps), "--workers", str(args.workers), "--save-steps",
+                  str(args.save_steps), "--path", str(path), "--tokenizer", str(tok_dir),
                   "--work", str(pdir), "--cache", str(dirs["cache"]), "--cutoff-len", str(data["cutoff_len"]),
                   *(["--trace"] if args.trace else [])]
     load = os.getloadavg()[0]
