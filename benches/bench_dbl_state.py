@@ -28,7 +28,7 @@ def main() -> None:
     from textutil import chat_tokenizer, ultrachat, write_chats
 
     from youmu.batching import DynamicBatchLoader, label_token_count
-    from youmu.statefile import dumps
+    from youmu.state.files import dumps
     from youmu.text import ChatTemplate
     from youmu.torch import YoumuDataset, lm_collate
 

@@ -55,7 +55,7 @@ def write_data(out: Path, files: int, rows: int, seed: int = 0) -> int:
 
 
 def epoch_rows_per_s(index, seed: int) -> float:
-    from youmu.stream import RowStream
+    from youmu.streams.rowstream import RowStream
 
     t0 = time.perf_counter()
     rows = 0

@@ -95,8 +95,8 @@ def phase_locate() -> None:
 
 
 def phase_stream(data: str, seconds: float, how: str) -> None:
-    from youmu.convert import rows
-    from youmu.stream import RowStream
+    from youmu.streams.convert import rows
+    from youmu.streams.rowstream import RowStream
 
     files = files_of(data)
     t = time.perf_counter()
@@ -120,7 +120,7 @@ def phase_memory(data: str, how: str) -> None:
     import pyarrow  # noqa: F401  - imports first, so the delta is what the sources cost
 
     import youmu.mixture  # noqa: F401
-    import youmu.rows  # noqa: F401
+    import youmu.streams.rows  # noqa: F401
 
     files = files_of(data)
     base = rss_mb()

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from synthetic import proxy_lengths  # noqa: E402
 
-from youmu.batching.alignment import message_bytes  # noqa: E402
-from youmu.batching.simulation import fixed_batch_padding, simulate  # noqa: E402
+from youmu.batching.algo.alignment import message_bytes  # noqa: E402
+from youmu.batching.algo.simulation import fixed_batch_padding, simulate  # noqa: E402
 
 PAPER = {  # ShareGPT4o, ODB rows of ODB, Tables 13/14 (W=8): samples/update, padding %
     12288: (52.82, 0.9),
@@ -110,7 +110,7 @@ def _rank_main(rank: int, world: int, port: int, q: Any, cfg: dict[str, Any]) ->
                 "rounds": s["rounds"],
             }
         # raw all_gather latency of one round's message, all ranks ready (no waiting for fills)
-        from youmu.batching.alignment import message_length
+        from youmu.batching.algo.alignment import message_length
         from youmu.distributed import GlooChannel
 
         ch = GlooChannel.from_default_group(timeout=300)

@@ -5,7 +5,7 @@
 
 A writer's default can put a whole row group of images in one page (25 images of 1 MB
 is common). youmu reads such a page alone, without read-ahead
-(:func:`youmu.stream.window_layout`), so a budget smaller than the page still works;
+(:func:`youmu.streams.rowstream.window_layout`), so a budget smaller than the page still works;
 what it costs is then about the page itself. This measures how much: files of
 ``--pages`` row groups, each one page of ``--images`` random (incompressible) images
 of ``--image-mb`` MB, uncompressed and snappy, read in full by ``YoumuDataset``

@@ -1,5 +1,5 @@
 """What redacting a long message costs (every youmu error is redacted when printed):
-CPU seconds of ``youmu.redaction.redact`` on messages of the worst shape for its scans —
+CPU seconds of ``youmu._internal.redaction.redact`` on messages of the worst shape for its scans —
 word boundaries with no ``=`` after them — and of an ordinary one, at sizes from 100 kB
 to 4 MB, against a linear baseline in the same run (``text.encode()`` plus one
 ``str.find`` pass over the same text). A linear redaction keeps the same ratio to the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from youmu.redaction import redact
+from youmu._internal.redaction import redact
 
 SHAPES = {
     "spaces": "a ",

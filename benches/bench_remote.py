@@ -116,7 +116,7 @@ def self_cpu_s() -> float:
 def phase_epoch(srv: Server, data: Path, latencies: list[int], rounds: int, read_aheads: list[int | None],
                 epochs: int) -> dict[str, Any]:
     import youmu
-    from youmu.stream import RowStream
+    from youmu.streams.rowstream import RowStream
 
     local = youmu.PageIndex(data, columns=[COL])
     srv.delay(0)

@@ -7,7 +7,7 @@ in the same run, a real resume on real Parquet against Hugging Face ``datasets``
 
 Index only: a synthetic page table (``--rows`` rows in pages of ``--page-rows``), so no
 data is written; what is timed is exactly what a resuming ``YoumuDataset`` computes
-before its first window read — the same functions (``youmu.resume``, ``ShardPlan``).
+before its first window read — the same functions (``youmu.order.resume``, ``ShardPlan``).
 The old job has 64 ranks × 4 workers, the new one 48 ranks × 3; a same-topology resume
 builds the old shard's plan and finds its position's window. Times are the median of 3.
 
@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 
 import youmu
-from youmu.resume import Origin, deal, remaining_after, shard_plan
-from youmu.sharding import Shard
-from youmu.shuffle import ShardPlan, all_window_rows, row_chunk_rows
-from youmu.shufflemodes import ShuffleMode
+from youmu.order.modes import ShuffleMode
+from youmu.order.resume import Origin, deal, remaining_after, shard_plan
+from youmu.order.sharding import Shard
+from youmu.order.shuffle import ShardPlan, all_window_rows, row_chunk_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import PEERS_PYTHON, peers_python, run_phase  # noqa: E402
@@ -204,7 +204,7 @@ def main() -> None:
             size = len(json.dumps(merged))
 
             def resume(merged=merged, mode=mode):
-                from youmu.jobstates import decode_chain
+                from youmu.state.jobs import decode_chain
 
                 levels = decode_chain(merged["resumed"], "bench", tokens=True)
                 if mode == "row":

@@ -311,14 +311,14 @@ class Trace:
         if _HOOKED or not self.kind.startswith("youmu"):
             return
         _HOOKED = True
-        import youmu.stream
+        import youmu.streams.rowstream
         import youmu.text.chat
         import youmu.text.tokenizer
 
         _wrap(self, youmu.text.tokenizer, "_load", "tokenizer load starts", "tokenizer loaded")
         _wrap(self, youmu.text.chat.ChatTemplate, "__call__", "first rows templating", "first rows templated",
               rows=lambda a: a[1].num_rows)
-        tables = youmu.stream.RowStream.iter_tables
+        tables = youmu.streams.rowstream.RowStream.iter_tables
 
         def iter_tables(*a: Any, **kw: Any) -> Any:
             self.mark("first window being read")
@@ -327,7 +327,7 @@ class Trace:
                     self.mark(f"first window read ({t.num_rows} rows)")
                 yield t
 
-        youmu.stream.RowStream.iter_tables = iter_tables  # type: ignore[method-assign]
+        youmu.streams.rowstream.RowStream.iter_tables = iter_tables  # type: ignore[method-assign]
 
     def read(self) -> list[str]:
         """The events in the order they happened."""

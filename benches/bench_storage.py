@@ -229,7 +229,7 @@ def phase_amplification(srv: Server) -> list[dict]:
 
 def phase_epoch(srv: Server, data: Path, latencies: list[int], rows: int) -> list[dict]:
     import youmu
-    from youmu.stream import RowStream
+    from youmu.streams.rowstream import RowStream
 
     local = youmu.PageIndex(data / "tokens", columns=[COL])
     out = []

@@ -96,7 +96,7 @@ def phase_overhead(data: str, seconds: float, rounds: int = 5) -> None:
     (the raw page throughput the stream is built on). Both on youmu's 2 threads,
     alternated ``rounds`` times so machine noise hits both alike; medians reported."""
     import youmu
-    from youmu.stream import RowStream
+    from youmu.streams.rowstream import RowStream
 
     youmu.set_num_threads(2)
     idx = youmu.PageIndex(data, columns=[COL])
@@ -181,7 +181,7 @@ def phase_pass(data: str, mode: str, transform: str, epochs: int = 3) -> None:
     that keeps every row; the best of ``epochs`` epochs (the pages cached after the
     first). What a change to the per-row pass (``ParquetStream._pass``) costs."""
     import youmu
-    from youmu.parquet import ParquetStream
+    from youmu.streams.parquet import ParquetStream
 
     idx = youmu.PageIndex(data, columns=[COL])
     s = ParquetStream(idx, shuffle=mode, buffer_size=BUFFER, seed=0, output="numpy", rank=0, world_size=1,

@@ -173,13 +173,13 @@ def _ids(sample: Any) -> int:
 
 class Chunked(torch.utils.data.IterableDataset):
     """A worker's rows of ``ds`` in chunks of up to ``cap`` (``DynamicBatchLoader``'s
-    hand-off, :mod:`youmu.batching.handoff`, without the loader around it)."""
+    hand-off, :mod:`youmu.batching.runtime.handoff`, without the loader around it)."""
 
     def __init__(self, ds: Any, cap: int) -> None:
         self.ds, self.cap = ds, cap
 
     def __iter__(self) -> Any:
-        from youmu.batching.handoff import worker_chunks
+        from youmu.batching.runtime.handoff import worker_chunks
 
         return worker_chunks(self.ds, cap=self.cap)
 
@@ -189,7 +189,7 @@ def chunked_stream(path: Path, transform, workers: int, cap: int) -> tuple[float
     ``cap`` and put back in one-row-per-item order, as ``DynamicBatchLoader`` does."""
     from torch.utils.data import DataLoader
 
-    from youmu.batching.handoff import ChunkCollate, round_robin
+    from youmu.batching.runtime.handoff import ChunkCollate, round_robin
     from youmu.torch import YoumuDataset
 
     ds = YoumuDataset(path, columns=["text"], shuffle="page", seed=0, output="numpy", transform=transform)
@@ -296,7 +296,7 @@ def check_chat(tok, transform, table) -> int:
 def chat(args: argparse.Namespace) -> None:
     import pyarrow.parquet as pq
 
-    from youmu.batched import BATCH_ROWS
+    from youmu.streams.batched import BATCH_ROWS
     from youmu.text import ChatTemplate
 
     with tempfile.TemporaryDirectory() as d:
@@ -331,7 +331,7 @@ def chat(args: argparse.Namespace) -> None:
 def published(args: argparse.Namespace) -> None:
     import pyarrow.parquet as pq
 
-    from youmu.batched import BATCH_ROWS
+    from youmu.streams.batched import BATCH_ROWS
     from youmu.text import ChatTemplate
 
     with tempfile.TemporaryDirectory() as d:
@@ -391,7 +391,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from youmu.batched import BATCH_ROWS
+    from youmu.streams.batched import BATCH_ROWS
 
     texts = corpus(args.docs)
     tok = tokenizer(texts, args.vocab)

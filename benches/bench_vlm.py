@@ -12,9 +12,9 @@ feature all-to-all and its backbone phase synchronise the ranks, so the step tak
   sample is;
 * hybrid — MegaScale-Data's hybrid balance: the backbone balance plus interleaved
   encoder balancing of each slot's images over every rank
-  (:func:`youmu.planning.hybrid.balance_hybrid`);
+  (:func:`youmu.planning.engine.hybrid.balance_hybrid`);
 * colocated — both costs balanced together, images encoded on their sample's rank
-  (:func:`youmu.planning.hybrid.balance_colocated`).
+  (:func:`youmu.planning.engine.hybrid.balance_colocated`).
 
 The ODB-vs-fixed-batch training comparison on a real model is ``examples/vlm_demo.py``.
 
@@ -31,7 +31,7 @@ import numpy as np
 from workloads import arrival_assignment, coyo_like, navit_like
 
 from youmu.planning import CostModel, balance_detailed
-from youmu.planning.hybrid import balance_colocated, balance_hybrid, module_imbalance
+from youmu.planning.engine.hybrid import balance_colocated, balance_hybrid, module_imbalance
 
 VIT = CostModel.from_config("vit-2b")
 LLM = CostModel.from_config("llama-12b")

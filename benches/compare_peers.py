@@ -173,8 +173,8 @@ def converted(work: Path, convert, reopen) -> tuple[object, dict]:
 def youmu_loader(data: str, mode: str, gran: str, seconds: float) -> dict:
     # torch-free path (RowStream + numpy rows) so RSS compares loaders, not `import torch`
     import youmu
-    from youmu.convert import rows
-    from youmu.stream import RowStream
+    from youmu.streams.convert import rows
+    from youmu.streams.rowstream import RowStream
 
     t = time.perf_counter()
     idx = youmu.PageIndex(data, columns=[COL, ID])

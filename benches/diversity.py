@@ -7,13 +7,13 @@ installed package.
 A page-shuffled stream is a sequence of windows of a few pages each, so its first rows
 come from those few pages only, where a full row shuffle draws every row from a
 different page. Short runs (fine-tuning, the first steps of pretraining) see only that
-start. These functions count it. They are pure functions of a :class:`~youmu.shuffle.ShardPlan`
+start. These functions count it. They are pure functions of a :class:`~youmu.order.shuffle.ShardPlan`
 and the page row counts (no I/O, no torch): the rows a plan delivers are the rows the
 stream yields.
 
 Example:
     >>> import numpy as np
-    >>> from youmu.shuffle import ShardPlan
+    >>> from youmu.order.shuffle import ShardPlan
     >>> from diversity import plan_rows, rows_to_pages, running_distinct
     >>> page_rows = np.array([4] * 10)
     >>> plan = ShardPlan.build(page_rows, "none", window_pages=2, seed=0, epoch=0)
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from youmu.errors import InvalidArgumentError, PageOutOfRangeError
-from youmu.shuffle import ShardPlan
+from youmu.order.shuffle import ShardPlan
 
 __all__ = [
     "batch_bounds",

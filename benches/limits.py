@@ -240,7 +240,7 @@ def phase_text(docs: int, repeat: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from youmu.batched import BATCH_ROWS
+    from youmu.streams.batched import BATCH_ROWS
     from youmu.text import Tokenize
 
     texts = bt.corpus(docs)
@@ -311,7 +311,7 @@ def phase_budget(page_mb: int, budget_mb: int) -> None:
 def phase_odb(n: int | None) -> None:
     from synthetic import proxy_lengths
 
-    from youmu.batching.simulation import simulate
+    from youmu.batching.algo.simulation import simulate
 
     lengths = proxy_lengths("sharegpt4o", n)
     res = simulate(lengths, 3, 12288, 1024)

@@ -1,6 +1,6 @@
 """The padding of online dynamic batching against fixed-size batches, as a plot for the
 documentation (docs/guides/odb.md): the same ShareGPT4o length proxy as
-``bench_odb.py``, ODB through ``youmu.batching.simulation.simulate`` (which reproduces the
+``bench_odb.py``, ODB through ``youmu.batching.algo.simulation.simulate`` (which reproduces the
 real ``DynamicBatchLoader`` batch for batch: tests/test_batching_distributed.py) at
 several token budgets, fixed batches through ``fixed_batch_padding`` at several sizes,
 both on W = 4 ranks. Pure Python, no process group: about a minute on 2 cores.
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from synthetic import proxy_lengths  # noqa: E402
 
-from youmu.batching.simulation import fixed_batch_padding, simulate  # noqa: E402
+from youmu.batching.algo.simulation import fixed_batch_padding, simulate  # noqa: E402
 
 BUDGETS = [2048, 4096, 8192, 12288, 16384]
 BATCH_SIZES = [1, 2, 4, 8, 16]

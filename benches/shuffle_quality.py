@@ -355,7 +355,7 @@ class Stream:
 
     def tables(self):
         import youmu
-        from youmu.stream import RowStream
+        from youmu.streams.rowstream import RowStream
 
         cfg, index = self.cfg, self.index
         mode, wp, seed = cfg["mode"], cfg["window_pages"], cfg["seed"]
@@ -662,7 +662,7 @@ def plan_diversity(a: argparse.Namespace, cdir: Path, configs: list[dict]) -> di
     distinct pages / sources in the rows of the first N steps, per seed."""
     import diversity as div
 
-    from youmu.shuffle import ShardPlan, row_chunk_rows
+    from youmu.order.shuffle import ShardPlan, row_chunk_rows
 
     m, tr, _ = load_corpus(cdir)
     row_tokens_canon = np.diff(tr["offsets"]) + 1

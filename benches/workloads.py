@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from youmu._args import float_arg, int_arg
+from youmu._internal.args import float_arg, int_arg
 
 __all__ = ["Workload", "coyo_like", "navit_like", "lognormal_lengths", "arrival_assignment", "next_fit_pack"]
 

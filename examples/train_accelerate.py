@@ -37,7 +37,7 @@ class TinyLM(torch.nn.Module):
 def build_loader(args: argparse.Namespace, paths: dict[str, Any]) -> Any:
     from youmu.batching import DynamicBatchLoader, label_token_count
     from youmu.integrations import TrainerLoader
-    from youmu.rows import RowDataset
+    from youmu.streams.rows import RowDataset
     from youmu.torch import YoumuDataset, collate_packed, lm_collate, pack
 
     if not args.odb:

@@ -156,7 +156,7 @@ def chat_template() -> Any:
 
 def assistant_tokens(tmp: str) -> dict[int, int]:
     """Each chat's assistant (label) tokens, by the chat's id, templated in this process."""
-    from youmu.parquet import ParquetStream
+    from youmu.streams.parquet import ParquetStream
 
     rows = ParquetStream(chat_corpus(tmp), shuffle="none", output="numpy", transform=chat_template(), rank=0,
                          world_size=1)

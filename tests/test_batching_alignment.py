@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from youmu.batching.alignment import (
+from youmu.batching.algo.alignment import (
     FINISHED,
     NOT_READY,
     ProtocolError,

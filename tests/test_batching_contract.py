@@ -1,6 +1,6 @@
 """The batching layer's contracts with the rest of youmu: imports without torch, the
 package's names, the stream contract (``state_dict`` / ``load_state_dict`` /
-``set_epoch`` with validated states), arguments through ``youmu._args``, memory that
+``set_epoch`` with validated states), arguments through ``youmu._internal.args``, memory that
 follows the data, and the interpreter-exit hook's rule (no thread left running)."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 from batching_mp import LengthDataset, StatefulRankIterable, collate_ids, sample_len, sample_tok, token_counts
 
 import youmu.batching
-from youmu import statefile
 from youmu.batching import DynamicBatchLoader, simulate
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, StateError
+from youmu.state import files as statefile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from synthetic import synthetic_lengths  # noqa: E402
@@ -207,7 +207,7 @@ class LengthListIterable:
 
 
 def test_states_round_trip_through_the_contract() -> None:
-    from youmu.stateful import Stream
+    from youmu.state.contract import Stream
 
     loader = _loader()
     assert isinstance(loader, Stream)
@@ -233,8 +233,7 @@ def test_exit_hook_waits_for_a_thread_that_still_runs() -> None:
     _run(
         """
         import threading, time
-        from youmu.batching import shutdown
-
+        from youmu.batching.runtime import shutdown
         class Busy:
             timeout, heartbeat = 0.2, 0.01
             parked = threading.Event()

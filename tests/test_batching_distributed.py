@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from batching_mp import matrix_scenario, run_world, token_counts, uneven_layout
 
-from youmu.batching.sampling import sampler_quota
-from youmu.batching.simulation import simulate
+from youmu.batching.algo.sampling import sampler_quota
+from youmu.batching.algo.simulation import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from synthetic import AUDIT_DISTRIBUTIONS, synthetic_lengths  # noqa: E402

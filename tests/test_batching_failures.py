@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from batching_mp import TIMEOUT, channel_scenario, early_exit_scenario, failure_scenario, free_port, run_world
 
-from youmu.batching.sampling import rank_indices
+from youmu.batching.algo.sampling import rank_indices
 
 N = 1000
 # an index that rank 1 draws early in epoch 0 (seed 0, shuffled like DistributedSampler)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from youmu.batching.alignment import split_groups
-from youmu.batching.grouping import batch_size_for, form_groups, padded_tokens, trace_groups
+from youmu.batching.algo.alignment import split_groups
+from youmu.batching.algo.grouping import batch_size_for, form_groups, padded_tokens, trace_groups
 
 
 # -- A1: App. D's worked example, exactly ------------------------------------------------------
@@ -120,9 +120,9 @@ def test_pure_modules_import_without_torch() -> None:
     code = (
         "import sys\n"
         "import youmu.batching as b\n"
-        "import youmu.batching.grouping, youmu.batching.alignment, youmu.batching.protocol\n"
-        "import youmu.batching.simulation, youmu.batching.sampling\n"
-        "import youmu.batching.loss, youmu.batching.metrics, youmu.batching.step_info\n"
+        "import youmu.batching.algo.grouping, youmu.batching.algo.alignment, youmu.batching.algo.protocol\n"
+        "import youmu.batching.algo.simulation, youmu.batching.algo.sampling\n"
+        "import youmu.batching.algo.loss, youmu.batching.runtime.metrics, youmu.batching.algo.step_info\n"
         "b.simulate_ranks([[1, 2, 3]], 10, 2)\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "assert 'youmu._core' not in sys.modules, 'native core imported'\n"

@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from youmu.batching import DynamicBatchLoader
-from youmu.batching.feed import MeasuredMap, measured_iterable
-from youmu.batching.handoff import CHUNK_CAP, Chunk, ChunkCollate, ChunkedPairs, flatten, round_robin
+from youmu.batching.runtime.feed import MeasuredMap, measured_iterable
+from youmu.batching.runtime.handoff import CHUNK_CAP, Chunk, ChunkCollate, ChunkedPairs, flatten, round_robin
 from youmu.errors import LoaderError
 
 pytestmark = pytest.mark.timeout(120)
@@ -274,7 +274,7 @@ class Slow(IterableDataset):
 
 
 def test_a_slow_iterable_sample_is_sent_without_waiting_for_a_full_chunk() -> None:
-    from youmu.batching.handoff import CHUNK_SECONDS, worker_chunks
+    from youmu.batching.runtime.handoff import CHUNK_SECONDS, worker_chunks
 
     assert 0 < CHUNK_SECONDS <= 1  # a sample waits that long at most for the rest of its chunk, plus one sample
     sizes = [len(c.samples) for c in worker_chunks(Slow(24, 0.03), first=16, seconds=0.05)]

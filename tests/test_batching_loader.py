@@ -247,8 +247,9 @@ def test_info_counts_are_consistent_with_tokens() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["grouping", "alignment", "protocol", "simulation", "sampling", "loss", "step_info", "metrics",
-     "dynamic_loader", "config", "feed", "aligner", "epoch", "shutdown", "__init__"],
+    ["algo.grouping", "algo.alignment", "algo.protocol", "algo.simulation", "algo.sampling", "algo.loss",
+     "algo.step_info", "runtime.metrics", "dynamic_loader", "config", "runtime.feed", "runtime.aligner",
+     "runtime.epoch", "runtime.shutdown", "__init__"],
 )
 def test_docstring_examples(module: str) -> None:
     import doctest

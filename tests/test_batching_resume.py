@@ -68,7 +68,7 @@ def _sft(path: str, workers: int):
 def _chat_ids(loader, steps: int | None = None):
     """The batches' chat ids (of the first ``steps`` steps), and the state after them as a
     checkpoint file holds it (youmu's JSON state codec)."""
-    from youmu.statefile import dumps, loads
+    from youmu.state.files import dumps, loads
 
     batches = []
     for batch, _ in loader:
@@ -135,7 +135,7 @@ def test_a_version_2_state_with_workers_resumes_as_saved() -> None:
     from pathlib import Path
 
     import youmu
-    from youmu.statefile import from_plain
+    from youmu.state.files import from_plain
 
     case = json.loads((Path(__file__).parent / "loader_states_v2.json").read_text())["DynamicBatchLoader"]
     state = from_plain(case["workers"], where="loader_states_v2.json")

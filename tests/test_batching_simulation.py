@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from youmu.batching.alignment import plan_round
-from youmu.batching.protocol import Item, RankProtocol
-from youmu.batching.sampling import logical_discard_bound, rank_indices, sampler_quota
-from youmu.batching.simulation import fixed_batch_padding, simulate, simulate_ranks
+from youmu.batching.algo.alignment import plan_round
+from youmu.batching.algo.protocol import Item, RankProtocol
+from youmu.batching.algo.sampling import logical_discard_bound, rank_indices, sampler_quota
+from youmu.batching.algo.simulation import fixed_batch_padding, simulate, simulate_ranks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from synthetic import AUDIT_DISTRIBUTIONS, proxy_lengths, synthetic_lengths  # noqa: E402

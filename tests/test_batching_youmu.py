@@ -15,9 +15,9 @@ import importlib.util  # noqa: E402
 if importlib.util.find_spec("youmu._core") is None:  # pragma: no cover
     pytest.skip("the native core is not built", allow_module_level=True)
 
-from youmu import statefile  # noqa: E402
 from youmu.batching import DynamicBatchLoader  # noqa: E402
 from youmu.mixture import MixtureDataset  # noqa: E402
+from youmu.state import files as statefile  # noqa: E402
 from youmu.torch import YoumuDataset, lm_collate  # noqa: E402
 
 N = 1200

@@ -29,7 +29,7 @@ import pytest
 
 import youmu
 from youmu.errors import StateError, YoumuWarning
-from youmu.shuffle import DEFAULT_WINDOW_PAGES
+from youmu.order.shuffle import DEFAULT_WINDOW_PAGES
 from youmu.torch import YoumuDataset
 
 sys.path.insert(0, str(Path(__file__).parent))

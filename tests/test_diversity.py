@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import youmu
-from youmu.shuffle import ShardPlan
-from youmu.stream import RowStream
+from youmu.order.shuffle import ShardPlan
+from youmu.streams.rowstream import RowStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 import diversity as div  # noqa: E402

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from youmu import gctime
+from youmu._internal import gctime
 from youmu.batching import DynamicBatchLoader
 from youmu.distributed.producer import Producer
 from youmu.errors import DataStallError

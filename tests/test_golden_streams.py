@@ -50,7 +50,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import youmu
-from youmu import statefile
+from youmu.state import files as statefile
 from youmu.torch import MapStream, MixtureStream, YoumuDataset, pack
 
 GOLDEN_PATH = Path(__file__).with_name("golden_streams.json")
@@ -301,7 +301,7 @@ def test_youmu_dataset_variants(index: youmu.PageIndex, paths: dict[str, str], g
 
 def test_reiteration(index: youmu.PageIndex, paths: dict[str, str], golden: GoldenBook) -> None:
     """Iterating the same object again in the main process: every ``iter()`` is an
-    independent pass (the stream contract, :mod:`youmu.stateful`), so after a finished
+    independent pass (the stream contract, :mod:`youmu.state.contract`), so after a finished
     epoch and after a ``break`` alike the next pass starts the epoch over (the same
     rows). Pinned for ``YoumuDataset``, ``pack`` and ``MapStream``, broken off after 37
     items."""

@@ -23,13 +23,13 @@ torch = pytest.importorskip("torch")
 
 from trainers_mp import collate, dataset  # noqa: E402
 
-from youmu import statefile  # noqa: E402
 from youmu.errors import StateError  # noqa: E402
 from youmu.integrations import TrainerLoader  # noqa: E402
 from youmu.integrations.accelerate import CheckpointedLoader  # noqa: E402
 from youmu.integrations.hf import load_loader_state, loader_state_path  # noqa: E402
 from youmu.integrations.mesh import LoaderState  # noqa: E402
 from youmu.planning import BalancedLoader  # noqa: E402
+from youmu.state import files as statefile  # noqa: E402
 from youmu.torch import MapStream  # noqa: E402
 
 

@@ -6,7 +6,7 @@ carry their credential in the query (presigned S3 URLs, Azure SAS URLs) are read
   or pickled with it: a load passes ``storage_options={"username", "password"}``, and
   one that does not is told so;
 * ``repr`` of a spec or a Ray source, ``ImageError`` messages and skip reports go
-  through the one redaction (``youmu.redaction``, the native core's);
+  through the one redaction (``youmu._internal.redaction``, the native core's);
 * a URL with a query names one object (``?`` is no glob character there), fetched as
   written with ranged GETs, from a local server and from moto's presigned URLs;
 * malformed ``YOUMU_*`` variables are errors naming them, and a ``YOUMU_HTTP_<KEY>``
@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import youmu
+from youmu._internal.redaction import redact
 from youmu.errors import ImageError, StorageAuthError
-from youmu.redaction import redact
 
 sys.path.insert(0, str(Path(__file__).parent))
 from s3util import S3  # noqa: E402
@@ -306,7 +306,7 @@ KEYS = {"access_key_id": "AKIAEXAMPLE42", "secret_access_key": "wJalrXUtnFEMIexa
 
 
 def test_reprs_of_specs_and_sources_show_no_secret() -> None:
-    from youmu.spec import StreamSpec
+    from youmu.streams.spec import StreamSpec
 
     spec = StreamSpec(storage_options=KEYS)
     texts = [repr(spec), str(spec)]
@@ -320,7 +320,7 @@ def test_reprs_of_specs_and_sources_show_no_secret() -> None:
 
 
 def test_image_errors_and_skip_reports_show_no_credential() -> None:
-    from youmu.skips import SkipLog, reporting_pass
+    from youmu.streams.skips import SkipLog, reporting_pass
 
     url = f"https://admin:{PASSWORD}@h/part-0.parquet?sig={SIGNATURE}"
     err = ImageError(f"cannot decode image from {url}", column="image", path=url).located(file=url, row=3, position=3)

@@ -4,7 +4,7 @@ holding itself, an integer of 5,000 digits, an array of 100 dimensions or of sha
 10**18 indices. Whichever entry point a state takes — a state file, a trainer
 integration's checkpoint, a stream's or loader's ``load_state_dict``,
 ``youmu.merge_states`` — each is one :class:`~youmu.errors.StateError` saying what is
-wrong, in bounded time and memory (one bound, :mod:`youmu.statebounds`, where a state
+wrong, in bounded time and memory (one bound, :mod:`youmu.state.bounds`, where a state
 enters), never a ``RecursionError``, a ``ValueError`` or a walk that does not end."""
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ torch = pytest.importorskip("torch")
 from trainers_mp import collate, dataset  # noqa: E402
 
 import youmu  # noqa: E402
-from youmu import statefile  # noqa: E402
 from youmu.errors import StateError  # noqa: E402
 from youmu.integrations import TrainerLoader  # noqa: E402
 from youmu.integrations.accelerate import CheckpointedLoader  # noqa: E402
 from youmu.integrations.hf import load_loader_state, loader_state_path  # noqa: E402
 from youmu.integrations.mesh import LoaderState  # noqa: E402
 from youmu.mixture import MixtureDataset  # noqa: E402
+from youmu.state import files as statefile  # noqa: E402
 from youmu.torch import MapStream, MixtureStream  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -143,7 +143,7 @@ def test_a_forged_state_is_a_state_error_from_every_load_and_from_merge(case: st
 def test_states_as_deep_as_the_bound_allows_still_load() -> None:
     # the bound refuses forgeries only: a state (and its file) just inside it is read,
     # and one list shared 2**40 ways inside it is walked once, not 2**40 times
-    from youmu.statebounds import MAX_STATE_DEPTH
+    from youmu.state.bounds import MAX_STATE_DEPTH
 
     inside = {**_map_state(), "extra": _nested(MAX_STATE_DEPTH - 2)}
     MapStream(list(range(10))).load_state_dict(inside)

@@ -128,7 +128,7 @@ def test_map_stream_over_a_mixture_fingerprints_its_settings() -> None:
     state = s.state_dict()
     MapStream(mix()).load_state_dict(state)
     # same length, other mixture: other items at the same positions (new weights need
-    # the job's merged state: youmu.mixture_change)
+    # the job's merged state: youmu.mixture.change)
     for other, match in ((mix(seed=1), "seed=0 but this one has seed=1"), (mix(block_size=7), "block_size=10"),
                          (MixtureDataset(children, {"a": 0.5, "b": 0.5}, block_size=10, length=70), "merge_states")):
         assert len(other) == 70
@@ -248,9 +248,9 @@ def test_a_ray_planner_state_integer_past_int64_is_refused_like_every_other_stat
 def test_a_list_of_state_integers_has_one_rule_whoever_reads_it() -> None:
     # a loader's own list (DynamicBatchLoader's keys), a chain's positions and a Ray
     # planner's cursors: one check, one message
-    from youmu.jobstates import decode_chain
     from youmu.ray.state import PlannerState
-    from youmu.stateful import state_ints
+    from youmu.state.contract import state_ints
+    from youmu.state.jobs import decode_chain
 
     fresh = PlannerState(0, 0, ((0,),), ((False,),), (0,), ((),), (None,)).to_dict()
     reads = [lambda: state_ints({"keys": [1, 2**63]}, "keys", owner="DynamicBatchLoader"),
@@ -299,8 +299,8 @@ def test_a_forged_dynamic_batch_loader_chain_is_refused_naming_the_field() -> No
 
 
 def test_a_forged_ray_planner_chain_is_refused_naming_the_field() -> None:
-    from youmu.jobstates import Level, encode_chains
     from youmu.ray.state import PlannerState
+    from youmu.state.jobs import Level, encode_chains
 
     fresh = PlannerState(0, 0, ((0, 0),), ((False, False),), (0,), ((),), (None,)).to_dict()
     two = Level(2, (1, 1), ((4,), (3,)))
@@ -649,7 +649,7 @@ def test_a_forged_workers_field_or_packed_sample_in_a_loader_state_is_refused_na
 
     from youmu.batching.config import check_saved_state
     from youmu.batching.payloads import unpack_sample
-    from youmu.statefile import from_plain
+    from youmu.state.files import from_plain
 
     raw = json.loads((Path(__file__).parent / "loader_states_v2.json").read_text())["DynamicBatchLoader"]["workers"]
     state = from_plain(raw, where="fixture")

@@ -1,6 +1,6 @@
-"""The chain of jobs of an epoch has one wire form (:mod:`youmu.jobstates`), whoever
+"""The chain of jobs of an epoch has one wire form (:mod:`youmu.state.jobs`), whoever
 records it: a youmu stream, a ``DynamicBatchLoader`` and the Ray step planner write
-:func:`~youmu.jobstates.encode_chain`'s form, and still read the states the earlier
+:func:`~youmu.state.jobs.encode_chain`'s form, and still read the states the earlier
 versions wrote.
 
 ``loader_chains_v1.json`` holds states made by youmu before the loaders' chains took
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import youmu
-from youmu.jobstates import Level, decode_chain, decode_chains, encode_chain, encode_chains
+from youmu.state.jobs import Level, decode_chain, decode_chains, encode_chain, encode_chains
 
 FIXTURES = json.loads((Path(__file__).parent / "loader_chains_v1.json").read_text())
 

@@ -2,7 +2,7 @@
 stays one abstraction.
 
 Every module of ``python/youmu`` imports only modules below it (a lazy import inside a
-function is still a dependency); the job-states layer (``youmu.jobstates``) that every
+function is still a dependency); the job-states layer (``youmu.state.jobs``) that every
 merge uses sits at the bottom, and no loader's merge imports the top-level
 ``merge_states``. No module takes another module's private names.
 
@@ -317,8 +317,8 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_python_modules_are_found() -> None:
     graph = _import_graph(_python_sources())
-    assert {"youmu.merge", "youmu.jobstates", "youmu.batching.merge"} <= set(graph)
-    assert "youmu.jobstates" in graph["youmu.merge"], graph["youmu.merge"]
+    assert {"youmu.merge", "youmu.state.jobs", "youmu.batching.merge"} <= set(graph)
+    assert "youmu.state.jobs" in graph["youmu.merge"], graph["youmu.merge"]
 
 
 # The Python package keeps the Rust modules' rule (MODULE_LINES): past it a module is split
@@ -352,7 +352,7 @@ def test_an_import_cycle_through_a_lazy_import_is_caught() -> None:
 
 def test_job_states_sit_at_the_bottom_and_merges_never_call_back_up() -> None:
     graph = _import_graph(_python_sources())
-    assert graph["youmu.jobstates"] <= {"youmu.stateful", "youmu.errors", "youmu._args"}, graph["youmu.jobstates"]
+    assert graph["youmu.state.jobs"] <= {"youmu.state.contract", "youmu.errors", "youmu._internal.args"}, graph["youmu.state.jobs"]
     merges = [m for m in graph if m.endswith(".merge") and m != "youmu.merge"]
     assert len(merges) >= 3, merges
     for m in merges:
@@ -463,7 +463,7 @@ def test_a_second_all_is_caught() -> None:
 
 # Public class names two modules define, each for its own idea, left as they are for now:
 # name -> why. `youmu.integrations.mesh.LoaderState` (a DCP `Stateful`) is public API;
-# the other is the in-process plan loaders' base class, `youmu.planning.loader_state`.
+# the other is the in-process plan loaders' base class, `youmu.planning.state.loader_state`.
 SHARED_CLASS_NAMES = {"LoaderState": "mesh's DCP wrapper is public; planning's is the plan loaders' base"}
 
 
@@ -553,7 +553,7 @@ def test_a_repeated_format_tag_is_caught() -> None:
 
 
 # the one rule per setting that every loader shares: (function that holds it, its module)
-_ONE_RULE = {"seed": ("seed_arg", "youmu._args"), "epoch": ("check_epoch", "youmu.stateful")}
+_ONE_RULE = {"seed": ("seed_arg", "youmu._internal.args"), "epoch": ("check_epoch", "youmu.state.contract")}
 
 
 def _own_checks(sources: dict[str, str]) -> list[str]:
@@ -576,22 +576,22 @@ def _own_checks(sources: dict[str, str]) -> list[str]:
 
 def test_each_shared_setting_has_one_rule() -> None:
     bad = _own_checks(_python_sources())
-    assert not bad, "use youmu._args.seed_arg / youmu.stateful.check_epoch: " + "; ".join(bad)
+    assert not bad, "use youmu._internal.args.seed_arg / youmu.state.contract.check_epoch: " + "; ".join(bad)
 
 
 def test_a_setting_checked_by_hand_is_caught() -> None:
     sources = {"youmu.a": "def f(seed):\n    return int_arg('seed', seed, minimum=0)\n",
-               "youmu._args": "def seed_arg(seed):\n    return int_arg('seed', seed, minimum=0)\n"}
+               "youmu._internal.args": "def seed_arg(seed):\n    return int_arg('seed', seed, minimum=0)\n"}
     assert _own_checks(sources) == ["youmu.a:2 checks 'seed' itself"]
 
 
 def _own_state_int_ranges(sources: dict[str, str]) -> list[str]:
-    """Comparisons with ``MAX_STATE_INT`` outside ``youmu.stateful``: a module writing
+    """Comparisons with ``MAX_STATE_INT`` outside ``youmu.state.contract``: a module writing
     the state-integer range itself (``stateful.is_state_int`` / ``state_value_int`` /
     ``state_int`` hold it; passing it on as a bound, ``maximum=MAX_STATE_INT``, is fine)."""
     found = []
     for name, text in sources.items():
-        if name == "youmu.stateful":
+        if name == "youmu.state.contract":
             continue
         for n in ast.walk(ast.parse(text)):
             if isinstance(n, ast.Compare) and any(isinstance(x, ast.Name) and x.id == "MAX_STATE_INT"
@@ -602,13 +602,13 @@ def _own_state_int_ranges(sources: dict[str, str]) -> list[str]:
 
 def test_the_state_integer_range_is_checked_in_one_place() -> None:
     bad = _own_state_int_ranges(_python_sources())
-    assert not bad, "use youmu.stateful.is_state_int / state_value_int / state_int: " + "; ".join(bad)
+    assert not bad, "use youmu.state.contract.is_state_int / state_value_int / state_int: " + "; ".join(bad)
 
 
 def test_a_state_integer_range_written_again_is_caught() -> None:
     sources = {"youmu.a": "def ok(x):\n    return 0 <= x <= MAX_STATE_INT\n",
                "youmu.b": "def f(v):\n    return int_arg('run', v, maximum=MAX_STATE_INT)\n",
-               "youmu.stateful": "def is_state_int(x):\n    return 0 <= x <= MAX_STATE_INT\n"}
+               "youmu.state.contract": "def is_state_int(x):\n    return 0 <= x <= MAX_STATE_INT\n"}
     assert _own_state_int_ranges(sources) == ["youmu.a:2"]
 
 
@@ -624,7 +624,7 @@ def _duck_typed_self(text: str) -> list[int]:
 def test_the_stream_core_asks_its_streams_through_methods_not_attribute_guesses() -> None:
     # the positional core is the base of every youmu stream: what it needs of one is a
     # method it declares (and a stream that resumes on another topology overrides)
-    text = (PACKAGE / "positional.py").read_text()
+    text = (PACKAGE / "streams" / "core.py").read_text()
     assert not _duck_typed_self(text), _duck_typed_self(text)
     assert _duck_typed_self("class A:\n    def f(self):\n        return getattr(self, 'rank', 0)\n") == [3]
 
@@ -649,10 +649,10 @@ def test_merging_stream_states_never_imports_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
 
 
-# The shuffle modes' names: only their owner, `youmu.shufflemodes.ShuffleMode`, compares them
+# The shuffle modes' names: only their owner, `youmu.order.modes.ShuffleMode`, compares them
 # (everyone else asks a mode's properties). "none" is a value of other settings too, so
 # it counts only against an operand named like a shuffle mode.
-_SHUFFLE_OWNER = "youmu.shufflemodes"
+_SHUFFLE_OWNER = "youmu.order.modes"
 _MODE_NAMES = ("page", "row", "local", "none")
 _SHARED_WORDS = {"none"}
 _MODE_OPERAND = re.compile(r"mode|shuffle", re.IGNORECASE)
@@ -696,11 +696,11 @@ def _mode_comparisons(sources: dict[str, str]) -> list[str]:
 
 
 def test_only_the_shuffle_module_names_the_shuffle_modes() -> None:
-    from youmu.shufflemodes import SHUFFLE_MODES
+    from youmu.order.modes import SHUFFLE_MODES
 
     assert set(SHUFFLE_MODES) == set(_MODE_NAMES), "a new mode: add it to _MODE_NAMES"
     bad = _mode_comparisons(_python_sources())
-    assert not bad, "ask the mode (youmu.shufflemodes.ShuffleMode's properties), don't compare its name: " + "; ".join(bad)
+    assert not bad, "ask the mode (youmu.order.modes.ShuffleMode's properties), don't compare its name: " + "; ".join(bad)
 
 
 def test_a_mode_compared_by_name_is_caught() -> None:
@@ -709,19 +709,19 @@ def test_a_mode_compared_by_name_is_caught() -> None:
                           '    if spec.shuffle_mode in ("page", "none"):\n        pass\n'
                           '    if kind == "none" or scaling == "none":\n        pass\n'
                           '    match spec.shuffle:\n        case "row":\n            pass\n',
-               "youmu.shufflemodes": 'def g(mode):\n    return mode == "page"\n'}
+               "youmu.order.modes": 'def g(mode):\n    return mode == "page"\n'}
     assert _mode_comparisons(sources) == ["youmu.a:2 compares 'local', 'row'", "youmu.a:4 compares 'none', 'page'",
                                           "youmu.a:8 compares 'row'"]
 
 
-# A stream state's fields (youmu.streamstate): only their owner reads or writes them by
+# A stream state's fields (youmu.state.stream): only their owner reads or writes them by
 # name, so a new field is one module's edit. The modules that build, load or merge a
 # stream's states ask it; the loaders' own states (whose fields share some names) and
-# the chain's wire form (youmu.jobstates) are other formats and are not checked.
-_STREAM_STATE_OWNER = "youmu.streamstate"
+# the chain's wire form (youmu.state.jobs) are other formats and are not checked.
+_STREAM_STATE_OWNER = "youmu.state.stream"
 _STREAM_STATE_FIELDS = ("positions", "num_workers", "resumed", "dataset")
-_STREAM_STATE_USERS = ("youmu.positional", "youmu.parquet", "youmu.spec", "youmu.merge", "youmu.streammerge",
-                       "youmu.packmerge", "youmu.torch.pack", "youmu.torch.mapstream", "youmu.torch.sharded",
+_STREAM_STATE_USERS = ("youmu.streams.core", "youmu.streams.parquet", "youmu.streams.spec", "youmu.merge", "youmu.state.stream_merge",
+                       "youmu.state.pack_merge", "youmu.torch.pack", "youmu.torch.mapstream", "youmu.torch.sharded",
                        "youmu.torch.dataset", "youmu.ray.source")
 
 
@@ -753,8 +753,8 @@ def test_only_the_stream_state_module_names_a_stream_states_fields() -> None:
 
 
 def test_a_stream_state_field_named_by_hand_is_caught() -> None:
-    sources = {"youmu.positional": 'def f(s):\n    return {"positions": s.get("num_workers"), **s}["resumed"]\n',
+    sources = {"youmu.streams.core": 'def f(s):\n    return {"positions": s.get("num_workers"), **s}["resumed"]\n',
                "youmu.merge": 'def g(s):\n    return "dataset" in s\n'}
     assert sorted(_stream_state_fields_by_name(sources)) == [
-        "youmu.merge:2 names 'dataset'", "youmu.positional:2 names 'num_workers'",
-        "youmu.positional:2 names 'positions'", "youmu.positional:2 names 'resumed'"]
+        "youmu.merge:2 names 'dataset'", "youmu.streams.core:2 names 'num_workers'",
+        "youmu.streams.core:2 names 'positions'", "youmu.streams.core:2 names 'resumed'"]

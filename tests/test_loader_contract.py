@@ -1,4 +1,4 @@
-"""youmu's loader contract (:class:`youmu.stateful.Loader`), checked the same way
+"""youmu's loader contract (:class:`youmu.state.contract.Loader`), checked the same way
 against all three loaders: ``DynamicBatchLoader`` (youmu.batching),
 ``BalancedLoader`` (youmu.planning) and ``RayBalancedLoader`` (youmu.ray, on a local
 Ray cluster). Each is one rank over the same shuffled Parquet source
@@ -28,9 +28,9 @@ pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).parent))
 import ray_streams as rs  # noqa: E402
 
-from youmu import statefile  # noqa: E402
 from youmu.errors import LoaderError, StateError, YoumuError  # noqa: E402
-from youmu.stateful import LOADER_STATE_KEYS, Loader  # noqa: E402
+from youmu.state import files as statefile  # noqa: E402
+from youmu.state.contract import LOADER_STATE_KEYS, Loader  # noqa: E402
 
 KINDS = ["dynamic", "balanced", "ray"]
 #: the class each kind builds: every loader class in youmu is one of these (a test walks the package)
@@ -142,7 +142,7 @@ def _take(it: Iterator[Any], n: int) -> list[tuple[int, ...]]:
 # -- every loader, one contract ---------------------------------------------------------------
 def _loader_classes() -> set[str]:
     """Every class in the package that is a loader: it declares ``yields_pairs = True`` or
-    derives from one of youmu.passes' loader bases (read from the source, so a loader in
+    derives from one of youmu.loaders.passes' loader bases (read from the source, so a loader in
     a module nobody imports is found too)."""
     import ast
 
@@ -186,7 +186,7 @@ def test_a_loader_outside_the_walk_is_caught(tmp_path: Path, monkeypatch: pytest
 def test_every_loader_shares_the_one_pass_bookkeeping(kind: str) -> None:
     import importlib
 
-    from youmu.passes import PassLoader
+    from youmu.loaders.passes import PassLoader
 
     module, name = {**LOADER_CLASSES, **ADAPTER_CLASSES}[kind].rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
@@ -523,7 +523,7 @@ def test_trainer_loader_keeps_the_contracts_face(make_trainer_loader: Callable[[
     """Over any stream: the loader protocol, a read-only int ``epoch`` and one ``close``."""
     import inspect
 
-    from youmu.stateful import Loader
+    from youmu.state.contract import Loader
 
     loader = make_trainer_loader()
     assert isinstance(loader, Loader)
@@ -559,7 +559,7 @@ def test_trainer_loader_close_and_with_stop_the_pass_in_progress(make_trainer_lo
 def test_trainer_loader_starts_a_left_pass_s_epoch_afresh(make_trainer_loader: Callable[[], Any]) -> None:
     """A pass the trainer left early (no state loaded since) is not continued: the next
     ``iter()`` delivers the whole epoch again, every batch of it, as its source's next pass
-    does (youmu.stateful's loader contract)."""
+    does (youmu.state.contract's loader contract)."""
     loader = make_trainer_loader()
     full = _trainer_pass(loader)
     loader.set_epoch(0)

@@ -448,7 +448,7 @@ def test_pack_over_a_mixture_stream_resumes() -> None:
 @settings(max_examples=80, deadline=None)
 def test_mixture_stream_deals_runs_exactly_once(n: int, world: int, workers: int, run: int, drop_last: bool) -> None:
     pytest.importorskip("torch")
-    from youmu.sharding import Shard, run_round_robin_index
+    from youmu.order.sharding import Shard, run_round_robin_index
     from youmu.torch import MixtureStream
 
     data = list(range(n))

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from youmu.errors import ImageError, LoaderError, TextError
-from youmu.parquet import ParquetStream
+from youmu.streams.parquet import ParquetStream
 
 BAD = {0, 3, 4, 9, 10, 11, 17}  # the first row, runs across page (and window) boundaries
 

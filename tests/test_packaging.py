@@ -8,8 +8,8 @@ import sys
 
 def test_core_streams_and_pure_layers_do_not_import_torch() -> None:
     code = (
-        "import sys, youmu, youmu.stream, youmu.shuffle, youmu.sharding, youmu.stateful, youmu.rows, youmu.cli\n"
-        "import youmu.positional, youmu.parquet, youmu.skips\n"
+        "import sys, youmu, youmu.streams.rowstream, youmu.order.shuffle, youmu.order.sharding, youmu.state.contract, youmu.streams.rows, youmu.cli\n"
+        "import youmu.streams.core, youmu.streams.parquet, youmu.streams.skips\n"
         "import youmu.mixture, youmu.distributed, youmu.batching, youmu.planning\n"
         "youmu.PageIndex; youmu.Permutation(10)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -22,8 +22,8 @@ def test_the_parquet_stream_reads_and_resumes_without_torch(tmp_path) -> None:
     rows by pass, by window and by position, and resume, without importing torch."""
     code = (
         "import sys, pyarrow as pa, pyarrow.parquet as pq\n"
-        "from youmu.parquet import ParquetStream\n"
-        "from youmu.resume import Level\n"
+        "from youmu.streams.parquet import ParquetStream\n"
+        "from youmu.order.resume import Level\n"
         f"path = {str(tmp_path / 't.parquet')!r}\n"
         "pq.write_table(pa.table({'x': list(range(40))}), path, row_group_size=4)\n"
         "s = ParquetStream(path, rank=0, world_size=2, buffer_size=8, seed=1, output='numpy')\n"

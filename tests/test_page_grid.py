@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import youmu
-from youmu.page_grid import column_bytes, dominant_columns, small_page_column
+from youmu.streams.page_grid import column_bytes, dominant_columns, small_page_column
 from youmu.torch import YoumuDataset
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -29,8 +29,9 @@ from youmu.planning import (
     pack_microbatch,
 )
 
-MODULES = ["__init__", "cost", "balance", "planner", "schedule", "balanced_loader", "packing", "microbatch", "rank_sources",
-           "exchange", "checkpoint", "hybrid"]
+MODULES = ["__init__", "engine.cost", "engine.balance", "engine.planner", "engine.schedule",
+           "balanced_loader", "steps.packing", "steps.microbatch", "steps.rank_sources", "steps.exchange",
+           "state.checkpoint", "engine.hybrid"]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -66,7 +66,7 @@ def _lpt_reference(costs: list[float], k: int) -> list[int]:
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.5, 10.0, 100.0]), max_size=40), st.integers(1, 12))
 def test_greedy_packing_is_textbook_lpt(costs: list[float], k: int) -> None:
-    from youmu.planning.packers import pack_greedy
+    from youmu.planning.engine.packers import pack_greedy
 
     got = pack_greedy(np.asarray(costs, dtype=np.float64), None, k, None).tolist()
     assert got == _lpt_reference(costs, k)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.planning import PRESETS, CostModel, ModelConfig, attention_cost
-from youmu.planning.cost import as_csr
+from youmu.planning.engine.cost import as_csr
 
 
 def test_paper_example_30_70_vs_50_50_is_1_16() -> None:

@@ -38,10 +38,10 @@ from youmu.planning import (
     imbalance,
     pack_microbatch,
 )
-from youmu.planning.balance import balance_detailed
-from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT
-from youmu.planning.metrics import MAX_SLOTS
+from youmu.planning.engine.balance import balance_detailed
+from youmu.planning.engine.metrics import MAX_SLOTS
 from youmu.planning.settings import MAX_MICROBATCHES
+from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from workloads import arrival_assignment  # noqa: E402
@@ -131,7 +131,7 @@ def test_large_values_that_allocate_nothing_are_fine() -> None:
 def test_schedule_memory_does_not_grow_with_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk keeps a bounded number of checkpoints (thinned as it goes), and a jump
     back from any of them still gives the counts of one uninterrupted walk."""
-    import youmu.planning.schedule as schedule
+    import youmu.planning.engine.schedule as schedule
 
     def spec(step: int) -> dict[str, float]:
         return {"a": 1.0 + step % 7, "b": 2.0, "c": float(step % 3 == 0)}
@@ -159,7 +159,7 @@ def test_malformed_metadata_vectors_are_refused(vec: list[int]) -> None:
 
 def test_a_step_status_no_rank_could_send_is_a_protocol_error() -> None:
     torch = pytest.importorskip("torch")
-    from youmu.planning.exchange import OK, StepExchange
+    from youmu.planning.steps.exchange import OK, StepExchange
 
     class Garbled:
         """A two-rank channel whose peer sends status 9."""
@@ -287,7 +287,7 @@ def test_set_epoch_forwards_before_iterating_and_at_the_next_pass_after() -> Non
 
 
 def test_set_epoch_keeps_a_loaded_resume_point(saved: dict[str, Any]) -> None:
-    from youmu.stateful import Stream
+    from youmu.state.contract import Stream
 
     loader = _loader()
     assert isinstance(loader, Stream)  # the stream contract: state_dict, load_state_dict, set_epoch, iter
@@ -414,7 +414,7 @@ def test_config_fingerprints_of_schedules_and_cost_models() -> None:
 
 
 def test_module_paths_resolve() -> None:
-    for name in ("microbatch", "rank_sources", "exchange", "checkpoint", "balanced_loader", "planner", "packing"):
+    for name in ("steps.microbatch", "steps.rank_sources", "steps.exchange", "state.checkpoint", "balanced_loader", "engine.planner", "steps.packing"):
         assert importlib.import_module(f"youmu.planning.{name}").__all__
 
 

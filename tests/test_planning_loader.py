@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planning_mp as mp  # noqa: E402
 
-from youmu import statefile  # noqa: E402
 from youmu.errors import PrefetchError  # noqa: E402
 from youmu.planning import BalancedLoader, CostModel, MicroBatchInfo, pack_microbatch  # noqa: E402
-from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT  # noqa: E402
+from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT  # noqa: E402
+from youmu.state import files as statefile  # noqa: E402
 
 
 def _sid(s: dict[str, Any]) -> int:
@@ -380,7 +380,7 @@ def test_resume_state_is_checked() -> None:
         _balanced(data).load_state_dict(dict(state, microbatch=4))
     with pytest.raises(ValueError, match="rank"):  # a source state belongs to its rank
         _balanced(Stateful(data)).load_state_dict(dict(_balanced(Stateful(data)).state_dict(), rank=1))
-    # the loader contract (youmu.stateful.Loader): loading during a pass closes it, and
+    # the loader contract (youmu.state.contract.Loader): loading during a pass closes it, and
     # the next pass starts at the loaded resume point
     loader = _balanced(data)
     next(iter(loader))

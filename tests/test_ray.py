@@ -132,7 +132,7 @@ def test_loaders_read_the_rows_youmu_dataset_yields(paths: dict[str, str], shuff
     """A loader's torch-free ParquetStream is YoumuDataset.iter_positions, position for
     position, and reads the same rows back one by one."""
     import youmu
-    from youmu.parquet import ParquetStream
+    from youmu.streams.parquet import ParquetStream
     from youmu.torch import YoumuDataset
 
     index = youmu.PageIndex(paths["web"], columns=["id", "input_ids"])

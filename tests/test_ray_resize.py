@@ -204,8 +204,8 @@ def test_stream_function_sources_resize_exactly_once(all_ids: Counter[int], path
 
 def test_resumed_parquet_rows_are_what_youmu_dataset_resumes_to(paths: dict[str, str]) -> None:
     """A loader's resumed ParquetStream is YoumuDataset loaded with the same merged state."""
-    from youmu.jobstates import Level
-    from youmu.parquet import ParquetStream
+    from youmu.state.jobs import Level
+    from youmu.streams.parquet import ParquetStream
     from youmu.torch import YoumuDataset
 
     index = youmu.PageIndex(paths["web"], columns=["id", "input_ids"])

@@ -27,8 +27,8 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import textutil  # noqa: E402
 
-from youmu.parquet import ParquetStream  # noqa: E402
 from youmu.ray import RayLoaders, Source  # noqa: E402
+from youmu.streams.parquet import ParquetStream  # noqa: E402
 from youmu.text import ChatTemplate, Tokenize  # noqa: E402
 from youmu.vision import ByteTokenizer, VisionTransform  # noqa: E402
 

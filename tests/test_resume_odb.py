@@ -22,7 +22,7 @@ import youmu
 from youmu.batching import DynamicBatchLoader, rank_indices
 from youmu.batching.merge import rank_order, sampler_level
 from youmu.errors import StateError
-from youmu.jobstates import Level
+from youmu.state.jobs import Level
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from synthetic import synthetic_lengths  # noqa: E402

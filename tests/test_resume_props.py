@@ -1,4 +1,4 @@
-"""Property tests of the resume math (youmu.resume): whatever the sequence of jobs
+"""Property tests of the resume math (youmu.order.resume): whatever the sequence of jobs
 within an epoch — world sizes, worker counts, rows consumed per shard, resizes — the
 union of what they deliver is the epoch exactly once (with drop_last: minus fewer than
 world_size rows per job)."""
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.errors import StateError
-from youmu.jobstates import Level, decode_chain, encode_chain
-from youmu.resume import (
+from youmu.order.modes import ShuffleMode
+from youmu.order.resume import (
     Origin,
     Units,
     deal,
@@ -20,9 +20,9 @@ from youmu.resume import (
     remaining_after,
     shard_plan,
 )
-from youmu.sharding import Shard
-from youmu.shuffle import ShardPlan, row_range
-from youmu.shufflemodes import ShuffleMode
+from youmu.order.sharding import Shard
+from youmu.order.shuffle import ShardPlan, row_range
+from youmu.state.jobs import Level, decode_chain, encode_chain
 
 
 def _rows_of(units: Units, count: int) -> list[tuple[int, int]]:

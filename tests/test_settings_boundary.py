@@ -23,9 +23,9 @@ import pytest
 from youmu.batching import DynamicBatchLoader
 from youmu.batching.config import LoaderConfig
 from youmu.errors import YoumuError
-from youmu.parquet import ParquetStream
 from youmu.planning import BalancedLoader, PlanSettings
-from youmu.spec import StreamSpec
+from youmu.streams.parquet import ParquetStream
+from youmu.streams.spec import StreamSpec
 
 
 def _refusal(build: Any) -> tuple[type, str]:
@@ -131,9 +131,10 @@ def test_a_loaders_keyword_defaults_are_its_boundary_objects() -> None:
 # -- each rule runs once per build ----------------------------------------------------------------
 def _rules() -> dict[Callable[..., Any], Callable[[inspect.BoundArguments], list[str]]]:
     """Every argument rule, with the settings a call of it checks."""
-    from youmu import _args, stateful
-    from youmu.planning import metrics
-    from youmu.shuffle import shuffle_args, window_args
+    from youmu._internal import args as _args
+    from youmu.order.shuffle import shuffle_args, window_args
+    from youmu.planning.engine import metrics
+    from youmu.state import contract as stateful
 
     named = {getattr(_args, n): (lambda b: [b.arguments["name"]]) for n in _args.__all__
              if callable(getattr(_args, n)) and "name" in inspect.signature(getattr(_args, n)).parameters}
@@ -240,9 +241,9 @@ def test_the_inner_objects_a_boundary_builds_still_refuse_bad_input_given_direct
 
     import youmu
     from youmu.errors import ArgumentTypeError, InvalidArgumentError
+    from youmu.order.shuffle import ShardPlan, window_pages_for
     from youmu.planning import Planner
-    from youmu.shuffle import ShardPlan, window_pages_for
-    from youmu.stream import RowStream, window_layout
+    from youmu.streams.rowstream import RowStream, window_layout
 
     path = str(tmp_path / "t.parquet")
     pq.write_table(pa.table({"x": list(range(16))}), path, row_group_size=4)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
-from youmu.sharding import Shard, block, round_robin, run_round_robin_index, run_round_robin_length, share
+from youmu.order.sharding import Shard, block, round_robin, run_round_robin_index, run_round_robin_length, share
 
 lengths = st.integers(min_value=0, max_value=500)
 worlds = st.integers(min_value=1, max_value=9)

@@ -1,4 +1,4 @@
-"""The stream spec (:mod:`youmu.spec`): a Parquet source's settings are checked once,
+"""The stream spec (:mod:`youmu.streams.spec`): a Parquet source's settings are checked once,
 by the spec, and every reader of a Parquet source — ``YoumuDataset`` in DataLoader
 workers, the Ray ``Source`` / ``ParquetStream`` in loader actors — is a wrapper over it:
 the same settings give equal specs, equal descriptions and identical streams, and the
@@ -20,8 +20,8 @@ import pytest
 
 import youmu
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
-from youmu.spec import SETTINGS, StreamLayout, StreamSpec, describe_paths
-from youmu.stream import RowStream, window_layout
+from youmu.streams.rowstream import RowStream, window_layout
+from youmu.streams.spec import SETTINGS, StreamLayout, StreamSpec, describe_paths
 from youmu.torch import YoumuDataset
 
 PACKAGE = Path(youmu.__file__).parent
@@ -158,7 +158,7 @@ CASES = [
 @pytest.mark.parametrize("world", [1, 3])
 def test_dataset_and_ray_source_with_the_same_settings_are_one_spec_and_one_stream(
         path: str, kw: dict[str, Any], world: int) -> None:
-    from youmu.parquet import ParquetStream
+    from youmu.streams.parquet import ParquetStream
 
     Source = _ray_source()
     settings = dict(kw, columns=["id", "tokens"], output="python", transform=_double)
@@ -217,8 +217,8 @@ def test_wrappers_pickle_and_read_their_settings_from_the_spec(path: str) -> Non
 
 
 def test_the_spec_imports_neither_torch_nor_ray() -> None:
-    code = ("import sys, youmu.spec; bad = [m for m in ('torch', 'ray') if m in sys.modules]; "
-            "sys.exit(f'youmu.spec imported {bad}' if bad else 0)")
+    code = ("import sys, youmu.streams.spec; bad = [m for m in ('torch', 'ray') if m in sys.modules]; "
+            "sys.exit(f'youmu.streams.spec imported {bad}' if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr or done.stdout
 
@@ -260,4 +260,4 @@ def test_only_the_spec_builds_a_parquet_sources_row_stream() -> None:
     package only the spec calls them."""
     callers = sorted({str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                       if any(n in ("RowStream", "window_layout") for n, _, _ in _calls(p))})
-    assert callers == ["spec.py", "stream.py"]
+    assert callers == ["streams/rowstream.py", "streams/spec.py"]

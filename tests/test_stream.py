@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import youmu
-from youmu.shuffle import positions_to_rows
-from youmu.stream import RowStream
+from youmu.order.shuffle import positions_to_rows
+from youmu.streams.rowstream import RowStream
 from youmu.torch import YoumuDataset, collate_packed, pack
 
 MODES = ["page", "row", "local", "none"]
@@ -350,7 +350,7 @@ def test_decoded_size_estimate_tracks_what_pages_decode_to(index) -> None:
 
 
 def test_memory_budget_shrinks_windows_and_keeps_every_row(index) -> None:
-    from youmu.shuffle import WINDOWS_IN_FLIGHT
+    from youmu.order.shuffle import WINDOWS_IN_FLIGHT
 
     est = index.page_decoded_bytes()
     budget = int(WINDOWS_IN_FLIGHT * 2 * est.max())  # two of the largest pages per window
@@ -456,7 +456,7 @@ def test_packed_positions_restart_with_every_piece(index) -> None:
 
 # -- zero copy ---------------------------------------------------------------------------------
 def test_token_rows_are_views_of_the_arrow_values_buffer() -> None:
-    from youmu.convert import column_rows
+    from youmu.streams.convert import column_rows
 
     arr = pa.array([np.arange(n, dtype=np.int32) for n in (5, 0, 7, 3)], pa.list_(pa.int32())).slice(1)
     base = arr.values.buffers()[1].address + arr.values.offset * 4
@@ -494,7 +494,7 @@ def test_deeper_read_ahead_shrinks_windows_to_the_same_memory_budget(index) -> N
 
 
 def test_local_indexes_read_one_window_ahead_by_default(index) -> None:
-    from youmu.stream import default_read_ahead
+    from youmu.streams.rowstream import default_read_ahead
 
     assert default_read_ahead(index, 10) == 1
     assert YoumuDataset(index, output="python").read_ahead == 1
@@ -565,7 +565,7 @@ def test_positions_map_to_rows_under_page_slices(index) -> None:
 def test_default_windows_hold_at_least_32_pages_where_the_data_has_them() -> None:
     """benches/shuffle_quality.py: windows of 32+ distinct pages trained as well as a full
     row shuffle, fewer kept part of the no-shuffle degradation."""
-    from youmu.shuffle import window_pages_for
+    from youmu.order.shuffle import window_pages_for
 
     big_pages = np.full(1000, 330)  # ~1 MiB token pages: 8,192 rows would be 25 pages
     assert window_pages_for(big_pages, None) == 32

@@ -1,4 +1,4 @@
-"""The stream state format has one owner (``youmu.streamstate``): what it writes is what
+"""The stream state format has one owner (``youmu.state.stream``): what it writes is what
 the streams have always saved, byte for byte, and what it reads back is checked once
 for a rank's load and for a merge alike."""
 
@@ -9,9 +9,9 @@ import json
 import pytest
 
 from youmu.errors import StateError
-from youmu.jobstates import MERGED_FORMAT, Level
 from youmu.merge import merge_states
-from youmu.streamstate import (
+from youmu.state.jobs import MERGED_FORMAT, Level
+from youmu.state.stream import (
     MAPSTREAM_FORMAT,
     PACK_FORMAT,
     PER_RANK,

@@ -203,7 +203,7 @@ def test_the_first_sample_waits_for_a_few_rows_not_a_window(tmp_path: Path) -> N
     one twice as many up to batch_rows, so a trainer's first step waits for a few rows'
     tokenization, not a whole window's; the ids are the same, and a resumed pass ramps
     up again from the row it resumes at."""
-    from youmu.batched import FIRST_ROWS
+    from youmu.streams.batched import FIRST_ROWS
 
     texts = [f"row {i} " + "the fox " * (i % 9) for i in range(600)]
     path = write_texts(tmp_path / "t.parquet", texts, row_group_size=300)
@@ -327,7 +327,7 @@ def test_cutoff_len_overflow_drop_leaves_the_row_out_and_counts_it(tmp_path: Pat
 
 def test_chat_samples_feed_the_dynamic_batch_loader_each_once(tmp_path: Path) -> None:
     from youmu.batching import DynamicBatchLoader
-    from youmu.batching.loss import label_token_count
+    from youmu.batching.algo.loss import label_token_count
 
     tok = chat_tokenizer()
     convs = ultrachat(64)

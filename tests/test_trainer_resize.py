@@ -24,8 +24,8 @@ from youmu.errors import StateError
 from youmu.integrations import TrainerLoader
 from youmu.integrations.accelerate import prepare
 from youmu.integrations.hf import load_loader_state, loader_state_path
-from youmu.integrations.job_states import GATHERED_FORMAT, TRAINER_LOADER_FORMAT
-from youmu.statefile import write_state
+from youmu.integrations.trainer.states import GATHERED_FORMAT, TRAINER_LOADER_FORMAT
+from youmu.state.files import write_state
 from youmu.torch import MapStream, YoumuDataset, collate_packed, collate_pad, pack
 
 ROWS = 75  # rows of the Parquet corpus, pages of a few rows

@@ -25,7 +25,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 import youmu
-from youmu.stream import RowStream, window_layout
+from youmu.streams.rowstream import RowStream, window_layout
 from youmu.torch import YoumuDataset
 from youmu.vision import ByteTokenizer, VisionTransform, load_image, tokenize_chat
 
@@ -184,8 +184,8 @@ def test_reading_alone_gives_the_rows_of_the_read_ahead_path(tmp_path, slices, d
 RSS_SCRIPT = """
 import json, sys
 import youmu
-from youmu.convert import rows
-from youmu.stream import RowStream
+from youmu.streams.convert import rows
+from youmu.streams.rowstream import RowStream
 
 def rss(field):
     for line in open("/proc/self/status"):
@@ -238,7 +238,7 @@ def test_peak_memory_stays_within_the_budget_with_20mb_and_1kb_images(big_images
 def test_large_rows_get_a_budget_by_default_and_say_so(big_images, tmp_path) -> None:
     """No memory_budget: rows of 20 MB images would make windows of all 5 pages of 40 MB
     (3 in flight: 600 MB); youmu reads them with its default budget, and warns."""
-    from youmu.stream import DEFAULT_MEMORY_BUDGET
+    from youmu.streams.rowstream import DEFAULT_MEMORY_BUDGET
 
     with pytest.warns(youmu.YoumuWarning, match=r"no memory_budget given and rows of 20,97\d,\d{3} decoded bytes.*"
                                                 r"windows of 4 pages; pass memory_budget="):
@@ -411,7 +411,7 @@ def test_skipped_rows_are_reported_with_their_positions_not_lost(bad_file, shuff
 
 
 def test_import_youmu_does_not_import_pil() -> None:
-    code = "import sys, youmu, youmu.stream, youmu.vision; assert 'PIL' not in sys.modules, 'PIL imported'"
+    code = "import sys, youmu, youmu.streams.rowstream, youmu.vision; assert 'PIL' not in sys.modules, 'PIL imported'"
     subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True)
 
 

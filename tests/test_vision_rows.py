@@ -121,7 +121,7 @@ def test_a_skip_policy_under_which_no_row_is_good_is_an_error_with_the_count(tmp
 def test_a_resumed_pass_that_only_sees_bad_rows_warns() -> None:
     """A pass resumed past its shard's last good row (as after resharding) that only
     finds bad rows warns with the count rather than failing the run."""
-    from youmu.skips import SkipLog, reporting_pass
+    from youmu.streams.skips import SkipLog, reporting_pass
 
     def where(pos):
         return {"file": "f.parquet", "row": pos, "position": pos}

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from vlm_mp import balanced_scenario, mismatch_scenario, odb_scenario, reference_grad, sample_shapes
 
 from youmu.batching import form_groups
-from youmu.batching.simulation import simulate_ranks
+from youmu.batching.algo.simulation import simulate_ranks
 from youmu.errors import InvalidArgumentError
 from youmu.planning import CostModel, balance_detailed
-from youmu.planning.hybrid import balance_colocated, balance_hybrid, module_imbalance
+from youmu.planning.engine.hybrid import balance_colocated, balance_hybrid, module_imbalance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))  # bench support: synthetic data and measures
 from workloads import navit_like  # noqa: E402

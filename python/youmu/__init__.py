@@ -5,9 +5,9 @@ one of their names (PEP 562), so ``import youmu.batching`` or ``import youmu.pla
 stays light. Type checkers see the real names through the ``TYPE_CHECKING`` imports.
 
 Layers (see ``docs/architecture.md``): the Rust core (:class:`PageIndex`,
-:class:`Permutation`), pure maps (:mod:`youmu.sharding`, :mod:`youmu.shuffle`,
+:class:`Permutation`), pure maps (:mod:`youmu.order.sharding`, :mod:`youmu.order.shuffle`,
 :mod:`youmu.mixture`), row streams (:class:`RowStream`), the stream contract
-(:mod:`youmu.stateful`), torch adapters (:mod:`youmu.torch`), the distributed toolkit
+(:mod:`youmu.state.contract`), torch adapters (:mod:`youmu.torch`), the distributed toolkit
 (:mod:`youmu.distributed`), online dynamic batching (:mod:`youmu.batching`) and multisource
 planning (:mod:`youmu.planning`). Every error is a :class:`YoumuError`.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from youmu._lazy import lazy_attributes
+from youmu._internal.lazy import lazy_attributes
 from youmu.errors import (
     AmbiguousColumnError,
     ArgumentTypeError,
@@ -73,8 +73,8 @@ if TYPE_CHECKING:
     )
     from youmu.merge import merge_states
     from youmu.mixture import FlatMixture, MixtureDataset
-    from youmu.rows import RowDataset
-    from youmu.stream import RowStream
+    from youmu.streams.rows import RowDataset
+    from youmu.streams.rowstream import RowStream
 
 __version__ = "0.1.0"
 
@@ -88,10 +88,10 @@ _LAZY: dict[str, str] = {
     "set_fast_decode": "youmu._core",
     "set_io_options": "youmu._core",
     "io_options": "youmu._core",
-    "RowDataset": "youmu.rows",
+    "RowDataset": "youmu.streams.rows",
     "FlatMixture": "youmu.mixture",
     "MixtureDataset": "youmu.mixture",
-    "RowStream": "youmu.stream",
+    "RowStream": "youmu.streams.rowstream",
     "merge_states": "youmu.merge",
 }
 

@@ -57,8 +57,8 @@ def _quantiles(values: np.ndarray) -> str:
 
 def _message(path: str, error: object) -> str:
     """``path: error``, without naming the path twice (youmu's messages start with it),
-    credentials blanked out (youmu's one redaction, ``youmu.redaction.redact``)."""
-    from youmu.redaction import redact
+    credentials blanked out (youmu's one redaction, ``youmu._internal.redaction.redact``)."""
+    from youmu._internal.redaction import redact
 
     path, text = redact(path), redact(str(error))
     return text if text.startswith(path) else f"{path}: {text}"
@@ -95,7 +95,7 @@ def inspect_file(path: str, out: TextIO | None = None, storage_options: Mapping[
 
 
 def _report(f: dict[str, Any], out: TextIO) -> int:
-    from youmu.redaction import redact
+    from youmu._internal.redaction import redact
 
     print(redact(str(f["path"])), file=out)
     remote = ""
@@ -157,7 +157,7 @@ def build_index(
     index to ``output`` (a path, or an object URL); print what was indexed, GETs per
     object for object stores, and the entries discovery skipped."""
     import youmu
-    from youmu.redaction import redact
+    from youmu._internal.redaction import redact
 
     out = out or sys.stdout  # looked up per call, as in inspect_file
 
@@ -236,7 +236,7 @@ def _run(argv: Sequence[str] | None) -> int:
     p_index.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE", help=so_help)
     args = parser.parse_args(argv)
     import youmu
-    from youmu.redaction import redact
+    from youmu._internal.redaction import redact
 
     opts = _storage_options(args.storage_option)
     if args.cmd == "inspect":

@@ -9,8 +9,8 @@ I/O, ``RuntimeError`` for a loader that fails while running), so ``except ValueE
 argument, file, row group, page or state field at fault.
 
 The native core maps its errors onto these classes in one place (``rust/py/errors.rs``);
-the Python layers raise them directly, usually through :mod:`youmu._args` (argument
-checks) and :mod:`youmu.stateful` (state checks).
+the Python layers raise them directly, usually through :mod:`youmu._internal.args` (argument
+checks) and :mod:`youmu.state.contract` (state checks).
 
 Example:
     >>> import youmu
@@ -68,7 +68,7 @@ __all__ = [
 
 class YoumuError(Exception):
     """Base class of every error youmu raises. Its message never shows a credential
-    (:func:`youmu.redaction.redact`: user info and signatures in URLs, secret option
+    (:func:`youmu._internal.redaction.redact`: user info and signatures in URLs, secret option
     values), whichever layer built it."""
 
     def __str__(self) -> str:
@@ -76,7 +76,7 @@ class YoumuError(Exception):
 
 
 def _redact(text: str) -> str:
-    from youmu.redaction import redact  # lazily: the native core maps its errors onto these classes
+    from youmu._internal.redaction import redact  # lazily: the native core maps its errors onto these classes
 
     return redact(text)
 
@@ -102,7 +102,7 @@ _R = TypeVar("_R", bound="RowError")
 class RowError(YoumuError, ValueError):
     """A row's value cannot be turned into a sample. ``reason`` says why; ``column``
     says where in the row; ``batch_row`` is the row's index in the batch a batched
-    transform was given (:mod:`youmu.batched`); ``file``, ``row`` (row within that
+    transform was given (:mod:`youmu.streams.batched`); ``file``, ``row`` (row within that
     Parquet file) and ``position`` (in the shard's stream) are filled in by the dataset
     that read the row (:meth:`located`). ``skip`` marks an error a transform's
     ``on_error="skip"`` policy wants skipped rather than raised. Subclasses say what

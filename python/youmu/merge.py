@@ -1,6 +1,6 @@
 """``merge_states``: the states the ranks of a job saved, as ONE state that every rank
 of a new job — any world size, any number of DataLoader workers — loads to deliver
-the rest of the epoch exactly once (the math: :mod:`youmu.resume`).
+the rest of the epoch exactly once (the math: :mod:`youmu.order.resume`).
 
 Accepted per rank: the ``state_dict()`` of a ``DynamicBatchLoader`` (its own merge:
 :mod:`youmu.batching.merge`), of a youmu stream (``YoumuDataset``,
@@ -9,10 +9,10 @@ state, or of a torchdata ``StatefulDataLoader`` over one (each worker's dataset 
 is taken from its snapshot; save it with the default ``snapshot_every_n_steps=1`` so
 the snapshot is what was yielded). Loader states are merged by their own modules, found
 in a table keyed by each loader's own format constant: a ``DynamicBatchLoader``'s by
-:mod:`youmu.batching.merge`, a ``BalancedLoader``'s by :mod:`youmu.planning.merge`, a
+:mod:`youmu.batching.merge`, a ``BalancedLoader``'s by :mod:`youmu.planning.state.merge`, a
 ``RayBalancedLoader``'s by :mod:`youmu.ray.merge`. Each gets :func:`merge_states` itself
 for the stream states nested in its own, and every merge checks through
-:mod:`youmu.jobstates`.
+:mod:`youmu.state.jobs`.
 
 Loading: ``stream.load_state_dict(merged)`` on every rank of the new job, then iterate
 the stream, or build a fresh ``StatefulDataLoader`` over it (its workers copy the
@@ -32,11 +32,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.jobstates import OWNER, Merge
-from youmu.statebounds import check_tree
-from youmu.stateful import state_positions
-from youmu.streammerge import merge_stream_ranks, stream_rank
-from youmu.streamstate import (
+from youmu.state.bounds import check_tree
+from youmu.state.contract import state_positions
+from youmu.state.jobs import OWNER, Merge
+from youmu.state.stream import (
     MAPSTREAM_FORMAT,
     PACK_FORMAT,
     PARQUET_STREAM_FORMAT,
@@ -44,6 +43,7 @@ from youmu.streamstate import (
     position_width,
     with_worker_positions,
 )
+from youmu.state.stream_merge import merge_stream_ranks, stream_rank
 
 __all__ = ["merge_states"]
 
@@ -110,11 +110,11 @@ def _mergers() -> dict[str, _MergeFn]:
     merge a stream's states)."""
     from youmu.batching.config import DYNAMIC_LOADER_FORMATS
     from youmu.batching.merge import merge_loader_states
-    from youmu.packmerge import merge_pack_states
-    from youmu.planning.checkpoint import BALANCED_LOADER_FORMAT
-    from youmu.planning.merge import merge_balanced_states
+    from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT
+    from youmu.planning.state.merge import merge_balanced_states
     from youmu.ray.merge import merge_ray_states
     from youmu.ray.state import CLIENT_FORMAT
+    from youmu.state.pack_merge import merge_pack_states
 
     return {**dict.fromkeys(DYNAMIC_LOADER_FORMATS, merge_loader_states), BALANCED_LOADER_FORMAT: merge_balanced_states,
             CLIENT_FORMAT: merge_ray_states, PACK_FORMAT: merge_pack_states}
@@ -127,7 +127,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     or a state of another kind — never a state that would lose or repeat rows.
 
     The merged state holds the stream's settings, the epoch and a chain of levels
-    (:mod:`youmu.resume`): per job of the epoch, per rank its worker count and per
+    (:mod:`youmu.order.resume`): per job of the epoch, per rank its worker count and per
     worker its position — about 3 ints per old shard (``DDP ranks × workers``), however
     many rows were consumed.
     """

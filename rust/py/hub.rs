@@ -1,5 +1,5 @@
 //! `hf://datasets/...` paths: storage's Hub scheme resolves them through the resolver
-//! installed here, `youmu.hub` (through `huggingface_hub`, which knows the Hub's API,
+//! installed here, `youmu.streams.hub` (through `huggingface_hub`, which knows the Hub's API,
 //! tokens and endpoints); what comes back are resolve URLs pinned to a commit. From
 //! there on they are http(s) objects like any other: ranged GETs, ETags checked, read by
 //! the core, which sends the Hub's token to the Hub's host (`storage/hub_token.rs`).
@@ -9,19 +9,19 @@ use pyo3::prelude::*;
 use crate::rules::{KeyPlan, names_object};
 
 thread_local! {
-    /// The exception `youmu.hub` raised while resolving on this thread: raised as it was
+    /// The exception `youmu.streams.hub` raised while resolving on this thread: raised as it was
     /// (its type says what the Hub answered) by [`recover`].
     static RAISED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Install storage's resolver of `hf://` URLs (its Hub scheme): `youmu.hub.expand_paths`.
+/// Install storage's resolver of `hf://` URLs (its Hub scheme): `youmu.streams.hub.expand_paths`.
 pub fn install() {
     crate::storage::set_hub_resolver(Box::new(|spec: &str, options: &[(String, String)]| {
         ask_hub("expand_paths", vec![spec.to_string()], options, |r| r.extract())
     }));
 }
 
-/// `youmu.hub.<function>(names, options)`, as `extract` reads it; what it raises is kept
+/// `youmu.streams.hub.<function>(names, options)`, as `extract` reads it; what it raises is kept
 /// for [`recover`].
 fn ask_hub<T>(
     function: &str,
@@ -31,7 +31,7 @@ fn ask_hub<T>(
 ) -> crate::error::Result<T> {
     Python::attach(|py| -> PyResult<T> {
         let opts = super::dicts::options_dict(py, options)?;
-        extract(&py.import("youmu.hub")?.call_method1(function, (names, opts))?)
+        extract(&py.import("youmu.streams.hub")?.call_method1(function, (names, opts))?)
     })
     .map_err(|e: PyErr| {
         let message = Python::attach(|py| e.value(py).to_string());

@@ -25,7 +25,7 @@ use crate::redact::{redact, remember_secrets};
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
 /// The Hub's address: `HF_ENDPOINT` as set now, else [`DEFAULT_ENDPOINT`] (what
-/// `youmu.hub.endpoint` says too).
+/// `youmu.streams.hub.endpoint` says too).
 pub fn endpoint() -> String {
     let set = std::env::var("HF_ENDPOINT").ok().filter(|e| !e.trim().is_empty());
     set.unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()).trim().trim_end_matches('/').to_string()

@@ -190,7 +190,7 @@ impl Scheme for LocalFiles {
 /// What turns an `hf://` URL into the resolve URLs of its files and the options that
 /// send the token: the Hub's API (listing a repository's tree, pinning a revision to its
 /// commit, finding the token) is `huggingface_hub`'s, so the Python bindings install it
-/// (`youmu.hub.expand_paths`); storage knows nothing of Python.
+/// (`youmu.streams.hub.expand_paths`); storage knows nothing of Python.
 pub type HubResolver = dyn Fn(&str, &[(String, String)]) -> Result<Resolved> + Send + Sync;
 
 static HUB_RESOLVER: OnceLock<Box<HubResolver>> = OnceLock::new();

@@ -1,7 +1,7 @@
 """A ``DynamicBatchLoader``'s settings, validated once and frozen: :class:`LoaderConfig`.
 
 The loader builds its config in ``__init__`` (every argument checked through
-:mod:`youmu._args`, before the collective that creates the loader's channel, so a bad
+:mod:`youmu._internal.args`, before the collective that creates the loader's channel, so a bad
 argument fails on the rank that passed it instead of leaving the others in a
 collective). Each epoch then iterates under the config as it was at ``iter()``: the
 aligner thread holds the config, never the loader, so a loader the program drops
@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import (
+from youmu._internal.args import (
     MAX_WORKERS,
     bool_arg,
     callable_arg,
@@ -47,12 +47,12 @@ from youmu._args import (
     seed_arg,
     workers_arg,
 )
-from youmu.batching.loss import LOSS_SCALING_MODES
-from youmu.batching.step_info import StepInfo
+from youmu.batching.algo.loss import LOSS_SCALING_MODES
+from youmu.batching.algo.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
 from youmu.distributed.fingerprint import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.stateful import check_state, data_fingerprint, is_state_int, state_int, state_ints
+from youmu.state.contract import check_state, data_fingerprint, is_state_int, state_int, state_ints
 
 __all__ = ["LoaderConfig", "DYNAMIC_LOADER_FORMAT", "DYNAMIC_LOADER_FORMATS", "UNEVEN_MODES", "DEFAULTS",
            "check_saved_state", "stateless_message"]
@@ -328,7 +328,7 @@ def _fingerprint(s: Mapping[str, Any], world_size: int) -> int:
 def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
                       expect: Mapping[str, Any] | None = None, pool_size: int | None = None) -> dict[str, Any]:
     """A rank's ``DynamicBatchLoader`` state checked field by field, without a loader
-    (``expect``: settings it must hold, see :func:`~youmu.stateful.check_state`;
+    (``expect``: settings it must hold, see :func:`~youmu.state.contract.check_state`;
     ``pool_size``: the loader's, else the state's own ``settings``): a
     :class:`~youmu.errors.StateError` names the first field that does not fit. Returns
     it as a new dict."""

@@ -4,19 +4,19 @@ Per rank, three kinds of execution context cooperate:
 
 * **workers** (``num_workers`` DataLoader processes, or the fetcher thread itself with
   ``num_workers=0``) run the dataset's preprocessing and measure each sample
-  (``length_fn``, ``token_count_fn``) — :mod:`youmu.batching.feed`;
+  (``length_fn``, ``token_count_fn``) — :mod:`youmu.batching.runtime.feed`;
 * the **fetcher thread** draws samples in order, one output *credit* each, so at
   most ``max_outstanding`` samples are fetched but not yet consumed by the trainer
-  (a :class:`~youmu.distributed.Producer`) — :mod:`youmu.batching.feed`;
+  (a :class:`~youmu.distributed.Producer`) — :mod:`youmu.batching.runtime.feed`;
 * the **aligner thread** fills the grouping buffer, runs one Gloo all_gather per
   round on the loader's own :class:`~youmu.distributed.GlooChannel`, aligns,
   collates, and answers each emitted sample's output slot: one slot carries the
-  batch, the others carry :data:`~youmu.batching.step_info.IDLE` — :mod:`youmu.batching.aligner`;
+  batch, the others carry :data:`~youmu.batching.algo.step_info.IDLE` — :mod:`youmu.batching.runtime.aligner`;
 * the **trainer's thread** iterates ``(batch, info)``; skipping an IDLE slot or
-  taking a batch hands credits back — :mod:`youmu.batching.epoch`.
+  taking a batch hands credits back — :mod:`youmu.batching.runtime.epoch`.
 
 The settings live in one frozen :class:`~youmu.batching.config.LoaderConfig`, which
-the epochs share with the loader; interpreter exit is :mod:`youmu.batching.shutdown`'s.
+the epochs share with the loader; interpreter exit is :mod:`youmu.batching.runtime.shutdown`'s.
 
 Grouping and alignment overlap training. A round fires only when the buffer is full
 (or the data is exhausted), so the batches are a pure function of the seed, the
@@ -39,13 +39,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
+from youmu.batching.algo.step_info import StepInfo
 from youmu.batching.config import LoaderConfig
-from youmu.batching.epoch import EpochHandle, EpochIterator
 from youmu.batching.merge import check_loader_state
-from youmu.batching.metrics import BatchingMetrics, MetricsSnapshot
-from youmu.batching.step_info import StepInfo
+from youmu.batching.runtime.epoch import EpochHandle, EpochIterator
+from youmu.batching.runtime.metrics import BatchingMetrics, MetricsSnapshot
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
-from youmu.passes import PassCursor, PassLoader
+from youmu.loaders.passes import PassCursor, PassLoader
 
 __all__ = ["DynamicBatchLoader"]
 
@@ -97,21 +97,21 @@ class DynamicBatchLoader(PassLoader):
         num_workers: DataLoader worker processes for preprocessing (0: the fetcher
             thread reads the dataset itself).
         prefetch_factor: DataLoader prefetch per worker, in items. Workers hand samples
-            over in chunks of up to :data:`~youmu.batching.handoff.CHUNK_CAP` (16; the
+            over in chunks of up to :data:`~youmu.batching.runtime.handoff.CHUNK_CAP` (16; the
             first ones smaller), so up to ``prefetch_factor × num_workers × 16``
             samples wait in the DataLoader beyond ``max_outstanding``.
         join: join mode (default): ranks keep exchanging until every rank has drained
             its data, so every sample is emitted exactly once; ranks finish at
-            different steps (use :func:`~youmu.batching.integrations.join_uneven` or
+            different steps (use :func:`~youmu.batching.ddp_join.join_uneven` or
             ``uneven="pad"``). Non-join: the first rank to run out ends the logical
             iteration for all, and the loader chains iterations (reshuffled for
             map-style datasets; a fresh ``iter(dataset)`` for iterable ones) until
             ``quota`` samples were emitted.
         loss_scaling: ``"exact"``, ``"approx"``, ``"sample"`` or ``"none"`` (see
-            :mod:`youmu.batching.loss`); sets ``info.loss_scale``.
+            :mod:`youmu.batching.algo.loss`); sets ``info.loss_scale``.
         token_count_fn: loss tokens of a sample (``t_r`` of ODB, Eq. 2); default
             ``length_fn``. For causal LMs with masked prompts use
-            :class:`~youmu.batching.loss.label_token_count`.
+            :class:`~youmu.batching.algo.loss.label_token_count`.
         group: a :class:`GlooChannel` or a Gloo process group to exchange on. By
             default a new Gloo group over the initialised default group (created here,
             collectively: construct the loader at the same point on every rank), or
@@ -125,7 +125,7 @@ class DynamicBatchLoader(PassLoader):
             map-style dataset's samples arrive up to 16 at a time: allow for 16
             samples' preprocessing in one worker. Garbage collections that run on the
             loader's fetcher thread (finalising whatever the program dropped) are not
-            counted (:mod:`youmu.gctime`).
+            counted (:mod:`youmu._internal.gctime`).
         shuffle, seed: shuffle map-style datasets like ``DistributedSampler``.
         quota: non-join mode's global sample quota ``N`` (default ``len(dataset)``).
         max_outstanding: credits per rank (samples fetched and not yet consumed);
@@ -146,7 +146,7 @@ class DynamicBatchLoader(PassLoader):
             hold, counted in real units; ``token_budget`` then bounds the backbone's
             padded tokens (``length_fn``: merged image tokens plus text). A batch is
             closed when either budget would be exceeded (see
-            :func:`~youmu.batching.grouping.form_groups`). Needs ``encoder_fn``.
+            :func:`~youmu.batching.algo.grouping.form_groups`). Needs ``encoder_fn``.
         encoder_fn: a sample's count for ``encoder_budget`` (e.g.
             ``lambda s: s["encoder_patches"]``, or its number of images). Runs in
             the workers.
@@ -159,7 +159,7 @@ class DynamicBatchLoader(PassLoader):
             indices, the tail padded with repeats, so ``P = W·ceil(N/W) − N`` samples
             are emitted twice per epoch.
 
-    Iterating yields ``(batch, info)`` with :class:`~youmu.batching.step_info.StepInfo`.
+    Iterating yields ``(batch, info)`` with :class:`~youmu.batching.algo.step_info.StepInfo`.
     ``loader.metrics`` holds the current iteration's :class:`BatchingMetrics`; its
     summary is logged (``logging.getLogger("youmu.batching")``, INFO) when the
     iteration ends on this rank.
@@ -209,7 +209,7 @@ class DynamicBatchLoader(PassLoader):
     encoder_budget = _Setting["int | None"]()
     encoder_fn = _Setting["Callable[[Any], int] | None"]()
 
-    #: what each pass yields: ``(batch, info)`` pairs (see youmu.stateful.Loader)
+    #: what each pass yields: ``(batch, info)`` pairs (see youmu.state.contract.Loader)
     yields_pairs = True
 
     def __init__(
@@ -288,9 +288,9 @@ class DynamicBatchLoader(PassLoader):
         self._config = self._config.current()
         return self._config.fingerprint
 
-    # -- the stream contract (youmu.stateful) ------------------------------------------------------
+    # -- the stream contract (youmu.state.contract) ------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Reshuffle for ``epoch`` from the next pass on (youmu.stateful's loader
+        """Reshuffle for ``epoch`` from the next pass on (youmu.state.contract's loader
         contract: a pass in progress keeps its epoch; a loaded state of the same epoch
         is kept, one of another epoch cleared)."""
         self._pass.set_epoch(epoch)
@@ -350,7 +350,7 @@ class DynamicBatchLoader(PassLoader):
         """Stop the current iteration (as when a training loop breaks out early),
         waiting at most ``timeout`` seconds for the aligner thread (``None``: the
         collective ``timeout`` plus ten heartbeats); idempotent, and the next ``iter()``
-        starts a new pass (youmu.stateful's loader contract)."""
+        starts a new pass (youmu.state.contract's loader contract)."""
         if self._current is not None:
             self._current.close(timeout)
 

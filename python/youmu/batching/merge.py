@@ -11,7 +11,7 @@ in (the steps planned but not yet consumed, *replay*, and the ODB pool's leftove
 anything fetched past the position (a worker's prefetch, the fetch queue).
 
 * **Map-style datasets**: a rank reads its sampler order (the epoch's permutation,
-  strided over ranks as ``DistributedSampler`` does: :mod:`youmu.batching.sampling`);
+  strided over ranks as ``DistributedSampler`` does: :mod:`youmu.batching.algo.sampling`);
   a *level* records one job's layout — per rank its position in that order and its
   pending sampler positions. The samples left after a level, in a fixed order (every
   rank's pending ones, then the unread tails in permutation order), are the sequence
@@ -48,7 +48,8 @@ import numpy as np
 
 from youmu.batching.config import DYNAMIC_LOADER_FORMAT, DYNAMIC_LOADER_FORMATS, LoaderConfig, check_saved_state
 from youmu.errors import StateError
-from youmu.jobstates import (
+from youmu.state.contract import state_int, state_positions
+from youmu.state.jobs import (
     MERGED_FORMAT,
     OWNER,
     JobStates,
@@ -60,8 +61,7 @@ from youmu.jobstates import (
     load_merged,
     one_kind,
 )
-from youmu.stateful import state_int, state_positions
-from youmu.streamstate import POSITIONS, position_width, with_worker_positions
+from youmu.state.stream import POSITIONS, position_width, with_worker_positions
 
 __all__ = ["sampler_level", "rank_order", "chain_length", "merge_loader_states", "resume_from_merged",
            "check_loader_state", "loader_levels", "rank_source_state", "resume_workers", "FIXED_SETTINGS"]
@@ -84,8 +84,8 @@ def sampler_level(world_size: int, positions: Sequence[int], pending: Sequence[S
 # -- map-style orders ------------------------------------------------------------------------
 def _first_sequence(settings: Mapping[str, Any], epoch: int, world_size: int) -> np.ndarray:
     """The sampler views of the epoch's first job (``world_size`` ranks): rank ``r``
-    reads ``seq[r::world_size]``, exactly :func:`~youmu.batching.sampling.rank_indices`."""
-    from youmu.batching.sampling import rank_indices, sampler_quota
+    reads ``seq[r::world_size]``, exactly :func:`~youmu.batching.algo.sampling.rank_indices`."""
+    from youmu.batching.algo.sampling import rank_indices, sampler_quota
 
     n = int(settings["n"])
     perm = np.asarray(rank_indices(n, 1, 0, seed=int(settings["seed"]), epoch=epoch, shuffle=bool(settings["shuffle"]),
@@ -118,7 +118,7 @@ def _check_level(length: int, level: Level, depth: int) -> list[int]:
 
 def _first_length(settings: Mapping[str, Any], world_size: int) -> int:
     """Sampler views of the epoch's first job: the dataset, padded as ``DistributedSampler``."""
-    from youmu.batching.sampling import sampler_quota
+    from youmu.batching.algo.sampling import sampler_quota
 
     n = state_int(settings, "n", owner=f"{_KIND} state field 'settings'")
     return sampler_quota(n, world_size).views if settings.get("pad_sampler") and n else n
@@ -164,7 +164,7 @@ def rank_order(settings: Mapping[str, Any], epoch: int, levels: Sequence[Level],
 
 def loader_levels(raw: Any, owner: str) -> list[Level]:
     """The ``resumed`` field of a ``DynamicBatchLoader`` state, validated: the one chain
-    form (:func:`youmu.jobstates.decode_chain`) with one sampler position per rank and
+    form (:func:`youmu.state.jobs.decode_chain`) with one sampler position per rank and
     its pending positions (a :class:`StateError` names the first field that does not
     fit)."""
     return decode_chain(raw, owner, pending=True, one_worker=True)

@@ -48,7 +48,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from youmu._args import seconds_arg
+from youmu._internal.args import seconds_arg
 from youmu.errors import ArgumentTypeError, ChannelError, InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover

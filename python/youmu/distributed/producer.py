@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from youmu import gctime
+from youmu._internal import gctime
+from youmu._internal.forksafe import install as forksafe
 from youmu.errors import InvalidArgumentError, PrefetchError, YoumuError
-from youmu.forksafe import install as forksafe
 
 __all__ = ["Producer", "Credits", "END", "Failure"]
 
@@ -255,7 +255,7 @@ class Producer(Generic[T]):
         less what garbage collections took on the thread meanwhile: a collection runs the
         finalisers of whatever garbage it finds on the thread that triggered it (a dropped
         DataLoader iterator's can take seconds per worker), which is no stall of the
-        source (:mod:`youmu.gctime`)."""
+        source (:mod:`youmu._internal.gctime`)."""
         at = self._gc_at_wait
         since = self._source_wait_since
         if since is None:

@@ -1,6 +1,6 @@
 """The words a rank says when it stops early, and how its peers react: one set of codes
 shared by every collective loader protocol (ODB's round reports in
-:mod:`youmu.batching.alignment`, the step exchange of :mod:`youmu.planning.exchange`).
+:mod:`youmu.batching.algo.alignment`, the step exchange of :mod:`youmu.planning.steps.exchange`).
 
 A rank whose data raised says :data:`FAILED`; a rank whose consumer stopped iterating
 says :data:`CLOSED`. Both are negative, so a protocol whose status word is otherwise a

@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from youmu._args import opt_int_arg
+from youmu._internal.args import opt_int_arg
 from youmu.errors import InvalidArgumentError
 
 __all__ = ["rank_and_world"]

@@ -20,19 +20,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from youmu._lazy import lazy_attributes
+from youmu._internal.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from youmu.integrations.batch_info import INFO_KEY, scale_loss, split_info
-    from youmu.integrations.steps import odb_steps_per_epoch
+    from youmu.integrations.trainer.batch_info import INFO_KEY, scale_loss, split_info
+    from youmu.integrations.trainer.steps import odb_steps_per_epoch
     from youmu.integrations.trainer_loader import TrainerLoader
 
 _LAZY: dict[str, str] = {
-    "INFO_KEY": "youmu.integrations.batch_info",
+    "INFO_KEY": "youmu.integrations.trainer.batch_info",
     "TrainerLoader": "youmu.integrations.trainer_loader",
-    "odb_steps_per_epoch": "youmu.integrations.steps",
-    "scale_loss": "youmu.integrations.batch_info",
-    "split_info": "youmu.integrations.batch_info",
+    "odb_steps_per_epoch": "youmu.integrations.trainer.steps",
+    "scale_loss": "youmu.integrations.trainer.batch_info",
+    "split_info": "youmu.integrations.trainer.batch_info",
 }
 
 __all__ = ["INFO_KEY", "TrainerLoader", "odb_steps_per_epoch", "scale_loss", "split_info"]

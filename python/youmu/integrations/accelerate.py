@@ -10,7 +10,7 @@ accelerator and hands it back — without wrapping it:
   already gave each rank its own shard;
 * ``accelerator.save_state(dir)`` saves every rank's loader state (gathered into the
   checkpoint's ``custom_checkpoint_<i>.pkl`` as plain data: dicts, lists, strings and
-  numbers, :mod:`youmu.statefile`) and ``accelerator.load_state(dir)`` gives
+  numbers, :mod:`youmu.state.files`) and ``accelerator.load_state(dir)`` gives
   each rank its own back: the stream continues exactly, in constant time, instead of
   ``skip_first_batches`` reading and dropping the consumed batches. A job of another
   number of processes loads the same checkpoint: every rank merges all the saved ranks'
@@ -42,7 +42,7 @@ they do nothing for fixed-size batches)::
         log_metrics(accelerator, loader)
 
 Example:
-    >>> from youmu.integrations.job_states import GATHERED_FORMAT
+    >>> from youmu.integrations.trainer.states import GATHERED_FORMAT
     >>> GATHERED_FORMAT
     'youmu.TrainerLoader.ranks/1'
 """
@@ -52,11 +52,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from youmu._args import instance_arg, opt_int_arg
+from youmu._internal.args import instance_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError
+from youmu.integrations.trainer.settings import check_accumulation
 from youmu.integrations.trainer_loader import TrainerLoader
-from youmu.integrations.trainer_settings import check_accumulation
-from youmu.statefile import envelope, is_plain_state, open_envelope
+from youmu.state.files import envelope, is_plain_state, open_envelope
 
 __all__ = ["prepare", "log_metrics", "CheckpointedLoader"]
 
@@ -69,7 +69,7 @@ class CheckpointedLoader:
         self.loader = instance_arg("loader", loader, TrainerLoader, "a youmu.integrations.TrainerLoader")
 
     def state_dict(self) -> dict[str, Any]:
-        # plain data (youmu.statefile): the checkpoint holds no object a load would construct
+        # plain data (youmu.state.files): the checkpoint holds no object a load would construct
         return envelope(self.loader.gathered_state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -11,7 +11,7 @@ batches from a :class:`~youmu.integrations.trainer_loader.TrainerLoader`:
   without ``max_steps`` for sized streams (a dynamic-batch epoch: pass
   ``steps_per_epoch=odb_steps_per_epoch(dbl)`` to the loader, or set ``max_steps``);
 * each checkpoint (``checkpoint-N/``) gets ``youmu_loader_rank{r}.json``, every rank's
-  own loader state (JSON, :mod:`youmu.statefile`: loading a checkpoint never runs
+  own loader state (JSON, :mod:`youmu.state.files`: loading a checkpoint never runs
   code), and ``train(resume_from_checkpoint=...)`` loads it: the stream
   continues exactly where it stopped. ``ignore_data_skip`` is forced on, so the Trainer
   does not fast-forward the loader batch by batch (hours on a large epoch), and the
@@ -44,13 +44,13 @@ import os
 import re
 from typing import Any
 
-from youmu._args import instance_arg, int_arg
+from youmu._internal.args import instance_arg, int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.integrations.batch_info import scale_loss, split_info
-from youmu.integrations.job_states import other_workers
+from youmu.integrations.trainer.batch_info import scale_loss, split_info
+from youmu.integrations.trainer.settings import check_accumulation, check_checkpointable, check_equal_steps
+from youmu.integrations.trainer.states import other_workers
 from youmu.integrations.trainer_loader import TrainerLoader
-from youmu.integrations.trainer_settings import check_accumulation, check_checkpointable, check_equal_steps
-from youmu.statefile import read_state, write_state
+from youmu.state.files import read_state, write_state
 
 __all__ = ["YoumuTrainerMixin", "make_trainer", "loader_state_path", "load_loader_state", "STATE_FILE"]
 

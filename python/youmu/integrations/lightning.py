@@ -55,12 +55,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from youmu._args import bool_arg, int_arg
+from youmu._internal.args import bool_arg, int_arg
 from youmu.errors import ArgumentTypeError, StateError
-from youmu.integrations.batch_info import INFO_KEY, split_info
+from youmu.integrations.trainer.batch_info import INFO_KEY, split_info
+from youmu.integrations.trainer.settings import check_accumulation, check_checkpointable, check_equal_steps
 from youmu.integrations.trainer_loader import TrainerLoader
-from youmu.integrations.trainer_settings import check_accumulation, check_checkpointable, check_equal_steps
-from youmu.statefile import envelope, is_plain_state, open_envelope
+from youmu.state.files import envelope, is_plain_state, open_envelope
 
 __all__ = ["YoumuDataModule", "LoaderMetrics", "LoaderView"]
 
@@ -154,7 +154,7 @@ class YoumuDataModule(pl.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         """Every rank's loader state (collective: Lightning calls it on every rank)."""
-        # plain data (youmu.statefile): the checkpoint holds no object a load would construct
+        # plain data (youmu.state.files): the checkpoint holds no object a load would construct
         return {} if self.loader is None else envelope(self.loader.gathered_state_dict())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

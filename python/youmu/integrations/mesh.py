@@ -11,7 +11,7 @@ are NCCL, so the channel is a separate Gloo group over the same ranks.
 
 :class:`LoaderState` puts the loader into a DCP state dict: every data-parallel rank's
 state, gathered over the data-parallel channel, as JSON bytes under one key (``"dp_ranks"``;
-:mod:`youmu.statefile`: loading it builds plain data, never runs code).
+:mod:`youmu.state.files`: loading it builds plain data, never runs code).
 Every rank writes the same key with the same bytes, which DCP de-duplicates (so the
 checkpoint holds them once). One key that every job reads, whatever its size, is what
 lets a job of another data-parallel size resume: DCP loads only the keys the loading
@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from youmu._args import instance_arg
+from youmu._internal.args import instance_arg
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.integrations.trainer_loader import TrainerLoader
-from youmu.statefile import dumps, loads
+from youmu.state.files import dumps, loads
 
 __all__ = ["data_parallel", "LoaderState"]
 

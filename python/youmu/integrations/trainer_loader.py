@@ -16,7 +16,7 @@ What it guarantees, whatever the source:
 * **Epochs are the loader's own**: each new ``iter()`` after a finished pass starts the
   next epoch (``set_epoch`` on the source), so a resumed run continues the loader's epoch
   whatever epoch number the trainer believes in. A loop may call :meth:`TrainerLoader.set_epoch`
-  itself, under the one epoch rule (:mod:`youmu.stateful`); the trainer integrations
+  itself, under the one epoch rule (:mod:`youmu.state.contract`); the trainer integrations
   never forward a trainer's own epoch count (the Hugging Face ``Trainer`` restarts it at
   0 when it resumes a loader of unknown length).
 * **Exact resume, per rank, in constant time**: ``state_dict()`` is this rank's
@@ -27,7 +27,7 @@ What it guarantees, whatever the source:
   state of a job of another world size (the gathered dict, or the list of per-rank
   states): :func:`youmu.merge_states` turns them into one state for this topology, and
   the new job delivers the rest of the epoch exactly once (see :meth:`load_state_dict`).
-* **The loader contract** (:class:`youmu.passes.PassLoader`: read-only ``epoch``,
+* **The loader contract** (:class:`youmu.loaders.passes.PassLoader`: read-only ``epoch``,
   ``close(timeout=None)``, ``with``), but for one thing: a new ``iter()`` after a
   finished pass is the *next* epoch (above).
 * **Metrics**: :meth:`metrics` gives tokens/s, samples/s, padding ratio, the wait for
@@ -35,7 +35,7 @@ What it guarantees, whatever the source:
 
 Batches: a stream's items collated by ``collate_fn``; a ``DynamicBatchLoader``'s or
 ``BalancedLoader``'s ``(batch, info)`` become the batch dict with ``info`` under
-:data:`~youmu.integrations.batch_info.INFO_KEY` (see :mod:`~youmu.integrations.batch_info`).
+:data:`~youmu.integrations.trainer.batch_info.INFO_KEY` (see :mod:`~youmu.integrations.trainer.batch_info`).
 
 Example:
     >>> from youmu.torch import MapStream
@@ -55,12 +55,13 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, callable_arg, instance_arg, int_arg, opt_int_arg, workers_arg
+from youmu._internal.args import bool_arg, callable_arg, instance_arg, int_arg, opt_int_arg, workers_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.integrations.batch_info import INFO_KEY, device_arg, trainer_batch
-from youmu.integrations.channels import pairs_channel, stream_channel
-from youmu.integrations.consumption import Consumption
-from youmu.integrations.job_states import (
+from youmu.integrations.trainer.batch_info import INFO_KEY, device_arg, trainer_batch
+from youmu.integrations.trainer.channels import pairs_channel, stream_channel
+from youmu.integrations.trainer.consumption import Consumption
+from youmu.integrations.trainer.metrics import LoaderFigures
+from youmu.integrations.trainer.states import (
     GATHERED_FORMAT,
     TRAINER_LOADER_FORMAT,
     check_rank_state,
@@ -69,10 +70,9 @@ from youmu.integrations.job_states import (
     other_workers,
     saved_world,
 )
-from youmu.integrations.metrics import LoaderFigures
-from youmu.integrations.steps import stream_batches_per_epoch
-from youmu.passes import PassCursor, PassLoader
-from youmu.stateful import yields_pairs
+from youmu.integrations.trainer.steps import stream_batches_per_epoch
+from youmu.loaders.passes import PassCursor, PassLoader
+from youmu.state.contract import yields_pairs
 
 __all__ = ["TrainerLoader", "MAX_BATCH_SIZE"]
 
@@ -96,7 +96,7 @@ class TrainerLoader(PassLoader):
         source: a youmu stream — ``YoumuDataset``, ``MapStream``/``MixtureStream`` (over a
             ``MixtureDataset``), ``pack(...)``, any ``IterableDataset`` with
             ``state_dict`` — batched here by torchdata's ``StatefulDataLoader``; or a
-            loader of ``(batch, info)`` pairs (:func:`youmu.stateful.yields_pairs`:
+            loader of ``(batch, info)`` pairs (:func:`youmu.state.contract.yields_pairs`:
             ``DynamicBatchLoader``, ``BalancedLoader``, a ``RayBalancedLoader`` client),
             already batched, with step info.
         batch_size: samples per batch (streams only).
@@ -106,7 +106,7 @@ class TrainerLoader(PassLoader):
         steps_per_epoch: the number of batches an epoch has on every rank (micro-batches
             for a ``BalancedLoader``), when the trainer needs it and youmu cannot know it
             without reading the data (a dynamic-batch epoch:
-            :func:`youmu.integrations.steps.odb_steps_per_epoch` computes it). An epoch
+            :func:`youmu.integrations.trainer.steps.odb_steps_per_epoch` computes it). An epoch
             ends after this many batches at the latest; a stream's ranks still agree each
             step (``even``), so with a bound above the data they stop together when one
             runs out.
@@ -241,7 +241,7 @@ class TrainerLoader(PassLoader):
         return self._limit() is not None
 
     def set_epoch(self, epoch: int) -> None:
-        """The one epoch rule (:mod:`youmu.stateful`): the epoch of a loaded state, before
+        """The one epoch rule (:mod:`youmu.state.contract`): the epoch of a loaded state, before
         its pass begins, keeps the resume point; any other call starts ``epoch`` fresh at the
         next ``iter()``. Trainers' own calls are not forwarded (see the module doc)."""
         self._pass.set_epoch(epoch)
@@ -425,7 +425,7 @@ class TrainerLoader(PassLoader):
 
     def _checked(self, state: Any, expect_shard: bool = True) -> dict[str, Any]:
         """A TrainerLoader state checked field by field and bounded by this loader's epoch
-        (see :func:`~youmu.integrations.job_states.check_rank_state`)."""
+        (see :func:`~youmu.integrations.trainer.states.check_rank_state`)."""
         full: int | None = None  # a full epoch of this loader, or of the workers the state batched with
         if expect_shard:
             saved = self._other_workers(state)

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import int_arg
+from youmu._internal.args import int_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PageOutOfRangeError, UnknownNameError
-from youmu.stateful import describe_data
+from youmu.state.contract import describe_data
 
 __all__ = ["MAX_INDEX", "MapMixture", "child_length", "get_many", "mixture_children", "rows_per_page"]
 
@@ -37,7 +37,7 @@ def _as_child(name: str, ds: Any) -> Any:
     from youmu._core import PageIndex
 
     if isinstance(ds, (PageIndex, str, os.PathLike)):
-        from youmu.rows import RowDataset
+        from youmu.streams.rows import RowDataset
 
         return RowDataset(ds, cache_pages=4)
     if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
@@ -147,7 +147,7 @@ class MapMixture:
         return int_arg(name, value, minimum=0, maximum=MAX_INDEX)
 
     def _state_fingerprint(self) -> dict[str, Any]:
-        """What identifies this mixture for stream states (:func:`youmu.stateful.data_fingerprint`):
+        """What identifies this mixture for stream states (:func:`youmu.state.contract.data_fingerprint`):
         its settings and every child's own description."""
         return {"type": type(self).__name__, "len": len(self), **self._settings_description(),
                 "children": {n: describe_data(c) for n, c in self.children.items()}}

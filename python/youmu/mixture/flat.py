@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import bool_arg, int_array, seed_arg
 from youmu._core import FlatMap
+from youmu._internal.args import bool_arg, int_array, seed_arg
 from youmu.errors import ArgumentTypeError
 from youmu.mixture.children import MapMixture, child_length, mixture_children
 

@@ -31,8 +31,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from youmu._args import choice_arg, int_arg, int_array, opt_int_arg, seed_arg
 from youmu._core import MixtureMap
+from youmu._internal.args import choice_arg, int_arg, int_array, opt_int_arg, seed_arg
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, PageOutOfRangeError
 from youmu.mixture.children import MAX_INDEX, MapMixture, child_length, mixture_children, rows_per_page
 
@@ -200,7 +200,7 @@ class MixtureDataset(MapMixture):
                     length: int | None | str = "same") -> MixtureDataset:
         """The same children, seed, block size, policy, length (or ``length``) and child
         orders under other weight ``stages`` (children are shared, not copied). Resuming
-        a stream after a weight change builds one (:mod:`youmu.mixture_change`)."""
+        a stream after a weight change builds one (:mod:`youmu.mixture.change`)."""
         return MixtureDataset(self.children, weights=list(stages), seed=self.seed, block_size=self.block_size,
                               policy=self.policy, length=self._length if length == "same" else length,  # type: ignore[arg-type]
                               child_chunk=dict(zip(self.names, self._chunk_list)))

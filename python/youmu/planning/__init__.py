@@ -27,7 +27,7 @@ loader's channel and :func:`pack_microbatch` import it when used). Bad arguments
 :class:`~youmu.errors.ArgumentTypeError` (a ``TypeError``: wrong type) or
 :class:`~youmu.errors.InvalidArgumentError` (a ``ValueError``: out of range), naming
 the argument; a step's grid is at most
-:data:`~youmu.planning.metrics.MAX_SLOTS` (rank, micro-batch) slots.
+:data:`~youmu.planning.engine.metrics.MAX_SLOTS` (rank, micro-batch) slots.
 
 Example:
     >>> from youmu.planning import attention_cost, balance
@@ -38,23 +38,23 @@ Example:
 
 from __future__ import annotations
 
-from youmu.planning.balance import METHODS, balance, balance_detailed
 from youmu.planning.balanced_loader import BalancedLoader
-from youmu.planning.cost import PRESETS, CostModel, ModelConfig, attention_cost
-from youmu.planning.hybrid import (
+from youmu.planning.engine.balance import METHODS, balance, balance_detailed
+from youmu.planning.engine.cost import PRESETS, CostModel, ModelConfig, attention_cost
+from youmu.planning.engine.hybrid import (
     ColocatedResult,
     HybridResult,
     balance_colocated,
     balance_hybrid,
     module_imbalance,
 )
-from youmu.planning.meta import SampleMeta, gather_metadata
-from youmu.planning.metrics import BalanceResult, Imbalance, compare, imbalance
-from youmu.planning.microbatch import HybridBatch, MicroBatchInfo, default_docs
-from youmu.planning.packing import pack_microbatch
-from youmu.planning.planner import Mesh, Planner, StepPlan
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule, as_schedule
+from youmu.planning.engine.meta import SampleMeta, gather_metadata
+from youmu.planning.engine.metrics import BalanceResult, Imbalance, compare, imbalance
+from youmu.planning.engine.planner import Mesh, Planner, StepPlan
+from youmu.planning.engine.schedule import MixingSchedule, MixtureSchedule, as_schedule
 from youmu.planning.settings import PlanSettings
+from youmu.planning.steps.microbatch import HybridBatch, MicroBatchInfo, default_docs
+from youmu.planning.steps.packing import pack_microbatch
 
 __all__ = [
     "BalanceResult",

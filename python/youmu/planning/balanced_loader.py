@@ -6,16 +6,16 @@ Every step, on every rank:
    ``global_batch_size`` samples or ``token_budget`` tokens over all ranks (or, with a
    ``{name: stream}`` source, each source's exact count from the mixing schedule;
    or, with ``reorder_only``, ``num_microbatches`` formed micro-batches)
-   (:mod:`youmu.planning.rank_sources`);
+   (:mod:`youmu.planning.steps.rank_sources`);
 2. measure each sample (document lengths, loss tokens) and **all-gather the
    metadata** with the step's status on the loader's Gloo channel
-   (:class:`~youmu.distributed.GlooChannel`, :mod:`youmu.planning.exchange`);
+   (:class:`~youmu.distributed.GlooChannel`, :mod:`youmu.planning.steps.exchange`);
 3. compute the **plan** — a pure function of the gathered metadata and the step, so
-   every rank computes the same one (:class:`~youmu.planning.planner.Planner`);
+   every rank computes the same one (:class:`~youmu.planning.engine.planner.Planner`);
 4. **exchange the samples** that the plan moves to another rank (pickled, one
    all-gather) and keep those that fit in no micro-batch for the next step;
 5. yield this rank's ``num_microbatches`` micro-batches, in slot order, each with a
-   :class:`~youmu.planning.microbatch.MicroBatchInfo` whose ``loss_scale`` makes the
+   :class:`~youmu.planning.steps.microbatch.MicroBatchInfo` whose ``loss_scale`` makes the
    gradients exact: multiply the micro-batch's mean per-token loss by it, sum over
    micro-batches (gradient accumulation), and DDP's average over ranks is the
    per-token mean over the whole global batch, ``Σ loss / T``, however the plan split
@@ -36,7 +36,7 @@ and unpickles only its own).
 Resuming mid-epoch: ``state_dict()`` records the next step and micro-batch; a new
 loader with the same arguments and ``load_state_dict(state)`` continues with exactly
 the micro-batches the uninterrupted run would have yielded next (same plans, same
-samples). Two ways, chosen by ``resume_mode`` (:mod:`youmu.planning.checkpoint`):
+samples). Two ways, chosen by ``resume_mode`` (:mod:`youmu.planning.state.checkpoint`):
 
 * ``"state"`` — every source is *stateful* (``state_dict``/``load_state_dict``, as
   :class:`~youmu.torch.YoumuDataset`, :class:`~youmu.torch.MapStream`,
@@ -57,7 +57,7 @@ that they resume from the same point with the same settings (a clear error rathe
 than mismatched collectives) and restore only if every rank can; otherwise all
 replay. ``collate_fn`` must not modify samples in place: a state may still hold them.
 
-Passes and epochs follow youmu's loader contract (:class:`youmu.stateful.Loader`, the
+Passes and epochs follow youmu's loader contract (:class:`youmu.state.contract.Loader`, the
 one :class:`~youmu.batching.DynamicBatchLoader` and ``RayBalancedLoader`` keep):
 every ``iter()`` starts an independent pass from the resume point (a loaded state,
 else the epoch's start), on every rank together; a one-shot iterator source cannot
@@ -85,20 +85,22 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import choice_arg, int_arg, seconds_arg
+from youmu._internal.args import choice_arg, int_arg, seconds_arg
 from youmu.distributed import channel_for
 from youmu.distributed.status import CLOSED, FAILED
 from youmu.errors import InvalidArgumentError
-from youmu.passes import PassCursor
-from youmu.planning.checkpoint import (
+from youmu.loaders.passes import PassCursor
+from youmu.planning.engine.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.settings import PlanSettings
+from youmu.planning.state.checkpoint import (
     RESUME_MODES,
     agree_on_start,
     restore_sources,
 )
-from youmu.planning.exchange import EXHAUSTED, OK, StepExchange
-from youmu.planning.loader_state import Loaded, LoaderState
-from youmu.planning.microbatch import Assembler, MicroBatchInfo, check_split_images
-from youmu.planning.rank_sources import (
+from youmu.planning.state.loader_state import Loaded, LoaderState
+from youmu.planning.steps.exchange import EXHAUSTED, OK, StepExchange
+from youmu.planning.steps.microbatch import Assembler, MicroBatchInfo, check_split_images
+from youmu.planning.steps.rank_sources import (
     Held,
     Measure,
     RankReader,
@@ -108,9 +110,7 @@ from youmu.planning.rank_sources import (
     plan_step,
     rank_meta,
 )
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule
-from youmu.planning.settings import PlanSettings
-from youmu.stateful import again_or_raise
+from youmu.state.contract import again_or_raise
 
 __all__ = ["BalancedLoader"]
 
@@ -134,19 +134,19 @@ class BalancedLoader(LoaderState):
             ``reorder_only=True``, a stream of formed micro-batches.
         num_microbatches: micro-batches per rank per step (gradient accumulation / PP);
             at most :data:`MAX_MICROBATCHES`, and ``W × num_microbatches`` at most
-            :data:`~youmu.planning.metrics.MAX_SLOTS`.
+            :data:`~youmu.planning.engine.metrics.MAX_SLOTS`.
         global_batch_size: samples per step over all ranks.
         token_budget: tokens per step over all ranks (instead of a sample count).
         capacity: tokens per micro-batch (activation memory); samples that fit in no
             micro-batch go to the next step.
-        cost: cost model: :class:`~youmu.planning.cost.CostModel`, ``ModelConfig``,
+        cost: cost model: :class:`~youmu.planning.engine.cost.CostModel`, ``ModelConfig``,
             preset name, callable ``seqs -> costs``, or ``None`` (default config).
         method: ``"greedy"`` or ``"kk"`` (``"interleave"`` with ``reorder_only``).
         reorder_only: keep the source's micro-batches as they are and only choose
             their (rank, slot): the global batch equals the unbalanced one exactly.
         placement: ``"interleave"`` (ranks synchronise per micro-batch) or
             ``"greedy"``/``"kk"`` (equal rank totals); see
-            :func:`~youmu.planning.balance.balance`.
+            :func:`~youmu.planning.engine.balance.balance`.
         schedule: mixing schedule for a ``{name: stream}`` source (weights, stages,
             ``fn(step)``, a ``MixingSchedule`` or a ``MixtureDataset``).
         length_fn: sample → tokens (one document); docs_fn: sample → document
@@ -168,18 +168,18 @@ class BalancedLoader(LoaderState):
             such as ``"vit-1b"``, or ``fn(image_patch_lists) -> costs``); ``cost``
             is then the backbone's (over ``length_fn``: merged image tokens plus
             text), and both modules are balanced together, each image encoded on its
-            sample's rank (:func:`~youmu.planning.hybrid.balance_colocated`).
+            sample's rank (:func:`~youmu.planning.engine.hybrid.balance_colocated`).
             MegaScale-Data's hybrid balance, which moves image features between
-            ranks, is :func:`~youmu.planning.hybrid.balance_hybrid`. Needs
+            ranks, is :func:`~youmu.planning.engine.hybrid.balance_hybrid`. Needs
             ``images_fn``.
         images_fn: sample → its images' encoder patches (a count, or a list with
             one count per image), e.g. ``lambda s: s["encoder_patches"]``.
         encoder_balance: with ``encoder_cost``: ``"colocated"`` (default; each
             image encoded on its sample's rank) or ``"hybrid"`` (MegaScale-Data's
             hybrid balance: each slot's images balanced over every rank; batches are
-            :class:`~youmu.planning.microbatch.HybridBatch` es carrying the images
+            :class:`~youmu.planning.steps.microbatch.HybridBatch` es carrying the images
             this rank encodes and the all-to-all routes of their features, see
-            :mod:`youmu.planning.microbatch`).
+            :mod:`youmu.planning.steps.microbatch`).
         split_images_fn: with ``encoder_balance="hybrid"``: sample → ``(backbone
             part, [image payload, ...])``, one payload per image ``images_fn``
             counts; the loader moves each part to the rank that needs it.
@@ -378,9 +378,9 @@ class BalancedLoader(LoaderState):
             return
         self._snapshots.record(step, reader, carry)
 
-    # -- iteration (youmu.passes.StepLoader) -----------------------------------------------
+    # -- iteration (youmu.loaders.passes.StepLoader) -----------------------------------------------
     def _begin_pass(self) -> Iterator[_StepOut]:
-        """Begin a pass (youmu.stateful's loader contract): an earlier one is closed
+        """Begin a pass (youmu.state.contract's loader contract): an earlier one is closed
         first; a pass after the first starts at the epoch's start unless a state was
         loaded since, and needs sources that can be iterated again."""
         self.close()
@@ -428,7 +428,7 @@ class BalancedLoader(LoaderState):
     def close(self, timeout: float | None = None) -> None:
         """Stop the pass in progress, if any (its background thread tells the peers at
         its next exchange; with ``prefetch=0`` the pass itself does); idempotent. The
-        loader stays usable: the next ``iter()`` starts a new pass (youmu.stateful's
+        loader stays usable: the next ``iter()`` starts a new pass (youmu.state.contract's
         loader contract)."""
         self._stop.set()
         super().close(timeout)

@@ -1,6 +1,6 @@
 """The plan's settings: everything that decides which samples go to which (rank,
 micro-batch) each step — one object, checked once, fingerprinted once, turned into a
-:class:`~youmu.planning.planner.Planner` once.
+:class:`~youmu.planning.engine.planner.Planner` once.
 
 Both deployments of the planning layer take it: the in-process
 :class:`~youmu.planning.BalancedLoader` (which builds it from its keywords, or takes
@@ -38,16 +38,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
+from youmu._internal.args import bool_arg, choice_arg, int_arg, opt_int_arg, seed_arg
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError
-from youmu.planning.balance import METHODS
-from youmu.planning.checkpoint import config_fingerprint, json_leaves
-from youmu.planning.metrics import check_slots
-from youmu.planning.planner import ENCODER_BALANCES, Planner
-from youmu.planning.rank_sources import resolve_sources
-from youmu.planning.sample_cost import cost_function, encoder_cost_function
-from youmu.planning.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.engine.balance import METHODS
+from youmu.planning.engine.metrics import check_slots
+from youmu.planning.engine.planner import ENCODER_BALANCES, Planner
+from youmu.planning.engine.sample_cost import cost_function, encoder_cost_function
+from youmu.planning.engine.schedule import MixingSchedule, MixtureSchedule
+from youmu.planning.state.checkpoint import config_fingerprint, json_leaves
+from youmu.planning.steps.rank_sources import resolve_sources
 
 __all__ = ["PlanSettings", "MAX_MICROBATCHES"]
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from youmu._lazy import lazy_attributes
+from youmu._internal.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from youmu.ray.client import Deployment, RayBalancedLoader

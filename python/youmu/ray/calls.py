@@ -43,7 +43,7 @@ from typing import Any
 import ray
 from ray import exceptions as rex
 
-from youmu._args import float_arg
+from youmu._internal.args import float_arg
 from youmu.errors import LoaderError, LoaderUnavailableError
 
 __all__ = ["Actor", "Call", "gather", "reraise_remote"]

@@ -23,7 +23,7 @@ planner within twice that: it may itself be waiting on a loader) raises
 client calls Ray from the training process (its thread), never from DataLoader worker
 processes (where ``ray.get`` after a fork hangs): it refuses to run in one.
 
-The client follows youmu's stream contract (:mod:`youmu.stateful`): ``state_dict()``
+The client follows youmu's stream contract (:mod:`youmu.state.contract`): ``state_dict()``
 is the step and micro-batch delivered plus the planner state as of that step (a few
 integers; samples are re-read by position), ``load_state_dict`` checks it, and a new
 deployment — on a new Ray cluster — resumes with exactly the uninterrupted tail.
@@ -50,16 +50,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu._args import int_arg
+from youmu._internal.args import int_arg
 from youmu.errors import ArgumentTypeError, LoaderError, ProtocolError, StateError
-from youmu.jobstates import is_merged
-from youmu.passes import PassCursor, StepLoader
-from youmu.planning.microbatch import MicroBatchInfo
+from youmu.loaders.passes import PassCursor, StepLoader
+from youmu.planning.steps.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
 from youmu.ray.merge import parse_merged
 from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
 from youmu.ray.state import CLIENT_FORMAT, Chain, PlannerState, Ref
-from youmu.stateful import check_state, state_int
+from youmu.state.contract import check_state, state_int
+from youmu.state.jobs import is_merged
 
 __all__ = ["RayBalancedLoader", "Deployment"]
 
@@ -128,7 +128,7 @@ class RayBalancedLoader(StepLoader[_StepOut]):
         # state as of a step at or before it (None: the start of the cursor's epoch)
         self._delivered_state: dict[str, Any] | None = None
 
-    # -- iteration (youmu.passes.StepLoader) -----------------------------------------------------
+    # -- iteration (youmu.loaders.passes.StepLoader) -----------------------------------------------------
     def _begin_pass(self) -> Iterator[_StepOut]:
         _refuse_dataloader_worker()
         self.close()
@@ -182,11 +182,11 @@ class RayBalancedLoader(StepLoader[_StepOut]):
             raise ProtocolError(f"planner {self._planner.name!r} answered {reply!r:.80} for step {step}")
         return reply
 
-    # -- the stream contract (youmu.stateful) ---------------------------------------------------
+    # -- the stream contract (youmu.state.contract) ---------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` from the next pass on (every source stream reshuffles for it;
         a pass in progress keeps its epoch). A loaded resume point of another epoch is
-        cleared, one of this epoch kept (youmu.stateful's loader contract)."""
+        cleared, one of this epoch kept (youmu.state.contract's loader contract)."""
         if self._pass.set_epoch(epoch):  # no pass since: state_dict() is the epoch's start
             self._delivered_state = None
 

@@ -38,11 +38,11 @@ from typing import Any
 
 import ray
 
-from youmu._args import bool_arg, float_arg, int_arg, seconds_arg
+from youmu._internal.args import bool_arg, float_arg, int_arg, seconds_arg
 from youmu.distributed import fingerprint
 from youmu.errors import ArgumentTypeError, InvalidArgumentError, LoaderError, LoaderUnavailableError, YoumuError
-from youmu.planning.rank_sources import check_sample_fns
 from youmu.planning.settings import PlanSettings
+from youmu.planning.steps.rank_sources import check_sample_fns
 from youmu.ray.calls import Actor
 from youmu.ray.client import Deployment, RayBalancedLoader
 from youmu.ray.planner_actor import StepPlanner, fingerprint_of

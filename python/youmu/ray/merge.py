@@ -12,7 +12,7 @@ out for its own world size (:meth:`PlannerState.resized
 epoch's chain, carried samples keep their references and are dealt round-robin; the
 rules are :mod:`youmu.ray.state`'s).
 
-As for a :class:`~youmu.planning.BalancedLoader` (:mod:`youmu.planning.merge`), the
+As for a :class:`~youmu.planning.BalancedLoader` (:mod:`youmu.planning.state.merge`), the
 world size, ``num_microbatches``, ``global_batch_size`` / ``token_budget`` and the
 mixing schedule may change at the resume and apply from the resume step (a new
 mixture draws from every source where its streams stood: no source row is repeated
@@ -47,10 +47,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.jobstates import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
-from youmu.planning.checkpoint import RESIZE_MAY_CHANGE
+from youmu.planning.state.checkpoint import RESIZE_MAY_CHANGE
 from youmu.ray.state import CLIENT_FORMAT, PlannerState
-from youmu.stateful import state_int
+from youmu.state.contract import state_int
+from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
 
 __all__ = ["merge_ray_states", "parse_merged"]
 

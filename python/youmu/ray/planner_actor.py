@@ -11,15 +11,15 @@ actor, and only for the sources whose look-ahead runs low), serves each client a
 small plan, and owns the state a mixing controller would keep.
 
 **How a step is planned.** For each rank ``r`` the planner runs planning's
-:class:`~youmu.planning.rank_sources.RankReader` over *remote stream views*: rank ``r``'s
+:class:`~youmu.planning.steps.rank_sources.RankReader` over *remote stream views*: rank ``r``'s
 stream of each source is a sequence of :class:`~youmu.ray.source.Record`\\ s fetched
 from that source's loader in chunks (a couple of steps ahead, all loaders at once),
 and a :class:`RecordMeasure` holds each record as the rank's loader would hold the
 sample (arrival ids ``k·W + r``, capacity checks). The ranks' candidates are
-concatenated in rank order (:func:`~youmu.planning.rank_sources.step_meta`, what the
+concatenated in rank order (:func:`~youmu.planning.steps.rank_sources.step_meta`, what the
 all-gather gives), planned by :meth:`Planner.plan <youmu.planning.Planner.plan>`, and
 each rank's micro-batches are put together by planning's
-:class:`~youmu.planning.microbatch.Assembler` with *references* ``(source, origin stream,
+:class:`~youmu.planning.steps.microbatch.Assembler` with *references* ``(source, origin stream,
 position)`` (the origin rank's stream; after a resize, :mod:`youmu.ray.state`) in
 place of samples: every :class:`~youmu.planning.MicroBatchInfo` field (loss scale,
 padding slots, fingerprint) is the in-process one.
@@ -63,16 +63,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from youmu._args import int_arg, seconds_arg
+from youmu._internal.args import int_arg, seconds_arg
 from youmu.distributed import fingerprint
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.planning.microbatch import Assembler, MicroBatchInfo
-from youmu.planning.rank_sources import Held, RankReader, SourceStream, carry_after, plan_step, rank_meta
 from youmu.planning.settings import PlanSettings
+from youmu.planning.steps.microbatch import Assembler, MicroBatchInfo
+from youmu.planning.steps.rank_sources import Held, RankReader, SourceStream, carry_after, plan_step, rank_meta
 from youmu.ray.calls import Actor
 from youmu.ray.state import Chain, PlannerState, Ref
 from youmu.ray.views import LOOKAHEAD_STEPS, MIN_CHUNK, Fetcher, RecordMeasure, View
-from youmu.stateful import check_epoch
+from youmu.state.contract import check_epoch
 
 __all__ = ["NEED_STATE", "RankStep", "StepPlanner"]
 

@@ -1,7 +1,7 @@
 """What a source of a disaggregated deployment is, and how its rows are read without
-torch: :class:`Source` (a Parquet source's settings — a :class:`youmu.spec.StreamSpec`
+torch: :class:`Source` (a Parquet source's settings — a :class:`youmu.streams.spec.StreamSpec`
 — or a function building a position-addressable stream), whose streams are
-:class:`youmu.parquet.ParquetStream` s (the stream ``YoumuDataset`` adapts for torch,
+:class:`youmu.streams.parquet.ParquetStream` s (the stream ``YoumuDataset`` adapts for torch,
 read here by position and by window), and the compact :class:`Record` s a loader
 returns for the planner (MegaScale-Data, §3: metadata for planning, payloads fetched
 later). The actor that serves them is :mod:`youmu.ray.source_actor`.
@@ -26,13 +26,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from youmu._args import callable_arg
+from youmu._internal.args import callable_arg
+from youmu._internal.redaction import redacted_repr
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
-from youmu.jobstates import Level
-from youmu.parquet import ParquetStream
-from youmu.redaction import redacted_repr
-from youmu.spec import SpecAttributes, StreamSpec, describe_paths
+from youmu.state.jobs import Level
+from youmu.streams.parquet import ParquetStream
+from youmu.streams.spec import SpecAttributes, StreamSpec, describe_paths
 
 __all__ = ["Source", "Record", "Records", "MeasureFns"]
 
@@ -116,7 +116,7 @@ class Source(SpecAttributes):
     ``settings`` are ``YoumuDataset``'s (``columns``, ``shuffle``, ``buffer_size``,
     ``seed``, ``transform``, ``drop_last``, ``output``, ``memory_budget``,
     ``read_ahead``, ``page_slices``, ``storage_options``: they mean what they mean
-    there), given as keywords or as a ready :class:`youmu.spec.StreamSpec`
+    there), given as keywords or as a ready :class:`youmu.streams.spec.StreamSpec`
     (``spec=dataset.spec``); they are checked by the spec, when the ``Source`` is
     built, and read as its attributes (``source.shuffle``).
 
@@ -171,9 +171,9 @@ class Source(SpecAttributes):
 
     def build(self, index: Any, rank: int, world_size: int, *, epoch: int = 0, levels: Sequence[Level] = ()) -> Any:
         """Rank ``rank``'s stream of this source in ``epoch`` (a
-        :class:`~youmu.parquet.ParquetStream` over ``index`` for a Parquet source); with
+        :class:`~youmu.streams.parquet.ParquetStream` over ``index`` for a Parquet source); with
         ``levels``, the stream of a job that resumed the epoch after those jobs
-        (:mod:`youmu.resume`), as loading their merged states would resume it."""
+        (:mod:`youmu.order.resume`), as loading their merged states would resume it."""
         if self.stream is None:
             stream: Any = ParquetStream(index, self.spec, rank=rank, world_size=world_size)
         else:

@@ -5,8 +5,8 @@ file access states from worker processes").
 
 * :class:`Source` — how a loader builds one source's stream for each origin rank: the
   rows a :class:`~youmu.torch.YoumuDataset` over the source's Parquet files would
-  yield (its settings, a :class:`youmu.spec.StreamSpec`; read by a
-  :class:`youmu.parquet.ParquetStream`, without importing torch), or any
+  yield (its settings, a :class:`youmu.streams.spec.StreamSpec`; read by a
+  :class:`youmu.streams.parquet.ParquetStream`, without importing torch), or any
   position-addressable stream a function builds (a :class:`~youmu.torch.MapStream`
   over a ``RowDataset``/``MixtureDataset``).
 * :class:`SourceLoader` — holds the :class:`~youmu.PageIndex` of each of its sources
@@ -27,7 +27,7 @@ anyway: its rows are permuted across its pages) and returns their records, compa
 the decoded rows wait for their payload pass in one LRU cache per loader
 (``cache_rows``), and a row evicted from it (or asked of a standby, or of a restarted
 loader) is read again by position — youmu's row map from stream position to page
-row (:func:`youmu.shuffle.positions_to_rows`) and a random row read
+row (:func:`youmu.order.shuffle.positions_to_rows`) and a random row read
 (:meth:`youmu.PageIndex.read_rows`).
 
 Example (a loader in this process; :class:`youmu.ray.RayLoaders` makes it an actor):
@@ -51,12 +51,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from youmu._args import index_of, int_arg
+from youmu._internal.args import index_of, int_arg
 from youmu.errors import InvalidArgumentError, LoaderError
-from youmu.planning.rank_sources import Measure
+from youmu.planning.steps.rank_sources import Measure
 from youmu.ray.source import MeasureFns, Record, Records, Source
 from youmu.ray.state import Chain
-from youmu.stateful import check_epoch
+from youmu.state.contract import check_epoch
 
 __all__ = ["SourceLoader", "node_id"]
 
@@ -99,8 +99,8 @@ class SourceLoader:
             self._init_error = e
             self.indexes = {}
         # the read path, imported now rather than in the first call: a restart pays it before it serves
-        import youmu.convert  # noqa: F401
-        import youmu.stream  # noqa: F401
+        import youmu.streams.convert  # noqa: F401
+        import youmu.streams.rowstream  # noqa: F401
         fns = measure or MeasureFns()
         self.id_fn = fns.id_fn
         self._measure = Measure(rank=0, world_size=1, length_fn=fns.length_fn, docs_fn=fns.docs_fn,

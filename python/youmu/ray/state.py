@@ -3,19 +3,19 @@ step's start — the step, every (rank, source) stream position, every rank's ar
 counter, the carried records and each rank's last micro-batch. A few integers and
 references, no samples: clients keep the latest and a restarted planner resumes from
 it (:mod:`youmu.ray.planner_actor`). Its ``carry`` entries are parsed by the planning layer's
-one carry parser (:func:`youmu.planning.state.parse_carry`), the one
+one carry parser (:func:`youmu.planning.steps.carry.parse_carry`), the one
 :class:`~youmu.planning.BalancedLoader` states use.
 
 **Resume on another number of ranks** (:func:`youmu.merge_states` over the clients'
 states, :mod:`youmu.ray.merge`). The state is already global — every client holds the
 same one — but its positions are positions in each (rank, source) stream *as laid out
 for the old world size*, and references point into those streams. So a resize keeps
-the old layout instead of translating it, exactly as :mod:`youmu.resume` does for a
+the old layout instead of translating it, exactly as :mod:`youmu.order.resume` does for a
 ``YoumuDataset``:
 
 * the old job's positions become one more *job* of the epoch's ``resumed`` chain
   (``(world size, positions[rank][source])``): per source, a
-  :class:`youmu.jobstates.Level` of ``W`` ranks × one worker. The new ranks' streams are
+  :class:`youmu.state.jobs.Level` of ``W`` ranks × one worker. The new ranks' streams are
   the rows that chain left, dealt anew (``resolve`` → ``StreamLayout.stream(units=)``
   for Parquet sources, a merged stream state for stream functions), read from
   position 0 — no row delivered before is in them, and none left out;
@@ -23,14 +23,14 @@ the old layout instead of translating it, exactly as :mod:`youmu.resume` does fo
   stream of the epoch has a number — job ``d``'s rank ``r`` is ``sum(W of earlier
   jobs) + r`` — and a reference's *origin* is that number, so a loader can still read
   an old stream's row by position (through its row map). They are dealt round-robin
-  over the new ranks (``carry[rank::W']``, as :mod:`youmu.planning.merge` deals a
+  over the new ranks (``carry[rank::W']``, as :mod:`youmu.planning.state.merge` deals a
   ``BalancedLoader``'s);
 * arrival ids continue past every id the old job gave (``max(next_index) · W``);
   the new ranks have no last micro-batch (a padding slot before their first is
   empty, as after a ``BalancedLoader`` merge).
 
 In a state the chain is written per source, each in the one wire form of a chain
-(:func:`youmu.jobstates.encode_chains`); states that wrote it as a list of jobs are
+(:func:`youmu.state.jobs.encode_chains`); states that wrote it as a list of jobs are
 still read. Nothing is translated, so the merge needs no data and a chain composes any number
 of resizes (2 → 3 → 1). With the same world size the state is taken as it is (new
 batch size, token budget or mixing schedule from the resume step, every stream where
@@ -59,9 +59,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.jobstates import Level, decode_chains, encode_chains
-from youmu.planning.state import parse_carry
-from youmu.stateful import state_value_int, state_value_ints
+from youmu.planning.steps.carry import parse_carry
+from youmu.state.contract import state_value_int, state_value_ints
+from youmu.state.jobs import Level, decode_chains, encode_chains
 
 __all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT", "source_levels"]
 
@@ -109,13 +109,13 @@ class Chain:
         return len(self.jobs), s, world_size
 
     def levels(self, name: str, depth: int) -> list[Level]:
-        """Source ``name``'s :class:`~youmu.jobstates.Level` of each job before ``depth``."""
+        """Source ``name``'s :class:`~youmu.state.jobs.Level` of each job before ``depth``."""
         return source_levels(self.jobs[:depth], self.names.index(name))
 
 
 def source_levels(jobs: Sequence[Job], source: int) -> list[Level]:
     """Source number ``source``'s chain of ``jobs``: per job a
-    :class:`~youmu.jobstates.Level` of its ranks × one worker."""
+    :class:`~youmu.state.jobs.Level` of its ranks × one worker."""
     return [Level(w, (1,) * w, tuple((p[source],) for p in pos)) for w, pos in jobs]
 
 

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from youmu.planning.rank_sources import Held, Measure
+from youmu.planning.steps.rank_sources import Held, Measure
 from youmu.ray.calls import Actor, Call
 from youmu.ray.source import Record, Records
 from youmu.ray.state import Chain
@@ -25,7 +25,7 @@ MIN_CHUNK = 4
 
 
 class RecordMeasure(Measure):
-    """A rank's :class:`~youmu.planning.rank_sources.Measure` over records: the loader
+    """A rank's :class:`~youmu.planning.steps.rank_sources.Measure` over records: the loader
     measured the sample; this holds it (capacity check, arrival id ``k·W + r`` or the
     ``id_fn`` id) with ``(origin stream, position)`` as the payload (``origin``: the
     number of the rank's streams, :class:`youmu.ray.state.PlannerState`; its rank when

@@ -5,7 +5,7 @@ SFT sets (UltraChat's ``messages``, ShareGPT's ``conversations``; into
 ``DynamicBatchLoader`` or ``BalancedLoader``) with the tokenizer's own chat template,
 assistant-only labels and LLaMA-Factory's ``cutoff_len``.
 
-Both are batched transforms (:mod:`youmu.batched`) of a
+Both are batched transforms (:mod:`youmu.streams.batched`) of a
 :class:`~youmu.torch.YoumuDataset`; the stream's state keeps counting rows, so a
 resume is exact. ``tokenizers`` and ``transformers`` are imported only when a
 tokenizer is loaded from a path, never by ``import youmu``.

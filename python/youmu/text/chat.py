@@ -2,7 +2,7 @@
 tokenizer's own ``chat_template`` through ``transformers``' ``apply_chat_template``,
 labels ``-100`` except on the assistant's tokens, cut
 to ``cutoff_len`` as LLaMA-Factory cuts (:mod:`youmu.text.cutoff`) — a page's rows
-at a time in the DataLoader workers (a batched transform, :mod:`youmu.batched`).
+at a time in the DataLoader workers (a batched transform, :mod:`youmu.streams.batched`).
 
 The assistant's tokens: those ``transformers`` marks (``return_assistant_tokens_mask``)
 where the template has ``{% generation %}`` blocks; in a published model's template,
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from youmu._args import bool_arg, choice_arg, int_arg, opt_int_arg
-from youmu.batched import BATCH_ROWS
+from youmu._internal.args import bool_arg, choice_arg, int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, TextError
-from youmu.skips import ON_ERROR
+from youmu.streams.batched import BATCH_ROWS
+from youmu.streams.skips import ON_ERROR
 from youmu.text.cutoff import keep_lengths, turn_pairs
 from youmu.text.tokenizer import TokenizerRef, fit_offsets, flat_ids, list_column, row_offsets, token_column
 from youmu.text.turns import generation_reachable, label_turns
@@ -201,7 +201,7 @@ class ChatTemplate:
         template_kwargs: passed to the template (e.g. ``{"enable_thinking": False}``).
         keep_columns: keep the row's other columns (the conversation column is dropped).
         batch_rows: the most rows templated per call (a pass's first calls take
-            fewer, :func:`youmu.batched.chunk_sizes`).
+            fewer, :func:`youmu.streams.batched.chunk_sizes`).
         on_error: a bad row (a null or malformed conversation, a null ``content``, a
             speaker not in ``roles`` such as ShareGPT's ``observation``, a turn the
             template refuses such as a system turn under Gemma's, a row over
@@ -209,14 +209,14 @@ class ChatTemplate:
             :class:`~youmu.errors.TextError` naming the column, message, file and row;
             ``"skip"``: the row is dropped and the rest of its batch kept, counted and
             reported in the ``"skipped"`` list of a delivered sample, as
-            :class:`~youmu.vision.VisionTransform` reports its rows (:mod:`youmu.skips`:
+            :class:`~youmu.vision.VisionTransform` reports its rows (:mod:`youmu.streams.skips`:
             every row delivered or reported once, across workers and resumes; a pass in
             which no row was good is an error).
 
     A sample: ``input_ids`` and ``labels`` (``list<int64>``, as tensors with
     ``output="torch"``); ``len(input_ids)`` is its length for
     ``DynamicBatchLoader``'s ``length_fn``, and
-    :func:`~youmu.batching.loss.label_token_count` its loss tokens. A row with no
+    :func:`~youmu.batching.algo.loss.label_token_count` its loss tokens. A row with no
     token to learn — no assistant turn, or ``{% generation %}`` blocks that never run
     for it — or whose answers cannot be told from the template's rendering is a
     :class:`~youmu.errors.TextError` naming it (``on_error="skip"``: skipped and
@@ -228,7 +228,7 @@ class ChatTemplate:
         >>> ds = YoumuDataset("ultrachat/*.parquet", transform=ChatTemplate(tok, cutoff_len=2048))  # doctest: +SKIP
     """
 
-    #: called with a table of rows (youmu.batched)
+    #: called with a table of rows (youmu.streams.batched)
     batched = True
 
     def __init__(self, tokenizer: Any, column: str = "messages", *, roles: Mapping[str, str] | None = None,

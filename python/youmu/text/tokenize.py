@@ -1,5 +1,5 @@
 """``Tokenize``: a text column tokenized in the DataLoader workers, a page's rows at a
-time (a batched transform, :mod:`youmu.batched`), for pretraining corpora published
+time (a batched transform, :mod:`youmu.streams.batched`), for pretraining corpora published
 as text (FineWeb, DCLM: a ``text`` column) — into :func:`youmu.torch.pack`, or into
 ``DynamicBatchLoader`` / ``BalancedLoader`` as it is.
 
@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from youmu._args import bool_arg, choice_arg, int_arg
-from youmu.batched import BATCH_ROWS
+from youmu._internal.args import bool_arg, choice_arg, int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, TextError
-from youmu.skips import ON_ERROR
+from youmu.streams.batched import BATCH_ROWS
+from youmu.streams.skips import ON_ERROR
 from youmu.text.tokenizer import TokenizerRef, encode_texts, token_column
 
 __all__ = ["Tokenize", "text_rows", "text_values"]
@@ -78,14 +78,14 @@ class Tokenize:
             (most LLaMA-style ones) gets one from ``pack(..., eos_id=...)``.
         keep_columns: keep the row's other columns (the text column is dropped).
         batch_rows: the most rows tokenized per call (default
-            :data:`youmu.batched.BATCH_ROWS`; a pass's first calls take fewer,
-            :func:`youmu.batched.chunk_sizes`).
+            :data:`youmu.streams.batched.BATCH_ROWS`; a pass's first calls take fewer,
+            :func:`youmu.streams.batched.chunk_sizes`).
         on_error: a bad row (a null text, a row the tokenizer returns no ids for):
             ``"raise"`` (default) its :class:`~youmu.errors.TextError` naming the
             column, file and row; ``"skip"``: the row is dropped and the rest of its
             batch kept, counted and reported in the ``"skipped"`` list of a delivered
             sample, as :class:`~youmu.vision.VisionTransform` reports its rows
-            (:mod:`youmu.skips`: every row delivered or reported once, across workers
+            (:mod:`youmu.streams.skips`: every row delivered or reported once, across workers
             and resumes; a pass in which no row was good is an error). A column that
             holds no strings, or a tokenizer that returns ids that are not integers,
             is an error whatever the policy.
@@ -106,7 +106,7 @@ class Tokenize:
     ``TrainerLoader``), as ``benches/bench_text.py`` measures.
     """
 
-    #: called with a table of rows (youmu.batched)
+    #: called with a table of rows (youmu.streams.batched)
     batched = True
 
     def __init__(self, tokenizer: Any, column: str = "text", *, output_column: str = "input_ids",

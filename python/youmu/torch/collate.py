@@ -61,7 +61,7 @@ class PadCollate:
     Per field: numbers become one tensor; 1-D sequences (tensors, numpy arrays, lists
     of numbers) are padded into ``[batch, longest]``; other tensors of one shape are
     stacked; anything else (strings, dicts) stays a list. ``"skipped"`` (the reports
-    of rows an ``on_error="skip"`` transform skipped, :mod:`youmu.skips`) becomes one
+    of rows an ``on_error="skip"`` transform skipped, :mod:`youmu.streams.skips`) becomes one
     list of the batch's reports.
 
     Args:
@@ -96,7 +96,7 @@ class PadCollate:
         for key in rows[0]:
             values = [r[key] for r in rows]
             if key == "skipped" and all(isinstance(v, list) for v in values):
-                # the reports of rows an on_error="skip" transform skipped (youmu.skips): one list a batch
+                # the reports of rows an on_error="skip" transform skipped (youmu.streams.skips): one list a batch
                 out[key] = [report for v in values for report in v]
                 continue
             if all(isinstance(v, (int, float, np.integer, np.floating, np.bool_)) for v in values):

@@ -19,9 +19,9 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from youmu.parquet import ParquetStream
-from youmu.spec import StreamSpec
-from youmu.stream import DEFAULT_BUFFER_SIZE
+from youmu.streams.parquet import ParquetStream
+from youmu.streams.rowstream import DEFAULT_BUFFER_SIZE
+from youmu.streams.spec import StreamSpec
 
 __all__ = ["YoumuDataset"]
 
@@ -41,7 +41,7 @@ class YoumuDataset(ParquetStream, IterableDataset):
         seed: shuffle seed; ``set_epoch`` reshuffles.
         rank, world_size: default from ``torch.distributed`` when initialised.
         transform: called on each row in the worker; returning ``None`` drops the row.
-            A batched transform (:mod:`youmu.batched`, e.g. :class:`youmu.text.Tokenize`)
+            A batched transform (:mod:`youmu.streams.batched`, e.g. :class:`youmu.text.Tokenize`)
             is called with a page's rows at a time as an Arrow table instead, and its
             result converted with ``output``; states still count rows.
         drop_last: every rank delivers exactly ``⌊rows / world_size⌋`` rows (fewer than
@@ -67,7 +67,7 @@ class YoumuDataset(ParquetStream, IterableDataset):
             once per slice). Part of the shuffle (saved in the state). Default 1; see
             ``docs/concepts/shuffle.md``.
         read_ahead: windows read ahead of the one being consumed (default
-            :func:`youmu.stream.default_read_ahead`: 1 for local files, 4–8 for object
+            :func:`youmu.streams.rowstream.default_read_ahead`: 1 for local files, 4–8 for object
             stores, from the I/O runtime's ``max_inflight``). More hides storage
             latency at the cost of memory (``memory_budget`` accounts for it, and
             lowers it where it binds). 0: each window is read when consumed.
@@ -77,7 +77,7 @@ class YoumuDataset(ParquetStream, IterableDataset):
 
     Every row is delivered exactly once per epoch across all ranks and workers
     (``drop_last=False``). The dataset follows youmu's stream contract
-    (:mod:`youmu.stateful`): each ``iter()`` is an independent pass from the resume
+    (:mod:`youmu.state.contract`): each ``iter()`` is an independent pass from the resume
     point; ``state_dict()`` holds the seed, epoch and rows consumed per worker, and a
     new dataset with the same arguments continues exactly where the old one stopped
     after ``load_state_dict``. With DataLoader workers use torchdata's

@@ -3,7 +3,7 @@
 DDP ranks × DataLoader workers, resumable from a few integers; and ``MixtureStream``,
 the same dealing runs of consecutive indices.
 
-Positions are dealt round-robin (:func:`youmu.sharding.run_round_robin_index`): run
+Positions are dealt round-robin (:func:`youmu.order.sharding.run_round_robin_index`): run
 ``q`` (indices ``[q·run, (q+1)·run)``) goes to rank ``q % world_size``, and a rank's
 k-th run to worker ``k % num_workers`` (so a rank's items do not depend on its worker
 count). With ``run=1`` (``MapStream``'s default) index ``i`` goes to rank
@@ -38,16 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from youmu import mixture_change
-from youmu._args import bool_arg, callable_arg, int_arg
+from youmu._internal.args import bool_arg, callable_arg, int_arg
 from youmu.distributed.world import rank_and_world
 from youmu.errors import InvalidArgumentError, StateError
-from youmu.jobstates import Level, is_merged
-from youmu.mixture_change import Switch
-from youmu.resume import Origin, Units, remaining_after
-from youmu.sharding import Shard, run_round_robin_index, run_round_robin_length
-from youmu.stateful import MAX_STATE_INT, data_fingerprint, same_data
-from youmu.streamstate import MAPSTREAM_FORMAT, RESUMED, chain_of
+from youmu.mixture import change as mixture_change
+from youmu.mixture.change import Switch
+from youmu.order.resume import Origin, Units, remaining_after
+from youmu.order.sharding import Shard, run_round_robin_index, run_round_robin_length
+from youmu.state.contract import MAX_STATE_INT, data_fingerprint, same_data
+from youmu.state.jobs import Level, is_merged
+from youmu.state.stream import MAPSTREAM_FORMAT, RESUMED, chain_of
 from youmu.torch.sharded import PositionalStream
 
 __all__ = ["MapStream", "MixtureStream"]
@@ -66,7 +66,7 @@ class MapStream(PositionalStream[Any]):
         run: consecutive indices dealt together (1: index by index; see
             :class:`MixtureStream` for why runs help Parquet children).
 
-    State (``state_dict``, see :mod:`youmu.stateful`): items consumed per worker,
+    State (``state_dict``, see :mod:`youmu.state.contract`): items consumed per worker,
     ``world_size``, ``run``, ``drop_last`` and the number of workers; resume with the
     same settings (on another world size or worker count: load
     :func:`youmu.merge_states` of all ranks' states). ``set_epoch`` starts the index
@@ -77,7 +77,7 @@ class MapStream(PositionalStream[Any]):
     weights, so a resume may change them: built over the same children with other
     weights (or another curriculum), the stream loads the job's merged state
     (:func:`youmu.merge_states`, on any world size) and takes the new weights from the
-    switch point on, every row exactly once (:mod:`youmu.mixture_change`); the next
+    switch point on, every row exactly once (:mod:`youmu.mixture.change`); the next
     epoch runs the new weights throughout.
     """
 

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from youmu._args import int_arg, opt_int_arg
+from youmu._internal.args import int_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgumentError, StateError, ValueOverflowError
-from youmu.jobstates import is_merged
-from youmu.positional import SKIP
-from youmu.streamstate import PACK_FORMAT, PACK_POSITION_WIDTH, WRAPPED, decode_merged
+from youmu.state.jobs import is_merged
+from youmu.state.stream import PACK_FORMAT, PACK_POSITION_WIDTH, WRAPPED, decode_merged
+from youmu.streams.core import SKIP
 from youmu.torch.sharded import ShardedStream
 
 __all__ = ["PackedDataset", "pack", "collate_packed"]
@@ -62,16 +62,16 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
     the document before it. The last partial sequence is
     dropped unless ``pad_id`` is given (it is then padded and its padding forms a final
     pseudo-document, labelled ``-100``). Rows that come with a ``"skipped"`` list (an
-    ``on_error="skip"`` transform's reports, :mod:`youmu.skips`) give each item one:
+    ``on_error="skip"`` transform's reports, :mod:`youmu.streams.skips`) give each item one:
     the reports travel with the sequence that holds the first token of the row they
     came with, once across resumes (those of a dropped partial last sequence are lost
     with it).
 
-    State (:mod:`youmu.stateful`): per worker, the row the next sequence starts in and
+    State (:mod:`youmu.state.contract`): per worker, the row the next sequence starts in and
     the tokens of it already taken, with the wrapped stream's own state nested under
     ``"dataset"`` (as torchdata's nodes nest their source's). Packing reads the wrapped
     stream through the public methods of a positional stream
-    (:class:`youmu.positional.PositionalStream`) only: ``iter_with_heads``,
+    (:class:`youmu.streams.core.PositionalStream`) only: ``iter_with_heads``,
     ``shard_length``, ``column_types`` and the stream contract.
     """
 
@@ -227,7 +227,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         first = True
         reports: list[Any] | None = None  # rows an on_error="skip" transform skipped, for the next sequence
         # head: tokens of a row that a job before a resume on another topology already
-        # packed and delivered (youmu.resume); they are skipped
+        # packed and delivered (youmu.order.resume); they are skipped
         for at, row, head in self.dataset.iter_with_heads(row_pos):
             end = at + 1
             pos, skipped = _own_position(at, row)
@@ -275,7 +275,7 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
 def _own_position(at: int, row: Any) -> tuple[int, list[Any] | None]:
     """``(the row's own position, the reports it carries)`` of a row the stream gives
     at position ``at``: a sample carrying the reports of rows an ``on_error="skip"``
-    transform skipped right after it stands at the last of them (:mod:`youmu.skips`:
+    transform skipped right after it stands at the last of them (:mod:`youmu.streams.skips`:
     its position covers them), and a row resumed part-way must be found at its own."""
     skipped = row.get("skipped") if isinstance(row, dict) else None
     if not isinstance(skipped, list):

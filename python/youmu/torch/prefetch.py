@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from youmu._args import bool_arg, int_arg
+from youmu._internal.args import bool_arg, int_arg
 from youmu.distributed.producer import Producer
 from youmu.errors import ArgumentTypeError
 

@@ -1,4 +1,4 @@
-"""The positional stream core (:mod:`youmu.positional`) as torch ``IterableDataset`` s:
+"""The positional stream core (:mod:`youmu.streams.core`) as torch ``IterableDataset`` s:
 what youmu's torch streams (``MapStream``, ``pack``) subclass, so a ``DataLoader``
 takes them. The contract, the states and the epochs are the core's; this module adds
 only the torch base class.
@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from torch.utils.data import IterableDataset
 
-from youmu import positional
+from youmu.streams import core as positional
 
 __all__ = ["ShardedStream", "PositionalStream"]
 
@@ -32,8 +32,8 @@ P = TypeVar("P")
 
 
 class ShardedStream(positional.ShardedStream[T, P], IterableDataset[T]):
-    """A :class:`youmu.positional.ShardedStream` that is a torch ``IterableDataset``."""
+    """A :class:`youmu.streams.core.ShardedStream` that is a torch ``IterableDataset``."""
 
 
 class PositionalStream(positional.PositionalStream[T], ShardedStream[T, int]):
-    """A :class:`youmu.positional.PositionalStream` that is a torch ``IterableDataset``."""
+    """A :class:`youmu.streams.core.PositionalStream` that is a torch ``IterableDataset``."""

@@ -12,7 +12,7 @@ Example:
     1222
 """
 
-from youmu.skips import ON_ERROR
+from youmu.streams.skips import ON_ERROR
 from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image, open_image, to_rgb, upright_size
 from youmu.vision.resize import (
     FACTOR,

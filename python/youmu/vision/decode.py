@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from youmu._args import instance_arg, int_arg
+from youmu._internal.args import instance_arg, int_arg
 from youmu.errors import ImageError
 from youmu.vision.resize import (
     MAX_PIXELS,

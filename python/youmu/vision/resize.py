@@ -118,7 +118,7 @@ def smart_resize(height: int, width: int, *, factor: int = FACTOR, min_pixels: i
     >>> smart_resize(10, 1000)        # a side that rounds to 0 scales the image up
     (28, 560)
     """
-    from youmu._args import int_arg
+    from youmu._internal.args import int_arg
 
     int_arg("factor", factor, minimum=1)
     int_arg("min_pixels", min_pixels, minimum=1)
@@ -152,7 +152,7 @@ def visual_cost(height: int, width: int, *, min_pixels: int = MIN_PIXELS, max_pi
     >>> visual_cost(56, 56)
     VisualCost(height=56, width=56, encoder_patches=16, backbone_tokens=4)
     """
-    from youmu._args import int_arg
+    from youmu._internal.args import int_arg
 
     int_arg("patch_size", patch_size, minimum=1)
     int_arg("merge_size", merge_size, minimum=1)

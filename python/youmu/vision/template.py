@@ -31,7 +31,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from youmu._args import instance_arg, int_array
+from youmu._internal.args import instance_arg, int_array
 from youmu.errors import ArgumentTypeError, ImageError, InvalidArgumentError, TextError
 from youmu.text.chat import assistant_labels, generation_template, template_one
 from youmu.text.tokenizer import flat_ids

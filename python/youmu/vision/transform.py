@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from youmu._args import bool_arg, choice_arg, int_arg
+from youmu._internal.args import bool_arg, choice_arg, int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, ImageError
-from youmu.skips import ON_ERROR
+from youmu.streams.skips import ON_ERROR
 from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image
 from youmu.vision.resize import MAX_PIXELS, MERGE_SIZE, MIN_PIXELS, PATCH_SIZE, TEMPORAL_PATCH_SIZE, processor_geometry
 from youmu.vision.template import DEFAULT_SYSTEM, tokenize_chat

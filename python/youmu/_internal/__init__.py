@@ -1,0 +1,3 @@
+"""Plumbing every layer uses: argument checks (``args``), lazy package attributes, fork safety,
+garbage-collector timing, shared integers across DataLoader workers, secret redaction.
+Nothing here knows what a stream, a state or a loader is."""

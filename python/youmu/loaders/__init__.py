@@ -1,0 +1,2 @@
+"""The loader contract every youmu loader keeps (``passes``): one pass cursor, one epoch rule,
+one close."""
