@@ -54,6 +54,29 @@ def test_the_time_a_thread_spends_collecting_is_counted_for_that_thread_only() -
     assert gctime.spent(None) == 0.0
 
 
+def test_a_new_thread_does_not_inherit_the_seconds_of_an_ended_thread_with_its_id() -> None:
+    """Thread ids are reused once a thread ends; a thread that collected and ended without
+    ``forget`` must not lend its seconds to the next thread given its id."""
+    gctime.install()
+    ended: list[int] = []
+
+    def collect_and_end() -> None:
+        collect_slow_garbage(0.05)
+        ended.append(threading.get_ident())
+
+    seen: dict[int, float] = {}
+    for _ in range(20):  # ids are reused quickly; make sure one is
+        t = threading.Thread(target=collect_and_end)
+        t.start()
+        t.join()
+        r = threading.Thread(target=lambda: seen.__setitem__(threading.get_ident(), gctime.spent(threading.get_ident())))
+        r.start()
+        r.join()
+    reused = [tid for tid in seen if tid in ended]
+    assert reused, "no thread id was reused; the check did not run"
+    assert all(seen[tid] == 0.0 for tid in reused)
+
+
 def test_a_collection_on_the_fetcher_thread_is_not_counted_as_the_source_blocking() -> None:
     def source() -> Iterator[int]:
         yield 0

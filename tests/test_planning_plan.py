@@ -177,7 +177,7 @@ def _ddp_gradient(model, samples, assignment, n: int, m: int, scales) -> np.ndar
 
 def test_reorder_only_keeps_the_summed_gradient() -> None:
     torch = pytest.importorskip("torch")
-    from youmu.planning.engine import balance
+    from youmu.planning.engine.balance import balance
     torch.manual_seed(0)
     vocab, n, m = 40, 4, 3
     model = torch.nn.Sequential(torch.nn.Embedding(vocab, 16), torch.nn.Tanh(), torch.nn.Linear(16, vocab))

@@ -67,7 +67,7 @@ def seed_arg(seed: Any, name: str = "seed") -> int:
     >>> seed_arg(-1)
     Traceback (most recent call last):
     ...
-    youmu.errors.InvalidArgumentError: seed must be >= 0, got -1
+    youmu.errors.InvalidArgumentError: seed must be an int >= 0, got -1
     """
     return int_arg(name, seed, minimum=0, maximum=MAX_SEED)
 

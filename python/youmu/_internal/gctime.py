@@ -21,12 +21,16 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 __all__ = ["install", "spent", "forget"]
 
 _started: dict[int, float] = {}  # thread id -> when its collection in progress began
 _total: dict[int, float] = {}  # thread id -> seconds of its finished collections
+# thread id -> the thread those seconds belong to: ids are reused once a thread ends, and a
+# thread that never called forget() must not hand its seconds to the next one with its id
+_owner: dict[int, weakref.ref[threading.Thread]] = {}
 _lock = threading.Lock()
 _installed = False
 
@@ -35,6 +39,11 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
     # runs on the collecting thread, with the GIL held; collections do not nest
     tid = threading.get_ident()
     if phase == "start":
+        me = threading.current_thread()
+        owner = _owner.get(tid)
+        if owner is None or owner() is not me:
+            _owner[tid] = weakref.ref(me)
+            _total.pop(tid, None)
         _started[tid] = time.monotonic()
     else:
         began = _started.pop(tid, None)
@@ -58,6 +67,10 @@ def spent(thread_id: int | None) -> float:
     the one it may be in now included."""
     if thread_id is None:
         return 0.0
+    owner = _owner.get(thread_id)
+    thread = owner() if owner is not None else None
+    if thread is None or not thread.is_alive():
+        return 0.0  # nothing counted yet, or what is kept belongs to an ended thread
     began = _started.get(thread_id)
     ongoing = time.monotonic() - began if began is not None else 0.0
     return _total.get(thread_id, 0.0) + ongoing
@@ -68,3 +81,4 @@ def forget(thread_id: int | None) -> None:
     if thread_id is not None:
         _total.pop(thread_id, None)
         _started.pop(thread_id, None)
+        _owner.pop(thread_id, None)

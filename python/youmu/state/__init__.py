@@ -1,4 +1,12 @@
 """State and resume: the stream contract every youmu stream keeps (``contract``), the stream
 state's format (``stream``) and its merge (``stream_merge``, ``pack_merge``), the merged
 job-states header (``jobs``), the file codec (``files``) and the bounds a decoded state must
-keep (``bounds``). Loaders' own formats live with their loaders."""
+keep (``bounds``). Loaders' own formats live with their loaders.
+
+Example:
+    >>> from youmu.state.files import dumps, loads
+    >>> loads(dumps({"epoch": 1, "position": 40}), where="example")
+    {'epoch': 1, 'position': 40}
+"""
+
+__all__: list[str] = []
