@@ -11,10 +11,11 @@ each answer found by rendering the conversation turn by turn
 (:mod:`youmu.text.turns`): the answer and its end-of-turn, as the families' training
 templates mark them, never the assistant header.
 
-Rows come in either published layout: UltraChat's ``messages`` (a list of
-``{"role", "content"}``) or ShareGPT / OpenHermes' ``conversations`` (a list of
-``{"from", "value"}`` with ``human`` / ``gpt`` / ``system``), with system turns and
-any number of turns.
+Rows come in any layout of :mod:`youmu.text.layouts`: UltraChat's ``messages`` (a
+list of ``{"role", "content"}``), ShareGPT / OpenHermes' ``conversations`` (a list of
+``{"from", "value"}`` with ``human`` / ``gpt`` / ``system``) or Alpaca's
+``instruction`` / ``input`` / ``output`` columns, with system turns and any number of
+turns.
 
 Example:
     >>> conversation_of([{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}], DEFAULT_ROLES)
@@ -35,6 +36,7 @@ from youmu.errors import ArgumentTypeError, ColumnNotFoundError, InvalidArgument
 from youmu.streams.batched import BATCH_ROWS
 from youmu.streams.skips import ON_ERROR
 from youmu.text.cutoff import keep_lengths, turn_pairs
+from youmu.text.layouts import Layout, any_messages, layout_arg, read_conversation
 from youmu.text.tokenizer import TokenizerRef, fit_offsets, flat_ids, list_column, row_offsets, token_column
 from youmu.text.turns import generation_reachable, label_turns
 
@@ -43,45 +45,21 @@ __all__ = ["ChatTemplate", "DEFAULT_ROLES", "OVERFLOW", "IGNORE_INDEX", "convers
 
 #: The label of tokens the loss ignores (PyTorch's cross-entropy ``ignore_index``).
 IGNORE_INDEX = -100
-#: Stored speaker names → the template's roles: the chat roles, and ShareGPT's names.
-DEFAULT_ROLES: Mapping[str, str] = {
-    "system": "system", "user": "user", "assistant": "assistant",
-    "human": "user", "gpt": "assistant",
-}
+#: Stored speaker names → the template's roles: those of every built-in message layout
+#: (the chat roles, and ShareGPT's names).
+DEFAULT_ROLES: Mapping[str, str] = dict(any_messages().speakers())
 #: What a row longer than ``cutoff_len`` gets: cut as LLaMA-Factory cuts, refused with
 #: a :class:`~youmu.errors.TextError` naming it, or dropped (its position counted).
 OVERFLOW = ("truncate", "raise", "drop")
 
 
 def conversation_of(value: Any, roles: Mapping[str, str]) -> list[dict[str, str]]:
-    """A row's conversation as ``[{"role", "content"}, ...]`` with ``roles`` mapping the
-    stored speakers (``role`` or ShareGPT's ``from``; content in ``content`` or
-    ``value``). Anything else is a :class:`~youmu.errors.TextError` (with the message's
-    index where one is at fault)."""
-    if value is None:
-        raise TextError("conversation is null")
-    # (list, ...) first: a list (what Arrow gives) passes without the slower ABC check
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, Sequence)):
-        raise TextError(f"conversation must be a list of messages, got {type(value).__name__}")
-    if not value:
-        raise TextError("conversation has no messages")
-    out = []
-    for i, m in enumerate(value):
-        if not isinstance(m, (dict, Mapping)):
-            raise TextError(f"message must be a mapping, got {type(m).__name__}", message=i)
-        role = m.get("role")
-        if role is None:
-            role = m.get("from")
-        content = m.get("content") if m.get("content") is not None else m.get("value")
-        if role is None:
-            raise TextError(f"message has no role (no 'role' or 'from'; it has {sorted(m)})", message=i)
-        if role not in roles:
-            raise TextError(f"message has role {role!r}, which is not one of {sorted(roles)} (pass roles= to map it)",
-                            message=i)
-        if not isinstance(content, str):
-            raise TextError(f"message content must be a string, got {type(content).__name__}", message=i)
-        out.append({"role": roles[role], "content": content})
-    return out
+    """A conversation cell's messages as ``[{"role", "content"}, ...]`` with ``roles``
+    mapping the stored speakers, read in any registered message layout
+    (:mod:`youmu.text.layouts`: ``role``/``content``, ShareGPT's ``from``/``value``).
+    Anything else is a :class:`~youmu.errors.TextError` (with the message's index
+    where one is at fault)."""
+    return read_conversation(any_messages(), {"messages": value}, "messages", roles)
 
 
 def generation_template(tokenizer: Any, chat_template: str | None = None) -> bool:
@@ -189,9 +167,16 @@ class ChatTemplate:
             labelled on the text it renders for the whole conversation.
         column: the conversation column: UltraChat's ``messages`` or ShareGPT's
             ``conversations`` (either layout is read from any column).
-        roles: stored speaker names → template roles (default :data:`DEFAULT_ROLES`:
-            ``system``/``user``/``assistant`` and ShareGPT's ``human``/``gpt``); a
-            speaker not in it is a :class:`~youmu.errors.TextError`.
+        layout: how the rows store a conversation (:mod:`youmu.text.layouts`): ``None``
+            (default) messages in any registered message layout, a message of two
+            layouts that disagree being a :class:`~youmu.errors.TextError`;
+            ``"openai"`` or ``"sharegpt"`` for one layout's keys only; ``"alpaca"``
+            for Alpaca's columns (``column`` is then not read); or a
+            :class:`~youmu.text.layouts.Layout`.
+        roles: stored speaker names → template roles (default: the layout's, for no
+            layout :data:`DEFAULT_ROLES`: ``system``/``user``/``assistant`` and
+            ShareGPT's ``human``/``gpt``); a speaker not in it is a
+            :class:`~youmu.errors.TextError`.
         chat_template: a template to use instead of the tokenizer's own.
         cutoff_len: the most tokens a sample keeps, cut turn by turn as LLaMA-Factory
             does (:mod:`youmu.text.cutoff`: prompt and answer of each turn share what
@@ -231,7 +216,8 @@ class ChatTemplate:
     #: called with a table of rows (youmu.streams.batched)
     batched = True
 
-    def __init__(self, tokenizer: Any, column: str = "messages", *, roles: Mapping[str, str] | None = None,
+    def __init__(self, tokenizer: Any, column: str = "messages", *, layout: str | Layout | None = None,
+                 roles: Mapping[str, str] | None = None,
                  chat_template: str | None = None, cutoff_len: int | None = None, overflow: str = "truncate",
                  template_kwargs: Mapping[str, Any] | None = None, keep_columns: bool = True,
                  batch_rows: int = BATCH_ROWS, on_error: str = "raise") -> None:
@@ -255,7 +241,8 @@ class ChatTemplate:
             raise InvalidArgumentError(f"the tokenizer has no chat template ({e}); pass chat_template=") from None
         # a template that marks the answers itself keeps its marks; any other is run turn by turn
         self.tagged = generation_reachable(template)
-        roles = DEFAULT_ROLES if roles is None else roles
+        self.layout = layout_arg(layout)
+        roles = self.layout.speakers() if roles is None else roles
         if not isinstance(roles, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
                                                      for k, v in roles.items()):
             raise ArgumentTypeError(f"roles must map stored speaker names to template roles (str -> str), "
@@ -263,6 +250,8 @@ class ChatTemplate:
         if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
             raise ArgumentTypeError(f"template_kwargs must be a mapping, got {type(template_kwargs).__name__}")
         self.column = column
+        #: the column a row's error names: the conversation column, or the layout's first
+        self.where = self.layout.columns(column)[0]
         self.roles = dict(roles)
         self.chat_template = chat_template
         self.cutoff_len = opt_int_arg("cutoff_len", cutoff_len, minimum=1)
@@ -284,20 +273,30 @@ class ChatTemplate:
     def _conversations(self, table: pa.Table, errors: dict[int, TextError] | None) -> list[Any]:
         """Each row's conversation; a bad row's error is raised, or (``errors`` given)
         kept there and the row's conversation is ``None``."""
-        if self.column not in table.column_names:
-            raise ColumnNotFoundError(f"chat column {self.column!r} is not in the rows (they have "
-                                      f"{table.column_names}; read it with columns=[...] that include it)")
+        for name in self.layout.columns(self.column):
+            if name not in table.column_names:
+                raise ColumnNotFoundError(f"chat column {name!r} is not in the rows (they have "
+                                          f"{table.column_names}; read it with columns=[...] that include it)")
+        read = self._read_columns(table)
+        cells = {name: table.column(name).to_pylist() for name in read}
         out: list[Any] = []
-        for i, value in enumerate(table.column(self.column).to_pylist()):
+        for i in range(table.num_rows):
             try:
-                out.append(conversation_of(value, self.roles))
+                out.append(read_conversation(self.layout, {name: cells[name][i] for name in read}, self.column,
+                                             self.roles))
             except TextError as e:
-                e = e.located(column=self.column, batch_row=i)
+                e = e.located(column=self.where, batch_row=i)
                 if errors is None:
                     raise e from None
                 errors[i] = e
                 out.append(None)
         return out
+
+    def _read_columns(self, table: pa.Table) -> list[str]:
+        """The columns of ``table`` the layout reads: those it needs, and those of its
+        optional ones the rows have."""
+        return list(self.layout.columns(self.column)) + [c for c in self.layout.optional()
+                                                          if c in table.column_names]
 
     def _template(self, conversations: list[list[dict[str, str]]], all_rows: bool) -> Any:
         """The conversations templated and tokenized in one call. One that the template
@@ -315,12 +314,12 @@ class ChatTemplate:
                     tok.apply_chat_template(conv, tokenize=False, **kwargs)
                 except Exception as row_error:
                     refused.append(TextError(f"the chat template raised {type(row_error).__name__}: {row_error}",
-                                             column=self.column, batch_row=i))
+                                             column=self.where, batch_row=i))
                     if not all_rows:
                         raise refused[0] from row_error
             if refused:
                 raise _RowErrors(refused) from None
-            raise TextError(f"the chat template raised {type(e).__name__}: {e}", column=self.column) from e
+            raise TextError(f"the chat template raised {type(e).__name__}: {e}", column=self.where) from e
 
     def _masks(self, conversations: list[list[dict[str, str]]], skip: bool) -> tuple[list[Any], list[Any]]:
         """``(ids, assistant masks)`` of each conversation: the template's own
@@ -344,7 +343,7 @@ class ChatTemplate:
                     failures[i] = TextError("the chat template marks none of the assistant's tokens (0 labels): its "
                                             "{% generation %} blocks never run for this conversation")
         if failures:
-            refused = [failures[i].located(column=self.column, batch_row=i) for i in sorted(failures)]
+            refused = [failures[i].located(column=self.where, batch_row=i) for i in sorted(failures)]
             raise _RowErrors(refused) if skip else refused[0]
         return ids, masks
 
@@ -355,13 +354,13 @@ class ChatTemplate:
         if not conversations:
             return token_column([]), token_column([]), keep
         ids, masks = self._masks(conversations, skip)
-        who = f"the tokenizer of ChatTemplate(column {self.column!r})"
+        who = f"the tokenizer of ChatTemplate(column {self.where!r})"
         ids_col, labels_col, lengths = assistant_label_columns(ids, masks, self.cutoff_len, who)
         if self.cutoff_len is not None:
             over = lengths > self.cutoff_len
             if over.any() and self.overflow == "raise":
                 refused = [TextError(f"conversation of {int(lengths[i])} tokens is over cutoff_len={self.cutoff_len}",
-                                     column=self.column, batch_row=int(i)) for i in np.flatnonzero(over)]
+                                     column=self.where, batch_row=int(i)) for i in np.flatnonzero(over)]
                 raise _RowErrors(refused) if skip else refused[0]
             if self.overflow == "drop":
                 keep = ~over
@@ -381,11 +380,11 @@ class ChatTemplate:
             except TextError as e:
                 if not skip or e.batch_row is None:
                     if e.batch_row is not None:  # the row in the table, not in the rows templated
-                        e = e.located(column=e.column or self.column, batch_row=good[e.batch_row])
+                        e = e.located(column=e.column or self.where, batch_row=good[e.batch_row])
                     raise e from None
                 bad = {int(e.batch_row): e}
             for j, x in bad.items():
-                errors[good[j]] = x.located(column=x.column or self.column, batch_row=good[j])
+                errors[good[j]] = x.located(column=x.column or self.where, batch_row=good[j])
             good = [i for j, i in enumerate(good) if j not in bad]
         keep = np.zeros(table.num_rows, dtype=bool)
         keep[good] = kept
@@ -395,7 +394,7 @@ class ChatTemplate:
             empty = token_column([[]])
             ids_col = pa.concat_arrays([ids_col, empty]).take(pa.array(at))
             labels_col = pa.concat_arrays([labels_col, empty]).take(pa.array(at))
-        rest = table.drop_columns([self.column]) if self.keep_columns else pa.table({})
+        rest = table.drop_columns(self._read_columns(table)) if self.keep_columns else pa.table({})
         rest = rest.drop_columns([c for c in ("input_ids", "labels") if c in rest.column_names])
         cols = {name: rest.column(name) for name in rest.column_names}
         cols.update(input_ids=ids_col, labels=labels_col)

@@ -26,7 +26,8 @@ from youmu.vision.resize import (
     smart_resize,
     visual_cost,
 )
-from youmu.vision.template import IMAGE_PLACEHOLDER, ByteTokenizer, tokenize_chat
+from youmu.text.layouts import IMAGE_PLACEHOLDER
+from youmu.vision.template import ByteTokenizer, tokenize_chat
 from youmu.vision.transform import VisionTransform, images_of
 
 __all__ = [

@@ -3,8 +3,9 @@ visual tokens.
 
 Rows come as LLaVA dumps store them (``conversations``: a list of
 ``{"from": "human"|"gpt"|"system", "value": ...}`` with ``<image>`` placeholders), as
-chat datasets do (``messages``: ``{"role", "content"}``) or as a plain caption string
-(the image, then the caption as the answer). The template is Qwen2-VL's ChatML: every
+chat datasets do (``messages``: ``{"role", "content"}``), in any other layout of
+:mod:`youmu.text.layouts` — read as :class:`~youmu.text.ChatTemplate` reads them — or
+as a plain caption string (the image, then the caption as the answer). The template is Qwen2-VL's ChatML: every
 image becomes ``<|vision_start|>`` + ``backbone_tokens × <|image_pad|>`` +
 ``<|vision_end|>``, so the token count is the sample's true backbone length.
 
@@ -34,19 +35,17 @@ from typing import Any
 from youmu._internal.args import instance_arg, int_array
 from youmu.errors import ArgumentTypeError, ImageError, InvalidArgumentError, TextError
 from youmu.text.chat import assistant_labels, generation_template, template_one
+from youmu.text.layouts import IMAGE_PLACEHOLDER, Layout, any_messages, read_conversation
 from youmu.text.tokenizer import flat_ids
 
-__all__ = ["IMAGE_PLACEHOLDER", "SPECIAL_TOKENS", "DEFAULT_SYSTEM", "ByteTokenizer", "tokenize_chat"]
+__all__ = ["SPECIAL_TOKENS", "DEFAULT_SYSTEM", "ByteTokenizer", "tokenize_chat"]
 
-#: What LLaVA-style text marks an image's place with.
-IMAGE_PLACEHOLDER = "<image>"
 #: Qwen2-VL's special tokens the template uses.
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
                   "<|endoftext|>")
 DEFAULT_SYSTEM = "You are a helpful assistant."
 #: labels of tokens the loss ignores (prompt, template, images)
 IGNORE = -100
-_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
 class ByteTokenizer:
@@ -126,38 +125,34 @@ def image_token_id(tokenizer: Any) -> int:
     return int(ids[0])
 
 
-def _turns(text: Any) -> list[tuple[str, str]]:
-    """(role, content) turns of a row's text in any of the stored forms."""
+def _turns(text: Any, layout: Layout | None = None) -> list[tuple[str, str]]:
+    """(role, content) turns of a row's text: a caption, ``None`` or a list of messages
+    read as :class:`~youmu.text.ChatTemplate` reads them (:mod:`youmu.text.layouts`),
+    typed image parts as :data:`IMAGE_PLACEHOLDER`."""
     if isinstance(text, str):  # a caption: the images (placed below), then the caption as the answer
         return [("user", ""), ("assistant", text)]
     if text is None:
         return [("user", "")]
-    turns = []
-    for t in text:
-        if not isinstance(t, dict):
-            raise ImageError(f"a conversation turn must be a mapping, got {type(t).__name__}")
-        role = t.get("from", t.get("role"))
-        content = t.get("value", t.get("content"))
-        if isinstance(content, list):  # [{"type": "image"} | {"type": "text", "text": ...}]
-            content = "".join(IMAGE_PLACEHOLDER if c.get("type") == "image" else (c.get("text") or "")
-                              for c in content)
-        if role not in _ROLES or not isinstance(content, str):
-            raise ImageError(f"conversation turn with role {role!r} and content of type {type(content).__name__}")
-        turns.append((_ROLES[role], content))
-    return turns
+    try:
+        messages = read_conversation(layout or any_messages(), {"text": text}, "text", images=True)
+    except TextError as e:
+        where = "" if e.message is None else f" (message {e.message})"
+        raise ImageError(f"{e.reason}{where}") from None
+    return [(m["role"], m["content"]) for m in messages]
 
 
 def tokenize_chat(text: Any, image_tokens: Sequence[int], tokenizer: Any, *,
-                  system: str | None = DEFAULT_SYSTEM) -> dict[str, list[int]]:
+                  system: str | None = DEFAULT_SYSTEM, layout: Layout | None = None) -> dict[str, list[int]]:
     """``{"input_ids", "labels"}`` of a row: its turns in Qwen2-VL's template, the i-th
     ``<image>`` expanded to ``image_tokens[i]`` pad tokens, labels ``-100`` except on
     the assistant's answers (and their ``<|im_end|>``). Images without a placeholder
     go before the first user turn's text; more placeholders than images is an
-    :class:`~youmu.errors.ImageError`.
+    :class:`~youmu.errors.ImageError`. ``layout``: how ``text``'s messages are stored
+    (default: any registered message layout, :mod:`youmu.text.layouts`).
     """
     enc = _encoder(tokenizer)
     pad = image_token_id(tokenizer)
-    turns = _turns(text)
+    turns = _turns(text, layout)
     placed = sum(c.count(IMAGE_PLACEHOLDER) for _, c in turns)
     if placed > len(image_tokens):
         raise ImageError(f"the text has {placed} {IMAGE_PLACEHOLDER} placeholders for {len(image_tokens)} images")

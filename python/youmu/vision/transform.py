@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from youmu._internal.args import bool_arg, choice_arg, int_arg
-from youmu.errors import ArgumentTypeError, ColumnNotFoundError, ImageError
+from youmu.errors import ArgumentTypeError, ColumnNotFoundError, ImageError, TextError
 from youmu.streams.skips import ON_ERROR
+from youmu.text.layouts import Layout, layout_arg, read_conversation
 from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image
 from youmu.vision.resize import MAX_PIXELS, MERGE_SIZE, MIN_PIXELS, PATCH_SIZE, TEMPORAL_PATCH_SIZE, processor_geometry
 from youmu.vision.template import DEFAULT_SYSTEM, tokenize_chat
@@ -62,6 +63,9 @@ class VisionTransform:
             Hugging Face tokenizer, or :class:`~youmu.vision.ByteTokenizer`).
         image_column, text_column: the row's columns (images: see :func:`images_of`;
             text: a LLaVA ``conversations`` list, chat ``messages`` or a caption).
+        layout: how the rows store a conversation, as :class:`~youmu.text.ChatTemplate`'s
+            ``layout=`` (:mod:`youmu.text.layouts`; ``"alpaca"``: its columns, not
+            ``text_column``); both transforms read a row the same way.
         min_pixels, max_pixels: the resize rule's range (Qwen2-VL's defaults).
         patch_size, merge_size, temporal_patch_size: the vision encoder's geometry
             (Qwen2-VL's: 14, 2, 2); :meth:`from_processor` takes all five from the
@@ -92,6 +96,7 @@ class VisionTransform:
     reports_rows = True
 
     def __init__(self, tokenizer: Any, *, image_column: str = "image", text_column: str = "conversations",
+                 layout: str | Layout | None = None,
                  min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS,
                  max_image_pixels: int = MAX_IMAGE_PIXELS, draft: bool = True, pixels: bool = True,
                  system: str | None = DEFAULT_SYSTEM, on_error: str = "raise", patch_size: int = PATCH_SIZE,
@@ -104,6 +109,7 @@ class VisionTransform:
         self.tokenizer = tokenizer
         self.image_column = image_column
         self.text_column = text_column
+        self.layout = layout_arg(layout)
         self.geometry = {"patch_size": int_arg("patch_size", patch_size, minimum=1),
                          "merge_size": int_arg("merge_size", merge_size, minimum=1),
                          "temporal_patch_size": int_arg("temporal_patch_size", temporal_patch_size, minimum=1)}
@@ -124,13 +130,15 @@ class VisionTransform:
         return cls(tokenizer, **{**processor_geometry(processor), **kwargs})
 
     @property
-    def required_columns(self) -> tuple[str, str]:
+    def required_columns(self) -> tuple[str, ...]:
         """The columns every row must have: datasets check them against the data when
         they are built (:class:`~youmu.torch.YoumuDataset`), before any worker starts."""
-        return (self.image_column, self.text_column)
+        return (self.image_column, *self.layout.columns(self.text_column))
 
     def _check_columns(self, row: Mapping[str, Any]) -> None:
-        for role, name in (("image_column", self.image_column), ("text_column", self.text_column)):
+        texts = self.layout.columns(self.text_column)
+        named = [("text_column" if name == self.text_column else "layout", name) for name in texts]
+        for role, name in [("image_column", self.image_column), *named]:
             if name not in row:
                 raise ColumnNotFoundError(
                     f"VisionTransform({role}={name!r}): the rows have no column {name!r}; they have "
@@ -144,6 +152,17 @@ class VisionTransform:
             if e.column is None:
                 e = e.located(column=self.image_column)
             raise e.located(skip=self.on_error == "skip") from None
+
+    def _text(self, row: Mapping[str, Any]) -> Any:
+        """The row's text as :func:`~youmu.vision.tokenize_chat` takes it: the text
+        column's value, or (a layout over other columns) the row's conversation."""
+        if self.layout.columns(self.text_column) == (self.text_column,):
+            return row.get(self.text_column)
+        try:
+            return read_conversation(self.layout, row, self.text_column, images=True)
+        except TextError as e:
+            where = "" if e.message is None else f" (message {e.message})"
+            raise ImageError(f"{e.reason}{where}", column=self.layout.columns(self.text_column)[0]) from None
 
     def _sample(self, row: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(row, Mapping):
@@ -162,8 +181,8 @@ class VisionTransform:
             except ImageError as e:
                 raise e.located(column=self.image_column, image=i, path=path) from None
             costs.append(c)
-        tokens = tokenize_chat(row.get(self.text_column), [c.backbone_tokens for c in costs], self.tokenizer,
-                               system=self.system)
+        tokens = tokenize_chat(self._text(row), [c.backbone_tokens for c in costs], self.tokenizer,
+                               system=self.system, layout=self.layout)
         out: dict[str, Any] = {
             "image_grid_thw": [c.grid_thw for c in costs],
             "input_ids": np.asarray(tokens["input_ids"], dtype=np.int64),
