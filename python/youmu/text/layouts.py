@@ -182,7 +182,7 @@ def register(layout: Layout) -> Layout:
     """Add ``layout`` to :data:`LAYOUTS` under its name (a message layout is then also
     read by transforms given no layout); a name taken is an
     :class:`~youmu.errors.InvalidArgumentError`."""
-    if not isinstance(layout, Layout) or not isinstance(layout.name, str) or not layout.name:
+    if not isinstance(layout, Layout) or not isinstance(getattr(layout, "name", None), str) or not layout.name:
         raise ArgumentTypeError(f"layout must be a named youmu.text.layouts.Layout, got {layout!r}")
     if layout.name in LAYOUTS:
         raise InvalidArgumentError(f"a chat layout named {layout.name!r} is already registered")

@@ -13,6 +13,7 @@ Example:
 """
 
 from youmu.streams.skips import ON_ERROR
+from youmu.text.layouts import IMAGE_PLACEHOLDER
 from youmu.vision.decode import MAX_IMAGE_PIXELS, image_cost, load_image, open_image, to_rgb, upright_size
 from youmu.vision.resize import (
     FACTOR,
@@ -26,7 +27,6 @@ from youmu.vision.resize import (
     smart_resize,
     visual_cost,
 )
-from youmu.text.layouts import IMAGE_PLACEHOLDER
 from youmu.vision.template import ByteTokenizer, tokenize_chat
 from youmu.vision.transform import VisionTransform, images_of
 
