@@ -721,7 +721,7 @@ def test_a_mode_compared_by_name_is_caught() -> None:
 _STREAM_STATE_OWNER = "youmu.state.stream"
 _STREAM_STATE_FIELDS = ("positions", "num_workers", "resumed", "dataset")
 _STREAM_STATE_USERS = ("youmu.streams.core", "youmu.streams.parquet", "youmu.streams.spec", "youmu.merge", "youmu.state.stream_merge",
-                       "youmu.state.pack_merge", "youmu.torch.pack", "youmu.torch.mapstream", "youmu.torch.sharded",
+                       "youmu.torch.pack", "youmu.torch.mapstream", "youmu.torch.sharded",
                        "youmu.torch.dataset", "youmu.ray.source")
 
 

@@ -35,20 +35,15 @@ from youmu.errors import StateError
 from youmu.state.bounds import check_tree
 from youmu.state.contract import state_positions
 from youmu.state.jobs import OWNER, Merge
-from youmu.state.stream import (
-    MAPSTREAM_FORMAT,
-    PACK_FORMAT,
-    PARQUET_STREAM_FORMAT,
-    POSITIONS,
-    position_width,
-    with_worker_positions,
-)
-from youmu.state.stream_merge import merge_stream_ranks, stream_rank
+from youmu.state.stream import POSITIONS, STREAM_FORMATS, position_width, with_worker_positions
+from youmu.state.stream_merge import merge_stream_ranks, merge_wrapping_states, stream_rank
 
 __all__ = ["merge_states"]
 
-#: The row streams, merged here; a wrapping stream (``pack``) has its own merge in the table.
-_ROW_STREAMS = (PARQUET_STREAM_FORMAT, MAPSTREAM_FORMAT)
+#: The row streams, merged here; a wrapping stream (``pack``: its format declares the
+#: child it nests) is merged by its entry in the table.
+_ROW_STREAMS = tuple(tag for tag, f in STREAM_FORMATS.items() if f.child is None)
+_WRAPPING_STREAMS = tuple(tag for tag, f in STREAM_FORMATS.items() if f.child is not None)
 
 #: A loader's or a wrapping stream's merge, as the table below keys it.
 _MergeFn = Callable[[Sequence[Mapping[str, Any]], Merge], dict[str, Any]]
@@ -114,10 +109,9 @@ def _mergers() -> dict[str, _MergeFn]:
     from youmu.planning.state.merge import merge_balanced_states
     from youmu.ray.merge import merge_ray_states
     from youmu.ray.state import CLIENT_FORMAT
-    from youmu.state.pack_merge import merge_pack_states
 
     return {**dict.fromkeys(DYNAMIC_LOADER_FORMATS, merge_loader_states), BALANCED_LOADER_FORMAT: merge_balanced_states,
-            CLIENT_FORMAT: merge_ray_states, PACK_FORMAT: merge_pack_states}
+            CLIENT_FORMAT: merge_ray_states, **dict.fromkeys(_WRAPPING_STREAMS, merge_wrapping_states)}
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -148,5 +142,5 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for i, st in enumerate(unwrapped):
         if st.get("format") not in _ROW_STREAMS:
             raise StateError(f"{OWNER}: states[{i}] is a {st.get('format')} state, not the state of a youmu stream "
-                             f"({', '.join((*_ROW_STREAMS, PACK_FORMAT))}) or of a StatefulDataLoader over one")
+                             f"({', '.join((*_ROW_STREAMS, *_WRAPPING_STREAMS))}) or of a StatefulDataLoader over one")
     return merge_stream_ranks([stream_rank(st, i) for i, st in enumerate(unwrapped)])

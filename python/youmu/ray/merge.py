@@ -47,16 +47,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.planning.state.checkpoint import RESIZE_MAY_CHANGE
 from youmu.ray.state import CLIENT_FORMAT, PlannerState
 from youmu.state.contract import state_int
-from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
+from youmu.state.jobs import OWNER, Merge
+from youmu.state.step_states import load_step_merged, step_job
 
 __all__ = ["merge_ray_states", "parse_merged"]
 
 _KIND = "RayBalancedLoader"
-# fields every client's state of one deployment at one step shares
-_SHARED = ("world_size", "epoch", "num_microbatches", "step", "microbatch", "config", "sources", "settings", "data")
 
 
 def merge_ray_states(states: Sequence[Mapping[str, Any]], merge: Merge | None = None) -> dict[str, Any]:
@@ -66,21 +64,10 @@ def merge_ray_states(states: Sequence[Mapping[str, Any]], merge: Merge | None = 
     :class:`~youmu.errors.StateError` for a state of another kind, a missing or
     repeated rank, states of different deployments, settings or steps, or states
     saved inside a step."""
-    states = one_kind(states, CLIENT_FORMAT, kind=_KIND)
-    for i, st in enumerate(states):
-        for key in ("sources", "settings", "data"):
-            if st.get(key) is None:
-                raise StateError(f"{OWNER}: states[{i}] has no {key!r} field (saved before RayBalancedLoader "
-                                 "states could be merged): resume it on the same topology")
-    job = JobStates(states, kind=_KIND)
-    for key in _SHARED:
-        job.same(key)
-    first = states[0]
-    world = state_int(first, "world_size", owner=_KIND, minimum=1)
-    job.in_rank_order(world, holds="its sources' positions and held samples")
-    step = state_int(first, "step", owner=_KIND)
-    job.at_step_boundary(step, state_int(first, "microbatch", owner=_KIND))
-    planner = job.same("planner")
+    job = step_job(states, CLIENT_FORMAT, kind=_KIND, needs=("sources", "settings", "data"),
+                   shared=("sources", "data"), holds="its sources' positions and held samples")
+    first, world, step = job.first, job.world, job.step
+    planner = job.job.same("planner")
     names = first["sources"]
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise StateError(f"{OWNER}: RayBalancedLoader state field 'sources' must be a list of source names")
@@ -89,8 +76,8 @@ def merge_ray_states(states: Sequence[Mapping[str, Any]], merge: Merge | None = 
         raise StateError(f"{OWNER}: RayBalancedLoader state field 'planner' is as of step {ps.step}, not the "
                          f"resume step {step} (a state loaded and not yet iterated): iterate a step first, or merge "
                          "the states that were loaded")
-    return {"format": MERGED_FORMAT, "stream": CLIENT_FORMAT, "epoch": ps.epoch, "step": step, "world_size": world,
-            "sources": names, "settings": first["settings"], "data": first["data"], "planner": ps.to_dict()}
+    return job.header(ps.epoch, world_size=world, sources=names, settings=first["settings"],
+                      data=first["data"], planner=ps.to_dict())
 
 
 def parse_merged(state: Any, *, portable: Mapping[str, Any], data: Any, names: Sequence[str],
@@ -99,11 +86,9 @@ def parse_merged(state: Any, *, portable: Mapping[str, Any], data: Any, names: S
     (its ``portable`` settings, ``data`` fingerprint, source ``names`` and
     ``world_size``), laid out for its world size; a field that does not fit is a
     :class:`~youmu.errors.StateError` naming it."""
-    st = load_merged(state, CLIENT_FORMAT, owner=_KIND,
-                     required=("epoch", "step", "world_size", "sources", "settings", "data", "planner"),
-                     hint="merge the RayBalancedLoader clients' states")
-    same_settings(st["settings"], portable, owner="merged RayBalancedLoader state", what="deployment",
-                  may_change=RESIZE_MAY_CHANGE)
+    st, step = load_step_merged(state, CLIENT_FORMAT, kind=_KIND, what="deployment", settings=portable,
+                                required=("epoch", "world_size", "sources", "data", "planner"),
+                                hint="merge the RayBalancedLoader clients' states")
     if st["data"] != data:
         raise StateError(f"merged RayBalancedLoader state field 'data' is {st['data']!r}, this deployment's is "
                          f"{data!r}: its sources (files, stream settings) or measuring functions differ")
@@ -112,7 +97,6 @@ def parse_merged(state: Any, *, portable: Mapping[str, Any], data: Any, names: S
         raise StateError(f"merged RayBalancedLoader state field 'sources' is {saved!r:.80}, this deployment reads "
                          f"{list(names)}")
     world = state_int(st, "world_size", owner=_KIND, minimum=1)
-    step = state_int(st, "step", owner=_KIND)
     planner = PlannerState.from_dict(st["planner"], world_size=world, num_sources=len(saved))
     if planner.step != step or planner.epoch != state_int(st, "epoch", owner=_KIND):
         raise StateError(f"merged RayBalancedLoader state field 'planner' is as of epoch {planner.epoch} step "

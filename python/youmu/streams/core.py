@@ -128,6 +128,15 @@ class ShardedStream(Generic[T, P]):
         """``(position after the item, item or SKIP)`` for this shard from ``start``."""
         raise NotImplementedError
 
+    def _state_fields(self) -> dict[str, Any]:
+        """The values of this kind's own declared state fields
+        (:data:`youmu.state.stream.STREAM_FORMATS`), written after the common ones."""
+        return {}
+
+    def _take_state_fields(self, values: Mapping[str, Any]) -> None:
+        """Take back this kind's own fields from a loaded state (a rank's or a merged
+        one), checked by their declarations; called after the state is installed."""
+
 
     # -- epochs ---------------------------------------------------------------------------
     @property
@@ -178,7 +187,8 @@ class ShardedStream(Generic[T, P]):
             )
         positions = {**self._resume, **self._progress}
         return streamstate.encode(self.state_format, self._settings(), epoch=self.epoch,
-                                  num_workers=self._num_workers_seen, positions=positions, chain=self._levels)
+                                  num_workers=self._num_workers_seen, positions=positions, chain=self._levels,
+                                  own=self._state_fields())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state`` on the next ``iter()`` (the pass after that starts
@@ -193,12 +203,14 @@ class ShardedStream(Generic[T, P]):
                       lambda: self._check_positions(st.positions, st.epoch, st.num_workers or 1))
         self._resume = dict(st.positions)
         self._num_workers_seen = st.num_workers
+        self._take_state_fields(st.own)
 
     def _load_merged(self, state: Mapping[str, Any]) -> None:
         """A state of ``youmu.merge_states``: the rest of the epoch, on this topology."""
         st, epoch, chain = streamstate.decode_merged(state, self.state_format, owner=type(self).__name__,
                                                      expect=self._settings(), adopts=self.resume_adopts)
         self._install(st, epoch, chain, lambda: None)
+        self._take_state_fields(streamstate.own_values(st, owner=type(self).__name__))
 
     def _install(self, st: Mapping[str, Any], epoch: int, levels: list[Level] | None,
                  check: Callable[[], None]) -> None:

@@ -145,14 +145,13 @@ class MapStream(PositionalStream[Any]):
 
         return isinstance(self.dataset, MixtureDataset)
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        if self._is_mixture():
-            spliced = self._data() is self._effective
-            state["mixture"] = mixture_change.state_field(
-                self._data(), self._switches if spliced else [],
-                self._origin_len if spliced and self._origin_len is not None else len(self.dataset))
-        return state
+    def _state_fields(self) -> dict[str, Any]:
+        if not self._is_mixture():
+            return {}
+        spliced = self._data() is self._effective
+        return {"mixture": mixture_change.state_field(
+            self._data(), self._switches if spliced else [],
+            self._origin_len if spliced and self._origin_len is not None else len(self.dataset))}
 
     def load_state_dict(self, state: Any) -> None:
         saved = (self._effective, self._effective_epoch, self._switches, self._origin_len)

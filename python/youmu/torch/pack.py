@@ -130,8 +130,8 @@ class PackedDataset(ShardedStream[dict[str, torch.Tensor], tuple[int, int]]):
         self.dataset.set_epoch(epoch)
         super().set_epoch(epoch)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), WRAPPED: self.dataset.state_dict()}
+    def _state_fields(self) -> dict[str, Any]:
+        return {WRAPPED: self.dataset.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if is_merged(state):

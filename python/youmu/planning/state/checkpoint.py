@@ -49,7 +49,6 @@ from youmu.state.jobs import is_merged
 __all__ = [
     "BALANCED_LOADER_FORMAT",
     "RESUME_MODES",
-    "RESIZE_MAY_CHANGE",
     "Resume",
     "Snapshots",
     "agree_on_start",
@@ -65,10 +64,6 @@ __all__ = [
 #: tag of :meth:`BalancedLoader.state_dict` (bumped when the layout changes)
 BALANCED_LOADER_FORMAT = "youmu.planning.BalancedLoader/2"
 RESUME_MODES = ("auto", "state", "replay")
-#: What a resume on another topology may change of a step-planning loader's settings
-#: (``PlanSettings.portable`` keeps the rest), as a merged state's refusal says it — the
-#: same for a ``BalancedLoader`` and a Ray deployment, which share the plan settings.
-RESIZE_MAY_CHANGE = "the world size, num_microbatches, global_batch_size / token_budget and the schedule"
 _OWNER = "BalancedLoader"
 
 log = logging.getLogger("youmu.planning")

@@ -58,17 +58,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT, RESIZE_MAY_CHANGE, Resume, restored_state
+from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT, Resume, restored_state
 from youmu.planning.steps.carry import parse_carry
 from youmu.state.contract import state_int
-from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, Merge, load_merged, one_kind, same_settings
+from youmu.state.jobs import OWNER, Merge
+from youmu.state.step_states import load_step_merged, step_job
 
 __all__ = ["merge_balanced_states", "parse_merged"]
 
 _LOADER = "BalancedLoader"
-# fields every rank's state of one job at one point shares ('settings' by setting, then
-# 'config': the batch size, token budget and schedule are in it)
-_SHARED = ("world_size", "epoch", "num_microbatches", "step", "microbatch")
 
 
 def merge_balanced_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> dict[str, Any]:
@@ -78,24 +76,9 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> 
     :class:`~youmu.errors.StateError` for states of different jobs, settings, epochs or
     steps, a missing or repeated rank, a state of another kind, a replay-mode state
     (its sources could not save their states) or one saved inside a step."""
-    states = one_kind(states, BALANCED_LOADER_FORMAT, kind=_LOADER)
-    for i, st in enumerate(states):
-        if st.get("mode") != "state":
-            raise StateError(f"{OWNER}: states[{i}] field 'mode' is {st.get('mode')!r}: only 'state'-mode states "
-                             "(every source stateful) can resume on another topology")
-        if "settings" not in st:
-            raise StateError(f"{OWNER}: states[{i}] has no 'settings' field (saved before BalancedLoader states "
-                             "could be merged): resume it on the same topology")
-    job = JobStates(states, kind=_LOADER)
-    for field in _SHARED:
-        job.same(field)
-    job.same_settings(lambda st: st["settings"] if isinstance(st["settings"], Mapping) else {})
-    job.same("config")
-    first = states[0]
-    world = state_int(first, "world_size", owner=_LOADER, minimum=1)
-    ranks = job.in_rank_order(world, holds="its sources' positions and held samples")
-    step = state_int(first, "step", owner=_LOADER)
-    job.at_step_boundary(step, state_int(first, "microbatch", owner=_LOADER))
+    job = step_job(states, BALANCED_LOADER_FORMAT, kind=_LOADER, check=_state_mode,
+                   holds="its sources' positions and held samples")
+    first, ranks, world = job.first, job.ranks, job.world
     raw = first.get("streams")
     names = [s.get("name") for s in raw] if isinstance(raw, list) and all(isinstance(s, Mapping) for s in raw) \
         else None
@@ -125,9 +108,14 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> 
              for p in parsed for h in p["carry"]]
     pending = {name: [x for p in parsed for x in p["streams"][c]["pending"]] for c, name in enumerate(names)}
     id_bound = max(int(p["next_index"]) for p in parsed) * world
-    return {"format": MERGED_FORMAT, "stream": BALANCED_LOADER_FORMAT, "epoch": first.get("epoch", 0), "step": step,
-            "settings": first["settings"], "sources": names, "streams": streams, "carry": carry,
-            "pending": pending, "id_bound": id_bound, "resized_from": world}
+    return job.header(settings=first["settings"], sources=names, streams=streams, carry=carry, pending=pending,
+                      id_bound=id_bound, resized_from=world)
+
+
+def _state_mode(i: int, st: Mapping[str, Any]) -> None:
+    if st.get("mode") != "state":
+        raise StateError(f"{OWNER}: states[{i}] field 'mode' is {st.get('mode')!r}: only 'state'-mode states "
+                         "(every source stateful) can resume on another topology")
 
 
 def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str], rank: int, world_size: int,
@@ -136,16 +124,13 @@ def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str
     step, each source's merged state, and its deal of the held samples. A setting that
     differs from ``settings`` (:meth:`PlanSettings.portable`) is a
     :class:`~youmu.errors.StateError` naming it."""
-    st = load_merged(state, BALANCED_LOADER_FORMAT, owner=_LOADER,
-                     required=("step", "settings", "sources", "streams", "carry", "pending", "id_bound"),
-                     hint="load it into each rank's stream (the BalancedLoader's source), or merge the "
-                          "BalancedLoader states")
+    st, step = load_step_merged(state, BALANCED_LOADER_FORMAT, kind=_LOADER, what="BalancedLoader", settings=settings,
+                                required=("sources", "streams", "carry", "pending", "id_bound"),
+                                hint="load it into each rank's stream (the BalancedLoader's source), or merge the "
+                                     "BalancedLoader states")
     if not can_restore:
         raise StateError("a merged BalancedLoader state restores the sources' states: every source must be stateful "
                          "and resume_mode 'state' or 'auto'")
-    same_settings(st["settings"], settings, owner="merged BalancedLoader state", what="BalancedLoader",
-                  may_change=RESIZE_MAY_CHANGE)
-    step = state_int(st, "step", owner=_LOADER)
     id_bound = state_int(st, "id_bound", owner=_LOADER)
     by_name: dict[str, Mapping[str, Any]] = {}
     raw = st["streams"]
