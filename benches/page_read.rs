@@ -53,7 +53,7 @@ fn benches(c: &mut Criterion) {
             let (off, len) = locs[j as usize];
             let mut buf = vec![0u8; len];
             file.read_exact_at(&mut buf, off).expect("pread");
-            let (h, hl) = _core::thrift::parse_page_header(&buf).expect("header");
+            let (h, hl) = _core::parquet::thrift::parse_page_header(&buf).expect("header");
             black_box(zstd::bulk::decompress(&buf[hl..], h.uncompressed_size as usize).expect("zstd"))
         })
     });

@@ -1,4 +1,4 @@
-//! Discovery's rules about names (rules 2 and 3 of [`crate::paths`], and what a glob
+//! Discovery's rules about names (rules 2 and 3 of [`crate::index::paths`], and what a glob
 //! pattern spells): pure functions of names and patterns, the same for a local walk and
 //! an object listing, used by both in `storage/` so the backends agree on what is data.
 

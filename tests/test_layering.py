@@ -60,7 +60,7 @@ def _rust_files_outside_storage() -> list[Path]:
 
 def test_rust_sources_are_found() -> None:
     files = _rust_files_outside_storage()
-    assert RUST / "read.rs" in files and RUST / "py" / "index.rs" in files
+    assert RUST / "index" / "read.rs" in files and RUST / "py" / "index.rs" in files
     assert (STORAGE / "source.rs").exists()
 
 
@@ -125,7 +125,7 @@ def test_a_match_on_the_backend_is_caught() -> None:
 
 
 # "Is this still the process that made it?" is one question with one answer, the fork
-# generation `rust/perprocess.rs` keeps (bumped by a `pthread_atfork` child handler):
+# generation `rust/runtime/perprocess.rs` keeps (bumped by a `pthread_atfork` child handler):
 # a process id compared elsewhere is a second answer, and a pid can be reused.
 PROCESS_ID_COMPARED = re.compile(r"(?:==|!=)\s*std::process::id\(\)|std::process::id\(\)\s*(?:==|!=)|\bpid:\s*u32\b")
 
@@ -134,7 +134,7 @@ def test_only_perprocess_asks_which_process_this_is() -> None:
     hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
             for p in sorted(RUST.rglob("*.rs")) if p.name != "perprocess.rs"
             for n, line in enumerate(p.read_text().splitlines(), 1) if PROCESS_ID_COMPARED.search(_code(line))]
-    assert not hits, "compare crate::perprocess::fork_generation() instead:\n" + "\n".join(hits)
+    assert not hits, "compare crate::runtime::perprocess::fork_generation() instead:\n" + "\n".join(hits)
     for line in ("if self.pid != std::process::id() {", "    pid: u32,"):
         assert PROCESS_ID_COMPARED.search(line), line
     assert not PROCESS_ID_COMPARED.search('let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));')
@@ -200,11 +200,12 @@ def _rust_top_level_sources() -> dict[str, str]:
 
 def test_rust_top_level_modules_form_no_import_cycle() -> None:
     # the layers, bottom up: error (with the leaves it uses: redact), the process settings
-    # (limits, runtime), storage, discovery (paths over rules), the file model, the index,
-    # its persistence, the readers; a cycle among them makes every layer every other's
+    # (limits, runtime/), storage/, one Parquet file (parquet/), the index with its
+    # discovery, persistence and readers (index/), order (order/) and the bindings (py/);
+    # a cycle among them makes every layer every other's
     graph = _rust_top_level_graph(_rust_top_level_sources())
-    assert {"storage", "error", "paths", "file", "index", "persist", "py"} <= set(graph), sorted(graph)
-    assert {"error", "storage"} <= graph["persist"], graph["persist"]
+    assert {"storage", "error", "runtime", "parquet", "index", "order", "py"} <= set(graph), sorted(graph)
+    assert {"error", "storage", "parquet"} <= graph["index"], graph["index"]
     cycle = _cycle(graph)
     assert cycle is None, "import cycle among the Rust crate's top-level modules: " + " -> ".join(cycle or [])
 

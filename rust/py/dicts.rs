@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::file::RowGroupSources;
+use crate::parquet::file::RowGroupSources;
 
 /// `storage_options` as the `dict[str, str]` Python code takes (pickles, hub calls).
 pub(super) fn options_dict<'py>(py: Python<'py>, options: &[(String, String)]) -> PyResult<Bound<'py, PyDict>> {

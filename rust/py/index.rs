@@ -42,7 +42,9 @@ impl PyPageIndex {
         let specs = paths_from(paths, "PageIndex() argument 'paths'")?;
         let columns = columns_from(columns, "PageIndex() argument 'columns'")?;
         let unit = match coerce_int96_timestamp_unit.filter(|u| !u.is_none()) {
-            Some(u) => Some(crate::int96::parse_unit(&super::convert::str_arg(u, "coerce_int96_timestamp_unit")?)?),
+            Some(u) => {
+                Some(crate::parquet::int96::parse_unit(&super::convert::str_arg(u, "coerce_int96_timestamp_unit")?)?)
+            }
             None => None,
         };
         let options = storage_options_from(storage_options)?;
@@ -201,7 +203,7 @@ impl PyPageIndex {
     /// Arrow schema says, else "ns").
     #[getter]
     fn coerce_int96_timestamp_unit(&self) -> Option<&'static str> {
-        self.inner.int96_unit().map(crate::int96::unit_name)
+        self.inner.int96_unit().map(crate::parquet::int96::unit_name)
     }
 
     /// Whether any file is an object in a store (reads then go over the network).

@@ -1,5 +1,5 @@
 //! `youmu._core.FlatMap` / `youmu._core.MixtureMap`: the mixture index maps with
-//! vectorised numpy calls (GIL released; `crate::mixture` evaluates the batch). The
+//! vectorised numpy calls (GIL released; `crate::order::mixture` evaluates the batch). The
 //! Python classes `youmu.FlatMixture` / `youmu.MixtureDataset` wrap these and own the
 //! children.
 
@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::convert::{bool_arg, ids_from, index_from, int_arg, ints_arg, seed_arg};
-use crate::mixture::{FlatMap, MixtureMap, Policy, purpose_code};
-use crate::permute::derive_key;
+use crate::order::mixture::{FlatMap, MixtureMap, Policy, purpose_code};
+use crate::order::permute::derive_key;
 
 type I64Array<'py> = Bound<'py, PyArray1<i64>>;
 

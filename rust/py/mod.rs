@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::error::Result;
 
-use crate::io::{BYTES_READ, READS};
+use crate::parquet::io::{BYTES_READ, READS};
 use crate::runtime::{runtime, set_num_threads as set_threads};
 
 pub(crate) use crate::error::catch_panics as guard;
@@ -64,7 +64,7 @@ fn io_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("bytes_read", BYTES_READ.load(Ordering::Relaxed))?;
     d.set_item("reads", READS.load(Ordering::Relaxed))?;
-    d.set_item("fast_decoded_pages", crate::tokens::FAST_DECODED_PAGES.load(Ordering::Relaxed))?;
+    d.set_item("fast_decoded_pages", crate::parquet::tokens::FAST_DECODED_PAGES.load(Ordering::Relaxed))?;
     if let Ok(c) = runtime().dict_cache.lock() {
         d.set_item("dict_cache_hits", c.hits)?;
         d.set_item("dict_cache_misses", c.misses)?;
@@ -233,9 +233,9 @@ fn column_pages<'py>(
     let options = convert::storage_options_from(storage_options)?;
     let (specs, options) = hub::resolve(vec![spec], options)?;
     let found = detach(py, move || {
-        let mut found = crate::inspect::inspect(&specs[0], &options)?;
+        let mut found = crate::index::inspect::inspect(&specs[0], &options)?;
         for spec in &specs[1..] {
-            let more = crate::inspect::inspect(spec, &options)?;
+            let more = crate::index::inspect::inspect(spec, &options)?;
             found.files.extend(more.files);
             found.skipped.extend(more.skipped);
         }
@@ -299,7 +299,7 @@ fn num_threads() -> usize {
 /// decoder; `False` sends every page through arrow-rs (for comparison and debugging).
 #[pyfunction]
 fn set_fast_decode(on: &Bound<'_, PyAny>) -> PyResult<()> {
-    crate::tokens::set_enabled(convert::bool_arg(on, "set_fast_decode(on)")?);
+    crate::parquet::tokens::set_enabled(convert::bool_arg(on, "set_fast_decode(on)")?);
     Ok(())
 }
 
@@ -308,7 +308,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::runtime::tune_allocator();
     hub::install();
     if let Ok(Some(on)) = crate::runtime::env_fast_decode() {
-        crate::tokens::set_enabled(on); // a bad value: storage::check_env names it at first use
+        crate::parquet::tokens::set_enabled(on); // a bad value: storage::check_env names it at first use
     }
     m.add_class::<index::PyPageIndex>()?;
     m.add_class::<pending::PendingPages>()?;

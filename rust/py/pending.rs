@@ -34,7 +34,11 @@ pub(super) fn background(
             err
         })
     })?;
-    Ok(PendingPages { state: Mutex::new(State::Waiting(rx)), generation: crate::perprocess::fork_generation(), what })
+    Ok(PendingPages {
+        state: Mutex::new(State::Waiting(rx)),
+        generation: crate::runtime::perprocess::fork_generation(),
+        what,
+    })
 }
 
 enum State {
@@ -57,7 +61,7 @@ pub struct PendingPages {
 impl PendingPages {
     /// Wait for the pages (GIL released) and return them as a list of RecordBatches.
     fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        if self.generation != crate::perprocess::fork_generation() {
+        if self.generation != crate::runtime::perprocess::fork_generation() {
             return Err(prefetch_error(
                 py,
                 format!(

@@ -4,7 +4,7 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 
 use super::convert::{ids_from, index_from, int_arg, seed_arg};
-use crate::permute::{Permutation, derive_key};
+use crate::order::permute::{Permutation, derive_key};
 
 /// Turn a purpose (int or str) into a u64 so different uses of one seed differ.
 fn purpose_code(p: &Bound<'_, PyAny>) -> PyResult<u64> {

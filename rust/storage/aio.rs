@@ -21,7 +21,7 @@ use object_store::ObjectStore;
 use tokio::sync::Semaphore;
 
 use crate::error::{Error, Result};
-use crate::perprocess::PerProcess;
+use crate::runtime::perprocess::PerProcess;
 
 pub struct IoRuntime {
     rt: tokio::runtime::Runtime,

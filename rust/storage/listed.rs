@@ -91,7 +91,7 @@ impl Listed for ListedObject {
     }
 }
 
-/// List the object-store URL `spec` into `out` by the rules of [`crate::paths`]: an
+/// List the object-store URL `spec` into `out` by the rules of [`crate::index::paths`]: an
 /// object, a prefix listed in key order, or a glob matched against a prefix's keys.
 pub(crate) fn list_objects(spec: &str, options: &[(String, String)], out: &mut Vec<Found>) -> Result<()> {
     let (store, key) = StoreSpec::parse(spec, options)?;

@@ -26,7 +26,7 @@ use std::time::UNIX_EPOCH;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::perprocess::PerProcess;
+use crate::runtime::perprocess::PerProcess;
 
 /// Bytes read from local files by this process: lets benchmarks report I/O
 /// amplification without OS counters.

@@ -22,7 +22,7 @@ use super::source::{Source, Storage};
 use super::spec::StoreSpec;
 use crate::error::{Error, Result};
 
-/// List every user path or URL, in order, by the rules of [`crate::paths`]: local paths
+/// List every user path or URL, in order, by the rules of [`crate::index::paths`]: local paths
 /// walked ([`super::walk`]), object URLs listed ([`super::remote`]). `options` configure
 /// the object stores (`storage_options`, each store given those of its kind: see
 /// [`super::per_store`]), refused when nothing listed is in a store.

@@ -47,7 +47,7 @@ use reqwest::header::{AUTHORIZATION, HeaderValue, LOCATION};
 use reqwest::{Method, StatusCode};
 use url::Url;
 
-use crate::perprocess::PerProcess;
+use crate::runtime::perprocess::PerProcess;
 
 /// A signed URL this close to its expiry is asked for anew rather than used.
 pub const EXPIRY_MARGIN: Duration = Duration::from_secs(10);

@@ -29,7 +29,7 @@ pub trait Scheme: Sync {
     fn resolve(&self, _spec: &str, _options: &[(String, String)]) -> Result<Option<Resolved>> {
         Ok(None)
     }
-    /// List `spec` into `out` by the rules of [`crate::paths`] (`options` configure
+    /// List `spec` into `out` by the rules of [`crate::index::paths`] (`options` configure
     /// object stores).
     fn list(&self, spec: &str, options: &[(String, String)], out: &mut Listing) -> Result<()>;
     /// The whole file or object at `path` (a saved index; a local name need not be UTF-8).

@@ -1,6 +1,6 @@
 //! Listing local paths for discovery: a directory walked in sorted order, a glob
 //! expanded component by component, each directory and file entered once however many
-//! links lead to it, bounded and interruptible (rules 1, 4 and 5 of [`crate::paths`];
+//! links lead to it, bounded and interruptible (rules 1, 4 and 5 of [`crate::index::paths`];
 //! which names are data is [`crate::rules`]).
 
 use std::path::{Path, PathBuf};
@@ -247,7 +247,7 @@ fn expand_local(spec: &str, out: &mut Vec<PathBuf>, skipped: &mut Vec<(String, S
 }
 
 /// List the local path `spec` (a file, a directory or a glob) into `out`, by the rules
-/// of [`crate::paths`].
+/// of [`crate::index::paths`].
 pub(crate) fn list_local(spec: &str, out: &mut Listing) -> Result<()> {
     let mut files = Vec::new();
     expand_local(spec, &mut files, &mut out.skipped)?;

@@ -4,7 +4,7 @@ Every positive weight is sampled at its exact long-run rate, however small; weig
 stages (curricula) switch at exact indices; finite children restart in a fresh order
 per pass or stop the mixture. The index math is ``youmu._core.MixtureMap``.
 
-Allocation (details in ``rust/mixture/``): the samples of a stage are dealt to the
+Allocation (details in ``rust/order/mixture/``): the samples of a stage are dealt to the
 children by a binary tree whose nodes split their samples with mechanical sequences
 ``floor((k·p + φ) / 2^64)`` — exact integer arithmetic, so every block holds exactly
 ``block_size`` samples, every child's count is monotone, and a child's count in any

@@ -411,7 +411,7 @@ _RELEASED = False
 def release_big_buffers() -> None:
     """Make glibc serve buffers of 4 MiB and more as their own mappings, returned to
     the OS when freed (once per process; not where ``YOUMU_MMAP_THRESHOLD`` chose
-    already, see ``rust/runtime.rs``).
+    already, see ``rust/runtime/mod.rs``).
 
     glibc raises its mmap threshold each time a large mapped block is freed (up to
     32 MiB), so after the first page of 25 images of 1 MB its page-sized buffers (the

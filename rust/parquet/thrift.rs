@@ -5,7 +5,7 @@
 //! without decompressing pages. This reads exactly the fields we need, skips the rest,
 //! and bounds every length and nesting depth so corrupt bytes produce an error.
 
-use crate::varint::{VarintError, uleb128};
+use crate::parquet::varint::{VarintError, uleb128};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PageType {

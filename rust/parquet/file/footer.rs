@@ -78,10 +78,12 @@ pub(crate) fn check_footer_thrift<R: parquet::file::reader::ChunkReader>(path: &
     }
     let bytes =
         reader.get_bytes(len - 8 - meta_len, meta_len as usize).map_err(|e| Error::from_parquet(path, "footer", e))?;
-    crate::thrift::check_struct(&bytes).map(|_| ()).map_err(|e| {
+    crate::parquet::thrift::check_struct(&bytes).map(|_| ()).map_err(|e| {
         let why = match e {
-            crate::thrift::ThriftError::NeedMore => "a count or length runs past the end of the footer".to_string(),
-            crate::thrift::ThriftError::Invalid(s) => s,
+            crate::parquet::thrift::ThriftError::NeedMore => {
+                "a count or length runs past the end of the footer".to_string()
+            }
+            crate::parquet::thrift::ThriftError::Invalid(s) => s,
         };
         Error::corrupt(path, format!("footer metadata is malformed: {why}"))
     })
@@ -120,6 +122,6 @@ fn offset_indexes_well_formed(reader: &Fetched, md: &ParquetMetaData) -> Result<
     };
     Ok(ranges.iter().all(|&(off, n)| {
         let start = (off - lo) as usize;
-        bytes.get(start..start + n as usize).is_some_and(|b| crate::thrift::check_struct(b).is_ok())
+        bytes.get(start..start + n as usize).is_some_and(|b| crate::parquet::thrift::check_struct(b).is_ok())
     }))
 }

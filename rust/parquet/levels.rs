@@ -5,7 +5,7 @@
 //! row (otherwise the page continues its predecessor's last row and cannot start an index page
 //! on its own). This decodes just enough of the level encodings to answer that.
 
-use crate::varint::{VarintError, uleb128};
+use crate::parquet::varint::{VarintError, uleb128};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowStarts {

@@ -45,7 +45,7 @@ impl FastDiv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::permute::mix64;
+    use crate::order::permute::mix64;
 
     #[test]
     fn matches_hardware_division() {

@@ -159,7 +159,7 @@ impl FileEntry {
         let size = reader.source.len();
         let mtime_ns = reader.source.mtime_ns();
         let plain = arrow_metadata(path, Arc::new(md.clone()), ArrowReaderOptions::new())?;
-        let plan = crate::int96::plan(md.file_metadata().schema_descr(), plain.schema(), int96_unit)
+        let plan = crate::parquet::int96::plan(md.file_metadata().schema_descr(), plain.schema(), int96_unit)
             .map_err(|why| Error::Unsupported { path: path.display().to_string(), detail: why })?;
         let options = match &plan.read {
             Some(schema) => ArrowReaderOptions::new().with_schema(Arc::new(schema.clone())),

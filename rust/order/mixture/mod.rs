@@ -64,8 +64,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::error::{Error, Result};
-use crate::fastdiv::FastDiv;
-use crate::permute::{Domain, LANES, Permutation, apply_lanes, derive_key, mix64};
+use crate::order::fastdiv::FastDiv;
+use crate::order::permute::{Domain, LANES, Permutation, apply_lanes, derive_key, mix64};
 
 /// Stable 64-bit code of a purpose string (FNV-1a), the same code
 /// `youmu.Permutation(..., purpose="...")` uses, so keys match across the two APIs.

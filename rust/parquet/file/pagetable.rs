@@ -10,7 +10,7 @@ use parquet::file::page_index::offset_index::PageLocation;
 
 use super::PageSource;
 use crate::error::{Error, Result};
-use crate::scan::scan_chunk;
+use crate::parquet::scan::scan_chunk;
 use crate::storage::Fetched;
 
 /// Page locations (per row group: None, or per projected leaf) and page starts, as persisted.
@@ -211,7 +211,7 @@ pub(crate) fn build_tables(
 /// (first row = rows started before the page), and whether every page starts a row. A
 /// data page that continues its predecessor's last row starts no index page: it joins the
 /// index page of the data page before it, so every index page starts on a row.
-pub(crate) fn row_aligned_pages(pages: &[crate::scan::ScannedPage]) -> (Vec<u64>, Vec<PageLocation>, bool) {
+pub(crate) fn row_aligned_pages(pages: &[crate::parquet::scan::ScannedPage]) -> (Vec<u64>, Vec<PageLocation>, bool) {
     let mut page_starts = vec![];
     let mut locs = Vec::with_capacity(pages.len());
     let mut aligned = true;
@@ -235,7 +235,7 @@ pub(crate) fn row_aligned_pages(pages: &[crate::scan::ScannedPage]) -> (Vec<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::ScannedPage;
+    use crate::parquet::scan::ScannedPage;
 
     fn page(rows: u64, starts_on_boundary: bool) -> ScannedPage {
         ScannedPage { offset: 0, total_len: 10, rows, starts_on_boundary }

@@ -2,15 +2,23 @@
 //! fork-safe by living in one [`PerProcess`] value: a forked child (DataLoader worker)
 //! builds its own runtime on first use, so it never touches pool threads or mutexes that
 //! did not survive the fork.
+//!
+//! The folder is the process runtime: the fork-safe holder (`perprocess.rs`), the
+//! dictionary-page cache (`cache.rs`) and the one rule for running a batch call on the
+//! calling thread or the pool (`batch.rs`).
+
+pub mod batch;
+pub mod cache;
+pub mod perprocess;
 
 use std::cell::Cell;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::cache::ByteLru;
 use crate::error::{Error, Result};
 use crate::limits::MAX_THREADS;
-use crate::perprocess::PerProcess;
+use crate::runtime::cache::ByteLru;
+use crate::runtime::perprocess::PerProcess;
 
 /// Default bound of the dictionary-page cache (bytes of compressed dictionary pages).
 pub const DEFAULT_DICT_CACHE_BYTES: usize = 256 << 20;

@@ -33,12 +33,12 @@ pub struct CachingReader {
     pub failure: Arc<Mutex<Option<Error>>>,
     /// The structure check of the data pages read through page locations (levels,
     /// rows, values against the levels), before arrow-rs decodes them.
-    pub pages: Option<Arc<crate::pagecheck::PageChecks>>,
+    pub pages: Option<Arc<crate::parquet::pagecheck::PageChecks>>,
 }
 
 impl CachingReader {
     fn check_page(&self, start: u64, bytes: &Bytes) -> PqResult<()> {
-        if let Ok((h, _)) = crate::thrift::parse_page_header(&bytes[..bytes.len().min(64 << 10)]) {
+        if let Ok((h, _)) = crate::parquet::thrift::parse_page_header(&bytes[..bytes.len().min(64 << 10)]) {
             let claimed = h.uncompressed_size.max(0) as u64;
             if claimed > self.max_page_bytes {
                 return Err(ParquetError::General(format!(

@@ -1,9 +1,9 @@
 //! The maps over arrays of global indices (what the `locate_many` / `samples_many`
-//! bindings return): `crate::batch` decides whether a batch runs on the calling thread
+//! bindings return): `crate::runtime::batch` decides whether a batch runs on the calling thread
 //! or in parallel; the results are those of one call per index either way.
 
 use super::{FlatMap, MixtureMap};
-use crate::batch::{fill2, fill3_chunks};
+use crate::runtime::batch::{fill2, fill3_chunks};
 
 impl FlatMap {
     /// `(children, indices in child)` of every index of `ids` (all `< len`), as int64.

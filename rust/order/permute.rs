@@ -257,12 +257,12 @@ impl Permutation {
     /// `apply` for every position of `ids` (all `< n`), as int64 (`n <= 2^63` where
     /// this is used), in parallel for a large batch.
     pub fn take(&self, ids: &[u64]) -> Vec<i64> {
-        crate::batch::map1(ids, |i| self.apply(i) as i64)
+        crate::runtime::batch::map1(ids, |i| self.apply(i) as i64)
     }
 
     /// `inverse` for every element of `xs` (all `< n`).
     pub fn inverse_take(&self, xs: &[u64]) -> Vec<i64> {
-        crate::batch::map1(xs, |x| self.inverse(x) as i64)
+        crate::runtime::batch::map1(xs, |x| self.inverse(x) as i64)
     }
 
     /// `apply` for every position of `start..stop` (`start <= stop <= n`) without an
@@ -275,7 +275,7 @@ impl Permutation {
             available: crate::limits::available_memory(),
         })?;
         let mut out = crate::limits::vec_with_capacity::<i64>(n, what)?;
-        crate::batch::map_range(start..stop, &mut out, |i| self.apply(i) as i64);
+        crate::runtime::batch::map_range(start..stop, &mut out, |i| self.apply(i) as i64);
         Ok(out)
     }
 }
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn batch_calls_equal_one_call_per_index_on_both_sides_of_the_parallel_threshold() {
-        for n in [0u64, 1, 1000, crate::batch::PARALLEL_MIN as u64 * 3 + 17] {
+        for n in [0u64, 1, 1000, crate::runtime::batch::PARALLEL_MIN as u64 * 3 + 17] {
             let p = Permutation::new(n, 99);
             let ids: Vec<u64> = (0..n).map(|i| (i * 7919) % n.max(1)).collect();
             let want: Vec<i64> = ids.iter().map(|&i| p.apply(i) as i64).collect();

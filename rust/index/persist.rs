@@ -24,8 +24,8 @@ use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{FileEntry, INDEX_MAGIC as MAGIC, PageSource, SavedTables};
 use crate::index::PageIndex;
+use crate::parquet::file::{FileEntry, INDEX_MAGIC as MAGIC, PageSource, SavedTables};
 use crate::runtime::runtime;
 use crate::storage::{self, Fetched, ObjectVersion, Source, Storage};
 
@@ -202,7 +202,7 @@ impl PageIndex {
                 }
             }
         }
-        Ok(crate::checksum::seal(w.0))
+        Ok(crate::index::checksum::seal(w.0))
     }
 
     /// Rebuild an index from `to_bytes` output; `path` names the source in errors.
@@ -236,7 +236,7 @@ impl PageIndex {
                 detail: format!("written in index format {version}, this youmu reads format {VERSION}: rebuild it"),
             });
         }
-        let payload = crate::checksum::unseal(buf).map_err(|why| Error::corrupt_index(path, why))?;
+        let payload = crate::index::checksum::unseal(buf).map_err(|why| Error::corrupt_index(path, why))?;
         let mut r = R { buf: payload, pos: 8, path };
         let version = r.u32()?;
         if version != VERSION {
@@ -332,7 +332,7 @@ impl PageIndex {
                         }
                         other => other,
                     };
-                    crate::file::check_footer_thrift(path, &raw.footer).map_err(of_index)?;
+                    crate::parquet::file::check_footer_thrift(path, &raw.footer).map_err(of_index)?;
                     let md = ParquetMetaDataReader::new()
                         .with_page_index_policy(PageIndexPolicy::Skip)
                         .with_metadata_options(Some(

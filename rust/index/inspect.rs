@@ -19,8 +19,8 @@ use parquet::file::metadata::ParquetMetaData;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{RowGroupSources, Tables, build_tables, read_metadata, scan_ranges};
-use crate::paths;
+use crate::index::paths;
+use crate::parquet::file::{RowGroupSources, Tables, build_tables, read_metadata, scan_ranges};
 use crate::runtime::runtime;
 use crate::storage::{self, Fetched, Storage};
 
@@ -110,7 +110,7 @@ fn report(reader: Fetched) -> Result<FileReport> {
     }
     let md = read_metadata(&path, &reader)?;
     // the schema youmu reads with: a file it cannot derive one for is unreadable as a whole
-    crate::file::arrow_metadata(&path, Arc::new(md.clone()), ArrowReaderOptions::new())?;
+    crate::parquet::file::arrow_metadata(&path, Arc::new(md.clone()), ArrowReaderOptions::new())?;
     let descr = md.file_metadata().schema_descr();
     let mut rg_row_start = vec![0u64];
     for (i, rg) in md.row_groups().iter().enumerate() {

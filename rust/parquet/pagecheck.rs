@@ -22,9 +22,9 @@ use parquet::basic::{Compression, Repetition, Type as PhysicalType};
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::schema::types::ColumnDescriptor;
 
-use crate::levels::{LevelCounts, bit_width, count_levels, decode_levels};
-use crate::thrift::{PageHeader, PageType, parse_page_header};
-use crate::varint::{VarintError, uleb128};
+use crate::parquet::levels::{LevelCounts, bit_width, count_levels, decode_levels};
+use crate::parquet::thrift::{PageHeader, PageType, parse_page_header};
+use crate::parquet::varint::{VarintError, uleb128};
 
 const ENCODING_PLAIN: i32 = 0;
 const ENCODING_PLAIN_DICTIONARY: i32 = 2;

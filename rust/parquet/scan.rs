@@ -11,9 +11,9 @@ use parquet::file::metadata::ColumnChunkMetaData;
 use parquet::file::serialized_reader::SerializedPageReader;
 
 use crate::error::{Error, Result};
-use crate::levels::{RowStarts, bit_width, scan_bit_packed, scan_rle_hybrid};
+use crate::parquet::levels::{RowStarts, bit_width, scan_bit_packed, scan_rle_hybrid};
+use crate::parquet::thrift::{PageType, ThriftError, parse_page_header};
 use crate::storage::Fetched;
-use crate::thrift::{PageType, ThriftError, parse_page_header};
 
 /// One data page found by the scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,7 +159,7 @@ fn read_header(
     pos: u64,
     remaining: u64,
     ctx: &str,
-) -> Result<(crate::thrift::PageHeader, usize)> {
+) -> Result<(crate::parquet::thrift::PageHeader, usize)> {
     let mut want = FIRST_HEADER_READ;
     loop {
         let n = (want as u64).min(remaining) as usize;

@@ -2,6 +2,17 @@
 //! layered binary search on cumulative counts, and global row → page the same way.
 //! A page here is a read unit of the index (see `file.rs`): usually one data page,
 //! several merged where a data page does not start on a row.
+//!
+//! The folder is the index and what surrounds it: discovery of its files (`paths.rs`),
+//! saving and loading it (`persist.rs`, sealed by `checksum.rs`), describing a file's
+//! pages for `youmu inspect` (`inspect.rs`) and reading one page of it (`read.rs`). One
+//! Parquet file's model and decoding sit below it, in `crate::parquet`.
+
+pub mod checksum;
+pub mod inspect;
+pub mod paths;
+pub mod persist;
+pub mod read;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,8 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use arrow_schema::{Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{Error, Result};
-use crate::file::FileEntry;
-use crate::paths;
+use crate::parquet::file::FileEntry;
 use crate::storage::Fetched;
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
@@ -126,8 +136,8 @@ impl PageIndex {
         if let Some(other) = parts.iter().find(|p| p.int96_unit != unit) {
             return Err(Error::InvalidArgument(format!(
                 "cannot concatenate indexes that read INT96 timestamps in different units ({} and {})",
-                unit.map_or("the files' own", crate::int96::unit_name),
-                other.int96_unit.map_or("the files' own", crate::int96::unit_name)
+                unit.map_or("the files' own", crate::parquet::int96::unit_name),
+                other.int96_unit.map_or("the files' own", crate::parquet::int96::unit_name)
             )));
         }
         let mut idx = Self::from_entries(files, columns, unit)?;

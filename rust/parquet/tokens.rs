@@ -26,12 +26,12 @@ use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Schema};
 use parquet::basic::{Compression, Type as PhysicalType};
 
-use crate::file::FileEntry;
-use crate::levels::{bit_width, count_levels};
-use crate::pagecheck::{decompress, length_prefixed};
+use crate::parquet::file::FileEntry;
+use crate::parquet::levels::{bit_width, count_levels};
+use crate::parquet::pagecheck::{decompress, length_prefixed};
+use crate::parquet::thrift::{PageType, parse_page_header};
+use crate::parquet::varint::uleb128;
 use crate::storage::Fetched;
-use crate::thrift::{PageType, parse_page_header};
-use crate::varint::uleb128;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 /// Pages this decoder produced (the rest went through arrow-rs), for `io_stats()`.

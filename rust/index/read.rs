@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::index::PageIndex;
-use crate::io::CachingReader;
+use crate::parquet::io::CachingReader;
 use crate::runtime::runtime;
 use crate::storage::{Fetched, Source, Storage};
 
@@ -56,12 +56,16 @@ impl PageIndex {
         let ctx = format!("row group {rg}, rows {first}..{}", first + n);
         let failure = Arc::new(Mutex::new(None));
         let result = crate::error::catch_quietly(|| -> Result<RecordBatch> {
-            if let Some(batch) = crate::tokens::try_read(f, &src, rg, first, n) {
+            if let Some(batch) = crate::parquet::tokens::try_read(f, &src, rg, first, n) {
                 return batch.map_err(|detail| Error::corrupt(&f.path, format!("{ctx}: {detail}")));
             }
             // the token decoder checks its pages itself; what arrow-rs decodes is checked here
-            let pages =
-                Arc::new(crate::pagecheck::PageChecks::new(f.meta.metadata().clone(), rg, &f.leaves, f.rg_rows(rg)));
+            let pages = Arc::new(crate::parquet::pagecheck::PageChecks::new(
+                f.meta.metadata().clone(),
+                rg,
+                &f.leaves,
+                f.rg_rows(rg),
+            ));
             let decode = |meta: &ArrowReaderMetadata, mask: &ProjectionMask| -> Result<RecordBatch> {
                 let reader = CachingReader {
                     inner: src.clone(),
@@ -103,7 +107,7 @@ impl PageIndex {
                 // arrow-rs assembles nested and variable-length arrays unchecked in
                 // release builds; a corrupt page must not become an array whose offsets
                 // point outside its values (pyarrow reads past the buffer)
-                crate::validate::validate_batch(&batch)
+                crate::parquet::validate::validate_batch(&batch)
                     .map_err(|e| Error::corrupt(&f.path, format!("{ctx}: decoded data is inconsistent: {e}")))?;
                 Ok(batch)
             };
@@ -114,7 +118,7 @@ impl PageIndex {
                     let (Some(read), Some(secs)) = (batch.columns().get(*col), seconds.columns().get(k)) else {
                         continue;
                     };
-                    if let Some(w) = crate::int96::first_wrapped(read, secs) {
+                    if let Some(w) = crate::parquet::int96::first_wrapped(read, secs) {
                         let at = if w.top_level { format!("row {}", first + w.index as u64) } else { ctx.clone() };
                         let rg_at = if w.top_level { format!("row group {rg}, ") } else { String::new() };
                         return Err(Error::Overflow {

@@ -1,6 +1,6 @@
 //! Light keyed permutations for the many small orders (block slots, child passes).
 
-use crate::permute::{Domain, mix64};
+use crate::order::permute::{Domain, mix64};
 
 /// The order of one pass over a child: a keyed permutation of its `n` items, either
 /// uniform (`chunk <= 1`), or chunk-local: consecutive runs of `chunk` items visited in

@@ -450,7 +450,7 @@ fn mixture_rates() {
 
 #[test]
 fn batch_lookups_equal_one_lookup_per_index_on_both_sides_of_the_parallel_threshold() {
-    let n = crate::batch::PARALLEL_MIN as u64 * 2 + 1234;
+    let n = crate::runtime::batch::PARALLEL_MIN as u64 * 2 + 1234;
     let m = MixtureMap::new(
         names(3),
         vec![1000, 37, 5000],
@@ -462,7 +462,7 @@ fn batch_lookups_equal_one_lookup_per_index_on_both_sides_of_the_parallel_thresh
     )
     .expect("valid mixture");
     let f = FlatMap::new(&[1000, 0, 37, 5000], Some(9)).expect("flat");
-    for count in [0usize, 5, crate::batch::PARALLEL_MIN + 3 * crate::batch::CHUNK + 7] {
+    for count in [0usize, 5, crate::runtime::batch::PARALLEL_MIN + 3 * crate::runtime::batch::CHUNK + 7] {
         let ids: Vec<u64> = (0..count as u64).map(|i| (i * 7919) % n).collect();
         let (c, x, p) = m.locate_many(&ids);
         let (sc, k) = m.samples_many(&ids);
