@@ -285,7 +285,7 @@ def test_a_forged_stream_chain_is_refused_naming_the_field(edit, message) -> Non
 
 
 def test_a_forged_dynamic_batch_loader_chain_is_refused_naming_the_field() -> None:
-    from youmu.batching.merge import loader_levels
+    from youmu.batching.state import loader_levels
 
     good = {"world_size": 2, "num_workers": [1, 1], "positions": [[3], [2]], "pending": [[1], []]}
     assert loader_levels([good], "DynamicBatchLoader")[0].pending == ((1,), ())
@@ -647,8 +647,8 @@ def test_a_forged_workers_field_or_packed_sample_in_a_loader_state_is_refused_na
     packed samples are checked before anything is loaded or built from them."""
     import json
 
-    from youmu.batching.config import check_saved_state
     from youmu.batching.payloads import unpack_sample
+    from youmu.batching.state import check_saved_state
     from youmu.state.files import from_plain
 
     raw = json.loads((Path(__file__).parent / "loader_states_v2.json").read_text())["DynamicBatchLoader"]["workers"]

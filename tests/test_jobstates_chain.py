@@ -49,7 +49,8 @@ def test_one_form_for_every_kind_of_level() -> None:
 
 
 def test_a_loader_chain_of_version_1_decodes_to_the_same_levels() -> None:
-    from youmu.batching.merge import loader_levels, sampler_level
+    from youmu.batching.merge import sampler_level
+    from youmu.batching.state import loader_levels
 
     levels = [sampler_level(2, (3, 2), ((1,), ())), sampler_level(3, (1, 0, 2), ((), (), (0, 1)))]
     v1 = FIXTURES["DynamicBatchLoader"]["chain"]

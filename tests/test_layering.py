@@ -362,6 +362,21 @@ def test_job_states_sit_at_the_bottom_and_merges_never_call_back_up() -> None:
         assert "youmu.merge" not in graph[m], f"{m} imports the top-level merge: take it as the merge callback"
 
 
+def test_the_loader_state_owner_reads_its_format_alone_and_calls_no_loader_module_back() -> None:
+    """``DynamicBatchLoader``'s format has one owner (``batching/state.py``), below the
+    loader's load and merge: loading a state once went config -> merge -> config and
+    read the state twice. The config knows settings, not the format; the owner imports
+    the config for its type only."""
+    graph = _import_graph(_python_sources())
+    owner = graph["youmu.batching.state"]
+    allowed = {"youmu.errors", "youmu._internal.args", "youmu.batching.algo.step_info", "youmu.batching.config"}
+    assert {m for m in owner if not m.startswith("youmu.state.")} <= allowed, owner
+    assert "youmu.batching.state" not in graph["youmu.batching.config"]
+    assert "youmu.batching.state" in graph["youmu.batching.merge"] and "youmu.batching.merge" not in owner
+    text = (PACKAGE / "batching" / "state.py").read_text()
+    assert "if TYPE_CHECKING:\n    from youmu.batching.config import LoaderConfig" in text
+
+
 def _private_imports(sources: dict[str, str]) -> list[str]:
     """``from youmu.x import _name`` where ``_name`` is not itself a module."""
     modules = set(sources) | {"youmu._core"}

@@ -207,3 +207,46 @@ def test_the_youmu_dataset_state_keeps_its_bytes_but_for_the_data_fingerprint(fr
     saved = json.loads(frozen["YoumuDataset"]["text"])
     assert json.dumps(to_plain(state)) == json.dumps({**saved, "data": state["data"]})
     assert rest == frozen["YoumuDataset"]["rest"]
+
+
+# -- the declarations are what a load checks -----------------------------------------------------------
+_FORGERIES = ("forged", -1, 1.5, [None], {"forged": 1}, None)
+
+
+def _declaration(state: Any) -> Any:
+    from youmu.batching.state import LOADER_STATE
+    from youmu.state.stream import format_of
+
+    return LOADER_STATE if state["format"] in LOADER_STATE.tags else format_of(state["format"])
+
+
+@pytest.mark.parametrize("name", ["YoumuDataset", "MixtureStream", "pack", "DynamicBatchLoader.map",
+                                  "DynamicBatchLoader.iterable", "DynamicBatchLoader.done"])
+def test_every_value_a_declared_field_refuses_a_load_refuses_naming_the_field(
+        name: str, frozen: dict[str, Any], tmp_path: Path) -> None:
+    """The hostile checks walk the format's declaration (youmu.state.formats): for each
+    field, each forged value its declared check refuses, and a required field left out,
+    ``load_state_dict`` raises a StateError naming that field, never another error."""
+    from youmu.errors import StateError
+
+    obj = BUILD[name.replace(".done", ".map")](tmp_path)
+    data = obj.state_dict()["data"] if name == "YoumuDataset" else None
+    state = _state(frozen, name, data)
+    fmt = _declaration(state)
+    refused = 0
+    for field in fmt.fields:
+        forged_states = [{k: v for k, v in state.items() if k != field.name}] if field.required else []
+        for value in _FORGERIES:
+            forged = {**state, field.name: value}
+            try:
+                field.check(forged, field.name, fmt.owner)
+            except StateError:
+                forged_states.append(forged)
+        for forged in forged_states:
+            # named as a field, or as a setting this object's differs from
+            with pytest.raises(StateError, match=f"'{field.name}'|{field.name}="):
+                obj.load_state_dict(forged)
+            refused += 1
+    assert refused >= 3 * len(fmt.fields) // 2
+    if hasattr(obj, "close"):
+        obj.close()

@@ -103,8 +103,8 @@ def _mergers() -> dict[str, _MergeFn]:
     """Owners' own merges — loaders' and wrapping streams' — by the format constant of
     the states they save (imported on use: the loaders' packages need not be loaded to
     merge a stream's states)."""
-    from youmu.batching.config import DYNAMIC_LOADER_FORMATS
     from youmu.batching.merge import merge_loader_states
+    from youmu.batching.state import DYNAMIC_LOADER_FORMATS
     from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT
     from youmu.planning.state.merge import merge_balanced_states
     from youmu.ray.merge import merge_ray_states

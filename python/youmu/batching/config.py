@@ -8,8 +8,8 @@ aligner thread holds the config, never the loader, so a loader the program drops
 mid-epoch is garbage-collected and its finaliser can close the epoch.
 
 The config also carries what is derived from the settings alone: the fingerprint
-every rank must share (checked in the handshake, saved in states) and the state of an
-epoch's start.
+every rank must share (checked in the handshake, saved in states) and the settings a
+state names (``resume_settings``); the state's format is :mod:`youmu.batching.state`'s.
 
 Example:
     >>> from youmu.distributed import GlooChannel
@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
@@ -36,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu._internal.args import (
-    MAX_WORKERS,
     bool_arg,
     callable_arg,
     choice_arg,
@@ -48,23 +46,13 @@ from youmu._internal.args import (
     workers_arg,
 )
 from youmu.batching.algo.loss import LOSS_SCALING_MODES
-from youmu.batching.algo.step_info import StepInfo
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel
 from youmu.distributed.fingerprint import fingerprint
-from youmu.errors import ArgumentTypeError, InvalidArgumentError, StateError
-from youmu.state.contract import check_state, data_fingerprint, is_state_int, state_int, state_ints
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
+from youmu.state.contract import data_fingerprint
 
-__all__ = ["LoaderConfig", "DYNAMIC_LOADER_FORMAT", "DYNAMIC_LOADER_FORMATS", "UNEVEN_MODES", "DEFAULTS",
-           "check_saved_state", "stateless_message"]
+__all__ = ["LoaderConfig", "UNEVEN_MODES", "DEFAULTS", "stateless_message"]
 
-#: The format tag of the ``DynamicBatchLoader`` states saved now. Version 2 added
-#: ``workers``: an iterable dataset's DataLoader workers, each one's dataset state and
-#: the rotation's turn (version 1 saved mid-epoch iterable states with
-#: ``num_workers=0`` only); a version-1 youmu refuses such a state instead of replaying
-#: every worker's samples.
-DYNAMIC_LOADER_FORMAT = "youmu.batching/2"
-#: Every tag a ``DynamicBatchLoader`` loads (and merges): the states of earlier versions too.
-DYNAMIC_LOADER_FORMATS = (DYNAMIC_LOADER_FORMAT, "youmu.batching/1")
 #: Join mode's ways to end a rank whose data ran out before its peers'.
 UNEVEN_MODES = ("stop", "pad")
 
@@ -240,31 +228,6 @@ class LoaderConfig:
     def world_size(self) -> int:
         return self.channel.world_size
 
-    def fresh_state(self, epoch: int) -> dict[str, Any]:
-        """The state of ``epoch``'s start (what ``state_dict()`` says before iterating)."""
-        return copy.deepcopy(
-            {
-                "format": DYNAMIC_LOADER_FORMAT,
-                "kind": self.kind,
-                "world_size": self.world_size,
-                "rank": self.rank,
-                "config": self.fingerprint,
-                "epoch": epoch,
-                "iteration": 0,
-                "round": 0,
-                "step": 0,
-                "emitted": 0,
-                "done": False,
-                "replay": [],
-                "overflow": [],
-                "position": 0,
-                "source_state": None,
-                "workers": None,
-                "payloads": {},
-                "settings": dict(self.resume_settings),
-            }
-        )
-
     @functools.cached_property
     def resume_settings(self) -> dict[str, Any]:
         """The settings a state names in plain values (``settings``), so that
@@ -278,11 +241,6 @@ class LoaderConfig:
             "encoder_budget": self.encoder_budget, "quota": self.quota, "token_budget": self.token_budget,
             "pool_size": self.pool_size,
         }
-
-
-#: The fields every rank state holds (``settings`` and ``resumed`` are newer, optional).
-_REQUIRED = ("format", "kind", "world_size", "rank", "config", "epoch", "iteration", "round", "step", "emitted", "done",
-             "replay", "overflow", "position", "source_state", "payloads")
 
 
 def _kind_of(dataset: Any) -> str:
@@ -323,86 +281,6 @@ def _fingerprint(s: Mapping[str, Any], world_size: int) -> int:
             "world_size": world_size,
         }
     )
-
-
-def check_saved_state(state: Any, *, owner: str = "DynamicBatchLoader",
-                      expect: Mapping[str, Any] | None = None, pool_size: int | None = None) -> dict[str, Any]:
-    """A rank's ``DynamicBatchLoader`` state checked field by field, without a loader
-    (``expect``: settings it must hold, see :func:`~youmu.state.contract.check_state`;
-    ``pool_size``: the loader's, else the state's own ``settings``): a
-    :class:`~youmu.errors.StateError` names the first field that does not fit. Returns
-    it as a new dict."""
-    st = check_state(state, DYNAMIC_LOADER_FORMATS, owner=owner, required=_REQUIRED, expect=expect)
-    for key in ("world_size", "epoch", "iteration", "round", "step", "emitted", "position"):
-        state_int(st, key, owner=owner, minimum=1 if key == "world_size" else 0)
-    state_int(st, "rank", owner=owner, maximum=st["world_size"] - 1)
-    if st["kind"] not in ("map", "iterable"):
-        raise StateError(f"{owner} state field 'kind' must be 'map' or 'iterable', got {st['kind']!r:.40}")
-    if not isinstance(st["done"], bool):
-        raise StateError(f"{owner} state field 'done' must be a bool, got {type(st['done']).__name__}")
-    keys = state_ints(st, "overflow", owner=owner)
-    replay = st["replay"]
-    if not isinstance(replay, (list, tuple)):
-        raise StateError(f"{owner} state field 'replay' must be a list, got {type(replay).__name__}")
-    for i, entry in enumerate(replay):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("info"), Mapping):
-            raise StateError(f"{owner} state field 'replay'[{i}] must be a dict with 'keys' and 'info'")
-        keys += state_ints(entry, "keys", owner=f"{owner} 'replay'[{i}]")
-        info = entry["info"]
-        try:
-            StepInfo(**{**info, "sample_indices": tuple(info.get("sample_indices", ()))})
-        except (TypeError, ValueError) as e:
-            raise StateError(f"{owner} state field 'replay'[{i}]['info'] is not a step's info: {e}") from None
-    _check_pooled(st, keys, owner, pool_size)
-    if st["kind"] == "iterable":
-        payloads = st["payloads"]
-        if not isinstance(payloads, Mapping):
-            raise StateError(f"{owner} state field 'payloads' must be a dict, got {type(payloads).__name__}")
-        for k in keys:
-            p = payloads.get(k)
-            if not isinstance(p, (list, tuple)) or len(p) not in (3, 4):
-                raise StateError(f"{owner} state field 'payloads' has no (sample, length, tokens) for key {k}")
-        if len(payloads) != len(keys):
-            extra = sorted(set(payloads) - set(keys), key=repr)[:3]
-            raise StateError(f"{owner} state field 'payloads' holds samples of keys no replayed step or overflow "
-                             f"names ({extra!r:.80}): a forged or corrupted state")
-    st["workers"] = _checked_workers(st.get("workers"), st["kind"], owner)
-    return st
-
-
-def _check_pooled(st: Mapping[str, Any], keys: list[int], owner: str, pool_size: int | None) -> None:
-    """The samples a state's round still holds (its ``replay`` steps' and its
-    ``overflow``): each once, and no more than the grouping pool held when the round
-    fired. A key twice would deliver one sample twice; more keys than the pool holds
-    would wait forever for credits the loader never grants (a resume takes every one of
-    them before its first step)."""
-    seen: set[int] = set()
-    for k in keys:
-        if k in seen:
-            raise StateError(f"{owner} state names sample key {k} twice in its 'replay' steps and 'overflow': a "
-                             "resume would deliver that sample twice, so the state is forged or corrupted")
-        seen.add(k)
-    settings = st.get("settings")
-    if pool_size is None and isinstance(settings, Mapping) and is_state_int(settings.get("pool_size"), minimum=1):
-        pool_size = int(settings["pool_size"])
-    if pool_size is not None and len(keys) > pool_size:
-        raise StateError(f"{owner} state's round holds {len(keys):,} samples ('replay' and 'overflow') but its "
-                         f"grouping pool holds {pool_size:,} (pool_size): a forged or corrupted state")
-
-
-def _checked_workers(workers: Any, kind: str, owner: str) -> dict[str, Any] | None:
-    """A state's ``workers`` field (version 2; ``None`` in version 1): each DataLoader
-    worker's dataset state (``None``: nothing taken from it) and the next turn."""
-    if workers is None:
-        return None
-    where = f"{owner} state field 'workers'"
-    if kind != "iterable" or not isinstance(workers, Mapping):
-        raise StateError(f"{where} must be None or, for an iterable dataset, a dict with 'states' and 'turn'")
-    states = workers.get("states")
-    if not isinstance(states, (list, tuple)) or not 1 <= len(states) <= MAX_WORKERS:
-        raise StateError(f"{where}: 'states' must list one dataset state per DataLoader worker (1 to {MAX_WORKERS})")
-    turn = state_int(workers, "turn", owner=f"{owner} 'workers'", maximum=len(states) - 1)
-    return {"states": list(states), "turn": turn}
 
 
 def stateless_message(dataset: Any) -> str:

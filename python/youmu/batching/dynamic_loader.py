@@ -44,6 +44,7 @@ from youmu.batching.config import LoaderConfig
 from youmu.batching.merge import check_loader_state
 from youmu.batching.runtime.epoch import EpochHandle, EpochIterator
 from youmu.batching.runtime.metrics import BatchingMetrics, MetricsSnapshot
+from youmu.batching.state import fresh_state
 from youmu.distributed.channel import DEFAULT_TIMEOUT, GlooChannel, channel_for
 from youmu.loaders.passes import PassCursor, PassLoader
 
@@ -329,7 +330,7 @@ class DynamicBatchLoader(PassLoader):
         if self._pass.point is not None:
             return dict(self._pass.point)
         self._config = self._config.current()
-        return self._config.fresh_state(self._pass.epoch)
+        return fresh_state(self._config, self._pass.epoch)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` on the next ``iter()``.

@@ -46,32 +46,24 @@ from typing import Any
 
 import numpy as np
 
-from youmu.batching.config import DYNAMIC_LOADER_FORMAT, DYNAMIC_LOADER_FORMATS, LoaderConfig, check_saved_state
+from youmu.batching.config import LoaderConfig
+from youmu.batching.state import (
+    COUNTERS,
+    LOADER_STATE,
+    fresh_state,
+    pooled_keys,
+    read_merged,
+    read_rank_state,
+)
 from youmu.errors import StateError
 from youmu.state.contract import state_int, state_positions
-from youmu.state.jobs import (
-    MERGED_FORMAT,
-    OWNER,
-    JobStates,
-    Level,
-    Merge,
-    decode_chain,
-    encode_chain,
-    is_merged,
-    load_merged,
-    one_kind,
-)
+from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, Level, Merge, encode_chain, is_merged, one_kind
 from youmu.state.stream import POSITIONS, position_width, with_worker_positions
 
 __all__ = ["sampler_level", "rank_order", "chain_length", "merge_loader_states", "resume_from_merged",
-           "check_loader_state", "loader_levels", "rank_source_state", "resume_workers", "FIXED_SETTINGS"]
+           "check_loader_state", "rank_source_state", "resume_workers"]
 
 _KIND = "DynamicBatchLoader"
-
-#: Settings a merged state must share with the loader that loads it (``token_budget``
-#: and ``pool_size`` may change: they take effect from the resume step).
-FIXED_SETTINGS = ("kind", "n", "data", "seed", "shuffle", "join", "pad_sampler", "shuffle_steps", "loss_scaling",
-                  "uneven", "encoder_budget")
 
 
 def sampler_level(world_size: int, positions: Sequence[int], pending: Sequence[Sequence[int]]) -> Level:
@@ -162,25 +154,13 @@ def rank_order(settings: Mapping[str, Any], epoch: int, levels: Sequence[Level],
     return seq[rank::world_size]
 
 
-def loader_levels(raw: Any, owner: str) -> list[Level]:
-    """The ``resumed`` field of a ``DynamicBatchLoader`` state, validated: the one chain
-    form (:func:`youmu.state.jobs.decode_chain`) with one sampler position per rank and
-    its pending positions (a :class:`StateError` names the first field that does not
-    fit)."""
-    return decode_chain(raw, owner, pending=True, one_worker=True)
-
-
 # -- merging ----------------------------------------------------------------------------------
-def _pending(st: Mapping[str, Any]) -> list[int]:
-    return [k for step in st["replay"] for k in step["keys"]] + list(st["overflow"])
-
-
-def _checked(state: Mapping[str, Any], i: int) -> dict[str, Any]:
-    st = check_saved_state(state, owner=f"{OWNER}: states[{i}]")
+def _checked(state: Mapping[str, Any], i: int) -> tuple[dict[str, Any], list[Level] | None]:
+    st, levels = read_rank_state(state, owner=f"{OWNER}: states[{i}]")
     if not isinstance(st.get("settings"), Mapping):
         raise StateError(f"{OWNER}: states[{i}] has no 'settings' field (saved by an older youmu): it resumes "
                          "its own rank only")
-    return st
+    return st, levels
 
 
 def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> dict[str, Any]:
@@ -191,9 +171,10 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     datasets, seeds, epochs or settings, a missing or repeated rank, or a state of
     another kind."""
     # every version's states merge (a job's ranks saved one version; the merged state is today's)
-    same = [dict(s, format=DYNAMIC_LOADER_FORMAT) if isinstance(s, Mapping) and s.get("format") in
-            DYNAMIC_LOADER_FORMATS else s for s in states] if isinstance(states, Sequence) else states
-    checked = [_checked(s, i) for i, s in enumerate(one_kind(same, DYNAMIC_LOADER_FORMAT, kind=_KIND))]
+    same = [dict(s, format=LOADER_STATE.tag) if isinstance(s, Mapping) and s.get("format") in
+            LOADER_STATE.tags else s for s in states] if isinstance(states, Sequence) else states
+    read = [_checked(s, i) for i, s in enumerate(one_kind(same, LOADER_STATE.tag, kind=_KIND))]
+    checked = [st for st, _ in read]
     job = JobStates(checked, kind=_KIND)
     job.same("kind")
     settings = job.same_settings(lambda s: s["settings"])
@@ -209,13 +190,13 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     # the first step not consumed: the same on every live rank (DGAP keeps ranks in step)
     step = live.same("step", lambda s: s["step"] - len(s["replay"])) if live.states else max(s["step"] for s in ranks)
     out: dict[str, Any] = {
-        "format": MERGED_FORMAT, "stream": DYNAMIC_LOADER_FORMAT, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
+        "format": MERGED_FORMAT, "stream": LOADER_STATE.tag, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
         "iteration": ranks[0]["iteration"], "round": max(s["round"] for s in ranks), "step": step,
         "emitted": max(s["emitted"] for s in ranks), "done": not live.states,
     }
     if ranks[0]["kind"] == "map":
-        chain_raw = job.same("resumed")
-        chain = loader_levels(chain_raw, OWNER) if chain_raw is not None else []
+        job.same("resumed")  # in today's form, each decoded once by read_rank_state
+        chain = read[0][1] or []
         # what each rank's whole order holds: a finished rank delivered all of it
         left = chain_length(settings, chain) if chain else _first_length(settings, world)
         positions: list[int] = []
@@ -227,7 +208,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
                 pending.append(())
             else:
                 positions.append(st["position"])
-                pending.append(tuple(_pending(st)))
+                pending.append(tuple(pooled_keys(st)))
         levels = [*chain, sampler_level(world, positions, pending)]
         chain_length(settings, levels)  # validates every level
         out["resumed"] = encode_chain(levels)
@@ -235,7 +216,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     sources = [rank_source_state(st) for st in ranks]
     carried = []
     for st in ranks:
-        for k in _pending(st):
+        for k in pooled_keys(st):
             carried.append(list(st["payloads"][k]))
     out["source_state"] = merge(sources)
     out["carried"] = carried
@@ -286,23 +267,17 @@ def resume_workers(state: Any) -> int | None:
 
 # -- loading ------------------------------------------------------------------------------------
 def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
-    """The resume state of this rank of ``config`` from a merged state: settings
-    checked field by field (a :class:`StateError` naming the first that differs), then
-    this rank's share of the samples left."""
+    """The resume state of this rank of ``config`` from a merged state, read once
+    (:func:`youmu.batching.state.read_merged`: settings checked field by field, a
+    :class:`StateError` naming the first that differs), then this rank's share of the
+    samples left."""
     owner = _KIND
     mine = config.resume_settings
-    stream = state.get("stream") if isinstance(state, Mapping) else None
-    fmt = stream if stream in DYNAMIC_LOADER_FORMATS else DYNAMIC_LOADER_FORMAT  # merged states of every version
-    st = load_merged(state, fmt, owner=owner, required=("kind", "epoch", "step"))
-    load_merged(st, fmt, owner=owner, expect={k: mine[k] for k in FIXED_SETTINGS})
-    for key in ("epoch", "iteration", "round", "step", "emitted"):
-        state_int(st, key, owner=owner)
-    if not isinstance(st.get("done"), bool):
-        raise StateError(f"{owner} state field 'done' must be a bool, got {type(st.get('done')).__name__}")
-    out = config.fresh_state(st["epoch"])
-    out.update({k: st[k] for k in ("iteration", "round", "step", "emitted", "done")})
+    st = read_merged(state, mine, owner=owner)
+    out = fresh_state(config, st["epoch"])
+    out.update({k: st[k] for k in (*COUNTERS[1:], "done")})
     if config.kind == "map":
-        levels = loader_levels(st.get("resumed"), owner)
+        levels = st["resumed"]
         chain_length(mine, levels)  # validates every level
         out["resumed"] = encode_chain(levels)
         return out
@@ -328,19 +303,17 @@ def check_loader_state(state: Any, config: LoaderConfig) -> dict[str, Any]:
     owner = _KIND
     if is_merged(state):
         return resume_from_merged(state, config)
-    st = check_saved_state(state, expect={"world_size": config.world_size, "rank": config.rank, "kind": config.kind},
-                           pool_size=config.pool_size)
+    st, levels = read_rank_state(state, expect={"world_size": config.world_size, "rank": config.rank,
+                                                "kind": config.kind}, pool_size=config.pool_size)
     if st["config"] != config.fingerprint:
         raise StateError(
             f"state field 'config' ({st['config']!r}) says it was saved with different loader settings "
             f"(token_budget, pool_size, join, seed, dataset size, ...): this loader's is {config.fingerprint}"
         )
-    keys = [k for entry in st["replay"] for k in entry["keys"]] + list(st["overflow"])
+    keys = pooled_keys(st)
     if config.kind == "map":
-        if st.get("resumed") is not None:  # a rank of a job resumed from a merged state
-            levels = loader_levels(st["resumed"], owner)
+        if levels is not None:  # a rank of a job resumed from a merged state
             left = chain_length(config.resume_settings, levels)
-            st["resumed"] = encode_chain(levels)  # a chain of an earlier version is saved in today's
             mine = len(range(config.rank, left, config.world_size))
         else:
             n, w = config.size or 0, config.world_size

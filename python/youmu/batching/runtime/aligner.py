@@ -26,10 +26,11 @@ through :attr:`Aligner.steps_consumed`, :attr:`Aligner.local_end` and
 :attr:`Aligner.closing`. The aligner holds the loader's config, never the loader.
 
 Example (one rank; ``DynamicBatchLoader`` does this, and consumes ``out`` for you):
+    >>> from youmu.batching.state import fresh_state
     >>> from youmu.distributed import GlooChannel
     >>> cfg = LoaderConfig.build(dict(dataset=[3, 5, 4, 9], token_budget=16, length_fn=lambda s: s,
     ...                               pool_size=4, num_workers=0, shuffle=False), GlooChannel.local())
-    >>> a = Aligner(cfg, 0, cfg.fresh_state(0), None, credits=Credits(cfg.max_outstanding), metrics=BatchingMetrics())
+    >>> a = Aligner(cfg, 0, fresh_state(cfg, 0), None, credits=Credits(cfg.max_outstanding), metrics=BatchingMetrics())
     >>> a.thread.start()
     >>> sorted(batch for batch, info in (x for x in iter(a.out.get, END) if x is not IDLE))
     [[3, 4], [5], [9]]

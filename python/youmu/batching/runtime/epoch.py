@@ -35,6 +35,7 @@ from youmu.batching.payloads import pack_sample
 from youmu.batching.runtime.aligner import PEER_CLOSED, Aligner, Filler, RoundRecord
 from youmu.batching.runtime.metrics import BatchingMetrics
 from youmu.batching.runtime.shutdown import register
+from youmu.batching.state import fresh_state
 from youmu.distributed.producer import END, Credits, Failure
 from youmu.errors import LoaderError, PeerClosedError
 
@@ -56,7 +57,7 @@ class EpochIterator:
         self.epoch = epoch
         self.metrics = BatchingMetrics()
         self._credits = Credits(config.max_outstanding)
-        self._start_state = resume if resume is not None else config.fresh_state(epoch)
+        self._start_state = resume if resume is not None else fresh_state(config, epoch)
         self._aligner = Aligner(config, epoch, self._start_state, resume, credits=self._credits, metrics=self.metrics)
         self._consumed: tuple[int, int, int] | None = None  # (iteration, round, step_in_round)
         self._last_batch: Any = None
@@ -230,7 +231,7 @@ class EpochIterator:
     def _fresh(self) -> dict[str, Any]:
         """A state of this epoch to fill in; a job resumed on another topology keeps the
         chain of the jobs before it (``resumed``: this rank's order depends on it)."""
-        st = self.config.fresh_state(self.epoch)
+        st = fresh_state(self.config, self.epoch)
         if self._start_state.get("resumed") is not None:
             st["resumed"] = self._start_state["resumed"]
         return st

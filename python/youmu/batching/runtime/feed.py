@@ -165,7 +165,8 @@ def map_positions(
     iteration, and how many of them are a resumed round's samples (read first)."""
     if resume is not None and resume.get("resumed") is not None:
         # a job resumed on another topology: this rank's share of what the old jobs left
-        from youmu.batching.merge import loader_levels, rank_order
+        from youmu.batching.merge import rank_order
+        from youmu.batching.state import loader_levels
 
         indices = rank_order(config.resume_settings, epoch, loader_levels(resume["resumed"], "DynamicBatchLoader"),
                              rank=config.rank, world_size=config.world_size).tolist()

@@ -48,8 +48,8 @@ def other_workers(state: Any, num_workers: int, pairs: bool = False) -> int | No
     if not isinstance(source, Mapping):
         return None
     if pairs:
-        from youmu.batching.config import DYNAMIC_LOADER_FORMATS
         from youmu.batching.merge import resume_workers
+        from youmu.batching.state import DYNAMIC_LOADER_FORMATS
 
         need = resume_workers(source) if source.get("format") in DYNAMIC_LOADER_FORMATS else None
         return need if need is not None and need != num_workers else None
