@@ -192,7 +192,7 @@ def merge_loader_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> di
     out: dict[str, Any] = {
         "format": MERGED_FORMAT, "stream": LOADER_STATE.tag, "kind": ranks[0]["kind"], **settings, "epoch": epoch,
         "iteration": ranks[0]["iteration"], "round": max(s["round"] for s in ranks), "step": step,
-        "emitted": max(s["emitted"] for s in ranks), "done": not live.states,
+        "emitted": max(s["emitted"] for s in ranks), "done": not live.states, **LOADER_STATE.summed(ranks),
     }
     if ranks[0]["kind"] == "map":
         job.same("resumed")  # in today's form, each decoded once by read_rank_state
@@ -274,7 +274,7 @@ def resume_from_merged(state: Any, config: LoaderConfig) -> dict[str, Any]:
     owner = _KIND
     mine = config.resume_settings
     st = read_merged(state, mine, owner=owner)
-    out = fresh_state(config, st["epoch"])
+    out = fresh_state(config, st["epoch"], LOADER_STATE.summed([st]))
     out.update({k: st[k] for k in (*COUNTERS[1:], "done")})
     if config.kind == "map":
         levels = st["resumed"]

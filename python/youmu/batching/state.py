@@ -35,7 +35,19 @@ from youmu._internal.args import MAX_WORKERS
 from youmu.batching.algo.step_info import StepInfo
 from youmu.errors import StateError
 from youmu.state.contract import is_state_int, state_int, state_ints
-from youmu.state.formats import OWN, RANK, SAME, SHARED, StateField, StateFormat, a_bool, an_int, optional, some_ints
+from youmu.state.formats import (
+    OWN,
+    RANK,
+    SAME,
+    SHARED,
+    SUM,
+    StateField,
+    StateFormat,
+    a_bool,
+    an_int,
+    optional,
+    some_ints,
+)
 from youmu.state.jobs import Level, decode_chain, encode_chain, load_merged
 
 if TYPE_CHECKING:
@@ -160,10 +172,11 @@ LOADER_STATE = StateFormat(_OWNER, DYNAMIC_LOADER_FORMAT, (
 ), older=DYNAMIC_LOADER_FORMATS[1:])
 
 
-def fresh_state(config: LoaderConfig, epoch: int) -> dict[str, Any]:
+def fresh_state(config: LoaderConfig, epoch: int, carried: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The state of ``epoch``'s start under ``config`` (what ``state_dict()`` says before
-    iterating)."""
-    return copy.deepcopy(LOADER_STATE.write({
+    iterating), with the ``carried`` declared fields a merged state hands on (its
+    :data:`~youmu.state.formats.SUM` fields)."""
+    return copy.deepcopy(LOADER_STATE.write({**(carried or {}),
         "kind": config.kind, "world_size": config.world_size, "rank": config.rank, "config": config.fingerprint,
         "epoch": epoch, "iteration": 0, "round": 0, "step": 0, "emitted": 0, "done": False, "replay": [],
         "overflow": [], "position": 0, "source_state": None, "workers": None, "payloads": {},
@@ -243,6 +256,9 @@ def read_merged(state: Any, settings: Mapping[str, Any], *, owner: str = _OWNER)
                      expect={k: settings[k] for k in FIXED_SETTINGS})
     for key in COUNTERS:
         LOADER_STATE.field(key).check(st, key, owner)
+    for f in LOADER_STATE.fields:  # the fields a merge sums, as the declaration checks a rank's
+        if f.merge == SUM and f.name in st:
+            f.check(st, f.name, owner)
     a_bool(st, "done", owner)
     if st["kind"] == "map":
         st["resumed"] = loader_levels(st.get("resumed"), owner)

@@ -158,6 +158,18 @@ class StateFormat:
         return StateFormat(self.owner, tag, (*self.fields, *fields), tuple(older), child or self.child,
                            self.rank_settings)
 
+    def summed(self, states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The :data:`SUM` fields of the ranks' checked ``states`` (or their checked
+        values), each added up over the ranks, in declared order; a field no rank holds
+        is left out, so a merged state's bytes change only where one does.
+
+        >>> StateFormat("C", "example.C/1", (StateField("seen", an_int(), scope=RANK, merge=SUM),)).summed(
+        ...     [{"seen": 2}, {"seen": 3}])
+        {'seen': 5}
+        """
+        return {f.name: sum(s.get(f.name, 0) for s in states) for f in self.fields
+                if f.merge == SUM and any(f.name in s for s in states)}
+
     @property
     def per_rank(self) -> tuple[str, ...]:
         """The keys a merge does not compare across ranks: the tag, the rank's own

@@ -28,7 +28,6 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.state.contract import state_int
-from youmu.state.formats import SUM
 from youmu.state.jobs import OWNER, JobStates, Level, Merge, check_shards, decode_chain
 from youmu.state.stream import (
     EPOCH,
@@ -106,7 +105,7 @@ def merge_stream_ranks(ranks: Sequence[StreamRank], *, what: str = "", tokens: b
 def _merged_own(fmt: str, ranks: Sequence[StreamRank]) -> dict[str, Any]:
     """The kind's own fields a merged state holds, as their declarations say (the
     settings among them are in the shared settings already)."""
-    return {f.name: sum(r.own.get(f.name, 0) for r in ranks) for f in format_of(fmt).fields if f.merge == SUM}
+    return format_of(fmt).summed([r.own for r in ranks])
 
 
 def merge_wrapping_states(states: Sequence[Mapping[str, Any]], merge: Merge | None) -> dict[str, Any]:
