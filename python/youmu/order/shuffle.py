@@ -6,7 +6,8 @@ shard, number of shards): no I/O, no state. The row at position ``k`` of a shard
 stream is determined by those integers alone, which is what makes the loader resumable
 from a few integers and testable by property tests.
 
-Shuffle modes (:class:`~youmu.order.modes.ShuffleMode` names them and says what each does):
+Shuffle modes (:mod:`youmu.order.modes`: one file each, a registry by name) give the
+orders; a plan asks them and never which mode it holds:
 
 * ``"page"`` — pages in keyed-permuted order, cut into *windows* of ``window_pages``
   consecutive permuted pages; the rows of a window are shuffled together by a second
@@ -21,6 +22,11 @@ Shuffle modes (:class:`~youmu.order.modes.ShuffleMode` names them and says what 
 * ``"none"`` — file order.
 * ``"row"`` — every row placed independently by a keyed permutation over all rows; read
   in chunks of ``window_rows`` positions (one page read per distinct page in a chunk).
+
+A page-window mode's windows are consecutive runs of its one unit order
+(:meth:`~youmu.order.modes.ShuffleMode.page_order`, units being pages or page slices):
+the epoch's window sizes (:func:`all_window_rows`) and each window's pages
+(:meth:`ShardPlan.pages_of`) are both read from it, by :func:`_window_units`.
 
 Shards take whole windows round-robin (:func:`youmu.order.sharding.round_robin`), never row
 stripes, so no two workers ever read the same page: window ``w`` belongs to rank
@@ -47,7 +53,7 @@ import numpy as np
 
 from youmu._internal.args import choice_arg, int_arg, opt_int_arg
 from youmu.errors import InvalidArgumentError, PageOutOfRangeError
-from youmu.order.modes import SHUFFLE_MODES, ShuffleMode
+from youmu.order.modes import MODES, ShuffleMode
 from youmu.order.sharding import Shard, block, round_robin
 
 __all__ = [
@@ -62,6 +68,7 @@ __all__ = [
     "MAX_PAGE_SLICES",
     "dropped_rows",
     "positions_to_rows",
+    "global_rows",
     "shuffle_args",
     "window_args",
     "row_range",
@@ -69,21 +76,12 @@ __all__ = [
 ]
 
 
-def _permutation(n: int, seed: int, epoch: int, purpose: str) -> Any:
-    from youmu._core import Permutation
-
-    return Permutation(n, seed=seed, epoch=epoch, purpose=purpose)
-
-
 #: The most slices a page may be cut into (``page_slices``).
 MAX_PAGE_SLICES = 64
-# Permutation key of page slices (whole pages keep "pages", so page_slices=1 is the
-# stream it always was).
-_SLICES_PURPOSE = "page-slices"
 
 def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[ShuffleMode, int]:
     """``(shuffle, page_slices)`` checked together (the one place they are): a mode of
-    :data:`SHUFFLE_MODES`, parsed to its :class:`ShuffleMode`, and 1 to
+    :data:`~youmu.order.modes.MODES`, parsed to its :class:`ShuffleMode`, and 1 to
     :data:`MAX_PAGE_SLICES` slices per page, more than one only where the mode
     :attr:`~ShuffleMode.slices_pages`.
 
@@ -94,7 +92,7 @@ def shuffle_args(shuffle: Any, page_slices: Any) -> tuple[ShuffleMode, int]:
     ...
     youmu.errors.InvalidArgumentError: page_slices=2 needs shuffle='page' (got shuffle='row')
     """
-    mode = ShuffleMode(choice_arg("shuffle", shuffle, SHUFFLE_MODES))
+    mode = ShuffleMode(choice_arg("shuffle", shuffle, tuple(MODES)))
     k = int_arg("page_slices", page_slices, minimum=1, maximum=MAX_PAGE_SLICES)
     if k > 1 and not mode.slices_pages:
         sliced = ", ".join(repr(m.value) for m in ShuffleMode if m.slices_pages)
@@ -302,8 +300,11 @@ class ShardPlan:
         if cap is not None:
             total = min(total, int(cap))
         return ShardPlan(
-            mode, n_pages, n_rows, window_pages, size, seed, epoch, rank, world_size, worker, num_workers, ids,
-            rows, total, cum, skip, bool(balanced), full, k, page_rows if k > 1 else np.zeros(0, dtype=np.int64),
+            mode=mode, num_pages=n_pages, num_rows=n_rows, window_pages=window_pages, window_rows_size=size,
+            seed=seed, epoch=epoch, rank=rank, world_size=world_size, worker=worker, num_workers=num_workers,
+            window_ids=ids, window_rows=rows, total_rows=total, cum_rows=cum, window_skip=skip,
+            balanced=bool(balanced), window_full_rows=full, page_slices=k,
+            page_rows=page_rows if k > 1 else np.zeros(0, dtype=np.int64),
         )
 
     # -- positions ------------------------------------------------------------------
@@ -314,46 +315,37 @@ class ShardPlan:
         i = int(np.searchsorted(self.cum_rows, position, side="right") - 1)
         return i, position - int(self.cum_rows[i])
 
-    def _slice_units(self, i: int) -> np.ndarray:
-        """Page slices: the units (``page · k + slice``) of the i-th window, in order."""
-        w, k = int(self.window_ids[i]), self.page_slices
-        n_units = self.num_pages * k
-        stop = min((w + 1) * self.window_pages * k, n_units)
-        return _permutation(n_units, self.seed, self.epoch, _SLICES_PURPOSE).range(w * self.window_pages * k, stop)
-
     def pages_of(self, i: int) -> np.ndarray:
         """Global page ids of the i-th window of this shard, in window order (with page
         slices: each page once, in the order its first slice appears)."""
-        w = int(self.window_ids[i])
         if self.mode.permutes_rows:
             raise InvalidArgumentError("row mode has no page windows; use rows_of()")
-        if self.mode.slices_pages and self.page_slices > 1:
-            pages = self._slice_units(i) // self.page_slices
-            _, first = np.unique(pages, return_index=True)
-            return pages[np.sort(first)]
-        stop = min((w + 1) * self.window_pages, self.num_pages)
-        if self.mode.permutes_pages:
-            return _permutation(self.num_pages, self.seed, self.epoch, "pages").range(w * self.window_pages, stop)
-        return np.arange(w * self.window_pages, stop, dtype=np.int64)
+        units = _window_units(self.mode, self.num_pages, self.window_pages, self.seed, self.epoch,
+                              self.page_slices, int(self.window_ids[i]))
+        if self.page_slices == 1:
+            return units
+        pages = units // self.page_slices
+        _, first = np.unique(pages, return_index=True)
+        return pages[np.sort(first)]
 
     def row_order(self, i: int) -> np.ndarray | None:
         """Order of the window's rows (indices into the window's concatenated pages),
         or None for identity."""
         n = int(self.window_full_rows[i])
-        if self.mode.shuffles_windows:
-            w = int(self.window_ids[i])
-            order = _permutation(n, self.seed, self.epoch, f"window-{self.mode}-{w}").range(0, n)
-            if self.mode.slices_pages and self.page_slices > 1:
-                # the window's slices as indices into its pages' concatenated rows, shuffled
-                return self._slice_rows(i)[order]
-            return order
-        return None
+        order = self.mode.window_order(n, self.seed, self.epoch, int(self.window_ids[i]))
+        if order is None:
+            return None
+        if self.page_slices > 1:
+            # the window's slices as indices into its pages' concatenated rows, shuffled
+            return self._slice_rows(i)[order.range(0, n)]
+        return order.range(0, n)
 
     def _slice_rows(self, i: int) -> np.ndarray:
         """Page slices: the rows of the i-th window's slices, in unit order, as indices
         into the concatenated rows of :meth:`pages_of`."""
         k = self.page_slices
-        units = self._slice_units(i)
+        units = _window_units(self.mode, self.num_pages, self.window_pages, self.seed, self.epoch, k,
+                              int(self.window_ids[i]))
         pages = self.pages_of(i)
         offset = dict(zip(pages.tolist(), np.concatenate([[0], np.cumsum(self.page_rows[pages])[:-1]]).tolist()))
         parts = []
@@ -375,7 +367,7 @@ class ShardPlan:
             lo, _ = row_range(self.num_rows, shard, self.balanced)
             start = lo + int(self.cum_rows[i])
         stop = start + int(self.window_rows[i])
-        return _permutation(self.num_rows, self.seed, self.epoch, "rows").range(start, stop)
+        return self.mode.position_order(self.num_rows, self.seed, self.epoch).range(start, stop)
 
 
 def row_range(n_rows: int, shard: Shard, balanced: bool) -> tuple[int, int]:
@@ -422,26 +414,28 @@ def slice_rows(page_rows: np.ndarray, k: int) -> np.ndarray:
     return ((page_rows[:, None] * (s + 1)) // k - (page_rows[:, None] * s) // k).reshape(-1)
 
 
+def _window_units(mode: ShuffleMode, num_pages: int, window_pages: int, seed: int, epoch: int, page_slices: int,
+                  window: int) -> np.ndarray:
+    """The units (pages, or page slices ``page · k + s``) of page window ``window``, in
+    order: its run of the mode's unit order."""
+    k = page_slices
+    lo, hi = window * window_pages * k, min((window + 1) * window_pages * k, num_pages * k)
+    order = mode.page_order(num_pages * k, seed, epoch, k)
+    return np.arange(lo, hi, dtype=np.int64) if order is None else order.range(lo, hi)
+
+
 def all_window_rows(
     page_rows: np.ndarray, mode: ShuffleMode, window_pages: int, seed: int, epoch: int, *, page_slices: int = 1
 ) -> np.ndarray:
-    """Rows of every window of an epoch (page modes). One pass over the permutation;
-    the permuted page order itself is not kept."""
-    n = len(page_rows)
-    if n == 0:
+    """Rows of every window of an epoch (page modes): the mode's unit order read once,
+    whole, and summed by window; the order itself is not kept."""
+    if len(page_rows) == 0:
         return np.zeros(0, dtype=np.int64)
-    if mode.slices_pages and page_slices > 1:
-        units = slice_rows(page_rows, page_slices)
-        order = _permutation(len(units), seed, epoch, _SLICES_PURPOSE).range(0, len(units))
-        return np.add.reduceat(units[order], np.arange(0, len(units), window_pages * page_slices)).astype(np.int64)
-    if mode.permutes_pages:
-        order = _permutation(n, seed, epoch, "pages").range(0, n)
-        in_order = page_rows[order]
-        del order
-    else:
-        in_order = page_rows
-    starts = np.arange(0, n, window_pages)
-    return np.add.reduceat(in_order, starts).astype(np.int64)
+    units = page_rows if page_slices == 1 else slice_rows(page_rows, page_slices)
+    order = mode.page_order(len(units), seed, epoch, page_slices)
+    in_order = units if order is None else units[order.range(0, len(units))]
+    del order
+    return np.add.reduceat(in_order, np.arange(0, len(units), window_pages * page_slices)).astype(np.int64)
 
 
 def dropped_rows(num_rows: int, world_size: int) -> int:
@@ -451,6 +445,19 @@ def dropped_rows(num_rows: int, world_size: int) -> int:
     1
     """
     return num_rows % world_size
+
+
+def global_rows(plan: ShardPlan, page_rows: np.ndarray, positions: Sequence[int],
+                page_starts: np.ndarray | None = None) -> np.ndarray:
+    """The global row ids (rows counted over all files) at stream ``positions`` of
+    ``plan``, in any mode; ``page_starts``: every page's first global row, where the
+    caller keeps them (else computed from ``page_rows``)."""
+    if plan.mode.permutes_rows:
+        return np.asarray([int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)], dtype=np.int64)
+    if page_starts is None:
+        page_starts = np.concatenate([[0], np.cumsum(page_rows, dtype=np.int64)])
+    return np.asarray([int(page_starts[p]) + r for p, r in positions_to_rows(plan, page_rows, positions)],
+                      dtype=np.int64)
 
 
 def positions_to_rows(plan: ShardPlan, page_rows: np.ndarray, positions: Sequence[int]) -> list[tuple[int, int]]:

@@ -34,7 +34,7 @@ from youmu.distributed.world import rank_and_world
 from youmu.errors import LoaderError, RowError
 from youmu.order.resume import Origin
 from youmu.order.sharding import Shard
-from youmu.order.shuffle import positions_to_rows
+from youmu.order.shuffle import global_rows
 from youmu.state.contract import state_int
 from youmu.state.jobs import Level
 from youmu.state.stream import PARQUET_STREAM_FORMAT
@@ -312,14 +312,9 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
 
     def _read_at(self, stream: RowStream, positions: Sequence[int]) -> pa.Table:
         """The untransformed rows at ``positions`` of ``stream`` (through its row map)."""
-        plan = stream.plan
-        if plan.mode.permutes_rows:
-            ids = [int(plan.rows_of(i)[off]) for i, off in map(plan.window_at, positions)]
-        else:
-            if self._page_starts is None:
-                self._page_starts = np.concatenate([[0], np.cumsum(self.layout.page_rows)])
-            starts = self._page_starts
-            ids = [int(starts[p]) + r for p, r in positions_to_rows(plan, self.layout.page_rows, positions)]
+        if self._page_starts is None:
+            self._page_starts = np.concatenate([[0], np.cumsum(self.layout.page_rows)])
+        ids = global_rows(stream.plan, self.layout.page_rows, positions, self._page_starts).tolist()
         return pa.Table.from_batches([stream._conform(self.index.read_rows(ids))])
 
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from youmu._internal.redaction import redact
 from youmu.errors import RowError, YoumuWarning
-from youmu.order.shuffle import positions_to_rows
+from youmu.order.shuffle import global_rows
 from youmu.streams.core import SKIP, in_worker_process
 
 __all__ = ["ON_ERROR", "SkipLog", "locate", "report_skips", "reporting_pass"]
@@ -76,12 +76,8 @@ class SkipLog:
 def locate(index: Any, plan: Any, page_rows: np.ndarray, position: int) -> dict[str, Any]:
     """``{"file", "row", "position"}`` of stream ``position`` of ``plan``: the Parquet
     file and the row within it."""
-    if plan.mode.permutes_rows:
-        i, off = plan.window_at(position)
-        pages, offsets = index.locate_rows(np.asarray(plan.rows_of(i)[off:off + 1], dtype=np.int64))
-        page, r = int(pages[0]), int(offsets[0])
-    else:
-        page, r = positions_to_rows(plan, page_rows, [position])[0]
+    pages, offsets = index.locate_rows(global_rows(plan, page_rows, [position]))
+    page, r = int(pages[0]), int(offsets[0])
     info = index.page_info(page)
     first = index.page_info(int(index.file_page_starts()[int(info["file_index"])]))["global_first_row"]
     return {"file": info["file"], "row": int(info["global_first_row"]) + r - int(first), "position": position}
