@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from youmu.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["ShuffleMode", "MODES", "register", "permutation"]
 
 #: The modes by name, in the order errors list them (see :func:`register`).
@@ -54,7 +56,8 @@ class ShuffleMode(str, metaclass=_Registry):
     A mode *is* its name (a ``str``): settings, saved states, fingerprints, permutation
     keys and reprs hold the word (``'page'``), and ``shuffle="page"`` is what users
     write. ``ShuffleMode("page")`` is the registered mode of that name (one object per
-    mode); a name not registered is a ``ValueError`` (as an enum's was;
+    mode); a name not registered is an :class:`~youmu.errors.InvalidArgumentError` (a
+    ``ValueError``, as an enum's was;
     :func:`youmu.order.shuffle.shuffle_args` checks users' words first).
 
     A mode is a subclass that sets :attr:`name` and the answers that differ from the
@@ -81,7 +84,7 @@ class ShuffleMode(str, metaclass=_Registry):
                 return value
             if isinstance(value, str) and value in MODES:
                 return MODES[value]
-            raise ValueError(f"{value!r} is not a shuffle mode (one of {tuple(MODES)})")
+            raise InvalidArgumentError(f"{value!r} is not a shuffle mode (one of {tuple(MODES)})")
         return super().__new__(cls, cls.name)
 
     @property
@@ -133,12 +136,12 @@ class ShuffleMode(str, metaclass=_Registry):
 
 def register(mode: type[ShuffleMode]) -> type[ShuffleMode]:
     """Class decorator: the mode ``mode`` defines, registered under its :attr:`~ShuffleMode.name`
-    (a name taken twice is a ``ValueError``: two modes would give one saved state two
-    meanings)."""
+    (a name taken twice is an :class:`~youmu.errors.InvalidArgumentError`: two modes
+    would give one saved state two meanings)."""
     if not (isinstance(mode, type) and issubclass(mode, ShuffleMode)) or not mode.name:
-        raise TypeError(f"a shuffle mode is a named ShuffleMode subclass, got {mode!r}")
+        raise ArgumentTypeError(f"a shuffle mode is a named ShuffleMode subclass, got {mode!r}")
     if mode.name in MODES:
-        raise ValueError(f"a shuffle mode named {mode.name!r} is already registered")
+        raise InvalidArgumentError(f"a shuffle mode named {mode.name!r} is already registered")
     listed = sorted([*MODES.items(), (mode.name, mode())], key=lambda kv: kv[1].listed)
     MODES.clear()
     MODES.update(listed)
