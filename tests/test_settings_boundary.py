@@ -123,6 +123,12 @@ def test_a_loaders_keyword_defaults_are_its_boundary_objects() -> None:
 
     dbl = inspect.signature(DynamicBatchLoader.__init__).parameters
     assert {k: dbl[k].default for k in DEFAULTS} == DEFAULTS
+    # every keyword but the channel's group is a setting LoaderConfig declares (the loader
+    # picks its settings from its locals() by that declaration: one it lacks would be lost)
+    declared = LoaderConfig.keywords()
+    assert set(dbl) - {"self", "group"} == set(declared)
+    assert {k: (inspect.Parameter.empty if d is dataclasses.MISSING else d) for k, d in declared.items()} == {
+        k: dbl[k].default for k in declared}
     fields = {f.name: f.default for f in dataclasses.fields(StreamSpec)}
     ds = inspect.signature(YoumuDataset.__init__).parameters
     assert {k: ds[k].default for k in fields} == fields

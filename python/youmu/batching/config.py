@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from youmu._internal.args import (
@@ -56,32 +56,13 @@ __all__ = ["LoaderConfig", "UNEVEN_MODES", "DEFAULTS", "stateless_message"]
 #: Join mode's ways to end a rank whose data ran out before its peers'.
 UNEVEN_MODES = ("stop", "pad")
 
-#: ``DynamicBatchLoader``'s keyword defaults (the settings a config is built from).
-DEFAULTS: dict[str, Any] = dict(
-    collate_fn=None,
-    pool_size=1024,
-    num_workers=2,
-    prefetch_factor=None,
-    join=True,
-    loss_scaling="exact",
-    token_count_fn=None,
-    timeout=DEFAULT_TIMEOUT,
-    data_timeout=None,
-    shuffle=True,
-    seed=0,
-    quota=None,
-    max_outstanding=None,
-    shuffle_steps=True,
-    uneven="stop",
-    pad_batch=None,
-    callback=None,
-    worker_init_fn=None,
-    multiprocessing_context=None,
-    heartbeat=1.0,
-    pad_sampler=False,
-    encoder_budget=None,
-    encoder_fn=None,
-)
+
+def _keyword(default: Any = dataclasses.MISSING) -> dict[str, Any]:
+    """The mark of a :class:`LoaderConfig` field that is a ``DynamicBatchLoader``
+    keyword, with the keyword's ``default`` (none: the argument is required). The field
+    holds the setting checked and resolved (:meth:`LoaderConfig.check`), so its type may
+    be narrower than the keyword's (``data_timeout=None`` is the ``timeout``)."""
+    return {"setting": default}
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,36 +72,53 @@ class LoaderConfig:
     the channel, the dataset's kind (``"map"`` or ``"iterable"``) and size (map-style),
     and the settings' :attr:`fingerprint`. Build one with :meth:`build`."""
 
-    dataset: Any
-    token_budget: int
-    length_fn: Callable[[Any], int]
-    collate_fn: Callable[[list[Any]], Any] | None
-    token_count_fn: Callable[[Any], int]
-    pool_size: int
-    num_workers: int
-    prefetch_factor: int | None
-    join: bool
-    loss_scaling: str
-    timeout: float
-    data_timeout: float
-    shuffle: bool
-    seed: int
-    quota: int | None
-    max_outstanding: int
-    shuffle_steps: bool
-    uneven: str
-    pad_batch: Callable[[], Any] | None
-    callback: Callable[..., None] | None
-    worker_init_fn: Callable[[int], None] | None
-    multiprocessing_context: Any
-    heartbeat: float
-    pad_sampler: bool
-    encoder_budget: int | None
-    encoder_fn: Callable[[Any], int] | None
+    dataset: Any = field(metadata=_keyword())
+    token_budget: int = field(metadata=_keyword())
+    length_fn: Callable[[Any], int] = field(metadata=_keyword())
+    collate_fn: Callable[[list[Any]], Any] | None = field(metadata=_keyword(None))
+    token_count_fn: Callable[[Any], int] = field(metadata=_keyword(None))
+    pool_size: int = field(metadata=_keyword(1024))
+    num_workers: int = field(metadata=_keyword(2))
+    prefetch_factor: int | None = field(metadata=_keyword(None))
+    join: bool = field(metadata=_keyword(True))
+    loss_scaling: str = field(metadata=_keyword("exact"))
+    timeout: float = field(metadata=_keyword(DEFAULT_TIMEOUT))
+    data_timeout: float = field(metadata=_keyword(None))
+    shuffle: bool = field(metadata=_keyword(True))
+    seed: int = field(metadata=_keyword(0))
+    quota: int | None = field(metadata=_keyword(None))
+    max_outstanding: int = field(metadata=_keyword(None))
+    shuffle_steps: bool = field(metadata=_keyword(True))
+    uneven: str = field(metadata=_keyword("stop"))
+    pad_batch: Callable[[], Any] | None = field(metadata=_keyword(None))
+    callback: Callable[..., None] | None = field(metadata=_keyword(None))
+    worker_init_fn: Callable[[int], None] | None = field(metadata=_keyword(None))
+    multiprocessing_context: Any = field(metadata=_keyword(None))
+    heartbeat: float = field(metadata=_keyword(1.0))
+    pad_sampler: bool = field(metadata=_keyword(False))
+    encoder_budget: int | None = field(metadata=_keyword(None))
+    encoder_fn: Callable[[Any], int] | None = field(metadata=_keyword(None))
     channel: GlooChannel
     kind: str
     size: int | None
     fingerprint: int
+
+    # -- the declaration ------------------------------------------------------------------
+    @classmethod
+    def keywords(cls) -> dict[str, Any]:
+        """The loader's keywords as the fields above declare them, with their defaults
+        (a required one's: ``dataclasses.MISSING``) — the one declaration the loader's
+        signature agrees with (``tests/test_settings_boundary.py`` walks it).
+
+        >>> list(LoaderConfig.keywords())[:4]
+        ['dataset', 'token_budget', 'length_fn', 'collate_fn']
+        """
+        return {f.name: f.metadata["setting"] for f in dataclasses.fields(cls) if "setting" in f.metadata}
+
+    @classmethod
+    def pick(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The loader's settings among its arguments ``given`` (its ``locals()``)."""
+        return {k: given[k] for k in cls.keywords() if k in given}
 
     # -- construction ---------------------------------------------------------------------
     @staticmethod
@@ -242,6 +240,11 @@ class LoaderConfig:
             "pool_size": self.pool_size,
         }
 
+
+
+#: ``DynamicBatchLoader``'s keyword defaults (the settings a config is built from), as
+#: :class:`LoaderConfig` declares them.
+DEFAULTS: dict[str, Any] = {k: v for k, v in LoaderConfig.keywords().items() if v is not dataclasses.MISSING}
 
 def _kind_of(dataset: Any) -> str:
     """``"map"`` (``len`` and ``[i]``) or ``"iterable"`` (a torch ``IterableDataset``,

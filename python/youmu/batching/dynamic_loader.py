@@ -244,15 +244,7 @@ class DynamicBatchLoader(PassLoader):
         encoder_budget: int | None = None,
         encoder_fn: Callable[[Any], int] | None = None,
     ) -> None:
-        arguments = dict(
-            dataset=dataset, token_budget=token_budget, length_fn=length_fn, collate_fn=collate_fn,
-            pool_size=pool_size, num_workers=num_workers, prefetch_factor=prefetch_factor, join=join,
-            loss_scaling=loss_scaling, token_count_fn=token_count_fn, timeout=timeout, data_timeout=data_timeout,
-            shuffle=shuffle, seed=seed, quota=quota, max_outstanding=max_outstanding, shuffle_steps=shuffle_steps,
-            uneven=uneven, pad_batch=pad_batch, callback=callback, worker_init_fn=worker_init_fn,
-            multiprocessing_context=multiprocessing_context, heartbeat=heartbeat, pad_sampler=pad_sampler,
-            encoder_budget=encoder_budget, encoder_fn=encoder_fn,
-        )
+        arguments = LoaderConfig.pick(locals())  # the keywords LoaderConfig declares
         settings = LoaderConfig.check(arguments)  # every argument, before the collective below
         channel = channel_for(group, timeout=settings["timeout"], name="group")
         self._config = LoaderConfig.from_settings(settings, channel)
