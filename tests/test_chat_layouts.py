@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from textutil import chat_tokenizer
@@ -117,3 +118,22 @@ def test_layout_arguments_are_checked() -> None:
         register(MessageLayout("openai", "role", "content"))
     with pytest.raises(youmu.ArgumentTypeError):
         register(Layout())
+
+
+def test_vision_reads_alpaca_columns_as_chat_template_does() -> None:
+    import io
+
+    from PIL import Image
+
+    from youmu.vision import VisionTransform
+
+    buf = io.BytesIO()
+    Image.fromarray(np.full((28, 28, 3), 9, np.uint8)).save(buf, "PNG")
+    row = {"image": {"bytes": buf.getvalue(), "path": "a.png"}, "instruction": "Name it", "input": None,
+           "output": "A square."}
+    tok = ByteTokenizer()
+    out = VisionTransform(tok, layout="alpaca", pixels=False, system=None)(row)
+    text = tok.decode([int(i) for i in out["input_ids"]])
+    assert text.startswith("<|im_start|>user\n<|vision_start|>") and text.endswith(
+        "<|vision_end|>Name it<|im_end|>\n<|im_start|>assistant\nA square.<|im_end|>\n")
+    assert VisionTransform(tok, layout="alpaca").required_columns == ("image", "instruction", "output")

@@ -93,6 +93,24 @@ def test_a_bad_message_names_the_message_file_and_row(tmp_path: Path, bad, why: 
     assert (err.column, err.message, err.file, err.row) == ("messages", 1, str(path), 4)
 
 
+def test_a_message_whose_two_layouts_disagree_names_its_file_and_row_and_is_skipped_when_asked(
+        tmp_path: Path) -> None:
+    # a file mixing the two message layouts: Arrow gives every message all four keys, one
+    # pair null; in row 3 both pairs are set and disagree (the text and vision parsers once
+    # read such a message opposite ways: as the user's prompt, and as the model's answer)
+    convs = [[{"role": "user", "content": f"q{i}", "from": None, "value": None},
+              {"role": None, "content": None, "from": "gpt", "value": f"a{i}"}] for i in range(6)]
+    convs[3][1] = {"role": "user", "content": "q3 again", "from": "gpt", "value": "a3"}
+    path = write_chats(tmp_path / "c.parquet", convs, row_group_size=2)
+    err = _first_error(YoumuDataset(path, shuffle="none", transform=ChatTemplate(chat_tokenizer())))
+    assert "'role'='user' and 'from'='gpt'" in str(err) and "disagree" in str(err)
+    assert (err.column, err.message, err.file, err.row) == ("messages", 1, str(path), 3)
+    ds = YoumuDataset(path, shuffle="none", transform=ChatTemplate(chat_tokenizer(), on_error="skip"))
+    samples = list(ds)
+    assert [int(x["id"]) for x in samples] == [0, 1, 2, 4, 5]
+    assert [r["row"] for x in samples for r in x["skipped"]] == [3]
+
+
 @pytest.mark.parametrize("value, why", [(None, "conversation is null"), ([], "has no messages")])
 def test_a_null_or_empty_conversation_is_refused(value, why: str) -> None:
     t = pa.table({"messages": pa.array([ultrachat(1)[0], value],

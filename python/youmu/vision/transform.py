@@ -153,13 +153,15 @@ class VisionTransform:
                 e = e.located(column=self.image_column)
             raise e.located(skip=self.on_error == "skip") from None
 
-    def _text(self, row: Mapping[str, Any]) -> Any:
-        """The row's text as :func:`~youmu.vision.tokenize_chat` takes it: the text
-        column's value, or (a layout over other columns) the row's conversation."""
+    def _text(self, row: Mapping[str, Any]) -> tuple[Any, Layout | None]:
+        """The row's text as :func:`~youmu.vision.tokenize_chat` takes it, and the layout
+        it is read with: the text column's value (read with the transform's layout), or
+        (a layout over other columns) the row's conversation, already read (as
+        ``{"role", "content"}`` messages: any message layout reads them)."""
         if self.layout.columns(self.text_column) == (self.text_column,):
-            return row.get(self.text_column)
+            return row.get(self.text_column), self.layout
         try:
-            return read_conversation(self.layout, row, self.text_column, images=True)
+            return read_conversation(self.layout, row, self.text_column, images=True), None
         except TextError as e:
             where = "" if e.message is None else f" (message {e.message})"
             raise ImageError(f"{e.reason}{where}", column=self.layout.columns(self.text_column)[0]) from None
@@ -181,8 +183,9 @@ class VisionTransform:
             except ImageError as e:
                 raise e.located(column=self.image_column, image=i, path=path) from None
             costs.append(c)
-        tokens = tokenize_chat(self._text(row), [c.backbone_tokens for c in costs], self.tokenizer,
-                               system=self.system, layout=self.layout)
+        text, layout = self._text(row)
+        tokens = tokenize_chat(text, [c.backbone_tokens for c in costs], self.tokenizer, system=self.system,
+                               layout=layout)
         out: dict[str, Any] = {
             "image_grid_thw": [c.grid_thw for c in costs],
             "input_ids": np.asarray(tokens["input_ids"], dtype=np.int64),
