@@ -152,5 +152,61 @@ def test_a_merged_ray_state_with_a_chain_delivers_the_same_steps() -> None:
     assert _ray_steps(clients) == case["merged_steps"]
 
 
+def test_today_s_balanced_loader_saves_the_frozen_bytes() -> None:
+    """``state_dict`` writes through the declared format (``BALANCED_LOADER_STATE``): the
+    loader run to the frozen point saves the frozen state, key order included."""
+    loader = _balanced()
+    it = loader.iter_steps()
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    loader.close()
+    assert json.dumps(state) == json.dumps(CASES["BalancedLoader"]["live"])
+
+
+def _refuses_every_forgery_its_declaration_refuses(loader: Any, fmt: Any, state: dict[str, Any]) -> int:
+    """Each forged value a field's declared check refuses, and each required field left
+    out: ``load_state_dict`` refuses with a StateError naming the field (or the setting
+    that differs). The number of forged states refused."""
+    from youmu.errors import StateError
+
+    refused = 0
+    for field in fmt.fields:
+        forged_states = [{k: v for k, v in state.items() if k != field.name}] if field.required else []
+        for value in ("forged", -1, 1.5, [None], {"forged": 1}, None):
+            forged = {**state, field.name: value}
+            try:
+                field.check(forged, field.name, fmt.owner)
+            except StateError:
+                forged_states.append(forged)
+        for forged in forged_states:
+            with pytest.raises(StateError, match=f"'{field.name}'|{field.name}="):
+                loader.load_state_dict(forged)
+            refused += 1
+    return refused
+
+
+def test_every_value_a_declared_balanced_loader_field_refuses_a_load_refuses_naming_it() -> None:
+    """The hostile checks walk the declaration (youmu.state.formats)."""
+    from youmu.planning.state.checkpoint import BALANCED_LOADER_STATE
+
+    loader = _balanced()
+    refused = _refuses_every_forgery_its_declaration_refuses(loader, BALANCED_LOADER_STATE,
+                                                             CASES["BalancedLoader"]["live"])
+    assert refused >= 2 * len(BALANCED_LOADER_STATE.fields)
+    loader.close()
+
+
+def test_every_value_a_declared_ray_client_field_refuses_a_load_refuses_naming_it() -> None:
+    from youmu.ray.state import CLIENT_STATE
+
+    client = _deploy(3, 9).client(0, prefetch=0)
+    refused = _refuses_every_forgery_its_declaration_refuses(client, CLIENT_STATE, CASES["RayBalancedLoader"]["client"])
+    assert refused >= 2 * len(CLIENT_STATE.fields)
+    client.load_state_dict(CASES["RayBalancedLoader"]["client"])
+    assert json.dumps(client.state_dict()) == json.dumps(CASES["RayBalancedLoader"]["client"]), \
+        "the declared writer keeps the frozen key order"
+
+
 if __name__ == "__main__":  # python tests/test_planning_saved_states.py: writes the fixture (before a change)
     FIXTURE.write_text(json.dumps(_freeze(), separators=(",", ":")) + "\n")

@@ -57,8 +57,7 @@ from youmu.planning.steps.microbatch import MicroBatchInfo
 from youmu.ray.calls import Actor, Call
 from youmu.ray.merge import parse_merged
 from youmu.ray.planner_actor import MAX_STEPS_PER_CALL, NEED_STATE, RankStep
-from youmu.ray.state import CLIENT_FORMAT, Chain, PlannerState, Ref
-from youmu.state.contract import check_state, state_int
+from youmu.ray.state import CLIENT_STATE, Chain, PlannerState, Ref
 from youmu.state.jobs import is_merged
 
 __all__ = ["RayBalancedLoader", "Deployment"]
@@ -213,10 +212,10 @@ class RayBalancedLoader(StepLoader[_StepOut]):
         planner = self._delivered_state
         if planner is None:
             planner = PlannerState.initial(cursor.epoch, self.world_size, len(d.names)).to_dict()
-        return {"format": CLIENT_FORMAT, "world_size": self.world_size, "rank": self.rank,
-                "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
-                "epoch": cursor.state_epoch, "step": step, "microbatch": mb, "planner": planner,
-                "sources": list(d.names), "settings": d.portable, "data": d.data}
+        return CLIENT_STATE.write({"world_size": self.world_size, "rank": self.rank,
+                                   "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
+                                   "epoch": cursor.state_epoch, "step": step, "microbatch": mb, "planner": planner,
+                                   "sources": list(d.names), "settings": d.portable, "data": d.data})
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at ``state`` on the next pass: a rank's own state (on this deployment or
@@ -229,15 +228,13 @@ class RayBalancedLoader(StepLoader[_StepOut]):
             self._install(*parse_merged(state, portable=d.portable or {}, data=d.data, names=d.names,
                                         world_size=d.world_size))
             return
-        st = check_state(state, CLIENT_FORMAT, owner=_OWNER,
-                         expect={"world_size": self.world_size, "num_microbatches": self.num_microbatches},
-                         required=("epoch", "step", "microbatch", "planner"))
+        # every declared field checked: a forged rank was loaded silently when the client read only its position
+        st, values = CLIENT_STATE.read(state, owner=_OWNER, expect={"world_size": self.world_size,
+                                                                    "num_microbatches": self.num_microbatches})
         if st.get("config") != self.config_fingerprint():
             raise StateError(f"state was saved with config={st.get('config')!r}, this deployment has "
                              f"{self.config_fingerprint()!r} (plan settings, sources or measuring functions differ)")
-        epoch = state_int(st, "epoch", owner=_OWNER)
-        step = state_int(st, "step", owner=_OWNER)
-        mb = state_int(st, "microbatch", owner=_OWNER)
+        epoch, step, mb = values["epoch"], values["step"], values["microbatch"]
         if mb >= self.num_microbatches:
             raise StateError(f"{_OWNER} state field 'microbatch' must be < num_microbatches={self.num_microbatches}, "
                              f"got {mb}")

@@ -61,12 +61,45 @@ from typing import Any
 from youmu.errors import StateError
 from youmu.planning.steps.carry import parse_carry
 from youmu.state.contract import state_value_int, state_value_ints
+from youmu.state.formats import OWN, RANK, StateField, StateFormat, an_int
 from youmu.state.jobs import Level, decode_chains, encode_chains
 
-__all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT", "source_levels"]
+__all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT", "CLIENT_STATE", "source_levels"]
 
 #: tag of :meth:`youmu.ray.RayBalancedLoader.state_dict`
 CLIENT_FORMAT = "youmu.ray.RayBalancedLoader/1"
+
+
+def _as_saved(st: Mapping[str, Any], key: str, owner: str) -> Any:
+    """A value the client compares with its deployment's (the settings' fingerprint,
+    the source order, the portable settings, the data fingerprint)."""
+    return st[key]
+
+
+def _planner(st: Mapping[str, Any], key: str, owner: str) -> Mapping[str, Any]:
+    """The planner state (:meth:`PlannerState.from_dict` reads it for the client's
+    world size and sources)."""
+    if not isinstance(st[key], Mapping):
+        raise StateError(f"{owner} state field {key!r} must be a planner state (a dict), got {type(st[key]).__name__}")
+    return st[key]
+
+
+#: A client's state, declared once (:mod:`youmu.state.formats`): its fields in the order
+#: ``state_dict`` writes them. ``sources``, ``settings`` and ``data`` (what a merge
+#: needs) are absent from states saved before such states could be merged.
+CLIENT_STATE = StateFormat("RayBalancedLoader", CLIENT_FORMAT, (
+    StateField("world_size", an_int(1)),
+    StateField("rank", an_int(), scope=RANK, merge=OWN),
+    StateField("num_microbatches", an_int(1)),
+    StateField("config", _as_saved),
+    StateField("epoch", an_int()),
+    StateField("step", an_int()),
+    StateField("microbatch", an_int()),
+    StateField("planner", _planner, merge=OWN),  # the same on every client: the merge checks and rebuilds it
+    StateField("sources", _as_saved, required=False),
+    StateField("settings", _as_saved, required=False),
+    StateField("data", _as_saved, required=False),
+))
 
 #: a sample in a plan: (source number, origin stream, position in that stream); the
 #: origin stream of the current job's rank ``r`` is ``streams_before + r``

@@ -9,9 +9,11 @@ to start.
   loader state per step in the same spirit; here each rank keeps its own).
 * :func:`config_fingerprint` — a hash of every setting that decides the plans; a
   state saved under other settings is refused, and ranks compare it when they start.
+* :data:`BALANCED_LOADER_STATE` — the format, declared field by field
+  (:mod:`youmu.state.formats`): ``state_dict`` writes through it, in its order;
 * :func:`parse_state` — the one validator of a state given to ``load_state_dict``
-  (through :func:`youmu.state.contract.check_state`): a foreign state, ``None`` or a
-  malformed field is a :class:`~youmu.errors.StateError` naming the field.
+  (each field by its declared check): a foreign state, ``None`` or a malformed field is
+  a :class:`~youmu.errors.StateError` naming the field.
 * :func:`agree_on_start` — every rank starts from the same step and micro-batch with
   the same settings, and restores its sources' states only if every rank can.
 
@@ -43,11 +45,13 @@ from youmu.errors import StateError
 from youmu.planning.engine.schedule import MixingSchedule
 from youmu.planning.steps.carry import parse_carry
 from youmu.planning.steps.rank_sources import Held, RankReader
-from youmu.state.contract import check_state, state_int
+from youmu.state.contract import check_state
+from youmu.state.formats import OWN, RANK, StateField, StateFormat, an_int, optional
 from youmu.state.jobs import is_merged
 
 __all__ = [
     "BALANCED_LOADER_FORMAT",
+    "BALANCED_LOADER_STATE",
     "RESUME_MODES",
     "Resume",
     "Snapshots",
@@ -67,6 +71,60 @@ RESUME_MODES = ("auto", "state", "replay")
 _OWNER = "BalancedLoader"
 
 log = logging.getLogger("youmu.planning")
+
+
+def _mode(st: Mapping[str, Any], key: str, owner: str) -> str:
+    if st.get(key) not in ("state", "replay"):
+        raise StateError(f"{owner} state field {key!r} must be 'state' or 'replay', got {st.get(key)!r}")
+    return str(st[key])
+
+
+def _as_saved(st: Mapping[str, Any], key: str, owner: str) -> Any:
+    """A value the loader compares with its own (the settings' fingerprint, the
+    portable settings)."""
+    return st[key]
+
+
+def _streams(st: Mapping[str, Any], key: str, owner: str) -> list[Mapping[str, Any]]:
+    streams = st.get(key)
+    if not isinstance(streams, list) or not all(isinstance(s, Mapping) for s in streams):
+        raise StateError(f"{owner} state field {key!r} must be a list of per-source dicts, got "
+                         f"{type(streams).__name__}")
+    for k, s in enumerate(streams):
+        where = f"{key}[{k}]"
+        if not isinstance(s.get("done"), bool):
+            raise StateError(f"{owner} state field {where}['done'] must be a bool, got {s.get('done')!r}")
+        if not isinstance(s.get("pending"), list):
+            raise StateError(f"{owner} state field {where}['pending'] must be a list of samples, got "
+                             f"{type(s.get('pending')).__name__}")
+        if "source_state" not in s:
+            raise StateError(f"{owner} state field {where} has no 'source_state'")
+    return streams
+
+
+def _carry(st: Mapping[str, Any], key: str, owner: str) -> list[Held]:
+    streams = st.get("streams")
+    return parse_carry(st.get(key), owner=owner, where=repr(key), num_sources=len(streams) if isinstance(streams, list)
+                       else 0)
+
+
+#: The ``BalancedLoader`` format, declared once (:mod:`youmu.state.formats`): its fields
+#: in the order ``state_dict`` writes them; a ``"state"``-mode state adds this rank's
+#: snapshot (``streams``, ``carry``, ``next_index``).
+BALANCED_LOADER_STATE = StateFormat(_OWNER, BALANCED_LOADER_FORMAT, (
+    StateField("mode", _mode, scope=RANK, merge=OWN),
+    StateField("world_size", an_int(1)),
+    StateField("rank", an_int(), scope=RANK, merge=OWN),
+    StateField("epoch", optional(an_int()), required=False),
+    StateField("num_microbatches", an_int(1)),
+    StateField("config", _as_saved),
+    StateField("settings", _as_saved, required=False),  # compared key by key by a merge
+    StateField("step", an_int()),
+    StateField("microbatch", an_int()),
+    StateField("streams", _streams, scope=RANK, merge=OWN, required=False),
+    StateField("carry", _carry, scope=RANK, merge=OWN, required=False),
+    StateField("next_index", an_int(), scope=RANK, merge=OWN, required=False),
+))
 
 
 # ------------------------------------------------------------------------------------------
@@ -227,13 +285,12 @@ def parse_state(
     and ``resume_mode`` is not ``"replay"``); a ``"state"``-mode state then restores
     them, otherwise the loader replays to the resume point.
     """
+    fmt = BALANCED_LOADER_STATE
     try:
-        state = check_state(state, BALANCED_LOADER_FORMAT, owner=_OWNER)
+        state = check_state(state, fmt.tags, owner=_OWNER)
     except StateError as e:
         raise StateError(f"not a BalancedLoader state: {e}") from None
-    mode = state.get("mode")
-    if mode not in ("state", "replay"):
-        raise StateError(f"BalancedLoader state field 'mode' must be 'state' or 'replay', got {mode!r}")
+    mode = fmt.field("mode").check(state, "mode", _OWNER)
     # a state-mode state also replays (it holds the position too), not the reverse
     restore = mode == "state" and can_restore
     if resume_mode == "state" and not restore:
@@ -249,8 +306,7 @@ def parse_state(
         # the sources' states are this rank's
         check_state(state, BALANCED_LOADER_FORMAT, owner=_OWNER, expect={"rank": rank})
     try:
-        step = state_int(state, "step", owner=_OWNER)
-        mb = state_int(state, "microbatch", owner=_OWNER)
+        step, mb = (fmt.field(k).check(state, k, _OWNER) for k in ("step", "microbatch"))
     except StateError as e:
         raise StateError(f"invalid resume position: {e}") from None
     if mb >= num_microbatches:
@@ -260,25 +316,15 @@ def parse_state(
 
 
 def restored_state(state: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
-    """The ``streams``, ``carry`` and ``next_index`` fields of a ``"state"``-mode state."""
-    streams = state.get("streams")
-    if not isinstance(streams, list) or not all(isinstance(st, Mapping) for st in streams):
-        raise StateError(f"BalancedLoader state field 'streams' must be a list of per-source dicts, got "
-                         f"{type(streams).__name__}")
+    """The ``streams``, ``carry`` and ``next_index`` fields of a ``"state"``-mode state,
+    each by its declared check (the sources those of this loader, ``names``)."""
+    fmt = BALANCED_LOADER_STATE
+    streams = fmt.field("streams").check(state, "streams", _OWNER)
     got = [st.get("name") for st in streams]
     if got != names:
         raise StateError(f"state streams {got} do not match this loader's sources {names}")
-    for k, st in enumerate(streams):
-        where = f"streams[{k}]"
-        if not isinstance(st.get("done"), bool):
-            raise StateError(f"BalancedLoader state field {where}['done'] must be a bool, got {st.get('done')!r}")
-        if not isinstance(st.get("pending"), list):
-            raise StateError(f"BalancedLoader state field {where}['pending'] must be a list of samples, got "
-                             f"{type(st.get('pending')).__name__}")
-        if "source_state" not in st:
-            raise StateError(f"BalancedLoader state field {where} has no 'source_state'")
-    held = parse_carry(state.get("carry"), owner=_OWNER, where="'carry'", num_sources=len(names))
-    next_index = state_int(state, "next_index", owner=_OWNER)
+    held = fmt.field("carry").check(state, "carry", _OWNER)
+    next_index = fmt.field("next_index").check(state, "next_index", _OWNER)
     return {"streams": streams, "carry": held, "next_index": next_index}
 
 

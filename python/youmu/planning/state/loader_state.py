@@ -20,7 +20,7 @@ from typing import Any
 
 from youmu.errors import LoaderError
 from youmu.loaders.passes import StepLoader
-from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT, Snapshots, parse_state, start_snapshot
+from youmu.planning.state.checkpoint import BALANCED_LOADER_STATE, Snapshots, parse_state, start_snapshot
 from youmu.planning.state.merge import parse_merged
 from youmu.state.contract import state_int
 from youmu.state.jobs import is_merged
@@ -110,8 +110,7 @@ class LoaderState(StepLoader[Any]):
             return dict(cursor.point.state)  # loaded, not yet resumed: the same point
         step, mb = cursor.delivered
         state: dict[str, Any] = {
-            "format": BALANCED_LOADER_FORMAT, "mode": "replay", "world_size": self.world_size, "rank": self.rank,
-            "epoch": cursor.state_epoch,
+            "mode": "replay", "world_size": self.world_size, "rank": self.rank, "epoch": cursor.state_epoch,
             "num_microbatches": self.num_microbatches, "config": self.config_fingerprint(),
             "settings": self._portable, "step": step, "microbatch": mb,
         }
@@ -132,7 +131,7 @@ class LoaderState(StepLoader[Any]):
         if snap is not None:
             state["mode"] = "state"
             state.update(snap)
-        return state
+        return BALANCED_LOADER_STATE.write(state)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` at the next pass (a pass in progress is
