@@ -5,7 +5,7 @@ PIP      := $(PY) -m pip
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-python test-seams test-examples lint docs demo bench peers-venv compare clean
+.PHONY: setup build test test-rust test-python test-system test-seams test-examples lint docs demo bench peers-venv compare clean
 
 setup: $(VENV)/.deps-installed
 
@@ -14,7 +14,7 @@ $(VENV)/.deps-installed: requirements-dev.txt
 	$(PIP) install --upgrade pip
 	$(PIP) install -r requirements-dev.txt
 	# TRL's published chat templates and their {% generation %}-tagged training versions, the
-	# reference the ChatTemplate tests check labels against (tests/chat_families.py reads the
+	# reference the ChatTemplate tests check labels against (tests/support/chat_families.py reads the
 	# files, never imports trl): --no-deps, since only the .jinja files are needed
 	$(PIP) install --no-deps trl==1.16.0
 	touch $@
@@ -26,20 +26,29 @@ build: setup
 test-rust:
 	cargo test --release --locked
 
+# Every test but the system stage's and the seam matrix's: tests/unit (one folder per
+# layer of python/youmu), tests/promises (goldens, contracts, saved formats, guards),
+# tests/hostile (bad input) and tests/integrations (trainers, Ray, S3, the Hub).
 test-python: build
-	$(PY) -m pytest -q tests -m "not seams"
+	$(PY) -m pytest -q tests -m "not seams and not system and not slow"
 
-# The seam matrix's trainer jobs (tests/test_seams.py: real trainers SIGKILLed and
+# The system stage, which CI runs after `make test`: tests/system (the release wheel in a
+# clean venv, the demos, the examples, the bench SFT job, the documentation's code) and
+# the long multi-process jobs of the other folders (marked slow).
+test-system: build
+	$(PY) -m pytest -q tests -m "(system or slow) and not seams"
+
+# The seam matrix's trainer jobs (tests/integrations/test_seams.py: real trainers SIGKILLed and
 # resumed, the Ray client's on a local cluster), the slow part of the matrix; CI runs it
 # after `make test`.
 test-seams: build
-	$(PY) -m pytest -q tests/test_seams.py -m seams
+	$(PY) -m pytest -q tests/integrations/test_seams.py -m seams
 
 # The example jobs the documentation includes (trainers, DDP, Ray), each run as the page
-# shows it (tests/test_docs_examples.py, marked seams: `make test` leaves them out). Not
+# shows it (tests/system/test_docs_examples.py, marked seams: `make test` leaves them out). Not
 # in CI: about 20 min on the loaded 2-core machine, beside CI's 90-minute budget.
 test-examples: build
-	$(PY) -m pytest -q tests/test_docs_examples.py -m seams
+	$(PY) -m pytest -q tests/system/test_docs_examples.py -m seams
 
 test: test-rust test-python
 
@@ -54,7 +63,7 @@ lint: build
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a page
 # left out of the navigation, a missing API reference target or a docstring mkdocstrings
-# cannot read fails it. The guides' code runs in the tests (tests/test_docs_examples.py).
+# cannot read fails it. The guides' code runs in the tests (tests/system/test_docs_examples.py).
 docs: build
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 

@@ -3,7 +3,7 @@ SFT recipe): bytes per rank per checkpoint, as youmu's JSON state file and pickl
 
     python benches/bench_dbl_state.py [--chats 3000] [--pool 256] [--workers 2] [--every 7] [--steps 70]
 
-``--chats`` UltraChat-layout chats (the text tests' generator, ``tests/textutil.py``) are
+``--chats`` UltraChat-layout chats (the text tests' generator, ``tests/support/textutil.py``) are
 written once to ``/tmp/youmu-bench-dbl-state/``, read by ``YoumuDataset(transform=
 ChatTemplate(tok))`` (the examples' tagged ChatML BPE, no download) and batched by
 ``DynamicBatchLoader(pool_size=--pool, num_workers=--workers)``; every ``--every``
@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the text tests' chats and tokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the text tests' chats and tokenizer
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 
     python benches/bench_hub.py [--rounds 3] [--delay-ms 20] [--files 6] [--rows 6000]
 
-The Hub is ``tests/hubserver.py`` in a process of its own on 127.0.0.1: the Hub's API
+The Hub is ``tests/support/hubserver.py`` in a process of its own on 127.0.0.1: the Hub's API
 for listing and revisions, resolve URLs answered with a 302 to its CDN on another
 port, which serves the ranged GETs; ``--delay-ms`` delays the first byte of every
 answer (the redirect and the CDN's answer alike, so one page read waits twice). Both
@@ -77,7 +77,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         size = write_data(data, args.files, args.rows)
-        server = subprocess.Popen([sys.executable, str(HERE.parent / "tests" / "hubserver.py"), "--repo", REPO,
+        server = subprocess.Popen([sys.executable, str(HERE.parent / "tests" / "support" / "hubserver.py"), "--repo", REPO,
                                    "--dir", str(data), "--delay", str(args.delay_ms / 1000)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:

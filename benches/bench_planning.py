@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # workloads shared with the tests
 
 from workloads import arrival_assignment, lognormal_lengths, navit_like, next_fit_pack  # noqa: E402
 

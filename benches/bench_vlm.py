@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from workloads import arrival_assignment, coyo_like, navit_like
 
-from youmu.planning import CostModel, balance_detailed
-from youmu.planning.engine.hybrid import balance_colocated, balance_hybrid, module_imbalance
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # workloads shared with the tests
+from workloads import arrival_assignment, coyo_like, navit_like  # noqa: E402
+
+from youmu.planning import CostModel, balance_detailed  # noqa: E402
+from youmu.planning.engine.hybrid import balance_colocated, balance_hybrid, module_imbalance  # noqa: E402
 
 VIT = CostModel.from_config("vit-2b")
 LLM = CostModel.from_config("llama-12b")

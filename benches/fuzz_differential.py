@@ -1,4 +1,4 @@
-"""Differential fuzzing of page decoding, the long run (``tests/test_fuzz_differential.py``
+"""Differential fuzzing of page decoding, the long run (``tests/unit/pages/test_fuzz_differential.py``
 is the CI-sized one): flips bits and bytes in the data pages of generated files and
 counts what youmu and pyarrow make of each damaged file.
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 from flipfuzz import fuzz  # noqa: E402
 
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # workloads shared with the tests
 from _util import PEERS_PYTHON, PhaseFailed, emit, peers_python, run_phase  # noqa: E402
 
 HERE = Path(__file__).parent

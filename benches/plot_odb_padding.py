@@ -1,7 +1,7 @@
 """The padding of online dynamic batching against fixed-size batches, as a plot for the
 documentation (docs/guides/odb.md): the same ShareGPT4o length proxy as
 ``bench_odb.py``, ODB through ``youmu.batching.algo.simulation.simulate`` (which reproduces the
-real ``DynamicBatchLoader`` batch for batch: tests/test_batching_distributed.py) at
+real ``DynamicBatchLoader`` batch for batch: tests/unit/batching/test_batching_distributed.py) at
 several token budgets, fixed batches through ``fixed_batch_padding`` at several sizes,
 both on W = 4 ranks. Pure Python, no process group: about a minute on 2 cores.
 
@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # workloads shared with the tests
 
 from synthetic import proxy_lengths  # noqa: E402
 

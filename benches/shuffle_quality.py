@@ -28,7 +28,7 @@ Design (why it can tell the modes apart):
   at rows per page x buffer rows, next to row and local shuffle, with the I/O each
   setting costs (pages read, bytes read per trained token, from ``youmu.io_stats()``).
 * **Early-epoch diversity**: distinct pages and sources among the rows of the first N
-  training steps and per step (``benches/diversity.py``, pure functions of the stream plan,
+  training steps and per step (``tests/support/diversity.py``, pure functions of the stream plan,
   checked against the rows the training stream actually delivered).
 * **Page slices** (prototype of a diversity setting, not in the library): windows of
   ``W*k`` slices of ``R/k`` rows, each from a different page, so a window of the same
@@ -70,6 +70,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # diversity measures shared with the tests
 
 CORPUS_FORMAT = 2
 # Sources, most-preferred first: several families with distinct styles. Missing ones

@@ -1,5 +1,5 @@
 """A griffe extension for the API reference. The package's docstrings are Google style
-with doctest examples, written for ``help()`` and for doctest (tests/test_docs.py runs
+with doctest examples, written for ``help()`` and for doctest (tests/promises/test_docs.py runs
 them); this reads them as they are written, without changing the source:
 
 * a doctest block (``>>>`` lines and their output, up to a blank line) becomes a fenced

@@ -34,7 +34,7 @@ online in the DataLoader workers — online dynamic batching vs fixed batches vs
    tokens, a fixed one 8 per rank) and wall time (what the speed buys).
 
 With ``--hub`` the Parquet is published to a local Hugging Face Hub first
-(``tests/hubserver.py``: the Hub's API, resolve redirects to a CDN, ranged reads, on
+(``tests/support/hubserver.py``: the Hub's API, resolve redirects to a CDN, ranged reads, on
 127.0.0.1) and read where such data lives, as ``hf://datasets/youmu/sft-chats/...``,
 the revision pinned to a commit when the index is built.
 
@@ -413,7 +413,7 @@ def publish(path: Path) -> tuple[Any, str]:
     import os
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
     from hubserver import HubServer
 
     hub = HubServer().start()

@@ -392,7 +392,7 @@ def same_data(saved: Any, mine: Any) -> bool:
 # ------------------------------------------------------------------------------------------
 # What every loader built on streams keeps — DynamicBatchLoader (youmu.batching),
 # BalancedLoader (youmu.planning) and RayBalancedLoader (youmu.ray) — stated once here
-# and checked against all three by tests/test_loader_contract.py.
+# and checked against all three by tests/promises/test_loader_contract.py.
 
 #: The fields every loader's ``state_dict()`` holds besides its own: its ``format``
 #: tag, the shard (``world_size``, ``rank``) and the ``epoch`` of the pass it describes.
