@@ -193,6 +193,7 @@ def silent() -> Iterator[int]:
     listener.close()
 
 
+@pytest.mark.slow  # waits out the documented bound (20 s): make test-system
 def test_a_hung_endpoint_fails_typed_within_the_documented_bound(silent: int) -> None:
     # connect_timeout + 2 * read_timeout with the defaults (5 + 2 * 10 s), plus slack
     t0 = time.monotonic()
@@ -214,6 +215,7 @@ def test_a_hung_endpoint_fails_typed_within_the_documented_bound(silent: int) ->
     assert time.monotonic() - t0 < 3
 
 
+@pytest.mark.slow  # waits out the documented bound (20 s): make test-system
 def test_a_hung_s3_endpoint_fails_within_the_bound(silent: int) -> None:
     opts = {"endpoint": f"http://127.0.0.1:{silent}", "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1"}
     t0 = time.monotonic()

@@ -41,6 +41,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from youmu.errors import InvalidArgumentError, LoaderUnavailableError, StateError  # noqa: E402
 from youmu.ray import RayBalancedLoader, RayLoaders, Source  # noqa: E402
 
+# a Ray cluster per module (56 s): the whole module runs in make test-system
+pytestmark = pytest.mark.slow
+
 # functions of ray_streams reach the actors by value (the tests directory is not on
 # the workers' path)
 ray.cloudpickle.register_pickle_by_value(rs)

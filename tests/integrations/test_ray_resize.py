@@ -37,6 +37,9 @@ from youmu.errors import StateError  # noqa: E402
 from youmu.planning import MixingSchedule  # noqa: E402
 from youmu.ray import RayBalancedLoader, RayLoaders, Source  # noqa: E402
 
+# a Ray cluster per module (18 s): the whole module runs in make test-system
+pytestmark = pytest.mark.slow
+
 ray.cloudpickle.register_pickle_by_value(rs)
 
 #: every row delivered (no ``drop_last``, no source weighted 0): exactly-once is

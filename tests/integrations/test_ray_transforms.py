@@ -29,6 +29,9 @@ from youmu.streams.parquet import ParquetStream  # noqa: E402
 from youmu.text import ChatTemplate, Tokenize  # noqa: E402
 from youmu.vision import ByteTokenizer, VisionTransform  # noqa: E402
 
+# a Ray cluster per module: the whole module runs in make test-system
+pytestmark = pytest.mark.slow
+
 WORLD = 2
 BAD = {0, 5, 6, 13, 20, 21, 22, 31}  # rows whose image does not decode (the first, runs across pages)
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])

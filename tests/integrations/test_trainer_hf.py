@@ -222,6 +222,7 @@ def test_import_youmu_imports_no_trainer() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 def test_the_trainers_epoch_count_never_resets_the_loaded_epoch(tmp_path) -> None:
     """A loader of unknown length under ``max_steps``: the resumed Trainer cannot tell how
     many epochs the steps covered, counts from epoch 0 again and calls ``set_epoch(0)``.

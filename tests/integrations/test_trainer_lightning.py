@@ -184,6 +184,7 @@ def test_data_module_refuses_other_loaders() -> None:
         dm.setup("fit")
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 def test_checkpoint_of_three_ranks_resumes_on_two(tmp_path) -> None:
     old = run_world(lightning_resize_world, 3, str(tmp_path), True, timeout=300)
     new = run_world(lightning_resize_world, 2, str(tmp_path), False, timeout=300)

@@ -23,6 +23,8 @@ from youmu.integrations import TrainerLoader, split_info
 from youmu.integrations.mesh import LoaderState, data_parallel
 from youmu.torch import MapStream
 
+# a 4-process device mesh (22 s): the whole module runs in make test-system
+pytestmark = pytest.mark.slow
 
 class TPModel(torch.nn.Module):
     """Embedding (replicated) and an output layer split by columns over the "tp" dimension."""

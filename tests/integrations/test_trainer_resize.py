@@ -28,6 +28,9 @@ from youmu.integrations.trainer.states import GATHERED_FORMAT, TRAINER_LOADER_FO
 from youmu.state.files import write_state
 from youmu.torch import MapStream, YoumuDataset, collate_packed, collate_pad, pack
 
+# trainer jobs on 2 and 3 ranks (50 s): the whole module runs in make test-system
+pytestmark = pytest.mark.slow
+
 ROWS = 75  # rows of the Parquet corpus, pages of a few rows
 TAKE = 2  # steps the 2-rank job takes before it saves
 EOS, PAD = -2, -1

@@ -243,6 +243,7 @@ def test_a_merged_state_into_a_loader_with_other_settings_is_refused() -> None:
     assert Counter(before + rest) == Counter(range(len(DATA)))
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 def test_resize_with_dataloader_workers_over_gloo_processes() -> None:
     """2 ranks × 2 workers → 3 ranks × 1 worker → 2 ranks × 3 workers, as spawned
     processes: every sample once, the same steps on every rank of a job."""

@@ -221,6 +221,7 @@ def _chain(cfgs, takes, worlds):
     return delivered, per_job
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 @pytest.mark.timeout(600)
 def test_elastic_chain_map_style_with_workers():
     base = dict(dist="uniform-wide", n=600, buffer=32, uneven="pad")
@@ -257,6 +258,7 @@ def test_elastic_chain_over_a_youmu_dataset(parquet_ids):
         assert len({len(r["steps"]) for r in out}) == 1
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 @pytest.mark.timeout(600)
 def test_chats_templated_in_workers_resume_on_other_world_sizes(tmp_path):
     """The README's SFT recipe (ChatTemplate in 2 DataLoader workers per rank) saved

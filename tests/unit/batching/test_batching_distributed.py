@@ -50,7 +50,8 @@ def _run(world: int) -> list[list[dict[str, Any]]]:
     return [[per_rank[r][k] for r in range(world)] for k in range(len(CONFIGS))]
 
 
-@pytest.fixture(scope="module", params=[2, 3, 4])
+# W = 2 in make test; the 3- and 4-rank worlds in make test-system
+@pytest.fixture(scope="module", params=[2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def world_results(request) -> tuple[int, list[list[dict[str, Any]]]]:
     return request.param, _run(request.param)
 

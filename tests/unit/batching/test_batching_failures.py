@@ -12,6 +12,9 @@ from batching_mp import TIMEOUT, channel_scenario, early_exit_scenario, failure_
 
 from youmu.batching.algo.sampling import rank_indices
 
+# two-rank worlds that fail and stall (37 s): the whole module runs in make test-system
+pytestmark = pytest.mark.slow
+
 N = 1000
 # an index that rank 1 draws early in epoch 0 (seed 0, shuffled like DistributedSampler)
 FAIL_INDEX = rank_indices(N, 2, 1, seed=0)[100]

@@ -110,8 +110,8 @@ def test_an_iterable_source_arrives_in_the_order_of_one_sample_per_item(counts: 
     assert got == measured(want)
 
 
-@pytest.mark.parametrize("counts, fail", [((9, 9), (0, 5)), ((9, 9), (1, 0)), ((20, 3, 20), (2, 16)),
-                                          ((1, 30), (1, 29)), ((4, 4, 4, 4), (3, 3))])
+@pytest.mark.parametrize("counts, fail", [((9, 9), (0, 5)), ((9, 9), (1, 0)), ((20, 3, 20), (2, 16)), ((1, 30), (1, 29)),
+                                          pytest.param((4, 4, 4, 4), (3, 3), marks=pytest.mark.slow)])  # 4 workers: 25 s
 def test_a_failing_sample_raises_after_the_samples_before_it(counts: tuple[int, ...], fail: tuple[int, int]) -> None:
     want, want_err = per_item(Uneven(counts, fail), len(counts))
     got, err = chunked_iterable(Uneven(counts, fail), len(counts))
@@ -250,6 +250,7 @@ def test_a_failing_sample_in_a_worker_fails_the_loader_naming_its_own_error() ->
     loader.close()
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 def test_spawned_workers_hand_over_chunks_in_the_same_order() -> None:
     counts = (5, 0, 18)
     want, _ = per_item(Uneven(counts), len(counts))

@@ -78,6 +78,7 @@ def test_exit_during_join_tail_is_clean_and_peers_get_a_clear_error() -> None:
     assert rc0 != 0 and "PeerClosedError" in err0, err0[-2000:]
 
 
+@pytest.mark.slow  # waits out a peer that does not answer (25 s): make test-system
 @pytest.mark.timeout(300)
 def test_exit_while_a_peer_does_not_answer_is_bounded() -> None:
     (rc0, _, err0, _), (rc1, out1, err1, t1) = results = _run_world("stuck-peer")
@@ -91,6 +92,7 @@ def test_cases_are_known() -> None:
     assert set(EXIT_CASES) == {"break", "break-workers", "tail", "stuck-peer"}
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 @pytest.mark.timeout(300)
 def test_exit_waits_for_an_aligner_inside_native_code() -> None:
     """The cause of a flake of the ``tail`` case on a loaded machine: the exit hook gave

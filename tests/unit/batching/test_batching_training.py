@@ -47,7 +47,8 @@ RUNS = {
 }
 
 
-@pytest.fixture(scope="module", params=[2, 3, 4])
+# W = 2 in make test; the 3- and 4-rank worlds (25-50 s each) in make test-system
+@pytest.fixture(scope="module", params=[2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def runs(request) -> dict[str, list[list[dict]]]:
     """One DDP world per W runs every configuration in sequence."""
     w = request.param
@@ -104,6 +105,7 @@ def test_b14_pad_mode_without_join(runs) -> None:
     assert err <= 1e-10, err
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 @pytest.mark.timeout(120)
 def test_b14_uneven_tail_without_join_fails_loudly() -> None:
     """Without Join (and without padding) the ranks' DDP collectives no longer match:

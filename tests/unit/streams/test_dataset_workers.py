@@ -68,6 +68,7 @@ def test_drop_last_with_workers_gives_equal_counts_and_reports_the_rest(index, m
     assert len(seen) + dropped == N_ROWS
 
 
+@pytest.mark.slow  # a multi-process job of 15-45 s: make test-system
 @pytest.mark.timeout(300)
 def test_rank_and_world_size_come_from_torch_distributed(data: Path) -> None:
     from batching_mp import run_world, youmu_dataset_scenario
