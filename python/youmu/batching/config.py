@@ -108,7 +108,7 @@ class LoaderConfig:
     def keywords(cls) -> dict[str, Any]:
         """The loader's keywords as the fields above declare them, with their defaults
         (a required one's: ``dataclasses.MISSING``) — the one declaration the loader's
-        signature agrees with (``tests/test_settings_boundary.py`` walks it).
+        signature agrees with (``tests/promises/test_settings_boundary.py`` walks it).
 
         >>> list(LoaderConfig.keywords())[:4]
         ['dataset', 'token_budget', 'length_fn', 'collate_fn']

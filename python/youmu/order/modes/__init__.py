@@ -4,7 +4,7 @@ streaming keeps its shuffle algorithms by name. A mode is its name (``"page"``,
 gives (:class:`~youmu.order.modes.base.ShuffleMode`: the epoch's page order, a window's
 row order, a row mode's position order), each written once in the mode's file;
 :class:`youmu.order.shuffle.ShardPlan` asks them, and no other module compares a mode's
-name (``tests/test_layering.py`` holds them to it).
+name (``tests/promises/test_layering.py`` holds them to it).
 
 A new mode is one file in this folder: a :class:`ShuffleMode` subclass decorated with
 :func:`register` (every module here is imported when the package is).
