@@ -11,8 +11,17 @@ fed from an image-text Parquet file, with online dynamic batching vs fixed batch
    ``encoder_patches`` (ViT) and ``backbone_tokens`` (LLM);
 3. trains a tiny ViT + 2x2 patch merger + tiny GPT (plain torch) over two ranks,
    once with ``youmu.batching.DynamicBatchLoader`` (a backbone token budget, a
-   second budget on encoder patches, exact per-token loss scaling) and once with
-   fixed-size batches (``DistributedSampler``), one epoch each;
+   second budget on encoder patches) and once with fixed-size batches
+   (``DistributedSampler``), one epoch each, with the same supervised (caption)
+   tokens per optimizer update: ODB's budgets bound memory and count image tokens,
+   so its steps hold 1 to ~20 captions, and ``youmu.batching.TokenUpdates``
+   accumulates them into updates of the fixed arm's caption tokens, each a per-token
+   mean. With one update per ODB step (``--modes odb,fixed,odb-step`` adds that run)
+   the captions per update vary with a CV of ~0.6 against ~0.05 and Adam gives a
+   one-caption update the weight of a twenty-caption one: with budgets 2048/4096
+   (as many updates as the fixed run) that ended 0.18 nats per token behind on the
+   held-out set; with the smaller default budgets the run takes ~4x the updates and
+   ends ahead, which compares update counts, not batching;
 4. writes ``summary.json`` (samples/s, padding, batch sizes, loss, memory) and
    ``vlm.png`` into ``--out``: the per-token loss of both runs against samples seen
    (what the data buys), optimizer steps (ODB's steps hold as many samples as fit its
@@ -209,9 +218,9 @@ def free_port() -> int:
 
 
 def batches(mode: str, ds: VLMRows, rank: int, world: int, args: argparse.Namespace):
-    """``(batch, loss_scale)`` per step: ODB with exact token scaling, or fixed batches
-    whose per-rank mean loss DDP averages."""
-    if mode == "odb":
+    """``(batch, info, is_padding)`` per step: ODB's steps with their ``StepInfo``, or
+    fixed batches (``info`` None: DDP averages the per-rank mean loss)."""
+    if mode in ("odb", "odb-step"):
         from youmu.batching import DynamicBatchLoader
 
         loader = DynamicBatchLoader(
@@ -220,17 +229,19 @@ def batches(mode: str, ds: VLMRows, rank: int, world: int, args: argparse.Namesp
             pool_size=args.pool, num_workers=0, seed=args.seed, uneven="pad", timeout=300,
         )
         for batch, info in loader:
-            yield batch, info.loss_scale, info.is_padding
+            yield batch, info, info.is_padding
         loader.wait_finished(60)
         return
     sampler = torch.utils.data.DistributedSampler(ds, world, rank, shuffle=True, seed=args.seed)
     dl = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, sampler=sampler, collate_fn=collate)
     for batch in dl:
-        yield batch, 1.0, False
+        yield batch, None, False
 
 
 def train(rank: int, world: int, port: int, mode: str, path: str, args: argparse.Namespace, results: Any) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from youmu.batching import TokenUpdates, scaled_token_loss
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
@@ -240,22 +251,53 @@ def train(rank: int, world: int, port: int, mode: str, path: str, args: argparse
     model = DDP(TinyVLM(tok.vocab_size, tok.image_token_id))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     rows: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    for batch, scale, padding in batches(mode, ds, rank, world, args):
-        loss_sum, t = model(batch)  # DDP's forward: its gradient hooks armed
-        mean = loss_sum / max(t, 1)
-        (mean * scale).backward()
+    # ODB: updates of the fixed arm's caption tokens (steps accumulated), or one per step
+    updates = TokenUpdates(args.update_tokens) if mode == "odb" else None
+    update_tokens: list[float] = []  # caption tokens of each accumulated update, all ranks
+
+    def step(factor: float) -> None:
+        if factor != 1.0:
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(factor)
         opt.step()
         opt.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    for batch, info, padding in batches(mode, ds, rank, world, args):
+        loss_sum, t = model(batch)  # DDP's forward: its gradient hooks armed
+        mean = loss_sum / max(t, 1)
+        factor = None
+        if info is None:  # fixed: DDP averages the ranks' per-token means
+            mean.backward()
+            step(1.0)
+        elif updates is None:  # one update per ODB step: Eq. 2, a per-token mean over the step
+            (loss_sum * 0.0 if padding else scaled_token_loss(loss_sum, info)).backward()
+            step(1.0)
+        else:  # ODB steps accumulated into updates of ~args.update_tokens caption tokens
+            updates.scaled_loss(loss_sum, info).backward()
+            pending = updates.pending + float(info.global_num_tokens)
+            factor = updates.add(info)
+            if factor is not None:
+                update_tokens.append(pending)
+                step(factor)
+        closed = updates is None or factor is not None
         n = len(batch["ids"])
         rows.append({"samples": 0 if padding else n, "real": 0 if padding else int(batch["lengths"].sum()),
                      "padded": 0 if padding else n * int(batch["input_ids"].shape[1]),
-                     "patches": 0 if padding else int(batch["patches"]), "loss": mean.item(), "t": t,
+                     "patches": 0 if padding else int(batch["patches"]), "loss": mean.item(), "t": 0 if padding else t, "update": closed,
                      "ids": [] if padding else batch["ids"], "at": time.perf_counter() - t0})
+    if updates is not None:
+        pending = updates.pending
+        factor = updates.flush()
+        if factor is not None:
+            update_tokens.append(pending)
+            step(factor)
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     held = heldout_loss(model.module, args.heldout, args.batch_size) if rank == 0 else None
-    results.put((rank, {"rows": rows, "wall": wall, "rss_mb": rss, "heldout_loss": held}))
+    results.put((rank, {"rows": rows, "wall": wall, "rss_mb": rss, "heldout_loss": held,
+                        "update_tokens": update_tokens}))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -294,6 +336,11 @@ def run_mode(mode: str, path: Path, args: argparse.Namespace) -> list[dict[str, 
 # ------------------------------------------------------------------------------------------
 # 4. summary and plot
 # ------------------------------------------------------------------------------------------
+def cv(xs: list[float]) -> float:
+    """Coefficient of variation: standard deviation over mean."""
+    return round(float(np.std(xs) / max(np.mean(xs), 1e-9)), 3)
+
+
 def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [r for res in per_rank for r in res["rows"]]
     wall = max(res["wall"] for res in per_rank)
@@ -303,18 +350,20 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     ids = [i for r in rows for i in r["ids"]]
     batch_sizes = [r["samples"] for r in rows if r["samples"]]
     # the loss curve: every step's per-token mean over both ranks, against samples seen,
-    # optimizer steps and wall time (the slower rank's clock at the end of the step)
-    curve, by_step, by_time, seen, step_tokens = [], [], [], 0, []
+    # optimizer updates and wall time (the slower rank's clock at the end of the step)
+    curve, by_step, by_time, seen, step_tokens, done = [], [], [], 0, [], 0
     for k in range(steps):
         step = [res["rows"][k] for res in per_rank if k < len(res["rows"])]
         seen += sum(r["samples"] for r in step)
+        done += bool(step[0]["update"])
         t = sum(r["t"] for r in step)
         step_tokens.append(t)
         if t:
             loss = sum(r["loss"] * r["t"] for r in step) / t
             curve.append((seen, loss))
-            by_step.append((k + 1, loss))
+            by_step.append((done + 1, loss))
             by_time.append((round(max(r["at"] for r in step), 3), loss))
+    update_tokens = per_rank[0]["update_tokens"] or [t for t in step_tokens if t]
     return {
         "steps": steps, "samples": samples, "unique_samples": len(set(ids)), "wall_s": round(wall, 2),
         "samples_per_s": round(samples / wall, 2), "backbone_tokens_per_s": round(real / wall, 1),
@@ -324,13 +373,48 @@ def summarize_mode(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "max_patches_per_batch": max(r["patches"] for r in rows),
         "peak_rss_mb": round(max(res["rss_mb"] for res in per_rank), 1),
         "heldout_loss": per_rank[0]["heldout_loss"],
-        # supervised (caption) tokens per optimizer step over all ranks: what each update
-        # averages over; ODB sizes steps by backbone tokens, most of them image tokens
+        # supervised (caption) tokens per loader step over all ranks; ODB sizes steps by
+        # backbone tokens, most of them image tokens, so its steps' captions vary widely
         "loss_tokens_per_step_mean": round(float(np.mean(step_tokens)), 1),
-        "loss_tokens_per_step_cv": round(float(np.std(step_tokens) / max(np.mean(step_tokens), 1e-9)), 3),
+        "loss_tokens_per_step_cv": cv(step_tokens),
+        # ... and per optimizer update, what each update averages over: the same as per
+        # step unless ODB's steps are accumulated (TokenUpdates)
+        "updates": len(update_tokens),
+        "loss_tokens_per_update_mean": round(float(np.mean(update_tokens)), 1),
+        "loss_tokens_per_update_cv": cv(update_tokens),
         "final_loss": round(float(np.mean([c[1] for c in curve[-5:]])), 4), "loss_curve": curve,
         "loss_by_step": by_step, "loss_by_time": by_time,
     }
+
+
+def compare(modes: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The figures that say whether ODB cost model quality, and why: each run's held-out
+    loss per token (the same yardstick, after the same samples) and the caption tokens
+    each optimizer update averages over."""
+    lines = [f"after {args.rows} samples, held-out loss per token ({args.heldout_rows} rows of seed "
+             f"{args.seed + 1}) and caption (supervised) tokens per optimizer update, all ranks:"]
+    for name, r in modes.items():
+        lines.append(f"  {name:>8}: held-out {r['heldout_loss']:.3f}; {r['updates']} updates of "
+                     f"{r['loss_tokens_per_update_mean']:.0f} caption tokens, CV {r['loss_tokens_per_update_cv']:.2f}"
+                     f" (loader steps: CV {r['loss_tokens_per_step_cv']:.2f})")
+    out: dict[str, Any] = {"lines": lines}
+    if "odb" in modes and "fixed" in modes:
+        gap = modes["odb"]["heldout_loss"] - modes["fixed"]["heldout_loss"]
+        out["odb_minus_fixed"] = round(gap, 4)
+        lines.append(f"ODB held-out minus fixed: {gap:+.3f} per token at equal samples and updates "
+                     f"({'ODB as good or better' if gap <= 0 else 'ODB behind'}). ODB's budgets bound memory and "
+                     "count image tokens, so its steps hold 1 to ~20 captions; TokenUpdates accumulates them into "
+                     f"updates of {args.update_tokens} caption tokens, as a fixed update holds.")
+    if "odb-step" in modes and "fixed" in modes:
+        gap = modes["odb-step"]["heldout_loss"] - modes["fixed"]["heldout_loss"]
+        out["odb_step_minus_fixed"] = round(gap, 4)
+        why = (" Adam gives a one-caption update the weight of a twenty-caption one: the reason it is behind."
+               if gap > 0 else f" It takes {modes['odb-step']['updates']} updates against "
+               f"{modes['fixed']['updates']}: more, smaller updates, not the batching.")
+        lines.append(f"one update per ODB step: held-out {gap:+.3f} against fixed; its updates' caption tokens "
+                     f"vary with CV {modes['odb-step']['loss_tokens_per_update_cv']:.2f} against "
+                     f"{modes['fixed']['loss_tokens_per_update_cv']:.2f}.{why}")
+    return out
 
 
 def plot(out: Path, summary: dict[str, Any]) -> None:
@@ -344,7 +428,7 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
     # step of ODB holds as many samples as fit its budgets, so ODB's steps differ in
     # size) and wall time (what a training budget is counted in)
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    curves = [("loss_curve", "samples seen"), ("loss_by_step", "optimizer steps"), ("loss_by_time", "wall time (s)")]
+    curves = [("loss_curve", "samples seen"), ("loss_by_step", "optimizer updates"), ("loss_by_time", "wall time (s)")]
     for a, (key, label) in zip(axes[0], curves):
         for name, m in modes.items():
             xs, ys = zip(*m[key])
@@ -357,13 +441,13 @@ def plot(out: Path, summary: dict[str, Any]) -> None:
                       label=f"{name} held-out {m['heldout_loss']:.3f}")
         a.legend()
     names = list(modes)
-    colours = ["tab:blue", "tab:orange"][:len(names)]
+    colours = ["tab:blue", "tab:orange", "tab:green"][:len(names)]
     axes[1][0].bar(names, [modes[n]["samples_per_s"] for n in names], color=colours)
     axes[1][0].set_title("emitted samples/s (2 ranks, CPU)")
     axes[1][1].bar(names, [100 * modes[n]["padding_ratio"] for n in names], color=colours)
     axes[1][1].set_title("backbone padding (%)")
-    axes[1][2].bar(names, [modes[n]["steps"] for n in names], color=colours)
-    axes[1][2].set_title("optimizer steps per epoch")
+    axes[1][2].bar(names, [modes[n]["updates"] for n in names], color=colours)
+    axes[1][2].set_title("optimizer updates per epoch")
     d = summary["dataset"]
     fig.suptitle(f"{d['rows']} image-text rows; encoder patches {d['patches_min']}..{d['patches_max']} "
                  f"(median {d['patches_median']})")
@@ -377,11 +461,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rows", type=int, default=3000, help="image-text rows to draw")
     ap.add_argument("--heldout-rows", type=int, default=300, help="rows of the held-out set (another seed)")
     ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--token-budget", type=int, default=2048, help="ODB: padded backbone tokens per batch")
-    ap.add_argument("--patch-budget", type=int, default=4096, help="ODB: real encoder patches per batch")
+    ap.add_argument("--token-budget", type=int, default=512, help="ODB: padded backbone tokens per batch")
+    ap.add_argument("--patch-budget", type=int, default=1024, help="ODB: real encoder patches per batch")
+    ap.add_argument("--update-tokens", type=int, default=0,
+                    help="ODB: caption tokens per optimizer update (0: the fixed arm's, batch size x ranks x "
+                         "mean caption tokens of the first 256 rows)")
     ap.add_argument("--batch-size", type=int, default=8, help="fixed batches: samples per rank")
     ap.add_argument("--pool", type=int, default=128, help="ODB: samples in the grouping pool per round")
-    ap.add_argument("--modes", default="odb,fixed")
+    ap.add_argument("--modes", default="odb,fixed",
+                    help="runs among odb (steps accumulated into updates of --update-tokens caption tokens), "
+                         "fixed, and odb-step (one update per ODB step)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800)
@@ -395,6 +484,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ds = VLMRows(str(path))
     from youmu.vision import image_cost
 
+    if args.update_tokens <= 0:  # what a fixed update holds: batch size x ranks x mean caption
+        mean_caption = float(np.mean([loss_tokens(ds[i]) for i in range(min(len(ds), 256))]))
+        args.update_tokens = max(int(round(args.batch_size * args.world_size * mean_caption)), 1)
     patches = np.array([image_cost(r["image"]["bytes"], min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
                         .encoder_patches for r in (ds.rows[i] for i in range(len(ds)))])
     summary: dict[str, Any] = {
@@ -403,19 +495,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "patches_median": int(np.median(patches)), "patches_max": int(patches.max()),
                     "patches_max_over_min": round(float(patches.max() / patches.min()), 1)},
         "settings": {k: getattr(args, k) for k in ("world_size", "token_budget", "patch_budget", "batch_size",
-                                                   "pool", "lr", "seed")},
+                                                   "update_tokens", "pool", "lr", "seed")},
         "modes": {},
     }
     for mode in args.modes.split(","):
         res = summarize_mode(run_mode(mode, path, args))
         summary["modes"][mode] = res
-        print(f"{mode:>5}: {res['samples_per_s']:.1f} samples/s, padding {100 * res['padding_ratio']:.1f}%, "
-              f"{res['steps']} steps, mean batch {res['batch_size_mean']}, loss {res['final_loss']} "
-              f"(held-out {res['heldout_loss']}), "
-              f"peak RSS {res['peak_rss_mb']:.0f} MB", flush=True)
+        print(f"{mode:>8}: {res['samples_per_s']:.1f} samples/s, padding {100 * res['padding_ratio']:.1f}%, "
+              f"{res['steps']} steps (mean batch {res['batch_size_mean']}) in {res['updates']} updates, "
+              f"loss {res['final_loss']}, peak RSS {res['peak_rss_mb']:.0f} MB", flush=True)
     m = summary["modes"]
     if "odb" in m and "fixed" in m:
         summary["odb_speedup"] = round(m["odb"]["samples_per_s"] / m["fixed"]["samples_per_s"], 2)
+    summary["comparison"] = compare(m, args)
+    for line in summary["comparison"]["lines"]:
+        print(line, flush=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(out, summary)
     print(f"wrote {out / 'summary.json'} and {out / 'vlm.png'}")

@@ -41,7 +41,7 @@ from youmu.batching.algo.alignment import (
     target_group_count,
 )
 from youmu.batching.algo.grouping import batch_size_for, form_groups, padded_tokens
-from youmu.batching.algo.loss import LOSS_SCALING_MODES, label_token_count, loss_scale, scaled_token_loss
+from youmu.batching.algo.loss import LOSS_SCALING_MODES, TokenUpdates, label_token_count, loss_scale, scaled_token_loss
 from youmu.batching.algo.sampling import rank_indices, sampler_quota
 from youmu.batching.algo.simulation import fixed_batch_padding, simulate, simulate_ranks
 from youmu.batching.algo.step_info import IDLE, StepInfo
@@ -73,6 +73,7 @@ __all__ = [
     "RankReport",
     "RoundPlan",
     "StepInfo",
+    "TokenUpdates",
     "align_groups",
     "align_sizes",
     "batch_size_for",

@@ -12,6 +12,13 @@ Modes:
     gather). ``"sample"``: ``W * n_r / N_step`` (exact only if tokens per sample are
     equal across ranks). ``"none"``: 1.
 
+Eq. 2 makes each step a per-token mean over *that step's* loss tokens. ODB sizes a step
+by its budget (memory: padded tokens), so where the budget counts tokens the loss does
+not (image tokens of a VLM, masked prompts) the loss tokens per step vary widely, and an
+optimizer that normalises its updates (Adam) gives a step with one caption the weight of
+one with twenty. :class:`TokenUpdates` accumulates emitted steps into optimizer updates
+of a set number of loss tokens, as gradient accumulation does for fixed batches.
+
 Example:
     >>> loss_scale("exact", world_size=2, local_tokens=30, global_tokens=40,
     ...            local_samples=1, global_samples=3)
@@ -22,9 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from youmu._internal.args import int_arg
 from youmu.errors import InvalidArgumentError
 
-__all__ = ["LOSS_SCALING_MODES", "loss_scale", "scaled_token_loss", "label_token_count"]
+__all__ = ["LOSS_SCALING_MODES", "loss_scale", "scaled_token_loss", "label_token_count", "TokenUpdates"]
 
 LOSS_SCALING_MODES = ("exact", "approx", "sample", "none")
 
@@ -93,3 +101,72 @@ class label_token_count:
 
     def __repr__(self) -> str:
         return f"label_token_count(key={self.key!r}, ignore_index={self.ignore_index}, shift={self.shift})"
+
+
+class TokenUpdates:
+    """Optimizer updates of ``tokens_per_update`` loss tokens each, from ODB's steps.
+
+    An update closes at the first emitted step where the loss tokens emitted so far
+    (``info.global_num_tokens`` summed, the same figure on every rank) reach the next
+    multiple of ``tokens_per_update`` (a step that crosses several closes one update):
+    every rank closes it at the same step, and an update's tokens stay within one step
+    of ``tokens_per_update`` instead of drifting. Backpropagate
+    :meth:`scaled_loss` for every step (padding steps included: their loss is 0, the
+    collectives still run); when :meth:`add` returns a factor, multiply the gradients by
+    it and take the optimizer step: the gradient is then the per-token mean over the
+    update's loss tokens (ODB, Eq. 2, over the update instead of the step). Call
+    :meth:`flush` after the epoch for the last, partial update.
+
+    >>> from youmu.batching.algo.step_info import StepInfo
+    >>> updates = TokenUpdates(100)
+    >>> steps = [StepInfo(step=k, num_samples=1, num_tokens=t, global_num_samples=2,
+    ...                   global_num_tokens=t, loss_scale=1.0, world_size=2) for k, t in enumerate([30, 60, 150, 40])]
+    >>> updates.scaled_loss(1.5, steps[0])  # 1.5 * W / 100
+    0.03
+    >>> [updates.add(info) for info in steps]  # 240 tokens cross 100 and 200: one update
+    [None, None, 0.4166666666666667, None]
+    >>> updates.flush(), updates.updates  # the 40 tokens left (the next boundary is 300)
+    (2.5, 2)
+    """
+
+    def __init__(self, tokens_per_update: int) -> None:
+        self.tokens_per_update = int_arg("tokens_per_update", tokens_per_update, minimum=1)
+        self.tokens_seen = 0.0  # loss tokens of every step added, over all ranks
+        self.pending = 0.0  # loss tokens of the update being accumulated
+        self.updates = 0  # updates closed (flush included)
+        self.boundary = 1  # the multiple of tokens_per_update the next update closes at
+
+    def scaled_loss(self, token_loss_sum: Any, info: Any) -> Any:
+        """This rank's summed token loss times ``W / tokens_per_update``: DDP's average then
+        sums the update's token losses over a fixed denominator until :meth:`add`
+        corrects it to the update's real count. 0 on a padding step (its batch repeats
+        one already trained on)."""
+        if getattr(info, "is_padding", False):
+            return token_loss_sum * 0.0
+        return token_loss_sum * (info.world_size / self.tokens_per_update)
+
+    def add(self, info: Any) -> float | None:
+        """Count a step's loss tokens; the gradient factor when the update is complete.
+
+        With DDP keep each step's all-reduce (no ``no_sync``): the epoch's last,
+        partial update is known only after its last step, when :meth:`flush` runs."""
+        t = float(info.global_num_tokens)
+        self.tokens_seen += t
+        self.pending += t
+        if self.tokens_seen >= self.boundary * self.tokens_per_update:
+            self.boundary = int(self.tokens_seen // self.tokens_per_update) + 1
+            return self._close()
+        return None
+
+    def flush(self) -> float | None:
+        """The factor of the partial update left at the end of an epoch (``None`` if none)."""
+        return self._close() if self.pending > 0 else None
+
+    def _close(self) -> float:
+        factor = self.tokens_per_update / self.pending
+        self.updates += 1
+        self.pending = 0.0
+        return factor
+
+    def __repr__(self) -> str:
+        return f"TokenUpdates(tokens_per_update={self.tokens_per_update}, updates={self.updates})"
