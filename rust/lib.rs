@@ -2,7 +2,6 @@
 //! decoded to Arrow, and keyed permutations. Pure Rust; the Python bindings live in
 //! `py/` behind the `python` feature and add nothing but conversions.
 
-pub mod atomic;
 pub mod error;
 pub mod index;
 pub mod limits;

@@ -10,26 +10,20 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{
-    BackoffConfig, ClientConfigKey, GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, ObjectStoreScheme, RetryConfig,
-};
+use object_store::{BackoffConfig, ClientConfigKey, GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use super::aio::{block_on, io_runtime};
 use super::counters::{REMOTE_BYTES, REMOTE_REQUESTS, record_first_byte};
 use super::retry::{Failed, retrying};
-use super::retry_after::RetryAfterConnector;
-use super::spec::{HTTP_CREDENTIALS, StoreSpec, config_error, env_sets, unknown_key};
+use super::spec::StoreSpec;
+use super::stores::{Build, env_sets};
 use crate::error::{Error, Result, StorageErrorKind};
 use crate::redact::redact;
 
 impl StoreSpec {
-    /// Build the store (environment, then youmu's timeouts and retries, then options).
+    /// Build the store (environment, then youmu's timeouts and retries, then options):
+    /// its kind builds the client (`stores/`).
     fn build(&self) -> Result<Arc<dyn ObjectStore>> {
-        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-        use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-        use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
-        use object_store::http::HttpBuilder;
-
         let io = super::options::io_options();
         // youmu retries every request itself (`super::retry`): one loop, one policy.
         let retry = RetryConfig {
@@ -41,12 +35,6 @@ impl StoreSpec {
             max_retries: 0,
             retry_timeout: io.retry_timeout,
         };
-        let env_prefix = match self.scheme {
-            ObjectStoreScheme::AmazonS3 => "AWS_",
-            ObjectStoreScheme::GoogleCloudStorage => "GOOGLE_",
-            ObjectStoreScheme::MicrosoftAzure => "AZURE_",
-            _ => super::options::HTTP_ENV_PREFIX,
-        };
         // youmu's timeouts unless the environment or the options set the store's own.
         let mut client: Vec<(ClientConfigKey, String)> = Vec::new();
         for (key, ck, value) in [
@@ -54,117 +42,19 @@ impl StoreSpec {
             ("connect_timeout", ClientConfigKey::ConnectTimeout, io.connect_timeout),
             ("read_timeout", ClientConfigKey::ReadTimeout, io.read_timeout),
         ] {
-            if !self.user_sets(key) && !env_sets(env_prefix, key) {
+            if !self.user_sets(key) && !env_sets(self.kind.env_prefix(), key) {
                 client.push((ck, format!("{}ms", value.as_millis().max(1))));
             }
         }
-        let root = &self.root;
-        let err = |e: object_store::Error| config_error(root, e);
-        let store: Arc<dyn ObjectStore> = match self.scheme {
-            ObjectStoreScheme::AmazonS3 => {
-                let mut b = AmazonS3Builder::from_env()
-                    .with_url(root.as_str())
-                    .with_retry(retry)
-                    .with_http_connector(RetryAfterConnector);
-                for (ck, v) in client {
-                    b = b.with_config(AmazonS3ConfigKey::Client(ck), v);
-                }
-                for (k, v) in &self.options {
-                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
-                }
-                // An http:// endpoint was asked for explicitly: allow it (local S3-compatible stores).
-                let http_endpoint =
-                    b.get_config_value(&AmazonS3ConfigKey::Endpoint).is_some_and(|e| e.starts_with("http://"));
-                if http_endpoint && !self.user_sets("allow_http") && !env_sets("AWS_", "allow_http") {
-                    b = b.with_allow_http(true);
-                }
-                Arc::new(b.build().map_err(err)?)
-            }
-            ObjectStoreScheme::GoogleCloudStorage => {
-                let mut b = GoogleCloudStorageBuilder::from_env()
-                    .with_url(root.as_str())
-                    .with_retry(retry)
-                    .with_http_connector(RetryAfterConnector);
-                for (ck, v) in client {
-                    b = b.with_config(GoogleConfigKey::Client(ck), v);
-                }
-                for (k, v) in &self.options {
-                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
-                }
-                Arc::new(b.build().map_err(err)?)
-            }
-            ObjectStoreScheme::MicrosoftAzure => {
-                let mut b = MicrosoftAzureBuilder::from_env()
-                    .with_url(root.as_str())
-                    .with_retry(retry)
-                    .with_http_connector(RetryAfterConnector);
-                for (ck, v) in client {
-                    b = b.with_config(AzureConfigKey::Client(ck), v);
-                }
-                for (k, v) in &self.options {
-                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
-                }
-                Arc::new(b.build().map_err(err)?)
-            }
-            _ => {
-                let base = if self.one_object {
-                    root.clone() // the object's own URL, its query included
-                } else {
-                    root.split_once("://")
-                        .map(|(s, r)| (s, r.split('/').next().unwrap_or("")))
-                        .map_or_else(|| root.clone(), |(s, host)| format!("{s}://{host}"))
-                };
-                // credentials the options give win; else the Hub's own host gets the Hub's token
-                let basic = self.basic_auth();
-                let token = match super::bearer::token(&self.options, root)? {
-                    None if basic.is_none() => super::hub_token::implicit_token(root)?,
-                    given => given,
-                };
-                if token.is_some() && basic.is_some() {
-                    return Err(Error::InvalidArgument(format!(
-                        "{}: a bearer token and Basic credentials (user info or username/password) both \
-                         authenticate the requests: give one",
-                        redact(root)
-                    )));
-                }
-                let headers = match (token, basic) {
-                    (Some(token), _) => Some(super::bearer::headers(&token, root)?),
-                    (None, Some(auth)) => {
-                        let mut value =
-                            reqwest::header::HeaderValue::from_str(&auth).map_err(|e| config_error(root, e))?;
-                        value.set_sensitive(true);
-                        Some(reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]))
-                    }
-                    (None, None) => None,
-                };
-                // GETs and HEADs follow redirects in `redirects.rs` (remembering signed
-                // URLs), sending the credentials to the store's own host only.
-                let auth = headers.as_ref().and_then(|h| h.get(reqwest::header::AUTHORIZATION).cloned());
-                let mut b = HttpBuilder::new()
-                    .with_url(base)
-                    .with_retry(retry)
-                    .with_http_connector(super::redirects::RedirectingConnector { auth, store: self.id });
-                // first: the client options replace any set before them
-                if let Some(headers) = headers {
-                    b = b.with_client_options(object_store::ClientOptions::new().with_default_headers(headers));
-                }
-                if root.starts_with("http://") {
-                    b = b.with_config(ClientConfigKey::AllowHttp, "true");
-                }
-                for (ck, v) in client.into_iter().chain(super::options::http_env()?) {
-                    b = b.with_config(ck, v);
-                }
-                for (k, v) in self
-                    .options
-                    .iter()
-                    .filter(|(k, _)| !HTTP_CREDENTIALS.contains(&k.as_str()) && !super::bearer::is_bearer_key(k))
-                {
-                    b = b.with_config(k.parse().map_err(|_| unknown_key(root, k))?, v.as_str());
-                }
-                Arc::new(b.build().map_err(err)?)
-            }
-        };
-        Ok(store)
+        self.kind.build(Build {
+            id: self.id,
+            root: &self.root,
+            options: &self.options,
+            one_object: self.one_object,
+            basic_auth: self.basic_auth(),
+            client,
+            retry,
+        })
     }
 
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {

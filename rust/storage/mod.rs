@@ -11,10 +11,12 @@
 //!   ranged GETs through the `object_store` crate ([`client`], [`remote`]) on youmu's
 //!   own async runtime ([`aio`]), conditional on the ETag recorded when it was indexed.
 //!
-//! Which kind of place a user's path or URL names is one registry of [`scheme`]s (local
-//! paths, S3, GCS, Azure, HTTP(S), the Hugging Face Hub), each listing its paths (a
-//! local walk in `walk.rs`, an object listing in `listed.rs`, by the naming rules of
-//! `crate::rules`) and reading and writing them whole; what a listing found is a
+//! Which kind of place a user's path or URL names is one registry of [`scheme`]s, one
+//! file each (local paths, objects in stores, the Hugging Face Hub), each listing its
+//! paths (a local walk in `walk.rs`, an object listing in `listed.rs`, by the naming rules
+//! of `crate::rules`), reading and writing them whole and reopening what a saved index
+//! recorded; which kind of object store (S3, GCS, Azure, HTTP(S)) is a second registry,
+//! [`stores`], one file per kind, which everything about a store asks; what a listing found is a
 //! [`Found`], which opens itself; how a set of found files is opened and parsed is
 //! `opening.rs` (local files in batches per pool task, objects one task each), how they
 //! are read, saved and reopened `open.rs`. No caller branches on the backend or waits on the
@@ -32,6 +34,7 @@
 //! index stays valid whatever they are set to.
 
 pub mod aio;
+pub mod atomic;
 pub mod bearer;
 pub mod client;
 pub mod counters;
@@ -54,6 +57,7 @@ pub mod retry_after;
 pub mod scheme;
 pub mod source;
 pub mod spec;
+pub mod stores;
 pub mod vectored;
 pub mod walk;
 

@@ -5,21 +5,17 @@
 //! `storage/` stay synchronous and never branch on the backend.
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use bytes::Bytes;
-use rayon::prelude::*;
 
 use super::aio::block_on;
 use super::found::{Found, Listing};
-use super::local::{self, LocalFile};
 use super::options::io_options;
 use super::per_store::OptionsPerStore;
-use super::remote::{RemoteObject, verify};
-use super::scheme::scheme_of;
+pub use super::scheme::Saved;
+use super::scheme::{Scheme, scheme_of};
 use super::source::{Source, Storage};
-use super::spec::StoreSpec;
 use crate::error::{Error, Result};
 
 /// List every user path or URL, in order, by the rules of [`crate::index::paths`]: local paths
@@ -64,80 +60,45 @@ pub fn refuse_unused_options_at(path: &Path, options: &[(String, String)], what:
     scheme_of(&path.to_string_lossy())?.refuse_unused_options(path, options, what)
 }
 
-/// A file or object as a saved index recorded it.
-pub struct Saved {
-    /// The path or URL, for messages.
-    pub name: String,
-    /// The local path as saved (bytes: file names need not be UTF-8).
-    pub local: PathBuf,
-    pub size: u64,
-    pub mtime_ns: i64,
-    /// The object's version (`None`: a local file).
-    pub object: Option<super::source::ObjectVersion>,
-}
-
-/// Sources for the files and objects a saved index (`index`, for messages) recorded:
-/// objects get one store per bucket and, with `verify`, one check of what they are now
-/// (a listing per "directory" or a HEAD each), the first that changed failing the whole
-/// load; local files are `stat`ed, each one's own `Err` if it changed (it is opened on
-/// first read, through the handle cache).
+/// Sources for the files and objects a saved index (`index`, for messages) recorded,
+/// each reopened by the scheme that serves its name ([`super::scheme::Scheme::reopen`]:
+/// local files `stat`ed, objects given one store per bucket and, with `verify_objects`,
+/// checked against what they are now). Every store's options are settled first: a key
+/// none takes is refused before anything is sent.
 pub fn reopen(
     saved: &[Saved],
     options: &[(String, String)],
     verify_objects: bool,
     index: &Path,
 ) -> Result<Vec<Result<Source>>> {
-    let stale = |detail: String| Error::Stale { index: index.display().to_string(), detail };
-    let mut specs: std::collections::HashMap<String, Arc<StoreSpec>> = Default::default();
-    let mut objects: Vec<Option<Arc<RemoteObject>>> = Vec::with_capacity(saved.len());
     let mut per_store = OptionsPerStore::default();
-    for s in saved {
-        let Some(v) = &s.object else {
-            objects.push(None);
-            continue;
-        };
-        let (spec, key) = StoreSpec::parse(&s.name, &per_store.of(&s.name, options)?)?;
-        let spec = specs.entry(spec.root.clone()).or_insert(spec).clone();
-        objects.push(Some(Arc::new(RemoteObject {
-            path: spec.object_path(&key)?,
-            spec,
-            url: s.name.clone(),
-            size: s.size,
-            etag: v.etag.clone(),
-            version: v.version.clone(),
-            mtime_ns: s.mtime_ns,
-        })));
-    }
-    per_store.refuse_untaken(options)?;
-    if verify_objects {
-        let objs: Vec<Arc<RemoteObject>> = objects.iter().flatten().cloned().collect();
-        if !objs.is_empty()
-            && let Err((url, why)) = block_on(verify(&objs))??
-        {
-            return Err(stale(format!("{url} changed since it was indexed ({why}): rebuild the index")));
+    // (scheme, positions in `saved`, entries with their store's options), in order of first use
+    type Group<'a> = (&'static dyn Scheme, Vec<usize>, Vec<(&'a Saved, Vec<(String, String)>)>);
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for (i, s) in saved.iter().enumerate() {
+        let scheme = scheme_of(&s.name)?;
+        let opts = per_store.of(&s.name, options)?;
+        match groups.iter_mut().find(|g| g.0.name() == scheme.name()) {
+            Some(g) => {
+                g.1.push(i);
+                g.2.push((s, opts));
+            }
+            None => groups.push((scheme, vec![i], vec![(s, opts)])),
         }
     }
-    Ok(crate::runtime::runtime().pool().install(|| {
-        saved
-            .par_iter()
-            .zip(objects)
-            .map(|(s, obj)| {
-                if let Some(o) = obj {
-                    return Ok(Source::new(o));
-                }
-                let p = s.local.as_path();
-                let (size, mtime) =
-                    local::stamp(p).map_err(|e| stale(format!("indexed file is gone or unreadable: {e}")))?;
-                if size != s.size || mtime != s.mtime_ns {
-                    return Err(stale(format!(
-                        "{} changed since it was indexed (size {} -> {size}, mtime {} -> {mtime}): rebuild the index",
-                        s.name, s.size, s.mtime_ns
-                    )));
-                }
-                Ok(Source::new(Arc::new(LocalFile::known(p.to_path_buf(), size, mtime))))
-            })
-            .collect()
-    }))
+    per_store.refuse_untaken(options)?;
+    let mut out: Vec<Option<Result<Source>>> = saved.iter().map(|_| None).collect();
+    for (scheme, at, entries) in groups {
+        for (i, source) in at.into_iter().zip(scheme.reopen(&entries, verify_objects, index)?) {
+            out[i] = Some(source);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|s| {
+            s.unwrap_or_else(|| Err(Error::Internal(format!("{}: a saved file was not reopened", index.display()))))
+        })
+        .collect())
 }
 
 /// Read `requests` (a source and a byte range each) with at most `max_inflight` in

@@ -3,7 +3,7 @@
 //! takes is refused, naming it, before anything is sent.
 
 use super::scheme::{SCHEMES, scheme_of};
-use super::spec::{takes_option, unknown_key};
+use super::stores::unknown_key;
 use crate::error::{Error, Result};
 use crate::redact::redact;
 
@@ -29,7 +29,7 @@ impl OptionsPerStore {
             self.stores.push(root);
         }
         let mine: Vec<(String, String)> =
-            options.iter().filter(|(k, _)| takes_option(&kind, &k.to_ascii_lowercase())).cloned().collect();
+            options.iter().filter(|(k, _)| kind.takes_option(&k.to_ascii_lowercase())).cloned().collect();
         self.taken.extend(mine.iter().map(|(k, _)| k.to_ascii_lowercase()));
         Ok(mine)
     }

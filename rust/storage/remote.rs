@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStoreScheme};
+use object_store::{GetOptions, GetRange, ObjectMeta};
 
 use super::spec::StoreSpec;
 use crate::error::{Error, Result, StorageErrorKind, range_text};
@@ -59,7 +59,8 @@ impl RemoteObject {
     /// The last `n` bytes of an object not indexed yet, and the object as that response
     /// describes it (size, ETag, version). One GET: a suffix range where the size is not
     /// known yet (no HEAD first); a bounded one, conditional on the listed ETag, where a
-    /// listing gave the size (Azure has no suffix ranges: a lone object costs it a HEAD).
+    /// listing gave the size (a kind of store without suffix ranges, Azure, costs a lone
+    /// object a HEAD).
     pub async fn get_tail(
         spec: Arc<StoreSpec>,
         path: ObjectPath,
@@ -68,7 +69,7 @@ impl RemoteObject {
     ) -> Result<(RemoteObject, u64, Bytes)> {
         let url = spec.url_of(&path);
         let listed = match listed {
-            None if spec.scheme == ObjectStoreScheme::MicrosoftAzure => Some(spec.head(&path).await?),
+            None if !spec.kind.suffix_ranges() => Some(spec.head(&path).await?),
             other => other,
         };
         let opts = match &listed {

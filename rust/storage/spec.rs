@@ -1,6 +1,8 @@
-//! Object-store locations: how a URL of an object store (one the scheme registry,
-//! `scheme.rs`, gave a store) splits into a store and a key, and the checks of
-//! `storage_options` made before anything is sent.
+//! Object-store locations: how a URL of an object store splits into a store (of the
+//! kind the store registry, `stores/`, says it is) and a key, and the checks of
+//! `storage_options` made before anything is sent. What differs between kinds of store
+//! (key limits, object paths, URLs, listing) each kind declares; nothing here asks which
+//! kind a store is.
 //!
 //! Configuration the way users of boto3, s3fs and pyarrow expect it: `AWS_*`,
 //! `GOOGLE_*` and `AZURE_*` environment variables (`AWS_ACCESS_KEY_ID`,
@@ -13,9 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientConfigKey, ObjectStoreScheme};
 
-use crate::error::{Error, Result, StorageErrorKind};
+use super::stores::{self, KeyLength, MAX_HTTP_URL, StoreKind, unknown_key};
+use crate::error::{Error, Result};
 use crate::redact::{redact, remember_secrets};
 
 /// `storage_options` configure object stores: given where no object store is named
@@ -32,16 +34,13 @@ pub fn refuse_unused_options(options: &[(String, String)], what: &str) -> Result
 
 static NEXT_SPEC: AtomicU64 = AtomicU64::new(1);
 
-/// youmu's own `storage_options` of http(s) stores: Basic credentials, what user info in
-/// the URL gives (an index or a pickle never stores either: pass them at load).
-pub const HTTP_CREDENTIALS: &[&str] = &["username", "password"];
-
 /// One store: its root URL (scheme and bucket/container/host) and the options it is
 /// built with. Built per process, lazily (see `aio::IoRuntime::store`).
 #[derive(Debug)]
 pub struct StoreSpec {
     pub id: u64,
-    pub scheme: ObjectStoreScheme,
+    /// What kind of store it is (see `stores/`).
+    pub kind: &'static dyn StoreKind,
     /// `scheme://bucket/` (or `https://host/bucket/` for path-style URLs), ending in `/`.
     pub root: String,
     pub options: Vec<(String, String)>,
@@ -56,22 +55,6 @@ pub struct StoreSpec {
     /// or GCS URL, an Azure SAS URL, `?download=true`): requests go to it as written,
     /// unsigned, and its key is empty.
     pub one_object: bool,
-}
-
-pub(super) fn config_error(root: &str, e: impl std::fmt::Display) -> Error {
-    Error::Storage {
-        url: redact(root),
-        range: String::new(),
-        kind: StorageErrorKind::Config,
-        detail: redact(&e.to_string()),
-    }
-}
-
-pub(super) fn unknown_key(root: &str, key: &str) -> Error {
-    Error::InvalidArgument(format!(
-        "storage_options key {key:?} is not an option of the store for {} (see object_store's config keys)",
-        redact(root)
-    ))
 }
 
 /// Options whose value is a URL the client connects to (`endpoint`, `aws_endpoint_url`,
@@ -99,17 +82,6 @@ fn check_url_option(key: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether an environment variable `PREFIX_KEY` sets `key` for a store.
-pub(super) fn env_sets(prefix: &str, key: &str) -> bool {
-    std::env::var_os(format!("{prefix}{}", key.to_ascii_uppercase())).is_some()
-}
-
-/// The longest key S3 and GCS accept (bytes) and Azure (characters).
-const MAX_OBJECT_KEY: usize = 1024;
-/// The longest http(s) URL youmu requests: room for percent-encoding (up to 3 bytes a
-/// byte) under the `http` crate's 65,534-byte URI limit.
-const MAX_HTTP_URL: usize = 16 * 1024;
-
 impl StoreSpec {
     /// Split a URL into its store and the object key (or key pattern) inside it. The key
     /// is taken as written (no percent-decoding), as s3fs and pyarrow do.
@@ -117,7 +89,10 @@ impl StoreSpec {
         let bad = |why: &str| Error::InvalidArgument(format!("{:?} is not a usable storage URL: {why}", redact(spec)));
         let (scheme, rest) = spec.split_once("://").ok_or_else(|| bad("no scheme"))?;
         let scheme = scheme.to_ascii_lowercase();
-        let http = matches!(scheme.as_str(), "http" | "https");
+        // the kind its URL scheme names: are its URLs plain http(s) ones (user info,
+        // fragment and query string read as a browser reads them)?
+        let named = stores::named_by(&scheme);
+        let http = named.is_some_and(|k| k.plain_http_urls());
         // user info first: a password may hold `/`, `?` or `#` as typed
         let (user_info, rest) = match rest.split_once('/').unwrap_or((rest, "")).0.rfind('@') {
             Some(at) if http => (Some(rest[..at].to_string()), &rest[at + 1..]),
@@ -138,16 +113,17 @@ impl StoreSpec {
         if authority.is_empty() {
             return Err(bad("no bucket or host"));
         }
-        if http && rest.contains('?') {
-            return Self::one_object(&format!("{scheme}://{rest}"), user_info, options);
+        if let Some(kind) = named.filter(|_| http && rest.contains('?')) {
+            return Self::one_object(kind, &format!("{scheme}://{rest}"), user_info, options);
         }
         let base = format!("{scheme}://{authority}/");
         // Which store, and whether the first path segment belongs to the root
         // (path-style https URLs of S3 and Azure name the bucket there).
-        let probe = url::Url::parse(&format!("{base}seg/x")).map_err(|e| bad(&e.to_string()))?;
-        let (kind, probe_path) = ObjectStoreScheme::parse(&probe).map_err(|e| bad(&e.to_string()))?;
+        let Some((kind, bucket_in_path)) = stores::store_at(&base, bad)? else {
+            return Err(bad("not an object store"));
+        };
         let mut root = base;
-        if probe_path.as_ref() == "x" {
+        if bucket_in_path {
             let (bucket, k) = key.split_once('/').unwrap_or((key, ""));
             if bucket.is_empty() {
                 return Err(bad("no bucket in the path"));
@@ -155,14 +131,11 @@ impl StoreSpec {
             root = format!("{root}{bucket}/");
             key = k;
         }
-        if matches!(kind, ObjectStoreScheme::Local | ObjectStoreScheme::Memory) {
-            return Err(bad("not an object store"));
-        }
         let options: Vec<(String, String)> = options.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
         remember_secrets(&options);
         let spec = StoreSpec {
             id: NEXT_SPEC.fetch_add(1, Ordering::Relaxed),
-            scheme: kind,
+            kind,
             root,
             options,
             answered: AtomicBool::new(false),
@@ -177,6 +150,7 @@ impl StoreSpec {
     /// address (a signature, a SAS token), so `?` is no glob character there and the
     /// URL is fetched as written — never re-signed, whatever host it names.
     fn one_object(
+        kind: &'static dyn StoreKind,
         spec: &str,
         user_info: Option<String>,
         options: &[(String, String)],
@@ -201,7 +175,7 @@ impl StoreSpec {
         remember_secrets(&options);
         let spec = StoreSpec {
             id: NEXT_SPEC.fetch_add(1, Ordering::Relaxed),
-            scheme: ObjectStoreScheme::Http,
+            kind,
             root: url.to_string(),
             options,
             answered: AtomicBool::new(false),
@@ -219,7 +193,7 @@ impl StoreSpec {
 
     fn check_options(&self) -> Result<()> {
         for (k, _) in &self.options {
-            if !takes_option(&self.scheme, k) {
+            if !self.kind.takes_option(k) {
                 return Err(unknown_key(&self.root, k));
             }
         }
@@ -255,42 +229,24 @@ impl StoreSpec {
     }
 
     pub(super) fn user_sets(&self, client_key: &str) -> bool {
-        self.options.iter().any(|(k, _)| {
-            k == client_key
-                || k.strip_prefix("aws_").or_else(|| k.strip_prefix("google_")).or_else(|| k.strip_prefix("azure_"))
-                    == Some(client_key)
-        })
+        stores::user_sets(&self.options, client_key)
     }
-    /// The object path of a key inside this store (`HttpStore` paths include the
-    /// path-style prefix of the root).
+    /// The object path of a key inside this store (as its kind names it).
     pub fn object_path(&self, key: &str) -> Result<ObjectPath> {
         if self.one_object {
             return Ok(ObjectPath::default()); // the root is the object
         }
         self.check_key_length(key)?;
-        let full = match self.scheme {
-            ObjectStoreScheme::Http => {
-                let after_host = self.root.split_once("://").and_then(|(_, r)| r.split_once('/')).map_or("", |x| x.1);
-                format!("{after_host}{key}")
-            }
-            _ => key.to_string(),
-        };
+        let full = self.kind.object_path(&self.root, key);
         ObjectPath::parse(&full)
             .map_err(|e| Error::InvalidArgument(format!("{}{key:?} is not a valid object key: {e}", self.root)))
     }
 
-    /// A key the store could never hold is refused here, naming it: S3 and GCS keys are at
-    /// most 1,024 bytes, Azure blob names 1,024 characters, and an http(s) URL longer than
-    /// [`MAX_HTTP_URL`] cannot be requested (the `http` crate under `object_store` stops at
-    /// 65,534 bytes once the key is percent-encoded, and its request builders panic).
+    /// A key the store could never hold is refused here, naming it (each kind says how
+    /// long a key it holds: S3 and GCS keys 1,024 bytes, Azure blob names 1,024
+    /// characters, an http(s) URL [`MAX_HTTP_URL`] bytes).
     fn check_key_length(&self, key: &str) -> Result<()> {
-        let (len, limit, unit, who) = match self.scheme {
-            ObjectStoreScheme::Http => (self.root.len() + key.len(), MAX_HTTP_URL, "bytes", "an http(s) URL"),
-            ObjectStoreScheme::MicrosoftAzure => {
-                (key.chars().count(), MAX_OBJECT_KEY, "characters", "an Azure blob name")
-            }
-            _ => (key.len(), MAX_OBJECT_KEY, "bytes", "an object key"),
-        };
+        let KeyLength { len, limit, unit, who } = self.kind.key_length(&self.root, key);
         if len <= limit {
             return Ok(());
         }
@@ -304,26 +260,19 @@ impl StoreSpec {
         if self.one_object {
             return self.root.clone();
         }
-        match self.scheme {
-            ObjectStoreScheme::Http => {
-                let host_end =
-                    self.root.split_once("://").map_or(0, |(s, r)| s.len() + 3 + r.find('/').unwrap_or(r.len()));
-                format!("{}/{}", &self.root[..host_end], path.as_ref())
-            }
-            _ => format!("{}{}", self.root, path.as_ref()),
-        }
+        self.kind.url_of(&self.root, path)
     }
-    /// Whether the store can list keys (a plain HTTP server cannot: WebDAV's PROPFIND
-    /// is all `object_store` could try, and web servers answer it 405 or 501).
+    /// Whether the store can list keys (a plain HTTP server cannot).
     pub fn can_list(&self) -> bool {
-        self.scheme != ObjectStoreScheme::Http
+        self.kind.cannot_list().is_none()
     }
 
     pub(super) fn cannot_list(&self, url: &str) -> Error {
         Error::InvalidArgument(format!(
-            "{}: a plain http(s):// server cannot list objects, so a URL there must name one object \
-             (e.g. .../train-00000.parquet), not a prefix or a glob; list the objects' URLs instead",
-            redact(url)
+            "{}: {}, so a URL there must name one object (e.g. .../train-00000.parquet), not a prefix or a \
+             glob; list the objects' URLs instead",
+            redact(url),
+            self.kind.cannot_list().unwrap_or("the store cannot list objects")
         ))
     }
 }
@@ -339,23 +288,6 @@ fn slash_in_user_info(rest: &str) -> bool {
         return false;
     }
     first.split_once(':').is_some_and(|(_, port)| port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Whether a store of `scheme` takes the storage option `key` (lower case).
-pub(super) fn takes_option(scheme: &ObjectStoreScheme, key: &str) -> bool {
-    use object_store::aws::AmazonS3ConfigKey;
-    use object_store::azure::AzureConfigKey;
-    use object_store::gcp::GoogleConfigKey;
-    match scheme {
-        ObjectStoreScheme::AmazonS3 => key.parse::<AmazonS3ConfigKey>().is_ok(),
-        ObjectStoreScheme::GoogleCloudStorage => key.parse::<GoogleConfigKey>().is_ok(),
-        ObjectStoreScheme::MicrosoftAzure => key.parse::<AzureConfigKey>().is_ok(),
-        _ => {
-            key.parse::<ClientConfigKey>().is_ok()
-                || super::bearer::is_bearer_key(key)
-                || HTTP_CREDENTIALS.contains(&key)
-        }
-    }
 }
 
 /// `%XX` escapes decoded (a `%` not followed by two hex digits stays itself).
@@ -403,15 +335,15 @@ mod tests {
         assert_eq!(s.url_of(&s.object_path(&k).unwrap()), "s3://bkt/a/b.parquet");
         let (s, k) = StoreSpec::parse("https://s3.us-east-1.amazonaws.com/bkt/x/", &[]).unwrap();
         assert_eq!((s.root.as_str(), k.as_str()), ("https://s3.us-east-1.amazonaws.com/bkt/", "x/"));
-        assert_eq!(s.scheme, ObjectStoreScheme::AmazonS3);
+        assert_eq!(s.kind.name(), "Amazon S3");
         let (s, k) = StoreSpec::parse("http://127.0.0.1:9000/data/x.parquet", &[]).unwrap();
-        assert_eq!(s.scheme, ObjectStoreScheme::Http);
+        assert_eq!(s.kind.name(), "HTTP(S)");
         assert_eq!((s.root.as_str(), k.as_str()), ("http://127.0.0.1:9000/", "data/x.parquet"));
         assert_eq!(s.url_of(&s.object_path(&k).unwrap()), "http://127.0.0.1:9000/data/x.parquet");
         let (s, _) = StoreSpec::parse("gs://b/k", &[]).unwrap();
-        assert_eq!(s.scheme, ObjectStoreScheme::GoogleCloudStorage);
+        assert_eq!(s.kind.name(), "Google Cloud Storage");
         let (s, _) = StoreSpec::parse("az://c/k", &[]).unwrap();
-        assert_eq!(s.scheme, ObjectStoreScheme::MicrosoftAzure);
+        assert_eq!(s.kind.name(), "Azure Blob Storage");
     }
 
     #[test]
@@ -454,7 +386,7 @@ mod tests {
             "http://127.0.0.1:9000/data/x.parquet?download=true",
         ] {
             let (s, k) = StoreSpec::parse(url, &[]).unwrap();
-            assert!(s.one_object && k.is_empty() && s.scheme == ObjectStoreScheme::Http, "{url}");
+            assert!(s.one_object && k.is_empty() && s.kind.name() == "HTTP(S)", "{url}");
             assert_eq!(s.url_of(&s.object_path(&k).unwrap()), url.split('#').next().unwrap());
         }
         assert!(StoreSpec::parse("http://h/dir/?sig=1", &[]).is_err());

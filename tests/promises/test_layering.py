@@ -142,20 +142,39 @@ def test_only_perprocess_asks_which_process_this_is() -> None:
     assert not PROCESS_ID_COMPARED.search('let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));')
 
 
+def _storage_modules() -> dict[str, list[Path]]:
+    """Each module of ``rust/storage/`` by name: a file, or a folder with its files."""
+    out = {p.stem: [p] for p in STORAGE.glob("*.rs") if p.stem != "mod"}
+    out |= {p.name: sorted(p.rglob("*.rs")) for p in STORAGE.iterdir() if p.is_dir()}
+    return out
+
+
 def _storage_imports() -> dict[str, set[str]]:
-    """Sibling modules each storage module refers to (``super::name``), tests excluded."""
-    modules = {p.stem for p in STORAGE.glob("*.rs")} - {"mod"}
+    """Sibling modules each storage module refers to (``super::name`` from a file of
+    ``storage/`` or a folder's ``mod.rs``, ``super::super::name`` from a folder's other
+    files, ``crate::storage::name`` from anywhere), tests excluded."""
+    modules = _storage_modules()
     graph: dict[str, set[str]] = {}
-    for m in modules:
-        text = (STORAGE / f"{m}.rs").read_text().split("#[cfg(test)]", 1)[0]
-        code = "\n".join(_code(line) for line in text.splitlines())
-        graph[m] = {r for r in re.findall(r"super::(\w+)", code) if r in modules and r != m}
+    for m, files in modules.items():
+        refs: set[str] = set()
+        for f in files:
+            code = "\n".join(_code(line) for line in f.read_text().split("#[cfg(test)]", 1)[0].splitlines())
+            refs |= set(re.findall(r"crate::storage::(\w+)", code))
+            for group in re.findall(r"crate::storage::\{([^}]*)\}", code):
+                refs |= set(re.findall(r"(?:^|,)\s*(\w+)", group))
+            if f.parent == STORAGE or f.name == "mod.rs":
+                refs |= set(re.findall(r"(?<!::)\bsuper::(\w+)", code))
+            else:
+                refs |= set(re.findall(r"\bsuper::super::(\w+)", code))
+        graph[m] = {r for r in refs if r in modules and r != m}
     return graph
 
 
 def test_storage_modules_form_no_import_cycle() -> None:
     graph = _storage_imports()
-    assert graph["client"] >= {"aio", "spec"}, graph
+    assert graph["client"] >= {"aio", "spec", "stores"}, graph
+    assert graph["scheme"] >= {"stores", "walk", "listed", "client", "remote"}, graph["scheme"]
+    assert graph["spec"] >= {"stores"}, graph["spec"]
     done: set[str] = set()
 
     def visit(m: str, path: list[str]) -> None:
@@ -230,8 +249,52 @@ def test_a_rust_import_cycle_is_caught_in_every_form() -> None:
     assert _cycle(_rust_top_level_graph(planted)) is None
 
 
+# Which kind of object store a URL names is the store registry's (`rust/storage/stores/`,
+# one file per kind, as `object_store` keeps one folder per store); which kind of place,
+# the scheme registry's (`rust/storage/scheme/`, one file per scheme). Everything else
+# asks a store's or a scheme's own methods: `object_store`'s enum of kinds is named in the
+# store registry only, and a saved index's files are reopened by the scheme of each name.
+STORE_REGISTRY = STORAGE / "stores"
+SCHEME_REGISTRY = STORAGE / "scheme"
+
+
+def test_store_kinds_are_told_apart_only_by_the_store_registry() -> None:
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+            for p in sorted(RUST.rglob("*.rs")) if STORE_REGISTRY not in p.parents
+            for n, line in enumerate(p.read_text().splitlines(), 1) if "ObjectStoreScheme" in _code(line)]
+    assert not hits, ("a kind of store told apart outside rust/storage/stores/ (give StoreKind a method and "
+                      "implement it in each store's file instead):\n" + "\n".join(hits))
+
+
+def _registered(registry: Path, macro: str) -> set[str]:
+    """The files a registry's one registration line (``macro!(file::ITEM, ...)``) names."""
+    line = re.search(macro + r"!\(([^)]*)\);", (registry / "mod.rs").read_text())
+    assert line, f"{registry.relative_to(ROOT)}/mod.rs registers through {macro}!(...)"
+    return set(re.findall(r"(\w+)::\w+", line.group(1)))
+
+
+def test_each_store_and_scheme_is_one_file_registered_in_one_line() -> None:
+    stores = {p.stem for p in STORE_REGISTRY.glob("*.rs")} - {"mod"}
+    assert stores >= {"s3", "gcs", "azure", "http"}, stores
+    assert _registered(STORE_REGISTRY, "stores") == stores
+    schemes = {p.stem for p in SCHEME_REGISTRY.glob("*.rs")} - {"mod"}
+    assert schemes >= {"files", "objects", "hub"}, schemes
+    assert _registered(SCHEME_REGISTRY, "schemes") == schemes
+    # no `mod` line of its own: a file is a store or a scheme by being registered
+    for registry in (STORE_REGISTRY, SCHEME_REGISTRY):
+        assert not re.search(r"^\s*(pub\s+)?mod \w+;", (registry / "mod.rs").read_text(), re.M), registry
+
+
+def test_a_saved_index_is_reopened_through_the_scheme_registry() -> None:
+    # `open.rs` reopened local files and objects itself, branching on what was saved
+    code = "\n".join(_code(line) for line in (STORAGE / "open.rs").read_text().split("#[cfg(test)]", 1)[0].splitlines())
+    assert "scheme.reopen(" in code and "scheme_of(&s.name)" in code
+    for backend in ("LocalFile", "RemoteObject", "StoreSpec", ".object"):
+        assert backend not in code, f"open.rs reopens through the schemes, not with {backend}"
+
+
 def test_storage_modules_stay_small() -> None:
-    big = {p.name: n for p in STORAGE.glob("*.rs") if (n := len(p.read_text().splitlines())) > 500}
+    big = {str(p.relative_to(STORAGE)): n for p in STORAGE.rglob("*.rs") if (n := len(p.read_text().splitlines())) > 500}
     assert not big, f"split these storage modules by idea (over 500 lines): {big}"
 
 
