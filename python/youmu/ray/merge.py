@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.ray.state import CLIENT_FORMAT, PlannerState
+from youmu.ray.state import CLIENT_FORMAT, CLIENT_STATE, PlannerState
 from youmu.state.contract import state_int
 from youmu.state.jobs import OWNER, Merge
 from youmu.state.step_states import load_step_merged, step_job
@@ -64,8 +64,8 @@ def merge_ray_states(states: Sequence[Mapping[str, Any]], merge: Merge | None = 
     :class:`~youmu.errors.StateError` for a state of another kind, a missing or
     repeated rank, states of different deployments, settings or steps, or states
     saved inside a step."""
-    job = step_job(states, CLIENT_FORMAT, kind=_KIND, needs=("sources", "settings", "data"),
-                   shared=("sources", "data"), holds="its sources' positions and held samples")
+    job = step_job(states, CLIENT_STATE, kind=_KIND, needs=("sources", "settings", "data"),
+                   holds="its sources' positions and held samples")
     first, world, step = job.first, job.world, job.step
     planner = job.job.same("planner")
     names = first["sources"]

@@ -9,21 +9,26 @@ differ in what they keep (a rank's sources' states and held samples, or the one
 planner state every client holds), not in how they check the states:
 
 * :func:`step_job` — the merge's prologue: one kind of state, each with the fields a
-  merge needs, every rank once, the same shared fields and settings (key by key, so
-  the message names the setting), saved after a step's last micro-batch;
+  merge needs, every rank once, alike in every field its format declares shared
+  (:data:`~youmu.state.formats.SAME`; the settings key by key, so the message names
+  the setting), saved after a step's last micro-batch;
 * :meth:`StepJob.header` — the merged state's header;
 * :func:`load_step_merged` — the load's header: a merged state of this loader's
   format, its settings those of the loader that loads it, and its step.
 
 Example:
-    >>> fmt = "youmu.Example/1"
-    >>> states = [{"format": fmt, "world_size": 2, "rank": r, "epoch": 0, "num_microbatches": 1, "step": 3,
+    >>> from youmu.state.formats import OWN, RANK, StateField, StateFormat, an_int
+    >>> fmt = StateFormat("Example", "youmu.Example/1", (
+    ...     StateField("world_size", an_int(1)), StateField("rank", an_int(), scope=RANK, merge=OWN),
+    ...     *(StateField(k, an_int()) for k in ("epoch", "num_microbatches", "step", "microbatch")),
+    ...     StateField("settings", lambda st, k, owner: st[k]), StateField("config", an_int())))
+    >>> states = [{"format": fmt.tag, "world_size": 2, "rank": r, "epoch": 0, "num_microbatches": 1, "step": 3,
     ...            "microbatch": 0, "settings": {"seed": 0}, "config": 7} for r in (1, 0)]
     >>> job = step_job(states, fmt, kind="Example", holds="its samples")
     >>> job.world, job.step, [s["rank"] for s in job.ranks]
     (2, 3, [0, 1])
     >>> merged = job.header(settings=job.first["settings"])
-    >>> load_step_merged(merged, fmt, kind="Example", what="loader", settings={"seed": 0})[1]
+    >>> load_step_merged(merged, fmt.tag, kind="Example", what="loader", settings={"seed": 0})[1]
     3
     >>> step_job([states[0], {**states[1], "settings": {"seed": 1}}], fmt, kind="Example", holds="its samples")
     Traceback (most recent call last):
@@ -39,18 +44,15 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.state.contract import state_int
+from youmu.state.formats import SAME, SHARED, StateFormat
 from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, load_merged, one_kind, same_settings
 
-__all__ = ["RESIZE_MAY_CHANGE", "SHARED", "StepJob", "step_job", "load_step_merged"]
+__all__ = ["RESIZE_MAY_CHANGE", "StepJob", "step_job", "load_step_merged"]
 
 #: What a resume on another topology may change of a step-planning loader's settings
 #: (``PlanSettings.portable`` keeps the rest), as a merged state's refusal says it.
 RESIZE_MAY_CHANGE = "the world size, num_microbatches, global_batch_size / token_budget and the schedule"
 
-#: The fields every rank's state of one job at one step boundary holds alike (then its
-#: ``settings``, key by key, and its ``config``: the batch size, token budget and
-#: schedule are in it).
-SHARED = ("world_size", "epoch", "num_microbatches", "step", "microbatch")
 
 
 @dataclass(frozen=True)
@@ -77,16 +79,18 @@ class StepJob:
                 "epoch": self.first.get("epoch", 0) if epoch is None else epoch, "step": self.step, **fields}
 
 
-def step_job(states: Any, fmt: str, *, kind: str, holds: str, needs: Sequence[str] = ("settings",),
-             shared: Sequence[str] = (), check: Callable[[int, Mapping[str, Any]], None] | None = None) -> StepJob:
+def step_job(states: Any, fmt: StateFormat, *, kind: str, holds: str, needs: Sequence[str] = ("settings",),
+             check: Callable[[int, Mapping[str, Any]], None] | None = None) -> StepJob:
     """The merge's prologue over the states every rank of a ``kind`` loader saved:
-    all tagged ``fmt``, each first passing ``check(i, state)`` (the loader's own
+    all of format ``fmt``, each first passing ``check(i, state)`` (the loader's own
     refusals) and holding the ``needs`` fields (else it was saved before such states
-    could be merged), every rank of the job exactly once (``holds``: what only a rank's
-    state records), alike in :data:`SHARED`, the settings, ``config`` and the loader's
-    ``shared`` fields, and saved after a step's last micro-batch. Raises
-    :class:`~youmu.errors.StateError` naming the state and the field."""
-    states = one_kind(states, fmt, kind=kind)
+    could be merged), alike in every field ``fmt`` declares shared and kept by a merge
+    (:data:`~youmu.state.formats.SAME`, in declared order: ``settings`` key by key, and
+    ``config`` last — it fingerprints the batch size, token budget and schedule),
+    every rank of the job exactly once (``holds``: what only a rank's state records),
+    and saved after a step's last micro-batch. Raises :class:`~youmu.errors.StateError` naming the state
+    and the field."""
+    states = one_kind(states, fmt.tag, kind=kind)
     for i, st in enumerate(states):
         if check is not None:
             check(i, st)
@@ -95,17 +99,19 @@ def step_job(states: Any, fmt: str, *, kind: str, holds: str, needs: Sequence[st
                 raise StateError(f"{OWNER}: states[{i}] has no {key!r} field (saved before {kind} states could "
                                  "be merged): resume it on the same topology")
     job = JobStates(states, kind=kind)
-    for field in SHARED:
-        job.same(field)
-    job.same_settings(lambda st: st["settings"])
-    for field in ("config", *shared):
-        job.same(field)
+    # the fingerprint of the settings last: a setting that differs names itself first
+    for name in sorted((f.name for f in fmt.fields if f.merge == SAME and f.scope == SHARED),
+                       key=lambda name: name == "config"):
+        if name == "settings":
+            job.same_settings(lambda st: st["settings"])
+        else:
+            job.same(name)
     first = states[0]
     world = state_int(first, "world_size", owner=kind, minimum=1)
     ranks = job.in_rank_order(world, holds=holds)
     step = state_int(first, "step", owner=kind)
     job.at_step_boundary(step, state_int(first, "microbatch", owner=kind))
-    return StepJob(fmt, job, ranks, world, step)
+    return StepJob(fmt.tag, job, ranks, world, step)
 
 
 def load_step_merged(state: Any, fmt: str, *, kind: str, what: str, settings: Mapping[str, Any],

@@ -58,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT, Resume, restored_state
+from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT, BALANCED_LOADER_STATE, Resume, restored_state
 from youmu.planning.steps.carry import parse_carry
 from youmu.state.contract import state_int
 from youmu.state.jobs import OWNER, Merge
@@ -76,7 +76,7 @@ def merge_balanced_states(states: Sequence[Mapping[str, Any]], merge: Merge) -> 
     :class:`~youmu.errors.StateError` for states of different jobs, settings, epochs or
     steps, a missing or repeated rank, a state of another kind, a replay-mode state
     (its sources could not save their states) or one saved inside a step."""
-    job = step_job(states, BALANCED_LOADER_FORMAT, kind=_LOADER, check=_state_mode,
+    job = step_job(states, BALANCED_LOADER_STATE, kind=_LOADER, check=_state_mode,
                    holds="its sources' positions and held samples")
     first, ranks, world = job.first, job.ranks, job.world
     raw = first.get("streams")
