@@ -1,4 +1,4 @@
-"""Shared fixtures and markers of every test folder.
+"""Shared fixtures (the conformance corpus, an S3 server) and markers of every test folder.
 
 The folders (``docs/contributing.md`` says what goes where): ``unit/<layer>`` one folder per
 layer of ``python/youmu``, ``promises`` what the project promises across layers (goldens,
@@ -10,7 +10,9 @@ multi-process job scripts, pinned JSON fixtures; on pytest's ``pythonpath``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from where import PARQUET_TESTING, TESTS
@@ -32,3 +34,14 @@ def corpus_dir() -> Path:
     if not data.is_dir():
         pytest.skip(f"conformance corpus not found at {data} (expected ../shared/parquet-testing beside the repo)")
     return data
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    """A real S3-compatible server for one test module: moto on 127.0.0.1 behind a proxy
+    that can inject faults (``tests/support/s3util.py``); its bucket is ``youmu-test``."""
+    from s3util import S3
+
+    server = S3()
+    yield server
+    server.stop()

@@ -125,13 +125,6 @@ def http() -> Iterator[ObjectServer]:
     s.stop()
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3]:
-    server = S3()
-    yield server
-    server.stop()
-
-
 def http_date(t: float) -> str:
     return email.utils.formatdate(t, usegmt=True)
 

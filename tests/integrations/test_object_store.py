@@ -26,13 +26,6 @@ pytest.importorskip("moto")
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def s3():
-    server = S3()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(autouse=True)
 def clean_proxy_and_options(s3: S3):
     """A proxy with no faults or requests recorded, and the I/O settings restored after."""

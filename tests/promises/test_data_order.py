@@ -54,13 +54,6 @@ def _write(path: Path, first: int, n: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[S3]:
-    server = S3()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def places(s3: S3, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict[str, Any] | None]]:
     """The same files in three places: ``{place: (paths, storage_options)}``."""
     local = tmp_path_factory.mktemp("order") / "data"
