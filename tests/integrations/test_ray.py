@@ -44,7 +44,7 @@ from youmu.ray import RayBalancedLoader, RayLoaders, Source  # noqa: E402
 # a Ray cluster per module (56 s): the whole module runs in make test-system
 pytestmark = pytest.mark.slow
 
-# functions of ray_streams reach the actors by value (the tests directory is not on
+# functions of ray_streams reach the actors by value (tests/support is not on
 # the workers' path)
 ray.cloudpickle.register_pickle_by_value(rs)
 
