@@ -28,7 +28,8 @@ test-rust:
 
 # Every test but the system stage's and the seam matrix's: tests/unit (one folder per
 # layer of python/youmu), tests/promises (goldens, contracts, saved formats, guards),
-# tests/hostile (bad input) and tests/integrations (trainers, Ray, S3, the Hub).
+# tests/hostile (bad input) and tests/integrations (trainers, S3, the Hub; the Ray
+# modules start a cluster each and are marked slow).
 test-python: build
 	$(PY) -m pytest -q tests -m "not seams and not system and not slow"
 
@@ -40,7 +41,7 @@ test-system: build
 
 # The seam matrix's trainer jobs (tests/integrations/test_seams.py: real trainers SIGKILLed and
 # resumed, the Ray client's on a local cluster), the slow part of the matrix; CI runs it
-# after `make test`.
+# after `make test-system`.
 test-seams: build
 	$(PY) -m pytest -q tests/integrations/test_seams.py -m seams
 
