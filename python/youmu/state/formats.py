@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from youmu.errors import StateError
+from youmu.errors import InvalidArgumentError, StateError, UnknownNameError
 from youmu.state.contract import check_state, state_bool, state_int, state_ints
 
 __all__ = ["RANK", "WORKER", "SHARED", "SAME", "SUM", "DROP", "OWN", "Check", "StateField", "StateFormat",
@@ -105,9 +105,9 @@ class StateField:
 
     def __post_init__(self) -> None:
         if self.scope not in (RANK, WORKER, SHARED) or self.merge not in _MERGES:
-            raise ValueError(f"state field {self.name!r}: scope {self.scope!r} / merge {self.merge!r}")
+            raise InvalidArgumentError(f"state field {self.name!r}: scope {self.scope!r} / merge {self.merge!r}")
         if self.merge == SUM and self.scope == SHARED:
-            raise ValueError(f"state field {self.name!r}: a shared value is not summed over the ranks")
+            raise InvalidArgumentError(f"state field {self.name!r}: a shared value is not summed over the ranks")
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,9 @@ class StateFormat:
     def __post_init__(self) -> None:
         names = [f.name for f in self.fields]
         if len(set(names)) != len(names) or "format" in names:
-            raise ValueError(f"{self.tag}: fields must have distinct names other than 'format': {names}")
+            raise InvalidArgumentError(f"{self.tag}: fields must have distinct names other than 'format': {names}")
         if self.child is not None and self.child not in names:
-            raise ValueError(f"{self.tag}: child {self.child!r} is not one of its fields")
+            raise InvalidArgumentError(f"{self.tag}: child {self.child!r} is not one of its fields")
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -149,7 +149,7 @@ class StateFormat:
         for f in self.fields:
             if f.name == name:
                 return f
-        raise KeyError(name)
+        raise UnknownNameError(f"{self.tag} declares no field {name!r}")
 
     def extend(self, tag: str, *fields: StateField, child: str | None = None,
                older: Sequence[str] = ()) -> StateFormat:
@@ -182,7 +182,8 @@ class StateFormat:
         unknown = set(values) - {f.name for f in self.fields}
         missing = [f.name for f in self.fields if f.required and f.name not in values]
         if unknown or missing:
-            raise ValueError(f"{self.tag}: fields {sorted(unknown)} are not declared, {missing} are missing")
+            # the writer and the declaration disagree: a bug of the owner, never of the data
+            raise StateError(f"{self.tag}: fields {sorted(unknown)} are not declared, {missing} are missing")
         out = {"format": self.tag, **(settings or {})}
         for f in self.fields:
             if f.name in values:
