@@ -1,0 +1,54 @@
+"""One shuffled page-mode epoch and one DynamicBatchLoader epoch (no workers) over a
+generated token set, timed in-process; run it against two trees to compare builds.
+
+    PYTHONPATH=<tree>/python python benches/bench_layers_ab.py page|odb [--data DIR]
+
+Prints ``<what> <rows> <seconds>``. The data (4 zstd files, 80,000 rows of 16-1023
+int32 tokens) is written on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def make_data(root: Path) -> None:
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for f in range(4):
+        lengths = rng.integers(16, 1024, size=20000)
+        rows = [rng.integers(0, 50000, size=int(n), dtype=np.int32) for n in lengths]
+        table = pa.table({"input_ids": pa.array(rows, type=pa.list_(pa.int32()))})
+        pq.write_table(table, root / f"part-{f}.parquet", row_group_size=5000, data_page_size=256 << 10,
+                       compression="zstd")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["page", "odb"])
+    ap.add_argument("--data", type=Path, default=Path("bench-data/layers_ab"))
+    args = ap.parse_args()
+    if not args.data.exists():
+        make_data(args.data)
+    from youmu.batching import DynamicBatchLoader
+    from youmu.torch import YoumuDataset
+
+    t0 = time.perf_counter()
+    ds = YoumuDataset(str(args.data), columns=["input_ids"], shuffle="page", seed=1)
+    if args.what == "page":
+        n = sum(1 for _ in ds)
+    else:
+        loader = DynamicBatchLoader(ds, token_budget=16384, length_fn=lambda r: len(r["input_ids"]),
+                                    collate_fn=None, num_workers=0)
+        n = sum(len(batch) for batch, _ in loader)
+    print(args.what, n, round(time.perf_counter() - t0, 3))
+
+
+if __name__ == "__main__":
+    main()
