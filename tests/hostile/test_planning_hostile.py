@@ -348,7 +348,7 @@ def test_a_loaded_state_resumes_its_epoch_without_a_set_epoch_call(resume_mode: 
 
 # -- the layer's contract ----------------------------------------------------------------------------
 def test_every_error_the_layer_raises_is_a_youmu_error() -> None:
-    from test_planning_api import BAD_ARGUMENTS
+    from planning_cases import BAD_ARGUMENTS
 
     for name, fn, exc, _ in BAD_ARGUMENTS:
         with pytest.raises(exc) as info:
