@@ -7,11 +7,11 @@ Accepted per rank: the ``state_dict()`` of a ``DynamicBatchLoader`` (its own mer
 ``MapStream`` / ``MixtureStream``, ``pack``), possibly itself resumed from a merged
 state, or of a torchdata ``StatefulDataLoader`` over one (each worker's dataset state
 is taken from its snapshot; save it with the default ``snapshot_every_n_steps=1`` so
-the snapshot is what was yielded). Loader states are merged by their own modules, found
-in a table keyed by each loader's own format constant: a ``DynamicBatchLoader``'s by
-:mod:`youmu.batching.merge`, a ``BalancedLoader``'s by :mod:`youmu.planning.state.merge`, a
-``RayBalancedLoader``'s by :mod:`youmu.ray.merge`. Each gets :func:`merge_states` itself
-for the stream states nested in its own, and every merge checks through
+the snapshot is what was yielded). Loader states are merged by their own modules, the
+merge each format's declaration names (:mod:`youmu.state.catalog`): a
+``DynamicBatchLoader``'s by :mod:`youmu.batching.merge`, a ``BalancedLoader``'s by
+:mod:`youmu.planning.state.merge`, a ``RayBalancedLoader``'s by :mod:`youmu.ray.merge`.
+Each gets :func:`merge_states` itself for the stream states nested in its own, and every merge checks through
 :mod:`youmu.state.jobs`.
 
 Loading: ``stream.load_state_dict(merged)`` on every rank of the new job, then iterate
@@ -33,10 +33,11 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.state.bounds import check_tree
+from youmu.state.catalog import merger_of
 from youmu.state.contract import state_positions
 from youmu.state.jobs import OWNER, Merge
 from youmu.state.stream import POSITIONS, STREAM_FORMATS, position_width, with_worker_positions
-from youmu.state.stream_merge import merge_stream_ranks, merge_wrapping_states, stream_rank
+from youmu.state.stream_merge import merge_stream_ranks, stream_rank
 
 __all__ = ["merge_states"]
 
@@ -45,7 +46,7 @@ __all__ = ["merge_states"]
 _ROW_STREAMS = tuple(tag for tag, f in STREAM_FORMATS.items() if f.child is None)
 _WRAPPING_STREAMS = tuple(tag for tag, f in STREAM_FORMATS.items() if f.child is not None)
 
-#: A loader's or a wrapping stream's merge, as the table below keys it.
+#: A loader's or a wrapping stream's merge, as its format's declaration names it.
 _MergeFn = Callable[[Sequence[Mapping[str, Any]], Merge], dict[str, Any]]
 
 
@@ -99,21 +100,6 @@ def _stream_state(state: Any, i: int) -> Mapping[str, Any]:
     return single
 
 
-def _mergers() -> dict[str, _MergeFn]:
-    """Owners' own merges — loaders' and wrapping streams' — by the format constant of
-    the states they save (imported on use: the loaders' packages need not be loaded to
-    merge a stream's states)."""
-    from youmu.batching.merge import merge_loader_states
-    from youmu.batching.state import DYNAMIC_LOADER_FORMATS
-    from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT
-    from youmu.planning.state.merge import merge_balanced_states
-    from youmu.ray.merge import merge_ray_states
-    from youmu.ray.state import CLIENT_FORMAT
-
-    return {**dict.fromkeys(DYNAMIC_LOADER_FORMATS, merge_loader_states), BALANCED_LOADER_FORMAT: merge_balanced_states,
-            CLIENT_FORMAT: merge_ray_states, **dict.fromkeys(_WRAPPING_STREAMS, merge_wrapping_states)}
-
-
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One state for any topology from the states every rank of a job saved (see the
     module doc). Raises :class:`~youmu.errors.StateError` naming the field for states
@@ -129,14 +115,11 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise StateError(f"{OWNER} takes a non-empty list of the states the ranks saved, got {type(states).__name__}")
     for i, s in enumerate(states):
         check_tree(s, owner=f"{OWNER}: states[{i}]")  # before any field is read
-    table = _mergers()
-    first = states[0].get("format") if isinstance(states[0], Mapping) else None
-    merger = table.get(first) if isinstance(first, str) else None
+    merger: _MergeFn | None = merger_of(states[0].get("format") if isinstance(states[0], Mapping) else None)
     if merger is not None:  # a loader's states
         return merger(states, merge_states)
     unwrapped = [_stream_state(s, i) for i, s in enumerate(states)]
-    first = unwrapped[0].get("format")
-    merger = table.get(first) if isinstance(first, str) else None
+    merger = merger_of(unwrapped[0].get("format"))
     if merger is not None:  # a wrapping stream's, maybe saved by a StatefulDataLoader
         return merger(unwrapped, merge_states)
     for i, st in enumerate(unwrapped):

@@ -169,7 +169,7 @@ LOADER_STATE = StateFormat(_OWNER, DYNAMIC_LOADER_FORMAT, (
     StateField("payloads", _payloads, scope=RANK, merge=OWN),
     StateField("settings", _as_saved, required=False),  # plain values a merge compares key by key
     StateField("resumed", optional(_chain), required=False),  # a job resumed on another topology
-), older=DYNAMIC_LOADER_FORMATS[1:])
+), older=DYNAMIC_LOADER_FORMATS[1:], merger="youmu.batching.merge:merge_loader_states")
 
 
 def fresh_state(config: LoaderConfig, epoch: int, carried: Mapping[str, Any] | None = None) -> dict[str, Any]:

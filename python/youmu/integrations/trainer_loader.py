@@ -63,7 +63,9 @@ from youmu.integrations.trainer.consumption import Consumption
 from youmu.integrations.trainer.metrics import LoaderFigures
 from youmu.integrations.trainer.states import (
     GATHERED_FORMAT,
+    GATHERED_STATE,
     TRAINER_LOADER_FORMAT,
+    TRAINER_STATE,
     check_rank_state,
     gather_objects,
     job_states,
@@ -332,11 +334,11 @@ class TrainerLoader(PassLoader):
         """This rank's resume point after every batch handed out so far."""
         point = self._pass.point
         source = point.source if point is not None and point.source is not None else self._loader.state_dict()
-        state = {"format": TRAINER_LOADER_FORMAT, "rank": self.rank, "world_size": self.world_size, "epoch": self.epoch,
-                 "steps": self._taken, "finished": self._finished, "source": source}
+        values = {"rank": self.rank, "world_size": self.world_size, "epoch": self.epoch, "steps": self._taken,
+                  "finished": self._finished, "source": source}
         if self._epoch_steps is not None:
-            state["epoch_steps"] = self._epoch_steps
-        return state
+            values["epoch_steps"] = self._epoch_steps
+        return TRAINER_STATE.write(values)
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -383,10 +385,7 @@ class TrainerLoader(PassLoader):
         """
         ranks: Any = None
         if isinstance(state, Mapping) and state.get("format") == GATHERED_FORMAT:
-            ranks = state.get("ranks")
-            if not isinstance(ranks, list) or not ranks:
-                raise StateError(f"the gathered TrainerLoader state must hold a non-empty list of the ranks' states, "
-                                 f"got {type(ranks).__name__}")
+            ranks = GATHERED_STATE.read(state)[1]["ranks"]
         elif isinstance(state, Sequence) and not isinstance(state, (str, bytes)):
             ranks = list(state)
             if not ranks:
@@ -472,7 +471,7 @@ class TrainerLoader(PassLoader):
         """Every rank's :meth:`state_dict` in one dict (collective: call it on every rank,
         as trainers do when they save a checkpoint); :meth:`load_state_dict` picks this
         rank's part, or merges them all on another world size."""
-        return {"format": GATHERED_FORMAT, "ranks": gather_objects(self.channel, self.state_dict())}
+        return GATHERED_STATE.write({"ranks": gather_objects(self.channel, self.state_dict())})
 
     # -- metrics ----------------------------------------------------------------------------
     def metrics(self, reset: bool = False) -> dict[str, float]:

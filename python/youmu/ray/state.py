@@ -99,7 +99,7 @@ CLIENT_STATE = StateFormat("RayBalancedLoader", CLIENT_FORMAT, (
     StateField("sources", _as_saved, required=False),
     StateField("settings", _as_saved, required=False),
     StateField("data", _as_saved, required=False),
-))
+), merger="youmu.ray.merge:merge_ray_states")
 
 #: a sample in a plan: (source number, origin stream, position in that stream); the
 #: origin stream of the current job's rank ``r`` is ``streams_before + r``

@@ -125,6 +125,10 @@ class StateFormat:
     child: str | None = None
     #: keys of the open settings that are the rank's own (its shard), not shared
     rank_settings: tuple[str, ...] = ()
+    #: ``"module:function"`` that merges the ranks' states of this format for
+    #: :func:`youmu.merge_states` (``None``: the row streams' common merge). Named, not
+    #: imported: the owner's merge sits in a layer above this one.
+    merger: str | None = None
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.fields]
@@ -132,6 +136,8 @@ class StateFormat:
             raise InvalidArgumentError(f"{self.tag}: fields must have distinct names other than 'format': {names}")
         if self.child is not None and self.child not in names:
             raise InvalidArgumentError(f"{self.tag}: child {self.child!r} is not one of its fields")
+        if self.merger is not None and (not isinstance(self.merger, str) or self.merger.count(":") != 1):
+            raise InvalidArgumentError(f"{self.tag}: merger must be 'module:function', got {self.merger!r}")
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -156,7 +162,7 @@ class StateFormat:
         """Another format with these fields too (written after this one's): a stream
         kind's own fields on the common ones."""
         return StateFormat(self.owner, tag, (*self.fields, *fields), tuple(older), child or self.child,
-                           self.rank_settings)
+                           self.rank_settings, self.merger)
 
     def summed(self, states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The :data:`SUM` fields of the ranks' checked ``states`` (or their checked

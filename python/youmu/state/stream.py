@@ -132,14 +132,16 @@ def _dict(st: Mapping[str, Any], key: str, owner: str) -> Mapping[str, Any]:
 
 
 def _stream_format(owner: str, tag: str, width: int = 1, *own: StateField, child: str | None = None) -> StateFormat:
-    """A stream kind's format: the fields every stream's state holds, then its own."""
+    """A stream kind's format: the fields every stream's state holds, then its own. A
+    wrapping stream's (one with a ``child``) merges through the wrapped stream's merge."""
     return StateFormat(owner, tag, (
         StateField(EPOCH, _epoch, scope=SHARED, merge=OWN),
         StateField(NUM_WORKERS, _num_workers, scope=RANK, merge=OWN, required=False),
         StateField(POSITIONS, _positions(width), scope=WORKER, merge=OWN),
         StateField(RESUMED, _chain, scope=RANK, merge=OWN, required=False),
         *own,
-    ), child=child, rank_settings=("rank", "world_size"))
+    ), child=child, rank_settings=("rank", "world_size"),
+        merger="youmu.state.stream_merge:merge_wrapping_states" if child is not None else None)
 
 
 #: The stream formats, each declared once: its fields are written in this order.

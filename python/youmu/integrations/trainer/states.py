@@ -20,14 +20,46 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.state.contract import MAX_STATE_INT, check_state, state_bool, state_int
+from youmu.state.contract import state_int
+from youmu.state.formats import OWN, RANK, StateField, StateFormat, a_bool, an_int
 from youmu.state.jobs import job_ranks
 
-__all__ = ["TRAINER_LOADER_FORMAT", "GATHERED_FORMAT", "check_rank_state", "gather_objects", "job_states",
-           "other_workers", "saved_world"]
+__all__ = ["TRAINER_LOADER_FORMAT", "GATHERED_FORMAT", "TRAINER_STATE", "GATHERED_STATE", "check_rank_state",
+           "gather_objects", "job_states", "other_workers", "saved_world"]
 
 TRAINER_LOADER_FORMAT = "youmu.TrainerLoader/1"
 GATHERED_FORMAT = "youmu.TrainerLoader.ranks/1"
+_OWNER = "TrainerLoader"
+
+
+def _source(st: Mapping[str, Any], key: str, owner: str) -> Mapping[str, Any]:
+    if not isinstance(st[key], Mapping):
+        raise StateError(f"{owner} state field {key!r} must be the source's state dict, got {type(st[key]).__name__}")
+    return st[key]
+
+
+def _ranks(st: Mapping[str, Any], key: str, owner: str) -> list[Any]:
+    if not isinstance(st[key], list) or not st[key]:
+        raise StateError(f"the gathered {owner} state must hold a non-empty list of the ranks' states, "
+                         f"got {type(st[key]).__name__}")
+    return st[key]
+
+
+#: A rank's ``TrainerLoader`` state, declared once (:mod:`youmu.state.formats`): its
+#: fields in the order ``state_dict`` writes them. Trainer states are not merged by
+#: :func:`youmu.merge_states`: the loader resizes from the list of every rank's states.
+TRAINER_STATE = StateFormat(_OWNER, TRAINER_LOADER_FORMAT, (
+    StateField("rank", an_int(), scope=RANK, merge=OWN),
+    StateField("world_size", an_int(1)),
+    StateField("epoch", an_int()),
+    StateField("steps", an_int(), scope=RANK, merge=OWN),  # bounded by an epoch where one is known
+    StateField("finished", a_bool, scope=RANK, merge=OWN),
+    StateField("source", _source, scope=RANK, merge=OWN),  # the wrapped loader's or stream's own state
+    StateField("epoch_steps", an_int(1), required=False),  # a sized epoch that ends early on every rank
+), child="source")
+
+#: Every rank's states in one (``gathered_state_dict``), in rank order.
+GATHERED_STATE = StateFormat(_OWNER, GATHERED_FORMAT, (StateField("ranks", _ranks, scope=RANK, merge=OWN),))
 
 
 def saved_world(state: Any) -> Any:
@@ -77,9 +109,8 @@ def job_states(ranks: Sequence[Any]) -> list[dict[str, Any]]:
     """The ``TrainerLoader`` states of every rank of one job, in rank order; a
     :class:`~youmu.errors.StateError` names a missing or repeated rank, or a state of
     another kind (the rows a rank delivered are only in its state)."""
-    states = [check_state(s, TRAINER_LOADER_FORMAT, owner="TrainerLoader",
-                          required=("rank", "world_size", "epoch", "steps", "finished", "source")) for s in ranks]
-    worlds = {state_int(s, "world_size", owner="TrainerLoader", minimum=1) for s in states}
+    states = [TRAINER_STATE.read(s, fields=("rank", "world_size"))[0] for s in ranks]
+    worlds = {s["world_size"] for s in states}
     if len(worlds) > 1:
         raise StateError(f"the ranks' TrainerLoader states are of jobs of different world sizes {sorted(worlds)}")
     world = worlds.pop()
@@ -95,22 +126,15 @@ def check_rank_state(state: Any, *, rank: int | None = None, world_size: int | N
     ``world_size`` when given), its steps bounded by ``full_epoch``, a full epoch of the
     loader loading it (when known): a step count beyond it would skip the rest of the
     epoch, a ``finished`` that is not a bool or a missing source state would restart it."""
-    owner = "TrainerLoader"
-    st = check_state(state, TRAINER_LOADER_FORMAT, owner=owner,
-                     expect={"rank": rank, "world_size": world_size} if rank is not None else None,
-                     required=("epoch", "steps", "finished", "source"))
-    st["epoch"] = state_int(st, "epoch", owner=owner)
-    st["finished"] = state_bool(st, "finished", owner=owner)
-    if not isinstance(st["source"], Mapping):
-        raise StateError(f"{owner} state field 'source' must be the source's state dict, got "
-                         f"{type(st['source']).__name__}")
+    owner = _OWNER
+    expect = {"rank": rank, "world_size": world_size} if rank is not None else None
+    st, values = TRAINER_STATE.read(state, expect=expect)
+    st.update(values)
     if "epoch_steps" in st:
-        st["epoch_steps"] = state_int(st, "epoch_steps", owner=owner, minimum=1)
         steps = state_int(st, "steps", owner=owner, maximum=st["epoch_steps"])
         if full_epoch is not None and st["epoch_steps"] > steps + full_epoch:
             raise StateError(f"{owner} state field 'epoch_steps'={st['epoch_steps']} exceeds the steps taken "
                              f"({steps}) plus a full epoch of this loader ({full_epoch})")
-    else:
-        steps = state_int(st, "steps", owner=owner, maximum=MAX_STATE_INT if full_epoch is None else full_epoch)
-    st["steps"] = steps
+    elif full_epoch is not None:
+        state_int(st, "steps", owner=owner, maximum=full_epoch)
     return st

@@ -124,7 +124,7 @@ BALANCED_LOADER_STATE = StateFormat(_OWNER, BALANCED_LOADER_FORMAT, (
     StateField("streams", _streams, scope=RANK, merge=OWN, required=False),
     StateField("carry", _carry, scope=RANK, merge=OWN, required=False),
     StateField("next_index", an_int(), scope=RANK, merge=OWN, required=False),
-))
+), merger="youmu.planning.state.merge:merge_balanced_states")
 
 
 # ------------------------------------------------------------------------------------------
