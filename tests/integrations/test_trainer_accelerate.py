@@ -137,6 +137,15 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
             resumed, tail = _run(path, loader=_stream(), ga=ga, load=ckpt)
             res[f"d{ga}-{stop}"] = dict(full=full.seen, steps=steps, resumed=resumed.seen, head=head, tail=tail,
                                         params=all(torch.equal(a, b) for a, b in zip(params(full), params(resumed))))
+    # (e) a BalancedLoader's micro-batches accumulated by accelerator.accumulate: each optimizer
+    # step's gradient (DDP's average) against one process's per-token mean over both ranks' batches
+    from youmu.planning import BalancedLoader
+
+    balanced = TrainerLoader(BalancedLoader(dataset(), num_microbatches=2, global_batch_size=8, collate_fn=collate,
+                                            prefetch=0))
+    res["e_exact"] = [grads_match(grads, reference_grad([b for bs in gather(batches) for b in bs]))
+                      for grads, batches in _accumulated_grads(Accelerator(cpu=True, gradient_accumulation_steps=2),
+                                                               balanced, steps=2)]
     return res
 
 
@@ -170,6 +179,10 @@ def test_dynamic_batches_same_steps_and_exact_scale(results) -> None:
     # the shapes differ between the ranks at some step: rank-0 dispatch could not carry them
     assert any(a != b for a, b in zip(results[0]["c_shapes"], results[1]["c_shapes"]))
     assert results[0]["c_grad_exact"] and results[1]["c_grad_exact"]
+
+
+def test_accumulated_micro_batches_on_two_ranks_give_the_per_token_mean_gradient(results) -> None:
+    assert results[0]["e_exact"] == results[1]["e_exact"] == [True, True]
 
 
 @pytest.mark.parametrize("ga, stop", [(3, 1), (3, 4), (2, 3)])
@@ -268,3 +281,46 @@ def test_dataloader_workers_batch_their_own_shares() -> None:
     resumed = loader()
     resumed.load_state_dict(first.state_dict())
     assert head + [b["id"].tolist() for b in resumed] == full
+
+
+def _accumulated_grads(accelerator: Accelerator, loader: TrainerLoader, steps: int = 1) -> list[Any]:
+    """The gradient at each of the first ``steps`` optimizer steps of the plain Accelerate loop
+    (``accelerator.accumulate``, ``accelerator.backward(scale_loss(...))``), and each step's
+    micro-batches (the non-padding ones: what the per-token mean runs over)."""
+    model = TinyLM()
+    raw = model
+    loader = prepare(accelerator, loader)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay those of the reference's model
+    model, opt = accelerator.prepare(model, opt)
+    out: list[Any] = []
+    batches: list[dict[str, torch.Tensor]] = []
+    for batch in loader:
+        with accelerator.accumulate(model):
+            inputs, info = split_info(batch)
+            accelerator.backward(scale_loss(model(**inputs)["loss"], info))
+            if not info.is_padding:
+                batches.append(raw.batches[-1])
+            if accelerator.sync_gradients:
+                out.append(([p.grad.detach().clone() for p in raw.parameters()], batches))
+                batches = []
+            opt.step()
+            opt.zero_grad()
+        if len(out) == steps:
+            break
+    loader.close()
+    return out
+
+
+def test_accumulated_micro_batches_give_the_per_token_mean_gradient() -> None:
+    """A BalancedLoader's ``loss_scale`` already makes its ``num_microbatches`` micro-batches
+    sum to the step's per-token mean; ``accelerator.backward`` divides every loss by
+    ``gradient_accumulation_steps`` on top. The integration makes up for that division, so
+    the loop written as Accelerate documents it (``accumulate`` + ``backward``) steps the
+    optimizer on the per-token mean over the step's tokens, not half of it."""
+    from youmu.planning import BalancedLoader
+
+    loader = TrainerLoader(BalancedLoader(dataset(16), num_microbatches=2, global_batch_size=4, collate_fn=collate,
+                                          prefetch=0))
+    for grads, batches in _accumulated_grads(Accelerator(cpu=True, gradient_accumulation_steps=2), loader, steps=2):
+        assert len(batches) == 2
+        assert grads_match(grads, reference_grad(batches))

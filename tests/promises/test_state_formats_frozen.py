@@ -6,7 +6,8 @@ checkpoint held, and the items the saving object delivered after it. The formats
 here are those no other fixture froze: a ``YoumuDataset`` rank state, a ``MixtureStream``
 state with its ``mixture`` field, a ``pack`` rank state, and ``DynamicBatchLoader`` states
 of version 2 (map-style mid-epoch and done, iterable without workers) with their merged
-states. Each test loads the frozen state into a freshly built object and checks the rest
+states, and a ``TokenUpdates`` state saved mid-update (its case added with its format, the
+others left as frozen). Each test loads the frozen state into a freshly built object and checks the rest
 it delivers; the objects built the same way and run to the same point save the same bytes.
 
 The fixture is written once (``YOUMU_FREEZE_STATES=1`` writes it from the code at hand);
@@ -96,6 +97,33 @@ def _item(x: Any) -> Any:
     return x
 
 
+def _token_steps() -> list[Any]:
+    """A run's step infos for ``TokenUpdates``: loss tokens 10..59, some fractional (``"approx"``)."""
+    from youmu.batching.algo.step_info import StepInfo
+
+    return [StepInfo(step=k, num_samples=1, num_tokens=t, global_num_samples=2, global_num_tokens=t, loss_scale=1.0,
+                     world_size=2) for k, t in enumerate([(k * 37) % 50 + 10 + (k % 3) * 0.25 for k in range(20)])]
+
+
+def _token_updates(tmp: Path | None = None) -> Any:
+    from youmu.batching import TokenUpdates
+
+    return TokenUpdates(100)
+
+
+def _token_rest(updates: Any, steps: list[Any]) -> list[Any]:
+    """``[step, factor]`` of each update the steps close, the flush last (step -1)."""
+    out = [[info.step, f] for info in steps if (f := updates.add(info)) is not None]
+    return out + ([[-1, f]] if (f := updates.flush()) is not None else [])
+
+
+def _save_token_updates() -> tuple[Any, list[Any]]:
+    updates, steps = _token_updates(), _token_steps()
+    for info in steps[:7]:
+        updates.add(info)
+    return updates.state_dict(), _token_rest(updates, steps[7:])
+
+
 BUILD = {"YoumuDataset": _youmu_dataset, "MixtureStream": _mixture_stream, "pack": _pack,
          "DynamicBatchLoader.map": _map_loader, "DynamicBatchLoader.iterable": _iterable_loader}
 TAKE = {"YoumuDataset": 7, "MixtureStream": 9, "pack": 3, "DynamicBatchLoader.map": 3,
@@ -135,6 +163,8 @@ def _freeze(tmp: Path) -> dict[str, Any]:
         merged = youmu.merge_states([from_plain(cases[name]["state"], where=name)])
         cases[name + ".merged"] = {"state": to_plain(merged), "text": json.dumps(to_plain(merged)),
                                    "rest": cases[name]["rest"]}
+    state, rest = _save_token_updates()
+    cases["TokenUpdates"] = {"state": to_plain(state), "text": json.dumps(to_plain(state)), "rest": rest}
     return cases
 
 
@@ -185,6 +215,13 @@ def test_a_frozen_merged_loader_state_delivers_the_samples_the_saving_loader_wen
     loader.close()
 
 
+def test_a_frozen_token_updates_state_closes_the_updates_the_saving_one_went_on_with(frozen: dict[str, Any]) -> None:
+    updates = _token_updates()
+    updates.load_state_dict(_state(frozen, "TokenUpdates"))
+    assert not updates.at_boundary  # saved mid-update
+    assert _token_rest(updates, _token_steps()[7:]) == frozen["TokenUpdates"]["rest"]
+
+
 # -- today's writers keep the frozen bytes -------------------------------------------------------------
 @pytest.mark.parametrize("name", ["MixtureStream", "pack", "DynamicBatchLoader.map", "DynamicBatchLoader.iterable"])
 def test_the_same_object_run_to_the_same_point_saves_the_frozen_bytes(name: str, frozen: dict[str, Any],
@@ -202,6 +239,12 @@ def test_a_finished_epoch_and_the_merges_save_the_frozen_bytes(frozen: dict[str,
         assert json.dumps(to_plain(merged)) == frozen[name + ".merged"]["text"]
 
 
+def test_token_updates_run_to_the_same_point_saves_the_frozen_bytes(frozen: dict[str, Any]) -> None:
+    state, rest = _save_token_updates()
+    assert json.dumps(to_plain(state)) == frozen["TokenUpdates"]["text"]
+    assert rest == frozen["TokenUpdates"]["rest"]
+
+
 def test_the_youmu_dataset_state_keeps_its_bytes_but_for_the_data_fingerprint(frozen: dict[str, Any],
                                                                               tmp_path: Path) -> None:
     state, rest = _save("YoumuDataset", tmp_path)
@@ -215,14 +258,18 @@ _FORGERIES = ("forged", -1, 1.5, [None], {"forged": 1}, None)
 
 
 def _declaration(state: Any) -> Any:
+    from youmu.batching.algo.loss import TOKEN_UPDATES_STATE
     from youmu.batching.state import LOADER_STATE
     from youmu.state.stream import format_of
 
-    return LOADER_STATE if state["format"] in LOADER_STATE.tags else format_of(state["format"])
+    for fmt in (LOADER_STATE, TOKEN_UPDATES_STATE):
+        if state["format"] in fmt.tags:
+            return fmt
+    return format_of(state["format"])
 
 
 @pytest.mark.parametrize("name", ["YoumuDataset", "MixtureStream", "pack", "DynamicBatchLoader.map",
-                                  "DynamicBatchLoader.iterable", "DynamicBatchLoader.done"])
+                                  "DynamicBatchLoader.iterable", "DynamicBatchLoader.done", "TokenUpdates"])
 def test_every_value_a_declared_field_refuses_a_load_refuses_naming_the_field(
         name: str, frozen: dict[str, Any], tmp_path: Path) -> None:
     """The hostile checks walk the format's declaration (youmu.state.formats): for each
@@ -230,7 +277,7 @@ def test_every_value_a_declared_field_refuses_a_load_refuses_naming_the_field(
     ``load_state_dict`` raises a StateError naming that field, never another error."""
     from youmu.errors import StateError
 
-    obj = BUILD[name.replace(".done", ".map")](tmp_path)
+    obj = {**BUILD, "TokenUpdates": _token_updates}[name.replace(".done", ".map")](tmp_path)
     data = obj.state_dict()["data"] if name == "YoumuDataset" else None
     state = _state(frozen, name, data)
     fmt = _declaration(state)

@@ -27,6 +27,15 @@ accelerator and hands it back — without wrapping it:
   with another ``k`` above 1 is refused here, as the HF ``Trainer`` and Lightning refuse
   theirs (``accumulate`` would step the optimizer on groups the loss scale was not
   made for). ``k = 1`` leaves the stepping to the loop;
+* with ``k = num_microbatches`` above 1 the loop is Accelerate's own
+  (``with accelerator.accumulate(model):`` ... ``accelerator.backward(loss)``), and the
+  gradient at each optimizer step is the per-token mean over the step's tokens, every
+  rank's micro-batches together (ODB, Eq. 2). ``accelerator.backward`` divides each
+  loss by ``k`` (DeepSpeed's engine does the same), made for micro-batch losses that
+  are means of their own; a micro-batch's ``loss_scale`` already weighs it for the whole
+  step, so the loader hands out each batch's info with ``loss_scale`` times ``k``, which
+  that division cancels. Pass the scaled loss to ``accelerator.backward`` (a bare
+  ``loss.backward()`` would get ``k`` times the gradient), and log ``loss`` unscaled;
 * batches land on ``accelerator.device``.
 
 The loop (``split_info``/``scale_loss`` apply a dynamic batch's token-level loss scale;
@@ -49,11 +58,13 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from youmu._internal.args import instance_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError
+from youmu.integrations.trainer.batch_info import INFO_KEY
 from youmu.integrations.trainer.settings import check_accumulation
 from youmu.integrations.trainer_loader import TrainerLoader
 from youmu.state.files import envelope, is_plain_state, open_envelope
@@ -97,14 +108,27 @@ def _follow_passes(gradient_state: Any, loader: TrainerLoader) -> Callable[[Iter
     def on_pass(batches: Iterator[Any]) -> Iterator[Any]:
         entry = _PassEntry()
         gradient_state._add_dataloader(entry)
+        # read per pass, as accelerator.backward reads it per call
+        per_step = int(getattr(gradient_state, "num_steps", 1) or 1) if loader.pairs else 1
         try:
             for batch in batches:
                 entry.end_of_dataloader = loader.epoch_ended
-                yield batch
+                yield batch if per_step == 1 else _undivided(batch, per_step)
         finally:
             gradient_state._remove_dataloader(entry)
 
     return on_pass
+
+
+def _undivided(batch: Any, k: int) -> Any:
+    """``batch`` with its info's ``loss_scale`` times ``k``: ``accelerator.backward``
+    divides the loss by its ``k`` accumulation steps, and a micro-batch's loss scale is
+    already the step's (it weighs the micro-batch's tokens against every rank's and
+    micro-batch's), so the division would leave each optimizer step ``k`` times too small."""
+    info: Any = batch.get(INFO_KEY) if isinstance(batch, dict) else None
+    if info is None or isinstance(info, type) or not hasattr(info, "__dataclass_fields__"):  # StepInfo, MicroBatchInfo
+        return batch
+    return {**batch, INFO_KEY: dataclasses.replace(info, loss_scale=info.loss_scale * k)}
 
 
 def _accelerator_arg(accelerator: Any) -> Any:

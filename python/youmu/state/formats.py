@@ -31,15 +31,16 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError, UnknownNameError
-from youmu.state.contract import check_state, state_bool, state_int, state_ints
+from youmu.state.contract import check_state, is_state_int, state_bool, state_int, state_ints
 
 __all__ = ["RANK", "WORKER", "SHARED", "SAME", "SUM", "DROP", "OWN", "Check", "StateField", "StateFormat",
-           "optional", "an_int", "a_bool", "some_ints"]
+           "optional", "an_int", "a_number", "a_bool", "some_ints"]
 
 # Whose value a field holds.
 RANK = "rank"  #: the rank's own (its shard, its DataLoader workers, its chain)
@@ -66,6 +67,25 @@ def an_int(minimum: int = 0) -> Check:
     def int_field(state: Mapping[str, Any], key: str, owner: str) -> int:
         return state_int(state, key, owner=owner, minimum=minimum)
     return int_field
+
+
+def a_number(state: Mapping[str, Any], key: str, owner: str) -> float:
+    """A finite number field >= 0 (an int or a float, never a bool), within the range
+    of every state integer (:func:`~youmu.state.contract.is_state_int`): a count that
+    may be fractional (loss tokens estimated from other ranks' counts).
+
+    >>> a_number({"seen": 12.5}, "seen", "TokenUpdates")
+    12.5
+    >>> a_number({"seen": float("nan")}, "seen", "TokenUpdates")
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: TokenUpdates state field 'seen' must be a finite number in [0, 2**63), got nan
+    """
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+            or not is_state_int(int(value)):
+        raise StateError(f"{owner} state field {key!r} must be a finite number in [0, 2**63), got {value!r:.80}")
+    return float(value)
 
 
 def a_bool(state: Mapping[str, Any], key: str, owner: str) -> bool:

@@ -12,7 +12,9 @@ update), as DDP would average it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ import torch
 from batching_mp import LMDataset, TinyLM, lm_collate, lm_lengths, reference_grad, token_loss_sum
 
 from youmu.batching import TokenUpdates, label_token_count, simulate, simulate_ranks
+from youmu.batching.algo.loss import TOKEN_UPDATES_STATE
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
 
 
@@ -125,3 +128,56 @@ def test_a_padding_step_adds_no_loss() -> None:
 def test_tokens_per_update_is_a_positive_int(bad, error) -> None:
     with pytest.raises(error, match="tokens_per_update"):
         TokenUpdates(bad)
+
+
+def _vlm_steps(seed: int = 0) -> list[Any]:
+    """Rank 0's step infos of a VLM-shaped epoch (loss tokens ~60 a sample, 1 to ~30 samples a step)."""
+    rng = random.Random(seed)
+    lengths = [int(rng.uniform(4, 256)) + 64 for _ in range(600)]
+    tokens = [rng.randint(50, 70) for _ in lengths]
+    res = simulate(lengths, world_size=2, token_budget=512, pool_size=128, tokens=tokens, keep_trace=True)
+    return [st.info for st in res.trace[0]]
+
+
+def _closing(updates: TokenUpdates, infos: list[Any]) -> list[tuple[int, float]]:
+    """``(step, factor)`` of every update the steps close, the epoch's flush last (step -1)."""
+    out = [(info.step, f) for info in infos if (f := updates.add(info)) is not None]
+    if (f := updates.flush()) is not None:
+        out.append((-1, f))
+    return out
+
+
+@pytest.mark.parametrize("cut", ["at a boundary", "mid-update"])
+def test_a_resumed_token_updates_closes_the_uninterrupted_runs_updates(cut: str) -> None:
+    """Saved after some steps and loaded into a fresh ``TokenUpdates`` (through JSON, as a
+    checkpoint holds it), the rest of the epoch closes the same updates at the same steps
+    with the same factors, and counts the same updates, as the run that never stopped."""
+    infos = _vlm_steps()
+    full = TokenUpdates(960)
+    want = _closing(full, infos)
+    assert len(want) >= 5
+    first = TokenUpdates(960)
+    k = 0
+    while True:  # the third update's closing step, or the step after it
+        k += 1
+        if first.add(infos[k - 1]) is not None and first.updates == 3:
+            break
+    if cut == "mid-update":
+        first.add(infos[k])
+        k += 1
+        assert not first.at_boundary
+    else:
+        assert first.at_boundary
+    resumed = TokenUpdates(960)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert resumed.at_boundary == first.at_boundary
+    got = _closing(resumed, infos[k:])
+    assert got == [(s, f) for s, f in want if s == -1 or s >= k]
+    assert resumed.updates == full.updates and resumed.state_dict() == full.state_dict()
+
+
+def test_the_state_is_plain_data_and_keeps_its_format() -> None:
+    updates = TokenUpdates(100)
+    assert updates.state_dict() == {"format": "youmu.TokenUpdates/1", "tokens_per_update": 100, "tokens_seen": 0.0,
+                                    "pending": 0.0, "updates": 0}
+    assert list(updates.state_dict()) == ["format", *(f.name for f in TOKEN_UPDATES_STATE.fields)]

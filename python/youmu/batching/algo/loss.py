@@ -30,9 +30,11 @@ from __future__ import annotations
 from typing import Any
 
 from youmu._internal.args import int_arg
-from youmu.errors import InvalidArgumentError
+from youmu.errors import InvalidArgumentError, StateError
+from youmu.state.formats import StateField, StateFormat, a_number, an_int
 
-__all__ = ["LOSS_SCALING_MODES", "loss_scale", "scaled_token_loss", "label_token_count", "TokenUpdates"]
+__all__ = ["LOSS_SCALING_MODES", "loss_scale", "scaled_token_loss", "label_token_count", "TokenUpdates",
+           "TOKEN_UPDATES_STATE"]
 
 LOSS_SCALING_MODES = ("exact", "approx", "sample", "none")
 
@@ -103,6 +105,18 @@ class label_token_count:
         return f"label_token_count(key={self.key!r}, ignore_index={self.ignore_index}, shift={self.shift})"
 
 
+#: The ``TokenUpdates`` state format, declared once (:mod:`youmu.state.formats`). Every
+#: value is the same on every rank (global token counts), so any rank's state resumes
+#: any rank, on any number of ranks. The next update's boundary is not saved: it is the
+#: next multiple of ``tokens_per_update`` above ``tokens_seen``.
+TOKEN_UPDATES_STATE = StateFormat("TokenUpdates", "youmu.TokenUpdates/1", (
+    StateField("tokens_per_update", an_int(1)),
+    StateField("tokens_seen", a_number),
+    StateField("pending", a_number),
+    StateField("updates", an_int()),
+))
+
+
 class TokenUpdates:
     """Optimizer updates of ``tokens_per_update`` loss tokens each, from ODB's steps.
 
@@ -117,16 +131,35 @@ class TokenUpdates:
     update's loss tokens (ODB, Eq. 2, over the update instead of the step). Call
     :meth:`flush` after the epoch for the last, partial update.
 
+    Checkpoints: :meth:`state_dict` / :meth:`load_state_dict` (plain data, the same on
+    every rank) continue with the same update boundaries and factors as an
+    uninterrupted run. Save it with the loader's and the model's state where
+    :attr:`at_boundary` holds (right after the optimizer step of an update :meth:`add`
+    closed): between two boundaries the update's gradient so far lives in the
+    parameters' ``.grad``, which trainers' checkpoints leave out, and the resumed
+    update's factor would count tokens whose gradient is gone (a gradient too small by
+    their share). A job that must checkpoint mid-update saves and restores the ``.grad``
+    tensors itself. ``register_for_checkpointing(updates)`` puts it in Accelerate's
+    ``save_state``; elsewhere keep ``updates.state_dict()`` beside the loader's.
+
     >>> from youmu.batching.algo.step_info import StepInfo
     >>> updates = TokenUpdates(100)
     >>> steps = [StepInfo(step=k, num_samples=1, num_tokens=t, global_num_samples=2,
     ...                   global_num_tokens=t, loss_scale=1.0, world_size=2) for k, t in enumerate([30, 60, 150, 40])]
     >>> updates.scaled_loss(1.5, steps[0])  # 1.5 * W / 100
     0.03
-    >>> [updates.add(info) for info in steps]  # 240 tokens cross 100 and 200: one update
-    [None, None, 0.4166666666666667, None]
-    >>> updates.flush(), updates.updates  # the 40 tokens left (the next boundary is 300)
-    (2.5, 2)
+    >>> [updates.add(info) for info in steps[:3]]  # 240 tokens cross 100 and 200: one update
+    [None, None, 0.4166666666666667]
+    >>> updates.at_boundary  # a checkpoint here resumes exactly
+    True
+    >>> resumed = TokenUpdates(100)
+    >>> resumed.load_state_dict(updates.state_dict())
+    >>> resumed.add(steps[3]), resumed.flush(), resumed.updates  # the 40 tokens left (the next boundary is 300)
+    (None, 2.5, 2)
+    >>> resumed.load_state_dict({**updates.state_dict(), "pending": -1})
+    Traceback (most recent call last):
+    ...
+    youmu.errors.StateError: TokenUpdates state field 'pending' must be a finite number in [0, 2**63), got -1
     """
 
     def __init__(self, tokens_per_update: int) -> None:
@@ -135,6 +168,12 @@ class TokenUpdates:
         self.pending = 0.0  # loss tokens of the update being accumulated
         self.updates = 0  # updates closed (flush included)
         self.boundary = 1  # the multiple of tokens_per_update the next update closes at
+
+    @property
+    def at_boundary(self) -> bool:
+        """No update is half accumulated: nothing added since the last update closed (or
+        since the start). The place to checkpoint (see the class doc)."""
+        return self.pending == 0
 
     def scaled_loss(self, token_loss_sum: Any, info: Any) -> Any:
         """This rank's summed token loss times ``W / tokens_per_update``: DDP's average then
@@ -167,6 +206,24 @@ class TokenUpdates:
         self.updates += 1
         self.pending = 0.0
         return factor
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counts, as plain data (:data:`TOKEN_UPDATES_STATE`)."""
+        return TOKEN_UPDATES_STATE.write({"tokens_per_update": self.tokens_per_update,
+                                          "tokens_seen": self.tokens_seen, "pending": self.pending,
+                                          "updates": self.updates})
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continue from a :meth:`state_dict` of a ``TokenUpdates`` with the same
+        ``tokens_per_update``; a :class:`~youmu.errors.StateError` names the first field
+        that does not fit (and nothing is changed)."""
+        _, values = TOKEN_UPDATES_STATE.read(state, expect={"tokens_per_update": self.tokens_per_update})
+        seen, pending = values["tokens_seen"], values["pending"]
+        if pending > seen:
+            raise StateError(f"TokenUpdates state field 'pending' is {pending!r} loss tokens, more than the "
+                             f"{seen!r} seen in all ('tokens_seen'): a forged or corrupted state")
+        self.tokens_seen, self.pending, self.updates = seen, pending, values["updates"]
+        self.boundary = int(seen // self.tokens_per_update) + 1
 
     def __repr__(self) -> str:
         return f"TokenUpdates(tokens_per_update={self.tokens_per_update}, updates={self.updates})"
