@@ -34,6 +34,7 @@ HOMES = (
     "youmu.ray.state:CLIENT_STATE",
     "youmu.integrations.trainer.states:TRAINER_STATE",
     "youmu.integrations.trainer.states:GATHERED_STATE",
+    "youmu.batching.algo.loss:TOKEN_UPDATES_STATE",
 )
 
 
