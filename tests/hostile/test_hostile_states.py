@@ -299,8 +299,9 @@ def test_a_forged_dynamic_batch_loader_chain_is_refused_naming_the_field() -> No
 
 
 def test_a_forged_ray_planner_chain_is_refused_naming_the_field() -> None:
+    from youmu.order.resume import Level
     from youmu.ray.state import PlannerState
-    from youmu.state.jobs import Level, encode_chains
+    from youmu.state.jobs import encode_chains
 
     fresh = PlannerState(0, 0, ((0, 0),), ((False, False),), (0,), ((),), (None,)).to_dict()
     two = Level(2, (1, 1), ((4,), (3,)))

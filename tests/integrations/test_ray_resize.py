@@ -203,7 +203,7 @@ def test_stream_function_sources_resize_exactly_once(all_ids: Counter[int], path
 
 def test_resumed_parquet_rows_are_what_youmu_dataset_resumes_to(paths: dict[str, str]) -> None:
     """A loader's resumed ParquetStream is YoumuDataset loaded with the same merged state."""
-    from youmu.state.jobs import Level
+    from youmu.order.resume import Level
     from youmu.streams.parquet import ParquetStream
     from youmu.torch import YoumuDataset
 

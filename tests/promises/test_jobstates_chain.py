@@ -20,7 +20,8 @@ import pytest
 from where import SUPPORT
 
 import youmu
-from youmu.state.jobs import Level, decode_chain, decode_chains, encode_chain, encode_chains
+from youmu.order.resume import Level
+from youmu.state.jobs import decode_chain, decode_chains, encode_chain, encode_chains
 
 FIXTURES = json.loads((SUPPORT / "loader_chains_v1.json").read_text())
 

@@ -1,8 +1,8 @@
-"""The layers stay layers: the Python package is acyclic, and the Rust storage layer
-stays one abstraction.
+"""The layers stay layers: the Python package is one ordered list of layers
+(:data:`LAYERS`) and acyclic, and the Rust storage layer stays one abstraction.
 
-Every module of ``python/youmu`` imports only modules below it (a lazy import inside a
-function is still a dependency); the job-states layer (``youmu.state.jobs``) that every
+Every module of ``python/youmu`` imports only modules of its own layer or below it (a
+lazy import inside a function is still a dependency); the job-states layer (``youmu.state.jobs``) that every
 merge uses sits at the bottom, and no loader's merge imports the top-level
 ``merge_states``. No module takes another module's private names.
 
@@ -410,6 +410,58 @@ def test_python_package_has_no_import_cycle() -> None:
     assert cycle is None, "import cycle in python/youmu: " + " -> ".join(cycle or [])
 
 
+#: The package's layers, bottom first. A module imports only modules of its own layer
+#: or of layers below it (a lazy import inside a function counts); within a layer the
+#: module graph stays acyclic (above). A new package joins one layer here.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("plumbing: the native module, errors, argument checks, redaction", ("youmu._core", "youmu._internal",
+                                                                          "youmu.errors")),
+    ("processes and jobs: ranks, channels, producer threads", ("youmu.distributed",)),
+    ("pure order maps: shards, shuffle modes, resume math", ("youmu.order",)),
+    ("state formats: declarations, codecs, job chains, merges of streams", ("youmu.state",)),
+    ("the stream core: the one Parquet pass, specs, rows, the Hub", ("youmu.streams",)),
+    ("row kinds and the loader contract", ("youmu.mixture", "youmu.text", "youmu.loaders")),
+    ("images", ("youmu.vision",)),
+    ("torch views and step planning", ("youmu.torch", "youmu.planning")),
+    ("loaders: dynamic batching, Ray", ("youmu.batching", "youmu.ray")),
+    ("one state for any topology", ("youmu.merge",)),
+    ("trainer integrations", ("youmu.integrations",)),
+    ("faces", ("youmu", "youmu.cli", "youmu.__main__")),
+)
+
+
+def _layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the layer holding ``module`` (the package
+    ``youmu`` itself is its ``__init__``, not everything below it)."""
+    for i, (_, packages) in enumerate(LAYERS):
+        if any(module == p or (p != "youmu" and module.startswith(p + ".")) for p in packages):
+            return i
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def _upward_imports(sources: dict[str, str]) -> list[str]:
+    graph = _import_graph({**sources, "youmu._core": ""})
+    return sorted(f"{m} ({LAYERS[_layer_of(m)][0].split(':')[0]}) imports {d} ({LAYERS[_layer_of(d)][0].split(':')[0]})"
+                  for m, deps in graph.items() for d in deps if _layer_of(d) > _layer_of(m))
+
+
+def test_every_module_sits_in_one_layer_and_imports_only_its_layer_and_below() -> None:
+    sources = _python_sources()
+    placed = [p for _, packages in LAYERS for p in packages]
+    assert len(placed) == len(set(placed)), placed
+    tops = {".".join(m.split(".")[:2]) for m in sources}
+    assert tops <= set(placed), f"packages in no layer: {sorted(tops - set(placed))}"
+    hits = _upward_imports(sources)
+    assert not hits, "imports reaching up a layer (move the code down, or pass it in):\n" + "\n".join(hits)
+
+
+def test_an_upward_import_is_caught() -> None:
+    sources = {"youmu.state.x": "def f():\n    from youmu.streams.y import g\n", "youmu.streams.y": "g = 1\n",
+               "youmu._internal.z": "from youmu import _core\n"}
+    assert _upward_imports(sources) == [
+        "youmu.state.x (state formats) imports youmu.streams.y (the stream core)"]
+
+
 def test_an_import_cycle_through_a_lazy_import_is_caught() -> None:
     sources = {"youmu.a": "from youmu.b import f\n",
                "youmu.b": "def f():\n    from youmu import a\n    return a\n"}
@@ -418,7 +470,8 @@ def test_an_import_cycle_through_a_lazy_import_is_caught() -> None:
 
 def test_job_states_sit_at_the_bottom_and_merges_never_call_back_up() -> None:
     graph = _import_graph(_python_sources())
-    assert graph["youmu.state.jobs"] <= {"youmu.state.contract", "youmu.errors", "youmu._internal.args"}, graph["youmu.state.jobs"]
+    assert graph["youmu.state.jobs"] <= {"youmu.state.contract", "youmu.errors", "youmu._internal.args",
+                                         "youmu.order.resume"}, graph["youmu.state.jobs"]
     merges = [m for m in graph if m.endswith(".merge") and m != "youmu.merge"]
     assert len(merges) >= 3, merges
     for m in merges:
@@ -432,7 +485,8 @@ def test_the_loader_state_owner_reads_its_format_alone_and_calls_no_loader_modul
     the config for its type only."""
     graph = _import_graph(_python_sources())
     owner = graph["youmu.batching.state"]
-    allowed = {"youmu.errors", "youmu._internal.args", "youmu.batching.algo.step_info", "youmu.batching.config"}
+    allowed = {"youmu.errors", "youmu._internal.args", "youmu.batching.algo.step_info", "youmu.batching.config",
+               "youmu.order.resume"}
     assert {m for m in owner if not m.startswith("youmu.state.")} <= allowed, owner
     assert "youmu.batching.state" not in graph["youmu.batching.config"]
     assert "youmu.batching.state" in graph["youmu.batching.merge"] and "youmu.batching.merge" not in owner

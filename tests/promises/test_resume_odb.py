@@ -21,7 +21,7 @@ import youmu
 from youmu.batching import DynamicBatchLoader, rank_indices
 from youmu.batching.merge import rank_order, sampler_level
 from youmu.errors import StateError
-from youmu.state.jobs import Level
+from youmu.order.resume import Level
 
 LENGTHS = synthetic_lengths("uniform-wide", 300, seed=2)
 

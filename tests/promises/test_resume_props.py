@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from youmu.errors import StateError
 from youmu.order.modes import ShuffleMode
 from youmu.order.resume import (
+    Level,
     Origin,
     Units,
     deal,
@@ -22,7 +23,7 @@ from youmu.order.resume import (
 )
 from youmu.order.sharding import Shard
 from youmu.order.shuffle import ShardPlan, row_range
-from youmu.state.jobs import Level, decode_chain, encode_chain
+from youmu.state.jobs import decode_chain, encode_chain
 
 
 def _rows_of(units: Units, count: int) -> list[tuple[int, int]]:

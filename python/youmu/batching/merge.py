@@ -56,8 +56,9 @@ from youmu.batching.state import (
     read_rank_state,
 )
 from youmu.errors import StateError
+from youmu.order.resume import Level
 from youmu.state.contract import state_int, state_positions
-from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, Level, Merge, encode_chain, is_merged, one_kind
+from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, Merge, encode_chain, is_merged, one_kind
 from youmu.state.stream import POSITIONS, position_width, with_worker_positions
 
 __all__ = ["sampler_level", "rank_order", "chain_length", "merge_loader_states", "resume_from_merged",

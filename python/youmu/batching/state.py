@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from youmu._internal.args import MAX_WORKERS
 from youmu.batching.algo.step_info import StepInfo
 from youmu.errors import StateError
+from youmu.order.resume import Level
 from youmu.state.contract import is_state_int, state_int, state_ints
 from youmu.state.formats import (
     OWN,
@@ -48,7 +49,7 @@ from youmu.state.formats import (
     optional,
     some_ints,
 )
-from youmu.state.jobs import Level, decode_chain, encode_chain, load_merged
+from youmu.state.jobs import decode_chain, encode_chain, load_merged
 
 if TYPE_CHECKING:
     from youmu.batching.config import LoaderConfig

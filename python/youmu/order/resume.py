@@ -45,13 +45,36 @@ from youmu.errors import StateError
 from youmu.order.modes import ShuffleMode
 from youmu.order.sharding import Shard, round_robin
 from youmu.order.shuffle import ShardPlan, balanced_windows, row_chunk_rows, row_range
-from youmu.state.jobs import Level
 
 __all__ = [
-    "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "shard_plan",
+    "Level", "Units", "Origin", "resolve", "remaining", "remaining_after", "deal", "shard_plan",
 ]
 
 _I64 = np.int64
+
+
+@dataclass(frozen=True)
+class Level:
+    """One job of an epoch's chain: its ``world_size`` ranks, ``num_workers[r]`` shards
+    on rank ``r``, and per shard its ``positions[r][k]`` (rows or sampler positions
+    delivered), ``tokens[r][k]`` (tokens of the next row already packed, or ``None``)
+    and ``pending[r]`` (positions read but not delivered, or ``None``: a
+    ``DynamicBatchLoader``'s held samples).
+
+    >>> Level(2, (1, 1), ((3,), (2,))).shards
+    2
+    """
+
+    world_size: int
+    num_workers: tuple[int, ...]
+    positions: tuple[tuple[int, ...], ...]
+    tokens: tuple[tuple[int, ...], ...] | None = None
+    pending: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def shards(self) -> int:
+        """Ranks × workers."""
+        return sum(self.num_workers)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from youmu._internal.args import callable_arg
 from youmu._internal.redaction import redacted_repr
 from youmu.distributed import describe
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
-from youmu.state.jobs import Level
+from youmu.order.resume import Level
 from youmu.streams.parquet import ParquetStream
 from youmu.streams.spec import SpecAttributes, StreamSpec, describe_paths
 

@@ -15,7 +15,7 @@ the old layout instead of translating it, exactly as :mod:`youmu.order.resume` d
 
 * the old job's positions become one more *job* of the epoch's ``resumed`` chain
   (``(world size, positions[rank][source])``): per source, a
-  :class:`youmu.state.jobs.Level` of ``W`` ranks × one worker. The new ranks' streams are
+  :class:`youmu.order.resume.Level` of ``W`` ranks × one worker. The new ranks' streams are
   the rows that chain left, dealt anew (``resolve`` → ``StreamLayout.stream(units=)``
   for Parquet sources, a merged stream state for stream functions), read from
   position 0 — no row delivered before is in them, and none left out;
@@ -59,10 +59,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from youmu.errors import StateError
+from youmu.order.resume import Level
 from youmu.planning.steps.carry import parse_carry
 from youmu.state.contract import state_value_int, state_value_ints
 from youmu.state.formats import OWN, RANK, StateField, StateFormat, an_int
-from youmu.state.jobs import Level, decode_chains, encode_chains
+from youmu.state.jobs import decode_chains, encode_chains
 
 __all__ = ["PlannerState", "Ref", "Chain", "Job", "CLIENT_FORMAT", "CLIENT_STATE", "source_levels"]
 
@@ -142,13 +143,13 @@ class Chain:
         return len(self.jobs), s, world_size
 
     def levels(self, name: str, depth: int) -> list[Level]:
-        """Source ``name``'s :class:`~youmu.state.jobs.Level` of each job before ``depth``."""
+        """Source ``name``'s :class:`~youmu.order.resume.Level` of each job before ``depth``."""
         return source_levels(self.jobs[:depth], self.names.index(name))
 
 
 def source_levels(jobs: Sequence[Job], source: int) -> list[Level]:
     """Source number ``source``'s chain of ``jobs``: per job a
-    :class:`~youmu.state.jobs.Level` of its ranks × one worker."""
+    :class:`~youmu.order.resume.Level` of its ranks × one worker."""
     return [Level(w, (1,) * w, tuple((p[source],) for p in pos)) for w, pos in jobs]
 
 

@@ -57,9 +57,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from youmu._internal.hub_urls import is_hub_file
 from youmu.errors import StateError
 from youmu.state.bounds import check_tree
-from youmu.streams.hub import is_hub_file
 
 __all__ = [
     "Stateful",

@@ -39,10 +39,10 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from youmu.errors import StateError
+from youmu.order.resume import Level
 from youmu.state.contract import check_state, is_state_int, same_data, state_value_int, state_value_ints
 
 __all__ = [
@@ -51,7 +51,6 @@ __all__ = [
     "OWNER",
     "Merge",
     "JobStates",
-    "Level",
     "one_kind",
     "job_ranks",
     "same_settings",
@@ -263,31 +262,6 @@ def check_shards(num_workers: Sequence[int], *, owner: str, where: str) -> None:
     if total > MAX_SHARDS:
         raise StateError(f"{owner}: {where} describe a job of {total:,} shards (ranks × DataLoader workers), more "
                          f"than the {MAX_SHARDS:,} a state may hold: an edited or corrupted state")
-
-
-@dataclass(frozen=True)
-class Level:
-    """One job of an epoch's chain: its ``world_size`` ranks, ``num_workers[r]`` shards
-    on rank ``r``, and per shard its ``positions[r][k]`` (rows or sampler positions
-    delivered), ``tokens[r][k]`` (tokens of the next row already packed, or ``None``)
-    and ``pending[r]`` (positions read but not delivered, or ``None``: a
-    ``DynamicBatchLoader``'s held samples).
-
-    >>> Level(2, (1, 1), ((3,), (2,))).shards
-    2
-    """
-
-    world_size: int
-    num_workers: tuple[int, ...]
-    positions: tuple[tuple[int, ...], ...]
-    tokens: tuple[tuple[int, ...], ...] | None = None
-    pending: tuple[tuple[int, ...], ...] | None = None
-
-    @property
-    def shards(self) -> int:
-        """Ranks × workers."""
-        return sum(self.num_workers)
-
 
 
 # -- the chain's wire form ----------------------------------------------------------------------

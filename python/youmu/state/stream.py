@@ -38,9 +38,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from youmu.errors import StateError
+from youmu.order.resume import Level
 from youmu.state.contract import state_int, state_positions
 from youmu.state.formats import OWN, RANK, SHARED, WORKER, StateField, StateFormat
-from youmu.state.jobs import MERGED_FORMAT, Level, decode_chain, encode_chain, load_merged
+from youmu.state.jobs import MERGED_FORMAT, decode_chain, encode_chain, load_merged
 
 __all__ = [
     "PARQUET_STREAM_FORMAT",

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from youmu.errors import StateError
+from youmu.order.resume import Level
 from youmu.state.contract import state_int
-from youmu.state.jobs import OWNER, JobStates, Level, Merge, check_shards, decode_chain
+from youmu.state.jobs import OWNER, JobStates, Merge, check_shards, decode_chain
 from youmu.state.stream import (
     EPOCH,
     NUM_WORKERS,

@@ -45,11 +45,11 @@ import numpy as np
 from youmu._internal.args import int_arg
 from youmu._internal.shared_int import SharedEpoch, SharedInt
 from youmu.errors import StateError
-from youmu.order.resume import Origin, Units, deal, remaining_after
+from youmu.order.resume import Level, Origin, Units, deal, remaining_after
 from youmu.order.sharding import Shard
 from youmu.state import stream as streamstate
 from youmu.state.contract import check_epoch
-from youmu.state.jobs import Level, is_merged
+from youmu.state.jobs import is_merged
 
 __all__ = ["ShardedStream", "PositionalStream", "SKIP", "current_worker", "in_worker_process"]
 

@@ -59,13 +59,13 @@ Example:
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
+from youmu._internal.hub_urls import RESOLVE_URL
 from youmu.errors import (
     BucketNotFoundError,
     InvalidArgumentError,
@@ -75,10 +75,9 @@ from youmu.errors import (
     StorageError,
 )
 
-__all__ = ["HubPath", "is_hf_url", "is_hub_file", "parse_hf_url", "endpoint", "expand_paths", "pinned_commits"]
+__all__ = ["HubPath", "is_hf_url", "parse_hf_url", "endpoint", "expand_paths", "pinned_commits"]
 
 _T = TypeVar("_T")
-_RESOLVE = re.compile(r"/datasets/([^/]+/[^/]+)/resolve/([0-9a-f]{40})/")
 _DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
@@ -323,20 +322,5 @@ def pinned_commits(urls: Sequence[str]) -> list[str]:
     >>> pinned_commits(["https://huggingface.co/datasets/o/n/resolve/" + "a" * 40 + "/x.parquet", "/data/y.parquet"])
     ['o/n@aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa']
     """
-    found = {f"{m.group(1)}@{m.group(2)}" for u in urls if (m := _RESOLVE.search(u))}
+    found = {f"{m.group(1)}@{m.group(2)}" for u in urls if (m := RESOLVE_URL.search(u))}
     return sorted(found)
-
-
-def is_hub_file(url: str) -> bool:
-    """Whether ``url`` is a Hub file's resolve URL pinned to a commit (what an ``hf://``
-    path resolves to): its ETag is a hash of its bytes (the LFS object's SHA-256, a git
-    blob's id), the same at every commit and on every mirror of those bytes, which is
-    what a state's data fingerprint takes as the file's content
-    (:func:`youmu.state.contract.data_fingerprint`).
-
-    >>> is_hub_file("https://huggingface.co/datasets/o/n/resolve/" + "a" * 40 + "/x.parquet")
-    True
-    >>> is_hub_file("s3://bucket/datasets/o/n/resolve/main/x.parquet")
-    False
-    """
-    return url[:4].lower() == "http" and _RESOLVE.search(url) is not None

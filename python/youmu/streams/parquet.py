@@ -32,11 +32,10 @@ import pyarrow as pa
 from youmu._internal.args import int_arg
 from youmu.distributed.world import rank_and_world
 from youmu.errors import LoaderError, RowError
-from youmu.order.resume import Origin
+from youmu.order.resume import Level, Origin
 from youmu.order.sharding import Shard
 from youmu.order.shuffle import global_rows
 from youmu.state.contract import state_int
-from youmu.state.jobs import Level
 from youmu.state.stream import PARQUET_STREAM_FORMAT
 from youmu.streams.batched import batched_pass, is_batched
 from youmu.streams.convert import rows as convert_rows

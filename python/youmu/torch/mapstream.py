@@ -43,10 +43,10 @@ from youmu.distributed.world import rank_and_world
 from youmu.errors import InvalidArgumentError, StateError
 from youmu.mixture import change as mixture_change
 from youmu.mixture.change import Switch
-from youmu.order.resume import Origin, Units, remaining_after
+from youmu.order.resume import Level, Origin, Units, remaining_after
 from youmu.order.sharding import Shard, run_round_robin_index, run_round_robin_length
 from youmu.state.contract import MAX_STATE_INT, data_fingerprint, same_data
-from youmu.state.jobs import Level, is_merged
+from youmu.state.jobs import is_merged
 from youmu.state.stream import MAPSTREAM_FORMAT, RESUMED, chain_of
 from youmu.torch.sharded import PositionalStream
 

@@ -10,7 +10,8 @@ import pytest
 
 from youmu.errors import StateError
 from youmu.merge import merge_states
-from youmu.state.jobs import MERGED_FORMAT, Level
+from youmu.order.resume import Level
+from youmu.state.jobs import MERGED_FORMAT
 from youmu.state.stream import (
     MAPSTREAM_FORMAT,
     PACK_FORMAT,
