@@ -146,7 +146,53 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     res["e_exact"] = [grads_match(grads, reference_grad([b for bs in gather(batches) for b in bs]))
                       for grads, batches in _accumulated_grads(Accelerator(cpu=True, gradient_accumulation_steps=2),
                                                                balanced, steps=2)]
+    # (f) ODB steps accumulated into updates of equal loss tokens (TokenUpdates), registered for
+    # save_state: stopped at the third update's boundary and resumed, against the run that never stopped
+    full = _token_updates_run(tmp)
+    head = _token_updates_run(tmp, stop=3)
+    tail = _token_updates_run(tmp, load=f"{tmp}/updates")
+    res["f"] = dict(full=full, head=head, tail=tail)
     return res
+
+
+def _token_updates_run(tmp: str, *, stop: int | None = None, load: str | None = None) -> dict[str, Any]:
+    """One ODB epoch through the plain Accelerate loop, optimizer updates of 50 loss tokens
+    (the recipe of docs/guides/trainer-accelerate.md): each update's closing step and factor,
+    and the weights at the end. ``stop``: ``save_state`` at that update's boundary and return."""
+    from youmu.batching import TokenUpdates, label_token_count
+
+    accelerator = Accelerator(cpu=True)
+    dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, pool_size=8,
+                             num_workers=0, uneven="pad", seed=5, token_count_fn=label_token_count(shift=False))
+    loader = prepare(accelerator, TrainerLoader(dbl))
+    raw = TinyLM()
+    model, opt = accelerator.prepare(raw, torch.optim.SGD(raw.parameters(), lr=0.1))
+    updates = TokenUpdates(50)
+    accelerator.register_for_checkpointing(updates)
+    if load:
+        accelerator.load_state(load)
+    closed: list[Any] = []
+
+    def take_update(step: int, factor: float) -> None:
+        for p in raw.parameters():
+            p.grad.mul_(factor)  # the update's per-token mean
+        opt.step()
+        opt.zero_grad()
+        closed.append((step, factor))
+
+    for batch in loader:
+        inputs, info = split_info(batch)
+        # the model's mean over this rank's loss tokens, times their count: the summed token loss
+        accelerator.backward(updates.scaled_loss(model(**inputs)["loss"] * info.num_tokens, info))
+        if (factor := updates.add(info)) is not None:
+            take_update(info.step, factor)
+            if updates.updates == stop:
+                accelerator.save_state(f"{tmp}/updates")  # at a boundary: no gradient pending
+                loader.close()
+                return dict(closed=closed, boundary=updates.at_boundary)
+    if (factor := updates.flush()) is not None:
+        take_update(-1, factor)
+    return dict(closed=closed, params=params(raw), updates=updates.updates)
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +229,19 @@ def test_dynamic_batches_same_steps_and_exact_scale(results) -> None:
 
 def test_accumulated_micro_batches_on_two_ranks_give_the_per_token_mean_gradient(results) -> None:
     assert results[0]["e_exact"] == results[1]["e_exact"] == [True, True]
+
+
+def test_token_updates_resumed_from_save_state_take_the_uninterrupted_runs_updates(results) -> None:
+    """``TokenUpdates`` registered with ``accelerator.register_for_checkpointing`` and saved
+    at an update's boundary: the resumed job closes the remaining updates at the same steps
+    with the same factors, on every rank, and ends with the same weights."""
+    for r in results:
+        f = r["f"]
+        assert f["head"]["boundary"] and len(f["head"]["closed"]) == 3
+        assert f["full"]["closed"] == f["head"]["closed"] + f["tail"]["closed"]
+        assert len(f["full"]["closed"]) >= 6 and f["tail"]["updates"] == f["full"]["updates"]
+        assert all(torch.equal(a, b) for a, b in zip(f["full"]["params"], f["tail"]["params"]))
+    assert results[0]["f"]["full"]["closed"] == results[1]["f"]["full"]["closed"]
 
 
 @pytest.mark.parametrize("ga, stop", [(3, 1), (3, 4), (2, 3)])

@@ -238,3 +238,14 @@ def test_balanced_loader_resumes_from_a_checkpoint_inside_the_epoch(tmp_path) ->
     assert resumed.model.seen == full.model.seen[done:]
     assert [done + n for n in resumed.steps] == full.steps[2:]
     assert all(torch.equal(a, b) for a, b in zip(params(full.model), params(resumed.model)))
+
+
+def test_accumulated_micro_batches_give_the_per_token_mean_gradient(tmp_path) -> None:
+    """Lightning divides ``training_step``'s loss by ``accumulate_grad_batches``; a
+    BalancedLoader micro-batch's ``loss_scale`` already weighs it for the whole step, so the
+    data module makes up for that division: the first optimizer step's gradient is the
+    per-token mean over both micro-batches, not half of it."""
+    _, module = _fit_one(str(tmp_path), max_steps=1, accumulate_grad_batches=2)
+    assert len(module.model.batches) == 2
+    assert module.first_grads is not None
+    assert grads_match(module.first_grads, reference_grad(module.model.batches))

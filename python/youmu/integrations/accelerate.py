@@ -58,13 +58,12 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from youmu._internal.args import instance_arg, opt_int_arg
 from youmu.errors import ArgumentTypeError
-from youmu.integrations.trainer.batch_info import INFO_KEY
+from youmu.integrations.trainer.batch_info import INFO_KEY, undivided
 from youmu.integrations.trainer.settings import check_accumulation
 from youmu.integrations.trainer_loader import TrainerLoader
 from youmu.state.files import envelope, is_plain_state, open_envelope
@@ -113,22 +112,14 @@ def _follow_passes(gradient_state: Any, loader: TrainerLoader) -> Callable[[Iter
         try:
             for batch in batches:
                 entry.end_of_dataloader = loader.epoch_ended
-                yield batch if per_step == 1 else _undivided(batch, per_step)
+                if per_step != 1 and isinstance(batch, dict) and INFO_KEY in batch:
+                    # accelerator.backward divides the loss by per_step; loss_scale is the step's already
+                    batch = {**batch, INFO_KEY: undivided(batch[INFO_KEY], per_step)}
+                yield batch
         finally:
             gradient_state._remove_dataloader(entry)
 
     return on_pass
-
-
-def _undivided(batch: Any, k: int) -> Any:
-    """``batch`` with its info's ``loss_scale`` times ``k``: ``accelerator.backward``
-    divides the loss by its ``k`` accumulation steps, and a micro-batch's loss scale is
-    already the step's (it weighs the micro-batch's tokens against every rank's and
-    micro-batch's), so the division would leave each optimizer step ``k`` times too small."""
-    info: Any = batch.get(INFO_KEY) if isinstance(batch, dict) else None
-    if info is None or isinstance(info, type) or not hasattr(info, "__dataclass_fields__"):  # StepInfo, MicroBatchInfo
-        return batch
-    return {**batch, INFO_KEY: dataclasses.replace(info, loss_scale=info.loss_scale * k)}
 
 
 def _accelerator_arg(accelerator: Any) -> Any:

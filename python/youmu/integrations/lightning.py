@@ -27,7 +27,13 @@ returns it from ``train_dataloader``:
 * a ``BalancedLoader`` (or ``RayBalancedLoader`` client) yields ``num_microbatches``
   micro-batches per optimizer step, each scaled for the whole step: the ``Trainer`` needs
   ``accumulate_grad_batches=num_microbatches`` (another value is refused in ``setup``:
-  it would step the optimizer on part of a step, and checkpoint inside one);
+  it would step the optimizer on part of a step, and checkpoint inside one). Lightning's
+  automatic optimization divides each ``training_step`` loss by
+  ``accumulate_grad_batches``, made for micro-batch losses that are means of their own;
+  the data module hands out each training batch's info with ``loss_scale`` times
+  ``accumulate_grad_batches``, which that division cancels, so each optimizer step's
+  gradient is the per-token mean over the step (manual optimization, which divides
+  nothing, gets ``loss_scale`` as it is);
 * :class:`LoaderMetrics` logs tokens/s, padding ratio, data wait and mixture shares
   through ``LightningModule.log_dict``.
 
@@ -57,7 +63,7 @@ import lightning.pytorch as pl
 
 from youmu._internal.args import bool_arg, int_arg
 from youmu.errors import ArgumentTypeError, StateError
-from youmu.integrations.trainer.batch_info import INFO_KEY, split_info
+from youmu.integrations.trainer.batch_info import INFO_KEY, split_info, undivided
 from youmu.integrations.trainer.settings import check_accumulation, check_checkpointable, check_equal_steps
 from youmu.integrations.trainer_loader import TrainerLoader
 from youmu.state.files import envelope, is_plain_state, open_envelope
@@ -149,6 +155,11 @@ class YoumuDataModule(pl.LightningDataModule):
             self.loader.mark_consumed()  # the training loop moves the batch it trains now
         # the step info is a frozen dataclass, which Lightning's collection mapping refuses
         inputs, info = split_info(batch)
+        module: Any = trainer.lightning_module if trainer is not None else None
+        if info is not None and trainer.training and module is not None and module.automatic_optimization:
+            # Lightning divides training_step's loss by accumulate_grad_batches; a
+            # BalancedLoader micro-batch's loss_scale is already the whole step's
+            info = undivided(info, trainer.accumulate_grad_batches)
         moved = super().transfer_batch_to_device(inputs, device, dataloader_idx)
         return moved if info is None else {**moved, INFO_KEY: info}
 

@@ -11,13 +11,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Mapping
 from typing import Any
 
 from youmu.errors import ArgumentTypeError
 
-__all__ = ["INFO_KEY", "device_arg", "split_info", "scale_loss", "trainer_batch"]
+__all__ = ["INFO_KEY", "device_arg", "split_info", "scale_loss", "trainer_batch", "undivided"]
 
 #: Key under which a ``DynamicBatchLoader``'s / ``BalancedLoader``'s step info travels in the batch.
 INFO_KEY = "youmu_info"
@@ -80,3 +81,22 @@ def scale_loss(loss: Any, info: Any) -> Any:
                                 f"{type(info).__name__} {info!r:.40}")
     return loss * scale
 
+
+def undivided(info: Any, steps: int) -> Any:
+    """``info`` with ``loss_scale`` times ``steps``, for a trainer that divides each
+    micro-batch's loss by its ``steps`` gradient accumulation steps (Accelerate's
+    ``backward``, Lightning's automatic optimization, DeepSpeed's engine): that division
+    is made for micro-batch losses that are means of their own, while a
+    ``BalancedLoader`` micro-batch's ``loss_scale`` already weighs it for the whole
+    step, so it would leave each optimizer step's gradient ``steps`` times too small.
+    ``info`` as it is for one step, or when it is ``None`` (a fixed-size batch).
+
+    >>> from youmu.batching.algo.step_info import StepInfo
+    >>> info = StepInfo(step=0, num_samples=1, num_tokens=3, global_num_samples=2,
+    ...                 global_num_tokens=6, loss_scale=0.25)
+    >>> undivided(info, 2).loss_scale, undivided(None, 2)
+    (0.5, None)
+    """
+    if steps == 1 or info is None or isinstance(info, type) or not hasattr(info, "__dataclass_fields__"):
+        return info
+    return dataclasses.replace(info, loss_scale=info.loss_scale * steps)
