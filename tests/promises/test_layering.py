@@ -17,6 +17,7 @@ fails here rather than in review.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -784,6 +785,94 @@ def test_merging_stream_states_never_imports_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
 
 
+
+# What a process that must not load torch runs — a Ray source loader (a CUDA build of
+# torch costs ~520 MB of private memory per process) reading, mapping and packing its
+# streams: these modules and packages never reach the torch adapters (`youmu.torch`),
+# not even through a lazy import, and import where `import torch` fails.
+TORCH_FREE = ("youmu.streams", "youmu.order", "youmu.state", "youmu.mixture", "youmu.ray.source",
+              "youmu.ray.source_actor")
+
+
+def _under(module: str, roots: tuple[str, ...]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in roots)
+
+
+def _torch_adapter_paths(graph: dict[str, set[str]], roots: tuple[str, ...]) -> list[str]:
+    """For each module under ``roots`` that reaches ``youmu.torch`` through its
+    imports (lazy ones too), one path of imports that gets there."""
+    found = []
+    for start in sorted(m for m in graph if _under(m, roots)):
+        parent: dict[str, str | None] = {start: None}
+        todo = [start]
+        while todo:
+            m = todo.pop()
+            for d in sorted(graph.get(m, ())):
+                if d not in parent:
+                    parent[d] = m
+                    todo.append(d)
+        hit = next((m for m in sorted(parent) if _under(m, ("youmu.torch",))), None)
+        if hit is not None:
+            path = [hit]
+            while (up := parent[path[-1]]) is not None:
+                path.append(up)
+            found.append(" -> ".join(reversed(path)))
+    return found
+
+
+def test_the_torch_free_layers_never_reach_the_torch_adapters() -> None:
+    graph = _import_graph(_python_sources())
+    assert {"youmu.mixture.mapstream", "youmu.streams.packing", "youmu.ray.source_actor"} <= set(graph)
+    bad = _torch_adapter_paths(graph, TORCH_FREE)
+    assert not bad, "a torch-free module imports youmu.torch (move what it needs below it):\n" + "\n".join(bad)
+
+
+def test_a_torch_free_module_reaching_the_torch_adapters_is_caught() -> None:
+    sources = {"youmu.streams.a": "def f():\n    from youmu.streams import b\n", "youmu.streams.b": "import youmu.x\n",
+               "youmu.x": "from youmu.torch.pack import pack\n", "youmu.torch.pack": "", "youmu.torch": "",
+               "youmu.streams.c": "import youmu.order\n", "youmu.order": ""}
+    assert _torch_adapter_paths(_import_graph(sources), ("youmu.streams",)) == [
+        "youmu.streams.a -> youmu.streams.b -> youmu.x -> youmu.torch.pack",
+        "youmu.streams.b -> youmu.x -> youmu.torch.pack"]
+
+
+def _imports_without_torch(roots: tuple[str, ...], path: Path) -> list[str]:
+    """The modules under ``roots`` (found under ``path``) that fail to import in a
+    process where ``import torch`` fails, each with its error."""
+    code = (
+        "import importlib, json, pkgutil, sys\n"
+        "sys.modules['torch'] = None  # import torch (and torch.*) raises ImportError\n"
+        f"todo, bad = list({list(roots)!r}), []\n"
+        "while todo:\n"
+        "    name = todo.pop()\n"
+        "    try:\n"
+        "        mod = importlib.import_module(name)\n"
+        "    except Exception as e:\n"
+        "        bad.append(f'{name}: {e!r}')\n"
+        "        continue\n"
+        "    if hasattr(mod, '__path__'):\n"
+        "        todo += [m.name for m in pkgutil.iter_modules(mod.__path__, name + '.')]\n"
+        "print(json.dumps(sorted(bad)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_the_torch_free_layers_import_where_torch_cannot_be_imported() -> None:
+    bad = _imports_without_torch(TORCH_FREE, PACKAGE.parent)
+    assert not bad, "torch-free modules that need torch to import:\n" + "\n".join(bad)
+
+
+def test_a_torch_free_module_importing_torch_is_caught(tmp_path: Path) -> None:
+    pkg = tmp_path / "tfpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fine.py").write_text("import numpy\n")
+    (pkg / "needs.py").write_text("import torch.utils.data\n")
+    bad = _imports_without_torch(("tfpkg",), tmp_path)
+    assert len(bad) == 1 and bad[0].startswith("tfpkg.needs: ModuleNotFoundError"), bad
+
 # The shuffle modes' names: only their owner, the `youmu.order.modes` registry (one file
 # per mode), compares them (everyone else asks a mode for its orders). "none" is a value of other settings too, so
 # it counts only against an operand named like a shuffle mode.
@@ -854,7 +943,8 @@ def test_a_mode_compared_by_name_is_caught() -> None:
 _STREAM_STATE_OWNER = "youmu.state.stream"
 _STREAM_STATE_FIELDS = ("positions", "num_workers", "resumed", "dataset")
 _STREAM_STATE_USERS = ("youmu.streams.core", "youmu.streams.parquet", "youmu.streams.spec", "youmu.merge", "youmu.state.stream_merge",
-                       "youmu.torch.pack", "youmu.torch.mapstream", "youmu.torch.sharded",
+                       "youmu.streams.packing", "youmu.mixture.mapstream", "youmu.torch.pack", "youmu.torch.mapstream",
+                       "youmu.torch.sharded",
                        "youmu.torch.dataset", "youmu.ray.source")
 
 

@@ -59,3 +59,92 @@ def test_nothing_but_youmu_ray_imports_ray() -> None:
 def test_console_script_is_installed() -> None:
     out = subprocess.run([sys.executable, "-m", "youmu.cli", "--help"], capture_output=True, text=True, check=True)
     assert "inspect" in out.stdout and "index" in out.stdout
+
+
+_NO_TORCH_MAP_AND_PACK = """
+import json, sys
+sys.modules['torch'] = None  # import torch (and torch.*) raises ImportError here
+import numpy as np
+from youmu.mixture import MixtureDataset
+from youmu.ray.source import Source
+from youmu.ray.source_actor import SourceLoader
+from youmu.mixture.mapstream import MapStream, MixtureStream
+from youmu.streams.packing import pack
+from youmu.streams.parquet import ParquetStream
+from youmu.streams.rows import RowDataset
+
+path = sys.argv[1]
+ids = lambda seqs: [s['input_ids'].tolist() for s in seqs]
+out = {}
+rows = RowDataset(path, columns=['input_ids', 'labels'], output='numpy')
+out['map'] = [r['input_ids'].tolist() for r in MapStream(rows, rank=1, world_size=2, run=2)]
+mix = MixtureDataset({'a': rows, 'b': list(range(7))}, {'a': 0.7, 'b': 0.3}, block_size=4, length=20, seed=3)
+out['mixture'] = [x if isinstance(x, int) else x['input_ids'].tolist() for x in MixtureStream(mix, rank=0, world_size=2)]
+parquet = lambda: ParquetStream(path, rank=0, world_size=1, columns=['input_ids', 'labels'], buffer_size=8, seed=1,
+                                output='numpy')
+packed = list(pack(parquet(), seq_len=8, eos_id=0, pad_id=1, label_column='labels'))
+assert all(type(v) is np.ndarray for s in packed for v in s.values()), packed[0]
+out['pack_parquet'] = [{k: v.tolist() for k, v in s.items()} for s in packed]
+p = pack(MapStream(rows, rank=0, world_size=2), seq_len=5, eos_id=0)
+it = iter(p)
+head = [next(it) for _ in range(3)]
+state = p.state_dict()
+q = pack(MapStream(rows, rank=0, world_size=2), seq_len=5, eos_id=0)
+q.load_state_dict(state)
+out['pack_map'] = ids(head) + ids(q)
+out['pack_map_state'] = repr(state)
+loader = SourceLoader({'web': Source(stream=lambda r, w: MapStream(rows, rank=r, world_size=w))}, world_size=2)
+recs = loader.records(0, [('web', 1, 0, 3)])[0]
+out['source'] = [[r.position, r.docs] for r in recs] + [
+    s['input_ids'].tolist() for s in loader.payloads(0, [('web', 1, [2, 0])])[0]]
+assert 'torch' not in sys.modules or sys.modules['torch'] is None
+print(json.dumps(out))
+"""
+
+
+def test_map_and_pack_streams_run_where_torch_cannot_be_imported(tmp_path) -> None:
+    """A Ray source loader maps and packs without torch (a CUDA torch costs ~520 MB a
+    process): where ``import torch`` fails, a ``MapStream`` over Parquet rows, a
+    ``MixtureStream``, ``pack`` over a ``ParquetStream`` (labels and padding too) and
+    over a ``MapStream`` (saved and resumed mid-epoch), and a ``Source`` serving a
+    ``MapStream`` all run — and give exactly what youmu.torch's streams give, as numpy
+    arrays, with the same states."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from youmu.mixture import MixtureDataset
+    from youmu.ray.source import Source
+    from youmu.ray.source_actor import SourceLoader
+    from youmu.streams.rows import RowDataset
+    from youmu.torch import MapStream, MixtureStream, YoumuDataset, pack
+
+    path = str(tmp_path / "t.parquet")
+    lengths = [3, 9, 1, 6, 4, 2, 7, 5, 8, 3, 2, 6]
+    tokens = [list(range(10 * i + 1, 10 * i + 1 + n)) for i, n in enumerate(lengths)]
+    pq.write_table(pa.table({"input_ids": tokens, "labels": [[-100] + t[1:] for t in tokens]}), path,
+                   row_group_size=3)
+    got = subprocess.run([sys.executable, "-c", _NO_TORCH_MAP_AND_PACK, path], check=True, capture_output=True,
+                         text=True)
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+
+    ids = lambda seqs: [s["input_ids"].tolist() for s in seqs]  # noqa: E731
+    rows = RowDataset(path, columns=["input_ids", "labels"], output="numpy")
+    assert out["map"] == [r["input_ids"].tolist() for r in MapStream(rows, rank=1, world_size=2, run=2)]
+    mix = MixtureDataset({"a": rows, "b": list(range(7))}, {"a": 0.7, "b": 0.3}, block_size=4, length=20, seed=3)
+    assert out["mixture"] == [x if isinstance(x, int) else x["input_ids"].tolist()
+                              for x in MixtureStream(mix, rank=0, world_size=2)]
+    ds = YoumuDataset(path, rank=0, world_size=1, columns=["input_ids", "labels"], buffer_size=8, seed=1,
+                      output="numpy")
+    assert out["pack_parquet"] == [{k: v.tolist() for k, v in s.items()}
+                                   for s in pack(ds, seq_len=8, eos_id=0, pad_id=1, label_column="labels")]
+    p = pack(MapStream(rows, rank=0, world_size=2), seq_len=5, eos_id=0)
+    it = iter(p)
+    head = [next(it) for _ in range(3)]
+    assert out["pack_map_state"] == repr(p.state_dict())
+    assert out["pack_map"] == ids(head) + ids(it) and len(out["pack_map"]) > 4
+    loader = SourceLoader({"web": Source(stream=lambda r, w: MapStream(rows, rank=r, world_size=w))}, world_size=2)
+    recs = loader.records(0, [("web", 1, 0, 3)])[0]
+    assert out["source"] == [[r.position, r.docs] for r in recs] + [
+        s["input_ids"].tolist() for s in loader.payloads(0, [("web", 1, [2, 0])])[0]]

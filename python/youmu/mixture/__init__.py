@@ -16,8 +16,10 @@ Rust (``youmu._core.FlatMap`` / ``MixtureMap``); these classes own the children 
 fetch the items.
 
 One module per idea: :mod:`~youmu.mixture.children` (what both share: the children and
-the items behind an index), :mod:`~youmu.mixture.flat` (:class:`FlatMixture`) and
-:mod:`~youmu.mixture.weighted` (:class:`MixtureDataset`, its allocation and stages).
+the items behind an index), :mod:`~youmu.mixture.flat` (:class:`FlatMixture`),
+:mod:`~youmu.mixture.weighted` (:class:`MixtureDataset`, its allocation and stages) and
+:mod:`~youmu.mixture.mapstream` (a map-style dataset, a mixture above all, as a sharded,
+resumable stream, torch-free: ``youmu.torch.MapStream`` adds torch's base class).
 
 Example:
     >>> from youmu.mixture import FlatMixture, MixtureDataset

@@ -35,7 +35,7 @@ Example (in one process with ``local=True``; after ``ray.init(...)`` drop it and
 same code runs on actors):
     >>> from youmu.planning import BalancedLoader
     >>> from youmu.ray import RayLoaders, Source
-    >>> from youmu.torch import MapStream
+    >>> from youmu.mixture.mapstream import MapStream
     >>> data = {"web": [{"input_ids": [1] * (i % 9 + 1)} for i in range(40)],
     ...         "code": [{"input_ids": [2] * (i % 4 + 2)} for i in range(40)]}
     >>> stream = lambda name: (lambda rank, world_size: MapStream(data[name], rank=rank, world_size=world_size))

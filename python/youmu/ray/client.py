@@ -31,7 +31,7 @@ deployment — on a new Ray cluster — resumes with exactly the uninterrupted t
 Example (in process: ``RayLoaders(..., local=True)`` runs the actors' code in this
 process; with Ray, ``RayLoaders(...)`` after ``ray.init``):
     >>> from youmu.ray import RayLoaders, Source
-    >>> from youmu.torch import MapStream
+    >>> from youmu.mixture.mapstream import MapStream
     >>> rows = [{"input_ids": [0] * n} for n in (5, 1, 8, 3, 2, 7, 4, 6)]
     >>> loaders = RayLoaders({"web": Source(stream=lambda r, w: MapStream(rows, rank=r, world_size=w))},
     ...                      world_size=1, num_microbatches=2, global_batch_size=4, schedule={"web": 1},

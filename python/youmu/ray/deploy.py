@@ -18,7 +18,7 @@ others; a deployment of that name with other settings is refused.
 
 Example (``local=True`` runs the actors' code in this process, without Ray):
     >>> from youmu.ray import RayLoaders, Source
-    >>> from youmu.torch import MapStream
+    >>> from youmu.mixture.mapstream import MapStream
     >>> data = {n: [{"input_ids": [0] * (i % 5 + 1)} for i in range(30)] for n in ("a", "b", "c")}
     >>> loaders = RayLoaders({n: Source(stream=lambda r, w, n=n: MapStream(data[n], rank=r, world_size=w))
     ...                       for n in data}, world_size=2, num_microbatches=2, global_batch_size=6,

@@ -23,7 +23,7 @@ stream settings and the measuring functions must match, else a
 
 Example (the states of a deployment's two clients after one step):
     >>> from youmu.ray import RayLoaders, Source
-    >>> from youmu.torch import MapStream
+    >>> from youmu.mixture.mapstream import MapStream
     >>> rows = [{"input_ids": [0] * (k % 5 + 1)} for k in range(24)]
     >>> src = Source(stream=lambda r, w: MapStream(rows, rank=r, world_size=w))
     >>> two = RayLoaders(src, world_size=2, num_microbatches=1, global_batch_size=4, local=True)

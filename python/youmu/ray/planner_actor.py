@@ -35,7 +35,7 @@ are pure functions of the step, so they hold no state of their own.
 
 Example (in process, with a local loader; :class:`youmu.ray.RayLoaders` deploys both
 as actors):
-    >>> from youmu.torch import MapStream
+    >>> from youmu.mixture.mapstream import MapStream
     >>> from youmu.ray.calls import Actor
     >>> from youmu.ray.source import Source
     >>> from youmu.ray.source_actor import SourceLoader

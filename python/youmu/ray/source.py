@@ -111,7 +111,10 @@ class Source(SpecAttributes):
     :class:`~youmu.PageIndex` — read as ``YoumuDataset(index, rank=r,
     world_size=W, **settings)``; or ``stream`` — a function ``(rank, world_size) ->
     stream`` returning a youmu stream with ``iter_positions(start)`` and ``set_epoch``
-    (e.g. a ``MapStream``).
+    (e.g. a :class:`youmu.mixture.mapstream.MapStream`, which imports no torch in the
+    loader; ``youmu.torch.MapStream`` works too, at the cost of torch in every loader
+    process). A ``pack(...)`` stream is no source: its positions are (row, tokens
+    taken) pairs, not counts of items, so it cannot be read at a position.
 
     ``settings`` are ``YoumuDataset``'s (``columns``, ``shuffle``, ``buffer_size``,
     ``seed``, ``transform``, ``drop_last``, ``output``, ``memory_budget``,

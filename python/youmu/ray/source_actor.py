@@ -7,8 +7,8 @@ file access states from worker processes").
   rows a :class:`~youmu.torch.YoumuDataset` over the source's Parquet files would
   yield (its settings, a :class:`youmu.streams.spec.StreamSpec`; read by a
   :class:`youmu.streams.parquet.ParquetStream`, without importing torch), or any
-  position-addressable stream a function builds (a :class:`~youmu.torch.MapStream`
-  over a ``RowDataset``/``MixtureDataset``).
+  position-addressable stream a function builds (a :class:`~youmu.mixture.mapstream.MapStream`
+  over a ``RowDataset``/``MixtureDataset``: torch-free, like the Parquet stream).
 * :class:`SourceLoader` — holds the :class:`~youmu.PageIndex` of each of its sources
   and builds rank ``r``'s stream on demand. Its two methods are **pure functions of
   their arguments**: :meth:`SourceLoader.records` measures positions
@@ -31,7 +31,7 @@ row (:func:`youmu.order.shuffle.positions_to_rows`) and a random row read
 (:meth:`youmu.PageIndex.read_rows`).
 
 Example (a loader in this process; :class:`youmu.ray.RayLoaders` makes it an actor):
-    >>> from youmu.torch import MapStream
+    >>> from youmu.mixture.mapstream import MapStream
     >>> rows = [{"input_ids": list(range(n))} for n in (3, 9, 4, 7, 5, 2)]
     >>> src = Source(stream=lambda rank, world_size: MapStream(rows, rank=rank, world_size=world_size))
     >>> loader = SourceLoader({"web": src}, world_size=2)
