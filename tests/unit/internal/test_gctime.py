@@ -72,6 +72,8 @@ def test_a_new_thread_does_not_inherit_the_seconds_of_an_ended_thread_with_its_i
         r = threading.Thread(target=lambda: seen.__setitem__(threading.get_ident(), gctime.spent(threading.get_ident())))
         r.start()
         r.join()
+        if any(tid in ended for tid in seen):  # one reuse is the case; each round is a full collection
+            break
     reused = [tid for tid in seen if tid in ended]
     assert reused, "no thread id was reused; the check did not run"
     assert all(seen[tid] == 0.0 for tid in reused)
