@@ -3,8 +3,9 @@ generated token set, timed in-process; run it against two trees to compare build
 
     PYTHONPATH=<tree>/python python benches/bench_layers_ab.py page|odb [--data DIR]
 
-Prints ``<what> <rows> <seconds>``. The data (4 zstd files, 80,000 rows of 16-1023
-int32 tokens) is written on first use.
+Prints ``<what> <rows> <seconds> <CPU seconds>`` (the process's CPU time, every thread's:
+the loader reads ahead on a thread, and on a shared machine CPU time varies less than wall
+time). The data (4 zstd files, 80,000 rows of 16-1023 int32 tokens) is written on first use.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def main() -> None:
     from youmu.batching import DynamicBatchLoader
     from youmu.torch import YoumuDataset
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     ds = YoumuDataset(str(args.data), columns=["input_ids"], shuffle="page", seed=1)
     if args.what == "page":
         n = sum(1 for _ in ds)
@@ -47,7 +48,7 @@ def main() -> None:
         loader = DynamicBatchLoader(ds, token_budget=16384, length_fn=lambda r: len(r["input_ids"]),
                                     collate_fn=None, num_workers=0)
         n = sum(len(batch) for batch, _ in loader)
-    print(args.what, n, round(time.perf_counter() - t0, 3))
+    print(args.what, n, round(time.perf_counter() - t0, 3), round(time.process_time() - c0, 3))
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def spent(thread_id: int | None) -> float:
         return 0.0
     owner = _owner.get(thread_id)
     thread = owner() if owner is not None else None
-    if thread is None or not thread.is_alive():
+    # the calling thread is alive (a loader's read-ahead thread asks for itself once per
+    # item, and is_alive() takes a lock)
+    if thread is None or (thread is not threading.current_thread() and not thread.is_alive()):
         return 0.0  # nothing counted yet, or what is kept belongs to an ended thread
     began = _started.get(thread_id)
     ongoing = time.monotonic() - began if began is not None else 0.0

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from youmu.errors import InvalidArgumentError, StateError, UnknownNameError
@@ -205,16 +206,30 @@ class StateFormat:
     def write(self, values: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A state: the tag, the open ``settings``, then the declared fields in their
         order (an optional field absent from ``values`` is not written)."""
-        unknown = set(values) - {f.name for f in self.fields}
-        missing = [f.name for f in self.fields if f.required and f.name not in values]
-        if unknown or missing:
+        # a stream's state is written once per sample a loader reads ahead (its stamp):
+        # one pass over the declared (name, required) pairs, the sets only on a mismatch
+        out = {"format": self.tag}
+        if settings:
+            out.update(settings)
+        written = 0
+        for name, required in self._order:
+            if name in values:
+                out[name] = values[name]
+                written += 1
+            elif required:
+                written = -1
+                break
+        if written != len(values):
             # the writer and the declaration disagree: a bug of the owner, never of the data
+            unknown = set(values) - {f.name for f in self.fields}
+            missing = [f.name for f in self.fields if f.required and f.name not in values]
             raise StateError(f"{self.tag}: fields {sorted(unknown)} are not declared, {missing} are missing")
-        out = {"format": self.tag, **(settings or {})}
-        for f in self.fields:
-            if f.name in values:
-                out[f.name] = values[f.name]
         return out
+
+    @cached_property
+    def _order(self) -> tuple[tuple[str, bool], ...]:
+        """``(name, required)`` of each declared field, in the order they are written."""
+        return tuple((f.name, f.required) for f in self.fields)
 
     def read(self, state: Any, *, owner: str | None = None, expect: Mapping[str, Any] | None = None,
              fields: Sequence[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -16,10 +16,13 @@ from youmu.state.stream import (
     MAPSTREAM_FORMAT,
     PACK_FORMAT,
     PER_RANK,
+    STREAM_FORMATS,
     decode,
     decode_merged,
     encode,
+    encode_chain,
     encode_merged,
+    format_of,
     position_width,
     shared_settings,
 )
@@ -77,6 +80,23 @@ def test_a_state_reads_back_what_was_written_after_a_json_round_trip(width: int,
                 chain=chain)
     got = decode(json.loads(json.dumps(st)), fmt, owner="S", expect={"seed": 5}, width=width)
     assert (got.epoch, got.num_workers, got.positions, got.chain) == (3, 3, positions, chain)
+
+
+@pytest.mark.parametrize("fmt", [*STREAM_FORMATS, "example.Evens/1"])
+@pytest.mark.parametrize("chain", [None, [Level(2, (1, 2), ((3,), (2, 0)))]])
+def test_a_stream_state_is_what_its_declaration_writes(fmt: str, chain: list | None) -> None:
+    # encode puts a state without the kind's own fields together itself (it runs once
+    # per sample a loader reads ahead): the same keys in the same order as the declaration
+    width = position_width(fmt)
+    positions = {0: (4, 1) if width == 2 else 4, 1: (0, 0) if width == 2 else 0}
+    settings = {"world_size": 2, "rank": 1, "seed": 5}
+    st = encode(fmt, settings, epoch=2, num_workers=2, positions=positions, chain=chain)
+    declared = format_of(fmt, width).write({
+        "epoch": 2, "num_workers": 2, "positions": {w: list(p) if isinstance(p, tuple) else p
+                                                    for w, p in positions.items()},
+        **({"resumed": encode_chain(chain)} if chain else {})}, settings)
+    assert json.dumps(st) == json.dumps(declared)
+    assert list(st) == ["format", *settings, *(f.name for f in format_of(fmt, width).fields if f.name in st)]
 
 
 def test_a_rank_load_and_a_merge_refuse_a_worker_past_num_workers_alike() -> None:
