@@ -101,8 +101,9 @@ def prefixes(root: Path, sizes: list[float], unique_gb: float) -> list[tuple[flo
     while total < max(sizes) * 1e9 * 0.98:
         for p in unique:
             link = root / f"copy-{rep:03d}" / p.name
-            if not link.exists():
+            if not (link.exists() and os.path.samefile(link, p)):  # new, or left from other unique data
                 link.parent.mkdir(parents=True, exist_ok=True)
+                link.unlink(missing_ok=True)
                 os.link(p, link)
             files.append(link)
             total += p.stat().st_size
