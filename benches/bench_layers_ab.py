@@ -1,7 +1,8 @@
-"""One shuffled page-mode epoch and one DynamicBatchLoader epoch (no workers) over a
-generated token set, timed in-process; run it against two trees to compare builds.
+"""One shuffled page-mode epoch, one DynamicBatchLoader epoch and one packed epoch
+(``youmu.torch.pack``, 4,096-token sequences) — no workers — over a generated token
+set, timed in-process; run it against two trees to compare builds.
 
-    PYTHONPATH=<tree>/python python benches/bench_layers_ab.py page|odb [--data DIR]
+    PYTHONPATH=<tree>/python python benches/bench_layers_ab.py page|odb|pack [--data DIR]
 
 Prints ``<what> <rows> <seconds> <CPU seconds>`` (the process's CPU time, every thread's:
 the loader reads ahead on a thread, and on a shared machine CPU time varies less than wall
@@ -32,18 +33,20 @@ def make_data(root: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["page", "odb"])
+    ap.add_argument("what", choices=["page", "odb", "pack"])
     ap.add_argument("--data", type=Path, default=Path("bench-data/layers_ab"))
     args = ap.parse_args()
     if not args.data.exists():
         make_data(args.data)
     from youmu.batching import DynamicBatchLoader
-    from youmu.torch import YoumuDataset
+    from youmu.torch import YoumuDataset, pack
 
     t0, c0 = time.perf_counter(), time.process_time()
     ds = YoumuDataset(str(args.data), columns=["input_ids"], shuffle="page", seed=1)
     if args.what == "page":
         n = sum(1 for _ in ds)
+    elif args.what == "pack":
+        n = sum(1 for _ in pack(ds, seq_len=4096, eos_id=0))
     else:
         loader = DynamicBatchLoader(ds, token_budget=16384, length_fn=lambda r: len(r["input_ids"]),
                                     collate_fn=None, num_workers=0)
