@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.ray.state import CLIENT_FORMAT, CLIENT_STATE, PlannerState
+from youmu.ray.state import CLIENT_STATE, PlannerState
 from youmu.state.contract import state_int
 from youmu.state.jobs import OWNER, Merge
 from youmu.state.step_states import load_step_merged, step_job
@@ -86,7 +86,7 @@ def parse_merged(state: Any, *, portable: Mapping[str, Any], data: Any, names: S
     (its ``portable`` settings, ``data`` fingerprint, source ``names`` and
     ``world_size``), laid out for its world size; a field that does not fit is a
     :class:`~youmu.errors.StateError` naming it."""
-    st, step = load_step_merged(state, CLIENT_FORMAT, kind=_KIND, what="deployment", settings=portable,
+    st, step = load_step_merged(state, CLIENT_STATE, kind=_KIND, what="deployment", settings=portable,
                                 required=("epoch", "world_size", "sources", "data", "planner"),
                                 hint="merge the RayBalancedLoader clients' states")
     if st["data"] != data:

@@ -28,7 +28,7 @@ Example:
     >>> job.world, job.step, [s["rank"] for s in job.ranks]
     (2, 3, [0, 1])
     >>> merged = job.header(settings=job.first["settings"])
-    >>> load_step_merged(merged, fmt.tag, kind="Example", what="loader", settings={"seed": 0})[1]
+    >>> load_step_merged(merged, fmt, kind="Example", what="loader", settings={"seed": 0})[1]
     3
     >>> step_job([states[0], {**states[1], "settings": {"seed": 1}}], fmt, kind="Example", holds="its samples")
     Traceback (most recent call last):
@@ -44,7 +44,7 @@ from typing import Any
 
 from youmu.errors import StateError
 from youmu.state.contract import state_int
-from youmu.state.formats import SAME, SHARED, StateFormat
+from youmu.state.formats import SAME, SHARED, SUM, StateFormat
 from youmu.state.jobs import MERGED_FORMAT, OWNER, JobStates, load_merged, one_kind, same_settings
 
 __all__ = ["RESIZE_MAY_CHANGE", "StepJob", "step_job", "load_step_merged"]
@@ -58,9 +58,10 @@ RESIZE_MAY_CHANGE = "the world size, num_microbatches, global_batch_size / token
 @dataclass(frozen=True)
 class StepJob:
     """The states of one job's ranks at one step boundary, checked (:func:`step_job`):
-    ``ranks`` in rank order, the job's ``world`` size and ``step``."""
+    ``ranks`` in rank order, the job's ``world`` size and ``step``, and their declared
+    ``format``."""
 
-    fmt: str
+    format: StateFormat
     job: JobStates[Mapping[str, Any]]
     ranks: list[Mapping[str, Any]]
     world: int
@@ -74,9 +75,13 @@ class StepJob:
     def header(self, epoch: int | None = None, **fields: Any) -> dict[str, Any]:
         """The merged state's header — its tag, the format it is of, the ``epoch`` (by
         default the ranks') and the step — then the loader's own ``fields``, in the
-        order given (a merged state's bytes follow it)."""
-        return {"format": MERGED_FORMAT, "stream": self.fmt,
-                "epoch": self.first.get("epoch", 0) if epoch is None else epoch, "step": self.step, **fields}
+        order given (a merged state's bytes follow it), then the fields the format
+        declares :data:`~youmu.state.formats.SUM`, each the ranks' values added up (so
+        a loader's merge never lists them: :func:`load_step_merged` checks them and the
+        loader reads them where a rank state holds them)."""
+        return {"format": MERGED_FORMAT, "stream": self.format.tag,
+                "epoch": self.first.get("epoch", 0) if epoch is None else epoch, "step": self.step, **fields,
+                **self.format.summed(self.ranks)}
 
 
 def step_job(states: Any, fmt: StateFormat, *, kind: str, holds: str, needs: Sequence[str] = ("settings",),
@@ -91,9 +96,13 @@ def step_job(states: Any, fmt: StateFormat, *, kind: str, holds: str, needs: Seq
     and saved after a step's last micro-batch. Raises :class:`~youmu.errors.StateError` naming the state
     and the field."""
     states = one_kind(states, fmt.tag, kind=kind)
+    summed = [f for f in fmt.fields if f.merge == SUM]
     for i, st in enumerate(states):
         if check is not None:
             check(i, st)
+        for f in summed:
+            if f.name in st:
+                f.check(st, f.name, f"{OWNER}: {kind} states[{i}]")
         for key in needs:
             if st.get(key) is None:
                 raise StateError(f"{OWNER}: states[{i}] has no {key!r} field (saved before {kind} states could "
@@ -111,16 +120,20 @@ def step_job(states: Any, fmt: StateFormat, *, kind: str, holds: str, needs: Seq
     ranks = job.in_rank_order(world, holds=holds)
     step = state_int(first, "step", owner=kind)
     job.at_step_boundary(step, state_int(first, "microbatch", owner=kind))
-    return StepJob(fmt.tag, job, ranks, world, step)
+    return StepJob(fmt, job, ranks, world, step)
 
 
-def load_step_merged(state: Any, fmt: str, *, kind: str, what: str, settings: Mapping[str, Any],
+def load_step_merged(state: Any, fmt: StateFormat, *, kind: str, what: str, settings: Mapping[str, Any],
                      required: Sequence[str] = (), hint: str = "") -> tuple[dict[str, Any], int]:
     """The header of a ``kind`` loader's load of a merged state: a merged state of
     ``fmt`` states (``hint``: what to do with another one) with its ``step``,
     ``settings`` and the ``required`` fields, saved with the ``settings`` of this
-    loader (``what`` names it in messages) but what :data:`RESIZE_MAY_CHANGE`; the
-    state and its step."""
-    st = load_merged(state, fmt, owner=kind, required=("step", "settings", *required), hint=hint)
+    loader (``what`` names it in messages) but what :data:`RESIZE_MAY_CHANGE`, and
+    the :data:`~youmu.state.formats.SUM` fields it holds passing their declared
+    checks; the state and its step."""
+    st = load_merged(state, fmt.tag, owner=kind, required=("step", "settings", *required), hint=hint)
     same_settings(st["settings"], settings, owner=f"merged {kind} state", what=what, may_change=RESIZE_MAY_CHANGE)
+    for f in fmt.fields:
+        if f.merge == SUM and f.name in st:
+            f.check(st, f.name, f"merged {kind}")
     return st, state_int(st, "step", owner=kind)

@@ -58,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from youmu.errors import StateError
-from youmu.planning.state.checkpoint import BALANCED_LOADER_FORMAT, BALANCED_LOADER_STATE, Resume, restored_state
+from youmu.planning.state.checkpoint import BALANCED_LOADER_STATE, Resume, restored_state
 from youmu.planning.steps.carry import parse_carry
 from youmu.state.contract import state_int
 from youmu.state.jobs import OWNER, Merge
@@ -124,7 +124,7 @@ def parse_merged(state: Any, *, settings: Mapping[str, Any], names: Sequence[str
     step, each source's merged state, and its deal of the held samples. A setting that
     differs from ``settings`` (:meth:`PlanSettings.portable`) is a
     :class:`~youmu.errors.StateError` naming it."""
-    st, step = load_step_merged(state, BALANCED_LOADER_FORMAT, kind=_LOADER, what="BalancedLoader", settings=settings,
+    st, step = load_step_merged(state, BALANCED_LOADER_STATE, kind=_LOADER, what="BalancedLoader", settings=settings,
                                 required=("sources", "streams", "carry", "pending", "id_bound"),
                                 hint="load it into each rank's stream (the BalancedLoader's source), or merge the "
                                      "BalancedLoader states")
