@@ -178,11 +178,16 @@ def test_a_resize_delivers_every_row_exactly_once(paths: dict[str, str], all_ids
     assert got == all_ids
 
 
-def test_stream_function_sources_resize_exactly_once(all_ids: Counter[int], paths: dict[str, str]) -> None:
-    """Sources given as stream functions (MapStream) resume from merged stream states."""
+@pytest.mark.parametrize("module", ["youmu.mixture.mapstream", "youmu.torch"])
+def test_stream_function_sources_resize_exactly_once(all_ids: Counter[int], paths: dict[str, str],
+                                                     module: str) -> None:
+    """Sources given as stream functions (MapStream: the torch-free one a loader needs no
+    torch for, and the torch view) resume from merged stream states."""
+    import importlib
+
     import pyarrow.parquet as pq
 
-    from youmu.torch import MapStream
+    MapStream = importlib.import_module(module).MapStream  # noqa: N806
 
     rows = {n: pq.read_table(p).to_pylist() for n, p in paths.items()}
 
