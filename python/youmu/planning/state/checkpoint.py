@@ -312,7 +312,18 @@ def parse_state(
     if mb >= num_microbatches:
         raise StateError(f"invalid resume position step={step}, microbatch={mb}: field 'microbatch' must be "
                          f"< num_microbatches={num_microbatches}")
+    # every other declared field by its declaration, so a field added to the format is
+    # checked before the loader reads it (the snapshot's fields: restored_state, only
+    # where the sources' states are restored)
+    for f in fmt.fields:
+        if f.name in state and f.name not in _READ_HERE:
+            f.check(state, f.name, _OWNER)
     return Resume(step, mb, restored_state(state, names) if restore else None)
+
+
+#: The fields :func:`parse_state` reads by name (above, or in :func:`restored_state`).
+_READ_HERE = ("mode", "world_size", "num_microbatches", "config", "rank", "step", "microbatch", "streams", "carry",
+              "next_index")
 
 
 def restored_state(state: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
