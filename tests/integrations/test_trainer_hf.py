@@ -243,3 +243,29 @@ def test_the_trainers_epoch_count_never_resets_the_loaded_epoch(tmp_path) -> Non
     assert trainer.youmu_loader.epoch == 1
     assert cut.seen + resumed.seen == full.seen
     assert not hasattr(_TrainerView(loader()), "set_epoch")  # what the Trainer is handed
+
+
+def test_accumulated_balanced_micro_batches_give_the_per_token_mean_gradient(tmp_path) -> None:
+    """A BalancedLoader's micro-batches already carry ``loss_scale``, which makes the
+    step's ``num_microbatches`` losses sum to its per-token mean; the Trainer, accumulating
+    them with ``gradient_accumulation_steps=num_microbatches``, must not divide by the
+    accumulation on top (as Accelerate's and Lightning's loops did): every optimizer step's
+    gradient is the per-token mean over the step's micro-batches, computed in one process."""
+    from youmu.planning import BalancedLoader
+
+    grads: list[list[torch.Tensor]] = []
+
+    class Grads(transformers.TrainerCallback):
+        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+            grads.append([p.grad.detach().clone() for p in model.parameters()])
+
+    loader = TrainerLoader(BalancedLoader(dataset(16), num_microbatches=2, global_batch_size=4, collate_fn=collate,
+                                          prefetch=0))
+    model = TinyLM()
+    Trainer = make_trainer()
+    trainer = Trainer(model=model, args=_args(str(tmp_path), max_steps=2, gradient_accumulation_steps=2, learning_rate=0.0),
+                      train_loader=loader, callbacks=[Grads()])
+    trainer.train()
+    assert len(grads) == 2 and len(model.batches) == 4
+    for k, got in enumerate(grads):
+        assert grads_match(got, reference_grad(model.batches[2 * k: 2 * k + 2])), f"optimizer step {k}"
