@@ -1,12 +1,15 @@
 """The VLM demo runs end to end at a tiny size, from its own script and from the main
 demo's ``--vlm`` flag: an image-text Parquet drawn with Pillow, 2 ranks over Gloo, ODB
 and fixed batches, a summary and a plot; and it shows on screen the figures that say
-whether ODB cost model quality: each run's held-out loss per token and the caption
-(supervised) tokens its optimizer updates average over."""
+whether ODB cost model quality: each run's held-out loss per token, the caption
+(supervised) tokens its optimizer updates average over, and the measured reason for the
+gap that remains (how alike an update's samples are, and the control experiment's
+figures)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +59,12 @@ def test_vlm_demo_tiny(tmp_path: Path) -> None:
         assert f"CV {r['loss_tokens_per_update_cv']:.2f}" in screen
     assert "ODB held-out minus fixed" in screen
     assert s["comparison"]["odb_minus_fixed"] == round(odb["heldout_loss"] - fixed["heldout_loss"], 4)
+    # the measured reason: this run's figure (how alike an ODB update's samples are against
+    # a fixed update's) and the control experiment's held-out figures, on one line
+    reason = [line for line in screen.splitlines() if line.startswith("why: ")]
+    assert len(reason) == 1, screen[-2000:]
+    a, b = odb["length_cv_within_update"], fixed["length_cv_within_update"]
+    assert 0 < a < 2 and 0 < b < 2
+    assert f"CV within an update {a:.2f}, fixed {b:.2f}" in reason[0]
+    assert s["comparison"]["length_cv_within_update"] == {"odb": a, "fixed": b}
+    assert len(re.findall(r"\b[01]\.\d{3}\b", reason[0])) >= 4, reason[0]  # the replay's held-out losses
