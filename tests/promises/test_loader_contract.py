@@ -51,7 +51,9 @@ def path(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Any:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 << 20)
+    # address="local": a cluster of its own, never one another test process left in
+    # /tmp/ray/ray_current_cluster (ray.init() would join that one, and refuse num_cpus)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 << 20)
     yield
     ray.shutdown()
 
