@@ -62,9 +62,9 @@ SHAPES = ("circle", "square", "triangle")
 MIN_PIXELS, MAX_PIXELS = 56 * 56, 448 * 448
 # the measured reason for ODB's remaining held-out gap: a one-process replay of this demo's
 # updates (benches/RESULTS.md, "what the remaining gap is"), 3,000 rows, data seeds 0 and 1
-REASON = ("a controlled replay (3,000 rows, seed 0) puts the gap within the spread of sample order: fixed "
-          "batches gave 0.983 and 0.914 held-out with two shuffle orders, ODB's updates 0.988, and ODB's update "
-          "sizes with randomly drawn samples 1.010, so neither grouping nor update sizes explain it")
+REASON = ("a controlled replay (3,000 rows, seeds 0 / 1) puts the gap within the spread of sample order: fixed "
+          "batches gave 0.983 / 1.023 and 0.914 / 0.987 with two shuffle orders, ODB's updates 0.988 / 1.040, ODB's "
+          "update sizes with random samples 1.010 / 0.955; one run per arm cannot resolve it")
 
 
 # ------------------------------------------------------------------------------------------
