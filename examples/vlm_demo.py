@@ -64,7 +64,8 @@ MIN_PIXELS, MAX_PIXELS = 56 * 56, 448 * 448
 # updates (benches/RESULTS.md, "what the remaining gap is"), 3,000 rows, data seeds 0 and 1
 REASON = ("a controlled replay (3,000 rows, seeds 0 / 1) puts the gap within the spread of sample order: fixed "
           "batches gave 0.983 / 1.023 and 0.914 / 0.987 with two shuffle orders, ODB's updates 0.988 / 1.040, ODB's "
-          "update sizes with random samples 1.010 / 0.955; one run per arm cannot resolve it")
+          "update sizes with random samples 1.010 / 0.955; one run per arm cannot resolve it (recorded figures of "
+          "`python benches/vlm_replay.py SEED fixed,fixed_o2,acc,acc_randcomp`, benches/RESULTS.md)")
 
 
 # ------------------------------------------------------------------------------------------
