@@ -47,14 +47,14 @@ test-system: build
 	$(PY) -m pytest -q tests -m "(system or slow) and not seams"
 
 # The seam matrix's trainer jobs (tests/integrations/test_seams.py: real trainers SIGKILLed and
-# resumed, the Ray client's on a local cluster), the slow part of the matrix; CI runs it
-# after `make test-system`.
+# resumed, the Ray client's on a local cluster), the slow part of the matrix, and the example
+# jobs the documentation includes (trainers, DDP, Ray: tests/system/test_docs_examples.py,
+# 2 min idle); CI runs it after `make test-system`.
 test-seams: build
-	$(PY) -m pytest -q tests/integrations/test_seams.py -m seams
+	$(PY) -m pytest -q tests/integrations/test_seams.py tests/system/test_docs_examples.py -m seams
 
-# The example jobs the documentation includes (trainers, DDP, Ray), each run as the page
-# shows it (tests/system/test_docs_examples.py, marked seams: `make test` leaves them out). Not
-# in CI: about 20 min on the loaded 2-core machine, beside CI's 90-minute budget.
+# The documentation's example jobs alone (also part of `make test-seams`), each run as the
+# page shows it (marked seams: `make test` leaves them out).
 test-examples: build
 	$(PY) -m pytest -q tests/system/test_docs_examples.py -m seams
 

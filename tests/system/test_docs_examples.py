@@ -7,8 +7,8 @@
   includes the example itself (``--8<-- "examples/x.py"``), and every file a page
   includes is run by a test — the demos by their own tests (:data:`RUN_ELSEWHERE`), the
   trainer, DDP and Ray examples here (:data:`RUN_HERE`, marked ``slow`` + ``seams`` so
-  ``make test`` leaves them out; ``make test-examples`` runs them: 20 minutes at a load
-  average of 20 on the 2-core machine, 2–5 minutes each, which CI's budget does not hold).
+  ``make test`` leaves them out; ``make test-seams`` runs them in CI beside the seam
+  matrix, 2 minutes together on an idle 2-core machine, and ``make test-examples`` alone).
 """
 
 from __future__ import annotations
