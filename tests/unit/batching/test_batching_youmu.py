@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("pyarrow")
 import importlib.util  # noqa: E402
+
+from parquet_fixtures import write_token_rows  # noqa: E402
 
 if importlib.util.find_spec("youmu._core") is None:  # pragma: no cover
     pytest.skip("the native core is not built", allow_module_level=True)
@@ -27,12 +28,8 @@ N = 1200
 def parquet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("odb")
     rng = np.random.default_rng(0)
-    lens = rng.integers(1, 200, N)
-    t = pa.table({
-        "input_ids": pa.array([np.full(int(m), i, np.int32) for i, m in enumerate(lens)], pa.list_(pa.int32())),
-        "id": pa.array(np.arange(N), pa.int64()),
-    })
-    pq.write_table(t, d / "part-0.parquet", data_page_size=2048, row_group_size=300, use_dictionary=False)
+    write_token_rows(d / "part-0.parquet", rng.integers(1, 200, N), data_page_size=2048, row_group_size=300,
+                     use_dictionary=False)
     return d
 
 

@@ -12,11 +12,10 @@ import pickle
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from parquet_fixtures import write_ids
 
 import youmu
 from youmu.mixture import FlatMixture, MixtureDataset
@@ -363,9 +362,7 @@ def test_pure_maps_resume_without_state_and_pickle() -> None:
 def test_parquet_and_page_index_children(tmp_path: Path) -> None:
     paths = []
     for k, n in enumerate([40, 25]):
-        p = tmp_path / f"p{k}.parquet"
-        pq.write_table(pa.table({"id": np.arange(1000 * k, 1000 * k + n)}), p)
-        paths.append(p)
+        paths.append(write_ids(tmp_path / f"p{k}.parquet", n, start=1000 * k))
     mix = MixtureDataset({"p0": paths[0], "p1": youmu.PageIndex(str(paths[1]))}, {"p0": 1, "p1": 1}, block_size=10,
                          length=50)
     ids = [r["id"] for r in mix.__getitems__(list(range(50)))]
@@ -406,9 +403,7 @@ def test_flat_mixture_of_parquet_sources_streams_by_pages(tmp_path: Path) -> Non
     start = 0
     sources = {}
     for k, n in enumerate([500, 30, 900]):
-        p = tmp_path / f"s{k}.parquet"
-        pq.write_table(pa.table({"id": np.arange(start, start + n)}), p, data_page_size=512)
-        sources[f"s{k}"] = youmu.RowDataset(p)
+        sources[f"s{k}"] = youmu.RowDataset(write_ids(tmp_path / f"s{k}.parquet", n, start=start, data_page_size=512))
         start += n
     # nested: a FlatMixture of a FlatMixture and a source is still one page space
     fm = FlatMixture({"first": FlatMixture({"s0": sources["s0"], "s1": sources["s1"]}, seed=2), "s2": sources["s2"]},

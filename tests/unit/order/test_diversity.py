@@ -8,9 +8,8 @@ import doctest
 
 import diversity as div  # noqa: E402
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_token_rows
 
 import youmu
 from youmu.order.shuffle import ShardPlan
@@ -26,12 +25,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[youmu.PageIndex, n
     start = 0
     row_source = []
     for s, n in enumerate(SOURCES):
-        ids = np.arange(start, start + n)
-        t = pa.table({
-            "input_ids": pa.array([np.full(1 + i % 7, i, np.int32) for i in ids], pa.list_(pa.int32())),
-            "row_id": pa.array(ids, pa.int64()),
-        })
-        pq.write_table(t, d / f"{s}.parquet", row_group_size=ROWS_PER_PAGE, write_page_index=True, use_dictionary=False)
+        write_token_rows(d / f"{s}.parquet", 1 + np.arange(start, start + n) % 7, start=start, id_column="row_id",
+                         row_group_size=ROWS_PER_PAGE, write_page_index=True, use_dictionary=False)
         row_source += [s] * n
         start += n
     idx = youmu.PageIndex(sorted(d.glob("*.parquet")), columns=["input_ids", "row_id"])

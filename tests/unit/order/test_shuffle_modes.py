@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_ids
 
 import youmu
 from youmu.order.modes import MODES, SHUFFLE_MODES, ShuffleMode, register
@@ -48,14 +47,8 @@ def backwards() -> Iterator[str]:
         MODES.pop(Backwards.name)
 
 
-def _pages(path: Path, pages: int, rows: int) -> Path:
-    # one row group per page: the page layout is the row-group layout
-    pq.write_table(pa.table({"id": np.arange(pages * rows)}), path, row_group_size=rows)
-    return path
-
-
 def test_a_new_mode_is_one_registered_class_that_streams_resume_and_record(tmp_path: Path, backwards: str) -> None:
-    path = _pages(tmp_path / "d.parquet", 4, 3)
+    path = write_ids(tmp_path / "d.parquet", 12, row_group_size=3)  # 4 pages of 3: one row group per page
     ds = YoumuDataset(path, shuffle=backwards, buffer_size=6, output="python")
     assert [r["id"] for r in ds] == [9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2]
     it = iter(ds)

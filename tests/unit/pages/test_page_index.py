@@ -12,26 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import mixed_tokens_table, write_columns, write_ids, write_mixed_tokens
 from where import PARQUET_TESTING
 
 import youmu
-
-
-def token_table(n: int, seed: int = 0, start: int = 0) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    lens = rng.integers(0, 300, n)
-    toks = [rng.integers(0, 50_000, int(k)).astype(np.int32) for k in lens]
-    text = [None if i % 11 == 0 else f"doc {start + i} " + "x" * int(lens[i] % 40) for i in range(n)]
-    return pa.table(
-        {
-            "id": pa.array(np.arange(start, start + n), pa.int64()),
-            "input_ids": pa.array(toks, pa.list_(pa.int32())),
-            "ids64": pa.array([t.astype(np.int64) for t in toks], pa.list_(pa.int64())),
-            "text": pa.array(text, pa.string()),
-            "big_text": pa.array(text, pa.large_string()),
-            "score": pa.array([None if i % 7 == 0 else i * 0.5 for i in range(n)], pa.float64()),
-        }
-    )
 
 
 def read_all(idx: youmu.PageIndex) -> pa.Table:
@@ -52,8 +36,8 @@ WRITER_SETTINGS = [
 @pytest.mark.parametrize("settings", WRITER_SETTINGS, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
 def test_pages_concatenate_to_the_file(tmp_path: Path, settings: dict) -> None:
     path = tmp_path / "t.parquet"
-    table = token_table(1500)
-    pq.write_table(table, path, data_page_size=2048, row_group_size=600, **settings)
+    table = mixed_tokens_table(1500)
+    pq.write_table(table, path, data_page_size=2048, row_group_size=600, **settings)  # the writer setting under test
     cols = ["input_ids", "id", "ids64", "text", "big_text", "score"]
     idx = youmu.PageIndex(path, columns=cols)  # the token column defines the units
     assert idx.num_rows == 1500
@@ -72,7 +56,7 @@ def test_pages_concatenate_to_the_file(tmp_path: Path, settings: dict) -> None:
 @pytest.mark.parametrize("page_index", [True, False])
 def test_unit_column_defines_pages_and_other_columns_follow(tmp_path: Path, column: str, page_index: bool) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(2000), path, data_page_size=1024, row_group_size=700, write_page_index=page_index)
+    write_mixed_tokens(path, 2000, data_page_size=1024, row_group_size=700, write_page_index=page_index)
     idx = youmu.PageIndex(path, columns=[column, "id"])
     assert idx.columns == [column, "id"]
     got = read_all(idx)
@@ -84,9 +68,9 @@ def test_unit_column_defines_pages_and_other_columns_follow(tmp_path: Path, colu
 def test_multi_file_dataset_orders_files_then_row_groups_then_pages(tmp_path: Path) -> None:
     d = tmp_path / "ds"
     (d / "sub").mkdir(parents=True)
-    pq.write_table(token_table(300, 1, start=0), d / "a.parquet", data_page_size=1024, row_group_size=100)
-    pq.write_table(token_table(200, 2, start=300), d / "sub" / "b.parquet", data_page_size=1024, write_page_index=True)
-    pq.write_table(token_table(100, 3, start=500), d / "c.parquet", data_page_size=1024)
+    write_mixed_tokens(d / "a.parquet", 300, 1, start=0, data_page_size=1024, row_group_size=100)
+    write_mixed_tokens(d / "sub" / "b.parquet", 200, 2, start=300, data_page_size=1024, write_page_index=True)
+    write_mixed_tokens(d / "c.parquet", 100, 3, start=500, data_page_size=1024)
     idx = youmu.PageIndex(d)
     assert [Path(f).name for f in idx.files] == ["a.parquet", "c.parquet", "b.parquet"]
     assert idx.num_files == 3 and idx.num_rows == 600
@@ -101,7 +85,7 @@ def test_multi_file_dataset_orders_files_then_row_groups_then_pages(tmp_path: Pa
 
 def test_locate_rows_is_the_inverse_of_page_info(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(1000), path, data_page_size=1024, row_group_size=333)
+    write_mixed_tokens(path, 1000, data_page_size=1024, row_group_size=333)
     idx = youmu.PageIndex(path, columns=["id"])
     rows = np.arange(1000)
     pages, offs = idx.locate_rows(rows)
@@ -112,8 +96,8 @@ def test_locate_rows_is_the_inverse_of_page_info(tmp_path: Path) -> None:
 
 
 def test_schema_mismatch_names_both_files_and_the_field(tmp_path: Path) -> None:
-    pq.write_table(pa.table({"x": [1, 2], "y": ["a", "b"]}), tmp_path / "a.parquet")
-    pq.write_table(pa.table({"x": ["1", "2"], "y": ["a", "b"]}), tmp_path / "b.parquet")
+    write_columns(tmp_path / "a.parquet", {"x": [1, 2], "y": ["a", "b"]})
+    write_columns(tmp_path / "b.parquet", {"x": ["1", "2"], "y": ["a", "b"]})
     with pytest.raises(youmu.SchemaMismatchError) as e:
         youmu.PageIndex(tmp_path)
     msg = str(e.value)
@@ -124,7 +108,7 @@ def test_schema_mismatch_names_both_files_and_the_field(tmp_path: Path) -> None:
 
 def test_missing_column_and_bad_arguments(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"x": [1, 2, 3]}), path)
+    write_ids(path, 3, start=1, column="x")
     with pytest.raises(youmu.ColumnNotFoundError, match="nope.*available: x"):
         youmu.PageIndex(path, columns=["nope"])
     with pytest.raises(youmu.YoumuIOError, match="missing.parquet"):
@@ -164,7 +148,7 @@ def _corrupt_copies(src: Path, tmp: Path) -> list[Path]:
 @pytest.mark.parametrize("page_index", [True, False])
 def test_truncated_and_bit_flipped_files_fail_cleanly(tmp_path: Path, page_index: bool) -> None:
     src = tmp_path / "good.parquet"
-    pq.write_table(token_table(400), src, data_page_size=1024, write_page_index=page_index, compression="zstd")
+    write_mixed_tokens(src, 400, data_page_size=1024, write_page_index=page_index, compression="zstd")
     good = pq.read_table(src)
     for bad in _corrupt_copies(src, tmp_path):
         try:
@@ -180,7 +164,7 @@ def test_truncated_and_bit_flipped_files_fail_cleanly(tmp_path: Path, page_index
 
 def test_page_header_claiming_gigabytes_is_an_error_not_an_allocation(tmp_path: Path) -> None:
     src = tmp_path / "good.parquet"
-    pq.write_table(pa.table({"x": list(range(100))}), src, write_page_index=False, compression="none")
+    write_ids(src, 100, column="x", write_page_index=False, compression="none")
     data = bytearray(src.read_bytes())
     # first page header starts right after "PAR1": field 1 (type), then field 2
     # (uncompressed size) and 3 (compressed size) as zigzag varints; overwrite the
@@ -208,8 +192,8 @@ def test_page_header_claiming_gigabytes_is_an_error_not_an_allocation(tmp_path: 
 def test_save_load_round_trip_and_stale_detection(tmp_path: Path) -> None:
     d = tmp_path / "ds"
     d.mkdir()
-    pq.write_table(token_table(500, 1), d / "a.parquet", data_page_size=1024, write_page_index=True)
-    pq.write_table(token_table(500, 2), d / "b.parquet", data_page_size=1024, write_page_index=False)
+    write_mixed_tokens(d / "a.parquet", 500, 1, data_page_size=1024, write_page_index=True)
+    write_mixed_tokens(d / "b.parquet", 500, 2, data_page_size=1024, write_page_index=False)
     idx = youmu.PageIndex(d, columns=["input_ids", "id"])
     saved = tmp_path / "ds.youmu"
     idx.save(saved)
@@ -220,7 +204,7 @@ def test_save_load_round_trip_and_stale_detection(tmp_path: Path) -> None:
     clone = pickle.loads(pickle.dumps(idx))
     assert read_all(clone).equals(read_all(idx))
     # rewrite one file: the saved index is stale
-    pq.write_table(token_table(10, 3), d / "b.parquet")
+    write_mixed_tokens(d / "b.parquet", 10, 3)
     with pytest.raises(youmu.StaleIndexError, match="b.parquet"):
         youmu.PageIndex.load(saved)
     os.remove(d / "a.parquet")
@@ -234,7 +218,7 @@ def test_save_load_round_trip_and_stale_detection(tmp_path: Path) -> None:
 
 def test_token_column_converts_to_numpy_and_torch_without_copy(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(300), path, data_page_size=4096, use_dictionary=False)
+    write_mixed_tokens(path, 300, data_page_size=4096, use_dictionary=False)
     idx = youmu.PageIndex(path, columns=["input_ids"])
     col = idx.read_page(0).column(0)
     values = col.values.to_numpy(zero_copy_only=True)
@@ -246,7 +230,7 @@ def test_token_column_converts_to_numpy_and_torch_without_copy(tmp_path: Path) -
 
 def test_prefetch_returns_what_read_pages_returns(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(800), path, data_page_size=1024)
+    write_mixed_tokens(path, 800, data_page_size=1024)
     idx = youmu.PageIndex(path)
     ids = np.arange(len(idx))[::-1].copy()
     pending = idx.prefetch(ids)
@@ -260,7 +244,7 @@ def test_prefetch_returns_what_read_pages_returns(tmp_path: Path) -> None:
 
 def test_reads_work_in_a_forked_child_after_the_parent_used_the_pool(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(800), path, data_page_size=1024)
+    write_mixed_tokens(path, 800, data_page_size=1024)
     idx = youmu.PageIndex(path)
     want = read_all(idx)  # parent's pool threads are now running
     r, w = os.pipe()
@@ -279,7 +263,7 @@ def test_reads_work_in_a_forked_child_after_the_parent_used_the_pool(tmp_path: P
 def test_a_prefetch_started_before_a_fork_is_refused_in_the_child(tmp_path: Path) -> None:
     # its reader thread is the parent's: the child would wait for pages nobody reads
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(800), path, data_page_size=1024)
+    write_mixed_tokens(path, 800, data_page_size=1024)
     idx = youmu.PageIndex(path)
     pending = idx.prefetch(np.arange(len(idx)))
     r, w = os.pipe()
@@ -300,8 +284,8 @@ def test_a_prefetch_started_before_a_fork_is_refused_in_the_child(tmp_path: Path
 
 
 def test_empty_and_zero_row_files(tmp_path: Path) -> None:
-    pq.write_table(pa.table({"x": pa.array([], pa.int64())}), tmp_path / "empty.parquet")
-    pq.write_table(pa.table({"x": [1, 2, 3]}), tmp_path / "full.parquet")
+    write_ids(tmp_path / "empty.parquet", 0, column="x")
+    write_ids(tmp_path / "full.parquet", 3, start=1, column="x")
     idx = youmu.PageIndex(tmp_path)
     assert idx.num_rows == 3 and idx.num_files == 2
     assert read_all(idx).column("x").to_pylist() == [1, 2, 3]
@@ -317,6 +301,7 @@ def test_nested_struct_and_map_columns(tmp_path: Path) -> None:
     )
     for wpi in (True, False):
         path = tmp_path / f"n{wpi}.parquet"
+        # written here: nested and map encodings with and without a page index are what is tested
         pq.write_table(t, path, data_page_size=512, write_page_index=wpi, row_group_size=250)
         idx = youmu.PageIndex(path)
         assert read_all(idx).equals(pq.read_table(path))
@@ -351,8 +336,8 @@ def test_rows_split_across_v1_pages_are_merged_into_one_unit(tmp_path: Path) -> 
 
 
 def test_concat_shares_files_and_rejects_overlap(tmp_path: Path) -> None:
-    pq.write_table(token_table(300, 1, start=0), tmp_path / "a.parquet", data_page_size=1024)
-    pq.write_table(token_table(200, 2, start=300), tmp_path / "b.parquet", data_page_size=1024)
+    write_mixed_tokens(tmp_path / "a.parquet", 300, 1, start=0, data_page_size=1024)
+    write_mixed_tokens(tmp_path / "b.parquet", 200, 2, start=300, data_page_size=1024)
     a = youmu.PageIndex(tmp_path / "a.parquet", columns=["input_ids", "id"])
     b = youmu.PageIndex(tmp_path / "b.parquet", columns=["input_ids", "id"])
     both = youmu.PageIndex.concat([a, b])
@@ -368,6 +353,7 @@ def test_concat_shares_files_and_rejects_overlap(tmp_path: Path) -> None:
 def test_dictionary_pages_are_read_once_and_cached(tmp_path: Path) -> None:
     path = tmp_path / "dict.parquet"
     words = [f"word{i % 50}" for i in range(20_000)]
+    # written here: dictionary encoding is what is tested
     pq.write_table(pa.table({"w": words}), path, data_page_size=1024, use_dictionary=True, write_page_index=True)
     idx = youmu.PageIndex(path)
     assert len(idx) > 4
@@ -388,7 +374,7 @@ def test_cli_inspect_and_index(tmp_path: Path, capsys: pytest.CaptureFixture[str
     from youmu.cli import main
 
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(500), path, data_page_size=1024, write_page_index=True)
+    write_mixed_tokens(path, 500, data_page_size=1024, write_page_index=True)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "input_ids" in out and "pages" in out and "offset index yes" in out
@@ -402,7 +388,7 @@ def test_cli_inspect_and_index(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_read_window_concatenates_and_reorders_in_rust(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(900), path, data_page_size=1024)
+    write_mixed_tokens(path, 900, data_page_size=1024)
     idx = youmu.PageIndex(path, columns=["input_ids", "id"])
     pages = np.array([3, 0, 2])
     plain = pa.Table.from_batches(idx.read_pages(pages))
@@ -417,8 +403,8 @@ def test_read_window_concatenates_and_reorders_in_rust(tmp_path: Path) -> None:
 def test_read_rows_returns_exactly_the_requested_rows_in_order(tmp_path: Path) -> None:
     d = tmp_path / "ds"
     d.mkdir()
-    pq.write_table(token_table(700, 1, start=0), d / "a.parquet", data_page_size=1024, write_page_index=True)
-    pq.write_table(token_table(500, 2, start=700), d / "b.parquet", data_page_size=1024, write_page_index=False)
+    write_mixed_tokens(d / "a.parquet", 700, 1, start=0, data_page_size=1024, write_page_index=True)
+    write_mixed_tokens(d / "b.parquet", 500, 2, start=700, data_page_size=1024, write_page_index=False)
     idx = youmu.PageIndex(d, columns=["input_ids", "id", "text"])
     full = read_all(idx)
     rows = [1199, 0, 700, 699, 5, 5, 1000]
@@ -447,7 +433,7 @@ def test_a_footer_count_flipped_to_billions_is_an_error_not_an_abort(tmp_path: P
     import sys
 
     src = tmp_path / "ok.parquet"
-    pq.write_table(pa.table({"x": np.arange(100)}), src)
+    write_ids(src, 100, column="x")
     data = bytearray(src.read_bytes())
     meta_len = int.from_bytes(data[-8:-4], "little")
     meta_start = len(data) - 8 - meta_len
@@ -468,7 +454,7 @@ def test_a_damaged_saved_index_is_an_error_never_a_panic(tmp_path: Path) -> None
     """Regression: a saved index with a patched unit entry loaded fine, then
     page_info reported 2^64-scale row counts and locate_rows panicked."""
     path = tmp_path / "t.parquet"
-    pq.write_table(token_table(2000), path, data_page_size=2048, row_group_size=700, use_dictionary=False)
+    write_mixed_tokens(path, 2000, data_page_size=2048, row_group_size=700, use_dictionary=False)
     idx = youmu.PageIndex(path)
     saved = tmp_path / "t.youmu"
     idx.save(saved)
@@ -501,6 +487,7 @@ def test_a_page_claiming_a_huge_uncompressed_size_is_refused_before_allocating(t
     # pages of ~2 MB (random bytes, so the codec cannot shrink them much)
     blob = np.random.default_rng(0).integers(0, 256, 10_000 * 200, dtype=np.uint8).tobytes()
     values = pa.array([blob[i * 200 : (i + 1) * 200] for i in range(10_000)], pa.binary())
+    # written here: the codec is the parameter under test
     pq.write_table(pa.table({"x": values}), src, compression=compression, data_page_size=4 << 20, use_dictionary=False)
     data = bytearray(src.read_bytes())
     col = pq.ParquetFile(src).metadata.row_group(0).column(0)
@@ -528,8 +515,7 @@ def test_file_info_and_inspect_count_the_page_columns_row_groups_alike(tmp_path:
             "row_groups_page_granular"]
     for offset_index in (True, False):
         path = tmp_path / f"oi_{offset_index}.parquet"
-        pq.write_table(token_table(600), path, row_group_size=200, data_page_size=2048,
-                       write_page_index=offset_index)
+        write_mixed_tokens(path, 600, row_group_size=200, data_page_size=2048, write_page_index=offset_index)
         info = youmu.PageIndex(path, columns=["input_ids"]).file_info(0)
         [report] = column_pages(str(path))
         [column] = [c for c in report["columns"] if c["name"] == "input_ids"]

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns
 
 import youmu
 
@@ -50,6 +51,7 @@ def test_direct_decoder_equals_the_general_path(tmp_path: Path, name: str) -> No
     fast = c.pop("fast", True)
     arr = _tokens(3000, c.pop("dtype"), seed=len(name), empty=c.pop("empty", False), nulls=c.pop("nulls", False))
     path = tmp_path / "t.parquet"
+    # written here: the writer's encodings (CASES) are what picks the decoder under test
     pq.write_table(pa.table({"tokens": arr}), path, data_page_size=8192, row_group_size=1100,
                    use_dictionary=c.pop("use_dictionary", False), write_page_index=c.pop("write_page_index", True), **c)
     idx = youmu.PageIndex(path, columns=["tokens"])
@@ -74,8 +76,8 @@ def test_direct_decoder_equals_the_general_path(tmp_path: Path, name: str) -> No
 
 def test_a_multi_column_projection_uses_the_general_path(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"tokens": _tokens(500, np.int32, 1), "id": np.arange(500)}), path,
-                   data_page_size=4096, use_dictionary=False)
+    write_columns(path, {"tokens": _tokens(500, np.int32, 1), "id": np.arange(500)}, data_page_size=4096,
+                  use_dictionary=False)
     idx = youmu.PageIndex(path)
     before = youmu.io_stats()["fast_decoded_pages"]
     t = pa.Table.from_batches([idx.read_page(i) for i in range(len(idx))])

@@ -315,9 +315,10 @@ def test_resume_mixing_and_dynamic_batch_loader_sources() -> None:
 def test_resume_from_a_youmu_dataset_state(tmp_path: Path) -> None:
     """YoumuDataset (Parquet, page-shuffled) is stateful: a resume restores its row
     positions instead of re-reading, and yields the uninterrupted run's tail."""
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("pyarrow")
     import importlib.util
+
+    from parquet_fixtures import write_token_rows
 
     if importlib.util.find_spec("youmu._core") is None:  # pragma: no cover
         pytest.skip("the native core is not built")
@@ -325,11 +326,7 @@ def test_resume_from_a_youmu_dataset_state(tmp_path: Path) -> None:
 
     rng = np.random.default_rng(0)
     lens = np.where(rng.random(400) < 0.1, rng.integers(600, 1500, 400), rng.integers(5, 120, 400))
-    table = pa.table({"input_ids": pa.array([np.full(int(n), i, np.int32) for i, n in enumerate(lens)],
-                                            pa.list_(pa.int32())),
-                      "id": pa.array(np.arange(lens.size), pa.int64())})
-    pq.write_table(table, tmp_path / "part-0.parquet", data_page_size=4096, row_group_size=100,
-                   use_dictionary=False)
+    write_token_rows(tmp_path / "part-0.parquet", lens, data_page_size=4096, row_group_size=100, use_dictionary=False)
 
     def make(prefetch: int) -> BalancedLoader:
         ds = YoumuDataset(tmp_path, columns=["input_ids", "id"], seed=3, rank=0, world_size=1)

@@ -12,25 +12,19 @@ import textwrap
 import warnings
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_ids
 
 import youmu
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def small(n: int, start: int = 0) -> pa.Table:
-    return pa.table({"id": pa.array(np.arange(start, start + n), pa.int64()), "s": [f"r{start + i}" for i in range(n)]})
-
-
 def test_five_thousand_files_index_and_read_under_ulimit_256(tmp_path: Path) -> None:
     data = tmp_path / "many"
     data.mkdir()
     for i in range(5000):
-        pq.write_table(small(3, 3 * i), data / f"part-{i:05d}.parquet")
+        write_ids(data / f"part-{i:05d}.parquet", 3, start=3 * i, label_column="s")
     script = textwrap.dedent(
         f"""
         import resource, numpy as np, youmu
@@ -60,7 +54,7 @@ def test_five_thousand_files_index_and_read_under_ulimit_256(tmp_path: Path) -> 
 
 def test_the_open_file_limit_is_a_setting(tmp_path: Path) -> None:
     for i in range(30):
-        pq.write_table(small(5, 5 * i), tmp_path / f"{i:02d}.parquet")
+        write_ids(tmp_path / f"{i:02d}.parquet", 5, start=5 * i, label_column="s")
     before = youmu.io_options()
     try:
         youmu.set_io_options(max_open_files=4)
@@ -74,7 +68,7 @@ def test_the_open_file_limit_is_a_setting(tmp_path: Path) -> None:
 
 
 def test_a_fifo_named_like_parquet_is_skipped_and_reported_not_waited_on(tmp_path: Path) -> None:
-    pq.write_table(small(10), tmp_path / "a.parquet")
+    write_ids(tmp_path / "a.parquet", 10, label_column="s")
     os.mkfifo(tmp_path / "b.parquet")
     with pytest.warns(UserWarning, match="b.parquet"):
         idx = youmu.PageIndex(tmp_path)
@@ -90,7 +84,7 @@ def test_a_fifo_named_like_parquet_is_skipped_and_reported_not_waited_on(tmp_pat
 def test_extensions_are_case_insensitive_and_hidden_files_skipped_in_globs(tmp_path: Path) -> None:
     for name in ["a.parquet", "B.PARQUET", "c.parq", "d.Pq", ".a.parquet.crc", "_SUCCESS", "_meta.parquet"]:
         if name.lower().endswith(("parquet", "parq", "pq")):
-            pq.write_table(small(2), tmp_path / name)
+            write_ids(tmp_path / name, 2, label_column="s")
         else:
             (tmp_path / name).write_bytes(b"not parquet")
     names = lambda idx: [Path(f).name for f in idx.files]  # noqa: E731
@@ -106,12 +100,11 @@ def test_extensions_are_case_insensitive_and_hidden_files_skipped_in_globs(tmp_p
 def test_a_file_rewritten_after_indexing_is_stale_not_corrupt(tmp_path: Path, evicted: bool) -> None:
     path = tmp_path / "a.parquet"
     other = tmp_path / "z.parquet"
-    pq.write_table(small(3000), path, data_page_size=1024, write_batch_size=100)
-    pq.write_table(small(10), other)
+    write_ids(path, 3000, label_column="s", data_page_size=1024, write_batch_size=100)
+    write_ids(other, 10, label_column="s")
     idx = youmu.PageIndex([path, other])
     assert idx.read_page(0).num_rows > 0  # the handle is open and cached
-    table = small(3000, start=10)
-    pq.write_table(table, tmp_path / "new.parquet", data_page_size=1024, compression="gzip")
+    write_ids(tmp_path / "new.parquet", 3000, start=10, label_column="s", data_page_size=1024, compression="gzip")
     if evicted:
         os.replace(tmp_path / "new.parquet", path)
         before = youmu.io_options()

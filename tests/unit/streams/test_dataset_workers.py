@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_token_rows
 from torch.utils.data import DataLoader
 
 import youmu
@@ -26,9 +25,8 @@ LAYOUTS = [(1, 0), (2, 3), (3, 2), (4, 1)]
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("workers")
     for k, (lo, hi) in enumerate([(0, 700), (700, N_ROWS)]):
-        ids = np.arange(lo, hi)
-        t = pa.table({"id": ids, "input_ids": pa.array([np.full(1 + i % 17, i, np.int32) for i in ids], pa.list_(pa.int32()))})
-        pq.write_table(t, d / f"p{k}.parquet", data_page_size=512, row_group_size=300, use_dictionary=False)
+        write_token_rows(d / f"p{k}.parquet", 1 + np.arange(lo, hi) % 17, start=lo, id_first=True, data_page_size=512,
+                         row_group_size=300, use_dictionary=False)
     return d
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_ids
 
 from youmu.errors import ImageError, LoaderError, TextError
 from youmu.streams.parquet import ParquetStream
@@ -66,9 +66,8 @@ def drop_odd(row: dict[str, Any]) -> dict[str, Any] | None:
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    p = tmp_path_factory.mktemp("one-pass") / "t.parquet"
-    pq.write_table(pa.table({"x": list(range(24))}), p, row_group_size=2)  # 12 pages of 2 rows
-    return str(p)
+    # 12 pages of 2 rows
+    return str(write_ids(tmp_path_factory.mktemp("one-pass") / "t.parquet", 24, column="x", row_group_size=2))
 
 
 def _stream(path: str, transform: Any, shuffle: str, rank: int = 0, world: int = 1) -> ParquetStream:

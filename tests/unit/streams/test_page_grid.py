@@ -27,6 +27,7 @@ def hf_like(tmp_path_factory) -> Path:
     images = [rng.integers(0, 256, 50_000, dtype=np.uint8).tobytes() for _ in range(200)]
     t = pa.table({"id": pa.array(np.arange(200), pa.int64()), "image": pa.array(images, pa.binary())})
     path = tmp_path_factory.mktemp("grid") / "hf.parquet"
+    # written here: the page layout (Hugging Face's writer's, pages split inside row groups) is under test
     pq.write_table(t, path, row_group_size=100, data_page_size=64 << 10, write_batch_size=4,
                    write_page_index=True, compression="none")
     return path
@@ -87,6 +88,7 @@ def test_a_state_saved_on_the_first_column_grid_resumes_on_it(hf_like) -> None:
 
 def test_a_first_column_that_holds_the_data_is_quiet(tmp_path) -> None:
     path = tmp_path / "text.parquet"
+    # written here: each file's page layout (pyarrow's defaults, one page per row group) is under test
     pq.write_table(pa.table({"text": ["x" * 500] * 100, "id": np.arange(100)}), path)
     # a token corpus: a small id first, but every column one page per row group
     tokens = tmp_path / "tokens.parquet"

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_token_rows
 
 import youmu
 from youmu.errors import ArgumentTypeError, InvalidArgumentError
@@ -31,8 +30,8 @@ N_ROWS = 700
 @pytest.fixture(scope="module")
 def path(tmp_path_factory: pytest.TempPathFactory) -> str:
     p = str(tmp_path_factory.mktemp("spec") / "rows.parquet")
-    ids = list(range(N_ROWS))
-    pq.write_table(pa.table({"id": ids, "tokens": [[i] * (i % 7 + 1) for i in ids]}), p, row_group_size=23)
+    write_token_rows(p, [i % 7 + 1 for i in range(N_ROWS)], id_first=True, column="tokens", dtype=np.int64,
+                     row_group_size=23)
     return p
 
 
@@ -124,7 +123,7 @@ def test_where_the_rows_are_is_checked_against_the_settings(path: str, tmp_path:
     rows = youmu.RowDataset(index)
     assert StreamSpec().open(rows) is index
     other = str(tmp_path / "other.parquet")
-    pq.write_table(pa.table({"id": [1, 2, 3], "tokens": [[1], [2], [3]]}), other)
+    write_token_rows(other, [1, 1, 1], start=1, id_first=True, column="tokens", dtype=np.int64)
     flat = youmu.FlatMixture({"a": index, "b": youmu.PageIndex(other)})
     assert StreamSpec().open(flat).num_rows == N_ROWS + 3
 

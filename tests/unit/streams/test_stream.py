@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from parquet_fixtures import write_id_groups, write_ids, write_token_rows
 from torch.utils.data import DataLoader
 
 import youmu
@@ -31,15 +31,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(0)
     start = 0
     for k, n in enumerate([1400, 900, 700]):
-        lens = rng.integers(1, 60, n)
-        t = pa.table(
-            {
-                "input_ids": pa.array([np.full(int(m), start + i, np.int32) for i, m in enumerate(lens)], pa.list_(pa.int32())),
-                "id": pa.array(np.arange(start, start + n), pa.int64()),
-            }
-        )
-        pq.write_table(t, d / f"part-{k}.parquet", data_page_size=1024, row_group_size=500, write_page_index=k != 1,
-                       use_dictionary=False)
+        write_token_rows(d / f"part-{k}.parquet", rng.integers(1, 60, n), start=start, data_page_size=1024,
+                         row_group_size=500, write_page_index=k != 1, use_dictionary=False)
         start += n
     return d
 
@@ -100,14 +93,7 @@ def test_drop_last_on_many_ranks_over_few_pages_still_balances(tmp_path) -> None
     """40 pages of uneven size over 8 ranks: every rank the same count, fewer than 8 rows dropped."""
     path = tmp_path / "p.parquet"
     rng = np.random.default_rng(0)
-    sizes = rng.integers(10, 40, size=40)
-    ids = np.arange(int(sizes.sum()))
-    writer = pq.ParquetWriter(path, pa.schema([("id", pa.int64())]))
-    start = 0
-    for n in sizes:  # one row group (one page) per size
-        writer.write_table(pa.table({"id": ids[start : start + n]}))
-        start += n
-    writer.close()
+    write_id_groups(path, rng.integers(10, 40, size=40))  # one row group (one page) per size
     idx = youmu.PageIndex(str(path))
     assert len(idx) == 40
     counts = [len(list(YoumuDataset(idx, buffer_size=64, rank=r, world_size=8, drop_last=True, output="python")))
@@ -117,7 +103,7 @@ def test_drop_last_on_many_ranks_over_few_pages_still_balances(tmp_path) -> None
 
 def test_a_rank_without_rows_is_warned_about_and_drop_last_with_fewer_rows_than_ranks_is_refused(tmp_path) -> None:
     path = tmp_path / "tiny.parquet"
-    pq.write_table(pa.table({"id": list(range(6))}), path, row_group_size=3)  # 2 pages, 6 rows
+    write_ids(path, 6, row_group_size=3)  # 2 pages, 6 rows
     idx = youmu.PageIndex(str(path))
     with pytest.warns(youmu.YoumuWarning, match="gets no rows"):
         YoumuDataset(idx, rank=3, world_size=4, output="python")
@@ -328,8 +314,7 @@ def test_a_small_dataset_still_gives_every_rank_rows(tmp_path: Path) -> None:
     """Regression: with one window of pages (buffer larger than the data), rank 1 got
     nothing and a DDP loop over it deadlocked its peers."""
     path = tmp_path / "small.parquet"
-    pq.write_table(pa.table({"id": np.arange(400)}), path, data_page_size=256, use_dictionary=False,
-                   write_batch_size=32)
+    write_ids(path, 400, data_page_size=256, use_dictionary=False, write_batch_size=32)
     idx = youmu.PageIndex(path)
     assert len(idx) >= 4
     for mode in MODES:

@@ -242,15 +242,14 @@ def test_packed_rows_with_skips_resized_across_jobs_deliver_every_token_once(tmp
     import random
 
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from parquet_fixtures import unique_tokens_table, write_table
 
     from youmu.torch import pack
 
     rng = np.random.RandomState(3)
-    toks = [[r * 1000 + t for t in range(rng.randint(1, 14))] for r in range(120)]
-    pq.write_table(pa.table({"id": list(range(120)), "input_ids": pa.array(toks, pa.list_(pa.int64()))}),
-                   tmp_path / "p.parquet", row_group_size=6)
+    table = unique_tokens_table(range(120), [rng.randint(1, 14) for _ in range(120)])
+    write_table(tmp_path / "p.parquet", table, row_group_size=6)
+    toks = table.column("input_ids").to_pylist()
 
     def make(r, w):
         ds = YoumuDataset(tmp_path / "p.parquet", buffer_size=12, seed=2, rank=r, world_size=w, output="python",

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import IMAGE, write_ids, write_image_rows
 from PIL import Image
 from torch.utils.data import DataLoader
 
@@ -29,7 +30,6 @@ from youmu.streams.rowstream import RowStream, window_layout
 from youmu.torch import YoumuDataset
 from youmu.vision import ByteTokenizer, VisionTransform, load_image, tokenize_chat
 
-IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 TURN = pa.struct([("from", pa.string()), ("value", pa.string())])
 N = 40
 
@@ -92,6 +92,7 @@ WRITERS = {
 @pytest.fixture(scope="module", params=list(WRITERS))
 def image_file(request, rows, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("vision") / f"{request.param}.parquet"
+    # written here: the writer's settings (WRITERS) are what this fixture varies
     pq.write_table(table_of(rows), path, **WRITERS[request.param])
     return path
 
@@ -146,12 +147,9 @@ def test_vision_transform_in_workers_gives_the_costs(image_file, rows) -> None:
 
 # -- windows sized in bytes ----------------------------------------------------------------
 def _image_file(path: Path, n: int, size: int, per_page: int) -> Path:
-    rng = np.random.default_rng(0)
-    blob = rng.bytes(size)
-    t = pa.table({"image": pa.array([{"bytes": blob[i:] + blob[:i], "path": f"{i}.jpg"} for i in range(n)], IMAGE),
-                  "id": pa.array(np.arange(n), pa.int64())})
-    pq.write_table(t, path, row_group_size=per_page, compression="none", use_dictionary=False)
-    return path
+    blob = np.random.default_rng(0).bytes(size)
+    return write_image_rows(path, [blob[i:] + blob[:i] for i in range(n)], suffix=".jpg", captions=False, id_first=False,
+                            row_group_size=per_page, compression="none", use_dictionary=False)
 
 
 def test_windows_are_sized_in_bytes_not_rows(tmp_path) -> None:
@@ -168,8 +166,8 @@ def test_windows_are_sized_in_bytes_not_rows(tmp_path) -> None:
 @pytest.mark.parametrize("slices", [1, 3])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_reading_alone_gives_the_rows_of_the_read_ahead_path(tmp_path, slices, drop_last) -> None:
-    pq.write_table(pa.table({"id": np.arange(3000)}), tmp_path / "ids.parquet", row_group_size=500,
-                   data_page_size=256, write_batch_size=50, write_page_index=True)
+    write_ids(tmp_path / "ids.parquet", 3000, row_group_size=500, data_page_size=256, write_batch_size=50,
+              write_page_index=True)
     index = youmu.PageIndex(tmp_path / "ids.parquet")
 
     def ids(ahead: int, start: int = 0) -> list[int]:
@@ -340,15 +338,9 @@ def test_odd_modes_become_rgb_first_frame() -> None:
 def bad_file(tmp_path_factory, bomb) -> Path:
     """Rows 0–29 in one file of pages of 4 rows; rows 5, 6, 17 and 29 have bad images."""
     bad = {5: b"not an image", 6: encode(photo(80, 80, 6), "JPEG")[:200], 17: bomb, 29: b"\xff\xd8\xff"}
-    items = []
-    for i in range(30):
-        data = bad.get(i) or encode(photo(40 + i, 50, i), "PNG")
-        items.append({"bytes": data, "path": f"{i}.png"})
-    t = pa.table({"image": pa.array(items, IMAGE), "caption": [f"row {i}" for i in range(30)],
-                  "id": pa.array(np.arange(30), pa.int64())})
-    path = tmp_path_factory.mktemp("bad") / "bad.parquet"
-    pq.write_table(t, path, row_group_size=8, data_page_size=1, write_batch_size=4, write_page_index=True)
-    return path
+    images = [bad.get(i) or encode(photo(40 + i, 50, i), "PNG") for i in range(30)]
+    return write_image_rows(tmp_path_factory.mktemp("bad") / "bad.parquet", images, id_first=False, row_group_size=8,
+                            data_page_size=1, write_batch_size=4, write_page_index=True)
 
 
 BAD = [5, 6, 17, 29]

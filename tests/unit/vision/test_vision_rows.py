@@ -6,16 +6,12 @@ is loud; every youmu error pickles with its attributes."""
 
 from __future__ import annotations
 
-import io
 import pickle
 import warnings
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from PIL import Image
+from parquet_fixtures import flat_png, write_image_rows
 from torch.utils.data import DataLoader
 
 import youmu
@@ -23,21 +19,10 @@ import youmu.errors
 from youmu.torch import YoumuDataset
 from youmu.vision import ByteTokenizer, VisionTransform
 
-IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-
-
-def _png(i: int) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(np.full((30, 40 + i, 3), i, np.uint8)).save(buf, "PNG")
-    return buf.getvalue()
-
 
 def _write(path: Path, bad: set[int], n: int = 12) -> Path:
-    items = [{"bytes": b"not an image" if i in bad else _png(i), "path": f"{i}.png"} for i in range(n)]
-    t = pa.table({"id": pa.array(np.arange(n), pa.int64()), "image": pa.array(items, IMAGE),
-                  "caption": [f"row {i}" for i in range(n)]})
-    pq.write_table(t, path, row_group_size=n, data_page_size=1, write_batch_size=4, write_page_index=True)
-    return path
+    return write_image_rows(path, [flat_png(i) for i in range(n)], bad=bad, row_group_size=n, data_page_size=1,
+                            write_batch_size=4, write_page_index=True)
 
 
 class Tagged(VisionTransform):  # keeps the row id so the test sees who was delivered
