@@ -18,19 +18,15 @@ import datetime
 import os
 import random
 import socket
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-
-from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count  # noqa: E402
-from youmu.torch import lm_collate  # noqa: E402
+from youmu.batching import DynamicBatchLoader, join_uneven, label_token_count
+from youmu.torch import lm_collate
 
 VOCAB = 101
 

@@ -76,6 +76,19 @@ def tokenizer_path(tokenizer: str | os.PathLike) -> str:
     return path
 
 
+def _optional(module: str, name: str, path: str, extra: str) -> Any:
+    """``module``, imported on first use; without it, an ``ImportError`` naming the extra
+    that installs it (the pages' first run in a fresh venv met a bare
+    ``ModuleNotFoundError`` here, from inside a DataLoader worker)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"loading the tokenizer at {path!r} needs {module} ({name}): "
+                          f"pip install 'youmu[{extra}]' (or pip install {module})") from e
+
+
 def _load(path: str) -> Any:
     """The tokenizer at ``path`` (:func:`tokenizer_path`): whatever it holds that is no
     tokenizer is an :class:`~youmu.errors.InvalidArgumentError` naming it."""
@@ -86,15 +99,13 @@ def _load(path: str) -> Any:
             kind = "a Parquet file" if magic == b"PAR1" else "a data file"
             raise InvalidArgumentError(f"tokenizer path {path!r} is {kind}, not a tokenizer: pass the path of a "
                                        "tokenizer.json or of a saved tokenizer directory")
-        from tokenizers import Tokenizer
-
+        Tokenizer = _optional("tokenizers", "Tokenizer", path, "text").Tokenizer
         try:
             return Tokenizer.from_file(path)
         except Exception as e:  # whatever tokenizers raises for a file it cannot read
             raise InvalidArgumentError(f"tokenizer path {path!r} is not a tokenizer.json tokenizers can read "
                                        f"({type(e).__name__}: {e})") from None
-    from transformers import AutoTokenizer
-
+    AutoTokenizer = _optional("transformers", "AutoTokenizer", path, "hf").AutoTokenizer
     local = os.path.isdir(path)
     try:
         # a directory is read where it is: never a Hub lookup of its name

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -442,3 +443,18 @@ def test_batch_labels_equal_each_rows_labels_cut_alone(rows, cutoff_len) -> None
     assert got_ids.to_pylist() == [a.tolist() for a, _ in want]
     assert got_labels.to_pylist() == [b.tolist() for _, b in want]
     assert lengths.tolist() == [len(r) for r in rows]
+
+
+def test_a_tokenizer_path_without_its_library_names_the_extra_that_installs_it(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh venv with youmu and torch only (the pretraining guide followed as written)
+    has neither ``tokenizers`` nor ``transformers``: loading a tokenizer path says which
+    extra to install instead of a bare ``ModuleNotFoundError`` from a worker."""
+    bpe_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    chat_tokenizer().save_pretrained(tmp_path / "hf")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)      # None in sys.modules: the import fails
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ImportError, match=r"needs tokenizers .*pip install 'youmu\[text\]'"):
+        Tokenize(tmp_path / "tokenizer.json")(pa.table({"text": ["one"]}))
+    with pytest.raises(ImportError, match=r"needs transformers .*pip install 'youmu\[hf\]'"):
+        Tokenize(str(tmp_path / "hf"))(pa.table({"text": ["one"]}))
