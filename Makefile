@@ -32,8 +32,9 @@ test-rust:
 # modules start a cluster each and are marked slow).
 # Two pytest-xdist workers (XDIST=-n0 runs in one process): most of these tests wait (process
 # start, Gloo rendezvous, DataLoader workers), one process used under a core on average.
-# --dist loadfile keeps a module's tests, and its module-scoped fixtures (S3 servers,
-# multi-rank runs shared by several tests), on one worker.
+# --dist loadfile, with tests/conftest.py's scheduler: a module's tests, and its module-scoped
+# fixtures (S3 servers, multi-rank runs shared by several tests), on one worker; the modules
+# that start a local Ray cluster all on one worker.
 XDIST ?= -n 2 --dist loadfile
 test-python: build
 	$(PY) -m pytest -q $(XDIST) tests -m "not seams and not system and not slow"
@@ -41,10 +42,10 @@ test-python: build
 # The system stage, which CI runs after `make test`: tests/system (the release wheel in a
 # clean venv, the demos, the examples, the bench SFT job, the documentation's code) and
 # the long multi-process jobs of the other folders (marked slow).
-# One process: under -n 2 its Ray modules start two local clusters at once, and on the
-# shared, loaded machine their nodes timed out at start-up (not yet tried on an idle one).
+# Two xdist workers too, grouped as above: the Ray modules, which timed out when two
+# local clusters started at once, share one worker.
 test-system: build
-	$(PY) -m pytest -q tests -m "(system or slow) and not seams"
+	$(PY) -m pytest -q $(XDIST) --durations=15 tests -m "(system or slow) and not seams"
 
 # The seam matrix's trainer jobs (tests/integrations/test_seams.py: real trainers SIGKILLed and
 # resumed, the Ray client's on a local cluster), the slow part of the matrix, and the example

@@ -28,6 +28,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.system)
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist's ``--dist loadfile`` a module's tests stay on one worker, so its
+    module-scoped fixtures (S3 servers, multi-rank runs) are built once, and the modules
+    that start a local Ray cluster all share one worker: two clusters starting at once on
+    a 2-core machine time out. (A scheduler, not ``xdist_group`` marks: pytest 9 no longer
+    reads the node ids xdist rewrites for those.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class ModulesAndRay(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "ray" if _starts_ray(root / module) else module
+
+    return ModulesAndRay(config, log)
+
+
+_RAY_STARTERS: dict[Path, bool] = {}
+
+
+def _starts_ray(path: Path) -> bool:
+    """Whether a test module starts a local Ray cluster (it calls ``ray.init``)."""
+    if path not in _RAY_STARTERS:
+        _RAY_STARTERS[path] = path.is_file() and "ray.init(" in path.read_text(encoding="utf-8")
+    return _RAY_STARTERS[path]
+
+
 @pytest.fixture(scope="session")
 def corpus_dir() -> Path:
     data = PARQUET_TESTING / "data"
