@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns, write_ids, write_table, write_token_rows
 from torch.utils.data import DataLoader
 
 import youmu
@@ -71,8 +72,7 @@ def tokens(n: int, seed: int = 0, lo: int = 1, hi: int = 40) -> pa.Table:
 def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """100 rows of one int column in 10 pages of 10 rows (page i holds 10*i .. 10*i+9)."""
     path = tmp_path_factory.mktemp("small") / "a.parquet"
-    pq.write_table(pa.table({"a": np.arange(100, dtype=np.int64)}), path, data_page_size=64, write_batch_size=10,
-                   write_page_index=True)
+    write_ids(path, 100, column="a", data_page_size=64, write_batch_size=10, write_page_index=True)
     assert len(youmu.PageIndex(path)) == 10
     return path
 
@@ -84,7 +84,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def absurd(tmp_path_factory: pytest.TempPathFactory, small: Path) -> dict[str, list[str]]:
     big = tmp_path_factory.mktemp("big") / "big.parquet"
     # one page of 1 MiB: reading it a million times is a terabyte
-    pq.write_table(pa.table({"s": ["x" * (1 << 20)]}), big)
+    write_columns(big, {"s": ["x" * (1 << 20)]})
     return outcomes(CASES_PRELUDE + f"""
 small = youmu.PageIndex({str(small)!r}); big = youmu.PageIndex({str(big)!r})
 virtual = np.broadcast_to(np.int64(0), (10**12,))   # 10^12 ids in 8 bytes of memory
@@ -167,7 +167,7 @@ def test_a_malformed_embedded_arrow_schema_is_a_corrupt_file_without_a_backtrace
     # one character at a time through the base64 of the ARROW:schema key: arrow-ipc
     # panics on some of these messages ("called `Option::unwrap()` on a `None` value")
     good = tmp_path / "good.parquet"
-    pq.write_table(pa.table({"a": pa.array([1, 2, 3], pa.int64())}), good)
+    write_ids(good, 3, start=1, column="a")
     r = run_isolated(f"""
         import json, pyarrow.parquet as pq, youmu
         data = open({str(good)!r}, "rb").read()
@@ -220,6 +220,7 @@ def _single_page_token_file(path: Path, **kwargs: object) -> tuple[bytes, int, i
     """A token file of one uncompressed v1 data page; returns the bytes, the page's
     offset and the length of its header + levels (where a flipped bit is a level)."""
     table = tokens(200, lo=1, hi=12)
+    # written here: these writer settings put the bytes to flip where this test finds them
     pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False,
                    write_page_index=True, data_page_size=1 << 20, **kwargs)
     data = path.read_bytes()
@@ -334,7 +335,7 @@ def far_future(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("int96") / "far.parquet"
     ts = pa.array([dt.datetime(2000, 1, 1), dt.datetime(2300, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59)],
                   pa.timestamp("us"))
-    # as Spark writes: INT96, no Arrow schema recording a unit
+    # as Spark writes: INT96, no Arrow schema recording a unit (the writer options under test)
     pq.write_table(pa.table({"ts": ts}), path, use_deprecated_int96_timestamps=True, store_schema=False)
     return path
 
@@ -480,7 +481,7 @@ def test_save_and_load_paths_of_the_wrong_type_name_the_argument(small: Path, tm
 
 def test_a_duplicated_column_name_is_ambiguous_not_the_first(tmp_path: Path) -> None:
     path = tmp_path / "dup.parquet"
-    pq.write_table(pa.Table.from_arrays([pa.array([1, 2]), pa.array(["x", "y"])], names=["a", "a"]), path)
+    write_table(path, pa.Table.from_arrays([pa.array([1, 2]), pa.array(["x", "y"])], names=["a", "a"]))
     with pytest.raises(Exception, match="Multiple matches"):
         pq.read_table(path, columns=["a"])
     with pytest.raises(youmu.AmbiguousColumnError) as e:
@@ -497,7 +498,7 @@ def test_a_duplicated_column_name_is_ambiguous_not_the_first(tmp_path: Path) -> 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, ValueError])
 def test_a_progress_callback_that_raises_stops_the_build(tmp_path: Path, exc: type[BaseException]) -> None:
     for i in range(40):
-        pq.write_table(pa.table({"a": [i]}), tmp_path / f"{i:02}.parquet")
+        write_ids(tmp_path / f"{i:02}.parquet", 1, start=i, column="a")
     calls = []
 
     def progress(done: int, total: int) -> None:
@@ -569,7 +570,7 @@ def test_inspect_reports_every_column_of_a_wide_file_in_one_pass(tmp_path: Path)
     from youmu.cli import inspect_file
 
     path = tmp_path / "wide.parquet"
-    pq.write_table(pa.table({f"c{i}": np.arange(10, dtype=np.int64) for i in range(2000)}), path)
+    write_columns(path, {f"c{i}": np.arange(10, dtype=np.int64) for i in range(2000)})
     import io
 
     out = io.StringIO()
@@ -585,10 +586,7 @@ N = 120
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> youmu.PageIndex:
     d = tmp_path_factory.mktemp("hostile")
-    ids = np.arange(N)
-    t = pa.table({"input_ids": pa.array([np.full(1 + i % 9, i, np.int32) for i in ids], pa.list_(pa.int32())),
-                  "id": pa.array(ids, pa.int64())})
-    pq.write_table(t, d / "a.parquet", row_group_size=10)
+    write_token_rows(d / "a.parquet", 1 + np.arange(N) % 9, row_group_size=10)
     return youmu.PageIndex(str(d), columns=["input_ids", "id"])
 
 

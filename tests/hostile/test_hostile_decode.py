@@ -46,6 +46,7 @@ def test_flipped_level_bits_of_a_list_page_are_refused_where_pyarrow_refuses(
     every bit of the first data pages' headers and levels flipped in turn."""
     good = tmp_path / "t.parquet"
     table = pa.table({"input_ids": [list(range(i % 37)) for i in range(300)]})
+    # written here: the page version and encodings are what the flipped bits attack
     pq.write_table(table, good, compression="none", use_dictionary=False, data_page_size=512, write_batch_size=64,
                    data_page_version=version, write_page_index=True)
     data = good.read_bytes()
@@ -79,6 +80,7 @@ def test_a_level_above_the_maximum_names_file_column_and_row_group(tmp_path: Pat
     maximum (an RLE run's value) is refused by name, as pyarrow refuses it."""
     path = tmp_path / "n.parquet"
     rows = [None if i % 5 == 0 else [i, None, i + 1] for i in range(40)]
+    # written here: v2 pages, plain and uncompressed, so the level bytes can be found and patched
     pq.write_table(pa.table({"ids": pa.array(rows, pa.list_(pa.int64()))}), path, compression="none",
                    use_dictionary=False, data_page_version="2.0", write_page_index=True)
     data = bytearray(path.read_bytes())
@@ -179,6 +181,7 @@ def two_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     paths = []
     for k in range(2):
         p = d / f"{k}.parquet"
+        # written here: tiny pages with and without an offset index, the layouts a forged index lies about
         pq.write_table(pa.table({"a": np.arange(100 * k, 100 * k + 100, dtype=np.int64),
                                  "ids": [list(range(i % 7)) for i in range(100)]}),
                        p, data_page_size=64, write_batch_size=10, write_page_index=True, row_group_size=50)
@@ -279,6 +282,7 @@ def test_random_bytes_of_a_sealed_index_of_every_column_kind_give_a_typed_error_
                       "ts": pa.array(np.arange(n).astype("datetime64[ms]")),
                       "dict": pa.array([["a", "b", "c"][i % 3] for i in range(n)]).dictionary_encode()})
         paths.append(tmp_path / f"{k}.parquet")
+        # written here: every column kind, with and without a page index, for the forged index to describe
         pq.write_table(t, paths[-1], data_page_size=128, write_batch_size=10, write_page_index=bool(k),
                        row_group_size=60)
     payload = youmu.PageIndex(paths).to_bytes()[:-12]

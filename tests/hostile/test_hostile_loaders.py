@@ -279,11 +279,9 @@ def test_python_dash_m_youmu_runs_the_command_line(tmp_path: Any) -> None:
     import subprocess
     import sys
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from parquet_fixtures import write_columns
 
-    path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"input_ids": [[1, 2], [3]]}), path, write_page_index=True)
+    path = write_columns(tmp_path / "t.parquet", {"input_ids": [[1, 2], [3]]}, write_page_index=True)
     run = subprocess.run([sys.executable, "-m", "youmu", "inspect", str(path)], capture_output=True, text=True,
                          timeout=100)
     assert run.returncode == 0, run.stderr

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns, write_ids, write_table
 
 import youmu
 from youmu.errors import CorruptFileError, InvalidArgumentError, StaleIndexError
@@ -69,9 +69,8 @@ def typed(outcome: tuple[str, str], cls: str, *words: str) -> None:
 def ids_file(path: Path, first: int, n: int = 1000) -> None:
     """One int64 column of `first .. first + n`, laid out so that any `first` of the same
     digit count gives a file of exactly the same size."""
-    pq.write_table(pa.table({"id": np.arange(first, first + n, dtype=np.int64)}), path, use_dictionary=False,
-                   compression="none", write_statistics=False, data_page_size=1024, write_batch_size=100,
-                   write_page_index=True)
+    write_ids(path, n, start=first, use_dictionary=False, compression="none", write_statistics=False,
+              data_page_size=1024, write_batch_size=100, write_page_index=True)
 
 
 # -- a local file changed under a cached handle --------------------------------------
@@ -413,8 +412,8 @@ def test_a_path_argument_that_is_not_utf8_is_refused_naming_it(tmp_path: Path, a
 
 def test_files_differing_only_in_nullability_give_batches_of_the_index_schema(tmp_path: Path) -> None:
     strict = pa.schema([pa.field("id", pa.int64(), nullable=False)])
-    pq.write_table(pa.table({"id": np.arange(5)}, schema=strict), tmp_path / "a.parquet")
-    pq.write_table(pa.table({"id": pa.array([5, None, 7], pa.int64())}), tmp_path / "b.parquet")
+    write_table(tmp_path / "a.parquet", pa.table({"id": np.arange(5)}, schema=strict))
+    write_columns(tmp_path / "b.parquet", {"id": pa.array([5, None, 7], pa.int64())})
     idx = youmu.PageIndex(tmp_path)
     assert idx.schema.field("id").nullable
     batches = idx.read_pages(range(len(idx)))
@@ -438,7 +437,7 @@ def test_a_page_prefetch_taken_twice_is_a_prefetch_error_naming_its_call(tmp_pat
     from youmu.errors import PrefetchError
 
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"x": np.arange(4000, dtype=np.int64)}), path, data_page_size=1024)
+    write_ids(path, 4000, column="x", data_page_size=1024)
     idx = youmu.PageIndex(path)
     for pending, call in ((idx.prefetch(np.arange(len(idx))), "PageIndex.prefetch"),
                           (idx.prefetch_window(np.arange(len(idx))), "PageIndex.prefetch_window")):

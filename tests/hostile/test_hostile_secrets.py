@@ -28,10 +28,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_ids
 from s3util import S3  # noqa: E402
 
 import youmu
@@ -45,9 +43,8 @@ SIGNATURE = "c2lnbmF0dXJlLXNlY3JldA"
 
 
 def parquet_bytes(tmp_path: Path, n: int = 300) -> bytes:
-    t = pa.table({"id": pa.array(np.arange(n), pa.int64())})
-    path = tmp_path / "t.parquet"
-    pq.write_table(t, path, data_page_size=256, write_batch_size=32, write_page_index=True, compression="none")
+    path = write_ids(tmp_path / "t.parquet", n, data_page_size=256, write_batch_size=32, write_page_index=True,
+                     compression="none")
     return path.read_bytes()
 
 
@@ -394,7 +391,7 @@ def _run(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.Comp
     ("YOUMU_HTTP_TIMEOUT", "soon"), ("YOUMU_HTTP_NO_SUCH_KEY", "1"),
 ])
 def test_a_malformed_youmu_variable_is_an_error_naming_it(var: str, value: str, tmp_path: Path) -> None:
-    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "a.parquet")
+    write_ids(tmp_path / "a.parquet", 2, start=1, column="x")
     code = f"""
         import youmu
         try:
@@ -410,7 +407,7 @@ def test_a_malformed_youmu_variable_is_an_error_naming_it(var: str, value: str, 
 
 
 def test_valid_youmu_variables_are_accepted(tmp_path: Path) -> None:
-    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "a.parquet")
+    write_ids(tmp_path / "a.parquet", 2, start=1, column="x")
     done = _run(f"import youmu; print(youmu.PageIndex({str(tmp_path / 'a.parquet')!r}).num_rows)",
                 {"YOUMU_MMAP_THRESHOLD": "262144", "YOUMU_FAST_DECODE": "0", "YOUMU_HTTP_TIMEOUT": "30s"})
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr

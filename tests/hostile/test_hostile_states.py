@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
+from parquet_fixtures import write_columns, write_table
 from torch.utils.data import DataLoader
 from where import SUPPORT
 
@@ -57,7 +57,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = {}
     for name, start in (("a", 0), ("b", 1000)):
         path = d / f"{name}.parquet"
-        pq.write_table(tokens_table(400, start), path, row_group_size=20)
+        write_table(path, tokens_table(400, start), row_group_size=20)
         out[name] = str(path)
     (d / "moved").mkdir()
     out["a_moved"] = shutil.copy(out["a"], d / "moved" / "a.parquet")
@@ -323,8 +323,7 @@ def test_a_forged_ray_planner_chain_is_refused_naming_the_field() -> None:
 # ----------------------------------------------------------------------------------------
 def _write(tmp_path: Path, table: pa.Table) -> str:
     path = tmp_path / "t.parquet"
-    pq.write_table(table, path, row_group_size=10)
-    return str(path)
+    return str(write_table(path, table, row_group_size=10))
 
 
 def test_pack_refuses_a_float_token_column_at_construction(tmp_path) -> None:
@@ -456,7 +455,7 @@ def test_readme_quickstart_checkpoints_through_the_loader_and_resumes_the_tail(t
     data.mkdir()
     for k in range(3):  # ~180,000 tokens: 11 batches of 8 x 2048
         ids = [[(i + j) % 50_000 for j in range(100 + i % 200)] for i in range(300 * k, 300 * k + 300)]
-        pq.write_table(pa.table({"input_ids": ids}), data / f"part{k}.parquet", row_group_size=1)
+        write_columns(data / f"part{k}.parquet", {"input_ids": ids}, row_group_size=1)
     monkeypatch.chdir(tmp_path)
 
     def run_setup() -> dict[str, Any]:

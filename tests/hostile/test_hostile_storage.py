@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns
 from s3util import S3  # noqa: E402
 
 import youmu
@@ -45,9 +45,9 @@ def io_settings() -> Iterator[None]:
 
 def parquet_bytes(tmp_path: Path, n: int = 600, seed: int = 0) -> bytes:
     rng = np.random.default_rng(seed)
-    t = pa.table({"id": pa.array(np.arange(n), pa.int64()), "x": pa.array(rng.integers(0, 1 << 40, n), pa.int64())})
-    path = tmp_path / f"t{seed}.parquet"
-    pq.write_table(t, path, data_page_size=512, write_batch_size=64, write_page_index=True, compression="none")
+    path = write_columns(tmp_path / f"t{seed}.parquet",
+                         {"id": pa.array(np.arange(n), pa.int64()), "x": pa.array(rng.integers(0, 1 << 40, n), pa.int64())},
+                         data_page_size=512, write_batch_size=64, write_page_index=True, compression="none")
     return path.read_bytes()
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns
 from textutil import (
     CHATML,
     CHATML_PUBLISHED,
@@ -64,7 +64,7 @@ def test_a_null_text_is_located_in_a_shuffled_stream(tmp_path: Path) -> None:
 @pytest.mark.parametrize("values, typ", [([1, 2], pa.int64()), ([b"a", b"b"], pa.binary()),
                                          ([["a"], ["b"]], pa.list_(pa.string()))])
 def test_a_text_column_that_is_not_strings_is_refused(tmp_path: Path, values, typ) -> None:
-    pq.write_table(pa.table({"text": pa.array(values, type=typ)}), tmp_path / "t.parquet")
+    write_columns(tmp_path / "t.parquet", {"text": pa.array(values, type=typ)})
     for transform in (Tokenize(bpe_tokenizer()), Tokenize(bpe_tokenizer(), on_error="skip")):
         err = _first_error(YoumuDataset(tmp_path / "t.parquet", transform=transform))
         assert err.column == "text" and "not strings" in str(err)  # a wrong column: no policy skips it

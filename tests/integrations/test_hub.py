@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hubserver import HubServer  # noqa: E402
+from parquet_fixtures import parquet_bytes as to_parquet
 
 import youmu
 
@@ -35,9 +36,7 @@ OTHER_TOKEN = "hf_SomeoneElsesToken9876543210"
 
 
 def parquet_bytes(table: pa.Table, row_group_size: int = 50) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf, row_group_size=row_group_size, data_page_size=1024, write_page_index=True)
-    return buf.getvalue()
+    return to_parquet(table, row_group_size=row_group_size, data_page_size=1024, write_page_index=True)
 
 
 def shard(first: int, n: int = 120) -> pa.Table:
@@ -294,9 +293,7 @@ def test_a_state_follows_the_files_content_not_the_commit_or_where_they_are_serv
     from youmu.torch import YoumuDataset
 
     def fixed_size(ids: np.ndarray) -> bytes:  # plain, uncompressed, no statistics: the size ignores values
-        buf = io.BytesIO()
-        pq.write_table(pa.table({"id": ids}), buf, use_dictionary=False, compression="none", write_statistics=False)
-        return buf.getvalue()
+        return to_parquet(pa.table({"id": ids}), use_dictionary=False, compression="none", write_statistics=False)
 
     def stream(where: str | Path) -> YoumuDataset:
         return YoumuDataset(str(where), columns=["id"], shuffle="none")
@@ -694,9 +691,8 @@ def test_a_chat_dataset_on_the_hub_is_templated_as_the_tokenizer_would(hub: HubS
     from youmu.torch import YoumuDataset
 
     convs = ultrachat(24, seed=3)
-    buf = io.BytesIO()
-    pq.write_table(pa.table({"id": list(range(24)), "messages": convs}), buf, row_group_size=8)
-    hub.commit("org/chat", {"data/train-0.parquet": buf.getvalue()})
+    hub.commit("org/chat", {"data/train-0.parquet": to_parquet(pa.table({"id": list(range(24)), "messages": convs}),
+                                                                row_group_size=8)})
     tok = chat_tokenizer()
     ds = YoumuDataset("hf://datasets/org/chat/data", shuffle="none", output="python",
                       transform=ChatTemplate(tok))

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns, write_ids, write_table
 from s3util import S3, Fault, object_key  # noqa: E402
 
 import youmu
@@ -72,6 +73,7 @@ def corpus(s3: S3, tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("corpus")
     for i, (name, settings) in enumerate(sorted(CORPUS.items())):
         path = d / f"{name}.parquet"
+        # written here: the writer settings (CORPUS) are what this corpus varies
         pq.write_table(table(700, seed=i, start=i * 700), path, data_page_size=1024, row_group_size=300, **settings)
         s3.put_file(f"corpus/{path.name}", path)
     return d
@@ -153,6 +155,7 @@ def test_a_page_is_one_get_and_coalescing_merges_neighbours(s3: S3, corpus: Path
 def test_a_dictionary_page_is_fetched_once(s3: S3, tmp_path: Path) -> None:
     path = tmp_path / "dict.parquet"
     t = pa.table({"label": [f"class-{i % 7}-{'z' * (i % 3)}" for i in range(4000)]})
+    # written here: one dictionary page before many small data pages is the layout under test
     pq.write_table(t, path, row_group_size=4000, data_page_size=256, write_batch_size=200, write_page_index=True)
     s3.put_file("dict/a.parquet", path)
     idx = youmu.PageIndex(s3.url("dict/a.parquet"), storage_options=s3.options())
@@ -406,6 +409,7 @@ def test_inspect_reads_each_object_once_for_every_column(
 def test_a_flipped_bit_in_a_checksummed_page_is_refused_over_s3(s3: S3, tmp_path: Path) -> None:
     good = tmp_path / "crc.parquet"
     t = pa.table({"input_ids": pa.array([np.arange(k, dtype=np.int32) for k in range(1, 200)], pa.list_(pa.int32()))})
+    # written here: page checksums (a writer option) are what is tested
     pq.write_table(t, good, compression="none", use_dictionary=False, write_page_index=True,
                    write_page_checksum=True, data_page_size=1 << 20)
     data = bytearray(good.read_bytes())
@@ -424,13 +428,13 @@ def test_a_flipped_bit_in_a_checksummed_page_is_refused_over_s3(s3: S3, tmp_path
 
 def test_ambiguous_columns_and_malformed_arrow_schemas_over_s3(s3: S3, tmp_path: Path) -> None:
     dup = tmp_path / "dup.parquet"
-    pq.write_table(pa.Table.from_arrays([pa.array([1, 2]), pa.array(["x", "y"])], names=["a", "a"]), dup)
+    write_table(dup, pa.Table.from_arrays([pa.array([1, 2]), pa.array(["x", "y"])], names=["a", "a"]))
     s3.put_file("hostile/dup.parquet", dup)
     with pytest.raises(youmu.AmbiguousColumnError, match="2 top-level columns"):
         youmu.PageIndex(s3.url("hostile/dup.parquet"), columns=["a"], storage_options=s3.options())
     # a mutation of the embedded Arrow schema that arrow-ipc cannot decode (found locally)
     good = tmp_path / "good.parquet"
-    pq.write_table(pa.table({"a": pa.array([1, 2, 3], pa.int64())}), good)
+    write_ids(good, 3, start=1, column="a")
     data = good.read_bytes()
     pos = data.find(pq.read_metadata(good).metadata[b"ARROW:schema"])
     bad = tmp_path / "bad.parquet"
@@ -461,7 +465,7 @@ def test_ambiguous_columns_and_malformed_arrow_schemas_over_s3(s3: S3, tmp_path:
 
 def test_remote_reads_that_cannot_fit_are_refused_before_any_get(s3: S3, tmp_path: Path) -> None:
     big = tmp_path / "big.parquet"
-    pq.write_table(pa.table({"s": ["x" * (1 << 20)]}), big)  # one page of 1 MiB
+    write_columns(big, {"s": ["x" * (1 << 20)]})  # one page of 1 MiB
     s3.put_file("hostile/big.parquet", big)
     idx = youmu.PageIndex(s3.url("hostile/big.parquet"), storage_options=s3.options())
     s3.proxy.reset()
@@ -478,6 +482,7 @@ def test_int96_units_and_the_checksummed_index_format_over_s3(s3: S3, tmp_path: 
 
     path = tmp_path / "far.parquet"
     ts = pa.array([dt.datetime(2000, 1, 1), dt.datetime(2300, 1, 1)], pa.timestamp("us"))
+    # written here: INT96 without an Arrow schema (writer options) is what is tested
     pq.write_table(pa.table({"ts": ts}), path, use_deprecated_int96_timestamps=True, store_schema=False)
     s3.put_file("int96/far.parquet", path)
     url = s3.url("int96/far.parquet")

@@ -9,16 +9,14 @@ One small Ray cluster (a head node) serves the module: its start is the expensiv
 
 from __future__ import annotations
 
-import io
 import re
 import sys
 from collections import Counter
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import flat_png, write_image_rows
 
 ray = pytest.importorskip("ray", reason="youmu.ray needs Ray: pip install 'youmu[ray]'")
 pytest.importorskip("transformers")
@@ -34,7 +32,6 @@ pytestmark = pytest.mark.slow
 
 WORLD = 2
 BAD = {0, 5, 6, 13, 20, 21, 22, 31}  # rows whose image does not decode (the first, runs across pages)
-IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
 
 class Tagged(VisionTransform):
@@ -60,23 +57,13 @@ def cluster() -> Any:
     c.shutdown()
 
 
-def _png(i: int) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.full((20, 20 + i, 3), i, np.uint8)).save(buf, "PNG")
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("ray-transforms")
     texts = [textutil.CORPUS[i % 5] + f" {i}" for i in range(40)]
     textutil.write_texts(tmp / "texts.parquet", texts, row_group_size=4, id=list(range(40)))
     textutil.write_chats(tmp / "chats.parquet", textutil.ultrachat(40), row_group_size=4)
-    images = [{"bytes": b"not an image" if i in BAD else _png(i), "path": f"{i}.png"} for i in range(36)]
-    pq.write_table(pa.table({"id": list(range(36)), "image": pa.array(images, IMAGE),
-                             "caption": [f"row {i}" for i in range(36)]}), tmp / "images.parquet", row_group_size=4)
+    write_image_rows(tmp / "images.parquet", [flat_png(i, 20, 20) for i in range(36)], bad=BAD, row_group_size=4)
     return {k: str(tmp / f"{k}.parquet") for k in ("texts", "chats", "images")}
 
 

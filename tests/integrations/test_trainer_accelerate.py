@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 from batching_mp import run_world
+from parquet_fixtures import write_columns
 from trainers_mp import (
     VOCAB,
     N,
@@ -86,8 +85,8 @@ def accelerate_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     path = f"{tmp}/rows.parquet"
     if rank == 0:
         rows = dataset()
-        pq.write_table(pa.table({"id": [r["id"] for r in rows], "input_ids": [r["input_ids"].tolist() for r in rows]}),
-                       path, data_page_size=64, write_page_index=True, row_group_size=16)
+        write_columns(path, {"id": [r["id"] for r in rows], "input_ids": [r["input_ids"].tolist() for r in rows]},
+                      data_page_size=64, write_page_index=True, row_group_size=16)
     dist.barrier()
     res: dict[str, Any] = {}
     # (a) Parquet rows (the first epoch of the uninterrupted run below); packed sequences

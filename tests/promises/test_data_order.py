@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns
 from s3util import S3  # noqa: E402
 
 import youmu
@@ -47,10 +47,8 @@ SEED = 11
 def _write(path: Path, first: int, n: int) -> None:
     rng = np.random.default_rng(first)
     toks = [rng.integers(0, 30_000, 64).astype(np.int32) for _ in range(n)]
-    table = pa.table({"id": pa.array(np.arange(first, first + n), pa.int64()),
-                      "input_ids": pa.array(toks, pa.list_(pa.int32()))})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, row_group_size=ROWS_PER_PAGE)
+    write_columns(path, {"id": pa.array(np.arange(first, first + n), pa.int64()),
+                         "input_ids": pa.array(toks, pa.list_(pa.int32()))}, row_group_size=ROWS_PER_PAGE)
 
 
 @pytest.fixture(scope="module")

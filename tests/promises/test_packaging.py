@@ -20,12 +20,14 @@ def test_core_streams_and_pure_layers_do_not_import_torch() -> None:
 def test_the_parquet_stream_reads_and_resumes_without_torch(tmp_path) -> None:
     """The stream core and the Parquet stream (what a Ray source loader serves) read
     rows by pass, by window and by position, and resume, without importing torch."""
+    from parquet_fixtures import write_ids
+
+    path = write_ids(tmp_path / "t.parquet", 40, column="x", row_group_size=4)
     code = (
-        "import sys, pyarrow as pa, pyarrow.parquet as pq\n"
+        "import sys\n"
         "from youmu.streams.parquet import ParquetStream\n"
         "from youmu.order.resume import Level\n"
-        f"path = {str(tmp_path / 't.parquet')!r}\n"
-        "pq.write_table(pa.table({'x': list(range(40))}), path, row_group_size=4)\n"
+        f"path = {str(path)!r}\n"
         "s = ParquetStream(path, rank=0, world_size=2, buffer_size=8, seed=1, output='numpy')\n"
         "rows = [int(r['x']) for r in s]\n"
         "assert len(rows) == len(s) > 0 and [int(r['x']) for _, w in s.iter_windows() for _, r in w] == rows\n"
@@ -111,8 +113,7 @@ def test_map_and_pack_streams_run_where_torch_cannot_be_imported(tmp_path) -> No
     arrays, with the same states."""
     import json
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from parquet_fixtures import write_columns
 
     from youmu.mixture import MixtureDataset
     from youmu.ray.source import Source
@@ -123,8 +124,7 @@ def test_map_and_pack_streams_run_where_torch_cannot_be_imported(tmp_path) -> No
     path = str(tmp_path / "t.parquet")
     lengths = [3, 9, 1, 6, 4, 2, 7, 5, 8, 3, 2, 6]
     tokens = [list(range(10 * i + 1, 10 * i + 1 + n)) for i, n in enumerate(lengths)]
-    pq.write_table(pa.table({"input_ids": tokens, "labels": [[-100] + t[1:] for t in tokens]}), path,
-                   row_group_size=3)
+    write_columns(path, {"input_ids": tokens, "labels": [[-100] + t[1:] for t in tokens]}, row_group_size=3)
     got = subprocess.run([sys.executable, "-c", _NO_TORCH_MAP_AND_PACK, path], check=True, capture_output=True,
                          text=True)
     out = json.loads(got.stdout.strip().splitlines()[-1])

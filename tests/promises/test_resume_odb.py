@@ -238,13 +238,12 @@ def test_elastic_chain_map_style_with_workers():
 
 @pytest.fixture(scope="module")
 def parquet_ids(tmp_path_factory):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("pyarrow")
+    from parquet_fixtures import write_columns
+
     path = tmp_path_factory.mktemp("odb") / "rows.parquet"
-    n = len(LENGTHS)
-    toks = token_counts(LENGTHS)
-    pq.write_table(pa.table({"id": np.arange(n, dtype=np.int64), "len": np.asarray(LENGTHS, dtype=np.int64),
-                             "tok": np.asarray(toks, dtype=np.int64)}), path, row_group_size=9)
+    write_columns(path, {"id": np.arange(len(LENGTHS), dtype=np.int64), "len": np.asarray(LENGTHS, dtype=np.int64),
+                         "tok": np.asarray(token_counts(LENGTHS), dtype=np.int64)}, row_group_size=9)
     return str(path)
 
 

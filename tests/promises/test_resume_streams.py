@@ -21,8 +21,8 @@ from youmu.errors import StateError
 from youmu.mixture import MixtureDataset
 from youmu.torch import MapStream, YoumuDataset, pack
 
-pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
+from parquet_fixtures import write_ids, write_unique_tokens  # noqa: E402
 
 ROWS = (97, 64, 41)  # three files, row groups of 7 (one page each)
 
@@ -33,11 +33,9 @@ def corpus(tmp_path_factory) -> str:
     rng = np.random.RandomState(3)
     first = 0
     for i, n in enumerate(ROWS):
-        ids = np.arange(first, first + n, dtype=np.int64)
         # token t of row r is r * 1000 + t: every token of the corpus is unique
-        toks = [[int(r) * 1000 + t for t in range(rng.randint(0, 9))] for r in ids]
-        pq.write_table(pa.table({"id": ids, "input_ids": pa.array(toks, pa.list_(pa.int64()))}),
-                       Path(root) / f"part-{i}.parquet", row_group_size=7)
+        write_unique_tokens(Path(root) / f"part-{i}.parquet", np.arange(first, first + n),
+                            [rng.randint(0, 9) for _ in range(n)], row_group_size=7)
         first += n
     return str(root)
 
@@ -265,7 +263,7 @@ def test_bad_merges_name_the_problem(corpus, tmp_path):
     with pytest.raises(StateError, match="'shuffle'"):
         youmu.merge_states([states[0], _rank_states(corpus, shuffle="row")[1]])
     other = tmp_path / "other.parquet"
-    pq.write_table(pa.table({"id": np.arange(50, dtype=np.int64)}), other, row_group_size=7)
+    write_ids(other, 50, row_group_size=7)
     foreign = YoumuDataset(str(other), columns=["id"], buffer_size=20, rank=1, world_size=2, output="python")
     with pytest.raises(StateError, match="'data'"):
         youmu.merge_states([states[0], foreign.state_dict()])

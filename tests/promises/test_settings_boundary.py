@@ -16,9 +16,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns, write_ids
 
 from youmu.batching import DynamicBatchLoader
 from youmu.batching.config import LoaderConfig
@@ -73,7 +72,7 @@ def test_a_bad_plan_setting_is_refused_alike_by_every_entry_point(tmp_path, sett
     if ray_loaders and setting in inspect.signature(ray_loaders[0].__init__).parameters:
         # refused before any actor starts: no Ray cluster needed
         path = str(tmp_path / "t.parquet")
-        pq.write_table(pa.table({"input_ids": [[1, 2]] * 8}), path)
+        write_columns(path, {"input_ids": [[1, 2]] * 8})
         assert _refusal(lambda: ray_loaders[0](path, world_size=1, **given)) == at_boundary
 
 
@@ -92,7 +91,7 @@ BAD_STREAM = [
 @pytest.mark.parametrize(("setting", "bad"), BAD_STREAM, ids=lambda v: repr(v))
 def test_a_bad_stream_setting_is_refused_alike_by_every_entry_point(tmp_path, setting: str, bad: Any) -> None:
     path = str(tmp_path / "t.parquet")
-    pq.write_table(pa.table({"x": list(range(8))}), path, row_group_size=2)
+    write_ids(path, 8, column="x", row_group_size=2)
     at_boundary = _refusal(lambda: StreamSpec(**{setting: bad}))
     assert _refusal(lambda: ParquetStream(path, rank=0, world_size=1, **{setting: bad})) == at_boundary
     from youmu.torch import YoumuDataset
@@ -202,7 +201,7 @@ STREAM_RULED = {"shuffle", "buffer_size", "seed", "transform", "drop_last", "out
 @pytest.mark.parametrize("adapter", ["ParquetStream", "YoumuDataset"])
 def test_building_a_parquet_stream_checks_each_setting_once(tmp_path, checks, adapter: str) -> None:
     path = str(tmp_path / "t.parquet")
-    pq.write_table(pa.table({"x": list(range(64))}), path, row_group_size=4)
+    write_ids(path, 64, column="x", row_group_size=4)
     if adapter == "YoumuDataset":
         from youmu.torch import YoumuDataset as build
     else:
@@ -252,7 +251,7 @@ def test_the_inner_objects_a_boundary_builds_still_refuse_bad_input_given_direct
     from youmu.streams.rowstream import RowStream, window_layout
 
     path = str(tmp_path / "t.parquet")
-    pq.write_table(pa.table({"x": list(range(16))}), path, row_group_size=4)
+    write_ids(path, 16, column="x", row_group_size=4)
     index = youmu.PageIndex(path)
     rows = np.array([4, 4, 4, 4])
     refused = [

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns
 from where import SUPPORT
 
 import youmu
@@ -38,8 +38,8 @@ FREEZE = os.environ.get("YOUMU_FREEZE_STATES") == "1"
 # -- the objects the states were saved by ---------------------------------------------------------
 def _parquet(tmp: Path) -> str:
     path = tmp / "rows.parquet"
-    table = pa.table({"id": pa.array(range(60), pa.int64()), "n": pa.array([i % 7 for i in range(60)], pa.int32())})
-    pq.write_table(table, path, row_group_size=10)
+    write_columns(path, {"id": pa.array(range(60), pa.int64()), "n": pa.array([i % 7 for i in range(60)], pa.int32())},
+                  row_group_size=10)
     return str(path)
 
 

@@ -122,6 +122,7 @@ class Report:
 
 def _write(table: pa.Table, path: Path, write: tuple) -> None:
     version, codec, crc, page_index, dictionary = write
+    # written here: the writer settings are what the fuzzer varies
     pq.write_table(table, path, data_page_version=version, compression=codec, write_page_checksum=crc,
                    write_page_index=page_index, use_dictionary=dictionary, data_page_size=512,
                    write_batch_size=64, dictionary_pagesize_limit=4096)

@@ -82,6 +82,7 @@ def _write_source(directory: Path, files: list[tuple[str, int, int]], first_id: 
             "id": pa.array(np.arange(next_id, next_id + n, dtype=np.int64)),
             "input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(tokens, pa.int32())),
         })
+        # written here, every writer option spelled out: the golden streams pin this exact layout
         pq.write_table(
             table, directory / name, row_group_size=rg, data_page_size=64 << 20, write_page_index=False,
             use_dictionary=False, compression="none", write_statistics=False, data_page_version="1.0",

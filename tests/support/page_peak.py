@@ -32,6 +32,7 @@ def write(path: Path, images: int, image_bytes: int, pages: int, compression: st
     n = images * pages
     blobs = [rng.integers(0, 256, size=image_bytes, dtype=np.uint8).tobytes() for _ in range(n)]
     table = pa.table({"id": pa.array(range(n), pa.int64()), "image": pa.array(blobs, pa.binary())})
+    # written here: one page per row group and the codec are the layout whose peak is measured
     pq.write_table(table, path, row_group_size=images, data_page_size=1 << 40, use_dictionary=False,
                    compression=compression, write_page_index=True)
     md = pq.ParquetFile(path).metadata

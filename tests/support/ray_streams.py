@@ -29,17 +29,17 @@ def write_sources(directory: Path) -> dict[str, str]:
     """Three sources of token rows with a global ``id``; a tenth of the rows long, so
     capacity defers some; 50-row row groups of several small pages each."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    from parquet_fixtures import write_columns
 
     directory.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, n, seed in SOURCES:
         rng = np.random.default_rng(seed)
         lens = np.where(rng.random(n) < 0.1, rng.integers(200, 300, n), rng.integers(5, 80, n))
-        table = pa.table({"id": np.arange(n, dtype=np.int64) + seed * 100_000,
-                          "input_ids": pa.array([list(range(int(k))) for k in lens], pa.list_(pa.int32()))})
-        path = directory / f"{name}.parquet"
-        pq.write_table(table, path, row_group_size=50, data_page_size=2048, write_page_index=True)
+        path = write_columns(directory / f"{name}.parquet",
+                             {"id": np.arange(n, dtype=np.int64) + seed * 100_000,
+                              "input_ids": pa.array([list(range(int(k))) for k in lens], pa.list_(pa.int32()))},
+                             row_group_size=50, data_page_size=2048, write_page_index=True)
         out[name] = str(path)
     return out
 

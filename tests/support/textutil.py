@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+from parquet_fixtures import write_table
 
 # one tokenizer recipe, the examples' (the SFT demo trains the same kind on its data)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -51,17 +51,14 @@ def chat_tokenizer(template: str = CHATML) -> Any:
 
 def write_texts(path: Path, texts: list[Any], row_group_size: int = 16, **extra: list[Any]) -> Path:
     """``texts`` as a Parquet ``text`` column (plus ``extra`` columns)."""
-    pq.write_table(pa.table({"text": pa.array(texts, type=pa.string()), **extra}), path,
-                   row_group_size=row_group_size)
-    return path
+    return write_table(path, pa.table({"text": pa.array(texts, type=pa.string()), **extra}), row_group_size=row_group_size)
 
 
 def write_chats(path: Path, conversations: list[Any], column: str = "messages", row_group_size: int = 8) -> Path:
     """Conversations as a Parquet ``list<struct<...>>`` column (the fields of the first
     message: role/content for UltraChat, from/value for ShareGPT) plus an ``id``."""
-    pq.write_table(pa.table({"id": list(range(len(conversations))), column: conversations}), path,
-                   row_group_size=row_group_size)
-    return path
+    return write_table(path, pa.table({"id": list(range(len(conversations))), column: conversations}),
+                       row_group_size=row_group_size)
 
 
 def ultrachat(n: int, seed: int = 0) -> list[list[dict[str, str]]]:

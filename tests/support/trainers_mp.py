@@ -81,13 +81,10 @@ def reference_grad(batches: list[dict[str, torch.Tensor]], seed: int = 0) -> lis
 def write_corpus(path: str, rows: int, first: int = 0) -> None:
     """A Parquet corpus of ``rows`` rows ``id``, ``input_ids`` whose token ``t`` of row
     ``r`` is ``r * 1000 + t`` (every token unique), in pages of a few rows."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from parquet_fixtures import write_unique_tokens
 
-    ids = list(range(first, first + rows))
-    toks = [[r * 1000 + t for t in range(1 + r % 7)] for r in ids]
-    pq.write_table(pa.table({"id": ids, "input_ids": pa.array(toks, pa.list_(pa.int64()))}), path,
-                   data_page_size=64, write_page_index=True, row_group_size=8)
+    ids = range(first, first + rows)
+    write_unique_tokens(path, ids, [1 + r % 7 for r in ids], data_page_size=64, write_page_index=True, row_group_size=8)
 
 
 def torchrun_env(rank: int, world: int) -> None:

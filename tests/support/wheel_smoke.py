@@ -26,6 +26,7 @@ for name in ("py.typed", "_core.pyi"):
 
 with tempfile.TemporaryDirectory() as d:
     path = Path(d) / "t.parquet"
+    # written here: this script runs outside the tree, where tests/support is not importable
     pq.write_table(pa.table({"input_ids": [[i, i + 1] for i in range(100)]}), path, row_group_size=25)
     idx = youmu.PageIndex(str(path))
     assert idx.num_rows == 100 and len(idx) >= 4

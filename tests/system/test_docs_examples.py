@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from parquet_fixtures import write_columns
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -86,8 +86,8 @@ def _tokens(path: Path, rows: int, seed: int, files: int = 1) -> None:
     for f in range(files):
         lengths = np.clip(rng.lognormal(3.6, 0.8, rows // files).astype(int), 4, 400)
         ids = [rng.integers(1, VOCAB, n, dtype=np.int32) for n in lengths]
-        pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32()))}), path / f"part-{f}.parquet",
-                       data_page_size=4 << 10, row_group_size=256, write_page_index=True)
+        write_columns(path / f"part-{f}.parquet", {"input_ids": pa.array(ids, pa.list_(pa.int32()))},
+                      data_page_size=4 << 10, row_group_size=256, write_page_index=True)
 
 
 def _images(path: Path, rows: int) -> None:
@@ -103,8 +103,8 @@ def _images(path: Path, rows: int) -> None:
         images.append({"bytes": buf.getvalue(), "path": f"img{i}.png"})
         convs.append([{"from": "human", "value": "<image>\nWhat is in the picture?"},
                       {"from": "gpt", "value": "Noise, " * int(rng.integers(1, 8))}])
-    pq.write_table(pa.table({"image": images, "conversations": convs}), path / "part-0.parquet",
-                   row_group_size=16, data_page_size=64 << 10, write_page_index=True)
+    write_columns(path / "part-0.parquet", {"image": images, "conversations": convs}, row_group_size=16,
+                  data_page_size=64 << 10, write_page_index=True)
 
 
 def write_workspace(root: Path) -> Path:
