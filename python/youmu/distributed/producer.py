@@ -3,21 +3,28 @@ so the consumer's ``next()`` finds items ready.
 
 Used wherever youmu reads ahead of a training loop: the torch ``Prefetcher`` (batches
 received from DataLoader workers while the step runs), ``BalancedLoader`` (steps
-planned ahead) and ``DynamicBatchLoader``'s fetcher (samples drawn ahead of the
-aligner). One implementation of the parts that are easy to get subtly wrong:
+planned ahead), ``DynamicBatchLoader``'s fetcher (samples drawn ahead of the
+aligner) and its aligner (batches aligned across ranks, round by round). One
+implementation of the parts that are easy to get subtly wrong:
 
 * **bounded** — either ``depth`` items queued (the thread holds at most one more
   while it waits to put it), or a shared :class:`Credits` pool: one credit per item
   fetched and not yet consumed, released by the consumer, so the bound can span
   several stages (the fetcher's samples stay counted until the trainer consumes the
-  batch they went into);
+  batch they went into); ``depth=0`` leaves the bound to the source (the aligner's
+  batches are made of samples whose credits the fetcher already holds);
 * **errors travel** — an exception in the source is handed over in order and raised
   by the consumer at the item where it happened, as a
   :class:`~youmu.errors.PrefetchError` naming the thread's loader (``what``) chained
-  from it (a youmu error as it is); the thread never dies silently;
+  from it (a youmu error as it is; :attr:`Producer.failure` keeps it for a consumer
+  that must raise it before the items queued ahead of it); the thread never dies
+  silently;
 * **stoppable** — :meth:`Producer.stop` ends the thread at its next item boundary
   (``on_stop`` then runs on the thread, e.g. to tell peers), and a consumer that
-  leaves its loop stops it;
+  leaves its loop stops it; ``on_end`` runs last however the thread ended (releasing
+  what the source held); a source may yield :data:`END` itself to end the consumer's
+  iteration early while the thread runs on (the aligner serving its peers in join
+  mode's tail; the END after its last item then goes unread);
 * **observable** — :meth:`Producer.stalled_for` says how long the source has been
   blocked (data-stall detection).
 
@@ -98,7 +105,8 @@ class Producer(Generic[T]):
     Args:
         source: called on the thread; returns the iterator to drain (so set-up such as
             starting DataLoader workers also happens off the consumer's thread).
-        depth: queue bound (items ready for the consumer), or
+        depth: queue bound (items ready for the consumer; 0: unbounded, the source
+            bounds itself), or
         credits: a shared :class:`Credits` pool instead (the queue is then unbounded;
             whoever consumes the items' results releases the credits).
         name: the thread's name.
@@ -107,6 +115,8 @@ class Producer(Generic[T]):
             ``state_dict()`` as of that item.
         on_stop: called on the thread when :meth:`stop` ended it before the source
             was exhausted.
+        on_end: called on the thread last, however it ended (exhausted, stopped or
+            failed), after the :data:`END` or failure was queued.
         what: who reads ahead and what, for the :class:`~youmu.errors.PrefetchError` a
             failure of the source is raised as (default: the thread's name).
     """
@@ -120,6 +130,7 @@ class Producer(Generic[T]):
         name: str,
         stamp: Callable[[], Any] | None = None,
         on_stop: Callable[[], None] | None = None,
+        on_end: Callable[[], None] | None = None,
         what: str | None = None,
     ) -> None:
         if (depth is None) == (credits is None):
@@ -128,6 +139,9 @@ class Producer(Generic[T]):
         self._credits = credits
         self._stamp = stamp
         self._on_stop = on_stop
+        self._on_end = on_end
+        #: the source's exception, once it failed (also queued, in order, as a :class:`Failure`)
+        self.failure: BaseException | None = None
         self.what = what or "a read-ahead"
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth or 0)
         self.stop_event = threading.Event()
@@ -190,11 +204,16 @@ class Producer(Generic[T]):
             if self._on_stop is not None:
                 self._on_stop()
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised at its item
+            self.failure = e
             self._put(Failure(e))
         finally:
             self._source_wait_since = None
             it = None  # drops the source's iterator here (shuts DataLoader workers down)
-            gctime.forget(threading.get_ident())
+            try:
+                if self._on_end is not None:
+                    self._on_end()
+            finally:
+                gctime.forget(threading.get_ident())
 
     # -- consumer side ----------------------------------------------------------------------
     def get(self, timeout: float | None = None) -> Any:

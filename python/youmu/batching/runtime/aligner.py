@@ -19,6 +19,11 @@ every rank runs the same settings and epoch and agrees on the counters to start 
 after a resume the aligner first **replays** the rest of the interrupted round exactly
 as it was planned.
 
+The rounds are the source of a :class:`~youmu.distributed.producer.Producer` (thread,
+failure hand-off, end); the aligner adds the channel lease (released ``on_end``), an
+early ``END`` while it serves its peers (join mode's tail), and after a peer's close an
+``END`` with :attr:`Aligner.end_sent` unset (:attr:`Aligner.peer_closed` says why).
+
 Everything the trainer needs crosses over in :attr:`Aligner.out` (batches, IDLE,
 fillers, the end, failures) and :attr:`Aligner.records` (what each emitting round
 emitted, from which a resume state is made); the trainer's progress comes back
@@ -31,7 +36,7 @@ Example (one rank; ``DynamicBatchLoader`` does this, and consumes ``out`` for yo
     >>> cfg = LoaderConfig.build(dict(dataset=[3, 5, 4, 9], token_budget=16, length_fn=lambda s: s,
     ...                               pool_size=4, num_workers=0, shuffle=False), GlooChannel.local())
     >>> a = Aligner(cfg, 0, fresh_state(cfg, 0), None, credits=Credits(cfg.max_outstanding), metrics=BatchingMetrics())
-    >>> a.thread.start()
+    >>> _ = a.producer.start()
     >>> sorted(batch for batch, info in (x for x in iter(a.out.get, END) if x is not IDLE))
     [[3, 4], [5], [9]]
 """
@@ -39,10 +44,10 @@ Example (one rank; ``DynamicBatchLoader`` does this, and consumes ``out`` for yo
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,23 +71,18 @@ from youmu.batching.config import LoaderConfig
 from youmu.batching.runtime.feed import SampleFeed
 from youmu.batching.runtime.handshake import agreed_start, handshake_row
 from youmu.batching.runtime.metrics import BatchingMetrics
-from youmu.distributed.producer import END, Credits, Failure
+from youmu.distributed.producer import END, Credits, Failure, Producer
 from youmu.errors import DataStallError, LoaderError, RankFailedError
 
-__all__ = ["Aligner", "RoundRecord", "Filler", "PEER_CLOSED"]
+__all__ = ["Aligner", "RoundRecord", "Filler"]
+
+#: What a round's code yields (batches, IDLE, fillers, an early END) and returns: how the
+#: logical iteration ended, or None while it goes on.
+_Rounds = Generator[Any, None, "str | None"]
 
 log = logging.getLogger("youmu.batching")
 
 _ROUNDS_LOGGED = 100_000  # rounds_log keeps the most recent ones (heartbeat rounds never stop)
-
-
-class _PeerClosed:
-    def __repr__(self) -> str:
-        return "PEER_CLOSED"
-
-
-#: Where a peer's early close ends this rank's iteration.
-PEER_CLOSED: Any = _PeerClosed()
 
 
 class Filler:
@@ -135,11 +135,16 @@ class Aligner:
         self.resume = resume
         self.credits = credits
         self.metrics = metrics
-        # to the trainer
-        self.out: queue.Queue[Any] = queue.Queue()
+        # to the trainer: the rounds' output, in order, on the producer's queue (unbounded:
+        # every batch is made of samples whose credits the fetcher holds)
+        self.producer: Producer[Any] = Producer(
+            self._source, depth=0, name=f"youmu-aligner-r{config.rank}", on_end=self._release, what="the aligner"
+        )
+        self.thread = self.producer.thread
+        self.out = self.producer.queue
         self.records: deque[RoundRecord] = deque()
         self.records_lock = threading.Lock()
-        self.failure: BaseException | None = None
+        self._leased = False
         self.peer_closed: tuple[tuple[int, ...], int] | None = None  # (ranks, steps they consumed)
         self.end_sent = False
         # from the trainer
@@ -157,7 +162,11 @@ class Aligner:
         self.emitted = 0  # global samples emitted (non-join quota)
         self._last_step = 0
         self._max_groups = initial_max_groups(config.pool_size)
-        self.thread = threading.Thread(target=self.run, name=f"youmu-aligner-r{config.rank}", daemon=True)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The exception that ended the rounds, local or a peer's, once there is one."""
+        return self.producer.failure
 
     # -- what the exit hook needs (youmu.batching.runtime.shutdown.ExitParticipant) ---------------------
     @property
@@ -191,55 +200,48 @@ class Aligner:
         producer.stop_event.set()
         return producer.thread
 
-    # -- the thread -----------------------------------------------------------------------------
-    def run(self) -> None:
-        channel = self.config.channel
+    # -- the producer's source and end ----------------------------------------------------------
+    def _source(self) -> Iterator[Any]:
+        """On the thread: lease the channel, then the rounds' output."""
         wait = self.config.timeout
-        if not channel.lease(wait):
-            self._fail(LoaderError(f"the loader's channel stayed busy for {wait:.0f}s (another iteration on it?)"))
-            return
-        try:
-            self._run_leased()
-        finally:
-            channel.release_lease()
+        if not self.config.channel.lease(wait):
+            raise LoaderError(f"the loader's channel stayed busy for {wait:.0f}s (another iteration on it?)")
+        self._leased = True
+        return self._rounds()
 
-    def _run_leased(self) -> None:
+    def _release(self) -> None:
+        """On the thread, after the end or the failure was queued."""
         try:
-            start = self._handshake()
-            iteration = start["iteration"]
-            resume = self.resume if not start["done"] else None
-            if start["done"]:
-                self._run_done(start)
-            else:
-                while True:
-                    first_step = int(start["step"])
-                    outcome = self._run_iteration(iteration, start, resume)
-                    resume = None
-                    if outcome != "stop":
-                        break
-                    if self._last_step == first_step:
-                        # the same on every rank: chaining again could never reach the quota
-                        raise LoaderError(
-                            "non-join mode: a logical iteration ended before any step (a rank has no data?); "
-                            "use join=True when ranks may hold no samples"
-                        )
-                    iteration += 1
-                    start = dict(start, round=0, step=self._last_step, emitted=self.emitted)
-            if self.peer_closed is not None:
-                self.out.put(PEER_CLOSED)
-            elif self.failure is None and not self.end_sent:
-                self.end_sent = True
-                self.out.put(END)
-        except BaseException as e:  # noqa: BLE001 - every failure reaches the trainer
-            self._fail(e)
-        finally:
             if self.feed is not None:
                 self.feed.stop()
+        finally:
+            if self._leased:
+                self.config.channel.release_lease()
 
-    def _fail(self, exc: BaseException) -> None:
-        if self.failure is None:
-            self.failure = exc
-        self.out.put(Failure(exc))
+    def _rounds(self) -> Iterator[Any]:
+        start = self._handshake()
+        iteration = start["iteration"]
+        resume = self.resume if not start["done"] else None
+        if start["done"]:
+            yield from self._run_done(start)
+        else:
+            while True:
+                first_step = int(start["step"])
+                outcome = yield from self._run_iteration(iteration, start, resume)
+                resume = None
+                if outcome != "stop":
+                    break
+                if self._last_step == first_step:
+                    # the same on every rank: chaining again could never reach the quota
+                    raise LoaderError(
+                        "non-join mode: a logical iteration ended before any step (a rank has no data?); "
+                        "use join=True when ranks may hold no samples"
+                    )
+                iteration += 1
+                start = dict(start, round=0, step=self._last_step, emitted=self.emitted)
+        if self.peer_closed is None:
+            # the producer's END follows; after a peer's close it comes with end_sent unset
+            self.end_sent = True
 
     def _exchange(self, row: list[int]) -> list[list[int]]:
         return self.config.channel.all_gather_rows(row)
@@ -259,28 +261,30 @@ class Aligner:
         )
 
     # -- logical iterations ---------------------------------------------------------------------
-    def _run_done(self, start: dict[str, Any]) -> None:
+    def _run_done(self, start: dict[str, Any]) -> Iterator[Any]:
         """A rank resumed after its data ran out (join mode): serve peers until all finish."""
         self.end_sent = True
-        self.out.put(END)
+        yield END
         proto = self._protocol(start["iteration"], start)
         proto.exhausted = True
-        while self._round(proto) is None:
+        while (yield from self._round(proto)) is None:
             pass
 
-    def _run_iteration(self, iteration: int, start: dict[str, Any], resume: dict[str, Any] | None) -> str:
+    def _run_iteration(
+        self, iteration: int, start: dict[str, Any], resume: dict[str, Any] | None,
+    ) -> _Rounds:
         proto = self._protocol(iteration, start)
         self.emitted = int(start["emitted"])
         self._last_step = proto.step
         self.feed = SampleFeed(self.config, self.epoch, iteration, resume, self.credits)
         if resume is not None:
-            self._replay(proto, resume, iteration)
+            yield from self._replay(proto, resume, iteration)
         while True:
-            outcome = self._round(proto)
+            outcome = yield from self._round(proto)
             if outcome is not None:
                 return outcome
 
-    def _replay(self, proto: RankProtocol, resume: dict[str, Any], iteration: int) -> None:
+    def _replay(self, proto: RankProtocol, resume: dict[str, Any], iteration: int) -> Iterator[Any]:
         """Emit the rest of the round a checkpoint interrupted, exactly as planned."""
         c = self.config
         feed = self._feed()
@@ -299,7 +303,7 @@ class Aligner:
                 workers=feed.workers_state(),
             ))
             for st in steps:
-                self._emit_step(st)
+                yield from self._emit_step(st)
                 if not c.join:
                     self.emitted += st.info.global_num_samples
 
@@ -358,13 +362,14 @@ class Aligner:
                 return [decode_report(r, self._max_groups) for r in rows], nbytes
             self._max_groups = grown
 
-    def _round(self, proto: RankProtocol) -> str | None:
-        """One exchange. Returns an outcome when the logical iteration ends, else None."""
+    def _round(self, proto: RankProtocol) -> _Rounds:
+        """One exchange, yielding its output. Returns an outcome when the logical iteration
+        ends, else None."""
         c = self.config
         local_error: BaseException | None = None
         if not proto.finished:
             local_error = self._fill(proto)
-        self._maybe_local_end(proto)
+        yield from self._maybe_local_end(proto)
         if local_error is not None:
             report = RankReport(0, FAILED)
         elif self.leaving or (self.closing.is_set() and not self.local_end and not self.end_sent):
@@ -407,9 +412,11 @@ class Aligner:
             return "stop"
         if plan.action == "skip":
             return None
-        return self._emit_round(proto, plan, bytes_primary, t0, t1)
+        return (yield from self._emit_round(proto, plan, bytes_primary, t0, t1))
 
-    def _emit_round(self, proto: RankProtocol, plan: RoundPlan, bytes_primary: int, t0: float, t1: float) -> str | None:
+    def _emit_round(
+        self, proto: RankProtocol, plan: RoundPlan, bytes_primary: int, t0: float, t1: float,
+    ) -> _Rounds:
         """Align, collate and queue an ``emit`` round's steps (``t0``-``t1``: the exchange)."""
         c = self.config
         kept = proto.align(plan)
@@ -450,11 +457,11 @@ class Aligner:
             workers=feed.workers_state() if feed is not None else None,
         ))
         for st in steps:
-            self._emit_step(st)
+            yield from self._emit_step(st)
         self._last_step = proto.step
         if quota_hit:
             return "quota"
-        self._maybe_local_end(proto)
+        yield from self._maybe_local_end(proto)
         return None
 
     def _record(self, rec: RoundRecord) -> None:
@@ -462,24 +469,24 @@ class Aligner:
         with self.records_lock:
             self.records.append(rec)
 
-    def _maybe_local_end(self, proto: RankProtocol) -> None:
+    def _maybe_local_end(self, proto: RankProtocol) -> Iterator[Any]:
         """Join mode, ``uneven="stop"``: end the local iteration as soon as this rank has
         nothing left; the aligner keeps serving its peers."""
         c = self.config
         if c.join and c.uneven == "stop" and proto.finished and not self.end_sent:
             self.end_sent = True
-            self.out.put(END)
+            yield END
 
-    def _emit_step(self, st: EmittedStep) -> None:
+    def _emit_step(self, st: EmittedStep) -> Iterator[Any]:
         c = self.config
         if not st.items:
             if c.join and c.uneven == "pad":
-                self.out.put(Filler(replace(st.info, is_padding=True)))
+                yield Filler(replace(st.info, is_padding=True))
             return
         t0 = time.perf_counter()
         samples = [it.sample for it in st.items]
         batch = c.collate_fn(samples) if c.collate_fn is not None else samples
         self.metrics.record_collate(time.perf_counter() - t0)
         for _ in range(len(st.items) - 1):
-            self.out.put(IDLE)
-        self.out.put((batch, st.info))
+            yield IDLE
+        yield batch, st.info

@@ -27,12 +27,11 @@ import queue
 import time
 from typing import Any
 
-from youmu._internal.forksafe import install as forksafe
 from youmu._internal.forksafe import made_here
 from youmu.batching.algo.step_info import IDLE, StepInfo
 from youmu.batching.config import LoaderConfig, stateless_message
 from youmu.batching.payloads import pack_sample
-from youmu.batching.runtime.aligner import PEER_CLOSED, Aligner, Filler, RoundRecord
+from youmu.batching.runtime.aligner import Aligner, Filler, RoundRecord
 from youmu.batching.runtime.metrics import BatchingMetrics
 from youmu.batching.runtime.shutdown import register
 from youmu.batching.state import fresh_state
@@ -90,8 +89,8 @@ class EpochIterator:
     def start(self) -> None:
         self.metrics.start()
         register(self._aligner)
-        forksafe()  # a worker forked while this thread holds a lock must not finalise this epoch
-        self._aligner.thread.start()
+        # fork-safe (Producer.start): a worker forked while the thread holds a lock does not finalise this epoch
+        self._aligner.producer.start()
 
     def _join_limit(self, timeout: float | None) -> float:
         return timeout if timeout is not None else self.config.timeout + 10 * self.config.heartbeat
@@ -167,6 +166,8 @@ class EpochIterator:
                 self.metrics.record_idle(idle)
                 idle = 0
             if x is END:
+                if a.peer_closed is not None and not a.end_sent:  # the end a peer's close made
+                    self._raise_peer_closed()
                 a.local_end = True
                 self._final_state = self._done_state()
                 # the end-of-iteration summary (also loader.metrics.summary())
@@ -174,8 +175,6 @@ class EpochIterator:
                 raise StopIteration
             if isinstance(x, Failure):
                 raise x.exc
-            if x is PEER_CLOSED:
-                self._raise_peer_closed()
             if isinstance(x, Filler):
                 info = x.info
                 if a.peer_closed is not None and info.step >= a.peer_closed[1]:
