@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -300,52 +300,67 @@ class RowStream:
     def __len__(self) -> int:
         return self.plan.total_rows
 
-    # -- reading ----------------------------------------------------------------------
-    def _prefetch(self, i: int):
-        if self.plan.mode.permutes_rows:
-            return _RowChunk(self, i)
-        return self.index.prefetch_window(self.plan.pages_of(i), self.plan.row_order(i))
-
+    # -- reading: one loop, a fetch step and a delivery step ---------------------------
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         # files may differ in nullability; the index's schema is the looser one
         if batch.schema.equals(self.schema):
             return batch
         return pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
 
+    def _fetch(self, i: int, alone: bool, page_bytes: np.ndarray | None) -> _Read | _RowChunk:
+        """Unit ``i``'s read, begun: ``result()`` is its batches in the index's schema.
+        A row-mode chunk is its rows gathered from pages (cached or read); a page window
+        is its pages, shuffled by the Rust threads — or, read ``alone``, in file order
+        (the delivery step takes its rows in the shuffled order)."""
+        plan = self.plan
+        if plan.mode.permutes_rows:
+            return _RowChunk(self, i)
+        pages = plan.pages_of(i)
+        if not alone:
+            return _Read(self, self.index.prefetch_window(pages, plan.row_order(i)))
+        if page_bytes is not None and int(np.sum(page_bytes[pages])) >= BIG_WINDOW_BYTES:
+            release_big_buffers()
+        return _Read(self, self.index.prefetch_window(pages, None))
+
     def iter_tables(self, start: int = 0) -> Iterator[pa.Table]:
         """Yield tables of consecutive stream rows, beginning at position ``start``.
 
         The next ``read_ahead`` windows are read, decoded, concatenated and shuffled by
-        Rust threads while the current one is consumed."""
+        Rust threads while the current one is consumed. At ``read_ahead`` 0 (page and
+        local modes) each window is read when it is consumed and its shuffled rows are
+        taken a slice at a time: the same rows in the same order, with about one window
+        (plus a slice) held."""
         plan = self.plan
         int_arg("start", start, minimum=0)
         if start >= plan.total_rows:
             return
-        if self.read_ahead == 0 and not plan.mode.permutes_rows:
-            yield from self._iter_alone(start)
-            return
         i, offset = plan.window_at(start)
         remaining = plan.total_rows - start
         n = len(plan.window_ids)
+        alone = self.read_ahead == 0 and not plan.mode.permutes_rows
+        page_bytes = None
+        if alone:
+            sizes = getattr(self.index, "page_decoded_bytes", None)
+            page_bytes = sizes() if callable(sizes) else None
         # row mode reads its chunks ahead even at read_ahead 0 (a chunk is its memory unit)
-        pending = deque(self._prefetch(j) for j in range(i, min(i + max(self.read_ahead, 1), n)))
+        depth = 0 if alone else max(self.read_ahead, 1)
+        pending = deque(self._fetch(j, alone, page_bytes) for j in range(i, min(i + depth, n)))
         submitted = i + len(pending)
         while remaining > 0 and i < n:
-            batches = pending.popleft().result()
-            if submitted < n:
-                pending.append(self._prefetch(submitted))
+            # the read is not held past its result (its batches are dropped with the table)
+            batches = (pending.popleft() if pending else self._fetch(i, alone, page_bytes)).result()
+            if depth and submitted < n:
+                pending.append(self._fetch(submitted, alone, page_bytes))
                 submitted += 1
-            table = pa.Table.from_batches([self._conform(b) for b in batches], schema=self.schema)
+            table = pa.Table.from_batches(batches, schema=self.schema)
+            del batches
             # the window's part of this shard: `skip` rows into it (a window shared by two
             # ranks under drop_last), `offset` more where a resume starts
             begin = int(plan.window_skip[i]) + offset
             take = min(remaining, int(plan.window_rows[i]) - offset)
-            if begin or table.num_rows > take:
-                table = table.slice(begin, take)
+            remaining -= yield from self._deliver(table, begin, take, alone, plan.row_order(i) if alone else None)
             offset = 0
-            remaining -= table.num_rows
-            yield table
-            del table, batches  # not held while the next window is awaited
+            del table  # not held while the next window is awaited
             i += 1
 
     #: read_ahead 0: a window's shuffled rows are taken about this fraction at a time ...
@@ -354,34 +369,22 @@ class RowStream:
     #: slice the consumer still holds while the next page is decoded stays small)
     ALONE_SLICE_BYTES = 1 << 20
 
-    def _iter_alone(self, start: int) -> Iterator[pa.Table]:
-        """``read_ahead`` 0: each window read when it is consumed, in file order, and its
-        rows taken in the shuffled order a slice at a time — the same rows in the same
-        order as the read-ahead path, with about one window (plus a slice) held."""
-        plan = self.plan
-        i, offset = plan.window_at(start)
-        remaining = plan.total_rows - start
-        sizes = getattr(self.index, "page_decoded_bytes", None)
-        page_bytes = sizes() if callable(sizes) else None
-        while remaining > 0 and i < len(plan.window_ids):
-            pages = plan.pages_of(i)
-            if page_bytes is not None and int(np.sum(page_bytes[pages])) >= BIG_WINDOW_BYTES:
-                release_big_buffers()
-            batches = self.index.prefetch_window(pages, None).result()
-            table = pa.Table.from_batches([self._conform(b) for b in batches], schema=self.schema)
-            del batches
-            begin = int(plan.window_skip[i]) + offset
-            take = min(remaining, int(plan.window_rows[i]) - offset)
-            order = plan.row_order(i)
-            rows = order[begin:begin + take] if order is not None else np.arange(begin, begin + take)
-            row_bytes = table.nbytes // max(table.num_rows, 1)
-            step = max(1, min(-(-len(rows) // self.ALONE_SLICES), self.ALONE_SLICE_BYTES // max(row_bytes, 1)))
-            for lo in range(0, len(rows), step):
-                yield table.take(pa.array(rows[lo:lo + step]))
-            offset = 0
-            remaining -= len(rows)
-            del table
-            i += 1
+    def _deliver(self, table: pa.Table, begin: int, take: int, sliced: bool,
+                 order: np.ndarray | None) -> Generator[pa.Table, None, int]:
+        """Yield rows ``begin:begin + take`` of a unit's ``table``; return how many. A
+        table read in stream order goes whole; one read alone (``sliced``) goes in
+        slices of its shuffled ``order`` (``None``: file order), to bound the memory."""
+        if not sliced:
+            if begin or table.num_rows > take:
+                table = table.slice(begin, take)
+            yield table
+            return int(table.num_rows)
+        rows = order[begin:begin + take] if order is not None else np.arange(begin, begin + take)
+        row_bytes = table.nbytes // max(table.num_rows, 1)
+        step = max(1, min(-(-len(rows) // self.ALONE_SLICES), self.ALONE_SLICE_BYTES // max(row_bytes, 1)))
+        for lo in range(0, len(rows), step):
+            yield table.take(pa.array(rows[lo:lo + step]))
+        return len(rows)
 
     def iter_batches(self, batch_size: int, start: int = 0) -> Iterator[pa.RecordBatch]:
         """Yield record batches of exactly ``batch_size`` rows (the last may be short)."""
@@ -436,6 +439,16 @@ def release_big_buffers() -> None:
         pass
 
 
+class _Read:
+    """A read of the files under way; ``result()`` is its batches in the stream's schema."""
+
+    def __init__(self, stream: RowStream, pending) -> None:
+        self.stream, self.pending = stream, pending
+
+    def result(self) -> list[pa.RecordBatch]:
+        return [self.stream._conform(b) for b in self.pending.result()]
+
+
 class _RowChunk:
     """A row-mode chunk being read: its pages that are cached are pinned now, the
     others are read by Rust threads; ``result()`` caches them and assembles the rows."""
@@ -448,7 +461,7 @@ class _RowChunk:
         cache = stream._cache
         self.hits = {int(p): cache[int(p)] for p in self.pages if int(p) in cache}
         self.missing = np.array([p for p in self.pages if int(p) not in self.hits], dtype=np.int64)
-        self.pending = stream.index.prefetch(self.missing) if len(self.missing) else None
+        self.pending = _Read(stream, stream.index.prefetch(self.missing)) if len(self.missing) else None
         starts = np.concatenate([[0], np.cumsum(stream.page_rows[self.pages])])
         self.take = starts[np.searchsorted(self.pages, page_of_row)] + offset
 
@@ -458,8 +471,7 @@ class _RowChunk:
         if self.pending is not None:
             read = self.pending.result()
             s.pages_read += len(read)
-            for p, b in zip(self.missing, read):
-                got[int(p)] = s._conform(b)
+            got.update(zip((int(p) for p in self.missing), read))
         cache = s._cache
         for p in self.pages:
             cache[int(p)] = got[int(p)]
