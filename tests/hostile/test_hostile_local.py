@@ -423,6 +423,29 @@ def test_files_differing_only_in_nullability_give_batches_of_the_index_schema(tm
     assert idx.read_window([0]).schema == idx.schema
 
 
+@pytest.mark.parametrize("shuffle", ["page", "row", "local", "none"])
+@pytest.mark.parametrize("read_ahead", [0, 2])
+def test_files_differing_only_in_nullability_stream_in_the_index_schema_on_every_read_path(
+        tmp_path: Path, shuffle: str, read_ahead: int) -> None:
+    # windows read ahead, windows read alone (read_ahead 0) and row-mode chunks share one read loop
+    from youmu.streams.rowstream import RowStream
+
+    strict = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    pq.write_table(pa.table({"id": np.arange(40)}, schema=strict), tmp_path / "a.parquet", row_group_size=7)
+    pq.write_table(pa.table({"id": pa.array([40, None, 42] * 10, pa.int64())}), tmp_path / "b.parquet",
+                   row_group_size=9)
+    idx = youmu.PageIndex(tmp_path)
+    stream = RowStream(idx, shuffle=shuffle, buffer_size=16, seed=3, read_ahead=read_ahead)
+    tables = list(stream.iter_tables(5))
+    assert all(t.schema == idx.schema for t in tables)
+    ids = [x for t in tables for x in t.column("id").to_pylist()]
+    assert len(ids) == len(stream) - 5
+    whole = [x for t in stream.iter_tables() for x in t.column("id").to_pylist()]
+    assert ids == whole[5:]
+    assert sorted(whole, key=lambda x: (x is None, x)) == sorted(list(range(40)) + [40, None, 42] * 10,
+                                                                 key=lambda x: (x is None, x))
+
+
 def test_a_saved_index_passed_as_data_says_so(small: Path, tmp_path: Path) -> None:
     saved = tmp_path / "x.youmu"
     youmu.PageIndex(small).save(saved)
