@@ -431,9 +431,8 @@ def test_files_differing_only_in_nullability_stream_in_the_index_schema_on_every
     from youmu.streams.rowstream import RowStream
 
     strict = pa.schema([pa.field("id", pa.int64(), nullable=False)])
-    pq.write_table(pa.table({"id": np.arange(40)}, schema=strict), tmp_path / "a.parquet", row_group_size=7)
-    pq.write_table(pa.table({"id": pa.array([40, None, 42] * 10, pa.int64())}), tmp_path / "b.parquet",
-                   row_group_size=9)
+    write_table(tmp_path / "a.parquet", pa.table({"id": np.arange(40)}, schema=strict), row_group_size=7)
+    write_columns(tmp_path / "b.parquet", {"id": pa.array([40, None, 42] * 10, pa.int64())}, row_group_size=9)
     idx = youmu.PageIndex(tmp_path)
     stream = RowStream(idx, shuffle=shuffle, buffer_size=16, seed=3, read_ahead=read_ahead)
     tables = list(stream.iter_tables(5))
