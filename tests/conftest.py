@@ -1,4 +1,4 @@
-"""Shared fixtures (the conformance corpus, an S3 server) and markers of every test folder.
+"""Shared fixtures (the conformance corpus, files of ids, an S3 server) and markers of every test folder.
 
 The folders (``docs/contributing.md`` says what goes where): ``unit/<layer>`` one folder per
 layer of ``python/youmu``, ``promises`` what the project promises across layers (goldens,
@@ -10,11 +10,12 @@ multi-process job scripts, pinned JSON fixtures; on pytest's ``pythonpath``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from parquet_fixtures import write_ids
 from where import PARQUET_TESTING, TESTS
 
 SYSTEM = TESTS / "system"
@@ -64,6 +65,23 @@ def corpus_dir() -> Path:
     if not data.is_dir():
         pytest.skip(f"conformance corpus not found at {data} (expected ../shared/parquet-testing beside the repo)")
     return data
+
+
+@pytest.fixture(scope="session")
+def ids_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
+    """``ids_file(n, start=0, column="id", **layout)``: the path of a read-only
+    ``parquet_fixtures.write_ids`` file, written once per session for each set of arguments
+    (tests only read it: one that changes its file writes its own with ``write_ids``)."""
+    made: dict[tuple[Any, ...], str] = {}
+
+    def get(n: int, *, start: int = 0, column: str = "id", **layout: Any) -> str:
+        key = (n, start, column, tuple(sorted(layout.items())))
+        if key not in made:
+            folder = tmp_path_factory.mktemp(f"ids-{column}-{n}")
+            made[key] = str(write_ids(folder / "ids.parquet", n, start=start, column=column, **layout))
+        return made[key]
+
+    return get
 
 
 @pytest.fixture(scope="module")

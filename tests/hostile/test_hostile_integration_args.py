@@ -83,9 +83,8 @@ def test_the_lightning_callback_and_data_module_check_their_arguments() -> None:
 
 
 # -- the command line, read by a pipe that closes ------------------------------------------------
-def test_inspect_into_a_closed_pipe_ends_quietly(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "t.parquet"
-    write_ids(path, 1000, column="x", row_group_size=10)
+def test_inspect_into_a_closed_pipe_ends_quietly(ids_file: Callable[..., str]) -> None:
+    path = ids_file(1000, column="x", row_group_size=10)
     read, write = os.pipe()
     os.close(read)  # the reader is gone before a byte is written: as `| head -0`, deterministic
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -99,8 +98,7 @@ def test_inspect_into_a_closed_pipe_ends_quietly(tmp_path: pathlib.Path) -> None
 
 
 def test_inspect_into_head_prints_the_first_line_and_no_error(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "t.parquet"
-    write_ids(path, 1000, column="x", row_group_size=10)
+    path = write_ids(tmp_path / "t.parquet", 1000, column="x", row_group_size=10)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     cmd = f"{sys.executable} -m youmu inspect {' '.join([str(path)] * 200)} | head -n 1"
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, env=env, timeout=120)

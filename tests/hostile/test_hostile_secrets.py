@@ -24,7 +24,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -390,12 +390,12 @@ def _run(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.Comp
     ("YOUMU_FAST_DECODE", "off"), ("YOUMU_FAST_DECODE", "yes"),
     ("YOUMU_HTTP_TIMEOUT", "soon"), ("YOUMU_HTTP_NO_SUCH_KEY", "1"),
 ])
-def test_a_malformed_youmu_variable_is_an_error_naming_it(var: str, value: str, tmp_path: Path) -> None:
-    write_ids(tmp_path / "a.parquet", 2, start=1, column="x")
+def test_a_malformed_youmu_variable_is_an_error_naming_it(var: str, value: str, ids_file: Callable[..., str]) -> None:
+    path = ids_file(2, start=1, column="x")
     code = f"""
         import youmu
         try:
-            youmu.PageIndex({str(tmp_path / "a.parquet")!r})
+            youmu.PageIndex({path!r})
         except youmu.InvalidArgumentError as e:
             print("refused:", e)
         else:
@@ -406,9 +406,8 @@ def test_a_malformed_youmu_variable_is_an_error_naming_it(var: str, value: str, 
     assert "refused:" in done.stdout and var in done.stdout, done.stdout
 
 
-def test_valid_youmu_variables_are_accepted(tmp_path: Path) -> None:
-    write_ids(tmp_path / "a.parquet", 2, start=1, column="x")
-    done = _run(f"import youmu; print(youmu.PageIndex({str(tmp_path / 'a.parquet')!r}).num_rows)",
+def test_valid_youmu_variables_are_accepted(ids_file: Callable[..., str]) -> None:
+    done = _run(f"import youmu; print(youmu.PageIndex({ids_file(2, start=1, column='x')!r}).num_rows)",
                 {"YOUMU_MMAP_THRESHOLD": "262144", "YOUMU_FAST_DECODE": "0", "YOUMU_HTTP_TIMEOUT": "30s"})
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from parquet_fixtures import write_columns, write_ids
+from parquet_fixtures import write_columns
 
 from youmu.batching import DynamicBatchLoader
 from youmu.batching.config import LoaderConfig
@@ -89,9 +89,8 @@ BAD_STREAM = [
 
 
 @pytest.mark.parametrize(("setting", "bad"), BAD_STREAM, ids=lambda v: repr(v))
-def test_a_bad_stream_setting_is_refused_alike_by_every_entry_point(tmp_path, setting: str, bad: Any) -> None:
-    path = str(tmp_path / "t.parquet")
-    write_ids(path, 8, column="x", row_group_size=2)
+def test_a_bad_stream_setting_is_refused_alike_by_every_entry_point(ids_file, setting: str, bad: Any) -> None:
+    path = ids_file(8, column="x", row_group_size=2)
     at_boundary = _refusal(lambda: StreamSpec(**{setting: bad}))
     assert _refusal(lambda: ParquetStream(path, rank=0, world_size=1, **{setting: bad})) == at_boundary
     from youmu.torch import YoumuDataset
@@ -199,9 +198,8 @@ STREAM_RULED = {"shuffle", "buffer_size", "seed", "transform", "drop_last", "out
 
 
 @pytest.mark.parametrize("adapter", ["ParquetStream", "YoumuDataset"])
-def test_building_a_parquet_stream_checks_each_setting_once(tmp_path, checks, adapter: str) -> None:
-    path = str(tmp_path / "t.parquet")
-    write_ids(path, 64, column="x", row_group_size=4)
+def test_building_a_parquet_stream_checks_each_setting_once(ids_file, checks, adapter: str) -> None:
+    path = ids_file(64, column="x", row_group_size=4)
     if adapter == "YoumuDataset":
         from youmu.torch import YoumuDataset as build
     else:
@@ -240,7 +238,7 @@ def test_building_a_mixture_checks_each_setting_once(checks) -> None:
     _once(checks, {"seed", "shuffle"})
 
 
-def test_the_inner_objects_a_boundary_builds_still_refuse_bad_input_given_directly(tmp_path) -> None:
+def test_the_inner_objects_a_boundary_builds_still_refuse_bad_input_given_directly(ids_file) -> None:
     # the boundary's path goes around their checks; a caller who builds them keeps them
     import numpy as np
 
@@ -250,8 +248,7 @@ def test_the_inner_objects_a_boundary_builds_still_refuse_bad_input_given_direct
     from youmu.planning import Planner
     from youmu.streams.rowstream import RowStream, window_layout
 
-    path = str(tmp_path / "t.parquet")
-    write_ids(path, 16, column="x", row_group_size=4)
+    path = ids_file(16, column="x", row_group_size=4)
     index = youmu.PageIndex(path)
     rows = np.array([4, 4, 4, 4])
     refused = [

@@ -11,12 +11,12 @@ those items, however often a row falls out of their cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from parquet_fixtures import write_ids
 
 from youmu.errors import ImageError, LoaderError, TextError
 from youmu.streams.parquet import ParquetStream
@@ -65,9 +65,8 @@ def drop_odd(row: dict[str, Any]) -> dict[str, Any] | None:
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    # 12 pages of 2 rows
-    return str(write_ids(tmp_path_factory.mktemp("one-pass") / "t.parquet", 24, column="x", row_group_size=2))
+def path(ids_file: Callable[..., str]) -> str:
+    return ids_file(24, column="x", row_group_size=2)  # 12 pages of 2 rows
 
 
 def _stream(path: str, transform: Any, shuffle: str, rank: int = 0, world: int = 1) -> ParquetStream:
