@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["SPECIALS", "CHATML", "train_bpe", "chat_tokenizer"]
+__all__ = ["SPECIALS", "CHATML", "CHATML_PUBLISHED", "train_bpe", "chat_tokenizer"]
 
 #: Special tokens: BOS/EOS/pad, ChatML's turn markers and Qwen2-VL's vision markers.
 SPECIALS = ["<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -34,6 +34,11 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+
+#: ChatML as Qwen publishes it: the same text as :data:`CHATML` with no
+#: ``{% generation %}`` block (youmu finds the assistant's answers by rendering it).
+CHATML_PUBLISHED = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 def train_bpe(corpus: Iterable[str], vocab_size: int = 600) -> Any:
     """A byte-level BPE of ``vocab_size`` tokens (:data:`SPECIALS` first) trained on

@@ -14,13 +14,13 @@ from parquet_fixtures import write_table
 
 # one tokenizer recipe, the examples' (the SFT demo trains the same kind on its data)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from chat_tokenizer import CHATML, SPECIALS, train_bpe  # noqa: E402
+from chat_tokenizer import CHATML, CHATML_PUBLISHED, SPECIALS, train_bpe  # noqa: E402
 from chat_tokenizer import chat_tokenizer as wrap_chat  # noqa: E402
 
-#: ChatML as Qwen publishes it (no {% generation %} block; the same text as CHATML) and as
-#: TRL's training templates tag it: the answer, its <|im_end|> and the newline after it
-CHATML_PUBLISHED = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-                    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+# the documentation's sample corpus and chats (examples/sample_data.py)
+from sample_data import CORPUS, ultrachat  # noqa: E402
+
+#: ChatML as TRL's training templates tag it: the answer, its <|im_end|> and the newline after it
 CHATML_TRAINING = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}{% if m['role'] == 'assistant' %}"
                    "{% generation %}{{ m['content'] + '<|im_end|>\\n' }}{% endgeneration %}"
                    "{% else %}{{ m['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
@@ -28,14 +28,6 @@ CHATML_TRAINING = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n'
 
 __all__ = ["CHATML", "CHATML_PUBLISHED", "CHATML_TRAINING", "SPECIALS", "CORPUS", "bpe_tokenizer", "chat_tokenizer", "write_texts", "write_chats",
            "ultrachat", "sharegpt"]
-
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Parquet pages are the unit youmu shuffles and reads.",
-    "Tokenizers split text into pieces; BPE merges frequent pairs.",
-    "Ünïcödé text, 中文文本, emoji 🙂 and tabs\tand newlines\n.",
-    "User: how do I train a model? Assistant: start with the data.",
-] * 40
 
 
 @functools.cache
@@ -59,21 +51,6 @@ def write_chats(path: Path, conversations: list[Any], column: str = "messages", 
     message: role/content for UltraChat, from/value for ShareGPT) plus an ``id``."""
     return write_table(path, pa.table({"id": list(range(len(conversations))), column: conversations}),
                        row_group_size=row_group_size)
-
-
-def ultrachat(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
-    """``n`` conversations in UltraChat's layout: some with a system turn, 1–4 exchanges."""
-    import random
-
-    rnd = random.Random(seed)
-    out = []
-    for i in range(n):
-        conv = [{"role": "system", "content": f"You are assistant {i}."}] if i % 3 == 0 else []
-        for t in range(rnd.randint(1, 4)):
-            conv.append({"role": "user", "content": " ".join(rnd.choices(CORPUS[:5], k=rnd.randint(1, 3))) + f" {t}"})
-            conv.append({"role": "assistant", "content": " ".join(rnd.choices(CORPUS[:5], k=rnd.randint(1, 5)))})
-        out.append(conv)
-    return out
 
 
 def sharegpt(conversations: list[list[dict[str, str]]]) -> list[list[dict[str, str]]]:

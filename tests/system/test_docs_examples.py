@@ -21,10 +21,7 @@ import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pytest
-from parquet_fixtures import write_columns
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -77,59 +74,13 @@ def includes(page: str) -> list[str]:
 
 # ---- the data the pages read -------------------------------------------------------
 
-VOCAB = 256
-
-
-def _tokens(path: Path, rows: int, seed: int, files: int = 1) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for f in range(files):
-        lengths = np.clip(rng.lognormal(3.6, 0.8, rows // files).astype(int), 4, 400)
-        ids = [rng.integers(1, VOCAB, n, dtype=np.int32) for n in lengths]
-        write_columns(path / f"part-{f}.parquet", {"input_ids": pa.array(ids, pa.list_(pa.int32()))},
-                      data_page_size=4 << 10, row_group_size=256, write_page_index=True)
-
-
-def _images(path: Path, rows: int) -> None:
-    from PIL import Image
-
-    path.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    images, convs = [], []
-    for i in range(rows):
-        w, h = int(rng.integers(28, 120)), int(rng.integers(28, 120))
-        buf = io.BytesIO()
-        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(buf, format="PNG")
-        images.append({"bytes": buf.getvalue(), "path": f"img{i}.png"})
-        convs.append([{"from": "human", "value": "<image>\nWhat is in the picture?"},
-                      {"from": "gpt", "value": "Noise, " * int(rng.integers(1, 8))}])
-    write_columns(path / "part-0.parquet", {"image": images, "conversations": convs}, row_group_size=16,
-                  data_page_size=64 << 10, write_page_index=True)
-
-
 def write_workspace(root: Path) -> Path:
-    """What the pages read, under the names they use."""
-    sys.path.insert(0, str(ROOT / "tests" / "support"))
-    from textutil import CHATML_PUBLISHED, CORPUS, chat_tokenizer, ultrachat, write_chats, write_texts
+    """What the pages read, under the names they use: the script the quickstart tells a
+    reader to run (``examples/sample_data.py``), every part of it."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from sample_data import write_workspace as write
 
-    _tokens(root / "data", 2400, seed=0, files=2)                      # the quickstart's corpus
-    for k, (name, rows) in enumerate({"web": 1200, "code": 500, "math": 200,
-                                      "pes2o": 300, "pubmed": 300, "peps": 100}.items()):
-        _tokens(root / (f"pubs/{name}" if name in ("pes2o", "pubmed", "peps") else name), rows, seed=k + 1)
-    (root / "fineweb").mkdir()
-    write_texts(root / "fineweb" / "part-0.parquet", CORPUS[:200])
-    tok = chat_tokenizer(CHATML_PUBLISHED)                             # ChatML as Qwen publishes it
-    tok.save_pretrained(root / "my-model")                             # a local "published" model
-    import transformers
-
-    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=1, n_head=2,
-                                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    transformers.GPT2LMHeadModel(config).save_pretrained(root / "my-model")
-    tok.backend_tokenizer.save(str(root / "tokenizer.json"))
-    (root / "ultrachat").mkdir()
-    write_chats(root / "ultrachat" / "part-0.parquet", ultrachat(240))
-    _images(root / "llava", 48)
-    return root
+    return write(root, strict=True)
 
 
 @pytest.fixture(scope="module")
