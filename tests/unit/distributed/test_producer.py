@@ -6,6 +6,7 @@ consumer's iteration while the thread runs on."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -74,3 +75,18 @@ def test_depth_zero_is_unbounded_and_an_early_end_lets_the_thread_run_on() -> No
     p.thread.join(10)
     assert not p.thread.is_alive()
     assert list(p.queue.queue) == ["after", END]
+
+
+def test_an_unwatched_source_is_never_reported_stalled() -> None:
+    release = threading.Event()
+
+    def source():
+        release.wait(10)
+        yield 1
+
+    watched = Producer(source, depth=1, name="youmu-test-producer").start()
+    unwatched = Producer(source, depth=1, name="youmu-test-producer", watch=False).start()
+    time.sleep(0.3)
+    assert watched.stalled_for() > 0.1 and unwatched.stalled_for() == 0.0
+    release.set()
+    assert watched.get(timeout=10) == 1 and unwatched.get(timeout=10) == 1

@@ -138,7 +138,8 @@ class Aligner:
         # to the trainer: the rounds' output, in order, on the producer's queue (unbounded:
         # every batch is made of samples whose credits the fetcher holds)
         self.producer: Producer[Any] = Producer(
-            self._source, depth=0, name=f"youmu-aligner-r{config.rank}", on_end=self._release, what="the aligner"
+            self._source, depth=0, name=f"youmu-aligner-r{config.rank}", on_end=self._release, what="the aligner",
+            watch=False,
         )
         self.thread = self.producer.thread
         self.out = self.producer.queue
