@@ -2,7 +2,11 @@
 (``youmu.torch.pack``, 4,096-token sequences) — no workers — over a generated token
 set, timed in-process; run it against two trees to compare builds.
 
-    PYTHONPATH=<tree>/python python benches/bench_layers_ab.py page|odb|pack [--data DIR]
+    PYTHONPATH=<tree>/python python benches/bench_layers_ab.py page|odb|pack|aligner [--data DIR]
+
+``aligner``: the ODB aligner alone — a ``DynamicBatchLoader`` epoch over 200,000 in-memory
+samples (lengths log-normal as ShareGPT4o's, the sample is its own length; budget 16,384,
+pool 1,024), so no Parquet or torch work hides the aligner's per-sample cost.
 
 Prints ``<what> <rows> <seconds> <CPU seconds>`` (the process's CPU time, every thread's:
 the loader reads ahead on a thread, and on a shared machine CPU time varies less than wall
@@ -12,6 +16,7 @@ time). The data (4 zstd files, 80,000 rows of 16-1023 int32 tokens) is written o
 from __future__ import annotations
 
 import argparse
+import random
 import time
 from pathlib import Path
 
@@ -33,12 +38,22 @@ def make_data(root: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["page", "odb", "pack"])
+    ap.add_argument("what", choices=["page", "odb", "pack", "aligner"])
     ap.add_argument("--data", type=Path, default=Path("bench-data/layers_ab"))
     args = ap.parse_args()
+    from youmu.batching import DynamicBatchLoader
+
+    if args.what == "aligner":
+        rng = random.Random(0)
+        lengths = [max(16, min(12110, int(rng.lognormvariate(6.88, 0.934)))) for _ in range(200_000)]
+        t0, c0 = time.perf_counter(), time.process_time()
+        loader = DynamicBatchLoader(lengths, token_budget=16384, length_fn=lambda s: s, pool_size=1024,
+                                    num_workers=0, shuffle=False)
+        n = sum(len(batch) for batch, _ in loader)
+        print(args.what, n, round(time.perf_counter() - t0, 3), round(time.process_time() - c0, 3))
+        return
     if not args.data.exists():
         make_data(args.data)
-    from youmu.batching import DynamicBatchLoader
     from youmu.torch import YoumuDataset, pack
 
     t0, c0 = time.perf_counter(), time.process_time()
