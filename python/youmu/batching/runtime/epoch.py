@@ -34,7 +34,7 @@ from youmu.batching.payloads import pack_sample
 from youmu.batching.runtime.aligner import Aligner, Filler, RoundRecord
 from youmu.batching.runtime.metrics import BatchingMetrics
 from youmu.batching.runtime.shutdown import register
-from youmu.batching.state import fresh_state
+from youmu.batching.state import LOADER_STATE, fresh_state
 from youmu.distributed.producer import END, Credits, Failure
 from youmu.errors import LoaderError, PeerClosedError
 
@@ -57,6 +57,9 @@ class EpochIterator:
         self.metrics = BatchingMetrics()
         self._credits = Credits(config.max_outstanding)
         self._start_state = resume if resume is not None else fresh_state(config, epoch)
+        # the declared summed fields (counts a merge adds up) the loaded state holds: every
+        # state this epoch writes carries them, whatever they count
+        self._carried = LOADER_STATE.summed([self._start_state])
         self._aligner = Aligner(config, epoch, self._start_state, resume, credits=self._credits, metrics=self.metrics)
         self._consumed: tuple[int, int, int] | None = None  # (iteration, round, step_in_round)
         self._last_batch: Any = None
@@ -230,7 +233,7 @@ class EpochIterator:
     def _fresh(self) -> dict[str, Any]:
         """A state of this epoch to fill in; a job resumed on another topology keeps the
         chain of the jobs before it (``resumed``: this rank's order depends on it)."""
-        st = fresh_state(self.config, self.epoch)
+        st = fresh_state(self.config, self.epoch, self._carried)
         if self._start_state.get("resumed") is not None:
             st["resumed"] = self._start_state["resumed"]
         return st
