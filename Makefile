@@ -50,9 +50,10 @@ test-system: build
 # The seam matrix's trainer jobs (tests/integrations/test_seams.py: real trainers SIGKILLed and
 # resumed, the Ray client's on a local cluster), the slow part of the matrix, and the example
 # jobs the documentation includes (trainers, DDP, Ray: tests/system/test_docs_examples.py,
-# 2 min idle); CI runs it after `make test-system`.
+# 2 min idle); CI runs it after `make test-system`. On two xdist workers, its jobs dealt one
+# at a time, the Ray ones on one worker (tests/conftest.py's scheduler).
 test-seams: build
-	$(PY) -m pytest -q tests/integrations/test_seams.py tests/system/test_docs_examples.py -m seams
+	$(PY) -m pytest -q $(XDIST) --durations=10 tests/integrations/test_seams.py tests/system/test_docs_examples.py -m seams
 
 # The documentation's example jobs alone (also part of `make test-seams`), each run as the
 # page shows it (marked seams: `make test` leaves them out).

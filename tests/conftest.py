@@ -10,6 +10,7 @@ multi-process job scripts, pinned JSON fixtures; on pytest's ``pythonpath``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,24 +30,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.system)
 
 
+#: Modules whose tests are each a self-contained job of their own processes (the seam
+#: matrix's trainer cells, the documentation's example jobs): under xdist they are dealt
+#: one test at a time, so both workers run jobs; their module fixtures are cheap to build
+#: once per worker.
+JOB_MODULES = ("tests/integrations/test_seams.py", "tests/system/test_docs_examples.py")
+
+_RAY_TEST = re.compile(r"(?<![a-z])ray")
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist's ``--dist loadfile`` a module's tests stay on one worker, so its
-    module-scoped fixtures (S3 servers, multi-rank runs) are built once, and the modules
-    that start a local Ray cluster all share one worker: two clusters starting at once on
-    a 2-core machine time out. (A scheduler, not ``xdist_group`` marks: pytest 9 no longer
-    reads the node ids xdist rewrites for those.)"""
+    module-scoped fixtures (S3 servers, multi-rank runs) are built once; the tests of
+    :data:`JOB_MODULES` are dealt one by one; and everything that starts a local Ray
+    cluster (the modules that call ``ray.init``, a job module's Ray tests) shares one
+    worker: two clusters starting at once on a 2-core machine time out. (A scheduler,
+    not ``xdist_group`` marks: pytest 9 no longer reads the node ids xdist rewrites for
+    those.)"""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     root = config.rootpath
 
-    class ModulesAndRay(LoadScopeScheduling):
+    class ModulesJobsAndRay(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "ray" if _starts_ray(root / module) else module
+            return work_unit(nodeid, root)
 
-    return ModulesAndRay(config, log)
+    return ModulesJobsAndRay(config, log)
+
+
+def work_unit(nodeid: str, root: Path) -> str:
+    """The unit of work a test belongs to under xdist (see :func:`pytest_xdist_make_scheduler`)."""
+    module, _, test = nodeid.partition("::")
+    if module in JOB_MODULES:
+        return "ray" if _RAY_TEST.search(test) else nodeid
+    return "ray" if _starts_ray(root / module) else module
 
 
 _RAY_STARTERS: dict[Path, bool] = {}
