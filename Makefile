@@ -60,7 +60,11 @@ test-seams: build
 test-examples: build
 	$(PY) -m pytest -q tests/system/test_docs_examples.py -m seams
 
-test: test-rust test-python
+# The venv's set-up (downloads and unpacking, mostly waiting on the network and the disk)
+# runs beside the Rust tests' release build (the cores): on a fresh machine they overlap.
+test:
+	$(MAKE) -j2 --output-sync=target test-rust setup
+	$(MAKE) test-python
 
 # ruff (style, imports, bugs), mypy (types of python/youmu), stubtest (the .pyi stubs
 # against the built native module), clippy and rustfmt.
