@@ -325,6 +325,17 @@ def test_a_prefetching_loaders_channel_is_not_shared() -> None:
     assert TrainerLoader(inline).channel is inline.channel
 
 
+def test_a_dynamic_batch_loaders_channel_is_not_shared() -> None:
+    """DynamicBatchLoader's aligner exchanges its rounds in a background thread, so the
+    checkpoint's gather needs another channel here too (on one, the seam matrix's
+    DeviceMesh x DynamicBatchLoader cell aborted in Gloo now and then: "Received data size
+    doesn't match expected size", rank 0 killed by SIGABRT in the resumed job)."""
+    from youmu.batching import DynamicBatchLoader
+
+    dbl = DynamicBatchLoader(dataset(8), token_budget=64, length_fn=lambda s: 4, collate_fn=collate, pool_size=4)
+    assert TrainerLoader(dbl).channel is not dbl.channel
+
+
 @pytest.mark.timeout(120)
 def test_dataloader_workers_batch_their_own_shares() -> None:
     def loader() -> TrainerLoader:

@@ -183,6 +183,11 @@ class DynamicBatchLoader(PassLoader):
         True
     """
 
+    #: its aligner exchanges each round on the loader's channel from a background thread,
+    #: so whatever else must talk to its ranks (a ``TrainerLoader``'s checkpoint gather,
+    #: run on the trainer's main thread) needs a channel of its own
+    collectives_in_background = True
+
     dataset = _Setting[Any]()
     token_budget = _Setting[int]()
     length_fn = _Setting[Callable[[Any], int]]()

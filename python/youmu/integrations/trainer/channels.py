@@ -54,16 +54,18 @@ def pairs_channel(source: Any, channel: Any) -> Any:
     ``prefetch > 0`` plans its steps ahead) cannot share its channel: the trainer's
     checkpoint gathers every rank's state from the main thread, and two threads' all-gathers
     on one Gloo group pair up differently on different ranks (a size message matched
-    against a payload: "Received data size doesn't match expected size"). Such a loader's
-    ``TrainerLoader`` gets ``channel`` when it is another one, else a new group over the
-    default one. A loader that communicates in the caller's thread (``DynamicBatchLoader``)
+    against a payload: "Received data size doesn't match expected size", and Gloo aborts
+    the process). ``DynamicBatchLoader``'s aligner is such a thread
+    (``collectives_in_background``). Such a loader's ``TrainerLoader`` gets ``channel``
+    when it is another one, else a new group over the default one. A loader that
+    communicates only in the caller's thread (``BalancedLoader`` with ``prefetch=0``)
     shares its own; one without a channel (a Ray client: its peers meet in the planner)
     uses ``channel`` or the default group's."""
     channel_arg(channel)
     own = getattr(source, "channel", None)
     if own is None:
         return channel if channel is not None else default_channel()
-    if not getattr(source, "prefetch", 0):
+    if not (getattr(source, "prefetch", 0) or getattr(source, "collectives_in_background", False)):
         return own
     if channel is not None and channel is not own:
         return channel
