@@ -23,8 +23,10 @@ $(VENV)/.deps-installed: requirements-dev.txt
 build: setup
 	$(VENV)/bin/maturin develop --release --quiet
 
+# MAKEFLAGS emptied: beside the set-up (make -j2, below) cargo would otherwise join make's
+# jobserver and compile on the one slot the set-up leaves it.
 test-rust:
-	cargo test --release --locked
+	MAKEFLAGS= cargo test --release --locked
 
 # Every test but the system stage's and the seam matrix's: tests/unit (one folder per
 # layer of python/youmu), tests/promises (goldens, contracts, saved formats, guards),
