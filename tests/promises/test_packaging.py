@@ -148,3 +148,37 @@ def test_map_and_pack_streams_run_where_torch_cannot_be_imported(tmp_path) -> No
     recs = loader.records(0, [("web", 1, 0, 3)])[0]
     assert out["source"] == [[r.position, r.docs] for r in recs] + [
         s["input_ids"].tolist() for s in loader.payloads(0, [("web", 1, [2, 0])])[0]]
+
+
+def _crate_features(*args: str) -> dict[str, str]:
+    """``cargo tree``'s crates with their enabled features, for the build ``args`` name."""
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    if shutil.which("cargo") is None:
+        pytest.skip("cargo is not installed")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(["cargo", "tree", "--locked", "--offline", "-e", "normal,build", "-f", "{p}|{f}",
+                          "--prefix", "none", *args], cwd=root, capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip(f"cargo tree could not run offline: {out.stderr.strip()[-200:]}")
+    crates: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        name, _, features = line.removesuffix(" (*)").partition("|")
+        if not name.startswith("youmu "):
+            crates[name] = features
+    return crates
+
+
+def test_cargo_test_and_maturin_build_shared_crates_with_one_feature_set() -> None:
+    """Every crate both `cargo test` (dev-dependencies in) and maturin's build (the
+    `python` feature) compile gets the same features in both, so the release build of the
+    arrow stack is compiled once on a fresh machine, not once per build (Cargo.toml's
+    feature-unification block names the union)."""
+    tests = _crate_features("--features", "", "-e", "dev")
+    python = _crate_features("--features", "python")
+    differ = {name: (tests[name], python[name]) for name in tests.keys() & python.keys()
+              if tests[name] != python[name]}
+    assert not differ, f"crates built with other features by cargo test and by maturin (test, python): {differ}"
