@@ -96,8 +96,11 @@ def mesh_world(rank: int, world: int, tmp: str) -> dict[str, Any]:
     dp_rank, dp_size, channel = data_parallel(mesh)
     dbl = DynamicBatchLoader(dataset(), token_budget=40, length_fn=length, collate_fn=collate, pool_size=8,
                              num_workers=0, uneven="pad", group=channel)
+    # the aligner exchanges rounds on the loader's channel from its own thread: the
+    # TrainerLoader's gathers run on a second data-parallel channel
+    _, _, trainer_channel = data_parallel(mesh)
     res["odb"] = []
-    for batch in TrainerLoader(dbl):
+    for batch in TrainerLoader(dbl, channel=trainer_channel):
         inputs, info = split_info(batch)
         res["odb"].append((inputs["id"].tolist(), inputs["input_ids"].tolist(), info.loss_scale))
     try:

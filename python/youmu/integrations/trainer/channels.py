@@ -74,6 +74,6 @@ def pairs_channel(source: Any, channel: Any) -> Any:
         raise InvalidArgumentError(
             f"{type(source).__name__} plans steps in a background thread on its channel ({own.world_size} ranks), so "
             "the TrainerLoader needs a channel of its own over the same ranks: pass channel= (another Gloo group "
-            "than the loader's)"
+            "than the loader's; on a DeviceMesh, a second youmu.integrations.mesh.data_parallel(mesh)'s channel)"
         )
     return fresh
