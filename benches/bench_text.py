@@ -136,18 +136,21 @@ def _keep(x: Any) -> Any:
 
 
 def youmu_stream(path: Path, transform, workers: int, column: str = "text", batch_size: int | None = None,
-                 send: bool = False, context: str = "fork") -> tuple[float, float, int]:
+                 send: bool = False, context: str = "fork", buffer_size: int | None = None) -> tuple[float, float, int]:
     """The stream's rows through ``transform`` (``Tokenize``, ``ChatTemplate``) in this
     process (0) or through ``workers`` DataLoader workers started by ``context``, each
     row handed over alone or ``batch_size`` at a time (padded by ``lm_collate`` in the
     worker, as a trainer's loader does), by torch or through youmu's ``SendCollate``
-    (``send``): ``(wall s, CPU s of the process tree, tokens)``."""
+    (``send``): ``(wall s, CPU s of the process tree, tokens)``. ``buffer_size``: rows
+    per page window (the dataset's default when ``None``); workers are dealt whole
+    windows, so a set smaller than two windows keeps all but one worker idle."""
     from torch.utils.data import DataLoader
 
     from youmu.torch import YoumuDataset, lm_collate
     from youmu.torch.sendable import SendCollate
 
-    ds = YoumuDataset(path, columns=[column], shuffle="page", seed=0, output="numpy", transform=transform)
+    extra: dict[str, Any] = {} if buffer_size is None else {"buffer_size": buffer_size}
+    ds = YoumuDataset(path, columns=[column], shuffle="page", seed=0, output="numpy", transform=transform, **extra)
     source: Any
     if workers == 0:
         source = ds
@@ -202,13 +205,15 @@ def chunked_stream(path: Path, transform, workers: int, cap: int) -> tuple[float
     return wall, _tree_cpu() - c, tokens
 
 
-def dbl_stream(path: Path, transform, workers: int) -> tuple[float, float, int]:
+def dbl_stream(path: Path, transform, workers: int, buffer_size: int | None = None) -> tuple[float, float, int]:
     """The stream through a ``DynamicBatchLoader`` (one process, no torch.distributed;
-    ``collate_fn=None``) with ``workers`` fork workers: the samples of its batches."""
+    ``collate_fn=None``) with ``workers`` fork workers: the samples of its batches
+    (``buffer_size`` as in :func:`youmu_stream`)."""
     from youmu.batching import DynamicBatchLoader
     from youmu.torch import YoumuDataset
 
-    ds = YoumuDataset(path, columns=["text"], shuffle="page", seed=0, output="numpy", transform=transform)
+    extra: dict[str, Any] = {} if buffer_size is None else {"buffer_size": buffer_size}
+    ds = YoumuDataset(path, columns=["text"], shuffle="page", seed=0, output="numpy", transform=transform, **extra)
     loader = DynamicBatchLoader(ds, token_budget=16384, length_fn=_ids, collate_fn=None, num_workers=workers,
                                 multiprocessing_context="fork" if workers else None)
     t, c = time.perf_counter(), _tree_cpu()

@@ -258,8 +258,10 @@ def phase_text(docs: int, repeat: int) -> None:
         pq.write_table(pa.table({"text": texts}), path, row_group_size=1024, compression="zstd")
         runs = [
             ("limit", lambda: bt.limit(tok, texts, BATCH_ROWS)),
-            ("workers", lambda: bt.youmu_stream(path, Tokenize(tok), 2, batch_size=8, send=True)),
-            ("dbl", lambda: bt.dbl_stream(path, Tokenize(tok), 2)),
+            # windows of 256 rows: the default window holds the whole --quick set, and workers
+            # are dealt whole windows (one worker would tokenize it all, the other idle)
+            ("workers", lambda: bt.youmu_stream(path, Tokenize(tok), 2, batch_size=8, send=True, buffer_size=256)),
+            ("dbl", lambda: bt.dbl_stream(path, Tokenize(tok), 2, buffer_size=256)),
         ]
         wall, cpu, n, _ = bt.median_of(runs, repeat)
     out = {"unit": "tokens/s", "tokens": n}

@@ -55,6 +55,25 @@ def _as_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
+def _pad_arrays(values: Sequence[Any], pad: int | float) -> np.ndarray | None:
+    """``values`` padded into one ``[rows, longest]`` array when they are 1-D numpy
+    arrays of one signed-integer or float dtype (what a stream with ``output="numpy"``
+    yields): one allocation and a copy per row, no per-row tensors (about half the
+    collate's CPU on tokenized rows). ``None`` for anything else, which the general
+    path pads."""
+    first = values[0]
+    if not (isinstance(first, np.ndarray) and first.ndim == 1 and first.dtype.kind in "if"):
+        return None
+    dtype = first.dtype
+    for v in values:
+        if not (isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype == dtype):
+            return None
+    out = np.full((len(values), max(v.shape[0] for v in values)), pad, dtype=dtype)
+    for i, v in enumerate(values):
+        out[i, : v.shape[0]] = v
+    return out
+
+
 class PadCollate:
     """Right-pad every 1-D sequence field to the batch's longest; stack the rest.
 
@@ -102,6 +121,12 @@ class PadCollate:
             if all(isinstance(v, (int, float, np.integer, np.floating, np.bool_)) for v in values):
                 out[key] = torch.tensor(values)
                 continue
+            padded_np = _pad_arrays(values, self.pad_values.get(key, self.pad_id))
+            if padded_np is not None:
+                out[key] = torch.from_numpy(padded_np)
+                if self.lengths:
+                    out[f"{key}_lengths"] = torch.tensor([v.shape[0] for v in values], dtype=torch.int64)
+                continue
             tensors = [_as_tensor(v) for v in values]
             if any(t is None for t in tensors):
                 out[key] = values
@@ -122,10 +147,14 @@ class PadCollate:
                 out[key] = values
         if self.attention_mask and "input_ids" in out and "attention_mask" not in out:
             ids = out["input_ids"]
-            mask = torch.zeros(ids.shape, dtype=torch.long)
-            for i, r in enumerate(rows):
-                mask[i, : len(r["input_ids"])] = 1
-            out["attention_mask"] = mask
+            if isinstance(ids, torch.Tensor) and ids.dim() == 2:  # one comparison, not a write per row
+                lens = torch.tensor([len(r["input_ids"]) for r in rows], dtype=torch.long)
+                out["attention_mask"] = (torch.arange(ids.shape[1]) < lens[:, None]).long()
+            else:
+                mask = torch.zeros(ids.shape, dtype=torch.long)
+                for i, r in enumerate(rows):
+                    mask[i, : len(r["input_ids"])] = 1
+                out["attention_mask"] = mask
         return out
 
 
