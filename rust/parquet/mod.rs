@@ -6,6 +6,7 @@
 //! (`pagecheck.rs`), the reader arrow-rs decodes through (`io.rs`), the token-id fast path
 //! (`tokens.rs`) and a cheap check of the decoded arrays (`validate.rs`).
 
+pub mod decompress;
 pub mod file;
 pub mod int96;
 pub mod io;
