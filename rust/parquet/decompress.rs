@@ -123,9 +123,7 @@ thread_local! {
 }
 
 /// `f` with this thread's streaming zstd context, reset for a new frame.
-fn zstd_stream<T>(
-    f: impl FnOnce(&mut zstd::stream::raw::Decoder<'static>) -> Result<T, String>,
-) -> Result<T, String> {
+fn zstd_stream<T>(f: impl FnOnce(&mut zstd::stream::raw::Decoder<'static>) -> Result<T, String>) -> Result<T, String> {
     use zstd::stream::raw::Operation;
     ZSTD_STREAM.with(|cell| {
         let mut slot = cell.try_borrow_mut().map_err(|_| "zstd: context in use".to_string())?;
