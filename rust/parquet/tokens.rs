@@ -26,12 +26,8 @@ use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Schema};
 use parquet::basic::{Compression, Type as PhysicalType};
 
-use crate::parquet::decompress::decompress;
-use crate::parquet::file::FileEntry;
-use crate::parquet::levels::{bit_width, count_levels};
-use crate::parquet::pagecheck::length_prefixed;
-use crate::parquet::thrift::{PageType, parse_page_header};
-use crate::parquet::varint::uleb128;
+use crate::parquet::{decompress::decompress, file::FileEntry, levels::bit_width, levels::count_levels};
+use crate::parquet::{pagecheck::length_prefixed, thrift::PageType, thrift::parse_page_header, varint::uleb128};
 use crate::storage::Fetched;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
