@@ -9,6 +9,7 @@
 //! Parquet file's model and decoding sit below it, in `crate::parquet`.
 
 pub mod checksum;
+mod columns;
 pub mod inspect;
 pub mod paths;
 pub mod persist;

@@ -56,14 +56,16 @@ impl PageIndex {
         let ctx = format!("row group {rg}, rows {first}..{}", first + n);
         let failure = Arc::new(Mutex::new(None));
         let result = crate::error::catch_quietly(|| -> Result<RecordBatch> {
-            if let Some(batch) = crate::parquet::tokens::try_read(f, &src, rg, first, n) {
-                return batch.map_err(|detail| Error::corrupt(&f.path, format!("{ctx}: {detail}")));
-            }
-            // the token decoder checks its pages itself; what arrow-rs decodes is checked here
+            // token-list columns decoded directly (the token decoder checks its pages
+            // itself); what arrow-rs decodes is checked here
+            let split = super::columns::split(f, &src, rg, first, n)
+                .map_err(|detail| Error::corrupt(&f.path, format!("{ctx}: {detail}")))?;
+            let (rest_mask, rest_leaves) =
+                if split.none_direct() { (f.mask.clone(), f.leaves.clone()) } else { split.rest(f) };
             let pages = Arc::new(crate::parquet::pagecheck::PageChecks::new(
                 f.meta.metadata().clone(),
                 rg,
-                &f.leaves,
+                &rest_leaves,
                 f.rg_rows(rg),
             ));
             let decode = |meta: &ArrowReaderMetadata, mask: &ProjectionMask| -> Result<RecordBatch> {
@@ -111,6 +113,13 @@ impl PageIndex {
                     .map_err(|e| Error::corrupt(&f.path, format!("{ctx}: decoded data is inconsistent: {e}")))?;
                 Ok(batch)
             };
+            if !split.none_direct() {
+                // the direct columns exclude INT96 ones; the batch is put in the user's order here
+                let rest = if rest_leaves.is_empty() { None } else { Some(decode(&f.meta, &rest_mask)?) };
+                return split
+                    .assemble(f, rest.as_ref())
+                    .map_err(|detail| Error::corrupt(&f.path, format!("{ctx}: {detail}")));
+            }
             let batch = decode(&f.meta, &f.mask)?;
             if let Some(check) = &f.int96_check {
                 let seconds = decode(&check.meta, &check.mask)?;

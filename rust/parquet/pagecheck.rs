@@ -35,7 +35,7 @@ const ENCODING_RLE_DICTIONARY: i32 = 8;
 const ENCODING_BYTE_STREAM_SPLIT: i32 = 9;
 
 /// Page header bytes to parse before giving up (headers with statistics are small).
-const MAX_HEADER_BYTES: usize = 64 << 10;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 << 10;
 
 /// The data pages of one row group's projected leaves, found by their page locations.
 ///

@@ -1,33 +1,34 @@
 //! A direct decoder for the column LLM data is made of: token ids as `list<int32>` or
-//! `list<int64>`, PLAIN-encoded, without nulls.
+//! `list<int64>`, PLAIN-encoded, without nulls (one such column of a projection; the
+//! others go through arrow-rs, `crate::index::columns`).
 //!
 //! arrow-rs decodes such a column through its general nested-level machinery (a
 //! validity bitmap built from definition levels, offsets from repetition levels, one
 //! value at a time); profiling a 1 MiB zstd page put ~40% of the time there. Here a
-//! page's repetition levels become list offsets directly (a run of "continue the row"
-//! bits is skipped a byte at a time), the definition levels are only checked to be all
-//! "present", and the values are one copy out of the decompressed page into the Arrow buffer.
+//! page's repetition levels become list offsets directly (runs of "continue the row"
+//! bits skipped a byte at a time), the definition levels are only checked to be all
+//! "present", and the values are one copy out of the decompressed page.
 //!
-//! Anything this decoder does not recognise — dictionary pages, nulls or empty lists,
-//! other codecs, an index page that is not whole data pages — makes it return `None`,
-//! and the page goes through arrow-rs as before. A page it does recognise but whose
-//! bytes do not add up is corrupt, and reported as such rather than handed to arrow-rs,
-//! which decodes truncated levels without complaint (shifting rows between pages) where
-//! pyarrow says "Number of decoded rep / def levels do not match num_values in page
-//! header": a page CRC that does not match (when the writer stored one), levels that
-//! end before the header's value count, fewer value bytes than values, rows that do not
-//! match the page index.
+//! Anything this decoder does not recognise (dictionary pages, nulls or empty lists,
+//! other codecs, a unit that is not whole data pages) makes it return `None`: the column
+//! goes through arrow-rs. A page it recognises whose bytes do not add up is corrupt, and
+//! reported as such rather than handed to arrow-rs, which decodes truncated levels
+//! without complaint (shifting rows between pages) where pyarrow says "Number of decoded
+//! rep / def levels do not match num_values in page header": a page CRC that does not
+//! match, levels ending before the header's value count, fewer value bytes than values,
+//! rows that do not match the page index.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use arrow_array::{ArrayRef, Int32Array, Int64Array, ListArray, RecordBatch};
+use arrow_array::{ArrayRef, Int32Array, Int64Array, ListArray};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Schema};
+use arrow_schema::{DataType, FieldRef};
 use parquet::basic::{Compression, Type as PhysicalType};
 
+use crate::parquet::pagecheck::{ENCODING_PLAIN, ENCODING_RLE, MAX_HEADER_BYTES, length_prefixed};
 use crate::parquet::{decompress::decompress, file::FileEntry, levels::bit_width, levels::count_levels};
-use crate::parquet::{pagecheck::length_prefixed, thrift::PageType, thrift::parse_page_header, varint::uleb128};
+use crate::parquet::{thrift::PageType, thrift::parse_page_header, varint::uleb128};
 use crate::storage::Fetched;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
@@ -46,12 +47,6 @@ pub fn enabled() -> bool {
 
 /// Pages bigger than this (decompressed) are left to the general path.
 const MAX_PAGE_BYTES: usize = 256 << 20;
-/// Page header bytes to parse before giving up (headers with statistics are small).
-const MAX_HEADER_BYTES: usize = 64 << 10;
-
-const ENCODING_PLAIN: i32 = 0;
-const ENCODING_RLE: i32 = 3;
-
 #[derive(Clone, Copy)]
 enum Width {
     I32,
@@ -71,16 +66,22 @@ struct ChunkInfo {
 /// What one data page turned out to be.
 type Decoded = Result<Option<PageValues>, String>;
 
-/// Rows `[first, first + n)` of row group `rg`, if they are whole pages of a token
-/// column this decoder handles; `None` otherwise, `Some(Err(why))` if such a page is
-/// corrupt. Bytes come from `src` (the local file, or a remote unit's fetched ranges).
-pub fn try_read(f: &FileEntry, src: &Fetched, rg: usize, first: u64, n: u64) -> Option<Result<RecordBatch, String>> {
-    if !enabled() || f.leaves.len() != 1 || f.fields.len() != 1 || n == 0 {
+/// Rows `[first, first + n)` of leaf `leaf` (the whole of top-level column `field`) in row
+/// group `rg`, if they are whole pages of a token column this decoder handles; `None`
+/// otherwise, `Some(Err(why))` if such a page is corrupt. Bytes come from `src` (the local
+/// file, or a remote unit's fetched ranges).
+pub fn try_read_column(
+    f: &FileEntry,
+    src: &Fetched,
+    rg: usize,
+    (leaf, field): (usize, &FieldRef),
+    first: u64,
+    n: u64,
+) -> Option<Result<ArrayRef, String>> {
+    if !enabled() || n == 0 {
         return None;
     }
-    let field = &f.fields[0];
     let DataType::List(child) = field.data_type() else { return None };
-    let leaf = f.leaves[0];
     let md = f.meta.metadata();
     let chunk = md.row_group(rg).column(leaf);
     let descr = chunk.column_descr();
@@ -159,9 +160,8 @@ pub fn try_read(f: &FileEntry, src: &Fetched, rg: usize, first: u64, n: u64) -> 
         Ok(l) => l,
         Err(e) => return Some(Err(e.to_string())),
     };
-    let batch = RecordBatch::try_new(Arc::new(Schema::new(vec![field.clone()])), vec![Arc::new(list)]).ok()?;
     FAST_DECODED_PAGES.fetch_add(1, Ordering::Relaxed);
-    Some(Ok(batch))
+    Some(Ok(Arc::new(list)))
 }
 
 /// The values decoded so far, typed (one copy out of the decompressed page).

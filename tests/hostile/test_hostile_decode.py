@@ -75,6 +75,41 @@ def test_flipped_level_bits_of_a_list_page_are_refused_where_pyarrow_refuses(
     assert refused > 50
 
 
+def test_flipped_bits_of_a_token_page_beside_other_columns_are_refused_where_pyarrow_refuses(
+    tmp_path: Path,
+) -> None:
+    """Token ids with a document id: the token decoder reads the token column, arrow-rs
+    the id; every bit of the token column's first page header and levels flipped in turn."""
+    good = tmp_path / "t.parquet"
+    table = pa.table({"input_ids": [list(range(1 + i % 37)) for i in range(300)], "doc_id": np.arange(300)})
+    # written here: uncompressed v1 pages, so the flipped bits are the header's and the levels'
+    pq.write_table(table, good, compression="none", use_dictionary=False, data_page_size=512, write_batch_size=64,
+                   write_page_index=True)
+    data = good.read_bytes()
+    want = table.to_pylist()
+    before = youmu.io_stats()["fast_decoded_pages"]
+    assert _read_all(good) == want
+    assert youmu.io_stats()["fast_decoded_pages"] > before  # the token decoder is what the flips attack
+    start = pq.ParquetFile(good).metadata.row_group(0).column(0).data_page_offset
+    bad = tmp_path / "flip.parquet"
+    refused = 0
+    for byte in range(start, start + 80):
+        for bit in range(8):
+            d = bytearray(data)
+            d[byte] ^= 1 << bit
+            if not _pyarrow_refuses(bytes(d)):
+                continue
+            bad.write_bytes(d)
+            try:
+                got = _read_all(bad)
+            except youmu.YoumuError as e:
+                assert str(bad) in str(e), e
+                refused += 1
+                continue
+            assert got == want, f"byte {byte} bit {bit}: pyarrow refuses, youmu returned other rows"
+    assert refused > 50
+
+
 def test_a_level_above_the_maximum_names_file_column_and_row_group(tmp_path: Path) -> None:
     """A nullable list column: a definition level turned into one above the column's
     maximum (an RLE run's value) is refused by name, as pyarrow refuses it."""
