@@ -5,16 +5,18 @@
 
 use parquet::basic::Compression;
 
+use crate::parquet::pagebuf::PageBuf;
 use crate::parquet::pagecheck::ENCODING_RLE;
 use crate::parquet::thrift::PageHeader;
 
-/// The decompressed page (`Ok(None)`: it was not compressed, use the input).
-pub(crate) fn decompress(codec: Compression, input: &[u8], size: usize) -> Result<Option<Vec<u8>>, String> {
+/// The decompressed page (`Ok(None)`: it was not compressed, use the input), in a
+/// reused buffer ([`PageBuf`]).
+pub(crate) fn decompress(codec: Compression, input: &[u8], size: usize) -> Result<Option<PageBuf>, String> {
     match codec {
         Compression::UNCOMPRESSED => Ok(None),
         Compression::ZSTD(_) => {
-            let mut out = Vec::with_capacity(size);
-            let n = zstd_decompress(input, &mut out)?;
+            let mut out = PageBuf::with_capacity(size);
+            let n = zstd_decompress(input, out.vec_mut())?;
             if n != size {
                 return Err(format!("decompressed to {n} bytes, the header says {size}"));
             }
@@ -25,8 +27,9 @@ pub(crate) fn decompress(codec: Compression, input: &[u8], size: usize) -> Resul
             if claimed != size {
                 return Err(format!("snappy data holds {claimed} bytes, the header says {size}"));
             }
-            let mut out = vec![0u8; size];
-            let n = snap::raw::Decoder::new().decompress(input, &mut out).map_err(|e| format!("snappy: {e}"))?;
+            let mut out = PageBuf::with_capacity(size);
+            out.vec_mut().resize(size, 0);
+            let n = snap::raw::Decoder::new().decompress(input, out.vec_mut()).map_err(|e| format!("snappy: {e}"))?;
             if n != size {
                 return Err(format!("decompressed to {n} bytes, the header says {size}"));
             }

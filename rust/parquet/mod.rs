@@ -11,6 +11,7 @@ pub mod file;
 pub mod int96;
 pub mod io;
 pub mod levels;
+pub mod pagebuf;
 pub mod pagecheck;
 pub mod scan;
 pub mod thrift;

@@ -146,7 +146,7 @@ fn check_parsed(
     let (max_rep, max_def) = (descr.max_rep_level(), descr.max_def_level());
     let codec = chunk.compression();
     let decompressible = matches!(codec, Compression::UNCOMPRESSED | Compression::ZSTD(_) | Compression::SNAPPY);
-    let owned;
+    let (owned, prefix_buf);
     // (repetition levels, definition levels, values section when at hand, its length)
     let (rep, def, vals, vals_len): (&[u8], &[u8], Option<&[u8]>, usize) = match h.page_type {
         PageType::Data => {
@@ -161,8 +161,8 @@ fn check_parsed(
                 let Some((prefix, rep, def)) = v1_level_prefix(body, uncompressed, max_rep, max_def, h)? else {
                     return Ok(());
                 };
-                owned = Some(prefix);
-                let buf = owned.as_deref().unwrap_or_default();
+                prefix_buf = prefix;
+                let buf = &prefix_buf[..];
                 let levels_end = def.end.max(rep.end);
                 (&buf[rep], &buf[def], None, uncompressed - levels_end)
             } else {

@@ -27,7 +27,9 @@ use arrow_schema::{DataType, FieldRef};
 use parquet::basic::{Compression, Type as PhysicalType};
 
 use crate::parquet::pagecheck::{ENCODING_PLAIN, ENCODING_RLE, MAX_HEADER_BYTES, length_prefixed};
-use crate::parquet::{decompress::decompress, file::FileEntry, levels::bit_width, levels::count_levels};
+use crate::parquet::{
+    decompress::decompress, file::FileEntry, levels::bit_width, levels::count_levels, pagebuf::PageBuf,
+};
 use crate::parquet::{thrift::PageType, thrift::parse_page_header, varint::uleb128};
 use crate::storage::Fetched;
 
@@ -190,7 +192,7 @@ impl Values {
 
 /// Where one data page's PLAIN values are: in the page decompressed (`owned`), or in the bytes read.
 struct PageValues {
-    owned: Option<Vec<u8>>,
+    owned: Option<PageBuf>,
     start: usize,
     len: usize,
 }
@@ -216,9 +218,9 @@ impl PageValues {
         }
         let at = self.start - misaligned;
         if misaligned != 0 {
-            buf.copy_within(self.start..self.start + self.len, at);
+            buf.vec_mut().copy_within(self.start..self.start + self.len, at);
         }
-        let values = arrow_buffer::Buffer::from_vec(buf).slice_with_length(at, self.len);
+        let values = buf.into_arrow(at, self.len);
         let n = self.len / w;
         Ok(match width {
             Width::I32 => Arc::new(Int32Array::new(ScalarBuffer::new(values, 0, n), None)),
