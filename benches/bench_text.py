@@ -109,20 +109,24 @@ def limit(tok, texts: list[str], batch: int) -> tuple[float, float, int]:
 
 
 class EncodeInWorker(torch.utils.data.IterableDataset):
-    """``encode_batch`` on the texts, ``batch`` at a time, in a DataLoader worker that
-    hands over one count per batch: the tokenizer's cost in a worker, hand-off aside."""
+    """``encode_batch`` on the texts, ``batch`` at a time, in DataLoader workers (each its
+    share of the batches) that hand over one count per batch: the tokenizer's cost in
+    workers, hand-off aside."""
 
     def __init__(self, tok: Any, texts: list[str], batch: int) -> None:
         self.tok, self.texts, self.batch = tok, texts, batch
 
     def __iter__(self) -> Any:
-        for i in range(0, len(self.texts), self.batch):
+        info = torch.utils.data.get_worker_info()
+        k, n = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in range(k * self.batch, len(self.texts), n * self.batch):
             yield sum(len(e.ids) for e in self.tok.encode_batch(self.texts[i:i + self.batch]))
 
 
-def limit_in_worker(tok, texts: list[str], batch: int) -> tuple[float, float, int]:
-    """:class:`EncodeInWorker` through one fork worker: ``(wall s, tree CPU s, tokens)``."""
-    loader = torch.utils.data.DataLoader(EncodeInWorker(tok, texts, batch), batch_size=None, num_workers=1,
+def limit_in_worker(tok, texts: list[str], batch: int, workers: int = 1) -> tuple[float, float, int]:
+    """:class:`EncodeInWorker` through ``workers`` fork workers: ``(wall s, tree CPU s, tokens)``
+    (with 2, what two tokenizing processes make on this machine's shared cores)."""
+    loader = torch.utils.data.DataLoader(EncodeInWorker(tok, texts, batch), batch_size=None, num_workers=workers,
                                          multiprocessing_context="fork")
     t, c = time.perf_counter(), _tree_cpu()
     tokens = sum(int(n) for n in loader)

@@ -18,14 +18,17 @@ detail (``bench_text``, ``bench_vision``, ``bench_page_peak``, ``bench_odb``,
   the same pages: one ``pread`` of each page, zstd decompression (pyarrow's codec) and
   one copy of the decompressed bytes.
 * **tokenize** — ``YoumuDataset`` + ``Tokenize`` through 2 fork ``DataLoader`` workers
-  (batches of 8 through ``SendCollate``) against ``tokenizers``' ``encode_batch`` alone.
+  (batches of 8 through ``SendCollate``) against ``tokenizers``' ``encode_batch`` alone,
+  and against ``encode_batch`` in 2 fork workers (the same parallelism: two processes
+  tokenizing side by side make less per CPU second than one alone on shared cores).
 * **dbl** — ``DynamicBatchLoader`` handing samples over from 2 workers against the
   batched hand-off (batches of 8 through ``SendCollate``) of the same stream.
 * **vision** — image-text rows through ``YoumuDataset`` + ``VisionTransform`` in the
   process against a loop that only decodes and resizes the same images
   (``youmu.vision.load_image``: Pillow + the Qwen2-VL resize).
 * **epoch** — a shuffled epoch, per batch, against HF ``datasets`` map-style
-  (``compare_peers``; needs ``make peers-venv``, else the row says so).
+  (``compare_peers``'s phases, alternated twice; needs ``make peers-venv``, else the row
+  says so; not in ``--quick``: HF's first run converts the set to Arrow, minutes).
 * **budget** — RSS growth reading pages under a ``memory_budget`` against the cap
   (1.5× the budget for pages up to it, ~2× the page for one over it).
 * **lightning** — Lightning fed by ``YoumuDataModule`` against a plain ``DataLoader``
@@ -58,7 +61,8 @@ STAGES = ("pages", "tokenize", "vision", "epoch", "budget", "lightning", "odb", 
 #: Each measured stage's target as a ratio to its limit, and which side of it is good: the
 #: goals the stages are held to (a reader's share of the limit it cannot beat; the memory
 #: cap and the paper's padding as ceilings).
-TARGETS = {"page decode": (0.9, "min"), "tokenization": (0.9, "min"), "DBL hand-off": (0.95, "min"),
+TARGETS = {"page decode": (0.9, "min"), "tokenization": (0.9, "min"), "tokenization, 2 workers": (0.9, "min"),
+           "DBL hand-off": (0.95, "min"),
            "images": (0.95, "min"), "memory budget": (1.0, "max"), "ODB padding": (1.0, "max")}
 
 
@@ -242,6 +246,29 @@ def phase_pages(data: str, pages: int, rounds: int) -> None:
           "fast_decoded": youmu.io_stats().get("fast_decoded_pages")})
 
 
+# -- epoch: compare_peers's phases, alternated ------------------------------------------------
+def epoch_pairs(peers: str, data: str, work: str, pairs: int = 2) -> dict[str, float] | None:
+    """youmu's page-shuffled epoch and HF ``datasets`` map-style's (``compare_peers``, each phase
+    in a fresh interpreter, HF in the peers' venv; its Arrow conversion cached in ``work``),
+    ``pairs`` times alternated: the median rows/s per Arrow batch of each and their ratio."""
+    script = str(HERE / "compare_peers.py")
+    args = ("--data", data, "--seconds", "120", "--work", work)
+    got: dict[str, list[dict[str, Any]]] = {"youmu": [], "hf": []}
+    for _ in range(pairs):
+        for name, phase, python in (("youmu", "youmu page shuffle|batch", None),
+                                    ("hf", "HF datasets map-style .shuffle()|batch", peers)):
+            try:
+                got[name].append(run_phase(script, phase, *args, python=python, timeout=1800))
+            except PhaseFailed as e:
+                print(e, file=sys.stderr)
+                return None
+            print(f"[epoch {name}] {got[name][-1]['rows_per_s']:,.0f} rows/s", flush=True)
+    med = {k: statistics.median(r["rows_per_s"] for r in v) for k, v in got.items()}
+    rss = {k: statistics.median(r.get("peak_rss_mb", 0.0) for r in v) for k, v in got.items()}
+    return {"youmu": med["youmu"], "hf": med["hf"], "ratio": med["youmu"] / med["hf"], "youmu_rss": rss["youmu"],
+            "hf_rss": rss["hf"]}
+
+
 # -- tokenize and dbl: bench_text's runs ---------------------------------------------------
 def phase_text(docs: int, repeat: int) -> None:
     import bench_text as bt
@@ -258,6 +285,9 @@ def phase_text(docs: int, repeat: int) -> None:
         pq.write_table(pa.table({"text": texts}), path, row_group_size=1024, compression="zstd")
         runs = [
             ("limit", lambda: bt.limit(tok, texts, BATCH_ROWS)),
+            # the same tokenizer in 2 fork workers, half the batches each, one count handed
+            # over per batch: what two tokenizing processes make on this machine's cores
+            ("limit2w", lambda: bt.limit_in_worker(tok, texts, BATCH_ROWS, 2)),
             # windows of 256 rows: the default window holds the whole --quick set, and workers
             # are dealt whole windows (one worker would tokenize it all, the other idle)
             ("workers", lambda: bt.youmu_stream(path, Tokenize(tok), 2, batch_size=8, send=True, buffer_size=256)),
@@ -356,6 +386,7 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(STAGES), help=f"comma-separated stages of {', '.join(STAGES)}")
     ap.add_argument("--data", default="bench-data/tokens", help="the datagen token set (written if missing)")
     ap.add_argument("--peers-python", default=PEERS_PYTHON)
+    ap.add_argument("--work", default="bench-data/peers-work", help="the HF baseline's Arrow conversion (cached)")
     ap.add_argument("--json", type=Path, help="also write the measured stages here (for plot_limits.py)")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--arg", nargs="*", default=[], help=argparse.SUPPRESS)
@@ -398,6 +429,9 @@ def main() -> None:
             rows.append(_ratio_row("online tokenization, 2 DataLoader workers (short texts)",
                                    "tokenizers encode_batch alone", r, "workers", "limit", records,
                                    "tokenization"))
+            rows.append(_ratio_row("the same, against the tokenizer in as many workers",
+                                   "encode_batch in 2 fork workers, a count handed over per batch", r, "workers",
+                                   "limit2w", records, "tokenization, 2 workers"))
             rows.append(_ratio_row("DynamicBatchLoader handing samples from 2 workers",
                                    "the batched hand-off (batches of 8, SendCollate)", r, "dbl", "workers", records,
                                    "DBL hand-off"))
@@ -407,11 +441,17 @@ def main() -> None:
             rows.append(_ratio_row("image-text samples (VisionTransform, in the process)",
                                    "decode + resize alone (Pillow, load_image)", r, "youmu", "limit", records, "images"))
     if "epoch" in only:
-        if peers_python(a.peers_python) is None:
-            rows.append("| a shuffled epoch | HF datasets map-style (goal ≥ 3×) | skipped: needs make peers-venv | | |")
+        peers = None if q else peers_python(a.peers_python)
+        if peers is None:
+            why = "not in --quick" if q else "skipped: needs make peers-venv"
+            rows.append(f"| a shuffled epoch per Arrow batch | HF datasets map-style (goal ≥ 3×) | {why} | | |")
         else:
-            rows.append("| a shuffled epoch | HF datasets map-style (goal ≥ 3×) | run `python benches/compare_peers.py"
-                        " --granularity batch --only datasets` (minutes: its Arrow conversion) | | |")
+            r = epoch_pairs(peers, a.data, a.work)
+            if r:
+                rows.append(f"| a shuffled epoch per Arrow batch (input_ids + doc_id, batches of 1,024 rows, "
+                            f"buffer 8,192) | HF datasets map-style .shuffle() (goal ≥ 3×) | {r['youmu']:,.0f} vs "
+                            f"{r['hf']:,.0f} rows/s (peak RSS {r['youmu_rss']:,.0f} vs {r['hf_rss']:,.0f} MB) | | "
+                            f"**{r['ratio']:.2f}×** |")
     if "budget" in only:
         for page_mb, budget_mb in ((24, 64),) if q else ((24, 64), (160, 64)):
             r = stage(f"budget {page_mb}/{budget_mb}", "budget", page_mb, budget_mb)

@@ -25,7 +25,7 @@ from youmu._internal.args import bool_arg, choice_arg, int_arg
 from youmu.errors import ArgumentTypeError, ColumnNotFoundError, TextError
 from youmu.streams.batched import BATCH_ROWS
 from youmu.streams.skips import ON_ERROR
-from youmu.text.tokenizer import TokenizerRef, encode_texts, token_column
+from youmu.text.tokenizer import TokenizerRef, encode_texts, token_column, tokenizer_kind
 
 __all__ = ["Tokenize", "text_rows", "text_values"]
 
@@ -135,7 +135,8 @@ class Tokenize:
         skip = self.on_error == "skip"
         texts, keep, errors = text_rows(table, self.column, skip=skip)
         who = f"the tokenizer of Tokenize(column {self.column!r})"
-        rows = encode_texts(self.tokenizer.get(), texts, add_special_tokens=self.add_special_tokens)
+        tok = self.tokenizer.get()
+        rows = encode_texts(tok, texts, add_special_tokens=self.add_special_tokens)
         nones = [i for i, r in enumerate(rows) if isinstance(r, (str, bytes)) or not hasattr(r, "__len__")]
         if nones:  # rows it returned no ids for: those rows' errors
             good = np.arange(table.num_rows) if keep is None else np.flatnonzero(keep)
@@ -153,7 +154,8 @@ class Tokenize:
             for i, r in zip(np.flatnonzero(keep).tolist(), rows):
                 full[i] = r
             rows = full
-        ids = token_column(rows, who)
+        # tokenizers' Encoding.ids are Python ints: no per-id type check
+        ids = token_column(rows, who, ints=tokenizer_kind(tok) == "tokenizers")
         rest = table.drop_columns([self.column]) if self.keep_columns else pa.table({})
         if self.output_column in rest.column_names:
             rest = rest.drop_columns([self.output_column])

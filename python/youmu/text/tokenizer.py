@@ -183,10 +183,12 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bo
     return rows
 
 
-def token_column(ids: Sequence[Sequence[int]] | Sequence[np.ndarray], who: str = "the tokenizer") -> pa.Array:
+def token_column(ids: Sequence[Sequence[int]] | Sequence[np.ndarray], who: str = "the tokenizer", *,
+                 ints: bool = False) -> pa.Array:
     """Rows of token ids (lists of ints, or int arrays) as one Arrow ``list<int64>``
     array, built in one pass over the ids (no per-row Arrow arrays); ``who`` made
-    them (named by the errors: ids that are not integers, see :func:`flat_ids`)."""
+    them (named by the errors: ids that are not integers, see :func:`flat_ids`;
+    ``ints``: lists known to hold Python ints, as ``tokenizers``' ``Encoding.ids`` do)."""
     offsets = fit_offsets(row_offsets(ids, who))  # before flattening them
     if len(ids) and isinstance(ids[0], np.ndarray):
         for row in ids:
@@ -198,7 +200,7 @@ def token_column(ids: Sequence[Sequence[int]] | Sequence[np.ndarray], who: str =
             raise ArgumentTypeError(f"{who} returned token id {int(values.max())}, beyond int64")
         values = values.astype(np.int64, copy=False)
     else:
-        values = flat_ids(ids, int(offsets[-1]), who)
+        values = flat_ids(ids, int(offsets[-1]), who, ints=ints)
     return list_column(offsets, values)
 
 
@@ -237,11 +239,18 @@ def row_offsets(rows: Sequence[Sequence[Any]] | Sequence[np.ndarray], who: str =
 
 
 def flat_ids(rows: Sequence[Sequence[int]] | Sequence[np.ndarray], total: int,
-             who: str = "the tokenizer") -> np.ndarray:
+             who: str = "the tokenizer", *, ints: bool = False) -> np.ndarray:
     """``rows`` of token ids (Python or numpy integers) concatenated into one ``int64``
     array of ``total`` ids, in one pass. Integers only: an id that is a float (``1.7``)
     or anything else is an :class:`~youmu.errors.ArgumentTypeError` naming ``who``
-    returned it, never an id cut to ``1``."""
+    returned it, never an id cut to ``1``. ``ints``: the rows are lists of Python ints
+    (``tokenizers``' ``Encoding.ids``), so the per-id check is skipped (half the time).
+
+    >>> flat_ids([[1, 2], [3]], 3).tolist()
+    [1, 2, 3]
+    """
+    if ints:
+        return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
     try:
         # operator.index: integers pass, a float raises (np.fromiter alone would cut it)
         return np.fromiter(map(operator.index, itertools.chain.from_iterable(rows)), dtype=np.int64, count=total)

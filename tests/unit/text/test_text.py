@@ -458,3 +458,21 @@ def test_a_tokenizer_path_without_its_library_names_the_extra_that_installs_it(t
         Tokenize(tmp_path / "tokenizer.json")(pa.table({"text": ["one"]}))
     with pytest.raises(ImportError, match=r"needs transformers .*pip install 'youmu\[hf\]'"):
         Tokenize(str(tmp_path / "hf"))(pa.table({"text": ["one"]}))
+
+
+@given(st.lists(st.lists(st.integers(0, 2**31), max_size=40), max_size=30))
+@settings(max_examples=60, deadline=None)
+def test_ids_known_to_be_ints_make_the_same_column_as_checked_ids(rows: list[list[int]]) -> None:
+    """``tokenizers``' ids skip the per-id type check: the column is the checked one's."""
+    from youmu.text.tokenizer import token_column
+
+    assert token_column(rows, ints=True).equals(token_column(rows))
+
+
+def test_tokenize_with_a_tokenizers_tokenizer_gives_its_ids(tmp_path: Path) -> None:
+    tok = bpe_tokenizer()
+    texts = ["hello world", "", "a b c d e f", "héllo"]
+    path = write_texts(tmp_path / "t.parquet", texts)
+    ds = YoumuDataset(path, columns=["text"], shuffle="none", output="numpy", transform=Tokenize(tok))
+    got = [r["input_ids"].tolist() for r in ds]
+    assert got == [e.ids for e in tok.encode_batch(texts)]
