@@ -328,6 +328,9 @@ class ShardedStream(Generic[T, P]):
             if item is SKIP:
                 continue
             yield item
+            # not held while the next item is made: that may read the next window, and an
+            # image row held here is one more row beside the next page (memory_budget)
+            del item
 
 
 class PositionalStream(ShardedStream[T, int]):

@@ -211,21 +211,26 @@ class ParquetStream(SpecAttributes, PositionalStream[Any]):
                 if isinstance(item, RowError):  # skipped by a transform that does not say it reports rows
                     raise item.located(skip=False).for_worker() if compact else item.located(skip=False)
                 yield pos, SKIP if item is None else item
+                del item
             return
         rows = _rows_of(tables, output, compact)
         if reports:
             yield from reporting_pass(rows, transform, start, where, log, whole=whole)  # type: ignore[arg-type]
             return
         pos = start
+        # each row let go once handed on (not held while the next window is read)
         if transform is None:
             for item in rows:
                 pos += 1
                 yield pos, item
+                del item
             return
         for row in rows:
             pos += 1
             item = transform(row)
+            del row
             yield pos, SKIP if item is None else item
+            del item
 
     # -- reads by window and by position (a Ray source loader's) ------------------------------
     def iter_windows(self, start: int = 0) -> Iterator[tuple[int, list[tuple[int, Any]]]]:

@@ -133,3 +133,45 @@ def test_a_deployment_delivers_the_pass_whatever_its_cache_holds(path: str, kind
                              length_fn=lambda item: 1, local=True, cache_rows=cache_rows)
         got = [item for r in range(2) for batch, _ in loaders.client(r, prefetch=0) for item in batch or []]
         assert sorted(got, key=lambda item: item["x"]) == want
+
+
+class Held:
+    """A plain transform whose items say, when the next one is made, whether the item
+    before it is still alive (held by the pass)."""
+
+    def __init__(self) -> None:
+        import weakref
+
+        self._ref: Callable[[], Any] = lambda: None
+        self._weakref = weakref.ref
+        self.alive_at_next: list[bool] = []
+
+    def __call__(self, row: dict[str, Any]) -> Any:
+        self.alive_at_next.append(self._ref() is not None)
+        item = _Item(row)
+        self._ref = self._weakref(item)
+        return item
+
+
+class _Item:
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.row = row
+
+
+def test_an_item_the_consumer_dropped_is_not_held_while_the_next_is_made(tmp_path) -> None:
+    """An image row is as large as a page's worth of text: a pass that kept the last item
+    while making the next (and reading the next window, read alone for large pages) held
+    one row more beside the next page than the ``memory_budget`` accounts for."""
+    from parquet_fixtures import write_ids
+
+    from youmu.torch import YoumuDataset
+
+    held = Held()
+    ds = YoumuDataset(write_ids(tmp_path / "ids.parquet", 40, row_group_size=8), shuffle="page", output="python",
+                      transform=held, seed=0, buffer_size=8)
+    n = 0
+    for item in ds:
+        n += 1
+        del item
+    assert n == 40
+    assert not any(held.alive_at_next), held.alive_at_next
