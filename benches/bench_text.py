@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch.utils.data
 
 
@@ -130,6 +131,41 @@ def limit_in_worker(tok, texts: list[str], batch: int, workers: int = 1) -> tupl
                                          multiprocessing_context="fork")
     t, c = time.perf_counter(), _tree_cpu()
     tokens = sum(int(n) for n in loader)
+    wall = time.perf_counter() - t
+    del loader
+    return wall, _tree_cpu() - c, tokens
+
+
+class EncodeAndSend(EncodeInWorker):
+    """:class:`EncodeInWorker` handing over what the youmu stream's workers hand over: the
+    rows as samples, ``batch_size`` at a time (collated and pickled by the loader's
+    ``collate_fn``): the tokenizer in workers with the same hand-off, youmu's stream aside."""
+
+    def __init__(self, tok: Any, texts: list[str], batch: int, batch_size: int) -> None:
+        super().__init__(tok, texts, batch)
+        self.batch_size = batch_size
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        k, n = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in range(k * self.batch, len(self.texts), n * self.batch):
+            rows = [{"input_ids": np.array(e.ids, dtype=np.int64)}
+                    for e in self.tok.encode_batch(self.texts[i:i + self.batch])]
+            for j in range(0, len(rows), self.batch_size):
+                yield rows[j:j + self.batch_size]
+
+
+def encode_and_send(tok, texts: list[str], batch: int, workers: int, batch_size: int) -> tuple[float, float, int]:
+    """:class:`EncodeAndSend` through ``workers`` fork workers, batches padded by
+    ``lm_collate`` and sent through ``SendCollate``: ``(wall s, tree CPU s, tokens)``."""
+    from youmu.torch import lm_collate
+    from youmu.torch.sendable import SendCollate
+
+    loader = torch.utils.data.DataLoader(EncodeAndSend(tok, texts, batch, batch_size), batch_size=None,
+                                         num_workers=workers, multiprocessing_context="fork",
+                                         collate_fn=SendCollate(lm_collate))
+    t, c = time.perf_counter(), _tree_cpu()
+    tokens = sum(int(b["attention_mask"].sum()) for b in loader)
     wall = time.perf_counter() - t
     del loader
     return wall, _tree_cpu() - c, tokens
