@@ -66,7 +66,8 @@ STAGES = ("pages", "tokenize", "vision", "epoch", "budget", "lightning", "odb", 
 #: cap and the paper's padding as ceilings).
 TARGETS = {"page decode": (0.9, "min"), "tokenization": (0.9, "min"),
            "DBL hand-off": (0.95, "min"),
-           "images": (0.95, "min"), "memory budget": (1.0, "max"), "ODB padding": (1.0, "max"),
+           "images": (0.95, "min"), "memory budget": (1.0, "max"),
+           "memory, a page over the budget": (1.0, "max"), "ODB padding": (1.0, "max"),
            "Lightning": (0.98, "min")}
 
 
@@ -500,7 +501,8 @@ def main() -> None:
         for page_mb, budget_mb in ((24, 64),) if q else ((24, 64), (160, 64)):
             r = stage(f"budget {page_mb}/{budget_mb}", "budget", page_mb, budget_mb)
             if r:
-                _record(records, "memory budget", f"memory_budget={budget_mb} MB, {page_mb} MB pages",
+                key = "memory budget" if page_mb <= budget_mb else "memory, a page over the budget"
+                _record(records, key, f"memory_budget={budget_mb} MB, {page_mb} MB pages",
                         f"RSS growth ≤ {r['cap_mb']:.0f} MB", r["added_mb"] / r["cap_mb"], None,
                         f"+{r['added_mb']:.0f} MB")
                 rows.append(f"| memory_budget={budget_mb} MB, {page_mb} MB pages | RSS growth ≤ {r['cap_mb']:.0f} MB "
